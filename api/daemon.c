@@ -1,0 +1,385 @@
+/*
+ * daemon.c - libmicrohttpd set-up, the access handler that drives each
+ * request through route, auth, begin/data/finish, the access log, CORS and
+ * graceful shutdown.
+ */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "../service/log.h"
+#include "../service/util.h"
+#include "http.h"
+
+struct ipd_daemon {
+    struct ipd_app *app;
+    struct MHD_Daemon *mhd;
+    uint16_t port;
+    pthread_mutex_t lock;
+    pthread_cond_t idle;
+    unsigned in_flight; /* requests between first call and completion */
+};
+
+static int64_t now_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+const char *ipd_req_header(struct ipd_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+const char *ipd_req_query(struct ipd_req *r, const char *name)
+{
+    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
+}
+
+const char *ipd_req_query_n(struct ipd_req *r, const char *name, size_t *len)
+{
+    const char *v = NULL;
+    if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name,
+                                      strlen(name), &v, len) != MHD_YES)
+        return NULL;
+    return v;
+}
+
+/* A client's X-Request-Id is echoed when it is short and plain; anything
+ * else could smuggle text into logs, so we make our own. */
+static void set_request_id(struct ipd_req *r)
+{
+    const char *c = ipd_req_header(r, "X-Request-Id");
+    size_t n = 0;
+    if (c) {
+        for (; c[n] && n < IPD_REQUEST_ID_MAX - 1; n++)
+            if (!isalnum((unsigned char)c[n]) && !strchr("._:-", c[n]))
+                break;
+        if (n > 0 && !c[n]) {
+            memcpy(r->request_id, c, n + 1);
+            return;
+        }
+    }
+    ipd_id_new("req", r->request_id);
+}
+
+/* The Origin when the configured CORS origins allow it. */
+static const char *allowed_origin(struct ipd_req *r)
+{
+    const char *list = r->app->cfg->cors_origins;
+    const char *origin = ipd_req_header(r, "Origin");
+    if (!list || !origin || !*origin)
+        return NULL;
+    size_t olen = strlen(origin);
+    for (const char *p = list; *p;) {
+        while (*p == ' ' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',' && *e != ' ')
+            e++;
+        size_t n = (size_t)(e - p);
+        if ((n == 1 && *p == '*') || (n == olen && !strncmp(p, origin, n)))
+            return origin;
+        p = e;
+    }
+    return NULL;
+}
+
+void ipd__add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (r->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin",
+                                r->origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+        MHD_add_response_header(
+            resp, "Access-Control-Expose-Headers",
+            "X-Request-Id, ETag, Content-Disposition, Retry-After, Location");
+    }
+}
+
+static void reply_preflight(struct ipd_req *r, const char *allow)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    IPD_ASSERT(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, allow);
+    if (r->origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
+        MHD_add_response_header(
+            resp, "Access-Control-Allow-Headers",
+            "Authorization, Content-Type, X-User-Id, X-Request-Id");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    ipd_reply_response(r, MHD_HTTP_NO_CONTENT, resp, 0);
+}
+
+/* First call: route, CORS, auth, begin.  May reply. */
+static void start_request(struct ipd_req *r)
+{
+    const char *allow = NULL;
+    r->origin = allowed_origin(r);
+    r->handler = ipd_route(r, &allow);
+    if (!r->handler && !strcmp(r->method, "OPTIONS") && allow) {
+        reply_preflight(r, allow);
+        return;
+    }
+    if (!r->handler && allow) {
+        r->allow = allow;
+        ipd_reply_error(r, IPD_HE_METHOD_NOT_ALLOWED,
+                        "%s is not allowed on %s; allowed: %s", r->method,
+                        r->path, allow);
+        return;
+    }
+    if (!r->handler) {
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such route: %s", r->path);
+        return;
+    }
+    if ((r->handler->flags & IPD_H_AUTH) && !ipd_auth_key(r))
+        return;
+    if ((r->handler->flags & IPD_H_ADMIN) && !r->key.admin) {
+        ipd_reply_error(r, IPD_HE_FORBIDDEN, "this endpoint needs an admin key");
+        return;
+    }
+    if ((r->handler->flags & IPD_H_USER) && !ipd_auth_user(r))
+        return;
+    if (r->handler->begin)
+        r->handler->begin(r);
+}
+
+static void body_chunk(struct ipd_req *r, const char *data, size_t size)
+{
+    r->bytes_in += (int64_t)size;
+    if (r->handler->data) {
+        r->handler->data(r, data, size);
+        return;
+    }
+    if (r->body_too_large)
+        return;
+    if (ipd_buf_add(&r->body, data, size)) {
+        /* Keep reading and discarding so the client sees the answer. */
+        r->body_too_large = true;
+        ipd_buf_release(&r->body);
+    }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
+                                  const char *url, const char *method,
+                                  const char *version, const char *upload,
+                                  size_t *upload_size, void **req_cls)
+{
+    struct ipd_daemon *d = cls;
+    struct ipd_req *r = *req_cls;
+    (void)version;
+
+    if (!r) {
+        r = ipd_xcalloc(1, sizeof(*r));
+        r->app = d->app;
+        r->conn = conn;
+        r->method = method;
+        r->path = url;
+        r->start_us = now_us();
+        ipd_buf_init(&r->body, IPD_JSON_BODY_MAX);
+        set_request_id(r);
+        pthread_mutex_lock(&d->lock);
+        d->in_flight++;
+        pthread_mutex_unlock(&d->lock);
+        *req_cls = r;
+        start_request(r);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        /* After an early reply libmicrohttpd discards the rest. */
+        if (!r->status)
+            body_chunk(r, upload, *upload_size);
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (!r->status) {
+        if (r->body_too_large)
+            ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+                            "request body over %d bytes", IPD_JSON_BODY_MAX);
+        else
+            r->handler->finish(r);
+    }
+    if (!r->status)
+        ipd_reply_error(r, IPD_HE_INTERNAL_ERROR, "the handler did not reply");
+    return MHD_YES;
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn,
+                         void **req_cls, enum MHD_RequestTerminationCode toe)
+{
+    struct ipd_daemon *d = cls;
+    struct ipd_req *r = *req_cls;
+    (void)conn;
+    if (!r)
+        return;
+    if (r->handler && r->handler->cleanup)
+        r->handler->cleanup(r);
+    double ms = (double)(now_us() - r->start_us) / 1000.0;
+    ipd_info("access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
+             "tenant=%s user=%s request_id=%s%s%s%s",
+             r->method, r->path, r->status, (unsigned long long)r->bytes_out,
+             ms, r->authed ? r->key.tenant : "-",
+             r->user_id[0] ? r->user_id : "-", r->request_id,
+             r->error_code ? " error=" : "", r->error_code ? r->error_code : "",
+             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
+             : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT
+                 ? " aborted=client"
+                 : " aborted=server");
+    ipd_buf_release(&r->body);
+    free(r);
+    *req_cls = NULL;
+    pthread_mutex_lock(&d->lock);
+    d->in_flight--;
+    if (!d->in_flight)
+        pthread_cond_broadcast(&d->idle);
+    pthread_mutex_unlock(&d->lock);
+}
+
+static void on_mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    char msg[512];
+    (void)cls;
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    size_t n = strlen(msg);
+    while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+        msg[--n] = '\0';
+    ipd_warn("http: %s", msg);
+}
+
+/* HOST:PORT into a socket address; only numeric IPv4/IPv6 hosts. */
+static enum ipd_err parse_listen(const char *s, struct sockaddr_storage *ss,
+                                 socklen_t *len, bool *v6)
+{
+    char host[256];
+    const char *colon = strrchr(s, ':');
+    int64_t port = 0;
+    if (!colon || (size_t)(colon - s) >= sizeof(host))
+        return IPD_ERR_INVALID;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    if (ipd_int_parse(colon + 1, 0, 65535, &port))
+        return IPD_ERR_INVALID;
+    memset(ss, 0, sizeof(*ss));
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        host[hl - 1] = '\0';
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+            return IPD_ERR_INVALID;
+        *len = sizeof(*a);
+        *v6 = true;
+        return IPD_OK;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    if (!strcmp(host, "localhost"))
+        memcpy(host, "127.0.0.1", 10);
+    if (!*host || !strcmp(host, "*"))
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+        return IPD_ERR_INVALID;
+    *len = sizeof(*a);
+    *v6 = false;
+    return IPD_OK;
+}
+
+enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
+{
+    const struct ipd_config *c = app->cfg;
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    bool v6 = false;
+    struct ipd_daemon *d = NULL;
+
+    *out = NULL;
+    if (parse_listen(c->listen, &ss, &sslen, &v6)) {
+        ipd_error("invalid listen address \"%s\" (want HOST:PORT with a "
+                  "numeric host)", c->listen);
+        return IPD_ERR_INVALID;
+    }
+    d = ipd_xcalloc(1, sizeof(*d));
+    d->app = app;
+    pthread_mutex_init(&d->lock, NULL);
+    pthread_cond_init(&d->idle, NULL);
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+    if (v6)
+        flags |= MHD_USE_IPv6;
+    d->mhd = MHD_start_daemon(
+        flags, 0, NULL, NULL, on_request, d,
+        /* The logger must come first to catch option errors too. */
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, d,
+        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
+        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->threads,
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        MHD_OPTION_CONNECTION_TIMEOUT,
+        (unsigned)((c->connection_timeout_ms + 999) / 1000),
+        MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_memory,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 512u,
+        MHD_OPTION_NOTIFY_COMPLETED, on_completed, d,
+        MHD_OPTION_END);
+    if (!d->mhd) {
+        ipd_error("cannot listen on %s (address in use, or not allowed)",
+                  c->listen);
+        pthread_mutex_destroy(&d->lock);
+        pthread_cond_destroy(&d->idle);
+        free(d);
+        return IPD_ERR_IO;
+    }
+    const union MHD_DaemonInfo *info =
+        MHD_get_daemon_info(d->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    d->port = info ? info->port : 0;
+    *out = d;
+    return IPD_OK;
+}
+
+uint16_t ipd_daemon_port(const struct ipd_daemon *d)
+{
+    return d->port;
+}
+
+unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
+{
+    struct timespec deadline;
+    unsigned left;
+    if (!d)
+        return 0;
+    /* Stop accepting first: the listening socket closes now, while the
+     * connections in flight keep being served. */
+    MHD_socket lsock = MHD_quiesce_daemon(d->mhd);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    clock_gettime(CLOCK_REALTIME, &deadline);
+    int64_t ns = deadline.tv_nsec + (timeout_ms % 1000) * 1000000;
+    deadline.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000);
+    deadline.tv_nsec = (long)(ns % 1000000000);
+    pthread_mutex_lock(&d->lock);
+    while (d->in_flight) {
+        if (pthread_cond_timedwait(&d->idle, &d->lock, &deadline))
+            break;
+    }
+    left = d->in_flight;
+    pthread_mutex_unlock(&d->lock);
+    if (left)
+        ipd_warn("shutdown: %u requests still running after %lld ms; "
+                 "closing them", left, (long long)timeout_ms);
+    MHD_stop_daemon(d->mhd);
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->idle);
+    free(d);
+    return left;
+}

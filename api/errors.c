@@ -1,0 +1,155 @@
+/*
+ * errors.c - replies: JSON bodies, the contract's error body, and the one
+ * mapping from internal errors to HTTP statuses.
+ */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../service/log.h"
+#include "http.h"
+
+static const struct {
+    unsigned status;
+    const char *code;
+} http_errors[] = {
+    [IPD_HE_INVALID_REQUEST] = {400, "invalid_request"},
+    [IPD_HE_INVALID_JSON] = {400, "invalid_json"},
+    [IPD_HE_INVALID_USER_ID] = {400, "invalid_user_id"},
+    [IPD_HE_UNAUTHORIZED] = {401, "unauthorized"},
+    [IPD_HE_FORBIDDEN] = {403, "forbidden"},
+    [IPD_HE_NOT_FOUND] = {404, "not_found"},
+    [IPD_HE_METHOD_NOT_ALLOWED] = {405, "method_not_allowed"},
+    [IPD_HE_CONFLICT] = {409, "conflict"},
+    [IPD_HE_SESSION_BUSY] = {409, "session_busy"},
+    [IPD_HE_SESSION_EXPIRED] = {410, "session_expired"},
+    [IPD_HE_PAYLOAD_TOO_LARGE] = {413, "payload_too_large"},
+    [IPD_HE_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type"},
+    [IPD_HE_TOO_MANY_REQUESTS] = {429, "too_many_requests"},
+    [IPD_HE_INTERNAL_ERROR] = {500, "internal_error"},
+    [IPD_HE_UNAVAILABLE] = {503, "unavailable"},
+    [IPD_HE_QUOTA_EXCEEDED] = {507, "quota_exceeded"},
+};
+
+void ipd_reply_response(struct ipd_req *r, unsigned status,
+                        struct MHD_Response *resp, uint64_t body_len)
+{
+    IPD_ASSERT(!r->status);
+    IPD_ASSERT(resp);
+    ipd__add_common_headers(r, resp);
+    r->status = status;
+    r->bytes_out = body_len;
+    if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
+        ipd_warn("request_id=%s could not queue the response",
+                 r->request_id);
+    MHD_destroy_response(resp);
+}
+
+void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
+{
+    char *text = json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(json);
+    IPD_ASSERT(text);
+    size_t len = strlen(text);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, text, MHD_RESPMEM_MUST_FREE);
+    IPD_ASSERT(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    ipd_reply_response(r, status, resp, len);
+}
+
+void ipd_reply_empty(struct ipd_req *r, unsigned status)
+{
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+    IPD_ASSERT(resp);
+    ipd_reply_response(r, status, resp, 0);
+}
+
+void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
+                     const char *fmt, ...)
+{
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+
+    unsigned status = http_errors[e].status;
+    json_t *err = json_pack("{s:s, s:s, s:s}", "code", http_errors[e].code,
+                            "message", msg, "request_id", r->request_id);
+    IPD_ASSERT(err);
+    r->error_code = http_errors[e].code;
+    json_t *doc = json_pack("{s:o}", "error", err);
+    IPD_ASSERT(doc);
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(doc);
+    IPD_ASSERT(text);
+    size_t len = strlen(text);
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        len, text, MHD_RESPMEM_MUST_FREE);
+    IPD_ASSERT(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    if (e == IPD_HE_UNAUTHORIZED)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                                "Bearer");
+    if (e == IPD_HE_UNAVAILABLE || e == IPD_HE_TOO_MANY_REQUESTS)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+    /* Client faults are logged apart from our own failures. */
+    if (status >= 500)
+        ipd_error("request_id=%s %u %s: %s", r->request_id, status,
+                  http_errors[e].code, msg);
+    else
+        ipd_debug("request_id=%s client error %u %s: %s", r->request_id,
+                  status, http_errors[e].code, msg);
+    ipd_reply_response(r, status, resp, len);
+}
+
+void ipd_reply_err(struct ipd_req *r, enum ipd_err err, const char *what)
+{
+    switch (err) {
+    case IPD_ERR_NOT_FOUND:
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "not found");
+        return;
+    case IPD_ERR_INVALID:
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST, "invalid %s", what);
+        return;
+    case IPD_ERR_CONFLICT:
+        ipd_reply_error(r, IPD_HE_CONFLICT, "conflict while %s", what);
+        return;
+    case IPD_ERR_TOO_LARGE:
+        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE, "%s: too large", what);
+        return;
+    case IPD_ERR_QUOTA:
+        ipd_reply_error(r, IPD_HE_QUOTA_EXCEEDED,
+                        "the user's storage quota is exhausted");
+        return;
+    case IPD_ERR_UNAUTHORIZED:
+        ipd_reply_error(r, IPD_HE_UNAUTHORIZED, "invalid API key");
+        return;
+    case IPD_ERR_FORBIDDEN:
+        ipd_reply_error(r, IPD_HE_FORBIDDEN, "not allowed");
+        return;
+    case IPD_ERR_MEDIA_TYPE:
+        ipd_reply_error(r, IPD_HE_UNSUPPORTED_MEDIA_TYPE,
+                        "unsupported content type");
+        return;
+    case IPD_ERR_UNAVAILABLE:
+    case IPD_ERR_TIMEOUT:
+        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+                        "storage is unavailable while %s; retry later", what);
+        return;
+    case IPD_OK:
+    case IPD_ERR_NOMEM:
+    case IPD_ERR_IO:
+    case IPD_ERR_INTERNAL:
+        break;
+    }
+    ipd_reply_error(r, IPD_HE_INTERNAL_ERROR, "internal error while %s (%s)",
+                    what, ipd_err_name(err));
+}

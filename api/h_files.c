@@ -1,0 +1,633 @@
+/*
+ * h_files.c - /v1/files: upload (multipart and raw), list, get, content,
+ * delete.
+ *
+ * Uploads stream: every chunk goes straight to a temporary blob (SHA-256
+ * computed on the way) and is never held whole in memory.  The size limit
+ * is enforced while streaming; past it the temporary file is removed at
+ * once and the rest of the body is read and dropped (up to another limit's
+ * worth), so the client gets a proper 413 instead of a reset connection.
+ * Only after the bytes are durable does the metadata insert run; if it
+ * fails, the blob is removed again.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <unistd.h>
+
+#include "../service/log.h"
+#include "../service/util.h"
+#include "http.h"
+
+#define LIST_DEFAULT 50
+#define LIST_MAX 1000
+#define FIELD_MAX 4096         /* form fields other than the file */
+#define PART_NAME_MAX 16384    /* a part's filename before sanitising */
+#define MULTIPART_OVERHEAD (64 * 1024) /* headers and small fields */
+#define PP_BUFFER (64 * 1024)
+
+json_t *ipd_file_json(const struct ipd_file_meta *f)
+{
+    char created[IPD_TIME_STR], expires[IPD_TIME_STR];
+    ipd_time_format(f->created_at_ms, created);
+    json_t *exp = NULL;
+    if (f->expires_at_ms == IPD_TIME_NEVER) {
+        exp = json_null();
+    } else {
+        ipd_time_format(f->expires_at_ms, expires);
+        exp = json_string(expires);
+    }
+    json_t *j = json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:s, s:o}",
+                          "file_id", f->file_id, "filename", f->filename,
+                          "size", (json_int_t)f->size, "mime_type",
+                          f->mime_type, "file_type", f->file_type, "sha256",
+                          f->sha256, "source", f->source, "created_at",
+                          created, "expires_at", exp);
+    IPD_ASSERT(j);
+    return j;
+}
+
+/* ---- upload ---------------------------------------------------------- */
+
+enum upload_kind { UP_RAW, UP_MULTIPART, UP_JSON };
+
+struct upload {
+    enum upload_kind kind;
+    struct ipd_blob_writer *w;
+    struct MHD_PostProcessor *pp;
+    struct ipd_buf part_name;      /* filename of the `file` part */
+    struct ipd_buf filename_field; /* the `filename` form field */
+    struct ipd_buf ttl_field;      /* the `ttl_hours` form field */
+    bool have_file, have_filename_field, have_ttl_field;
+    int64_t file_bytes;
+    int64_t drained;               /* bytes dropped after a 413 */
+    bool too_large;
+    /* The first client error seen while streaming; answered at the end. */
+    bool failed;
+    enum ipd_http_error err;
+    char errmsg[256];
+    enum ipd_err io_err;           /* a storage error while streaming */
+};
+
+static void upload_fail(struct upload *u, enum ipd_http_error e,
+                        const char *msg)
+{
+    if (u->failed)
+        return;
+    u->failed = true;
+    u->err = e;
+    snprintf(u->errmsg, sizeof(u->errmsg), "%s", msg);
+    ipd_blob_writer_abort(u->w);
+    u->w = NULL;
+}
+
+static void upload_cleanup(struct ipd_req *r)
+{
+    struct upload *u = r->state;
+    if (!u)
+        return;
+    if (u->pp)
+        MHD_destroy_post_processor(u->pp);
+    /* A client that went away mid-upload leaves nothing behind. */
+    ipd_blob_writer_abort(u->w);
+    ipd_buf_release(&u->part_name);
+    ipd_buf_release(&u->filename_field);
+    ipd_buf_release(&u->ttl_field);
+    free(u);
+    r->state = NULL;
+}
+
+/* Write file bytes, turning the size limit into a 413 mode. */
+static void upload_write(struct ipd_req *r, struct upload *u,
+                         const char *data, size_t size)
+{
+    if (u->too_large) {
+        u->drained += (int64_t)size;
+        return;
+    }
+    if (u->failed || !u->w)
+        return;
+    enum ipd_err rc = ipd_blob_writer_write(u->w, data, size);
+    if (rc == IPD_ERR_TOO_LARGE) {
+        u->too_large = true;
+        ipd_blob_writer_abort(u->w);
+        u->w = NULL;
+        return;
+    }
+    if (rc) {
+        u->io_err = rc;
+        upload_fail(u, IPD_HE_INTERNAL_ERROR, "writing the upload failed");
+    }
+    (void)r;
+}
+
+static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
+                               const char *key, const char *filename,
+                               const char *content_type,
+                               const char *transfer_encoding,
+                               const char *data, uint64_t off, size_t size)
+{
+    struct ipd_req *r = cls;
+    struct upload *u = r->state;
+    (void)kind;
+    (void)content_type;
+    (void)transfer_encoding;
+
+    if (u->failed)
+        return MHD_NO;
+    if (!key)
+        return MHD_YES;
+    if (!strcmp(key, "file")) {
+        if (off == 0 && u->have_file && u->file_bytes > 0) {
+            upload_fail(u, IPD_HE_INVALID_REQUEST,
+                        "more than one `file` part; send one file per "
+                        "request");
+            return MHD_NO;
+        }
+        if (!u->have_file) {
+            u->have_file = true;
+            if (filename && ipd_buf_adds(&u->part_name, filename)) {
+                upload_fail(u, IPD_HE_INVALID_REQUEST,
+                            "filename is longer than 255 bytes");
+                return MHD_NO;
+            }
+            enum ipd_err rc = ipd_blob_writer_new(
+                r->app->blobs, r->app->cfg->max_file_size, &u->w);
+            if (rc) {
+                u->io_err = rc;
+                upload_fail(u, IPD_HE_INTERNAL_ERROR,
+                            "cannot store the upload");
+                return MHD_NO;
+            }
+        }
+        u->file_bytes += (int64_t)size;
+        upload_write(r, u, data, size);
+        return u->failed ? MHD_NO : MHD_YES;
+    }
+    struct ipd_buf *field = NULL;
+    if (!strcmp(key, "filename")) {
+        field = &u->filename_field;
+        u->have_filename_field = true;
+    } else if (!strcmp(key, "ttl_hours")) {
+        field = &u->ttl_field;
+        u->have_ttl_field = true;
+    }
+    /* Other fields are ignored (and not stored anywhere). */
+    if (field && size && ipd_buf_add(field, data, size)) {
+        upload_fail(u, IPD_HE_INVALID_REQUEST,
+                    !strcmp(key, "filename")
+                        ? "filename is longer than 255 bytes"
+                        : "form field ttl_hours is too long");
+        return MHD_NO;
+    }
+    return MHD_YES;
+}
+
+static bool content_type_is(const char *ct, const char *want)
+{
+    size_t n = strlen(want);
+    return ct && !strncasecmp(ct, want, n) &&
+           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
+}
+
+static void upload_begin(struct ipd_req *r)
+{
+    const struct ipd_config *cfg = r->app->cfg;
+    const char *ct = ipd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
+    const char *cl = ipd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    int64_t length = -1, count = 0, bytes = 0;
+    struct upload *u = ipd_xcalloc(1, sizeof(*u));
+    r->state = u;
+    ipd_buf_init(&u->part_name, PART_NAME_MAX);
+    ipd_buf_init(&u->filename_field, FIELD_MAX);
+    ipd_buf_init(&u->ttl_field, 64);
+
+    if (cl && ipd_int_parse(cl, 0, INT64_MAX, &length))
+        length = -1;
+    if (content_type_is(ct, "application/json"))
+        u->kind = UP_JSON;
+    else if (content_type_is(ct, "multipart/form-data"))
+        u->kind = UP_MULTIPART;
+    else
+        u->kind = UP_RAW;
+
+    if (u->kind == UP_JSON)
+        return;
+    /* Refuse early what can't succeed, before the client sends the body. */
+    int64_t overhead = u->kind == UP_MULTIPART ? MULTIPART_OVERHEAD : 0;
+    if (length > cfg->max_file_size + overhead) {
+        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+                        "upload of %lld bytes is over the limit of %lld bytes",
+                        (long long)length, (long long)cfg->max_file_size);
+        return;
+    }
+    enum ipd_err rc = ipd_meta_file_usage(r->app->meta, r->key.tenant,
+                                          r->user_id, ipd_now_ms(), &count,
+                                          &bytes);
+    if (rc) {
+        ipd_reply_err(r, rc, "checking the quota");
+        return;
+    }
+    if ((cfg->quota_files >= 0 && count >= cfg->quota_files) ||
+        (cfg->quota_bytes >= 0 && u->kind == UP_RAW && length > 0 &&
+         bytes + length > cfg->quota_bytes)) {
+        ipd_reply_err(r, IPD_ERR_QUOTA, "uploading");
+        return;
+    }
+    if (u->kind == UP_MULTIPART) {
+        u->pp = MHD_create_post_processor(r->conn, PP_BUFFER, on_part, r);
+        if (!u->pp)
+            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                            "multipart/form-data needs a boundary parameter");
+        return;
+    }
+    size_t nlen = 0;
+    if (!ipd_req_query_n(r, "filename", &nlen)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "a raw upload needs ?filename=NAME (or send "
+                        "multipart/form-data with a `file` part)");
+        return;
+    }
+    rc = ipd_blob_writer_new(r->app->blobs, cfg->max_file_size, &u->w);
+    if (rc)
+        ipd_reply_err(r, rc, "storing the upload");
+}
+
+static void upload_data(struct ipd_req *r, const char *data, size_t size)
+{
+    struct upload *u = r->state;
+    if (u->kind == UP_JSON) {
+        if (!r->body_too_large && ipd_buf_add(&r->body, data, size))
+            r->body_too_large = true;
+        return;
+    }
+    if (u->kind == UP_RAW) {
+        upload_write(r, u, data, size);
+    } else if (u->too_large) {
+        u->drained += (int64_t)size;
+    } else if (!u->failed &&
+               MHD_post_process(u->pp, data, size) != MHD_YES &&
+               !u->failed) {
+        upload_fail(u, IPD_HE_INVALID_REQUEST, "malformed multipart body");
+    }
+    /* Past twice the limit, stop reading: answer now and let the
+     * connection close. */
+    if (u->too_large && u->drained > r->app->cfg->max_file_size)
+        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+                        "upload is over the limit of %lld bytes",
+                        (long long)r->app->cfg->max_file_size);
+}
+
+/* ttl_hours: a positive number; it can shorten the TTL, never extend it. */
+static bool parse_ttl(const char *s, int64_t max_ms, int64_t *ttl_ms)
+{
+    char *end = NULL;
+    if (!s || !*s || isspace((unsigned char)*s))
+        return false;
+    errno = 0;
+    double h = strtod(s, &end);
+    if (errno || *end || !isfinite(h) || h <= 0)
+        return false;
+    double ms = h * 3600.0 * 1000.0;
+    *ttl_ms = ms >= (double)max_ms ? max_ms : (int64_t)ms;
+    if (*ttl_ms < 1)
+        *ttl_ms = 1;
+    return true;
+}
+
+/* The name and TTL the client chose, validated; replies on error. */
+static bool upload_params(struct ipd_req *r, struct upload *u,
+                          struct ipd_file_meta *f, int64_t *ttl_ms)
+{
+    const char *name = NULL, *ttl = NULL;
+    size_t nlen = 0;
+    if (u->kind == UP_RAW) {
+        name = ipd_req_query_n(r, "filename", &nlen);
+        ttl = ipd_req_query(r, "ttl_hours");
+    } else {
+        if (u->have_filename_field && u->filename_field.len) {
+            name = u->filename_field.buf;
+            nlen = u->filename_field.len;
+        } else {
+            name = u->part_name.buf;
+            nlen = u->part_name.len;
+        }
+        ttl = u->have_ttl_field ? u->ttl_field.buf : ipd_req_query(r, "ttl_hours");
+    }
+    enum ipd_err rc = ipd_filename_sanitize(name ? name : "", nlen,
+                                            f->filename);
+    if (rc == IPD_ERR_TOO_LARGE) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "filename is longer than 255 bytes");
+        return false;
+    }
+    if (rc) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        nlen ? "filename must be valid UTF-8 and not empty, "
+                               "\".\" or \"..\""
+                             : "the upload has no filename: give the part a "
+                               "filename or send a `filename` field");
+        return false;
+    }
+    *ttl_ms = r->app->cfg->file_ttl_ms;
+    if (ttl && !parse_ttl(ttl, *ttl_ms, ttl_ms)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "ttl_hours must be a positive number of hours");
+        return false;
+    }
+    return true;
+}
+
+static void upload_json(struct ipd_req *r)
+{
+    json_error_t jerr;
+    if (r->body_too_large) {
+        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+                        "JSON body over %d bytes", IPD_JSON_BODY_MAX);
+        return;
+    }
+    json_t *doc = json_loadb(r->body.buf, r->body.len, JSON_REJECT_DUPLICATES,
+                             &jerr);
+    if (!doc) {
+        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
+                        jerr.text, jerr.line);
+        return;
+    }
+    if (!json_is_object(doc) || !json_is_string(json_object_get(doc, "url")))
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "a JSON body must be {\"url\": \"https://...\"}; to "
+                        "upload bytes send multipart/form-data or a raw body "
+                        "with ?filename=");
+    else
+        /* NEEDSWORK: URL ingest lands with the operations issue. */
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "URL ingest is not available on this server yet");
+    json_decref(doc);
+}
+
+static void upload_finish(struct ipd_req *r)
+{
+    struct upload *u = r->state;
+    struct ipd_file_meta f;
+    int64_t ttl_ms = 0;
+    enum ipd_err rc;
+
+    if (u->kind == UP_JSON) {
+        upload_json(r);
+        return;
+    }
+    if (u->kind == UP_MULTIPART && !u->failed && !u->too_large) {
+        enum MHD_Result done = MHD_destroy_post_processor(u->pp);
+        u->pp = NULL;
+        if (done != MHD_YES)
+            upload_fail(u, IPD_HE_INVALID_REQUEST,
+                        "truncated multipart body (no closing boundary)");
+        else if (!u->have_file)
+            upload_fail(u, IPD_HE_INVALID_REQUEST,
+                        "multipart body has no `file` part");
+    }
+    if (u->too_large) {
+        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+                        "upload is over the limit of %lld bytes",
+                        (long long)r->app->cfg->max_file_size);
+        return;
+    }
+    if (u->failed) {
+        if (u->io_err)
+            ipd_reply_err(r, u->io_err, "storing the upload");
+        else
+            ipd_reply_error(r, u->err, "%s", u->errmsg);
+        return;
+    }
+    memset(&f, 0, sizeof(f));
+    if (!upload_params(r, u, &f, &ttl_ms))
+        return;
+    ipd_blob_writer_sha256(u->w, f.sha256);
+    f.size = ipd_blob_writer_size(u->w);
+    rc = ipd_filetype_detect(r->app->ft, ipd_blob_writer_fd(u->w), f.filename,
+                             f.mime_type, f.file_type);
+    if (rc) {
+        ipd_reply_err(r, rc, "detecting the file type");
+        return;
+    }
+    ipd_id_new("file", f.file_id);
+    snprintf(f.tenant, sizeof(f.tenant), "%s", r->key.tenant);
+    snprintf(f.user_id, sizeof(f.user_id), "%s", r->user_id);
+    snprintf(f.source, sizeof(f.source), "upload");
+    snprintf(f.blob, sizeof(f.blob), "%s", ipd_blobs_backend(r->app->blobs));
+    f.created_at_ms = ipd_now_ms();
+    f.expires_at_ms = ttl_ms == IPD_TIME_NEVER ? IPD_TIME_NEVER
+                                               : f.created_at_ms + ttl_ms;
+    rc = ipd_blob_writer_commit(u->w, f.file_id);
+    u->w = NULL;
+    if (rc) {
+        ipd_reply_err(r, rc, "storing the upload");
+        return;
+    }
+    struct ipd_quota q = {r->app->cfg->quota_files, r->app->cfg->quota_bytes};
+    rc = ipd_meta_file_insert(r->app->meta, &f, &q, f.created_at_ms);
+    if (rc) {
+        /* No metadata, no bytes: never leave an orphan behind. */
+        if (ipd_blob_delete(r->app->blobs, f.file_id))
+            ipd_error("request_id=%s orphan blob %s left after a failed "
+                      "insert", r->request_id, f.file_id);
+        ipd_reply_err(r, rc, "recording the file");
+        return;
+    }
+    ipd_reply_json(r, MHD_HTTP_CREATED, ipd_file_json(&f));
+}
+
+const struct ipd_handler ipd_h_files_create = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .begin = upload_begin,
+    .data = upload_data,
+    .finish = upload_finish,
+    .cleanup = upload_cleanup,
+};
+
+/* ---- list ------------------------------------------------------------ */
+
+/* Cursors are "<created_at_ms>.<file_id>" of the last item of a page. */
+static bool parse_cursor(const char *s, struct ipd_cursor *c)
+{
+    const char *dot = s ? strchr(s, '.') : NULL;
+    char num[24];
+    int64_t ms = 0;
+    if (!dot || (size_t)(dot - s) >= sizeof(num))
+        return false;
+    memcpy(num, s, (size_t)(dot - s));
+    num[dot - s] = '\0';
+    if (ipd_int_parse(num, 0, INT64_MAX, &ms) || !ipd_id_valid("file", dot + 1))
+        return false;
+    c->created_at_ms = ms;
+    snprintf(c->file_id, sizeof(c->file_id), "%s", dot + 1);
+    return true;
+}
+
+static void files_list(struct ipd_req *r)
+{
+    const char *ls = ipd_req_query(r, "limit");
+    const char *cs = ipd_req_query(r, "cursor");
+    struct ipd_cursor cursor;
+    struct ipd_file_list list = {0};
+    int64_t limit = LIST_DEFAULT;
+
+    if (ls && ipd_int_parse(ls, 1, LIST_MAX, &limit)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "limit must be a whole number from 1 to %d", LIST_MAX);
+        return;
+    }
+    if (cs && *cs && !parse_cursor(cs, &cursor)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "cursor is not one this server gave out");
+        return;
+    }
+    enum ipd_err rc = ipd_meta_file_list(
+        r->app->meta, r->key.tenant, r->user_id, ipd_now_ms(),
+        cs && *cs ? &cursor : NULL, (size_t)limit, &list);
+    if (rc) {
+        ipd_reply_err(r, rc, "listing files");
+        return;
+    }
+    json_t *files = json_array();
+    for (size_t i = 0; i < list.n; i++)
+        json_array_append_new(files, ipd_file_json(&list.items[i]));
+    json_t *next = json_null();
+    if (list.more && list.n) {
+        char buf[64];
+        const struct ipd_file_meta *last = &list.items[list.n - 1];
+        snprintf(buf, sizeof(buf), "%lld.%s", (long long)last->created_at_ms,
+                 last->file_id);
+        json_decref(next);
+        next = json_string(buf);
+    }
+    ipd_file_list_release(&list);
+    ipd_reply_json(r, MHD_HTTP_OK,
+                   json_pack("{s:o, s:o}", "files", files, "next_cursor",
+                             next));
+}
+
+const struct ipd_handler ipd_h_files_list = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = files_list,
+};
+
+/* ---- one file -------------------------------------------------------- */
+
+/* Look up r->param in the caller's scope; replies 404 and returns false
+ * when it isn't there. */
+static bool lookup(struct ipd_req *r, struct ipd_file_meta *f)
+{
+    if (!ipd_id_valid("file", r->param)) {
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        return false;
+    }
+    enum ipd_err rc = ipd_meta_file_get(r->app->meta, r->key.tenant,
+                                        r->user_id, r->param, ipd_now_ms(), f);
+    if (rc == IPD_ERR_NOT_FOUND)
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+    else if (rc)
+        ipd_reply_err(r, rc, "reading the file record");
+    return rc == IPD_OK;
+}
+
+static void files_get(struct ipd_req *r)
+{
+    struct ipd_file_meta f;
+    if (lookup(r, &f))
+        ipd_reply_json(r, MHD_HTTP_OK, ipd_file_json(&f));
+}
+
+const struct ipd_handler ipd_h_files_get = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = files_get,
+};
+
+static void files_content(struct ipd_req *r)
+{
+    struct ipd_file_meta f;
+    char etag[IPD_SHA256_HEX + 2];
+    int fd = -1;
+    int64_t size = 0;
+
+    if (!lookup(r, &f))
+        return;
+    snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
+    const char *inm = ipd_req_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
+    if (inm && (!strcmp(inm, etag) || !strcmp(inm, "*"))) {
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+        ipd_reply_response(r, MHD_HTTP_NOT_MODIFIED, resp, 0);
+        return;
+    }
+    enum ipd_err rc = ipd_blob_open(r->app->blobs, f.file_id, &fd, &size);
+    if (rc) {
+        /* Metadata without bytes is our fault, not the client's. */
+        ipd_error("request_id=%s file %s has metadata but no bytes (%s)",
+                  r->request_id, f.file_id, ipd_err_name(rc));
+        ipd_reply_err(r, rc == IPD_ERR_NOT_FOUND ? IPD_ERR_INTERNAL : rc,
+                      "reading the file");
+        return;
+    }
+    /* Streams from the file: libmicrohttpd sends with sendfile and closes
+     * the descriptor when done. */
+    struct MHD_Response *resp =
+        MHD_create_response_from_fd64((uint64_t)size, fd);
+    if (!resp) {
+        close(fd);
+        ipd_reply_err(r, IPD_ERR_INTERNAL, "sending the file");
+        return;
+    }
+    char *cd = ipd_content_disposition(f.filename);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE, f.mime_type);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_DISPOSITION, cd);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+                            "private, no-cache");
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'none'; sandbox");
+    free(cd);
+    ipd_reply_response(r, MHD_HTTP_OK, resp, (uint64_t)size);
+}
+
+const struct ipd_handler ipd_h_files_content = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = files_content,
+};
+
+static void files_delete(struct ipd_req *r)
+{
+    struct ipd_file_meta f;
+    if (!ipd_id_valid("file", r->param)) {
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        return;
+    }
+    enum ipd_err rc = ipd_meta_file_delete(r->app->meta, r->key.tenant,
+                                           r->user_id, r->param, ipd_now_ms(),
+                                           &f);
+    if (rc == IPD_ERR_NOT_FOUND) {
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        return;
+    }
+    if (rc) {
+        ipd_reply_err(r, rc, "deleting the file");
+        return;
+    }
+    /* Metadata first, then bytes: a crash between leaves an orphan blob,
+     * which the reconcile job removes, never a record without bytes. */
+    rc = ipd_blob_delete(r->app->blobs, f.file_id);
+    if (rc && rc != IPD_ERR_NOT_FOUND)
+        ipd_error("request_id=%s could not remove blob of %s: %s",
+                  r->request_id, f.file_id, ipd_err_name(rc));
+    ipd_reply_empty(r, MHD_HTTP_NO_CONTENT);
+}
+
+const struct ipd_handler ipd_h_files_delete = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = files_delete,
+};

@@ -1,0 +1,51 @@
+/*
+ * h_health.c - /healthz, /readyz and the OpenAPI document.
+ */
+#include <string.h>
+
+#include "http.h"
+
+extern const char ipd_openapi_json[];
+extern const unsigned long ipd_openapi_json_len;
+
+static void healthz(struct ipd_req *r)
+{
+    ipd_reply_json(r, MHD_HTTP_OK, json_pack("{s:s}", "status", "ok"));
+}
+
+const struct ipd_handler ipd_h_healthz = {.finish = healthz};
+
+static void readyz(struct ipd_req *r)
+{
+    enum ipd_err meta = ipd_meta_ping(r->app->meta);
+    enum ipd_err blobs = ipd_blobs_ping(r->app->blobs);
+    json_t *checks = json_pack("{s:s, s:s}", "metadata",
+                               meta ? ipd_err_name(meta) : "ok", "blobs",
+                               blobs ? ipd_err_name(blobs) : "ok");
+    if (!meta && !blobs) {
+        ipd_reply_json(r, MHD_HTTP_OK,
+                       json_pack("{s:s, s:o}", "status", "ready", "checks",
+                                 checks));
+        return;
+    }
+    json_decref(checks);
+    ipd_reply_error(r, IPD_HE_UNAVAILABLE, "not ready:%s%s",
+                    meta ? " metadata store" : "", blobs ? " blob store" : "");
+}
+
+const struct ipd_handler ipd_h_readyz = {.finish = readyz};
+
+static void openapi(struct ipd_req *r)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(
+        ipd_openapi_json_len, (void *)(uintptr_t)ipd_openapi_json,
+        MHD_RESPMEM_PERSISTENT);
+    IPD_ASSERT(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL,
+                            "public, max-age=300");
+    ipd_reply_response(r, MHD_HTTP_OK, resp, ipd_openapi_json_len);
+}
+
+const struct ipd_handler ipd_h_openapi = {.finish = openapi};

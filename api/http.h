@@ -1,0 +1,165 @@
+/*
+ * http.h - what the daemon, the router and the handlers share.
+ *
+ * api/ is the adapter for libmicrohttpd: MHD types appear in api/ headers
+ * and nowhere outside api/.
+ *
+ * Request lifecycle (libmicrohttpd calls the access handler several times):
+ *   1st call     the daemon allocates struct ipd_req in *req_cls, routes
+ *                (404/405), answers CORS preflights, authenticates as the
+ *                route's flags ask, then calls handler->begin;
+ *   data calls   handler->data with each chunk of the body (or, without a
+ *                data callback, the body is collected in req->body up to
+ *                IPD_JSON_BODY_MAX);
+ *   last call    handler->finish, which must reply.
+ * Any step may reply early (an error); the rest of the body is then
+ * discarded.  The request is freed in the completion callback only.
+ */
+#ifndef IPD_HTTP_H
+#define IPD_HTTP_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+#include <microhttpd.h>
+
+#include "../service/buf.h"
+#include "../service/config.h"
+#include "../storage/blob.h"
+#include "../storage/filetype.h"
+#include "../storage/meta.h"
+
+#define IPD_JSON_BODY_MAX (1024 * 1024)
+#define IPD_REQUEST_ID_MAX 129
+
+/* Service-wide state; handlers borrow it. */
+struct ipd_app {
+    const struct ipd_config *cfg;
+    struct ipd_meta *meta;
+    struct ipd_blobs *blobs;
+    struct ipd_filetype *ft;
+    int64_t started_ms;
+};
+
+/* The error codes of CONTRACT.md; ipd_reply_error maps each to its status
+ * in one table (errors.c). */
+enum ipd_http_error {
+    IPD_HE_INVALID_REQUEST,
+    IPD_HE_INVALID_JSON,
+    IPD_HE_INVALID_USER_ID,
+    IPD_HE_UNAUTHORIZED,
+    IPD_HE_FORBIDDEN,
+    IPD_HE_NOT_FOUND,
+    IPD_HE_METHOD_NOT_ALLOWED,
+    IPD_HE_CONFLICT,
+    IPD_HE_SESSION_BUSY,
+    IPD_HE_SESSION_EXPIRED,
+    IPD_HE_PAYLOAD_TOO_LARGE,
+    IPD_HE_UNSUPPORTED_MEDIA_TYPE,
+    IPD_HE_TOO_MANY_REQUESTS,
+    IPD_HE_INTERNAL_ERROR,
+    IPD_HE_UNAVAILABLE,
+    IPD_HE_QUOTA_EXCEEDED,
+};
+
+enum ipd_handler_flags {
+    IPD_H_AUTH = 1 << 0,  /* needs a valid API key */
+    IPD_H_USER = 1 << 1,  /* needs a valid X-User-Id */
+    IPD_H_ADMIN = 1 << 2, /* needs an admin key */
+};
+
+struct ipd_req;
+
+struct ipd_handler {
+    unsigned flags; /* enum ipd_handler_flags */
+    /* Optional: called once after auth, before any body. */
+    void (*begin)(struct ipd_req *r);
+    /* Optional: each body chunk; without it the body goes to r->body. */
+    void (*data)(struct ipd_req *r, const char *data, size_t size);
+    /* Required: the body is complete; reply. */
+    void (*finish)(struct ipd_req *r);
+    /* Optional: release handler state (r->state), always called. */
+    void (*cleanup)(struct ipd_req *r);
+};
+
+struct ipd_req {
+    struct ipd_app *app;
+    struct MHD_Connection *conn;
+    const char *method;        /* borrowed from MHD */
+    const char *path;          /* borrowed from MHD, without the query */
+    const struct ipd_handler *handler;
+    char param[IPD_ID_MAX + 16]; /* the {id} of the route, when it has one */
+    char request_id[IPD_REQUEST_ID_MAX];
+    const char *origin;        /* Origin when CORS allows it, else NULL */
+    const char *allow;         /* Allow header for 405 answers (static) */
+    int64_t start_us;
+
+    struct ipd_key key;        /* the caller's key, when authenticated */
+    bool authed;
+    char user_id[IPD_USER_ID_MAX];
+
+    struct ipd_buf body;       /* collected body (no data callback) */
+    void *state;               /* the handler's own */
+
+    unsigned status;           /* 0 until replied */
+    uint64_t bytes_out;        /* response body size */
+    int64_t bytes_in;          /* body bytes received */
+    bool body_too_large;
+    const char *error_code;    /* for the access log */
+};
+
+/* Reply with a JSON document (steals json).  Adds the common headers. */
+void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json);
+/* Reply with the contract's error body; the message is printf-style. */
+void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
+                     const char *fmt, ...) IPD_PRINTF(3, 4);
+/* Map a storage error to the contract's error and reply (the one place
+ * that turns enum ipd_err into HTTP).  what names the operation for the
+ * message and log ("reading the file list"). */
+void ipd_reply_err(struct ipd_req *r, enum ipd_err err, const char *what);
+/* Reply with an MHD response built by the caller (takes ownership). */
+void ipd_reply_response(struct ipd_req *r, unsigned status,
+                        struct MHD_Response *resp, uint64_t body_len);
+/* Reply with no body (204, 304). */
+void ipd_reply_empty(struct ipd_req *r, unsigned status);
+/* Add X-Request-Id, CORS and caching headers to a response. */
+void ipd__add_common_headers(struct ipd_req *r, struct MHD_Response *resp);
+
+/* Header and query lookups (borrowed strings, NULL when absent). */
+const char *ipd_req_header(struct ipd_req *r, const char *name);
+const char *ipd_req_query(struct ipd_req *r, const char *name);
+/* Query value with its length (may contain NUL bytes). */
+const char *ipd_req_query_n(struct ipd_req *r, const char *name,
+                            size_t *len);
+
+/* Authenticate the Authorization header into r->key; replies 401 and
+ * returns false on failure. */
+bool ipd_auth_key(struct ipd_req *r);
+/* Validate X-User-Id into r->user_id; replies 400 and returns false. */
+bool ipd_auth_user(struct ipd_req *r);
+
+/* Route a request: the handler for (method, path), filling r->param.
+ * NULL with *allow set (a static "GET, POST, OPTIONS" list) when the path
+ * exists but not the method; NULL with *allow NULL for an unknown path. */
+const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow);
+
+/* Handlers, one file per resource. */
+extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
+extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
+    ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
+
+/* The File object of CONTRACT.md (new reference). */
+json_t *ipd_file_json(const struct ipd_file_meta *f);
+
+/* The HTTP daemon. */
+struct ipd_daemon;
+/* Start listening with the config's limits.  *out is new. */
+enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out);
+/* The bound port (useful with port 0). */
+uint16_t ipd_daemon_port(const struct ipd_daemon *d);
+/* Stop accepting, wait up to timeout_ms for in-flight requests, stop and
+ * free.  Returns how many requests were still running at the end. */
+unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms);
+
+#endif

@@ -1,0 +1,134 @@
+/*
+ * cli_keys.c - `interpd keys create|list|revoke`, straight on the
+ * metadata store (safe while the server runs: the store is shared).
+ */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "serve.h"
+#include "util.h"
+
+static json_t *time_or_null(int64_t ms)
+{
+    char t[IPD_TIME_STR];
+    if (!ms)
+        return json_null();
+    ipd_time_format(ms, t);
+    return json_string(t);
+}
+
+static void print_json(json_t *j)
+{
+    char *s = json_dumps(j, JSON_INDENT(2));
+    if (s)
+        puts(s);
+    free(s);
+    json_decref(j);
+}
+
+static int keys_create(struct ipd_meta *m, char **args, size_t n)
+{
+    const char *tenant = NULL;
+    bool admin = false;
+    char plain[IPD_KEY_PLAIN_MAX];
+    struct ipd_key k;
+    char created[IPD_TIME_STR];
+
+    for (size_t i = 0; i < n; i++) {
+        if (!strcmp(args[i], "--admin"))
+            admin = true;
+        else if (!strcmp(args[i], "--tenant") && i + 1 < n)
+            tenant = args[++i];
+        else if (!strncmp(args[i], "--tenant=", 9))
+            tenant = args[i] + 9;
+        else {
+            fprintf(stderr, "interpd keys create: unexpected \"%s\"\n",
+                    args[i]);
+            return 2;
+        }
+    }
+    if (!tenant || !ipd_tenant_valid(tenant)) {
+        fprintf(stderr, "interpd keys create: --tenant NAME is required "
+                        "(1-64 characters of [A-Za-z0-9_.-])\n");
+        return 2;
+    }
+    enum ipd_err rc = ipd_keys_create(m, tenant, admin, plain, &k);
+    if (rc) {
+        fprintf(stderr, "interpd keys create: %s\n", ipd_err_name(rc));
+        return 1;
+    }
+    ipd_time_format(k.created_at_ms, created);
+    print_json(json_pack("{s:s, s:s, s:b, s:s, s:s}", "key_id", k.key_id,
+                         "tenant", k.tenant, "admin", k.admin, "created_at",
+                         created, "key", plain));
+    memset(plain, 0, sizeof(plain));
+    return 0;
+}
+
+static int keys_list(struct ipd_meta *m)
+{
+    struct ipd_key_list l = {0};
+    enum ipd_err rc = ipd_meta_key_list(m, &l);
+    if (rc) {
+        fprintf(stderr, "interpd keys list: %s\n", ipd_err_name(rc));
+        return 1;
+    }
+    json_t *arr = json_array();
+    for (size_t i = 0; i < l.n; i++) {
+        const struct ipd_key *k = &l.items[i];
+        json_array_append_new(
+            arr, json_pack("{s:s, s:s, s:b, s:o, s:o, s:s}", "key_id",
+                           k->key_id, "tenant", k->tenant, "admin", k->admin,
+                           "created_at", time_or_null(k->created_at_ms),
+                           "revoked_at", time_or_null(k->revoked_at_ms),
+                           "secret", k->secret));
+    }
+    ipd_key_list_release(&l);
+    print_json(arr);
+    return 0;
+}
+
+static int keys_revoke(struct ipd_meta *m, char **args, size_t n)
+{
+    if (n != 1) {
+        fprintf(stderr, "usage: interpd keys revoke KEY_ID\n");
+        return 2;
+    }
+    enum ipd_err rc = ipd_meta_key_revoke(m, args[0], ipd_now_ms());
+    if (rc == IPD_ERR_NOT_FOUND) {
+        fprintf(stderr, "interpd keys revoke: no key %s\n", args[0]);
+        return 1;
+    }
+    if (rc) {
+        fprintf(stderr, "interpd keys revoke: %s\n", ipd_err_name(rc));
+        return 1;
+    }
+    fprintf(stderr, "revoked %s\n", args[0]);
+    return 0;
+}
+
+int ipd_cli_keys(struct ipd_config *cfg, char **args, size_t nargs)
+{
+    struct ipd_meta *m = NULL;
+    int code = 2;
+    if (!nargs) {
+        fprintf(stderr, "usage: interpd keys create --tenant NAME [--admin] "
+                        "| list | revoke KEY_ID\n");
+        return 2;
+    }
+    if (ipd_open_meta(cfg, &m))
+        return 1;
+    if (!strcmp(args[0], "create"))
+        code = keys_create(m, args + 1, nargs - 1);
+    else if (!strcmp(args[0], "list") && nargs == 1)
+        code = keys_list(m);
+    else if (!strcmp(args[0], "revoke"))
+        code = keys_revoke(m, args + 1, nargs - 1);
+    else
+        fprintf(stderr, "interpd keys: unknown command \"%s\"\n", args[0]);
+    ipd_meta_free(m);
+    return code;
+}

@@ -1,0 +1,394 @@
+/*
+ * config.c - table-driven options from defaults, file, environment, flags.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "util.h"
+
+enum opt_type { OPT_STRING, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_FD };
+
+struct opt {
+    const char *name;
+    enum opt_type type;
+    size_t offset;
+    const char *def; /* NULL: unset */
+    bool secret;
+    const char *help;
+};
+
+#define OFF(f) offsetof(struct ipd_config, f)
+
+static const struct opt opts[] = {
+    {"config", OPT_STRING, OFF(config_file), NULL, false,
+     "config file of `name = value` lines"},
+    {"listen", OPT_STRING, OFF(listen), "127.0.0.1:8080", false,
+     "HOST:PORT to listen on (port 0: any free port)"},
+    {"data-dir", OPT_STRING, OFF(data_dir), "./interpd-data", false,
+     "directory for the database, blobs and admin.key"},
+    {"mongo-uri", OPT_STRING, OFF(mongo_uri), NULL, true,
+     "MongoDB URI for metadata (default: SQLite in the data dir)"},
+    {"file-ttl", OPT_DURATION, OFF(file_ttl_ms), "48h", false,
+     "lifetime of stored files (e.g. 48h, 30m, 2s, never)"},
+    {"max-file-size", OPT_SIZE, OFF(max_file_size), "50M", false,
+     "largest accepted upload"},
+    {"quota-files", OPT_INT, OFF(quota_files), "100", false,
+     "files per user (-1: unlimited)"},
+    {"quota-bytes", OPT_SIZE, OFF(quota_bytes), "1G", false,
+     "bytes per user"},
+    {"threads", OPT_INT, OFF(threads), "8", false, "HTTP worker threads"},
+    {"max-connections", OPT_INT, OFF(max_connections), "1024", false,
+     "concurrent connections"},
+    {"connection-timeout", OPT_DURATION, OFF(connection_timeout_ms), "60s",
+     false, "idle connection timeout"},
+    {"connection-memory", OPT_SIZE, OFF(connection_memory), "64K", false,
+     "per-connection buffer memory"},
+    {"shutdown-timeout", OPT_DURATION, OFF(shutdown_timeout_ms), "10s", false,
+     "how long SIGTERM waits for in-flight requests"},
+    {"db-busy-timeout", OPT_DURATION, OFF(db_busy_timeout_ms), "5s", false,
+     "how long a database write waits for the lock"},
+    {"cors-origins", OPT_STRING, OFF(cors_origins), NULL, false,
+     "comma-separated browser origins allowed by CORS (* for any)"},
+    {"log-level", OPT_STRING, OFF(log_level), "info", false,
+     "debug, info, warn or error"},
+    {"ready-fd", OPT_FD, OFF(ready_fd), "-1", false,
+     "write the bound port to this fd and close it once listening"},
+};
+
+_Static_assert(IPD_ARRAY_LEN(opts) <= 32, "grow ipd_config.source");
+
+static const struct opt *find_opt(const char *name, size_t len)
+{
+    for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++) {
+        const char *n = opts[i].name;
+        size_t k = 0;
+        /* '_' and '-' are the same in option names (file_ttl, file-ttl). */
+        for (; k < len && n[k]; k++) {
+            char c = name[k] == '_' ? '-' : (char)tolower((unsigned char)name[k]);
+            if (c != n[k])
+                break;
+        }
+        if (k == len && !n[k])
+            return &opts[i];
+    }
+    return NULL;
+}
+
+static enum ipd_err set_opt(struct ipd_config *c, const struct opt *o,
+                            const char *value, const char *source,
+                            struct ipd_buf *err)
+{
+    char *base = (char *)c;
+    enum ipd_err rc = IPD_OK;
+    int64_t v = 0;
+
+    switch (o->type) {
+    case OPT_STRING: {
+        char **p = (char **)(void *)(base + o->offset);
+        free(*p);
+        *p = (value && *value) ? ipd_xstrdup(value) : NULL;
+        break;
+    }
+    case OPT_INT:
+        rc = ipd_int_parse(value, -1, INT32_MAX, &v);
+        break;
+    case OPT_FD:
+        rc = ipd_int_parse(value, -1, 1 << 20, &v);
+        break;
+    case OPT_SIZE:
+        if (value && strcmp(value, "-1") == 0)
+            v = -1;
+        else
+            rc = ipd_size_parse(value, &v);
+        break;
+    case OPT_DURATION:
+        rc = ipd_duration_parse(value, &v);
+        break;
+    }
+    if (rc) {
+        ipd_buf_addf(err, "invalid value \"%s\" for %s (from %s)",
+                     value ? value : "", o->name, source);
+        return IPD_ERR_INVALID;
+    }
+    if (o->type != OPT_STRING)
+        *(int64_t *)(void *)(base + o->offset) = v;
+    c->source[o - opts] = source;
+    return IPD_OK;
+}
+
+enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,
+                            const char *value, const char *source,
+                            struct ipd_buf *err)
+{
+    const struct opt *o = find_opt(name, strlen(name));
+    if (!o) {
+        ipd_buf_addf(err, "unknown option \"%s\" (from %s)", name, source);
+        return IPD_ERR_INVALID;
+    }
+    return set_opt(c, o, value, source, err);
+}
+
+void ipd_config_init(struct ipd_config *c)
+{
+    struct ipd_buf err;
+    memset(c, 0, sizeof(*c));
+    ipd_buf_init(&err, 1024);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++) {
+        if (opts[i].def)
+            IPD_ASSERT(set_opt(c, &opts[i], opts[i].def, "default", &err) ==
+                       IPD_OK);
+        c->source[i] = "default";
+    }
+    ipd_buf_release(&err);
+}
+
+void ipd_config_release(struct ipd_config *c)
+{
+    for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++) {
+        if (opts[i].type == OPT_STRING) {
+            char **p = (char **)(void *)((char *)c + opts[i].offset);
+            free(*p);
+            *p = NULL;
+        }
+    }
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = '\0';
+    return s;
+}
+
+static enum ipd_err load_file(struct ipd_config *c, const char *path,
+                              struct ipd_buf *err)
+{
+    enum ipd_err rc = IPD_OK;
+    char *line = NULL;
+    size_t cap = 0;
+    unsigned lineno = 0;
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        ipd_buf_addf(err, "cannot read config file %s: %s", path,
+                     strerror(errno));
+        return IPD_ERR_INVALID;
+    }
+    while (getline(&line, &cap, f) >= 0) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            ipd_buf_addf(err, "%s:%u: expected `name = value`", path, lineno);
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+        *eq = '\0';
+        char *name = trim(s), *value = trim(eq + 1);
+        size_t vlen = strlen(value);
+        if (vlen >= 2 && value[0] == '"' && value[vlen - 1] == '"') {
+            value[vlen - 1] = '\0';
+            value++;
+        }
+        if (!strcmp(name, "config"))
+            continue;
+        rc = ipd_config_set(c, name, value, "file", err);
+        if (rc)
+            goto out;
+    }
+out:
+    free(line);
+    fclose(f);
+    return rc;
+}
+
+static enum ipd_err load_env(struct ipd_config *c, struct ipd_buf *err)
+{
+    for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++) {
+        char var[64] = "INTERPD_";
+        size_t k = strlen(var);
+        for (const char *n = opts[i].name; *n && k < sizeof(var) - 1; n++)
+            var[k++] = *n == '-' ? '_' : (char)toupper((unsigned char)*n);
+        var[k] = '\0';
+        const char *v = getenv(var);
+        if (!v || !strcmp(opts[i].name, "config"))
+            continue;
+        enum ipd_err rc = set_opt(c, &opts[i], v, "environment", err);
+        if (rc)
+            return rc;
+    }
+    return IPD_OK;
+}
+
+/* The flag's option and value, or NULL with err set. */
+static const struct opt *parse_flag(int argc, char **argv, int *i,
+                                    const char **value, struct ipd_buf *err)
+{
+    const char *arg = argv[*i] + 2;
+    const char *eq = strchr(arg, '=');
+    size_t len = eq ? (size_t)(eq - arg) : strlen(arg);
+    const struct opt *o = find_opt(arg, len);
+    if (!o) {
+        ipd_buf_addf(err, "unknown option --%.*s", (int)len, arg);
+        return NULL;
+    }
+    if (eq) {
+        *value = eq + 1;
+    } else if (*i + 1 < argc) {
+        *value = argv[++*i];
+    } else {
+        ipd_buf_addf(err, "option --%s needs a value", o->name);
+        return NULL;
+    }
+    return o;
+}
+
+enum ipd_err ipd_config_load(struct ipd_config *c, int argc, char **argv,
+                             char ***rest, size_t *nrest, struct ipd_buf *err)
+{
+    enum ipd_err rc = IPD_OK;
+    const char *file = getenv("INTERPD_CONFIG");
+    char **pos = ipd_xcalloc((size_t)argc + 1, sizeof(*pos));
+    size_t npos = 0;
+    const char *value = NULL;
+
+    /* The config file comes first in precedence order, so find it first. */
+    for (int i = 0; i < argc; i++) {
+        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+            file = argv[i + 1];
+        else if (!strncmp(argv[i], "--config=", 9))
+            file = argv[i] + 9;
+    }
+    if (file) {
+        rc = ipd_config_set(c, "config", file, "flag", err);
+        if (!rc)
+            rc = load_file(c, file, err);
+        if (rc)
+            goto out;
+    }
+    rc = load_env(c, err);
+    if (rc)
+        goto out;
+    for (int i = 0; i < argc; i++) {
+        if (strncmp(argv[i], "--", 2) != 0 || !argv[i][2]) {
+            pos[npos++] = argv[i];
+            continue;
+        }
+        /* With rest wanted, flags we don't know belong to the command. */
+        if (rest && !find_opt(argv[i] + 2, strcspn(argv[i] + 2, "="))) {
+            pos[npos++] = argv[i];
+            continue;
+        }
+        const struct opt *o = parse_flag(argc, argv, &i, &value, err);
+        if (!o) {
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+        rc = set_opt(c, o, value, "flag", err);
+        if (rc)
+            goto out;
+    }
+    if (!rest && npos) {
+        ipd_buf_addf(err, "unexpected argument \"%s\"", pos[0]);
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (!c->data_dir) {
+        ipd_buf_adds(err, "data-dir must not be empty");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (c->max_file_size <= 0 || c->threads < 1 || c->max_connections < 1) {
+        ipd_buf_adds(err, "max-file-size, threads and max-connections must "
+                          "be positive");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (c->file_ttl_ms <= 0) {
+        ipd_buf_adds(err, "file-ttl must be positive or \"never\"");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (rest) {
+        *rest = pos;
+        *nrest = npos;
+        pos = NULL;
+    }
+out:
+    free(pos);
+    return rc;
+}
+
+char *ipd_redact_uri(const char *uri)
+{
+    struct ipd_buf b;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    const char *scheme = strstr(uri, "://");
+    const char *start = scheme ? scheme + 3 : uri;
+    const char *at = strchr(start, '@');
+    const char *slash = strchr(start, '/');
+    const char *colon = strchr(start, ':');
+    if (at && (!slash || at < slash) && colon && colon < at) {
+        ipd_buf_add(&b, uri, (size_t)(colon - uri + 1));
+        ipd_buf_adds(&b, "****");
+        ipd_buf_adds(&b, at);
+    } else {
+        ipd_buf_adds(&b, uri);
+    }
+    return ipd_buf_detach(&b, NULL);
+}
+
+static void print_value(const struct ipd_config *c, const struct opt *o,
+                        FILE *out)
+{
+    const char *base = (const char *)c;
+    if (o->type == OPT_STRING) {
+        const char *v = *(char *const *)(const void *)(base + o->offset);
+        if (!v) {
+            fputs("(unset)", out);
+        } else if (o->secret) {
+            char *r = ipd_redact_uri(v);
+            fputs(r, out);
+            free(r);
+        } else {
+            fputs(v, out);
+        }
+        return;
+    }
+    int64_t v = *(const int64_t *)(const void *)(base + o->offset);
+    if (o->type == OPT_DURATION && v == IPD_TIME_NEVER)
+        fputs("never", out);
+    else if (o->type == OPT_DURATION && v % 1000 == 0)
+        fprintf(out, "%llds", (long long)(v / 1000));
+    else if (o->type == OPT_DURATION)
+        fprintf(out, "%lldms", (long long)v);
+    else
+        fprintf(out, "%lld", (long long)v);
+}
+
+void ipd_config_print(const struct ipd_config *c, FILE *out)
+{
+    flockfile(out);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++) {
+        fprintf(out, "config %s = ", opts[i].name);
+        print_value(c, &opts[i], out);
+        fprintf(out, " (%s)\n", c->source[i]);
+    }
+    funlockfile(out);
+}
+
+void ipd_config_usage(FILE *out)
+{
+    for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++)
+        fprintf(out, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help,
+                opts[i].def ? " [" : "", opts[i].def ? opts[i].def : "",
+                opts[i].def ? "]" : "");
+}

@@ -1,0 +1,34 @@
+/*
+ * keys.h - API keys: creation, hashing, authentication, the first admin
+ * key.  Plain keys are "ipd_" + 64 hex digits (256 random bits); only their
+ * SHA-256 is stored.  A key with that much entropy needs no slow hash.
+ */
+#ifndef IPD_KEYS_H
+#define IPD_KEYS_H
+
+#include <stdbool.h>
+
+#include "../storage/meta.h"
+#include "ipd.h"
+
+#define IPD_KEY_PLAIN_MAX 80
+
+/* Create and store a key for tenant.  plain receives the key, shown once;
+ * *out the stored record. */
+enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
+                             bool admin, char plain[IPD_KEY_PLAIN_MAX],
+                             struct ipd_key *out);
+
+/* The stored record for a presented key, compared in constant time.
+ * IPD_ERR_UNAUTHORIZED for unknown, malformed or revoked keys; backend
+ * errors pass through. */
+enum ipd_err ipd_keys_authenticate(struct ipd_meta *m, const char *plain,
+                                   struct ipd_key *out);
+
+/* On an empty key store, create an admin key and write it to
+ * <data_dir>/admin.key (mode 0600, atomically).  *created says whether it
+ * did. */
+enum ipd_err ipd_keys_bootstrap_admin(struct ipd_meta *m,
+                                      const char *data_dir, bool *created);
+
+#endif

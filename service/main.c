@@ -1,0 +1,74 @@
+/*
+ * main.c - the interpd command line: serve, keys, version.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "config.h"
+#include "log.h"
+#include "serve.h"
+
+static void usage(FILE *out)
+{
+    fprintf(out,
+            "usage: interpd COMMAND [options]\n\n"
+            "commands:\n"
+            "  serve                      run the HTTP service\n"
+            "  keys create --tenant NAME [--admin]\n"
+            "                             create an API key (printed once)\n"
+            "  keys list                  list keys (never the keys "
+            "themselves)\n"
+            "  keys revoke KEY_ID         revoke a key\n"
+            "  version                    print the version\n\n"
+            "options (also INTERPD_<NAME> in the environment and `name = "
+            "value` in --config FILE;\nflags win over environment, "
+            "environment over file):\n");
+    ipd_config_usage(out);
+}
+
+int main(int argc, char **argv)
+{
+    struct ipd_config cfg;
+    struct ipd_buf err;
+    char **rest = NULL;
+    size_t nrest = 0;
+    int code = 2;
+
+    if (argc < 2 || !strcmp(argv[1], "help") || !strcmp(argv[1], "--help") ||
+        !strcmp(argv[1], "-h")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "version") || !strcmp(argv[1], "--version")) {
+        printf("interpd %s\n", IPD_VERSION);
+        return 0;
+    }
+    const char *cmd = argv[1];
+    bool serve = !strcmp(cmd, "serve");
+    if (!serve && strcmp(cmd, "keys") != 0) {
+        fprintf(stderr, "interpd: unknown command \"%s\"\n\n", cmd);
+        usage(stderr);
+        return 2;
+    }
+    ipd_config_init(&cfg);
+    ipd_buf_init(&err, 4096);
+    if (ipd_config_load(&cfg, argc - 2, argv + 2, serve ? NULL : &rest,
+                        &nrest, &err)) {
+        fprintf(stderr, "interpd %s: %s\n", cmd, err.buf);
+        goto out;
+    }
+    if (ipd_log_set_level(cfg.log_level)) {
+        fprintf(stderr, "interpd: unknown log level \"%s\"\n", cfg.log_level);
+        goto out;
+    }
+    if (serve)
+        code = ipd_serve(&cfg);
+    else
+        code = ipd_cli_keys(&cfg, rest, nrest);
+out:
+    free(rest);
+    ipd_buf_release(&err);
+    ipd_config_release(&cfg);
+    return code;
+}

@@ -1,0 +1,269 @@
+/*
+ * util.c - ids, clocks, RFC 3339 times, durations, sizes and small
+ * validators.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "util.h"
+
+void ipd_random_bytes(void *buf, size_t n)
+{
+    unsigned char *p = buf;
+    while (n) {
+        ssize_t r = getrandom(p, n, 0);
+        if (r < 0 && errno == EINTR)
+            continue;
+        /* No entropy means no safe ids or keys: refuse to go on. */
+        IPD_ASSERT(r > 0);
+        p += r;
+        n -= (size_t)r;
+    }
+}
+
+static const char base32[] = "abcdefghijklmnopqrstuvwxyz234567";
+
+void ipd_id_new(const char *prefix, char out[IPD_ID_MAX])
+{
+    unsigned char rnd[16];
+    size_t plen = strlen(prefix);
+    IPD_ASSERT(plen + 1 + IPD_ID_RANDOM_CHARS < IPD_ID_MAX);
+    ipd_random_bytes(rnd, sizeof(rnd));
+    memcpy(out, prefix, plen);
+    out[plen] = '_';
+    char *p = out + plen + 1;
+    /* 128 bits as 26 base32 digits, five bits at a time. */
+    unsigned int acc = 0, bits = 0;
+    size_t i = 0, k = 0;
+    while (k < IPD_ID_RANDOM_CHARS) {
+        if (bits < 5) {
+            acc = (acc << 8) | (i < sizeof(rnd) ? rnd[i] : 0);
+            i++;
+            bits += 8;
+        }
+        p[k++] = base32[(acc >> (bits - 5)) & 31];
+        bits -= 5;
+    }
+    p[k] = '\0';
+}
+
+bool ipd_id_valid(const char *prefix, const char *s)
+{
+    size_t plen = strlen(prefix);
+    if (!s || strncmp(s, prefix, plen) != 0 || s[plen] != '_')
+        return false;
+    s += plen + 1;
+    size_t n = 0;
+    for (; s[n]; n++)
+        if (!memchr(base32, s[n], sizeof(base32) - 1))
+            return false;
+    return n == IPD_ID_RANDOM_CHARS;
+}
+
+int64_t ipd_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t ipd_mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+void ipd_time_format(int64_t ms, char out[IPD_TIME_STR])
+{
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    if (!gmtime_r(&t, &tm)) {
+        snprintf(out, IPD_TIME_STR, "1970-01-01T00:00:00Z");
+        return;
+    }
+    strftime(out, IPD_TIME_STR, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+enum ipd_err ipd_time_parse(const char *s, int64_t *ms)
+{
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    const char *end = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!end)
+        return IPD_ERR_INVALID;
+    int64_t frac = 0;
+    if (*end == '.') {
+        int digits = 0;
+        for (end++; isdigit((unsigned char)*end); end++, digits++)
+            if (digits < 3)
+                frac = frac * 10 + (*end - '0');
+        if (!digits)
+            return IPD_ERR_INVALID;
+        for (; digits < 3; digits++)
+            frac *= 10;
+    }
+    if (strcmp(end, "Z") != 0)
+        return IPD_ERR_INVALID;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1)
+        return IPD_ERR_INVALID;
+    *ms = (int64_t)t * 1000 + frac;
+    return IPD_OK;
+}
+
+enum ipd_err ipd_int_parse(const char *s, int64_t min, int64_t max,
+                           int64_t *out)
+{
+    if (!s || !*s || isspace((unsigned char)*s))
+        return IPD_ERR_INVALID;
+    char *end = NULL;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < min || v > max)
+        return IPD_ERR_INVALID;
+    *out = v;
+    return IPD_OK;
+}
+
+/* A non-negative decimal number followed by a unit from the table. */
+struct unit {
+    const char *name;
+    int64_t mult;
+};
+
+static enum ipd_err parse_with_unit(const char *s, const struct unit *units,
+                                    int64_t *out)
+{
+    if (!s || !isdigit((unsigned char)*s))
+        return IPD_ERR_INVALID;
+    char *end = NULL;
+    errno = 0;
+    unsigned long long v = strtoull(s, &end, 10);
+    if (errno)
+        return IPD_ERR_INVALID;
+    for (const struct unit *u = units; u->name; u++) {
+        if (strcasecmp(end, u->name) != 0)
+            continue;
+        if (v > (unsigned long long)(INT64_MAX / u->mult))
+            return IPD_ERR_INVALID;
+        *out = (int64_t)v * u->mult;
+        return IPD_OK;
+    }
+    return IPD_ERR_INVALID;
+}
+
+enum ipd_err ipd_duration_parse(const char *s, int64_t *ms)
+{
+    static const struct unit units[] = {
+        {"", 1000},        {"ms", 1},           {"s", 1000},
+        {"m", 60 * 1000},  {"h", 3600 * 1000},  {"d", 86400 * 1000},
+        {NULL, 0}};
+    if (s && strcasecmp(s, "never") == 0) {
+        *ms = IPD_TIME_NEVER;
+        return IPD_OK;
+    }
+    return parse_with_unit(s, units, ms);
+}
+
+enum ipd_err ipd_size_parse(const char *s, int64_t *bytes)
+{
+    static const struct unit units[] = {
+        {"", 1},
+        {"b", 1},
+        {"k", 1024},
+        {"kb", 1024},
+        {"kib", 1024},
+        {"m", 1024 * 1024},
+        {"mb", 1024 * 1024},
+        {"mib", 1024 * 1024},
+        {"g", 1024 * 1024 * 1024},
+        {"gb", 1024 * 1024 * 1024},
+        {"gib", 1024 * 1024 * 1024},
+        {"t", 1024LL * 1024 * 1024 * 1024},
+        {"tb", 1024LL * 1024 * 1024 * 1024},
+        {"tib", 1024LL * 1024 * 1024 * 1024},
+        {NULL, 0}};
+    return parse_with_unit(s, units, bytes);
+}
+
+static bool all_in(const char *s, size_t max, const char *extra)
+{
+    size_t n = 0;
+    if (!s)
+        return false;
+    for (; s[n]; n++) {
+        unsigned char c = (unsigned char)s[n];
+        if (n >= max)
+            return false;
+        if (!(isascii(c) && isalnum(c)) && !strchr(extra, c))
+            return false;
+    }
+    return n >= 1;
+}
+
+bool ipd_user_id_valid(const char *s)
+{
+    return all_in(s, 128, "_.@:-");
+}
+
+bool ipd_tenant_valid(const char *s)
+{
+    return all_in(s, 64, "_.-");
+}
+
+bool ipd_utf8_valid(const char *str, size_t len)
+{
+    const unsigned char *s = (const unsigned char *)str;
+    size_t i = 0;
+    while (i < len) {
+        unsigned char c = s[i];
+        size_t n;
+        uint32_t cp;
+        if (c < 0x80) {
+            i++;
+            continue;
+        } else if ((c & 0xE0) == 0xC0) {
+            n = 1;
+            cp = c & 0x1F;
+        } else if ((c & 0xF0) == 0xE0) {
+            n = 2;
+            cp = c & 0x0F;
+        } else if ((c & 0xF8) == 0xF0) {
+            n = 3;
+            cp = c & 0x07;
+        } else {
+            return false;
+        }
+        if (len - i <= n)
+            return false;
+        for (size_t k = 1; k <= n; k++) {
+            if ((s[i + k] & 0xC0) != 0x80)
+                return false;
+            cp = (cp << 6) | (s[i + k] & 0x3F);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
+            (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+            (cp >= 0xD800 && cp <= 0xDFFF))
+            return false;
+        i += n + 1;
+    }
+    return true;
+}
+
+void ipd_hex(const void *data, size_t n, char *out)
+{
+    static const char digits[] = "0123456789abcdef";
+    const unsigned char *p = data;
+    for (size_t i = 0; i < n; i++) {
+        out[2 * i] = digits[p[i] >> 4];
+        out[2 * i + 1] = digits[p[i] & 15];
+    }
+    out[2 * n] = '\0';
+}

@@ -1,0 +1,59 @@
+/*
+ * util.h - ids, time, durations and sizes, small string checks.
+ */
+#ifndef IPD_UTIL_H
+#define IPD_UTIL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "ipd.h"
+
+/* "never" for expiry times: compares after every real time. */
+#define IPD_TIME_NEVER INT64_MAX
+
+/* Ids: "<prefix>_" + 26 lowercase base32 characters of 128 random bits. */
+#define IPD_ID_RANDOM_CHARS 26
+#define IPD_ID_MAX 48 /* buffer size for any id, NUL included */
+
+/* Write a new random id with the given prefix ("file", "key") into out.
+ * Random bits come from getrandom(); aborts if the kernel has none. */
+void ipd_id_new(const char *prefix, char out[IPD_ID_MAX]);
+/* True when s has the shape of an id with that prefix. */
+bool ipd_id_valid(const char *prefix, const char *s);
+
+/* Fill buf with n random bytes (getrandom; aborts on failure). */
+void ipd_random_bytes(void *buf, size_t n);
+
+/* Wall clock, milliseconds since the epoch. */
+int64_t ipd_now_ms(void);
+/* Monotonic clock, milliseconds. */
+int64_t ipd_mono_ms(void);
+
+/* RFC 3339 UTC with second precision, "2026-11-21T22:10:00Z". */
+#define IPD_TIME_STR 32
+void ipd_time_format(int64_t ms, char out[IPD_TIME_STR]);
+/* Parse what ipd_time_format writes (and fractional seconds). */
+enum ipd_err ipd_time_parse(const char *s, int64_t *ms);
+
+/* Durations: "48h", "30m", "2s", "1d", "500ms", a bare number of seconds,
+ * or "never" (IPD_TIME_NEVER).  Result in milliseconds. */
+enum ipd_err ipd_duration_parse(const char *s, int64_t *ms);
+/* Sizes: "50M", "1G", "512K", "100" bytes; binary multiples (MiB). */
+enum ipd_err ipd_size_parse(const char *s, int64_t *bytes);
+/* Strict decimal integer in [min, max]. */
+enum ipd_err ipd_int_parse(const char *s, int64_t min, int64_t max,
+                           int64_t *out);
+
+/* X-User-Id: 1-128 characters of [A-Za-z0-9_.@:-]. */
+bool ipd_user_id_valid(const char *s);
+/* Tenant names: 1-64 characters of [A-Za-z0-9_.-]. */
+bool ipd_tenant_valid(const char *s);
+/* True when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
+bool ipd_utf8_valid(const char *s, size_t len);
+
+/* Lowercase hex of n bytes into out (2n+1 bytes, NUL-terminated). */
+void ipd_hex(const void *data, size_t n, char *out);
+
+#endif

@@ -1,0 +1,65 @@
+/*
+ * filetype.h - what a file is: libmagic's MIME type checked against the
+ * extension, reduced to the category a bot shows a person (CONTRACT.md
+ * "file_type").  libmagic's types stay in storage/filetype_magic.c.
+ */
+#ifndef IPD_FILETYPE_H
+#define IPD_FILETYPE_H
+
+#include <stddef.h>
+
+#include "../service/ipd.h"
+#include "meta.h"
+
+struct ipd_filetype;
+
+/* Load the magic database.  *out is new; free with ipd_filetype_free.
+ * Thread-safe to use from many threads after this (one magic_t per
+ * thread inside, or a lock). */
+enum ipd_err ipd_filetype_new(struct ipd_filetype **out);
+void ipd_filetype_free(struct ipd_filetype *ft); /* NULL is fine */
+
+/*
+ * Classify the file open at fd (read from offset 0 with pread; the offset is
+ * not changed) whose user-facing name is filename.
+ * [out] mime: libmagic's MIME type, possibly refined by the extension where
+ *       libmagic only says text/plain (a .csv is text/csv);
+ * [out] file_type: the category ("csv", "image", "binary", ...).
+ * Rules: the extension refines a compatible libmagic answer (text/plain +
+ * .csv = csv; application/zip + .xlsx = excel), but never upgrades
+ * incompatible content (an ELF binary named .png is "binary", not "image").
+ */
+enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
+                                 const char *filename,
+                                 char mime[IPD_MIME_MAX],
+                                 char file_type[IPD_FILE_TYPE_MAX]);
+
+/* The pure mapping (unit-tested without libmagic): the category and
+ * refined MIME type for libmagic's answer `magic_mime` and the filename. */
+void ipd_filetype_classify(const char *magic_mime, const char *filename,
+                           char mime[IPD_MIME_MAX],
+                           char file_type[IPD_FILE_TYPE_MAX]);
+
+/*
+ * Sanitise a user-supplied filename (name_len bytes; may contain NUL).
+ * Keeps only the last path component ('/' and '\\' separate), replaces
+ * control characters (C0, DEL, C1) with '_', and strips leading and trailing
+ * whitespace.  Bidirectional and other format characters are kept: they are
+ * stored as given and made harmless where rendered (Content-Disposition).
+ * Fails with IPD_ERR_INVALID when the name is not UTF-8, is empty, "." or
+ * ".." after that, and IPD_ERR_TOO_LARGE when over 255 bytes.
+ */
+enum ipd_err ipd_filename_sanitize(const char *name, size_t name_len,
+                                   char out[IPD_FILENAME_MAX]);
+
+/*
+ * The Content-Disposition value for a download:
+ *   attachment; filename="<ASCII fallback>"; filename*=UTF-8''<pct-encoded>
+ * The fallback replaces non-ASCII, quotes, backslashes and controls with
+ * '_'; the filename* form percent-encodes everything outside RFC 5987's
+ * attr-char, so bidi marks and newlines can't change how it reads.
+ * Returns a new string the caller frees with free().
+ */
+char *ipd_content_disposition(const char *filename);
+
+#endif

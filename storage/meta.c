@@ -1,0 +1,118 @@
+/*
+ * meta.c - dispatch from the ipd_meta_* API to the backend's ops.
+ */
+#include <stdlib.h>
+
+#include "meta.h"
+
+void ipd_file_list_release(struct ipd_file_list *l)
+{
+    if (!l)
+        return;
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+    l->more = false;
+}
+
+void ipd_key_list_release(struct ipd_key_list *l)
+{
+    if (!l)
+        return;
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+}
+
+void ipd_meta_free(struct ipd_meta *m)
+{
+    if (m)
+        m->ops->free(m);
+}
+
+const char *ipd_meta_backend(const struct ipd_meta *m)
+{
+    return m->ops->name;
+}
+
+enum ipd_err ipd_meta_ping(struct ipd_meta *m)
+{
+    return m->ops->ping(m);
+}
+
+enum ipd_err ipd_meta_file_insert(struct ipd_meta *m,
+                                  const struct ipd_file_meta *f,
+                                  const struct ipd_quota *quota, int64_t now_ms)
+{
+    return m->ops->file_insert(m, f, quota, now_ms);
+}
+
+enum ipd_err ipd_meta_file_get(struct ipd_meta *m, const char *tenant,
+                               const char *user_id, const char *file_id,
+                               int64_t now_ms, struct ipd_file_meta *out)
+{
+    return m->ops->file_get(m, tenant, user_id, file_id, now_ms, out);
+}
+
+enum ipd_err ipd_meta_file_list(struct ipd_meta *m, const char *tenant,
+                                const char *user_id, int64_t now_ms,
+                                const struct ipd_cursor *after, size_t limit,
+                                struct ipd_file_list *out)
+{
+    return m->ops->file_list(m, tenant, user_id, now_ms, after, limit, out);
+}
+
+enum ipd_err ipd_meta_file_delete(struct ipd_meta *m, const char *tenant,
+                                  const char *user_id, const char *file_id,
+                                  int64_t now_ms, struct ipd_file_meta *out)
+{
+    return m->ops->file_delete(m, tenant, user_id, file_id, now_ms, out);
+}
+
+enum ipd_err ipd_meta_file_usage(struct ipd_meta *m, const char *tenant,
+                                 const char *user_id, int64_t now_ms,
+                                 int64_t *count, int64_t *bytes)
+{
+    return m->ops->file_usage(m, tenant, user_id, now_ms, count, bytes);
+}
+
+enum ipd_err ipd_meta_file_list_expired(struct ipd_meta *m, int64_t now_ms,
+                                        size_t limit,
+                                        struct ipd_file_list *out)
+{
+    return m->ops->file_list_expired(m, now_ms, limit, out);
+}
+
+enum ipd_err ipd_meta_file_delete_by_id(struct ipd_meta *m,
+                                        const char *file_id)
+{
+    return m->ops->file_delete_by_id(m, file_id);
+}
+
+enum ipd_err ipd_meta_file_totals(struct ipd_meta *m, int64_t now_ms,
+                                  int64_t *count, int64_t *bytes)
+{
+    return m->ops->file_totals(m, now_ms, count, bytes);
+}
+
+enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k)
+{
+    return m->ops->key_insert(m, k);
+}
+
+enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
+                                       struct ipd_key *out)
+{
+    return m->ops->key_find_by_hash(m, hash, out);
+}
+
+enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out)
+{
+    return m->ops->key_list(m, out);
+}
+
+enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
+                                 int64_t now_ms)
+{
+    return m->ops->key_revoke(m, key_id, now_ms);
+}

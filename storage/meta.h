@@ -1,0 +1,207 @@
+/*
+ * meta.h - the metadata store: file records and API keys.
+ *
+ * One interface, several backends (meta_sqlite.c today, meta_mongo.c next).
+ * Nothing above storage/ knows which backend runs: callers use the
+ * ipd_meta_* functions below, which dispatch through struct ipd_meta_ops.
+ *
+ * Scoping: every file operation takes (tenant, user_id) and never sees a
+ * record outside that scope; a foreign or unknown id is IPD_ERR_NOT_FOUND.
+ *
+ * Expiry: operations that read files take `now_ms` and treat a record with
+ * expires_at_ms <= now_ms as absent, so an expired file vanishes from every
+ * endpoint at once, before any sweep deletes it.
+ *
+ * Thread-safety: a struct ipd_meta is shared by all request threads; every
+ * operation may be called concurrently.
+ *
+ * Errors: IPD_OK, IPD_ERR_NOT_FOUND, IPD_ERR_CONFLICT (unique id taken),
+ * IPD_ERR_QUOTA, IPD_ERR_UNAVAILABLE (backend down or busy past its
+ * timeout: retry later), IPD_ERR_INTERNAL (anything else; logged).
+ */
+#ifndef IPD_META_H
+#define IPD_META_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../service/crypto.h"
+#include "../service/ipd.h"
+#include "../service/util.h"
+
+#define IPD_TENANT_MAX 65     /* 64 characters and the NUL */
+#define IPD_USER_ID_MAX 129   /* 128 characters and the NUL */
+#define IPD_FILENAME_MAX 256  /* 255 bytes of UTF-8 and the NUL */
+#define IPD_MIME_MAX 128
+#define IPD_FILE_TYPE_MAX 32
+#define IPD_SOURCE_MAX 16
+#define IPD_BLOB_MAX 64
+
+/* One file's metadata.  Plain data: copy it with =, nothing to free. */
+struct ipd_file_meta {
+    char file_id[IPD_ID_MAX];        /* "file_<26 base32>" */
+    char tenant[IPD_TENANT_MAX];
+    char user_id[IPD_USER_ID_MAX];
+    char filename[IPD_FILENAME_MAX]; /* as given, sanitised (no '/') */
+    int64_t size;                    /* bytes */
+    char mime_type[IPD_MIME_MAX];    /* from libmagic */
+    char file_type[IPD_FILE_TYPE_MAX]; /* category, see filetype.h */
+    char sha256[IPD_SHA256_HEX];     /* lowercase hex */
+    char source[IPD_SOURCE_MAX];     /* "upload", "url", "generated" */
+    char blob[IPD_BLOB_MAX];         /* where the bytes are: blob backend name */
+    int64_t created_at_ms;
+    int64_t expires_at_ms;           /* IPD_TIME_NEVER when it never expires */
+};
+
+/* A page of files.  ipd_file_list_release frees items. */
+struct ipd_file_list {
+    struct ipd_file_meta *items; /* owned array of n */
+    size_t n;
+    bool more; /* another page follows the last item */
+};
+void ipd_file_list_release(struct ipd_file_list *l);
+
+/* Position in the newest-first order (created_at_ms desc, file_id desc).
+ * A page "after" a cursor holds the records strictly older in that order,
+ * so a cursor stays valid while files are added or deleted. */
+struct ipd_cursor {
+    int64_t created_at_ms;
+    char file_id[IPD_ID_MAX];
+};
+
+/* Quota checked atomically with an insert; a limit < 0 means unlimited. */
+struct ipd_quota {
+    int64_t max_files;
+    int64_t max_bytes;
+};
+
+#define IPD_KEY_NAME_MAX 128
+
+/* One API key record; the plain key is never stored. */
+struct ipd_key {
+    char key_id[IPD_ID_MAX];          /* "key_<26 base32>", public */
+    char tenant[IPD_TENANT_MAX];
+    char hash[IPD_SHA256_HEX];        /* sha256 hex of the plain key */
+    bool admin;
+    int64_t created_at_ms;
+    int64_t revoked_at_ms;            /* 0 while the key is valid */
+    char secret[IPD_SHA256_HEX];      /* per-key signing secret (callbacks) */
+};
+
+struct ipd_key_list {
+    struct ipd_key *items; /* owned array of n */
+    size_t n;
+};
+void ipd_key_list_release(struct ipd_key_list *l);
+
+struct ipd_meta;
+
+struct ipd_meta_ops {
+    const char *name; /* "sqlite", "mongodb" */
+    void (*free)(struct ipd_meta *m);
+    enum ipd_err (*ping)(struct ipd_meta *m);
+
+    enum ipd_err (*file_insert)(struct ipd_meta *m,
+                                const struct ipd_file_meta *f,
+                                const struct ipd_quota *quota, int64_t now_ms);
+    enum ipd_err (*file_get)(struct ipd_meta *m, const char *tenant,
+                             const char *user_id, const char *file_id,
+                             int64_t now_ms, struct ipd_file_meta *out);
+    enum ipd_err (*file_list)(struct ipd_meta *m, const char *tenant,
+                              const char *user_id, int64_t now_ms,
+                              const struct ipd_cursor *after, size_t limit,
+                              struct ipd_file_list *out);
+    enum ipd_err (*file_delete)(struct ipd_meta *m, const char *tenant,
+                                const char *user_id, const char *file_id,
+                                int64_t now_ms, struct ipd_file_meta *out);
+    enum ipd_err (*file_usage)(struct ipd_meta *m, const char *tenant,
+                               const char *user_id, int64_t now_ms,
+                               int64_t *count, int64_t *bytes);
+    enum ipd_err (*file_list_expired)(struct ipd_meta *m, int64_t now_ms,
+                                      size_t limit, struct ipd_file_list *out);
+    enum ipd_err (*file_delete_by_id)(struct ipd_meta *m, const char *file_id);
+    enum ipd_err (*file_totals)(struct ipd_meta *m, int64_t now_ms,
+                                int64_t *count, int64_t *bytes);
+
+    enum ipd_err (*key_insert)(struct ipd_meta *m, const struct ipd_key *k);
+    enum ipd_err (*key_find_by_hash)(struct ipd_meta *m, const char *hash,
+                                     struct ipd_key *out);
+    enum ipd_err (*key_list)(struct ipd_meta *m, struct ipd_key_list *out);
+    enum ipd_err (*key_revoke)(struct ipd_meta *m, const char *key_id,
+                               int64_t now_ms);
+};
+
+/* Base struct every backend embeds first. */
+struct ipd_meta {
+    const struct ipd_meta_ops *ops;
+};
+
+/*
+ * Open the SQLite store at path (created with its schema when missing;
+ * migrated when older).  busy_timeout_ms bounds waits for the write lock;
+ * past it an operation answers IPD_ERR_UNAVAILABLE.
+ * On success *out is a new store the caller frees with ipd_meta_free.
+ */
+enum ipd_err ipd_meta_sqlite_open(const char *path, int busy_timeout_ms,
+                                  struct ipd_meta **out);
+
+/* Frees the store and closes its connections; NULL is fine. */
+void ipd_meta_free(struct ipd_meta *m);
+const char *ipd_meta_backend(const struct ipd_meta *m);
+/* IPD_OK while the store can serve requests. */
+enum ipd_err ipd_meta_ping(struct ipd_meta *m);
+
+/* Insert f.  With quota non-NULL, count the user's unexpired files and
+ * bytes and insert only if the new totals stay within the limits
+ * (IPD_ERR_QUOTA otherwise), atomically with respect to other inserts.
+ * IPD_ERR_CONFLICT when f->file_id exists. */
+enum ipd_err ipd_meta_file_insert(struct ipd_meta *m,
+                                  const struct ipd_file_meta *f,
+                                  const struct ipd_quota *quota,
+                                  int64_t now_ms);
+/* The unexpired file in (tenant, user_id) scope. [out] out */
+enum ipd_err ipd_meta_file_get(struct ipd_meta *m, const char *tenant,
+                               const char *user_id, const char *file_id,
+                               int64_t now_ms, struct ipd_file_meta *out);
+/* Up to limit unexpired files, newest first, strictly after *after (NULL:
+ * from the newest).  [out] out, release with ipd_file_list_release. */
+enum ipd_err ipd_meta_file_list(struct ipd_meta *m, const char *tenant,
+                                const char *user_id, int64_t now_ms,
+                                const struct ipd_cursor *after, size_t limit,
+                                struct ipd_file_list *out);
+/* Delete the unexpired file in scope; the deleted record goes to *out
+ * (may be NULL) so the caller can remove its bytes. */
+enum ipd_err ipd_meta_file_delete(struct ipd_meta *m, const char *tenant,
+                                  const char *user_id, const char *file_id,
+                                  int64_t now_ms, struct ipd_file_meta *out);
+/* The user's unexpired file count and total bytes. */
+enum ipd_err ipd_meta_file_usage(struct ipd_meta *m, const char *tenant,
+                                 const char *user_id, int64_t now_ms,
+                                 int64_t *count, int64_t *bytes);
+/* Up to limit expired records of any scope, oldest expiry first. */
+enum ipd_err ipd_meta_file_list_expired(struct ipd_meta *m, int64_t now_ms,
+                                        size_t limit,
+                                        struct ipd_file_list *out);
+/* Delete a record by id alone, whatever its scope or expiry (sweeps).
+ * IPD_ERR_NOT_FOUND when it is already gone. */
+enum ipd_err ipd_meta_file_delete_by_id(struct ipd_meta *m,
+                                        const char *file_id);
+/* All unexpired files of every scope (admin status). */
+enum ipd_err ipd_meta_file_totals(struct ipd_meta *m, int64_t now_ms,
+                                  int64_t *count, int64_t *bytes);
+
+/* IPD_ERR_CONFLICT when the id or the hash exists. */
+enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k);
+/* The key with that hash, revoked or not (the caller checks
+ * revoked_at_ms).  [out] out */
+enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
+                                       struct ipd_key *out);
+/* Every key, oldest first.  Release with ipd_key_list_release. */
+enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out);
+/* Mark revoked; IPD_ERR_NOT_FOUND for an unknown id.  Revoking a revoked
+ * key is IPD_OK and keeps the first revocation time. */
+enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
+                                 int64_t now_ms);
+
+#endif

@@ -1,0 +1,84 @@
+/*
+ * test.h - a minimal unit-test harness.  Each test program defines test
+ * functions, lists them in TEST_MAIN, and prints "N passed, N failed".
+ * A failed CHECK marks the current test failed and goes on; REQUIRE returns
+ * from the test function.
+ */
+#ifndef IPD_TEST_H
+#define IPD_TEST_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int test__failed_checks;
+
+#define CHECK(cond)                                                            \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__,   \
+                    #cond);                                                    \
+            test__failed_checks++;                                             \
+        }                                                                      \
+    } while (0)
+
+#define REQUIRE(cond)                                                          \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__,           \
+                    __LINE__, #cond);                                          \
+            test__failed_checks++;                                             \
+            return;                                                            \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_INT(a, b)                                                        \
+    do {                                                                       \
+        long long test__a = (long long)(a), test__b = (long long)(b);          \
+        if (test__a != test__b) {                                              \
+            fprintf(stderr, "%s:%d: CHECK_INT failed: %s == %lld, want %lld\n", \
+                    __FILE__, __LINE__, #a, test__a, test__b);                 \
+            test__failed_checks++;                                             \
+        }                                                                      \
+    } while (0)
+
+#define CHECK_STR(a, b)                                                        \
+    do {                                                                       \
+        const char *test__a = (a), *test__b = (b);                             \
+        if (!test__a || !test__b || strcmp(test__a, test__b) != 0) {           \
+            fprintf(stderr, "%s:%d: CHECK_STR failed: %s == \"%s\", want \"%s\"\n", \
+                    __FILE__, __LINE__, #a, test__a ? test__a : "(null)",      \
+                    test__b ? test__b : "(null)");                             \
+            test__failed_checks++;                                             \
+        }                                                                      \
+    } while (0)
+
+struct test_case {
+    const char *name;
+    void (*fn)(void);
+};
+
+#define TEST_MAIN(...)                                                         \
+    int main(void)                                                             \
+    {                                                                          \
+        static const struct test_case cases[] = {__VA_ARGS__};                 \
+        int passed = 0, failed = 0;                                            \
+        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {        \
+            int before = test__failed_checks;                                  \
+            cases[i].fn();                                                     \
+            if (test__failed_checks == before) {                               \
+                passed++;                                                      \
+                printf("ok   %s\n", cases[i].name);                            \
+            } else {                                                           \
+                failed++;                                                      \
+                printf("FAIL %s\n", cases[i].name);                            \
+            }                                                                  \
+        }                                                                      \
+        printf("%d passed, %d failed\n", passed, failed);                      \
+        return failed ? 1 : 0;                                                 \
+    }
+
+#define T(fn) {#fn, fn}
+
+#endif
