@@ -29,7 +29,7 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
-static int keys_create(struct ipd_meta *m, char **args, size_t n)
+static int keys_create(struct ipd_meta *m, const char **args, size_t n)
 {
     const char *tenant = NULL;
     bool admin = false;
@@ -91,7 +91,7 @@ static int keys_list(struct ipd_meta *m)
     return 0;
 }
 
-static int keys_revoke(struct ipd_meta *m, char **args, size_t n)
+static int keys_revoke(struct ipd_meta *m, const char **args, size_t n)
 {
     if (n != 1) {
         fprintf(stderr, "usage: interpd keys revoke KEY_ID\n");
@@ -110,7 +110,7 @@ static int keys_revoke(struct ipd_meta *m, char **args, size_t n)
     return 0;
 }
 
-int ipd_cli_keys(struct ipd_config *cfg, char **args, size_t nargs)
+int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
 {
     struct ipd_meta *m = NULL;
     int code = 2;

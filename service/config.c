@@ -229,7 +229,7 @@ static enum ipd_err load_env(struct ipd_config *c, struct ipd_buf *err)
 }
 
 /* The flag's option and value, or NULL with err set. */
-static const struct opt *parse_flag(int argc, char **argv, int *i,
+static const struct opt *parse_flag(int argc, const char *const *argv, int *i,
                                     const char **value, struct ipd_buf *err)
 {
     const char *arg = argv[*i] + 2;
@@ -251,12 +251,13 @@ static const struct opt *parse_flag(int argc, char **argv, int *i,
     return o;
 }
 
-enum ipd_err ipd_config_load(struct ipd_config *c, int argc, char **argv,
-                             char ***rest, size_t *nrest, struct ipd_buf *err)
+enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
+                             const char *const *argv, const char ***rest,
+                             size_t *nrest, struct ipd_buf *err)
 {
     enum ipd_err rc = IPD_OK;
     const char *file = getenv("INTERPD_CONFIG");
-    char **pos = ipd_xcalloc((size_t)argc + 1, sizeof(*pos));
+    const char **pos = ipd_xcalloc((size_t)argc + 1, sizeof(*pos));
     size_t npos = 0;
     const char *value = NULL;
 
@@ -323,7 +324,7 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc, char **argv,
         pos = NULL;
     }
 out:
-    free(pos);
+    free((void *)pos);
     return rc;
 }
 

@@ -50,8 +50,9 @@ void ipd_config_release(struct ipd_config *c);
  * borrowed argv pointers, free() it); with rest NULL they are errors.
  * On error writes a message into err and returns IPD_ERR_INVALID.
  */
-enum ipd_err ipd_config_load(struct ipd_config *c, int argc, char **argv,
-                             char ***rest, size_t *nrest, struct ipd_buf *err);
+enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
+                             const char *const *argv, const char ***rest,
+                             size_t *nrest, struct ipd_buf *err);
 
 /* Set one option by name from a string (used by all three sources). */
 enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,

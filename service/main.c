@@ -31,7 +31,7 @@ int main(int argc, char **argv)
 {
     struct ipd_config cfg;
     struct ipd_buf err;
-    char **rest = NULL;
+    const char **rest = NULL;
     size_t nrest = 0;
     int code = 2;
 
@@ -53,7 +53,8 @@ int main(int argc, char **argv)
     }
     ipd_config_init(&cfg);
     ipd_buf_init(&err, 4096);
-    if (ipd_config_load(&cfg, argc - 2, argv + 2, serve ? NULL : &rest,
+    if (ipd_config_load(&cfg, argc - 2, (const char *const *)argv + 2,
+                        serve ? NULL : &rest,
                         &nrest, &err)) {
         fprintf(stderr, "interpd %s: %s\n", cmd, err.buf);
         goto out;
@@ -67,7 +68,7 @@ int main(int argc, char **argv)
     else
         code = ipd_cli_keys(&cfg, rest, nrest);
 out:
-    free(rest);
+    free((void *)rest);
     ipd_buf_release(&err);
     ipd_config_release(&cfg);
     return code;

@@ -13,7 +13,7 @@ int ipd_serve(struct ipd_config *cfg);
 
 /* `interpd keys create|list|revoke ...`; args are what follows "keys".
  * Returns the process exit code. */
-int ipd_cli_keys(struct ipd_config *cfg, char **args, size_t nargs);
+int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs);
 
 /* Create the data dir (0700) and open the metadata store the config
  * names.  *out is new; ipd_meta_free it. */

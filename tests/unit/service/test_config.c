@@ -1,0 +1,172 @@
+/*
+ * test_config.c - option sources and their precedence.
+ */
+#include <unistd.h>
+
+#include "service/config.h"
+#include "service/util.h"
+#include "test.h"
+
+static char *write_file(const char *text)
+{
+    char *path = ipd_xstrdup("/tmp/ipd-config-XXXXXX");
+    int fd = mkstemp(path);
+    if (fd < 0)
+        return path;
+    ssize_t n = write(fd, text, strlen(text));
+    (void)n;
+    close(fd);
+    return path;
+}
+
+static void defaults(void)
+{
+    struct ipd_config c;
+    ipd_config_init(&c);
+    CHECK_STR(c.listen, "127.0.0.1:8080");
+    CHECK_INT(c.file_ttl_ms, 48LL * 3600 * 1000);
+    CHECK_INT(c.max_file_size, 50LL * 1024 * 1024);
+    CHECK_INT(c.quota_files, 100);
+    CHECK_INT(c.quota_bytes, 1024LL * 1024 * 1024);
+    CHECK(c.mongo_uri == NULL);
+    CHECK_INT(c.ready_fd, -1);
+    ipd_config_release(&c);
+}
+
+static void precedence_flag_env_file(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    char *path = write_file("# comment\n"
+                            "file-ttl = 1h\n"
+                            "max_file_size = \"2M\"\n"
+                            "quota-files = 7\n"
+                            "\n"
+                            "listen = 127.0.0.1:9000\n");
+    const char *argv[] = {"--config", path, "--file-ttl", "2s", "--listen=0.0.0.0:1"};
+    ipd_config_init(&c);
+    ipd_buf_init(&err, 1024);
+    setenv("INTERPD_FILE_TTL", "5m", 1);
+    setenv("INTERPD_QUOTA_FILES", "9", 1);
+    CHECK_INT(ipd_config_load(&c, 5, argv, NULL, NULL, &err), IPD_OK);
+    CHECK_STR(err.buf, "");
+    CHECK_INT(c.file_ttl_ms, 2000);                /* flag over env */
+    CHECK_INT(c.quota_files, 9);                   /* env over file */
+    CHECK_INT(c.max_file_size, 2 * 1024 * 1024);   /* file over default */
+    CHECK_STR(c.listen, "0.0.0.0:1");              /* --name=value */
+    unsetenv("INTERPD_FILE_TTL");
+    unsetenv("INTERPD_QUOTA_FILES");
+    unlink(path);
+    free(path);
+    ipd_buf_release(&err);
+    ipd_config_release(&c);
+}
+
+static void errors_are_reported(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    const char *bad_value[] = {"--file-ttl", "soon"};
+    const char *unknown[] = {"--no-such-option", "1"};
+    const char *missing[] = {"--listen"};
+    const char *positional[] = {"extra"};
+    const char *zero_ttl[] = {"--file-ttl", "0s"};
+    ipd_buf_init(&err, 1024);
+
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 2, bad_value, NULL, NULL, &err),
+              IPD_ERR_INVALID);
+    CHECK(strstr(err.buf, "file-ttl") != NULL);
+    ipd_config_release(&c);
+
+    ipd_buf_reset(&err);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 2, unknown, NULL, NULL, &err),
+              IPD_ERR_INVALID);
+    CHECK(strstr(err.buf, "no-such-option") != NULL);
+    ipd_config_release(&c);
+
+    ipd_buf_reset(&err);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 1, missing, NULL, NULL, &err),
+              IPD_ERR_INVALID);
+    ipd_config_release(&c);
+
+    ipd_buf_reset(&err);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 1, positional, NULL, NULL, &err),
+              IPD_ERR_INVALID);
+    ipd_config_release(&c);
+
+    ipd_buf_reset(&err);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 2, zero_ttl, NULL, NULL, &err),
+              IPD_ERR_INVALID);
+    ipd_config_release(&c);
+
+    ipd_buf_reset(&err);
+    ipd_config_init(&c);
+    char *path = write_file("just words\n");
+    const char *with_file[] = {"--config", path};
+    CHECK_INT(ipd_config_load(&c, 2, with_file, NULL, NULL, &err),
+              IPD_ERR_INVALID);
+    CHECK(strstr(err.buf, ":1:") != NULL);
+    unlink(path);
+    free(path);
+    ipd_config_release(&c);
+    ipd_buf_release(&err);
+}
+
+static void command_args_pass_through(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    const char **rest = NULL;
+    size_t n = 0;
+    const char *argv[] = {"create", "--tenant", "bot", "--data-dir", "/tmp/x",
+                    "--admin"};
+    ipd_config_init(&c);
+    ipd_buf_init(&err, 1024);
+    CHECK_INT(ipd_config_load(&c, 6, argv, &rest, &n, &err), IPD_OK);
+    CHECK_STR(c.data_dir, "/tmp/x");
+    REQUIRE(n == 4);
+    CHECK_STR(rest[0], "create");
+    CHECK_STR(rest[1], "--tenant");
+    CHECK_STR(rest[2], "bot");
+    CHECK_STR(rest[3], "--admin");
+    free((void *)rest);
+    ipd_buf_release(&err);
+    ipd_config_release(&c);
+}
+
+static void never_ttl_and_redaction(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    const char *argv[] = {"--file-ttl", "never", "--mongo-uri",
+                    "mongodb://app:s3cret@db.example:27017/interpd"};
+    ipd_config_init(&c);
+    ipd_buf_init(&err, 1024);
+    CHECK_INT(ipd_config_load(&c, 4, argv, NULL, NULL, &err), IPD_OK);
+    CHECK(c.file_ttl_ms == IPD_TIME_NEVER);
+
+    char *printed = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&printed, &len);
+    ipd_config_print(&c, f);
+    fclose(f);
+    CHECK(strstr(printed, "s3cret") == NULL);
+    CHECK(strstr(printed, "mongodb://app:****@db.example:27017/interpd") !=
+          NULL);
+    CHECK(strstr(printed, "file-ttl = never (flag)") != NULL);
+    free(printed);
+
+    char *r = ipd_redact_uri("mongodb://db.example/x");
+    CHECK_STR(r, "mongodb://db.example/x");
+    free(r);
+    ipd_buf_release(&err);
+    ipd_config_release(&c);
+}
+
+TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
+          T(command_args_pass_through), T(never_ttl_and_redaction))
