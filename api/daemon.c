@@ -246,6 +246,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     pthread_mutex_unlock(&d->lock);
 }
 
+IPD_PRINTF(2, 0)
 static void on_mhd_log(void *cls, const char *fmt, va_list ap)
 {
     char msg[512];

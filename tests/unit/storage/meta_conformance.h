@@ -1,0 +1,1002 @@
+/*
+ * meta_conformance.h - the behaviour every meta.h backend must show.
+ *
+ * Backend-agnostic: it speaks only the ipd_meta_* API.  A backend's test
+ * program includes this header once and calls
+ *
+ *     meta_conformance_run(open_store);
+ *
+ * from a test function, where open_store() returns a new, empty store
+ * (owned by the suite, which frees it with ipd_meta_free) or NULL on
+ * failure.  Each check prints "ok   conformance/<name>" or "FAIL ..." and
+ * failures count in test.h's totals.
+ *
+ * Times are fixed (MC_NOW), not the wall clock, so results never depend
+ * on when or how fast the suite runs.  The concurrency checks need a
+ * store whose busy timeout comfortably covers 8 threads queueing (a few
+ * seconds).
+ */
+#ifndef IPD_META_CONFORMANCE_H
+#define IPD_META_CONFORMANCE_H
+
+/* System headers and test.h before meta.h: ipd.h ends with banned.h. */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "test.h"
+
+#include "storage/meta.h"
+
+#define MC_NOW INT64_C(1800000000000)
+#define MC_HOUR INT64_C(3600000)
+
+static struct ipd_meta *(*mc__open_store)(void);
+
+/* A new empty store from the backend's factory; NULL fails the check. */
+static struct ipd_meta *mc_open(void)
+{
+    struct ipd_meta *m = mc__open_store();
+    CHECK(m != NULL);
+    return m;
+}
+
+/* A deterministic id "<prefix>_" + 26 letters from a..p: n in base 16,
+ * zero-padded with 'a', so ids compare (strcmp) in the order of n. */
+static void mc_id(char out[IPD_ID_MAX], const char *prefix, unsigned n)
+{
+    char tail[IPD_ID_RANDOM_CHARS + 1];
+    for (int i = IPD_ID_RANDOM_CHARS - 1; i >= 0; i--) {
+        tail[i] = (char)('a' + (n & 15u));
+        n >>= 4;
+    }
+    tail[IPD_ID_RANDOM_CHARS] = '\0';
+    snprintf(out, IPD_ID_MAX, "%s_%s", prefix, tail);
+}
+
+/* A complete file record, id from n. */
+static struct ipd_file_meta mc_file(const char *tenant, const char *user,
+                                    unsigned n, int64_t created,
+                                    int64_t expires, int64_t size)
+{
+    struct ipd_file_meta f;
+    memset(&f, 0, sizeof(f));
+    mc_id(f.file_id, "file", n);
+    snprintf(f.tenant, sizeof(f.tenant), "%s", tenant);
+    snprintf(f.user_id, sizeof(f.user_id), "%s", user);
+    snprintf(f.filename, sizeof(f.filename), "data-%u.csv", n);
+    f.size = size;
+    snprintf(f.mime_type, sizeof(f.mime_type), "text/csv");
+    snprintf(f.file_type, sizeof(f.file_type), "csv");
+    ipd_sha256_hex(f.filename, strlen(f.filename), f.sha256);
+    snprintf(f.source, sizeof(f.source), "upload");
+    snprintf(f.blob, sizeof(f.blob), "local");
+    f.created_at_ms = created;
+    f.expires_at_ms = expires;
+    return f;
+}
+
+static struct ipd_key mc_key(unsigned n, const char *tenant, bool admin,
+                             int64_t created)
+{
+    struct ipd_key k;
+    char plain[32];
+    memset(&k, 0, sizeof(k));
+    mc_id(k.key_id, "key", n);
+    snprintf(k.tenant, sizeof(k.tenant), "%s", tenant);
+    snprintf(plain, sizeof(plain), "plain-key-%u", n);
+    ipd_sha256_hex(plain, strlen(plain), k.hash);
+    snprintf(plain, sizeof(plain), "secret-%u", n);
+    ipd_sha256_hex(plain, strlen(plain), k.secret);
+    k.admin = admin;
+    k.created_at_ms = created;
+    return k;
+}
+
+static void mc_check_file_eq(const struct ipd_file_meta *a,
+                             const struct ipd_file_meta *b)
+{
+    CHECK_STR(a->file_id, b->file_id);
+    CHECK_STR(a->tenant, b->tenant);
+    CHECK_STR(a->user_id, b->user_id);
+    CHECK_STR(a->filename, b->filename);
+    CHECK_INT(a->size, b->size);
+    CHECK_STR(a->mime_type, b->mime_type);
+    CHECK_STR(a->file_type, b->file_type);
+    CHECK_STR(a->sha256, b->sha256);
+    CHECK_STR(a->source, b->source);
+    CHECK_STR(a->blob, b->blob);
+    CHECK_INT(a->created_at_ms, b->created_at_ms);
+    CHECK_INT(a->expires_at_ms, b->expires_at_ms);
+}
+
+static void mc_check_key_eq(const struct ipd_key *a, const struct ipd_key *b)
+{
+    CHECK_STR(a->key_id, b->key_id);
+    CHECK_STR(a->tenant, b->tenant);
+    CHECK_STR(a->hash, b->hash);
+    CHECK_INT(a->admin, b->admin);
+    CHECK_INT(a->created_at_ms, b->created_at_ms);
+    CHECK_INT(a->revoked_at_ms, b->revoked_at_ms);
+    CHECK_STR(a->secret, b->secret);
+}
+
+/* Insert without quota; the check fails on anything but IPD_OK. */
+static void mc_put(struct ipd_meta *m, const struct ipd_file_meta *f)
+{
+    CHECK_INT(ipd_meta_file_insert(m, f, NULL, MC_NOW), IPD_OK);
+}
+
+/* Page through a scope with the given page size and return how many
+ * files were seen; each page but the last must be full and flagged
+ * `more`, and the whole walk must be strictly newest first. */
+static size_t mc_walk(struct ipd_meta *m, const char *tenant,
+                      const char *user, int64_t now, size_t page)
+{
+    struct ipd_cursor cur;
+    bool have_cur = false;
+    size_t total = 0;
+
+    for (int pages = 0;; pages++) {
+        struct ipd_file_list l = {0};
+        enum ipd_err rc = ipd_meta_file_list(m, tenant, user, now,
+                                             have_cur ? &cur : NULL, page, &l);
+        CHECK_INT(rc, IPD_OK);
+        if (rc)
+            return total;
+        CHECK(l.n <= page);
+        if (l.more)
+            CHECK_INT(l.n, page);
+        for (size_t i = 0; i < l.n; i++) {
+            const struct ipd_file_meta *f = &l.items[i];
+            if (have_cur) {
+                bool older = f->created_at_ms < cur.created_at_ms ||
+                             (f->created_at_ms == cur.created_at_ms &&
+                              strcmp(f->file_id, cur.file_id) < 0);
+                CHECK(older);
+            }
+            cur.created_at_ms = f->created_at_ms;
+            snprintf(cur.file_id, sizeof(cur.file_id), "%s", f->file_id);
+            have_cur = true;
+        }
+        total += l.n;
+        bool more = l.more;
+        ipd_file_list_release(&l);
+        if (!more)
+            return total;
+        /* A cursor that never advances would loop forever. */
+        CHECK(pages < 10000);
+        if (pages >= 10000)
+            return total;
+    }
+}
+
+static void mc_ping(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    CHECK_INT(ipd_meta_ping(m), IPD_OK);
+    CHECK(ipd_meta_backend(m) != NULL);
+    ipd_meta_free(m);
+}
+
+static void mc_roundtrip(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_meta f, got;
+
+    /* Every field at its longest, and text that would break string-built
+     * SQL or a naive encoding. */
+    f = mc_file("t", "u", 1, MC_NOW - 5, MC_NOW + MC_HOUR, 123456789012);
+    memset(f.tenant, 'T', IPD_TENANT_MAX - 1);
+    f.tenant[IPD_TENANT_MAX - 1] = '\0';
+    memset(f.user_id, 'U', IPD_USER_ID_MAX - 1);
+    f.user_id[IPD_USER_ID_MAX - 1] = '\0';
+    memset(f.filename, 'n', IPD_FILENAME_MAX - 1);
+    f.filename[IPD_FILENAME_MAX - 1] = '\0';
+    memset(f.mime_type, 'm', IPD_MIME_MAX - 1);
+    f.mime_type[IPD_MIME_MAX - 1] = '\0';
+    memset(f.file_type, 'y', IPD_FILE_TYPE_MAX - 1);
+    f.file_type[IPD_FILE_TYPE_MAX - 1] = '\0';
+    snprintf(f.source, sizeof(f.source), "generated");
+    memset(f.blob, 'b', IPD_BLOB_MAX - 1);
+    f.blob[IPD_BLOB_MAX - 1] = '\0';
+    mc_put(m, &f);
+    struct ipd_file_meta first = f;
+    memset(&got, 0x5a, sizeof(got));
+    CHECK_INT(ipd_meta_file_get(m, f.tenant, f.user_id, f.file_id, MC_NOW,
+                                &got),
+              IPD_OK);
+    mc_check_file_eq(&got, &f);
+
+    f = mc_file("t", "u", 2, MC_NOW, IPD_TIME_NEVER, 0);
+    snprintf(f.filename, sizeof(f.filename),
+             "x'); DROP TABLE files; -- \"%%s\" \xc3\xa9t\xc3\xa9.csv");
+    snprintf(f.source, sizeof(f.source), "url");
+    mc_put(m, &f);
+    memset(&got, 0, sizeof(got));
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f.file_id, MC_NOW, &got),
+              IPD_OK);
+    mc_check_file_eq(&got, &f);
+    CHECK_INT(got.expires_at_ms, IPD_TIME_NEVER);
+
+    /* The first record survived the hostile filename. */
+    memset(&got, 0, sizeof(got));
+    CHECK_INT(ipd_meta_file_get(m, first.tenant, first.user_id, first.file_id,
+                                MC_NOW, &got),
+              IPD_OK);
+    mc_check_file_eq(&got, &first);
+    int64_t count = -1, bytes = -1;
+    CHECK_INT(ipd_meta_file_totals(m, MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 2);
+    CHECK_INT(bytes, 123456789012);
+    ipd_meta_free(m);
+}
+
+static void mc_scoping(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_meta f =
+        mc_file("acme", "alice", 1, MC_NOW, MC_NOW + MC_HOUR, 10);
+    struct ipd_file_meta got;
+    struct ipd_file_list l = {0};
+    int64_t count = -1, bytes = -1;
+
+    mc_put(m, &f);
+    CHECK_INT(ipd_meta_file_get(m, "acme", "bob", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_get(m, "other", "alice", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_get(m, "acme", "alice", "file_nonexistent", MC_NOW,
+                                &got),
+              IPD_ERR_NOT_FOUND);
+    /* Prefixes and case are different scopes, not near matches. */
+    CHECK_INT(ipd_meta_file_get(m, "acme", "Alice", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_get(m, "acm", "alice", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+
+    CHECK_INT(ipd_meta_file_list(m, "acme", "bob", MC_NOW, NULL, 10, &l),
+              IPD_OK);
+    CHECK_INT(l.n, 0);
+    CHECK(!l.more);
+    ipd_file_list_release(&l);
+    CHECK_INT(ipd_meta_file_list(m, "other", "alice", MC_NOW, NULL, 10, &l),
+              IPD_OK);
+    CHECK_INT(l.n, 0);
+    ipd_file_list_release(&l);
+
+    CHECK_INT(ipd_meta_file_usage(m, "acme", "bob", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 0);
+    CHECK_INT(bytes, 0);
+
+    CHECK_INT(ipd_meta_file_delete(m, "acme", "bob", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_delete(m, "other", "alice", f.file_id, MC_NOW,
+                                   NULL),
+              IPD_ERR_NOT_FOUND);
+    /* Still there for its owner. */
+    CHECK_INT(ipd_meta_file_get(m, "acme", "alice", f.file_id, MC_NOW, &got),
+              IPD_OK);
+    CHECK_INT(ipd_meta_file_list(m, "acme", "alice", MC_NOW, NULL, 10, &l),
+              IPD_OK);
+    CHECK_INT(l.n, 1);
+    ipd_file_list_release(&l);
+    ipd_meta_free(m);
+}
+
+static void mc_expiry(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    /* 1: expired a millisecond ago; 2: expires exactly now (expired);
+     * 3: a millisecond left; 4: never. */
+    struct ipd_file_meta f1 = mc_file("t", "u", 1, MC_NOW - 10, MC_NOW - 1, 1);
+    struct ipd_file_meta f2 = mc_file("t", "u", 2, MC_NOW - 9, MC_NOW, 2);
+    struct ipd_file_meta f3 = mc_file("t", "u", 3, MC_NOW - 8, MC_NOW + 1, 4);
+    struct ipd_file_meta f4 =
+        mc_file("t", "u", 4, MC_NOW - 7, IPD_TIME_NEVER, 8);
+    struct ipd_file_meta got;
+    struct ipd_file_list l = {0};
+    int64_t count = -1, bytes = -1;
+
+    mc_put(m, &f1);
+    mc_put(m, &f2);
+    mc_put(m, &f3);
+    mc_put(m, &f4);
+
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f1.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f2.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f3.file_id, MC_NOW, &got),
+              IPD_OK);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f4.file_id, MC_NOW, &got),
+              IPD_OK);
+    /* Earlier, f1 was still alive. */
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f1.file_id, MC_NOW - 2, &got),
+              IPD_OK);
+    /* Never means never, even at the end of time. */
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f4.file_id, INT64_MAX - 1, &got),
+              IPD_OK);
+
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 10, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    CHECK_STR(l.items[0].file_id, f4.file_id);
+    CHECK_STR(l.items[1].file_id, f3.file_id);
+    CHECK(!l.more);
+    ipd_file_list_release(&l);
+
+    CHECK_INT(ipd_meta_file_usage(m, "t", "u", MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 2);
+    CHECK_INT(bytes, 12);
+    CHECK_INT(ipd_meta_file_totals(m, MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 2);
+    CHECK_INT(bytes, 12);
+
+    CHECK_INT(ipd_meta_file_delete(m, "t", "u", f1.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+
+    /* The sweep sees exactly the expired ones, oldest expiry first; the
+     * refused delete above did not remove f1. */
+    CHECK_INT(ipd_meta_file_list_expired(m, MC_NOW, 10, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    mc_check_file_eq(&l.items[0], &f1);
+    mc_check_file_eq(&l.items[1], &f2);
+    ipd_file_list_release(&l);
+
+    /* At the end of time everything but the never-expiring file is due. */
+    CHECK_INT(ipd_meta_file_list_expired(m, INT64_MAX, 10, &l), IPD_OK);
+    CHECK_INT(l.n, 3);
+    for (size_t i = 0; i < l.n; i++)
+        CHECK(strcmp(l.items[i].file_id, f4.file_id) != 0);
+    ipd_file_list_release(&l);
+
+    /* Before anything expired the sweep is empty. */
+    CHECK_INT(ipd_meta_file_list_expired(m, MC_NOW - 100, 10, &l), IPD_OK);
+    CHECK_INT(l.n, 0);
+    ipd_file_list_release(&l);
+    ipd_meta_free(m);
+}
+
+static void mc_list_expired_limit(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_list l = {0};
+
+    /* Expiry order is not insertion order, and scopes mix. */
+    static const int64_t ago[5] = {30, 10, 50, 20, 40};
+    for (unsigned i = 0; i < 5; i++) {
+        struct ipd_file_meta f =
+            mc_file(i % 2 ? "t1" : "t2", i % 3 ? "a" : "b", i,
+                    MC_NOW - 1000, MC_NOW - ago[i], 1);
+        mc_put(m, &f);
+    }
+    CHECK_INT(ipd_meta_file_list_expired(m, MC_NOW, 2, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    CHECK_INT(l.items[0].expires_at_ms, MC_NOW - 50);
+    CHECK_INT(l.items[1].expires_at_ms, MC_NOW - 40);
+    ipd_file_list_release(&l);
+    CHECK_INT(ipd_meta_file_list_expired(m, MC_NOW, 100, &l), IPD_OK);
+    REQUIRE(l.n == 5);
+    for (size_t i = 1; i < l.n; i++)
+        CHECK(l.items[i - 1].expires_at_ms <= l.items[i].expires_at_ms);
+    ipd_file_list_release(&l);
+    ipd_meta_free(m);
+}
+
+static void mc_list_order(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_list l = {0};
+
+    /* Inserted out of order; 2, 3 and 4 share a creation time, so file_id
+     * (descending) decides among them. */
+    struct ipd_file_meta f[5] = {
+        mc_file("t", "u", 3, MC_NOW - 200, IPD_TIME_NEVER, 1),
+        mc_file("t", "u", 0, MC_NOW - 300, IPD_TIME_NEVER, 1),
+        mc_file("t", "u", 4, MC_NOW - 200, IPD_TIME_NEVER, 1),
+        mc_file("t", "u", 1, MC_NOW - 100, IPD_TIME_NEVER, 1),
+        mc_file("t", "u", 2, MC_NOW - 200, IPD_TIME_NEVER, 1),
+    };
+    for (size_t i = 0; i < 5; i++)
+        mc_put(m, &f[i]);
+    char want[5][IPD_ID_MAX];
+    mc_id(want[0], "file", 1);
+    mc_id(want[1], "file", 4);
+    mc_id(want[2], "file", 3);
+    mc_id(want[3], "file", 2);
+    mc_id(want[4], "file", 0);
+
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 10, &l), IPD_OK);
+    REQUIRE(l.n == 5);
+    for (size_t i = 0; i < 5; i++)
+        CHECK_STR(l.items[i].file_id, want[i]);
+    CHECK(!l.more);
+    ipd_file_list_release(&l);
+
+    /* A page that ends inside the tie continues inside it. */
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 2, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    CHECK(l.more);
+    struct ipd_cursor cur = {.created_at_ms = l.items[1].created_at_ms};
+    snprintf(cur.file_id, sizeof(cur.file_id), "%s", l.items[1].file_id);
+    ipd_file_list_release(&l);
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, &cur, 2, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    CHECK_STR(l.items[0].file_id, want[2]);
+    CHECK_STR(l.items[1].file_id, want[3]);
+    CHECK(l.more);
+    ipd_file_list_release(&l);
+
+    /* Exactly limit rows left: no further page. */
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 5, &l), IPD_OK);
+    CHECK_INT(l.n, 5);
+    CHECK(!l.more);
+    ipd_file_list_release(&l);
+    ipd_meta_free(m);
+}
+
+static void mc_paging(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_cursor cur;
+    bool seen[25] = {false};
+    size_t pages = 0, total = 0;
+
+    /* Creation times in groups of three (ties across page edges),
+     * inserted in a scrambled order.  Newest first is then 24, 23, ..., 0. */
+    for (unsigned k = 0; k < 25; k++) {
+        unsigned i = (k * 7) % 25;
+        struct ipd_file_meta f = mc_file("t", "u", i, MC_NOW - 1000 + i / 3,
+                                         MC_NOW + MC_HOUR, i);
+        mc_put(m, &f);
+    }
+    /* Another user's files must not show up in the pages. */
+    for (unsigned i = 100; i < 105; i++) {
+        struct ipd_file_meta f = mc_file("t", "v", i, MC_NOW - 999,
+                                         MC_NOW + MC_HOUR, 1);
+        mc_put(m, &f);
+    }
+    static const size_t want_n[3] = {10, 10, 5};
+    for (;;) {
+        struct ipd_file_list l = {0};
+        CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, pages ? &cur : NULL,
+                                     10, &l),
+                  IPD_OK);
+        REQUIRE(pages < 3);
+        CHECK_INT(l.n, want_n[pages]);
+        CHECK_INT(l.more, pages < 2);
+        for (size_t j = 0; j < l.n; j++) {
+            char want[IPD_ID_MAX];
+            unsigned i = 24 - (unsigned)(total + j);
+            mc_id(want, "file", i);
+            CHECK_STR(l.items[j].file_id, want);
+            CHECK_INT(l.items[j].size, (int64_t)i);
+            if (i < 25) {
+                CHECK(!seen[i]);
+                seen[i] = true;
+            }
+        }
+        total += l.n;
+        pages++;
+        bool more = l.more;
+        size_t n = l.n;
+        if (n) {
+            cur.created_at_ms = l.items[n - 1].created_at_ms;
+            snprintf(cur.file_id, sizeof(cur.file_id), "%s",
+                     l.items[n - 1].file_id);
+        }
+        ipd_file_list_release(&l);
+        if (!more || !n)
+            break;
+    }
+    CHECK_INT(pages, 3);
+    CHECK_INT(total, 25);
+    for (size_t i = 0; i < 25; i++)
+        CHECK(seen[i]);
+    CHECK_INT(mc_walk(m, "t", "u", MC_NOW, 1), 25);
+    CHECK_INT(mc_walk(m, "t", "u", MC_NOW, 7), 25);
+    CHECK_INT(mc_walk(m, "t", "u", MC_NOW, 25), 25);
+    CHECK_INT(mc_walk(m, "t", "u", MC_NOW, 1000), 25);
+    ipd_meta_free(m);
+}
+
+static void mc_cursor_stable(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_list l = {0};
+    struct ipd_cursor cur;
+    char want[IPD_ID_MAX];
+
+    for (unsigned i = 1; i <= 5; i++) {
+        struct ipd_file_meta f = mc_file("t", "u", i, MC_NOW - 100 + i,
+                                         IPD_TIME_NEVER, 1);
+        mc_put(m, &f);
+    }
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 2, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    CHECK(l.more);
+    cur.created_at_ms = l.items[1].created_at_ms;
+    snprintf(cur.file_id, sizeof(cur.file_id), "%s", l.items[1].file_id);
+    mc_id(want, "file", 4);
+    CHECK_STR(cur.file_id, want);
+    ipd_file_list_release(&l);
+
+    /* Between pages: a newer upload arrives and the cursor's own record
+     * is deleted.  Neither moves the next page. */
+    struct ipd_file_meta newer = mc_file("t", "u", 6, MC_NOW - 1,
+                                         IPD_TIME_NEVER, 1);
+    mc_put(m, &newer);
+    CHECK_INT(ipd_meta_file_delete(m, "t", "u", want, MC_NOW, NULL), IPD_OK);
+
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, &cur, 2, &l), IPD_OK);
+    REQUIRE(l.n == 2);
+    mc_id(want, "file", 3);
+    CHECK_STR(l.items[0].file_id, want);
+    mc_id(want, "file", 2);
+    CHECK_STR(l.items[1].file_id, want);
+    CHECK(l.more);
+    cur.created_at_ms = l.items[1].created_at_ms;
+    snprintf(cur.file_id, sizeof(cur.file_id), "%s", l.items[1].file_id);
+    ipd_file_list_release(&l);
+
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, &cur, 2, &l), IPD_OK);
+    REQUIRE(l.n == 1);
+    mc_id(want, "file", 1);
+    CHECK_STR(l.items[0].file_id, want);
+    CHECK(!l.more);
+    ipd_file_list_release(&l);
+
+    /* A cursor past the oldest record: an empty last page. */
+    cur.created_at_ms = 0;
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, &cur, 2, &l), IPD_OK);
+    CHECK_INT(l.n, 0);
+    CHECK(!l.more);
+    ipd_file_list_release(&l);
+    ipd_meta_free(m);
+}
+
+static void mc_quota(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    int64_t count = -1, bytes = -1;
+    unsigned n = 0;
+
+    /* Count: 3 files.  Expired files don't count against it. */
+    struct ipd_quota q = {.max_files = 3, .max_bytes = -1};
+    for (int i = 0; i < 5; i++) {
+        struct ipd_file_meta f = mc_file("t", "count", n++, MC_NOW - 50,
+                                         MC_NOW - 1, 1000);
+        mc_put(m, &f);
+    }
+    for (int i = 0; i < 3; i++) {
+        struct ipd_file_meta f = mc_file("t", "count", n++, MC_NOW,
+                                         MC_NOW + MC_HOUR, 1000);
+        CHECK_INT(ipd_meta_file_insert(m, &f, &q, MC_NOW), IPD_OK);
+    }
+    struct ipd_file_meta over = mc_file("t", "count", n++, MC_NOW,
+                                        MC_NOW + MC_HOUR, 0);
+    CHECK_INT(ipd_meta_file_insert(m, &over, &q, MC_NOW), IPD_ERR_QUOTA);
+    struct ipd_file_meta got;
+    CHECK_INT(ipd_meta_file_get(m, "t", "count", over.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "count", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 3);
+    CHECK_INT(bytes, 3000);
+    /* Another user (or tenant) has a quota of their own. */
+    struct ipd_file_meta other = mc_file("t", "count2", n++, MC_NOW,
+                                         MC_NOW + MC_HOUR, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &other, &q, MC_NOW), IPD_OK);
+    other = mc_file("t2", "count", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &other, &q, MC_NOW), IPD_OK);
+    /* Once the three expire there is room again. */
+    CHECK_INT(ipd_meta_file_insert(m, &over, &q, MC_NOW + MC_HOUR), IPD_OK);
+
+    /* Bytes: 100 in all; landing exactly on the limit is allowed. */
+    struct ipd_quota qb = {.max_files = -1, .max_bytes = 100};
+    struct ipd_file_meta b1 = mc_file("t", "bytes", n++, MC_NOW,
+                                      IPD_TIME_NEVER, 60);
+    struct ipd_file_meta b2 = mc_file("t", "bytes", n++, MC_NOW,
+                                      IPD_TIME_NEVER, 40);
+    struct ipd_file_meta b3 = mc_file("t", "bytes", n++, MC_NOW,
+                                      IPD_TIME_NEVER, 1);
+    struct ipd_file_meta b4 = mc_file("t", "bytes", n++, MC_NOW,
+                                      IPD_TIME_NEVER, 0);
+    struct ipd_file_meta huge = mc_file("t", "bytes2", n++, MC_NOW,
+                                        IPD_TIME_NEVER, INT64_MAX);
+    CHECK_INT(ipd_meta_file_insert(m, &b1, &qb, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_file_insert(m, &b3, &qb, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_file_insert(m, &b2, &qb, MC_NOW), IPD_ERR_QUOTA);
+    CHECK_INT(ipd_meta_file_delete(m, "t", "bytes", b3.file_id, MC_NOW, NULL),
+              IPD_OK);
+    CHECK_INT(ipd_meta_file_insert(m, &b2, &qb, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_file_insert(m, &b3, &qb, MC_NOW), IPD_ERR_QUOTA);
+    CHECK_INT(ipd_meta_file_insert(m, &b4, &qb, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_file_insert(m, &huge, &qb, MC_NOW), IPD_ERR_QUOTA);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "bytes", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 3);
+    CHECK_INT(bytes, 100);
+
+    /* A zero quota admits nothing. */
+    struct ipd_quota zero = {.max_files = 0, .max_bytes = -1};
+    struct ipd_file_meta z = mc_file("t", "zero", n++, MC_NOW,
+                                     IPD_TIME_NEVER, 0);
+    CHECK_INT(ipd_meta_file_insert(m, &z, &zero, MC_NOW), IPD_ERR_QUOTA);
+
+    /* Unlimited: both limits negative, or no quota at all. */
+    struct ipd_quota unl = {.max_files = -1, .max_bytes = -1};
+    for (int i = 0; i < 20; i++) {
+        struct ipd_file_meta f = mc_file("t", "unl", n++, MC_NOW,
+                                         IPD_TIME_NEVER, INT64_C(1) << 40);
+        CHECK_INT(ipd_meta_file_insert(m, &f, i % 2 ? &unl : NULL, MC_NOW),
+                  IPD_OK);
+    }
+    CHECK_INT(ipd_meta_file_usage(m, "t", "unl", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 20);
+    CHECK_INT(bytes, INT64_C(20) << 40);
+    ipd_meta_free(m);
+}
+
+static void mc_conflict(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_meta f = mc_file("t", "u", 1, MC_NOW, IPD_TIME_NEVER, 5);
+    struct ipd_file_meta dup =
+        mc_file("t", "u", 1, MC_NOW + 1, IPD_TIME_NEVER, 6);
+    struct ipd_file_meta other =
+        mc_file("t2", "v", 1, MC_NOW, IPD_TIME_NEVER, 7);
+    struct ipd_file_meta expired = mc_file("t", "u", 2, MC_NOW - 10,
+                                           MC_NOW - 5, 1);
+    struct ipd_file_meta got;
+    struct ipd_quota q = {.max_files = 100, .max_bytes = 1000};
+
+    mc_put(m, &f);
+    CHECK_INT(ipd_meta_file_insert(m, &dup, NULL, MC_NOW), IPD_ERR_CONFLICT);
+    CHECK_INT(ipd_meta_file_insert(m, &dup, &q, MC_NOW), IPD_ERR_CONFLICT);
+    /* Ids are unique across scopes, and an expired record still holds its
+     * id until it is swept. */
+    CHECK_INT(ipd_meta_file_insert(m, &other, NULL, MC_NOW), IPD_ERR_CONFLICT);
+    mc_put(m, &expired);
+    expired.expires_at_ms = IPD_TIME_NEVER;
+    CHECK_INT(ipd_meta_file_insert(m, &expired, NULL, MC_NOW),
+              IPD_ERR_CONFLICT);
+
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f.file_id, MC_NOW, &got), IPD_OK);
+    mc_check_file_eq(&got, &f);
+    int64_t count = -1, bytes = -1;
+    CHECK_INT(ipd_meta_file_usage(m, "t", "u", MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 1);
+    CHECK_INT(bytes, 5);
+    ipd_meta_free(m);
+}
+
+static void mc_delete(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_meta f = mc_file("t", "u", 1, MC_NOW, MC_NOW + MC_HOUR, 5);
+    struct ipd_file_meta g = mc_file("t", "u", 2, MC_NOW, IPD_TIME_NEVER, 6);
+    struct ipd_file_meta got;
+    int64_t count = -1, bytes = -1;
+
+    mc_put(m, &f);
+    mc_put(m, &g);
+    memset(&got, 0, sizeof(got));
+    CHECK_INT(ipd_meta_file_delete(m, "t", "u", f.file_id, MC_NOW, &got),
+              IPD_OK);
+    mc_check_file_eq(&got, &f);
+    CHECK_INT(ipd_meta_file_delete(m, "t", "u", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    /* out may be NULL. */
+    CHECK_INT(ipd_meta_file_delete(m, "t", "u", g.file_id, MC_NOW, NULL),
+              IPD_OK);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "u", MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 0);
+    CHECK_INT(bytes, 0);
+    /* The id is free again. */
+    mc_put(m, &f);
+    ipd_meta_free(m);
+}
+
+static void mc_delete_by_id(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_file_meta live = mc_file("t", "u", 1, MC_NOW, IPD_TIME_NEVER, 5);
+    struct ipd_file_meta dead =
+        mc_file("t2", "v", 2, MC_NOW - 10, MC_NOW - 1, 6);
+    struct ipd_file_list l = {0};
+    struct ipd_file_meta got;
+
+    mc_put(m, &live);
+    mc_put(m, &dead);
+    /* Whatever the scope or expiry. */
+    CHECK_INT(ipd_meta_file_delete_by_id(m, dead.file_id), IPD_OK);
+    CHECK_INT(ipd_meta_file_delete_by_id(m, dead.file_id), IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_delete_by_id(m, live.file_id), IPD_OK);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", live.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_delete_by_id(m, "file_unknown"), IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_file_list_expired(m, INT64_MAX, 10, &l), IPD_OK);
+    CHECK_INT(l.n, 0);
+    ipd_file_list_release(&l);
+    ipd_meta_free(m);
+}
+
+static void mc_totals(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    int64_t count = -1, bytes = -1;
+
+    CHECK_INT(ipd_meta_file_totals(m, MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 0);
+    CHECK_INT(bytes, 0);
+    struct ipd_file_meta f[4] = {
+        mc_file("t1", "a", 1, MC_NOW, IPD_TIME_NEVER, 10),
+        mc_file("t1", "b", 2, MC_NOW, MC_NOW + 1, 20),
+        mc_file("t2", "a", 3, MC_NOW, MC_NOW + MC_HOUR, 40),
+        mc_file("t2", "a", 4, MC_NOW - 5, MC_NOW - 1, 80),
+    };
+    for (size_t i = 0; i < 4; i++)
+        mc_put(m, &f[i]);
+    CHECK_INT(ipd_meta_file_totals(m, MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 3);
+    CHECK_INT(bytes, 70);
+    CHECK_INT(ipd_meta_file_totals(m, MC_NOW + 1, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 2);
+    CHECK_INT(bytes, 50);
+    CHECK_INT(ipd_meta_file_totals(m, MC_NOW - 2, &count, &bytes), IPD_OK);
+    CHECK_INT(count, 4);
+    CHECK_INT(bytes, 150);
+    ipd_meta_free(m);
+}
+
+#define MC_THREADS 8
+
+struct mc_worker {
+    pthread_t tid;
+    struct ipd_meta *m;
+    unsigned index;
+    unsigned id_base; /* ids base + index * 1000 + i */
+    unsigned inserts;
+    const struct ipd_quota *quota;
+    const char *user;
+    unsigned ok, quota_hits, other; /* OUT: results by kind */
+};
+
+static void *mc_worker_run(void *arg)
+{
+    struct mc_worker *w = arg;
+    for (unsigned i = 0; i < w->inserts; i++) {
+        unsigned n = w->id_base + w->index * 1000 + i;
+        struct ipd_file_meta f = mc_file("t", w->user, n,
+                                         MC_NOW - (int64_t)n,
+                                         MC_NOW + MC_HOUR, 10);
+        enum ipd_err rc = ipd_meta_file_insert(w->m, &f, w->quota, MC_NOW);
+        if (rc == IPD_OK)
+            w->ok++;
+        else if (rc == IPD_ERR_QUOTA)
+            w->quota_hits++;
+        else
+            w->other++;
+        /* Readers run alongside the writers. */
+        if (i % 10 == 0) {
+            int64_t c, b;
+            if (ipd_meta_file_usage(w->m, "t", w->user, MC_NOW, &c, &b))
+                w->other++;
+        }
+    }
+    return NULL;
+}
+
+/* Run MC_THREADS workers of `inserts` inserts each into (t, user); the
+ * result counts go to *ok, *quota_hits and *other. */
+static void mc_run_workers(struct ipd_meta *m, const char *user,
+                           unsigned id_base, unsigned inserts,
+                           const struct ipd_quota *q,
+                           unsigned *ok, unsigned *quota_hits,
+                           unsigned *other)
+{
+    struct mc_worker w[MC_THREADS];
+    *ok = *quota_hits = *other = 0;
+    for (unsigned t = 0; t < MC_THREADS; t++) {
+        w[t] = (struct mc_worker){
+            .m = m,
+            .index = t,
+            .id_base = id_base,
+            .inserts = inserts,
+            .quota = q,
+            .user = user};
+        CHECK_INT(pthread_create(&w[t].tid, NULL, mc_worker_run, &w[t]), 0);
+    }
+    for (unsigned t = 0; t < MC_THREADS; t++) {
+        pthread_join(w[t].tid, NULL);
+        *ok += w[t].ok;
+        *quota_hits += w[t].quota_hits;
+        *other += w[t].other;
+    }
+}
+
+static void mc_concurrent_inserts(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    unsigned ok, quota_hits, other;
+    int64_t count = -1, bytes = -1;
+
+    mc_run_workers(m, "u", 0, 50, NULL, &ok, &quota_hits, &other);
+    CHECK_INT(ok, MC_THREADS * 50);
+    CHECK_INT(quota_hits, 0);
+    CHECK_INT(other, 0);
+    CHECK_INT(mc_walk(m, "t", "u", MC_NOW, 100), MC_THREADS * 50);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "u", MC_NOW, &count, &bytes), IPD_OK);
+    CHECK_INT(count, MC_THREADS * 50);
+    CHECK_INT(bytes, MC_THREADS * 50 * 10);
+    for (unsigned t = 0; t < MC_THREADS; t++) {
+        for (unsigned i = 0; i < 50; i++) {
+            unsigned n = t * 1000 + i;
+            struct ipd_file_meta want = mc_file(
+                "t", "u", n, MC_NOW - (int64_t)n, MC_NOW + MC_HOUR, 10);
+            struct ipd_file_meta got;
+            CHECK_INT(
+                ipd_meta_file_get(m, "t", "u", want.file_id, MC_NOW, &got),
+                IPD_OK);
+            mc_check_file_eq(&got, &want);
+        }
+    }
+    ipd_meta_free(m);
+}
+
+static void mc_concurrent_quota(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    unsigned ok, quota_hits, other;
+    int64_t count = -1, bytes = -1;
+
+    struct ipd_quota q = {.max_files = 25, .max_bytes = -1};
+    mc_run_workers(m, "files", 0, 10, &q, &ok, &quota_hits, &other);
+    CHECK_INT(ok, 25);
+    CHECK_INT(quota_hits, MC_THREADS * 10 - 25);
+    CHECK_INT(other, 0);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "files", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 25);
+
+    /* Each file is 10 bytes: 17 fit in 175. */
+    struct ipd_quota qb = {.max_files = -1, .max_bytes = 175};
+    mc_run_workers(m, "bytes", 100000, 10, &qb, &ok, &quota_hits, &other);
+    CHECK_INT(ok, 17);
+    CHECK_INT(other, 0);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "bytes", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 17);
+    CHECK_INT(bytes, 170);
+    ipd_meta_free(m);
+}
+
+static void mc_keys(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_key k1 = mc_key(1, "acme", false, MC_NOW - 20);
+    struct ipd_key k2 = mc_key(2, "acme", true, MC_NOW - 10);
+    struct ipd_key k3 = mc_key(3, "other", false, MC_NOW - 30);
+    struct ipd_key got;
+    struct ipd_key_list l = {0};
+
+    CHECK_INT(ipd_meta_key_list(m, &l), IPD_OK);
+    CHECK_INT(l.n, 0);
+    ipd_key_list_release(&l);
+
+    CHECK_INT(ipd_meta_key_insert(m, &k1), IPD_OK);
+    CHECK_INT(ipd_meta_key_insert(m, &k2), IPD_OK);
+    CHECK_INT(ipd_meta_key_insert(m, &k3), IPD_OK);
+
+    memset(&got, 0x5a, sizeof(got));
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k2.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &k2);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k1.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &k1);
+    CHECK(!got.admin);
+    char unknown[IPD_SHA256_HEX];
+    ipd_sha256_hex("nope", 4, unknown);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, unknown, &got), IPD_ERR_NOT_FOUND);
+
+    /* Oldest first. */
+    CHECK_INT(ipd_meta_key_list(m, &l), IPD_OK);
+    REQUIRE(l.n == 3);
+    mc_check_key_eq(&l.items[0], &k3);
+    mc_check_key_eq(&l.items[1], &k1);
+    mc_check_key_eq(&l.items[2], &k2);
+    ipd_key_list_release(&l);
+
+    /* Duplicate hash under a new id, and duplicate id with a new hash. */
+    struct ipd_key dup = mc_key(4, "acme", false, MC_NOW);
+    snprintf(dup.hash, sizeof(dup.hash), "%s", k1.hash);
+    CHECK_INT(ipd_meta_key_insert(m, &dup), IPD_ERR_CONFLICT);
+    dup = mc_key(5, "acme", false, MC_NOW);
+    snprintf(dup.key_id, sizeof(dup.key_id), "%s", k2.key_id);
+    CHECK_INT(ipd_meta_key_insert(m, &dup), IPD_ERR_CONFLICT);
+    CHECK_INT(ipd_meta_key_list(m, &l), IPD_OK);
+    CHECK_INT(l.n, 3);
+    ipd_key_list_release(&l);
+
+    /* Revoke: found afterwards (the caller checks revoked_at_ms), and the
+     * first revocation time sticks. */
+    CHECK_INT(ipd_meta_key_revoke(m, k1.key_id, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k1.hash, &got), IPD_OK);
+    CHECK_INT(got.revoked_at_ms, MC_NOW);
+    CHECK_INT(ipd_meta_key_revoke(m, k1.key_id, MC_NOW + 500), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k1.hash, &got), IPD_OK);
+    CHECK_INT(got.revoked_at_ms, MC_NOW);
+    CHECK_INT(ipd_meta_key_revoke(m, "key_unknown", MC_NOW), IPD_ERR_NOT_FOUND);
+    /* The others are untouched. */
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k2.hash, &got), IPD_OK);
+    CHECK_INT(got.revoked_at_ms, 0);
+
+    /* A key inserted already revoked keeps its time. */
+    struct ipd_key k6 = mc_key(6, "acme", false, MC_NOW);
+    k6.revoked_at_ms = MC_NOW + 7;
+    CHECK_INT(ipd_meta_key_insert(m, &k6), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k6.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &k6);
+    ipd_meta_free(m);
+}
+
+struct mc_case {
+    const char *name;
+    void (*fn)(void);
+};
+
+/* Run every check against stores from open_store (see the top). */
+static void meta_conformance_run(struct ipd_meta *(*open_store)(void))
+{
+    static const struct mc_case cases[] = {
+        {"ping", mc_ping},
+        {"roundtrip", mc_roundtrip},
+        {"scoping", mc_scoping},
+        {"expiry", mc_expiry},
+        {"list_expired_limit", mc_list_expired_limit},
+        {"list_order", mc_list_order},
+        {"paging", mc_paging},
+        {"cursor_stable", mc_cursor_stable},
+        {"quota", mc_quota},
+        {"conflict", mc_conflict},
+        {"delete", mc_delete},
+        {"delete_by_id", mc_delete_by_id},
+        {"totals", mc_totals},
+        {"concurrent_inserts", mc_concurrent_inserts},
+        {"concurrent_quota", mc_concurrent_quota},
+        {"keys", mc_keys},
+    };
+
+    mc__open_store = open_store;
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        int before = test__failed_checks;
+        cases[i].fn();
+        printf("%s conformance/%s\n",
+               test__failed_checks == before ? "ok  " : "FAIL", cases[i].name);
+    }
+}
+
+#endif
