@@ -12,6 +12,10 @@
  * expires_at_ms <= now_ms as absent, so an expired file vanishes from every
  * endpoint at once, before any sweep deletes it.
  *
+ * Ids: file ids are unique across every tenant and user (backends index
+ * file_id alone), and an expired record keeps its id until a sweep deletes
+ * it.
+ *
  * Thread-safety: a struct ipd_meta is shared by all request threads; every
  * operation may be called concurrently.
  *
@@ -197,10 +201,11 @@ enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k);
  * revoked_at_ms).  [out] out */
 enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                        struct ipd_key *out);
-/* Every key, oldest first.  Release with ipd_key_list_release. */
+/* Every key, oldest first (ties by key_id).  Release with ipd_key_list_release. */
 enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out);
-/* Mark revoked; IPD_ERR_NOT_FOUND for an unknown id.  Revoking a revoked
- * key is IPD_OK and keeps the first revocation time. */
+/* Mark revoked at now_ms (> 0: 0 means "valid"); IPD_ERR_NOT_FOUND for an
+ * unknown id.  Revoking a revoked key is IPD_OK and keeps the first
+ * revocation time. */
 enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
                                  int64_t now_ms);
 
