@@ -451,23 +451,6 @@ const struct ipd_handler ipd_h_files_create = {
 
 /* ---- list ------------------------------------------------------------ */
 
-/* Cursors are "<created_at_ms>.<file_id>" of the last item of a page. */
-static bool parse_cursor(const char *s, struct ipd_cursor *c)
-{
-    const char *dot = s ? strchr(s, '.') : NULL;
-    char num[24];
-    int64_t ms = 0;
-    if (!dot || (size_t)(dot - s) >= sizeof(num))
-        return false;
-    memcpy(num, s, (size_t)(dot - s));
-    num[dot - s] = '\0';
-    if (ipd_int_parse(num, 0, INT64_MAX, &ms) || !ipd_id_valid("file", dot + 1))
-        return false;
-    c->created_at_ms = ms;
-    snprintf(c->file_id, sizeof(c->file_id), "%s", dot + 1);
-    return true;
-}
-
 static void files_list(struct ipd_req *r)
 {
     const char *ls = ipd_req_query(r, "limit");
@@ -481,7 +464,7 @@ static void files_list(struct ipd_req *r)
                         "limit must be a whole number from 1 to %d", LIST_MAX);
         return;
     }
-    if (cs && *cs && !parse_cursor(cs, &cursor)) {
+    if (cs && *cs && !ipd_cursor_parse(cs, &cursor)) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
                         "cursor is not one this server gave out");
         return;
@@ -498,10 +481,8 @@ static void files_list(struct ipd_req *r)
         json_array_append_new(files, ipd_file_json(&list.items[i]));
     json_t *next = json_null();
     if (list.more && list.n) {
-        char buf[64];
-        const struct ipd_file_meta *last = &list.items[list.n - 1];
-        snprintf(buf, sizeof(buf), "%lld.%s", (long long)last->created_at_ms,
-                 last->file_id);
+        char buf[IPD_CURSOR_MAX];
+        ipd_cursor_format(&list.items[list.n - 1], buf);
         json_decref(next);
         next = json_string(buf);
     }

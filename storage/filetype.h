@@ -25,9 +25,12 @@ void ipd_filetype_free(struct ipd_filetype *ft); /* NULL is fine */
  * [out] mime: libmagic's MIME type, possibly refined by the extension where
  *       libmagic only says text/plain (a .csv is text/csv);
  * [out] file_type: the category ("csv", "image", "binary", ...).
- * Rules: the extension refines a compatible libmagic answer (text/plain +
- * .csv = csv; application/zip + .xlsx = excel), but never upgrades
- * incompatible content (an ELF binary named .png is "binary", not "image").
+ * Rules: libmagic decides the family (text, zip, OLE2, other); the
+ * extension only picks a member inside it (any text answer + .csv = csv;
+ * application/zip + .xlsx = excel), and never upgrades incompatible content
+ * (an ELF binary named .png is "binary", not "image").  An empty file is
+ * "text" (text/plain), still refined by a text extension.
+ * Must not run concurrently with ipd_filetype_free.
  */
 enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
                                  const char *filename,
@@ -42,9 +45,9 @@ void ipd_filetype_classify(const char *magic_mime, const char *filename,
 
 /*
  * Sanitise a user-supplied filename (name_len bytes; may contain NUL).
- * Keeps only the last path component ('/' and '\\' separate), replaces
- * control characters (C0, DEL, C1) with '_', and strips leading and trailing
- * whitespace.  Bidirectional and other format characters are kept: they are
+ * In this order: checks UTF-8, keeps only the last path component ('/' and
+ * '\\' separate), strips leading and trailing ASCII whitespace, replaces
+ * control characters (C0 including NUL, DEL, C1) with '_'.  Bidirectional and other format characters are kept: they are
  * stored as given and made harmless where rendered (Content-Disposition).
  * Fails with IPD_ERR_INVALID when the name is not UTF-8, is empty, "." or
  * ".." after that, and IPD_ERR_TOO_LARGE when over 255 bytes.
@@ -55,8 +58,8 @@ enum ipd_err ipd_filename_sanitize(const char *name, size_t name_len,
 /*
  * The Content-Disposition value for a download:
  *   attachment; filename="<ASCII fallback>"; filename*=UTF-8''<pct-encoded>
- * The fallback replaces non-ASCII, quotes, backslashes and controls with
- * '_'; the filename* form percent-encodes everything outside RFC 5987's
+ * The fallback replaces each non-ASCII character, quotes, backslashes,
+ * '%' and controls with one '_'; the filename* form percent-encodes everything outside RFC 5987's
  * attr-char, so bidi marks and newlines can't change how it reads.
  * Returns a new string the caller frees with free().
  */

@@ -1,7 +1,9 @@
 /*
  * meta.c - dispatch from the ipd_meta_* API to the backend's ops.
  */
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "meta.h"
 
@@ -13,6 +15,30 @@ void ipd_file_list_release(struct ipd_file_list *l)
     l->items = NULL;
     l->n = 0;
     l->more = false;
+}
+
+void ipd_cursor_format(const struct ipd_file_meta *f,
+                       char out[IPD_CURSOR_MAX])
+{
+    snprintf(out, IPD_CURSOR_MAX, "%lld.%s", (long long)f->created_at_ms,
+             f->file_id);
+}
+
+bool ipd_cursor_parse(const char *s, struct ipd_cursor *c)
+{
+    const char *dot = s ? strchr(s, '.') : NULL;
+    char num[24];
+    int64_t ms = 0;
+    if (!dot || (size_t)(dot - s) >= sizeof(num))
+        return false;
+    memcpy(num, s, (size_t)(dot - s));
+    num[dot - s] = '\0';
+    if (ipd_int_parse(num, 0, INT64_MAX, &ms) ||
+        !ipd_id_valid("file", dot + 1))
+        return false;
+    c->created_at_ms = ms;
+    snprintf(c->file_id, sizeof(c->file_id), "%s", dot + 1);
+    return true;
 }
 
 void ipd_key_list_release(struct ipd_key_list *l)

@@ -74,6 +74,14 @@ struct ipd_cursor {
     char file_id[IPD_ID_MAX];
 };
 
+/* Cursors travel to clients as "<created_at_ms>.<file_id>", opaque to
+ * them.  Format the cursor that follows f; IPD_CURSOR_MAX bytes. */
+#define IPD_CURSOR_MAX 72
+void ipd_cursor_format(const struct ipd_file_meta *f,
+                       char out[IPD_CURSOR_MAX]);
+/* Parse a client's cursor; false for anything this server didn't make. */
+bool ipd_cursor_parse(const char *s, struct ipd_cursor *c);
+
 /* Quota checked atomically with an insert; a limit < 0 means unlimited. */
 struct ipd_quota {
     int64_t max_files;
