@@ -102,7 +102,7 @@ void ipd__add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
         MHD_add_response_header(resp, "Vary", "Origin");
         MHD_add_response_header(
             resp, "Access-Control-Expose-Headers",
-            "X-Request-Id, ETag, Content-Disposition, Retry-After, Location");
+            "X-Request-Id, ETag, Content-Disposition, Retry-After");
     }
 }
 
@@ -155,6 +155,13 @@ static void start_request(struct ipd_req *r)
         r->handler->begin(r);
 }
 
+static bool expects_body(struct ipd_req *r)
+{
+    const char *cl = ipd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = ipd_req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    return te || (cl && strcmp(cl, "0") != 0);
+}
+
 static void body_chunk(struct ipd_req *r, const char *data, size_t size)
 {
     r->bytes_in += (int64_t)size;
@@ -193,8 +200,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         d->in_flight++;
         pthread_mutex_unlock(&d->lock);
         *req_cls = r;
-        start_request(r);
+        /* Without a body, wait for the second call: libmicrohttpd closes
+         * the connection after a reply queued before the request is
+         * complete, and keep-alive matters to browsers and bots. */
+        if (expects_body(r))
+            start_request(r);
+        else
+            r->deferred = true;
         return MHD_YES;
+    }
+    if (r->deferred) {
+        r->deferred = false;
+        start_request(r);
+        if (r->status)
+            return MHD_YES;
     }
     if (*upload_size) {
         /* After an early reply libmicrohttpd discards the rest. */

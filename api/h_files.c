@@ -29,6 +29,7 @@
 #define PART_NAME_MAX 16384    /* a part's filename before sanitising */
 #define MULTIPART_OVERHEAD (64 * 1024) /* headers and small fields */
 #define PP_BUFFER (64 * 1024)
+#define TTL_CAP_MS (100.0 * 365 * 24 * 3600 * 1000)
 
 json_t *ipd_file_json(const struct ipd_file_meta *f)
 {
@@ -142,7 +143,12 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
     if (!key)
         return MHD_YES;
     if (!strcmp(key, "file")) {
-        if (off == 0 && u->have_file && u->file_bytes > 0) {
+        /* A second `file` part starts at offset 0 again.  After an empty
+         * first part the offset can't tell the two apart, but a different
+         * filename can. */
+        if (off == 0 && u->have_file &&
+            (u->file_bytes > 0 ||
+             strcmp(filename ? filename : "", u->part_name.buf) != 0)) {
             upload_fail(u, IPD_HE_INVALID_REQUEST,
                         "more than one `file` part; send one file per "
                         "request");
@@ -293,6 +299,10 @@ static bool parse_ttl(const char *s, int64_t max_ms, int64_t *ttl_ms)
     if (errno || *end || !isfinite(h) || h <= 0)
         return false;
     double ms = h * 3600.0 * 1000.0;
+    /* With TTL "never", any finite value shortens it; keep it below 100
+     * years so created_at + ttl stays a real RFC 3339 time. */
+    if (max_ms == IPD_TIME_NEVER && ms > TTL_CAP_MS)
+        ms = TTL_CAP_MS;
     *ttl_ms = ms >= (double)max_ms ? max_ms : (int64_t)ms;
     if (*ttl_ms < 1)
         *ttl_ms = 1;
@@ -327,10 +337,11 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
     }
     if (rc) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
-                        nlen ? "filename must be valid UTF-8 and not empty, "
-                               "\".\" or \"..\""
-                             : "the upload has no filename: give the part a "
-                               "filename or send a `filename` field");
+                        nlen || u->kind == UP_RAW
+                            ? "filename must be valid UTF-8 and not empty, "
+                              "\".\" or \"..\""
+                            : "the upload has no filename: give the part a "
+                              "filename or send a `filename` field");
         return false;
     }
     *ttl_ms = r->app->cfg->file_ttl_ms;
@@ -538,14 +549,8 @@ static void files_content(struct ipd_req *r)
     if (!lookup(r, &f))
         return;
     snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
-    const char *inm = ipd_req_header(r, MHD_HTTP_HEADER_IF_NONE_MATCH);
-    if (inm && (!strcmp(inm, etag) || !strcmp(inm, "*"))) {
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(0, NULL, MHD_RESPMEM_PERSISTENT);
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ETAG, etag);
-        ipd_reply_response(r, MHD_HTTP_NOT_MODIFIED, resp, 0);
-        return;
-    }
+    /* NEEDSWORK: no 304 for If-None-Match: libmicrohttpd 0.9.75 puts
+     * Content-Length: 0 on it, which RFC 9110 forbids. */
     enum ipd_err rc = ipd_blob_open(r->app->blobs, f.file_id, &fd, &size);
     if (rc) {
         /* Metadata without bytes is our fault, not the client's. */

@@ -106,6 +106,7 @@ struct ipd_req {
     uint64_t bytes_out;        /* response body size */
     int64_t bytes_in;          /* body bytes received */
     bool body_too_large;
+    bool deferred;             /* no body: start on the second call */
     const char *error_code;    /* for the access log */
 };
 
