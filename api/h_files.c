@@ -58,6 +58,7 @@ enum upload_kind { UP_RAW, UP_MULTIPART, UP_JSON };
 
 struct upload {
     enum upload_kind kind;
+    char file_id[IPD_ID_MAX];      /* chosen at the start: blobs need it */
     struct ipd_blob_writer *w;
     struct MHD_PostProcessor *pp;
     struct ipd_buf part_name;      /* filename of the `file` part */
@@ -161,8 +162,9 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
                             "filename is longer than 255 bytes");
                 return MHD_NO;
             }
-            enum ipd_err rc = ipd_blob_writer_new(
-                r->app->blobs, r->app->cfg->max_file_size, &u->w);
+            enum ipd_err rc =
+                ipd_blob_writer_new(r->app->blobs, u->file_id,
+                                    r->app->cfg->max_file_size, &u->w);
             if (rc) {
                 u->io_err = rc;
                 upload_fail(u, IPD_HE_INTERNAL_ERROR,
@@ -211,6 +213,7 @@ static void upload_begin(struct ipd_req *r)
     ipd_buf_init(&u->part_name, PART_NAME_MAX);
     ipd_buf_init(&u->filename_field, FIELD_MAX);
     ipd_buf_init(&u->ttl_field, 64);
+    ipd_id_new("file", u->file_id);
 
     if (cl && ipd_int_parse(cl, 0, INT64_MAX, &length))
         length = -1;
@@ -258,7 +261,8 @@ static void upload_begin(struct ipd_req *r)
                         "multipart/form-data with a `file` part)");
         return;
     }
-    rc = ipd_blob_writer_new(r->app->blobs, cfg->max_file_size, &u->w);
+    rc = ipd_blob_writer_new(r->app->blobs, u->file_id, cfg->max_file_size,
+                             &u->w);
     if (rc)
         ipd_reply_err(r, rc, "storing the upload");
 }
@@ -419,13 +423,16 @@ static void upload_finish(struct ipd_req *r)
         return;
     ipd_blob_writer_sha256(u->w, f.sha256);
     f.size = ipd_blob_writer_size(u->w);
-    rc = ipd_filetype_detect(r->app->ft, ipd_blob_writer_fd(u->w), f.filename,
-                             f.mime_type, f.file_type);
+    const void *head = NULL, *tail = NULL;
+    size_t head_len = 0;
+    ipd_blob_writer_sample(u->w, &head, &head_len, &tail);
+    rc = ipd_filetype_detect_buf(r->app->ft, head, head_len, tail, f.size,
+                                 f.filename, f.mime_type, f.file_type);
     if (rc) {
         ipd_reply_err(r, rc, "detecting the file type");
         return;
     }
-    ipd_id_new("file", f.file_id);
+    memcpy(f.file_id, u->file_id, sizeof(f.file_id));
     snprintf(f.tenant, sizeof(f.tenant), "%s", r->key.tenant);
     snprintf(f.user_id, sizeof(f.user_id), "%s", r->user_id);
     snprintf(f.source, sizeof(f.source), "upload");
@@ -433,7 +440,7 @@ static void upload_finish(struct ipd_req *r)
     f.created_at_ms = ipd_now_ms();
     f.expires_at_ms = ttl_ms == IPD_TIME_NEVER ? IPD_TIME_NEVER
                                                : f.created_at_ms + ttl_ms;
-    rc = ipd_blob_writer_commit(u->w, f.file_id);
+    rc = ipd_blob_writer_commit(u->w);
     u->w = NULL;
     if (rc) {
         ipd_reply_err(r, rc, "storing the upload");
@@ -539,19 +546,34 @@ const struct ipd_handler ipd_h_files_get = {
     .finish = files_get,
 };
 
+static ssize_t read_blob(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    (void)pos; /* sequential: libmicrohttpd asks in order */
+    ssize_t n = ipd_blob_reader_read(cls, buf, max);
+    if (n < 0)
+        return MHD_CONTENT_READER_END_WITH_ERROR;
+    if (n == 0)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    return n;
+}
+
+static void free_blob(void *cls)
+{
+    ipd_blob_reader_free(cls);
+}
+
 static void files_content(struct ipd_req *r)
 {
     struct ipd_file_meta f;
     char etag[IPD_SHA256_HEX + 2];
-    int fd = -1;
-    int64_t size = 0;
+    struct ipd_blob_reader *reader = NULL;
 
     if (!lookup(r, &f))
         return;
     snprintf(etag, sizeof(etag), "\"%s\"", f.sha256);
     /* NEEDSWORK: no 304 for If-None-Match: libmicrohttpd 0.9.75 puts
      * Content-Length: 0 on it, which RFC 9110 forbids. */
-    enum ipd_err rc = ipd_blob_open(r->app->blobs, f.file_id, &fd, &size);
+    enum ipd_err rc = ipd_blob_open(r->app->blobs, f.file_id, &reader);
     if (rc) {
         /* Metadata without bytes is our fault, not the client's. */
         ipd_error("request_id=%s file %s has metadata but no bytes (%s)",
@@ -560,12 +582,22 @@ static void files_content(struct ipd_req *r)
                       "reading the file");
         return;
     }
-    /* Streams from the file: libmicrohttpd sends with sendfile and closes
-     * the descriptor when done. */
-    struct MHD_Response *resp =
-        MHD_create_response_from_fd64((uint64_t)size, fd);
+    /* A local file goes out with sendfile (libmicrohttpd closes the
+     * descriptor); other stores stream through a read callback. */
+    struct MHD_Response *resp = NULL;
+    int fd = ipd_blob_reader_take_fd(reader);
+    if (fd >= 0) {
+        ipd_blob_reader_free(reader);
+        resp = MHD_create_response_from_fd64((uint64_t)f.size, fd);
+        if (!resp)
+            close(fd);
+    } else {
+        resp = MHD_create_response_from_callback(
+            (uint64_t)f.size, 64 * 1024, read_blob, reader, free_blob);
+        if (!resp)
+            ipd_blob_reader_free(reader);
+    }
     if (!resp) {
-        close(fd);
         ipd_reply_err(r, IPD_ERR_INTERNAL, "sending the file");
         return;
     }
@@ -578,7 +610,7 @@ static void files_content(struct ipd_req *r)
     MHD_add_response_header(resp, "Content-Security-Policy",
                             "default-src 'none'; sandbox");
     free(cd);
-    ipd_reply_response(r, MHD_HTTP_OK, resp, (uint64_t)size);
+    ipd_reply_response(r, MHD_HTTP_OK, resp, (uint64_t)f.size);
 }
 
 const struct ipd_handler ipd_h_files_content = {

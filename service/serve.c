@@ -79,7 +79,7 @@ int ipd_serve(struct ipd_config *cfg)
     rc = ipd_open_meta(cfg, &app.meta);
     if (rc)
         goto out;
-    rc = ipd_blobs_open(cfg->data_dir, &app.blobs);
+    rc = ipd_blobs_open_local(cfg->data_dir, &app.blobs);
     if (rc)
         goto out;
     rc = ipd_filetype_new(&app.ft);

@@ -1,61 +1,95 @@
 /*
- * blob.h - the bytes of stored files, on local disk.
+ * blob.h - the bytes of stored files, behind one interface with two
+ * backends: local disk (blob_local.c, the default) and GridFS
+ * (blob_gridfs.c, for several nodes sharing one MongoDB).
  *
- * Layout under <data-dir>/blobs/:
+ * Local layout under <data-dir>/blobs/:
  *   tmp/<random>.part   uploads in progress (removed on abort, and at start)
  *   <xx>/<file_id>      committed blobs; xx = two characters of the id
- * Paths derive only from the file id, never from a user's filename.
+ * GridFS: bucket "fs" (fs.files, fs.chunks) with _id = the file id.
+ * Either way the place derives only from the file id, never from a user's
+ * filename.
  *
- * Thread-safety: a struct ipd_blobs is shared; a writer belongs to one
- * request at a time.
+ * Thread-safety: a struct ipd_blobs is shared; a writer or reader belongs
+ * to one request at a time.
  */
 #ifndef IPD_BLOB_H
 #define IPD_BLOB_H
 
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "../service/crypto.h"
 #include "../service/ipd.h"
 
+/* How much of an upload's beginning a writer keeps for content sniffing. */
+#define IPD_BLOB_HEAD_MAX (256 * 1024)
+
 struct ipd_blobs;
 struct ipd_blob_writer;
+struct ipd_blob_reader;
+struct ipd_mongo;
 
-/* Open (creating) the store under dir/blobs and remove stale temporary
- * files.  *out is new; free with ipd_blobs_free. */
-enum ipd_err ipd_blobs_open(const char *data_dir, struct ipd_blobs **out);
+/* Open (creating) the local store under data_dir/blobs and remove stale
+ * temporary files.  *out is new; free with ipd_blobs_free. */
+enum ipd_err ipd_blobs_open_local(const char *data_dir,
+                                  struct ipd_blobs **out);
+/* The GridFS store on mg (borrowed; must outlive the store). */
+enum ipd_err ipd_blobs_open_gridfs(struct ipd_mongo *mg,
+                                   struct ipd_blobs **out);
 void ipd_blobs_free(struct ipd_blobs *b); /* NULL is fine */
-const char *ipd_blobs_backend(const struct ipd_blobs *b); /* "local" */
+const char *ipd_blobs_backend(const struct ipd_blobs *b); /* "local", "gridfs" */
 /* IPD_OK when the store can take writes (readiness). */
 enum ipd_err ipd_blobs_ping(struct ipd_blobs *b);
 
-/* Start a new upload of at most max_size bytes into a temporary file.
+/* Start an upload of at most max_size bytes that will belong to file_id.
  * *out is new; end it with ipd_blob_writer_commit or _abort. */
-enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, int64_t max_size,
+enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, const char *file_id,
+                                 int64_t max_size,
                                  struct ipd_blob_writer **out);
 /* Append; IPD_ERR_TOO_LARGE once the total would pass max_size (nothing of
- * that chunk is written), IPD_ERR_IO on a write error. */
+ * that chunk is written), IPD_ERR_IO / IPD_ERR_UNAVAILABLE when the
+ * backend fails. */
 enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
                                    const void *data, size_t len);
 int64_t ipd_blob_writer_size(const struct ipd_blob_writer *w);
-/* A descriptor to read the written bytes with pread (borrowed: valid until
- * commit or abort). */
-int ipd_blob_writer_fd(const struct ipd_blob_writer *w);
+/* The first bytes written (up to IPD_BLOB_HEAD_MAX) and the last 4
+ * (*tail NULL when fewer than 4 were written); borrowed, valid until
+ * commit or abort. */
+void ipd_blob_writer_sample(const struct ipd_blob_writer *w,
+                            const void **head, size_t *head_len,
+                            const void **tail);
 /* The SHA-256 of everything written; call once, after the last write. */
 void ipd_blob_writer_sha256(struct ipd_blob_writer *w,
                             char hex[IPD_SHA256_HEX]);
-/* fsync, rename into place under file_id, fsync the directory, free w. */
-enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w,
-                                    const char *file_id);
-/* Remove the temporary file and free w; NULL is fine. */
+/* Make the bytes durable under the writer's file id and free w (also on
+ * failure, after removing what was written). */
+enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w);
+/* Remove what was written and free w; NULL is fine. */
 void ipd_blob_writer_abort(struct ipd_blob_writer *w);
 
-/* Open a committed blob for reading.  *fd is new (close it); *size its
- * length.  IPD_ERR_NOT_FOUND when the bytes are missing. */
-enum ipd_err ipd_blob_open(struct ipd_blobs *b, const char *file_id, int *fd,
-                           int64_t *size);
+/* Open a committed blob for reading.  *out is new (ipd_blob_reader_free).
+ * IPD_ERR_NOT_FOUND when the bytes are missing. */
+enum ipd_err ipd_blob_open(struct ipd_blobs *b, const char *file_id,
+                           struct ipd_blob_reader **out);
+/* For blobs that are plain local files: hand over the descriptor (the
+ * caller now owns it and the reader no longer reads).  -1 otherwise. */
+int ipd_blob_reader_take_fd(struct ipd_blob_reader *r);
+/* Read up to n bytes: the count, 0 at the end, -1 on an error. */
+ssize_t ipd_blob_reader_read(struct ipd_blob_reader *r, void *buf,
+                             size_t n);
+void ipd_blob_reader_free(struct ipd_blob_reader *r); /* NULL is fine */
+
 /* Remove a committed blob; IPD_ERR_NOT_FOUND when already gone. */
 enum ipd_err ipd_blob_delete(struct ipd_blobs *b, const char *file_id);
-/* Number of temporary files (tests and status). */
-enum ipd_err ipd_blobs_count_tmp(struct ipd_blobs *b, int64_t *n);
+/* Call fn for every committed blob (orphan checks); stops early when fn
+ * returns non-zero. */
+enum ipd_err ipd_blob_list(struct ipd_blobs *b,
+                           int (*fn)(void *cls, const char *file_id,
+                                     int64_t size),
+                           void *cls);
+/* Uploads started and not finished (temporary files, open GridFS
+ * uploads): tests and status. */
+enum ipd_err ipd_blobs_count_incomplete(struct ipd_blobs *b, int64_t *n);
 
 #endif

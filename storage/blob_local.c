@@ -14,20 +14,36 @@
 
 #include "../service/log.h"
 #include "../service/util.h"
-#include "blob.h"
+#include "blob_internal.h"
 
-struct ipd_blobs {
+/* Start writeback every this many bytes, so the final fsync of a large
+ * upload has little left to do (the disk works while the network does). */
+#define WRITEBACK_CHUNK (8 * 1024 * 1024)
+
+struct local_blobs {
+    struct ipd_blobs base;
     int dirfd; /* <data-dir>/blobs */
     int tmpfd; /* <data-dir>/blobs/tmp */
 };
 
-struct ipd_blob_writer {
-    struct ipd_blobs *blobs;
+struct local_writer {
+    struct ipd_blob_writer base;
     int fd;
     char tmpname[64];
-    int64_t size, max;
-    struct ipd_sha256 *sha;
+    int64_t synced; /* bytes handed to writeback so far */
 };
+
+struct local_reader {
+    struct ipd_blob_reader base;
+    int fd;
+};
+
+static const struct ipd_blobs_ops local_ops;
+
+static struct local_blobs *local(struct ipd_blobs *b)
+{
+    return (struct local_blobs *)b;
+}
 
 static enum ipd_err mkdir_at(int dirfd, const char *name)
 {
@@ -36,32 +52,45 @@ static enum ipd_err mkdir_at(int dirfd, const char *name)
     return IPD_OK;
 }
 
-/* Temporary files left by a crash or kill belong to no request now. */
-static void remove_stale_tmp(struct ipd_blobs *b)
+/* Call fn for each entry of the directory at dirfd (not . or ..). */
+static enum ipd_err each_entry(int dirfd,
+                               int (*fn)(void *cls, const char *name),
+                               void *cls)
 {
-    int fd = dup(b->tmpfd);
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
     if (!d) {
         if (fd >= 0)
             close(fd);
-        return;
+        return IPD_ERR_IO;
     }
-    rewinddir(d);
     while ((e = readdir(d))) {
-        if (e->d_name[0] == '.')
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        if (unlinkat(b->tmpfd, e->d_name, 0) == 0)
-            ipd_info("removed stale temporary upload %s", e->d_name);
+        if (fn(cls, e->d_name))
+            break;
     }
     closedir(d);
+    return IPD_OK;
 }
 
-enum ipd_err ipd_blobs_open(const char *data_dir, struct ipd_blobs **out)
+static int remove_stale(void *cls, const char *name)
+{
+    struct local_blobs *b = cls;
+    /* Temporary files left by a crash or kill belong to no request now. */
+    if (unlinkat(b->tmpfd, name, 0) == 0)
+        ipd_info("removed stale temporary upload %s", name);
+    return 0;
+}
+
+enum ipd_err ipd_blobs_open_local(const char *data_dir,
+                                  struct ipd_blobs **out)
 {
     enum ipd_err rc = IPD_OK;
-    struct ipd_blobs *b = ipd_xcalloc(1, sizeof(*b));
+    struct local_blobs *b = ipd_xcalloc(1, sizeof(*b));
     int root = -1;
+    b->base.ops = &local_ops;
     b->dirfd = b->tmpfd = -1;
 
     root = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -79,24 +108,23 @@ enum ipd_err ipd_blobs_open(const char *data_dir, struct ipd_blobs **out)
         rc = IPD_ERR_IO;
         goto out;
     }
-    remove_stale_tmp(b);
+    each_entry(b->tmpfd, remove_stale, b);
 out:
     if (root >= 0)
         close(root);
     if (rc) {
         ipd_error("cannot open blob store under %s/blobs: %s", data_dir,
                   strerror(errno));
-        ipd_blobs_free(b);
+        ipd_blobs_free(&b->base);
         b = NULL;
     }
-    *out = b;
+    *out = b ? &b->base : NULL;
     return rc;
 }
 
-void ipd_blobs_free(struct ipd_blobs *b)
+static void local_free(struct ipd_blobs *base)
 {
-    if (!b)
-        return;
+    struct local_blobs *b = local(base);
     if (b->tmpfd >= 0)
         close(b->tmpfd);
     if (b->dirfd >= 0)
@@ -104,29 +132,24 @@ void ipd_blobs_free(struct ipd_blobs *b)
     free(b);
 }
 
-const char *ipd_blobs_backend(const struct ipd_blobs *b)
+static enum ipd_err local_ping(struct ipd_blobs *base)
 {
-    (void)b;
-    return "local";
-}
-
-enum ipd_err ipd_blobs_ping(struct ipd_blobs *b)
-{
-    /* Writable and not full: the checks an upload would fail on. */
-    struct stat st;
-    if (fstat(b->dirfd, &st) || faccessat(b->tmpfd, ".", W_OK, 0))
+    /* Writable: the check an upload would fail on first. */
+    if (faccessat(local(base)->tmpfd, ".", W_OK, 0))
         return IPD_ERR_IO;
     return IPD_OK;
 }
 
-enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, int64_t max_size,
-                                 struct ipd_blob_writer **out)
+static enum ipd_err local_writer_new(struct ipd_blobs *base,
+                                     const char *file_id,
+                                     struct ipd_blob_writer **out)
 {
-    struct ipd_blob_writer *w = ipd_xcalloc(1, sizeof(*w));
+    struct local_writer *w = ipd_xcalloc(1, sizeof(*w));
     char id[IPD_ID_MAX];
+    (void)file_id;
     ipd_id_new("up", id);
     snprintf(w->tmpname, sizeof(w->tmpname), "%s.part", id);
-    w->fd = openat(b->tmpfd, w->tmpname,
+    w->fd = openat(local(base)->tmpfd, w->tmpname,
                    O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (w->fd < 0) {
         ipd_error("cannot create temporary upload: %s", strerror(errno));
@@ -134,20 +157,15 @@ enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, int64_t max_size,
         *out = NULL;
         return IPD_ERR_IO;
     }
-    w->blobs = b;
-    w->max = max_size;
-    w->sha = ipd_sha256_new();
-    *out = w;
+    *out = &w->base;
     return IPD_OK;
 }
 
-enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
-                                   const void *data, size_t len)
+static enum ipd_err local_write(struct ipd_blob_writer *base,
+                                const void *data, size_t len)
 {
+    struct local_writer *w = (struct local_writer *)base;
     const char *p = data;
-    if ((int64_t)len > w->max - w->size)
-        return IPD_ERR_TOO_LARGE;
-    ipd_sha256_update(w->sha, data, len);
     while (len) {
         ssize_t n = write(w->fd, p, len);
         if (n < 0 && errno == EINTR)
@@ -158,25 +176,15 @@ enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
         }
         p += n;
         len -= (size_t)n;
-        w->size += n;
+    }
+    int64_t end = base->size + (p - (const char *)data);
+    if (end - w->synced >= WRITEBACK_CHUNK) {
+        /* Best effort: only starts writeback, never waits for it. */
+        sync_file_range(w->fd, w->synced, end - w->synced,
+                        SYNC_FILE_RANGE_WRITE);
+        w->synced = end;
     }
     return IPD_OK;
-}
-
-int64_t ipd_blob_writer_size(const struct ipd_blob_writer *w)
-{
-    return w->size;
-}
-
-int ipd_blob_writer_fd(const struct ipd_blob_writer *w)
-{
-    return w->fd;
-}
-
-void ipd_blob_writer_sha256(struct ipd_blob_writer *w,
-                            char hex[IPD_SHA256_HEX])
-{
-    ipd_sha256_final(w->sha, hex);
 }
 
 /* "ab/file_ab..." from the id's random part: spreads blobs over 1024
@@ -191,6 +199,8 @@ static enum ipd_err blob_path(const char *file_id, char dir[3],
     dir[0] = r[1];
     dir[1] = r[2];
     dir[2] = '\0';
+    if (dir[0] == '.' || dir[1] == '.' || dir[1] == '/')
+        return IPD_ERR_INVALID;
     snprintf(path, IPD_ID_MAX + 4, "%s/%s", dir, file_id);
     return IPD_OK;
 }
@@ -205,14 +215,27 @@ static enum ipd_err fsync_dir_at(int dirfd, const char *name)
     return r ? IPD_ERR_IO : IPD_OK;
 }
 
-enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w,
-                                    const char *file_id)
+static void local_abort(struct ipd_blob_writer *base)
 {
+    struct local_writer *w = (struct local_writer *)base;
+    struct local_blobs *b = local(base->blobs);
+    if (w->fd >= 0)
+        close(w->fd);
+    if (w->tmpname[0] && unlinkat(b->tmpfd, w->tmpname, 0))
+        ipd_error("removing temporary upload %s: %s", w->tmpname,
+                  strerror(errno));
+    ipd__blob_writer_release(base);
+    free(w);
+}
+
+static enum ipd_err local_commit(struct ipd_blob_writer *base)
+{
+    struct local_writer *w = (struct local_writer *)base;
+    struct local_blobs *b = local(base->blobs);
     enum ipd_err rc = IPD_OK;
     char dir[3], path[IPD_ID_MAX + 4];
-    struct ipd_blobs *b = w->blobs;
 
-    rc = blob_path(file_id, dir, path);
+    rc = blob_path(base->file_id, dir, path);
     if (rc)
         goto out;
     rc = mkdir_at(b->dirfd, dir);
@@ -229,71 +252,142 @@ enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w,
     w->tmpname[0] = '\0';
     /* The rename is durable only once the directory entry is. */
     rc = fsync_dir_at(b->dirfd, dir);
+    if (rc)
+        unlinkat(b->dirfd, path, 0);
 out:
     if (rc)
-        ipd_error("committing blob %s: %s", file_id, strerror(errno));
-    ipd_blob_writer_abort(w);
+        ipd_error("committing blob %s: %s", base->file_id, strerror(errno));
+    local_abort(base);
     return rc;
 }
 
-void ipd_blob_writer_abort(struct ipd_blob_writer *w)
-{
-    if (!w)
-        return;
-    if (w->fd >= 0)
-        close(w->fd);
-    if (w->tmpname[0] && unlinkat(w->blobs->tmpfd, w->tmpname, 0))
-        ipd_error("removing temporary upload %s: %s", w->tmpname,
-                  strerror(errno));
-    ipd_sha256_free(w->sha);
-    free(w);
-}
-
-enum ipd_err ipd_blob_open(struct ipd_blobs *b, const char *file_id, int *fd,
-                           int64_t *size)
+static enum ipd_err local_open(struct ipd_blobs *base, const char *file_id,
+                               struct ipd_blob_reader **out)
 {
     char dir[3], path[IPD_ID_MAX + 4];
     struct stat st;
-    *fd = -1;
     if (blob_path(file_id, dir, path))
         return IPD_ERR_NOT_FOUND;
-    int f = openat(b->dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int f = openat(local(base)->dirfd, path,
+                   O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (f < 0)
         return errno == ENOENT ? IPD_ERR_NOT_FOUND : IPD_ERR_IO;
     if (fstat(f, &st) || !S_ISREG(st.st_mode)) {
         close(f);
         return IPD_ERR_IO;
     }
-    *fd = f;
-    *size = st.st_size;
+    struct local_reader *r = ipd_xcalloc(1, sizeof(*r));
+    r->fd = f;
+    *out = &r->base;
     return IPD_OK;
 }
 
-enum ipd_err ipd_blob_delete(struct ipd_blobs *b, const char *file_id)
+static int local_take_fd(struct ipd_blob_reader *base)
+{
+    struct local_reader *r = (struct local_reader *)base;
+    int fd = r->fd;
+    r->fd = -1;
+    return fd;
+}
+
+static ssize_t local_read(struct ipd_blob_reader *base, void *buf, size_t n)
+{
+    struct local_reader *r = (struct local_reader *)base;
+    ssize_t got;
+    if (r->fd < 0)
+        return -1;
+    do {
+        got = read(r->fd, buf, n);
+    } while (got < 0 && errno == EINTR);
+    return got;
+}
+
+static void local_reader_free(struct ipd_blob_reader *base)
+{
+    struct local_reader *r = (struct local_reader *)base;
+    if (r->fd >= 0)
+        close(r->fd);
+    free(r);
+}
+
+static enum ipd_err local_del(struct ipd_blobs *base, const char *file_id)
 {
     char dir[3], path[IPD_ID_MAX + 4];
     if (blob_path(file_id, dir, path))
         return IPD_ERR_NOT_FOUND;
-    if (unlinkat(b->dirfd, path, 0))
+    if (unlinkat(local(base)->dirfd, path, 0))
         return errno == ENOENT ? IPD_ERR_NOT_FOUND : IPD_ERR_IO;
     return IPD_OK;
 }
 
-enum ipd_err ipd_blobs_count_tmp(struct ipd_blobs *b, int64_t *n)
+struct list_ctx {
+    struct local_blobs *b;
+    int (*fn)(void *cls, const char *file_id, int64_t size);
+    void *cls;
+    int subdir;
+    int stop;
+};
+
+static int list_file(void *cls, const char *name)
 {
-    int fd = dup(b->tmpfd);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *e;
-    *n = 0;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return IPD_ERR_IO;
-    }
-    rewinddir(d);
-    while ((e = readdir(d)))
-        if (e->d_name[0] != '.')
-            (*n)++;
-    closedir(d);
-    return IPD_OK;
+    struct list_ctx *c = cls;
+    struct stat st;
+    if (fstatat(c->subdir, name, &st, AT_SYMLINK_NOFOLLOW) ||
+        !S_ISREG(st.st_mode))
+        return 0;
+    c->stop = c->fn(c->cls, name, st.st_size);
+    return c->stop;
 }
+
+static int list_dir(void *cls, const char *name)
+{
+    struct list_ctx *c = cls;
+    if (!strcmp(name, "tmp") || strlen(name) != 2)
+        return 0;
+    c->subdir = openat(c->b->dirfd, name,
+                       O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+    if (c->subdir < 0)
+        return 0;
+    each_entry(c->subdir, list_file, c);
+    close(c->subdir);
+    return c->stop;
+}
+
+static enum ipd_err local_list(struct ipd_blobs *base,
+                               int (*fn)(void *cls, const char *file_id,
+                                         int64_t size),
+                               void *cls)
+{
+    struct list_ctx c = {local(base), fn, cls, -1, 0};
+    return each_entry(c.b->dirfd, list_dir, &c);
+}
+
+static int count_one(void *cls, const char *name)
+{
+    (void)name;
+    (*(int64_t *)cls)++;
+    return 0;
+}
+
+static enum ipd_err local_count_incomplete(struct ipd_blobs *base, int64_t *n)
+{
+    *n = 0;
+    return each_entry(local(base)->tmpfd, count_one, n);
+}
+
+static const struct ipd_blobs_ops local_ops = {
+    .name = "local",
+    .free = local_free,
+    .ping = local_ping,
+    .writer_new = local_writer_new,
+    .write = local_write,
+    .commit = local_commit,
+    .abort = local_abort,
+    .open = local_open,
+    .take_fd = local_take_fd,
+    .read = local_read,
+    .reader_free = local_reader_free,
+    .del = local_del,
+    .list = local_list,
+    .count_incomplete = local_count_incomplete,
+};

@@ -37,6 +37,16 @@ enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
                                  char mime[IPD_MIME_MAX],
                                  char file_type[IPD_FILE_TYPE_MAX]);
 
+/* The same from bytes in memory: head is the first n bytes of the file
+ * (libmagic looks at these; 1 MiB is plenty), tail its last 4 bytes or
+ * NULL, size its total length.  For stores that can't pread (GridFS). */
+enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft,
+                                     const void *head, size_t n,
+                                     const void *tail, int64_t size,
+                                     const char *filename,
+                                     char mime[IPD_MIME_MAX],
+                                     char file_type[IPD_FILE_TYPE_MAX]);
+
 /* The pure mapping (unit-tested without libmagic): the category and
  * refined MIME type for libmagic's answer `magic_mime` and the filename. */
 void ipd_filetype_classify(const char *magic_mime, const char *filename,

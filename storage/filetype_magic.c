@@ -163,31 +163,14 @@ out:
     return rc;
 }
 
-/* Parquet starts and ends with "PAR1"; libmagic 5.44 does not know it. */
-static enum ipd_err is_parquet(int fd, const unsigned char *head, size_t n,
-                               bool *yes)
+/* Parquet starts and ends with "PAR1"; libmagic 5.44 does not know it.
+ * tail is the file's last 4 bytes (NULL when unknown). */
+static bool is_parquet(const unsigned char *head, size_t n,
+                       const unsigned char *tail, int64_t size)
 {
-    enum ipd_err rc = IPD_OK;
-    struct stat st;
-    unsigned char tail[4];
-    size_t got = 0;
-
-    *yes = false;
-    if (n < 4 || memcmp(head, "PAR1", 4) != 0)
-        goto out;
-    if (fstat(fd, &st) != 0) {
-        rc = IPD_ERR_IO;
-        goto out;
-    }
     /* Header magic, at least a footer length, footer magic. */
-    if (st.st_size < 12)
-        goto out;
-    rc = read_at(fd, tail, sizeof(tail), st.st_size - 4, &got);
-    if (rc)
-        goto out;
-    *yes = got == sizeof(tail) && memcmp(tail, "PAR1", 4) == 0;
-out:
-    return rc;
+    return n >= 4 && memcmp(head, "PAR1", 4) == 0 && tail && size >= 12 &&
+           memcmp(tail, "PAR1", 4) == 0;
 }
 
 /*
@@ -200,26 +183,45 @@ out:
  *  - Parquet.
  * Both only ever make binary content more specific, never text.
  */
-static enum ipd_err second_opinion(int fd, const unsigned char *head,
-                                   size_t n, char magic[IPD_MIME_MAX])
+static void second_opinion(const unsigned char *head, size_t n,
+                           const unsigned char *tail, int64_t size,
+                           char magic[IPD_MIME_MAX])
 {
-    enum ipd_err rc = IPD_OK;
-    bool parquet = false;
-
     if (strcmp(magic, "application/octet-stream") != 0)
-        goto out;
-    if (n >= 4 && memcmp(head, "PK\003\004", 4) == 0) {
+        return;
+    if (n >= 4 && memcmp(head, "PK\003\004", 4) == 0)
         memcpy(magic, "application/zip", sizeof("application/zip"));
-        goto out;
-    }
-    rc = is_parquet(fd, head, n, &parquet);
-    if (rc)
-        goto out;
-    if (parquet)
+    else if (is_parquet(head, n, tail, size))
         memcpy(magic, "application/vnd.apache.parquet",
                sizeof("application/vnd.apache.parquet"));
-out:
-    return rc;
+}
+
+enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft,
+                                     const void *head, size_t n,
+                                     const void *tail, int64_t size,
+                                     const char *filename,
+                                     char mime[IPD_MIME_MAX],
+                                     char file_type[IPD_FILE_TYPE_MAX])
+{
+    magic_t m = NULL;
+    const char *answer = NULL;
+    char magic[IPD_MIME_MAX] = "application/octet-stream";
+
+    mime[0] = '\0';
+    file_type[0] = '\0';
+    enum ipd_err rc = handle_acquire(ft, &m);
+    if (rc)
+        return rc;
+    answer = magic_buffer(m, head, n);
+    /* The answer lives in the handle until its next call: copy it before
+     * the handle goes back.  No answer (libmagic failed on these bytes)
+     * counts as unknown content, so it is "binary", never a failed upload. */
+    if (answer && strlen(answer) < sizeof(magic))
+        memcpy(magic, answer, strlen(answer) + 1);
+    handle_release(ft, m);
+    second_opinion(head, n, tail, size, magic);
+    ipd_filetype_classify(magic, filename, mime, file_type);
+    return IPD_OK;
 }
 
 enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
@@ -228,11 +230,9 @@ enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
                                  char file_type[IPD_FILE_TYPE_MAX])
 {
     enum ipd_err rc = IPD_OK;
-    unsigned char *buf = NULL;
-    size_t n = 0;
-    magic_t m = NULL;
-    const char *answer = NULL;
-    char magic[IPD_MIME_MAX] = "application/octet-stream";
+    unsigned char *buf = NULL, tail[4];
+    size_t n = 0, got = 0;
+    struct stat st;
 
     mime[0] = '\0';
     file_type[0] = '\0';
@@ -242,21 +242,17 @@ enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
     rc = read_at(fd, buf, SAMPLE_MAX, 0, &n);
     if (rc)
         goto out;
-    rc = handle_acquire(ft, &m);
-    if (rc)
+    if (fstat(fd, &st) != 0) {
+        rc = IPD_ERR_IO;
         goto out;
-    answer = magic_buffer(m, buf, n);
-    /* The answer lives in the handle until its next call: copy it before
-     * the handle goes back.  No answer (libmagic failed on these bytes)
-     * counts as unknown content, so it is "binary", never a failed upload. */
-    if (answer && strlen(answer) < sizeof(magic))
-        memcpy(magic, answer, strlen(answer) + 1);
-    handle_release(ft, m);
-
-    rc = second_opinion(fd, buf, n, magic);
-    if (rc)
-        goto out;
-    ipd_filetype_classify(magic, filename, mime, file_type);
+    }
+    if (st.st_size >= 4) {
+        rc = read_at(fd, tail, sizeof(tail), st.st_size - 4, &got);
+        if (rc)
+            goto out;
+    }
+    rc = ipd_filetype_detect_buf(ft, buf, n, got == sizeof(tail) ? tail : NULL,
+                                 st.st_size, filename, mime, file_type);
 out:
     free(buf);
     return rc;

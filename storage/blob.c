@@ -1,0 +1,159 @@
+/*
+ * blob.c - the backend-independent half of blob.h: the size limit, the
+ * SHA-256 and the sample for content sniffing are computed here, once,
+ * whatever stores the bytes.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob_internal.h"
+
+void ipd_blobs_free(struct ipd_blobs *b)
+{
+    if (b)
+        b->ops->free(b);
+}
+
+const char *ipd_blobs_backend(const struct ipd_blobs *b)
+{
+    return b->ops->name;
+}
+
+enum ipd_err ipd_blobs_ping(struct ipd_blobs *b)
+{
+    return b->ops->ping(b);
+}
+
+enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, const char *file_id,
+                                 int64_t max_size,
+                                 struct ipd_blob_writer **out)
+{
+    struct ipd_blob_writer *w = NULL;
+    *out = NULL;
+    if (strlen(file_id) >= IPD_ID_MAX)
+        return IPD_ERR_INVALID;
+    enum ipd_err rc = b->ops->writer_new(b, file_id, &w);
+    if (rc)
+        return rc;
+    w->blobs = b;
+    memcpy(w->file_id, file_id, strlen(file_id) + 1);
+    w->max = max_size;
+    w->sha = ipd_sha256_new();
+    *out = w;
+    return IPD_OK;
+}
+
+enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
+                                   const void *data, size_t len)
+{
+    const unsigned char *p = data;
+    if ((int64_t)len > w->max - w->size)
+        return IPD_ERR_TOO_LARGE;
+    if (!len)
+        return IPD_OK;
+    enum ipd_err rc = w->blobs->ops->write(w, data, len);
+    if (rc)
+        return rc;
+    ipd_sha256_update(w->sha, data, len);
+    if (w->head_len < IPD_BLOB_HEAD_MAX) {
+        size_t n = IPD_BLOB_HEAD_MAX - w->head_len;
+        if (n > len)
+            n = len;
+        if (!w->head)
+            w->head = ipd_xmalloc(IPD_BLOB_HEAD_MAX);
+        memcpy(w->head + w->head_len, p, n);
+        w->head_len += n;
+    }
+    /* Keep the last four bytes across chunk boundaries. */
+    if (len >= 4) {
+        memcpy(w->tail, p + len - 4, 4);
+    } else {
+        memmove(w->tail, w->tail + len, 4 - len);
+        memcpy(w->tail + 4 - len, p, len);
+    }
+    w->size += (int64_t)len;
+    return IPD_OK;
+}
+
+int64_t ipd_blob_writer_size(const struct ipd_blob_writer *w)
+{
+    return w->size;
+}
+
+void ipd_blob_writer_sample(const struct ipd_blob_writer *w,
+                            const void **head, size_t *head_len,
+                            const void **tail)
+{
+    *head = w->head ? (const void *)w->head : (const void *)"";
+    *head_len = w->head_len;
+    *tail = w->size >= 4 ? (const void *)w->tail : NULL;
+}
+
+void ipd_blob_writer_sha256(struct ipd_blob_writer *w,
+                            char hex[IPD_SHA256_HEX])
+{
+    ipd_sha256_final(w->sha, hex);
+}
+
+enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w)
+{
+    return w->blobs->ops->commit(w);
+}
+
+void ipd_blob_writer_abort(struct ipd_blob_writer *w)
+{
+    if (w)
+        w->blobs->ops->abort(w);
+}
+
+void ipd__blob_writer_release(struct ipd_blob_writer *w)
+{
+    ipd_sha256_free(w->sha);
+    free(w->head);
+    w->sha = NULL;
+    w->head = NULL;
+}
+
+enum ipd_err ipd_blob_open(struct ipd_blobs *b, const char *file_id,
+                           struct ipd_blob_reader **out)
+{
+    *out = NULL;
+    enum ipd_err rc = b->ops->open(b, file_id, out);
+    if (!rc)
+        (*out)->blobs = b;
+    return rc;
+}
+
+int ipd_blob_reader_take_fd(struct ipd_blob_reader *r)
+{
+    return r->blobs->ops->take_fd(r);
+}
+
+ssize_t ipd_blob_reader_read(struct ipd_blob_reader *r, void *buf, size_t n)
+{
+    return r->blobs->ops->read(r, buf, n);
+}
+
+void ipd_blob_reader_free(struct ipd_blob_reader *r)
+{
+    if (r)
+        r->blobs->ops->reader_free(r);
+}
+
+enum ipd_err ipd_blob_delete(struct ipd_blobs *b, const char *file_id)
+{
+    return b->ops->del(b, file_id);
+}
+
+enum ipd_err ipd_blob_list(struct ipd_blobs *b,
+                           int (*fn)(void *cls, const char *file_id,
+                                     int64_t size),
+                           void *cls)
+{
+    return b->ops->list(b, fn, cls);
+}
+
+enum ipd_err ipd_blobs_count_incomplete(struct ipd_blobs *b, int64_t *n)
+{
+    return b->ops->count_incomplete(b, n);
+}

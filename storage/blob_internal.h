@@ -1,0 +1,57 @@
+/*
+ * blob_internal.h - what blob.c and the blob backends share.
+ */
+#ifndef IPD_BLOB_INTERNAL_H
+#define IPD_BLOB_INTERNAL_H
+
+#include "../service/util.h"
+#include "blob.h"
+
+struct ipd_blobs_ops {
+    const char *name;
+    void (*free)(struct ipd_blobs *b);
+    enum ipd_err (*ping)(struct ipd_blobs *b);
+    /* Allocate the backend's writer (embedding struct ipd_blob_writer
+     * first) and start storing; the common fields are set by blob.c. */
+    enum ipd_err (*writer_new)(struct ipd_blobs *b, const char *file_id,
+                               struct ipd_blob_writer **out);
+    enum ipd_err (*write)(struct ipd_blob_writer *w, const void *data,
+                          size_t len);
+    enum ipd_err (*commit)(struct ipd_blob_writer *w);
+    void (*abort)(struct ipd_blob_writer *w); /* removes and frees */
+    enum ipd_err (*open)(struct ipd_blobs *b, const char *file_id,
+                         struct ipd_blob_reader **out);
+    int (*take_fd)(struct ipd_blob_reader *r);
+    ssize_t (*read)(struct ipd_blob_reader *r, void *buf, size_t n);
+    void (*reader_free)(struct ipd_blob_reader *r);
+    enum ipd_err (*del)(struct ipd_blobs *b, const char *file_id);
+    enum ipd_err (*list)(struct ipd_blobs *b,
+                         int (*fn)(void *cls, const char *file_id,
+                                   int64_t size),
+                         void *cls);
+    enum ipd_err (*count_incomplete)(struct ipd_blobs *b, int64_t *n);
+};
+
+struct ipd_blobs {
+    const struct ipd_blobs_ops *ops;
+};
+
+/* Common writer state; backends embed it first. */
+struct ipd_blob_writer {
+    struct ipd_blobs *blobs;
+    char file_id[IPD_ID_MAX];
+    int64_t size, max;
+    struct ipd_sha256 *sha;
+    unsigned char *head;  /* first bytes, up to IPD_BLOB_HEAD_MAX */
+    size_t head_len;
+    unsigned char tail[4]; /* last 4 bytes */
+};
+
+struct ipd_blob_reader {
+    struct ipd_blobs *blobs;
+};
+
+/* Free the common writer state (backends call it from abort/commit). */
+void ipd__blob_writer_release(struct ipd_blob_writer *w);
+
+#endif
