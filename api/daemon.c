@@ -331,6 +331,13 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
                   "numeric host)", c->listen);
         return IPD_ERR_INVALID;
     }
+    /* One event loop per core: list requests are CPU-bound, and more
+     * threads than cores only add scheduling delay to the tail. */
+    unsigned threads = (unsigned)c->threads;
+    if (!threads) {
+        long n = sysconf(_SC_NPROCESSORS_ONLN);
+        threads = n < 2 ? 2 : (unsigned)n;
+    }
     d = ipd_xcalloc(1, sizeof(*d));
     d->app = app;
     pthread_mutex_init(&d->lock, NULL);
@@ -344,7 +351,7 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
         /* The logger must come first to catch option errors too. */
         MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, d,
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, (unsigned)c->threads,
+        MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)((c->connection_timeout_ms + 999) / 1000),

@@ -46,12 +46,10 @@ void ipd_reply_response(struct ipd_req *r, unsigned status,
     MHD_destroy_response(resp);
 }
 
-void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
+/* A JSON body we own (malloc'd text of len bytes). */
+static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
+                            size_t len)
 {
-    char *text = json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(json);
-    IPD_ASSERT(text);
-    size_t len = strlen(text);
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         len, text, MHD_RESPMEM_MUST_FREE);
     IPD_ASSERT(resp);
@@ -59,6 +57,22 @@ void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
                             "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     ipd_reply_response(r, status, resp, len);
+}
+
+void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
+{
+    char *text = json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII);
+    json_decref(json);
+    IPD_ASSERT(text);
+    reply_json_text(r, status, text, strlen(text));
+}
+
+void ipd_reply_json_buf(struct ipd_req *r, unsigned status,
+                        struct ipd_buf *b)
+{
+    size_t len = 0;
+    char *text = ipd_buf_detach(b, &len);
+    reply_json_text(r, status, text, len);
 }
 
 void ipd_reply_empty(struct ipd_req *r, unsigned status)

@@ -112,6 +112,10 @@ struct ipd_req {
 
 /* Reply with a JSON document (steals json).  Adds the common headers. */
 void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json);
+/* Reply with JSON text already written into b (see json_out.h); takes
+ * b's storage and leaves b empty. */
+void ipd_reply_json_buf(struct ipd_req *r, unsigned status,
+                        struct ipd_buf *b);
 /* Reply with the contract's error body; the message is printf-style. */
 void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
                      const char *fmt, ...) IPD_PRINTF(3, 4);
@@ -150,8 +154,6 @@ extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
 
-/* The File object of CONTRACT.md (new reference). */
-json_t *ipd_file_json(const struct ipd_file_meta *f);
 
 /* The HTTP daemon. */
 struct ipd_daemon;

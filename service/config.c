@@ -40,13 +40,14 @@ static const struct opt opts[] = {
      "files per user (-1: unlimited)"},
     {"quota-bytes", OPT_SIZE, OFF(quota_bytes), "1G", false,
      "bytes per user"},
-    {"threads", OPT_INT, OFF(threads), "8", false, "HTTP worker threads"},
+    {"threads", OPT_INT, OFF(threads), "0", false,
+     "HTTP event-loop threads (0: one per CPU core, at least 2)"},
     {"max-connections", OPT_INT, OFF(max_connections), "1024", false,
      "concurrent connections"},
     {"connection-timeout", OPT_DURATION, OFF(connection_timeout_ms), "60s",
      false, "idle connection timeout"},
-    {"connection-memory", OPT_SIZE, OFF(connection_memory), "64K", false,
-     "per-connection buffer memory"},
+    {"connection-memory", OPT_SIZE, OFF(connection_memory), "256K", false,
+     "per-connection buffer memory (larger reads make uploads faster)"},
     {"shutdown-timeout", OPT_DURATION, OFF(shutdown_timeout_ms), "10s", false,
      "how long SIGTERM waits for in-flight requests"},
     {"db-busy-timeout", OPT_DURATION, OFF(db_busy_timeout_ms), "5s", false,
@@ -307,9 +308,9 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
         rc = IPD_ERR_INVALID;
         goto out;
     }
-    if (c->max_file_size <= 0 || c->threads < 1 || c->max_connections < 1) {
-        ipd_buf_adds(err, "max-file-size, threads and max-connections must "
-                          "be positive");
+    if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1) {
+        ipd_buf_adds(err, "max-file-size and max-connections must be "
+                          "positive, threads 0 (auto) or more");
         rc = IPD_ERR_INVALID;
         goto out;
     }

@@ -80,15 +80,38 @@ int64_t ipd_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+static char *put2(char *p, int v)
+{
+    p[0] = (char)('0' + v / 10 % 10);
+    p[1] = (char)('0' + v % 10);
+    return p + 2;
+}
+
 void ipd_time_format(int64_t ms, char out[IPD_TIME_STR])
 {
     time_t t = (time_t)(ms / 1000);
     struct tm tm;
-    if (!gmtime_r(&t, &tm)) {
+    /* By hand rather than strftime: file lists format two per file. */
+    if (!gmtime_r(&t, &tm) || tm.tm_year + 1900 < 0 ||
+        tm.tm_year + 1900 > 9999) {
         snprintf(out, IPD_TIME_STR, "1970-01-01T00:00:00Z");
         return;
     }
-    strftime(out, IPD_TIME_STR, "%Y-%m-%dT%H:%M:%SZ", &tm);
+    int y = tm.tm_year + 1900;
+    char *p = put2(out, y / 100);
+    p = put2(p, y % 100);
+    *p++ = '-';
+    p = put2(p, tm.tm_mon + 1);
+    *p++ = '-';
+    p = put2(p, tm.tm_mday);
+    *p++ = 'T';
+    p = put2(p, tm.tm_hour);
+    *p++ = ':';
+    p = put2(p, tm.tm_min);
+    *p++ = ':';
+    p = put2(p, tm.tm_sec);
+    *p++ = 'Z';
+    *p = '\0';
 }
 
 enum ipd_err ipd_time_parse(const char *s, int64_t *ms)

@@ -54,7 +54,8 @@ enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
     enum ipd_err rc = w->blobs->ops->write(w, data, len);
     if (rc)
         return rc;
-    ipd_sha256_update(w->sha, data, len);
+    if (!w->own_sha256)
+        ipd_sha256_update(w->sha, data, len);
     if (w->head_len < IPD_BLOB_HEAD_MAX) {
         size_t n = IPD_BLOB_HEAD_MAX - w->head_len;
         if (n > len)
@@ -89,10 +90,13 @@ void ipd_blob_writer_sample(const struct ipd_blob_writer *w,
     *tail = w->size >= 4 ? (const void *)w->tail : NULL;
 }
 
-void ipd_blob_writer_sha256(struct ipd_blob_writer *w,
-                            char hex[IPD_SHA256_HEX])
+enum ipd_err ipd_blob_writer_sha256(struct ipd_blob_writer *w,
+                                    char hex[IPD_SHA256_HEX])
 {
+    if (w->own_sha256)
+        return w->own_sha256(w, hex);
     ipd_sha256_final(w->sha, hex);
+    return IPD_OK;
 }
 
 enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w)

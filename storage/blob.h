@@ -59,9 +59,10 @@ int64_t ipd_blob_writer_size(const struct ipd_blob_writer *w);
 void ipd_blob_writer_sample(const struct ipd_blob_writer *w,
                             const void **head, size_t *head_len,
                             const void **tail);
-/* The SHA-256 of everything written; call once, after the last write. */
-void ipd_blob_writer_sha256(struct ipd_blob_writer *w,
-                            char hex[IPD_SHA256_HEX]);
+/* The SHA-256 of everything written; call once, after the last write.
+ * IPD_ERR_IO when the bytes could not be read back to hash them. */
+enum ipd_err ipd_blob_writer_sha256(struct ipd_blob_writer *w,
+                                    char hex[IPD_SHA256_HEX]);
 /* Make the bytes durable under the writer's file id and free w (also on
  * failure, after removing what was written). */
 enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w);

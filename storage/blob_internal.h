@@ -45,6 +45,10 @@ struct ipd_blob_writer {
     unsigned char *head;  /* first bytes, up to IPD_BLOB_HEAD_MAX */
     size_t head_len;
     unsigned char tail[4]; /* last 4 bytes */
+    /* Set by a backend that computes the SHA-256 itself (it then fills
+     * hex in its sha256 op); blob.c skips hashing. */
+    enum ipd_err (*own_sha256)(struct ipd_blob_writer *w,
+                               char hex[IPD_SHA256_HEX]);
 };
 
 struct ipd_blob_reader {

@@ -19,6 +19,11 @@ struct ipd_mongo;
  * Retries the first ping until connect_timeout_ms has passed; then fails
  * with IPD_ERR_UNAVAILABLE and a log line naming the URI (credentials
  * redacted).  IPD_ERR_INVALID for a malformed URI.
+ * mongoc_cleanup is never called (the driver can't be initialised again
+ * after it); what mongoc_init allocates lives as long as the process.
+ * Unless the URI sets them: serverSelectionTimeoutMS, connectTimeoutMS
+ * and socketTimeoutMS of 5000, appname "interpd", w:majority with that
+ * wtimeout, retryWrites=true.
  * *out is new; free with ipd_mongo_free (after every store using it).
  */
 enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,

@@ -55,12 +55,12 @@ launch() {
       mkdir -p "$state/sqlite"
       "$(cat "$state/bin")" --listen-addr "127.0.0.1:$port" --handler sqlite \
         --sqlite-url "file:$state/sqlite/" --state-dir "$state" \
-        --telemetry disable --log-level warn >>"$state/server.log" 2>&1 &
+        --telemetry disable --debug-addr=- --log-level warn >>"$state/server.log" 2>&1 &
       ;;
     ferretdb-postgresql)
       "$(cat "$state/bin")" --listen-addr "127.0.0.1:$port" --handler postgresql \
         --postgresql-url "$(cat "$state/pgurl")" --state-dir "$state" \
-        --telemetry disable --log-level warn >>"$state/server.log" 2>&1 &
+        --telemetry disable --debug-addr=- --log-level warn >>"$state/server.log" 2>&1 &
       ;;
   esac
   echo $! > "$state/pid"

@@ -90,7 +90,7 @@ static void bc_write_commit_read_delete(struct ipd_blobs *b)
     REQUIRE(tail != NULL);
     CHECK(memcmp(tail, "defg", 4) == 0);
     CHECK_INT(bc_incomplete(b), 1);
-    ipd_blob_writer_sha256(w, hex);
+    CHECK_INT(ipd_blob_writer_sha256(w, hex), IPD_OK);
     char want[IPD_SHA256_HEX];
     ipd_sha256_hex("abcdefg", 7, want);
     CHECK_STR(hex, want);
@@ -145,7 +145,7 @@ static void bc_large_stream(struct ipd_blobs *b)
         size_t n = off + step > SIZE ? SIZE - off : step;
         CHECK_INT(ipd_blob_writer_write(w, src + off, n), IPD_OK);
     }
-    ipd_blob_writer_sha256(w, hex);
+    CHECK_INT(ipd_blob_writer_sha256(w, hex), IPD_OK);
     CHECK_INT(ipd_blob_writer_commit(w), IPD_OK);
     ipd_sha256_hex(src, SIZE, want);
     CHECK_STR(hex, want);

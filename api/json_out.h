@@ -1,0 +1,25 @@
+/*
+ * json_out.h - write JSON text straight into a buffer, for hot responses
+ * (file lists) where building a jansson tree costs most of the request.
+ * The caller writes the structure ('{', ',', keys); these helpers write
+ * values.  All append to b; on a full buffer they return its error.
+ */
+#ifndef IPD_JSON_OUT_H
+#define IPD_JSON_OUT_H
+
+#include <stdint.h>
+
+#include "../service/buf.h"
+#include "../storage/meta.h"
+
+/* A JSON string for the UTF-8 text s: quotes, backslashes, control
+ * characters and U+2028/U+2029 escaped; other UTF-8 passes through. */
+enum ipd_err ipd_jw_str(struct ipd_buf *b, const char *s);
+/* "key": (key is trusted ASCII) */
+enum ipd_err ipd_jw_key(struct ipd_buf *b, const char *key);
+/* An RFC 3339 time string, or null for IPD_TIME_NEVER. */
+enum ipd_err ipd_jw_time(struct ipd_buf *b, int64_t ms);
+/* The File object of CONTRACT.md. */
+enum ipd_err ipd_jw_file(struct ipd_buf *b, const struct ipd_file_meta *f);
+
+#endif
