@@ -1,0 +1,1632 @@
+/*
+ * harness.c - see harness.h.  Processes are started with fork+execve; the
+ * server reports its port on fd 3 (--ready-fd 3), which is the startup
+ * event we wait for.
+ */
+#define ITEST_NO_TEST_H
+#include "harness.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <openssl/evp.h>
+
+extern char **environ;
+
+#define STARTUP_TIMEOUT_MS 30000
+#define STOP_TIMEOUT_MS 20000
+#define CLI_TIMEOUT_MS 30000
+#define LOG_TAIL_LINES 60
+
+static struct itest_server *live_servers;
+
+/* ITEST_TIMEOUT_SCALE=N stretches every bounded wait N times, for slow
+ * runs (valgrind, a loaded CI machine). */
+static int scaled(int ms)
+{
+    static int scale;
+    if (!scale) {
+        const char *e = getenv("ITEST_TIMEOUT_SCALE");
+        long v = e ? strtol(e, NULL, 10) : 1;
+        scale = v >= 1 && v <= 100 ? (int)v : 1;
+    }
+    return ms * scale;
+}
+static bool harness_initialised;
+
+static void cleanup_at_exit(void);
+
+static void harness_init(void)
+{
+    if (harness_initialised)
+        return;
+    harness_initialised = true;
+    curl_global_init(CURL_GLOBAL_DEFAULT);
+    /* A server dying must not kill the test with SIGPIPE on a socket. */
+    signal(SIGPIPE, SIG_IGN);
+    atexit(cleanup_at_exit);
+}
+
+char *itest_fmt(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(NULL, 0, fmt, ap);
+    va_end(ap);
+    if (n < 0)
+        abort();
+    char *s = malloc((size_t)n + 1);
+    if (!s)
+        abort();
+    va_start(ap, fmt);
+    vsnprintf(s, (size_t)n + 1, fmt, ap);
+    va_end(ap);
+    return s;
+}
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    if (!d)
+        abort();
+    return d;
+}
+
+static void *xrealloc(void *p, size_t n)
+{
+    void *q = realloc(p, n ? n : 1);
+    if (!q)
+        abort();
+    return q;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+double itest_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void itest_sleep_until(double t)
+{
+    struct timespec ts;
+    ts.tv_sec = (time_t)t;
+    ts.tv_nsec = (long)((t - (double)ts.tv_sec) * 1e9);
+    while (clock_nanosleep(CLOCK_REALTIME, TIMER_ABSTIME, &ts, NULL) == EINTR)
+        ;
+}
+
+/* ---------------------------------------------------------------- files */
+
+char *itest_read_file(const char *path, size_t *len)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    size_t cap = 4096, n = 0;
+    char *buf = xrealloc(NULL, cap);
+    for (;;) {
+        if (n + 1 >= cap) {
+            cap *= 2;
+            buf = xrealloc(buf, cap);
+        }
+        size_t got = fread(buf + n, 1, cap - n - 1, f);
+        n += got;
+        if (got == 0)
+            break;
+    }
+    fclose(f);
+    buf[n] = 0;
+    if (len)
+        *len = n;
+    return buf;
+}
+
+static bool write_file(const char *path, const char *data, mode_t mode)
+{
+    int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode);
+    if (fd < 0)
+        return false;
+    bool ok = itest_send_all(fd, data, strlen(data));
+    return close(fd) == 0 && ok;
+}
+
+struct strv {
+    char **v;
+    size_t n;
+};
+
+static void strv_push(struct strv *sv, char *s)
+{
+    sv->v = xrealloc(sv->v, (sv->n + 2) * sizeof(*sv->v));
+    sv->v[sv->n++] = s;
+    sv->v[sv->n] = NULL;
+}
+
+void itest_strv_free(char **v)
+{
+    if (!v)
+        return;
+    for (size_t i = 0; v[i]; i++)
+        free(v[i]);
+    free(v);
+}
+
+static void walk(const char *root, const char *rel, struct strv *out)
+{
+    char *path = rel[0] ? itest_fmt("%s/%s", root, rel) : xstrdup(root);
+    DIR *d = opendir(path);
+    if (!d) {
+        free(path);
+        return;
+    }
+    const struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char *child_rel = rel[0] ? itest_fmt("%s/%s", rel, e->d_name)
+                                 : xstrdup(e->d_name);
+        char *child = itest_fmt("%s/%s", root, child_rel);
+        struct stat st;
+        if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) {
+            walk(root, child_rel, out);
+            free(child_rel);
+        } else if (lstat(child, &st) == 0 && S_ISREG(st.st_mode)) {
+            strv_push(out, child_rel);
+        } else {
+            free(child_rel);
+        }
+        free(child);
+    }
+    closedir(d);
+    free(path);
+}
+
+size_t itest_list_files(const char *dir, char ***out)
+{
+    struct strv sv = {NULL, 0};
+    walk(dir, "", &sv);
+    if (!sv.v) {
+        sv.v = xrealloc(NULL, sizeof(*sv.v));
+        sv.v[0] = NULL;
+    }
+    *out = sv.v;
+    return sv.n;
+}
+
+size_t itest_stray_files(const struct itest_server *s, char ***out)
+{
+    char **all;
+    itest_list_files(s->data_dir, &all);
+    struct strv sv = {NULL, 0};
+    for (size_t i = 0; all[i]; i++) {
+        if (!strcmp(all[i], "admin.key") || !strncmp(all[i], "meta.db", 7)) {
+            free(all[i]);
+            continue;
+        }
+        strv_push(&sv, all[i]);
+    }
+    free(all);
+    if (!sv.v) {
+        sv.v = xrealloc(NULL, sizeof(*sv.v));
+        sv.v[0] = NULL;
+    }
+    *out = sv.v;
+    return sv.n;
+}
+
+bool itest_wait_strays_at_most(const struct itest_server *s, size_t max,
+                               int timeout_ms)
+{
+    int64_t deadline = mono_ms() + scaled(timeout_ms);
+    for (;;) {
+        char **v;
+        size_t n = itest_stray_files(s, &v);
+        itest_strv_free(v);
+        if (n <= max)
+            return true;
+        if (mono_ms() >= deadline)
+            return false;
+        sleep_ms(20);
+    }
+}
+
+void itest_print_strays(const struct itest_server *s)
+{
+    char **v;
+    size_t n = itest_stray_files(s, &v);
+    fprintf(stderr, "  files under %s other than admin.key and meta.db*: %zu\n",
+            s->data_dir, n);
+    for (size_t i = 0; v[i]; i++)
+        fprintf(stderr, "    %s\n", v[i]);
+    itest_strv_free(v);
+}
+
+static int rm_rf(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st))
+        return errno == ENOENT ? 0 : -1;
+    if (!S_ISDIR(st.st_mode))
+        return unlink(path);
+    DIR *d = opendir(path);
+    if (!d)
+        return -1;
+    const struct dirent *e;
+    int rc = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char *child = itest_fmt("%s/%s", path, e->d_name);
+        if (rm_rf(child))
+            rc = -1;
+        free(child);
+    }
+    closedir(d);
+    if (rmdir(path))
+        rc = -1;
+    return rc;
+}
+
+/* ------------------------------------------------------------ processes */
+
+/* The environment for children: ours without INTERPD_* (a developer's
+ * settings must not change what the tests see), plus extra. */
+static char **child_env(const char *const *extra)
+{
+    struct strv sv = {NULL, 0};
+    for (char **e = environ; e && *e; e++) {
+        if (!strncmp(*e, "INTERPD_", 8))
+            continue;
+        strv_push(&sv, xstrdup(*e));
+    }
+    for (size_t i = 0; extra && extra[i]; i++)
+        strv_push(&sv, xstrdup(extra[i]));
+    if (!sv.v) {
+        sv.v = xrealloc(NULL, sizeof(*sv.v));
+        sv.v[0] = NULL;
+    }
+    return sv.v;
+}
+
+static const char *interpd_bin(void)
+{
+    const char *bin = getenv("INTERPD_BIN");
+    if (!bin || !bin[0]) {
+        fprintf(stderr, "harness: INTERPD_BIN is not set (ctest sets it to "
+                        "the built interpd)\n");
+        return NULL;
+    }
+    return bin;
+}
+
+/* Wait for pid with a deadline; true when reaped (*status set). */
+static bool wait_pid(pid_t pid, int timeout_ms, int *status)
+{
+    /* Without pidfds (old kernels, valgrind) poll waitpid instead; ask
+     * only once, as valgrind warns on every unknown syscall. */
+    static _Atomic bool no_pidfd;
+    int64_t deadline = mono_ms() + timeout_ms;
+    int pfd = no_pidfd ? -1 : (int)syscall(SYS_pidfd_open, pid, 0);
+    if (pfd < 0 && errno == ENOSYS)
+        no_pidfd = true;
+    for (;;) {
+        pid_t r = waitpid(pid, status, WNOHANG);
+        if (r == pid) {
+            if (pfd >= 0)
+                close(pfd);
+            return true;
+        }
+        if (r < 0 && errno != EINTR) {
+            if (pfd >= 0)
+                close(pfd);
+            *status = -1;
+            return true;
+        }
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            break;
+        if (pfd >= 0) {
+            /* The pidfd becomes readable when the process exits. */
+            struct pollfd p = {pfd, POLLIN, 0};
+            poll(&p, 1, (int)left);
+        } else {
+            sleep_ms(left < 10 ? (int)left : 10);
+        }
+    }
+    if (pfd >= 0)
+        close(pfd);
+    return false;
+}
+
+static void print_file_tail(const char *path, int lines, const char *title)
+{
+    size_t len;
+    char *text = itest_read_file(path, &len);
+    if (!text) {
+        fprintf(stderr, "---- %s: %s unreadable\n", title, path);
+        return;
+    }
+    size_t start = len;
+    int seen = 0;
+    while (start > 0) {
+        if (text[start - 1] == '\n' && start != len && ++seen >= lines)
+            break;
+        start--;
+    }
+    fprintf(stderr, "---- %s (%s), last %d lines:\n%s%s---- end\n", title,
+            path, lines, text + start,
+            len && text[len - 1] != '\n' ? "\n" : "");
+    free(text);
+}
+
+void itest_print_log_tail(const struct itest_server *s, int lines)
+{
+    print_file_tail(s->log_path, lines, "server log");
+}
+
+char *itest_read_log(const struct itest_server *s)
+{
+    return itest_read_file(s->log_path, NULL);
+}
+
+bool itest_wait_log_line(const struct itest_server *s, int timeout_ms, ...)
+{
+    const char *needles[16];
+    size_t n = 0;
+    va_list ap;
+    va_start(ap, timeout_ms);
+    const char *p;
+    while ((p = va_arg(ap, const char *)) != NULL && n < 16)
+        needles[n++] = p;
+    va_end(ap);
+
+    int64_t deadline = mono_ms() + scaled(timeout_ms);
+    for (;;) {
+        char *log = itest_read_log(s);
+        bool found = false;
+        for (char *line = log; line && *line && !found;) {
+            char *eol = strchr(line, '\n');
+            if (eol)
+                *eol = 0;
+            found = true;
+            for (size_t i = 0; i < n && found; i++)
+                found = strstr(line, needles[i]) != NULL;
+            line = eol ? eol + 1 : line + strlen(line);
+        }
+        free(log);
+        if (found)
+            return true;
+        if (mono_ms() >= deadline)
+            return false;
+        sleep_ms(20);
+    }
+}
+
+/* Read the port the server writes on its ready fd: the startup event. */
+static int read_port(int fd, pid_t pid)
+{
+    char buf[32];
+    size_t n = 0;
+    int64_t deadline = mono_ms() + scaled(STARTUP_TIMEOUT_MS);
+    for (;;) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) {
+            fprintf(stderr, "harness: server pid %d wrote no port on its "
+                            "ready fd within %d ms\n",
+                    (int)pid, STARTUP_TIMEOUT_MS);
+            return -1;
+        }
+        struct pollfd p = {fd, POLLIN, 0};
+        int pr = poll(&p, 1, (int)left);
+        if (pr < 0 && errno == EINTR)
+            continue;
+        if (pr <= 0)
+            continue;
+        ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break; /* EOF: the server closed the fd */
+        n += (size_t)r;
+        /* The newline completes the port; the close should follow, but a
+         * server that keeps the fd open still told us its port. */
+        if (n >= sizeof(buf) - 1 || memchr(buf, '\n', n))
+            break;
+    }
+    buf[n] = 0;
+    char *end;
+    errno = 0;
+    long port = strtol(buf, &end, 10);
+    if (n == 0 || errno || end == buf || *end != '\n' || end[1] != 0 ||
+        port <= 0 || port > 65535) {
+        fprintf(stderr, "harness: server pid %d reported no valid port on its "
+                        "ready fd: got \"%s\" (want decimal + \"\\n\", then "
+                        "EOF)\n",
+                (int)pid, buf);
+        return -1;
+    }
+    return (int)port;
+}
+
+static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
+                         const char *config_path)
+{
+    const char *bin = interpd_bin();
+    if (!bin)
+        return false;
+
+    struct strv argv = {NULL, 0};
+    /* ITEST_SERVER_WRAPPER="valgrind -q --error-exitcode=99" runs the
+     * server under a tool (words split on spaces). */
+    const char *wrap = getenv("ITEST_SERVER_WRAPPER");
+    for (const char *w = wrap; w && *w;) {
+        while (*w == ' ')
+            w++;
+        const char *e = w;
+        while (*e && *e != ' ')
+            e++;
+        if (e > w) {
+            char *word = strndup(w, (size_t)(e - w));
+            if (!word)
+                abort();
+            strv_push(&argv, word);
+        }
+        w = e;
+    }
+    if (argv.v && argv.v[0][0] != '/') {
+        /* execve wants a path: resolve the tool in PATH. */
+        char *resolved = NULL;
+        const char *path = getenv("PATH");
+        for (const char *p = path; p && *p && !resolved;) {
+            const char *e = strchr(p, ':');
+            size_t n = e ? (size_t)(e - p) : strlen(p);
+            char *cand = itest_fmt("%.*s/%s", (int)n, p, argv.v[0]);
+            if (access(cand, X_OK) == 0)
+                resolved = cand;
+            else
+                free(cand);
+            p += n + (e ? 1 : 0);
+        }
+        if (resolved) {
+            free(argv.v[0]);
+            argv.v[0] = resolved;
+        }
+    }
+    strv_push(&argv, xstrdup(bin));
+    strv_push(&argv, xstrdup("serve"));
+    strv_push(&argv, xstrdup("--listen"));
+    strv_push(&argv, xstrdup("127.0.0.1:0"));
+    strv_push(&argv, xstrdup("--data-dir"));
+    strv_push(&argv, xstrdup(s->data_dir));
+    strv_push(&argv, xstrdup("--ready-fd"));
+    strv_push(&argv, xstrdup("3"));
+    if (config_path) {
+        strv_push(&argv, xstrdup("--config"));
+        strv_push(&argv, xstrdup(config_path));
+    }
+    for (size_t i = 0; o && o->args && o->args[i]; i++)
+        strv_push(&argv, xstrdup(o->args[i]));
+    char **envp = child_env(o ? o->env : NULL);
+
+    int p[2];
+    if (pipe2(p, O_CLOEXEC)) {
+        perror("harness: pipe2");
+        itest_strv_free(argv.v);
+        itest_strv_free(envp);
+        return false;
+    }
+    int logfd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                     0600);
+    if (logfd < 0) {
+        perror("harness: open server log");
+        close(p[0]);
+        close(p[1]);
+        itest_strv_free(argv.v);
+        itest_strv_free(envp);
+        return false;
+    }
+    {
+        FILE *lf = fopen(s->log_path, "a");
+        if (lf) {
+            fprintf(lf, "==== harness: starting:");
+            for (size_t i = 0; argv.v[i]; i++)
+                fprintf(lf, " %s", argv.v[i]);
+            for (size_t i = 0; o && o->env && o->env[i]; i++)
+                fprintf(lf, " [env %s]", o->env[i]);
+            fprintf(lf, "\n");
+            fclose(lf);
+        }
+    }
+
+    pid_t pid = fork();
+    if (pid < 0) {
+        perror("harness: fork");
+        close(p[0]);
+        close(p[1]);
+        close(logfd);
+        itest_strv_free(argv.v);
+        itest_strv_free(envp);
+        return false;
+    }
+    if (pid == 0) {
+        int nullfd = open("/dev/null", O_RDONLY);
+        if (nullfd >= 0)
+            dup2(nullfd, 0);
+        dup2(logfd, 1);
+        dup2(logfd, 2);
+        if (p[1] == 3)
+            fcntl(3, F_SETFD, 0);
+        else
+            dup2(p[1], 3); /* dup2 clears FD_CLOEXEC on fd 3 */
+        execve(argv.v[0], argv.v, envp);
+        dprintf(2, "harness: execve %s: %s\n", argv.v[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    close(logfd);
+    itest_strv_free(argv.v);
+    itest_strv_free(envp);
+
+    s->pid = pid;
+    s->exit_status = 0;
+    int port = read_port(p[0], pid);
+    close(p[0]);
+    if (port < 0) {
+        int st;
+        if (!wait_pid(pid, 2000, &st)) {
+            kill(pid, SIGKILL);
+            wait_pid(pid, 5000, &st);
+        } else {
+            fprintf(stderr, "harness: server exited during startup, wait "
+                            "status 0x%x\n",
+                    (unsigned)st);
+        }
+        s->pid = 0;
+        s->exit_status = st;
+        return false;
+    }
+    s->port = port;
+    snprintf(s->url, sizeof(s->url), "http://127.0.0.1:%d", port);
+
+    char *key_path = itest_fmt("%s/admin.key", s->data_dir);
+    size_t klen;
+    char *key = itest_read_file(key_path, &klen);
+    if (!key || klen < 2 || key[klen - 1] != '\n') {
+        fprintf(stderr, "harness: %s %s (want the admin key and a "
+                        "newline)\n",
+                key_path, key ? "has a bad format" : "is missing");
+        free(key);
+        free(key_path);
+        return false;
+    }
+    free(key_path);
+    key[klen - 1] = 0;
+    free(s->admin_key);
+    s->admin_key = key;
+    return true;
+}
+
+static void server_free(struct itest_server *s)
+{
+    for (struct itest_server **pp = &live_servers; *pp; pp = &(*pp)->next) {
+        if (*pp == s) {
+            *pp = s->next;
+            break;
+        }
+    }
+    free(s->tmp_dir);
+    free(s->data_dir);
+    free(s->log_path);
+    free(s->admin_key);
+    free(s);
+}
+
+/* Kill a server that failed to come up and keep its dir for a look. */
+static void abandon(struct itest_server *s)
+{
+    if (s->pid) {
+        int st;
+        kill(s->pid, SIGKILL);
+        wait_pid(s->pid, 5000, &st);
+        s->pid = 0;
+    }
+    itest_print_log_tail(s, LOG_TAIL_LINES);
+    fprintf(stderr, "harness: keeping %s\n", s->tmp_dir);
+    server_free(s);
+}
+
+struct itest_server *itest__start(const struct itest_opts *opts,
+                                  int fail_mark)
+{
+    harness_init();
+    struct itest_server *s = calloc(1, sizeof(*s));
+    if (!s)
+        abort();
+    s->fail_mark = fail_mark;
+    const char *base = getenv("TMPDIR");
+    if (!base || !base[0])
+        base = "/tmp";
+    char *tmpl = itest_fmt("%s/interpd-itest-XXXXXX", base);
+    if (!mkdtemp(tmpl)) {
+        fprintf(stderr, "harness: mkdtemp %s: %s\n", tmpl, strerror(errno));
+        free(tmpl);
+        free(s);
+        return NULL;
+    }
+    s->tmp_dir = tmpl;
+    s->data_dir = itest_fmt("%s/data", tmpl);
+    s->log_path = itest_fmt("%s/server.log", tmpl);
+    s->next = live_servers;
+    live_servers = s;
+    if (mkdir(s->data_dir, 0700)) {
+        fprintf(stderr, "harness: mkdir %s: %s\n", s->data_dir,
+                strerror(errno));
+        abandon(s);
+        return NULL;
+    }
+    char *config_path = NULL;
+    if (opts && opts->config) {
+        config_path = itest_fmt("%s/interpd.conf", tmpl);
+        if (!write_file(config_path, opts->config, 0600)) {
+            fprintf(stderr, "harness: cannot write %s\n", config_path);
+            free(config_path);
+            abandon(s);
+            return NULL;
+        }
+    }
+    bool ok = spawn_server(s, opts, config_path);
+    free(config_path);
+    if (!ok) {
+        fprintf(stderr, "harness: the server did not start\n");
+        abandon(s);
+        return NULL;
+    }
+    return s;
+}
+
+/* SIGTERM and reap; true when it exited 0. */
+static bool terminate(struct itest_server *s)
+{
+    if (!s->pid)
+        return true;
+    int st = 0;
+    bool ok = true;
+    kill(s->pid, SIGTERM);
+    if (!wait_pid(s->pid, scaled(STOP_TIMEOUT_MS), &st)) {
+        fprintf(stderr, "harness: server pid %d did not exit within %d ms of "
+                        "SIGTERM; killing it\n",
+                (int)s->pid, STOP_TIMEOUT_MS);
+        kill(s->pid, SIGKILL);
+        wait_pid(s->pid, 5000, &st);
+        ok = false;
+    } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
+        if (WIFSIGNALED(st))
+            fprintf(stderr, "harness: server pid %d died of signal %d after "
+                            "SIGTERM (want exit 0)\n",
+                    (int)s->pid, WTERMSIG(st));
+        else
+            fprintf(stderr, "harness: server pid %d exited %d after SIGTERM "
+                            "(want 0)\n",
+                    (int)s->pid, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
+        ok = false;
+    }
+    s->pid = 0;
+    s->exit_status = st;
+    return ok;
+}
+
+bool itest__stop(struct itest_server *s, int failed_now)
+{
+    if (!s)
+        return true;
+    bool ok = terminate(s);
+    if (!ok || failed_now != s->fail_mark) {
+        itest_print_log_tail(s, LOG_TAIL_LINES);
+        fprintf(stderr, "harness: test failed; keeping %s\n", s->tmp_dir);
+        server_free(s);
+        return ok;
+    }
+    if (rm_rf(s->tmp_dir))
+        fprintf(stderr, "harness: could not remove %s\n", s->tmp_dir);
+    server_free(s);
+    return ok;
+}
+
+bool itest_restart(struct itest_server *s, const struct itest_opts *opts)
+{
+    if (!terminate(s))
+        return false;
+    char *config_path = NULL;
+    if (opts && opts->config) {
+        config_path = itest_fmt("%s/interpd.conf", s->tmp_dir);
+        if (!write_file(config_path, opts->config, 0600)) {
+            free(config_path);
+            return false;
+        }
+    }
+    bool ok = spawn_server(s, opts, config_path);
+    free(config_path);
+    if (!ok)
+        fprintf(stderr, "harness: the server did not restart\n");
+    return ok;
+}
+
+void itest_signal(struct itest_server *s, int sig)
+{
+    if (s->pid)
+        kill(s->pid, sig);
+}
+
+bool itest_wait_exit(struct itest_server *s, int timeout_ms, int *status)
+{
+    if (!s->pid) {
+        *status = s->exit_status;
+        return true;
+    }
+    if (!wait_pid(s->pid, scaled(timeout_ms), status))
+        return false;
+    s->pid = 0;
+    s->exit_status = *status;
+    return true;
+}
+
+static bool sig_pending(pid_t pid, int sig)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "/proc/%d/status", (int)pid);
+    char *st = itest_read_file(path, NULL);
+    if (!st)
+        return false;
+    bool pending = false;
+    static const char *const fields[] = {"\nSigPnd:", "\nShdPnd:"};
+    for (size_t i = 0; i < 2; i++) {
+        const char *f = strstr(st, fields[i]);
+        if (!f)
+            continue;
+        unsigned long long mask = strtoull(f + strlen(fields[i]), NULL, 16);
+        if (mask & (1ULL << (sig - 1)))
+            pending = true;
+    }
+    free(st);
+    return pending;
+}
+
+bool itest_wait_signal_delivered(struct itest_server *s, int sig,
+                                 int timeout_ms)
+{
+    int64_t deadline = mono_ms() + scaled(timeout_ms);
+    while (s->pid && sig_pending(s->pid, sig)) {
+        if (mono_ms() >= deadline)
+            return false;
+        sleep_ms(1);
+    }
+    return true;
+}
+
+static void cleanup_at_exit(void)
+{
+    while (live_servers) {
+        struct itest_server *s = live_servers;
+        if (s->pid) {
+            fprintf(stderr, "harness: server pid %d still running at exit (a "
+                            "test returned early); killing it\n",
+                    (int)s->pid);
+            int st;
+            kill(s->pid, SIGKILL);
+            wait_pid(s->pid, 5000, &st);
+            s->pid = 0;
+        }
+        itest_print_log_tail(s, LOG_TAIL_LINES);
+        fprintf(stderr, "harness: keeping %s\n", s->tmp_dir);
+        server_free(s);
+    }
+    curl_global_cleanup();
+}
+
+/* ------------------------------------------------------------------ CLI */
+
+int itest_cli(struct itest_server *s, char **out, ...)
+{
+    if (out)
+        *out = NULL;
+    const char *bin = interpd_bin();
+    if (!bin)
+        return -1;
+    struct strv argv = {NULL, 0};
+    strv_push(&argv, xstrdup(bin));
+    va_list ap;
+    va_start(ap, out);
+    const char *a;
+    while ((a = va_arg(ap, const char *)) != NULL)
+        strv_push(&argv, xstrdup(a));
+    va_end(ap);
+    char **envp = child_env(NULL);
+    char *cli_log = itest_fmt("%s/cli.log", s->tmp_dir);
+
+    int p[2];
+    int logfd = open(cli_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    if (logfd < 0 || pipe2(p, O_CLOEXEC)) {
+        perror("harness: cli setup");
+        if (logfd >= 0)
+            close(logfd);
+        free(cli_log);
+        itest_strv_free(argv.v);
+        itest_strv_free(envp);
+        return -1;
+    }
+    pid_t pid = fork();
+    if (pid == 0) {
+        int nullfd = open("/dev/null", O_RDONLY);
+        if (nullfd >= 0)
+            dup2(nullfd, 0);
+        dup2(p[1], 1);
+        dup2(logfd, 2);
+        execve(argv.v[0], argv.v, envp);
+        dprintf(2, "harness: execve %s: %s\n", argv.v[0], strerror(errno));
+        _exit(127);
+    }
+    close(p[1]);
+    close(logfd);
+
+    size_t cap = 4096, n = 0;
+    char *buf = xrealloc(NULL, cap);
+    int64_t deadline = mono_ms() + scaled(CLI_TIMEOUT_MS);
+    int code = -1;
+    if (pid > 0) {
+        for (;;) {
+            int64_t left = deadline - mono_ms();
+            if (left <= 0)
+                break;
+            struct pollfd pf = {p[0], POLLIN, 0};
+            if (poll(&pf, 1, (int)left) <= 0)
+                continue;
+            if (n + 1 >= cap) {
+                cap *= 2;
+                buf = xrealloc(buf, cap);
+            }
+            ssize_t r = read(p[0], buf + n, cap - n - 1);
+            if (r < 0 && errno == EINTR)
+                continue;
+            if (r <= 0)
+                break;
+            n += (size_t)r;
+        }
+        int st;
+        int64_t left = deadline - mono_ms();
+        if (!wait_pid(pid, left > 0 ? (int)left : 1, &st)) {
+            fprintf(stderr, "harness: `%s %s` did not finish within %d ms\n",
+                    bin, argv.v[1] ? argv.v[1] : "", CLI_TIMEOUT_MS);
+            kill(pid, SIGKILL);
+            wait_pid(pid, 5000, &st);
+        } else if (WIFEXITED(st)) {
+            code = WEXITSTATUS(st);
+        } else {
+            fprintf(stderr, "harness: `%s %s` died with wait status 0x%x\n",
+                    bin, argv.v[1] ? argv.v[1] : "", (unsigned)st);
+        }
+    }
+    close(p[0]);
+    buf[n] = 0;
+    if (out)
+        *out = buf;
+    else
+        free(buf);
+    free(cli_log);
+    itest_strv_free(argv.v);
+    itest_strv_free(envp);
+    return code;
+}
+
+bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,
+                      char **key, char **key_id)
+{
+    char *out = NULL;
+    int code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
+                         "--tenant", tenant, admin ? "--admin" : NULL, NULL);
+    bool ok = false;
+    json_error_t jerr;
+    json_t *j = out ? json_loads(out, JSON_DECODE_ANY, &jerr) : NULL;
+    const char *k = itest_json_str(j, "key");
+    const char *id = itest_json_str(j, "key_id");
+    if (code != 0 || !k || !id) {
+        fprintf(stderr, "harness: `interpd keys create --tenant %s%s`: exit "
+                        "%d, stdout: %s (want exit 0 and a JSON object with "
+                        "\"key\" and \"key_id\")\n",
+                tenant, admin ? " --admin" : "", code, out ? out : "(none)");
+        char *cli_log = itest_fmt("%s/cli.log", s->tmp_dir);
+        print_file_tail(cli_log, 20, "cli stderr");
+        free(cli_log);
+    } else {
+        ok = true;
+        if (key)
+            *key = xstrdup(k);
+        if (key_id)
+            *key_id = xstrdup(id);
+    }
+    json_decref(j);
+    free(out);
+    return ok;
+}
+
+/* ----------------------------------------------------------------- HTTP */
+
+struct sink {
+    char *buf;
+    size_t len, cap;
+};
+
+static size_t body_cb(char *data, size_t size, size_t n, void *ctx)
+{
+    struct sink *b = ctx;
+    size_t add = size * n;
+    if (b->len + add + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->len + add + 1)
+            cap *= 2;
+        b->buf = xrealloc(b->buf, cap);
+        b->cap = cap;
+    }
+    memcpy(b->buf + b->len, data, add);
+    b->len += add;
+    b->buf[b->len] = 0;
+    return add;
+}
+
+static void headers_clear(struct itest_resp *r)
+{
+    for (size_t i = 0; i < r->nheaders; i++) {
+        free(r->headers[i].name);
+        free(r->headers[i].value);
+    }
+    free(r->headers);
+    r->headers = NULL;
+    r->nheaders = 0;
+}
+
+static size_t header_cb(char *data, size_t size, size_t n, void *ctx)
+{
+    struct itest_resp *r = ctx;
+    size_t len = size * n;
+    /* A status line starts a new response (after 100 Continue, say). */
+    if (len >= 5 && !memcmp(data, "HTTP/", 5)) {
+        headers_clear(r);
+        return len;
+    }
+    const char *colon = memchr(data, ':', len);
+    if (!colon)
+        return len;
+    size_t nlen = (size_t)(colon - data);
+    const char *v = colon + 1;
+    const char *end = data + len;
+    while (v < end && (*v == ' ' || *v == '\t'))
+        v++;
+    while (end > v && (end[-1] == '\r' || end[-1] == '\n' || end[-1] == ' ' ||
+                       end[-1] == '\t'))
+        end--;
+    r->headers = xrealloc(r->headers, (r->nheaders + 1) * sizeof(*r->headers));
+    struct itest_header *h = &r->headers[r->nheaders++];
+    h->name = strndup(data, nlen);
+    h->value = strndup(v, (size_t)(end - v));
+    if (!h->name || !h->value)
+        abort();
+    return len;
+}
+
+const char *itest_header(const struct itest_resp *r, const char *name)
+{
+    for (size_t i = 0; i < r->nheaders; i++)
+        if (!strcasecmp(r->headers[i].name, name))
+            return r->headers[i].value;
+    return NULL;
+}
+
+void itest_resp_release(struct itest_resp *r)
+{
+    if (!r)
+        return;
+    headers_clear(r);
+    free(r->body);
+    json_decref(r->json);
+    memset(r, 0, sizeof(*r));
+}
+
+static struct curl_slist *add_header(struct curl_slist *l, const char *h)
+{
+    struct curl_slist *n = curl_slist_append(l, h);
+    if (!n)
+        abort();
+    return n;
+}
+
+static struct curl_slist *add_headerf(struct curl_slist *l, const char *name,
+                                      const char *value)
+{
+    char *h = itest_fmt("%s: %s", name, value);
+    l = add_header(l, h);
+    free(h);
+    return l;
+}
+
+static int pattern_seek(void *ctx, curl_off_t offset, int origin)
+{
+    struct itest_pattern_src *src = ctx;
+    if (origin != SEEK_SET || offset < 0 || (uint64_t)offset > src->total)
+        return CURL_SEEKFUNC_CANTSEEK;
+    src->sent = (uint64_t)offset;
+    return CURL_SEEKFUNC_OK;
+}
+
+static void add_parts(CURL *h, curl_mime **mimep, const struct itest_req *rq)
+{
+    curl_mime *mime = curl_mime_init(h);
+    if (!mime)
+        abort();
+    for (size_t i = 0; i < rq->nparts; i++) {
+        const struct itest_part *p = &rq->parts[i];
+        curl_mimepart *mp = curl_mime_addpart(mime);
+        if (!mp)
+            abort();
+        curl_mime_name(mp, p->name);
+        if (p->stream)
+            curl_mime_data_cb(mp, (curl_off_t)p->stream->total,
+                              itest_pattern_read, pattern_seek, NULL,
+                              p->stream);
+        else
+            curl_mime_data(mp, p->data ? p->data : "", p->data ? p->len : 0);
+        if (p->filename)
+            curl_mime_filename(mp, p->filename);
+        if (p->type)
+            curl_mime_type(mp, p->type);
+    }
+    curl_easy_setopt(h, CURLOPT_MIMEPOST, mime);
+    *mimep = mime;
+}
+
+long itest_do(struct itest_server *s, const struct itest_req *rq,
+              struct itest_resp *out)
+{
+    memset(out, 0, sizeof(*out));
+    struct sink body = {NULL, 0, 0};
+    body.buf = xrealloc(NULL, 1);
+    body.buf[0] = 0;
+    body.cap = 1;
+
+    const char *method = rq->method;
+    bool has_body = rq->body || rq->read_cb || rq->parts;
+    if (!method)
+        method = has_body ? "POST" : "GET";
+    snprintf(out->what, sizeof(out->what), "%s %.140s", method, rq->path);
+
+    CURL *h = curl_easy_init();
+    if (!h)
+        abort();
+    char *url = itest_fmt("%s%s", s->url, rq->path);
+    struct curl_slist *hl = NULL;
+    curl_mime *mime = NULL;
+
+    if (rq->key) {
+        char *v = itest_fmt("Bearer %s", rq->key);
+        hl = add_headerf(hl, "Authorization", v);
+        free(v);
+    }
+    if (rq->user_id)
+        hl = add_headerf(hl, "X-User-Id", rq->user_id);
+    if (rq->request_id)
+        hl = add_headerf(hl, "X-Request-Id", rq->request_id);
+    if (rq->content_type)
+        hl = add_headerf(hl, "Content-Type", rq->content_type);
+    else if (!rq->parts)
+        hl = add_header(hl, "Content-Type:"); /* curl adds none then */
+    for (size_t i = 0; rq->headers && rq->headers[i]; i++)
+        hl = add_header(hl, rq->headers[i]);
+
+    if (rq->parts) {
+        add_parts(h, &mime, rq);
+    } else if (rq->read_cb) {
+        curl_easy_setopt(h, CURLOPT_POST, 1L);
+        curl_easy_setopt(h, CURLOPT_READFUNCTION, rq->read_cb);
+        curl_easy_setopt(h, CURLOPT_READDATA, rq->read_ctx);
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, rq->read_len);
+        if (rq->read_len < 0)
+            hl = add_header(hl, "Transfer-Encoding: chunked");
+    } else if (rq->body || !strcmp(method, "POST") || !strcmp(method, "PUT") ||
+               !strcmp(method, "PATCH")) {
+        /* A body, possibly empty: sent with a Content-Length. */
+        curl_easy_setopt(h, CURLOPT_POSTFIELDS, rq->body ? rq->body : "");
+        curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE,
+                         (curl_off_t)(rq->body ? rq->body_len : 0));
+    }
+    if (!strcmp(method, "HEAD"))
+        curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+    else if (strcmp(method, has_body ? "POST" : "GET"))
+        curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, method);
+
+    curl_easy_setopt(h, CURLOPT_URL, url);
+    curl_easy_setopt(h, CURLOPT_HTTPHEADER, hl);
+    curl_easy_setopt(h, CURLOPT_PROXY, ""); /* never a proxy from the env */
+    curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+    curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, 10000L);
+    curl_easy_setopt(h, CURLOPT_TIMEOUT_MS,
+                     rq->timeout_ms > 0 ? rq->timeout_ms : 60000L);
+    curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, body_cb);
+    curl_easy_setopt(h, CURLOPT_WRITEDATA, &body);
+    curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, header_cb);
+    curl_easy_setopt(h, CURLOPT_HEADERDATA, out);
+    curl_easy_setopt(h, CURLOPT_ERRORBUFFER, out->curl_err);
+
+    out->curl_rc = curl_easy_perform(h);
+    long status = 0;
+    curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+    out->status = status;
+    if (out->curl_rc != CURLE_OK && !out->curl_err[0])
+        snprintf(out->curl_err, sizeof(out->curl_err), "%s",
+                 curl_easy_strerror(out->curl_rc));
+    out->body = body.buf;
+    out->len = body.len;
+    if (body.len) {
+        json_error_t jerr;
+        out->json = json_loadb(body.buf, body.len, JSON_DECODE_ANY, &jerr);
+    }
+
+    curl_easy_cleanup(h);
+    curl_mime_free(mime);
+    curl_slist_free_all(hl);
+    free(url);
+    /* A transfer error after the status line (a reset mid-body) is still
+     * a failure the caller must see. */
+    if (out->curl_rc != CURLE_OK && out->status)
+        fprintf(stderr, "harness: %s: got status %ld but the transfer failed: "
+                        "%s\n",
+                out->what, out->status, out->curl_err);
+    return out->status;
+}
+
+long itest_request(struct itest_server *s, const char *method,
+                   const char *path, const char *key, const char *user_id,
+                   const char *content_type, const void *body, size_t len,
+                   const char *const *headers, struct itest_resp *out)
+{
+    struct itest_req rq = {0};
+    rq.method = method;
+    rq.path = path;
+    rq.key = key;
+    rq.user_id = user_id;
+    rq.content_type = content_type;
+    rq.body = body;
+    rq.body_len = len;
+    rq.headers = headers;
+    return itest_do(s, &rq, out);
+}
+
+long itest_upload_raw(struct itest_server *s, const char *key,
+                      const char *user_id, const char *filename,
+                      const char *content_type, const void *data, size_t len,
+                      const char *extra_query, struct itest_resp *out)
+{
+    char *enc = filename ? itest_urlencode(filename, strlen(filename)) : NULL;
+    char *path;
+    if (enc && extra_query)
+        path = itest_fmt("/v1/files?filename=%s&%s", enc, extra_query);
+    else if (enc)
+        path = itest_fmt("/v1/files?filename=%s", enc);
+    else if (extra_query)
+        path = itest_fmt("/v1/files?%s", extra_query);
+    else
+        path = itest_fmt("/v1/files");
+    struct itest_req rq = {0};
+    rq.method = "POST";
+    rq.path = path;
+    rq.key = key;
+    rq.user_id = user_id;
+    rq.content_type = content_type;
+    rq.body = data ? data : "";
+    rq.body_len = len;
+    long st = itest_do(s, &rq, out);
+    free(path);
+    free(enc);
+    return st;
+}
+
+long itest_upload_multipart(struct itest_server *s, const char *key,
+                            const char *user_id, const char *filename,
+                            const void *data, size_t len, const char *ttl,
+                            struct itest_resp *out)
+{
+    struct itest_part parts[2] = {
+        {"file", filename ? filename : "", NULL, data, len, NULL},
+        {"ttl_hours", NULL, NULL, ttl, ttl ? strlen(ttl) : 0, NULL},
+    };
+    struct itest_req rq = {0};
+    rq.method = "POST";
+    rq.path = "/v1/files";
+    rq.key = key;
+    rq.user_id = user_id;
+    rq.parts = parts;
+    rq.nparts = ttl ? 2 : 1;
+    return itest_do(s, &rq, out);
+}
+
+json_t *itest_json_get(const json_t *j, const char *path)
+{
+    json_t *cur = (json_t *)(uintptr_t)j; /* jansson getters take non-const */
+    const char *p = path;
+    while (cur && *p) {
+        const char *dot = strchr(p, '.');
+        size_t n = dot ? (size_t)(dot - p) : strlen(p);
+        char key[128];
+        if (n >= sizeof(key) || !json_is_object(cur))
+            return NULL;
+        memcpy(key, p, n);
+        key[n] = 0;
+        cur = json_object_get(cur, key);
+        p += n;
+        if (*p == '.')
+            p++;
+    }
+    return cur;
+}
+
+const char *itest_json_str(const json_t *j, const char *path)
+{
+    return json_string_value(itest_json_get(j, path));
+}
+
+char *itest_json_dup(const json_t *j, const char *path)
+{
+    const char *v = itest_json_str(j, path);
+    return xstrdup(v ? v : "");
+}
+
+bool itest_list_has(const char *list, const char *token)
+{
+    if (!list)
+        return false;
+    size_t tl = strlen(token);
+    const char *p = list;
+    while (*p) {
+        while (*p == ' ' || *p == '\t' || *p == ',')
+            p++;
+        const char *e = p;
+        while (*e && *e != ',')
+            e++;
+        const char *t = e;
+        while (t > p && (t[-1] == ' ' || t[-1] == '\t'))
+            t--;
+        if ((size_t)(t - p) == tl && !strncasecmp(p, token, tl))
+            return true;
+        p = e;
+    }
+    return false;
+}
+
+int itest_connect(const struct itest_server *s)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons((uint16_t)s->port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (connect(fd, (struct sockaddr *)&a, sizeof(a))) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+bool itest_send_all(int fd, const void *buf, size_t len)
+{
+    const char *p = buf;
+    while (len) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
+/* --------------------------------------------------------------- checks */
+
+static void print_resp(const struct itest_resp *r)
+{
+    if (!r->status) {
+        fprintf(stderr, "  no response: %s\n", r->curl_err);
+        return;
+    }
+    fprintf(stderr, "  got %ld, body (%zu bytes): %.2000s%s\n", r->status,
+            r->len, r->body, r->len > 2000 ? "..." : "");
+}
+
+bool itest__check_status(const char *file, int line,
+                         const struct itest_resp *r, long want)
+{
+    if (r->status == want && itest_header(r, "X-Request-Id"))
+        return true;
+    if (r->status == want)
+        fprintf(stderr, "%s:%d: %s: status %ld but no X-Request-Id header\n",
+                file, line, r->what, want);
+    else
+        fprintf(stderr, "%s:%d: %s: want status %ld\n", file, line, r->what,
+                want);
+    print_resp(r);
+    return false;
+}
+
+bool itest__check_error(const char *file, int line,
+                        const struct itest_resp *r, long want_status,
+                        const char *want_code)
+{
+    bool ok = true;
+    const char *ct = itest_header(r, "Content-Type");
+    const char *code = itest_json_str(r->json, "error.code");
+    const char *msg = itest_json_str(r->json, "error.message");
+    const char *rid = itest_json_str(r->json, "error.request_id");
+    const char *hrid = itest_header(r, "X-Request-Id");
+    if (r->status != want_status) {
+        fprintf(stderr, "%s:%d: %s: want status %ld (%s)\n", file, line,
+                r->what, want_status, want_code);
+        ok = false;
+    }
+    if (!ct || strncasecmp(ct, "application/json", 16)) {
+        fprintf(stderr, "%s:%d: %s: want Content-Type application/json, got "
+                        "%s\n",
+                file, line, r->what, ct ? ct : "(none)");
+        ok = false;
+    }
+    if (!code || strcmp(code, want_code)) {
+        fprintf(stderr, "%s:%d: %s: want error.code \"%s\", got %s\n", file,
+                line, r->what, want_code, code ? code : "(none)");
+        ok = false;
+    }
+    if (!msg || !msg[0]) {
+        fprintf(stderr, "%s:%d: %s: want a non-empty error.message\n", file,
+                line, r->what);
+        ok = false;
+    }
+    if (!hrid || !rid || strcmp(rid, hrid)) {
+        fprintf(stderr, "%s:%d: %s: want error.request_id equal to the "
+                        "X-Request-Id header, got %s vs header %s\n",
+                file, line, r->what, rid ? rid : "(none)",
+                hrid ? hrid : "(none)");
+        ok = false;
+    }
+    if (!ok)
+        print_resp(r);
+    return ok;
+}
+
+static bool file_id_valid(const char *id)
+{
+    if (!id || strncmp(id, "file_", 5) || strlen(id) != 5 + 26)
+        return false;
+    for (const char *p = id + 5; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= '2' && *p <= '7')))
+            return false;
+    return true;
+}
+
+bool itest__check_file(const char *file, int line, const json_t *f,
+                       const char *filename, const void *data, size_t len)
+{
+    bool ok = true;
+#define BAD(...)                                                               \
+    do {                                                                       \
+        fprintf(stderr, "%s:%d: File object: ", file, line);                   \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fputc('\n', stderr);                                                   \
+        ok = false;                                                            \
+    } while (0)
+    if (!json_is_object(f)) {
+        BAD("want a JSON object");
+        return false;
+    }
+    const char *id = itest_json_str(f, "file_id");
+    if (!file_id_valid(id))
+        BAD("want file_id matching ^file_[a-z2-7]{26}$, got %s",
+            id ? id : "(none)");
+    const char *name = itest_json_str(f, "filename");
+    if (filename && (!name || strcmp(name, filename)))
+        BAD("want filename \"%s\", got \"%s\"", filename,
+            name ? name : "(none)");
+    const json_t *size = itest_json_get(f, "size");
+    if (!json_is_integer(size) || json_integer_value(size) != (json_int_t)len)
+        BAD("want size %zu, got %lld", len,
+            json_is_integer(size) ? (long long)json_integer_value(size) : -1LL);
+    char want_sha[65];
+    itest_sha256_hex(data, len, want_sha);
+    const char *sha = itest_json_str(f, "sha256");
+    if (!sha || strcmp(sha, want_sha))
+        BAD("want sha256 %s, got %s", want_sha, sha ? sha : "(none)");
+    const char *mt = itest_json_str(f, "mime_type");
+    const char *ft = itest_json_str(f, "file_type");
+    if (!mt || !mt[0] || !ft || !ft[0])
+        BAD("want non-empty mime_type and file_type");
+    const char *src = itest_json_str(f, "source");
+    if (!src || strcmp(src, "upload"))
+        BAD("want source \"upload\", got %s", src ? src : "(none)");
+    const char *ca = itest_json_str(f, "created_at");
+    int64_t created = ca ? itest_parse_time(ca) : -1;
+    if (created < 0)
+        BAD("want created_at as YYYY-MM-DDTHH:MM:SSZ, got %s",
+            ca ? ca : "(none)");
+    else if (created > (int64_t)itest_now() + 5 ||
+             created < (int64_t)itest_now() - 600)
+        BAD("created_at %s is not about now", ca);
+    const json_t *ej = itest_json_get(f, "expires_at");
+    if (!ej) {
+        BAD("want an expires_at member (a time or null)");
+    } else if (!json_is_null(ej)) {
+        const char *ea = json_string_value(ej);
+        int64_t exp = ea ? itest_parse_time(ea) : -1;
+        if (exp < 0)
+            BAD("want expires_at as YYYY-MM-DDTHH:MM:SSZ or null, got %s",
+                ea ? ea : "(not a string)");
+        else if (created >= 0 && exp <= created)
+            BAD("expires_at %s is not after created_at %s", ea, ca);
+    }
+#undef BAD
+    if (!ok) {
+        char *dump = json_dumps(f, JSON_COMPACT);
+        fprintf(stderr, "  got: %s\n", dump ? dump : "?");
+        free(dump);
+    }
+    return ok;
+}
+
+/* ------------------------------------------------------- data and time */
+
+void itest_sha256_hex(const void *data, size_t len, char out[65])
+{
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    EVP_Digest(data ? data : "", len, md, &mdlen, EVP_sha256(), NULL);
+    for (unsigned i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    out[64] = 0;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+    x += 0x9E3779B97F4A7C15ULL;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+    return x ^ (x >> 31);
+}
+
+void itest_pattern_fill(uint32_t seed, uint64_t offset, void *buf, size_t len)
+{
+    unsigned char *p = buf;
+    uint64_t salt = (uint64_t)seed << 40;
+    while (len) {
+        uint64_t block = offset / 8;
+        unsigned shift = (unsigned)(offset % 8);
+        uint64_t v = mix64(block ^ salt);
+        for (unsigned i = shift; i < 8 && len; i++, len--, offset++)
+            *p++ = (unsigned char)(v >> (8 * i));
+    }
+}
+
+void itest_pattern_sha256(uint32_t seed, uint64_t len, char out[65])
+{
+    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
+    if (!ctx)
+        abort();
+    EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
+    unsigned char *buf = xrealloc(NULL, 1 << 16);
+    for (uint64_t off = 0; off < len;) {
+        size_t n = len - off > (1 << 16) ? (1 << 16) : (size_t)(len - off);
+        itest_pattern_fill(seed, off, buf, n);
+        EVP_DigestUpdate(ctx, buf, n);
+        off += n;
+    }
+    free(buf);
+    unsigned char md[32];
+    unsigned int mdlen = 0;
+    EVP_DigestFinal_ex(ctx, md, &mdlen);
+    EVP_MD_CTX_free(ctx);
+    for (unsigned i = 0; i < 32; i++)
+        snprintf(out + 2 * i, 3, "%02x", md[i]);
+    out[64] = 0;
+}
+
+size_t itest_pattern_read(char *buf, size_t size, size_t n, void *ctx)
+{
+    struct itest_pattern_src *src = ctx;
+    uint64_t left = src->total - src->sent;
+    size_t want = size * n;
+    if (want > left)
+        want = (size_t)left;
+    itest_pattern_fill(src->seed, src->sent, buf, want);
+    src->sent += want;
+    return want;
+}
+
+static int digits(const char *s, int n)
+{
+    int v = 0;
+    for (int i = 0; i < n; i++)
+        v = v * 10 + (s[i] - '0');
+    return v;
+}
+
+int64_t itest_parse_time(const char *s)
+{
+    static const char shape[] = "dddd-dd-ddTdd:dd:ddZ";
+    if (!s || strlen(s) != sizeof(shape) - 1)
+        return -1;
+    for (size_t i = 0; shape[i]; i++) {
+        if (shape[i] == 'd' ? !isdigit((unsigned char)s[i]) : s[i] != shape[i])
+            return -1;
+    }
+#define NUM(off, n) digits(s + (off), (n))
+    struct tm tm;
+    memset(&tm, 0, sizeof(tm));
+    tm.tm_year = NUM(0, 4) - 1900;
+    tm.tm_mon = NUM(5, 2) - 1;
+    tm.tm_mday = NUM(8, 2);
+    tm.tm_hour = NUM(11, 2);
+    tm.tm_min = NUM(14, 2);
+    tm.tm_sec = NUM(17, 2);
+#undef NUM
+    if (tm.tm_mon < 0 || tm.tm_mon > 11 || tm.tm_mday < 1 ||
+        tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
+        tm.tm_sec > 60)
+        return -1;
+    return (int64_t)timegm(&tm);
+}
+
+char *itest_urlencode(const char *s, size_t len)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    char *out = xrealloc(NULL, 3 * len + 1);
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (isalnum(c) || c == '-' || c == '.' || c == '_' || c == '~') {
+            out[o++] = (char)c;
+        } else {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        }
+    }
+    out[o] = 0;
+    return out;
+}

@@ -1,0 +1,533 @@
+/*
+ * test_bad_input.c - what clients get wrong, on purpose or not: broken
+ * multipart bodies, JSON bodies, hostile file names, bad user ids and
+ * oversized uploads.  Every rejection is a 4xx of CONTRACT.md and leaves
+ * nothing on disk.
+ *
+ * Elsewhere: bad keys in test_auth.c, unknown routes and wrong methods in
+ * test_basics.c, foreign ids in test_auth.c (isolation), client disconnects
+ * in test_concurrency.c.
+ */
+#include "harness.h"
+
+static struct itest_server *start_keyed(const char *const *args, char **key)
+{
+    struct itest_opts o = {args, NULL, NULL};
+    struct itest_server *s = itest_start(&o);
+    *key = NULL;
+    if (s && !itest_create_key(s, "acme", false, key, NULL))
+        test__failed_checks++;
+    return s;
+}
+
+/* Nothing of a rejected upload stays on disk, and nothing is listed. */
+static void check_nothing_stored(struct itest_server *s, const char *key,
+                                 const char *what)
+{
+    /* Cleanup may run as the request completes, after the answer: poll. */
+    bool clean = itest_wait_strays_at_most(s, 0, 5000);
+    if (!clean) {
+        fprintf(stderr, "after %s:\n", what);
+        itest_print_strays(s);
+    }
+    CHECKF(clean, "%s left files on disk", what);
+    struct itest_resp r;
+    itest_request(s, "GET", "/v1/files", key, "u1", NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    CHECKF(json_array_size(itest_json_get(r.json, "files")) == 0,
+           "after %s, files are listed: %s", what, r.body);
+    itest_resp_release(&r);
+}
+
+static long post_files(struct itest_server *s, const char *key,
+                       const char *path, const char *ct, const char *body,
+                       size_t len, struct itest_resp *r)
+{
+    return itest_request(s, "POST", path, key, "u1", ct, body, len, NULL, r);
+}
+
+static void multipart_without_boundary(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    static const char body[] =
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n"
+        "Content-Type: text/plain\r\n\r\n"
+        "hello\r\n"
+        "--XYZ--\r\n";
+    const char *types[] = {"multipart/form-data", "multipart/form-data; ",
+                           "multipart/form-data; boundary=",
+                           "multipart/form-data; charset=utf-8"};
+    for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
+        struct itest_resp r;
+        post_files(s, key, "/v1/files", types[i], body, strlen(body), &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        itest_resp_release(&r);
+    }
+    check_nothing_stored(s, key, "multipart without a boundary");
+    free(key);
+    itest_stop(s);
+}
+
+static void multipart_truncated(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    const char *bodies[] = {
+        /* cut in the middle of the file's bytes */
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n"
+        "Content-Type: text/plain\r\n\r\n"
+        "hello wor",
+        /* the file complete, the closing delimiter missing */
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n"
+        "Content-Type: text/plain\r\n\r\n"
+        "hello world\r\n",
+        /* a second part begun and cut in its headers */
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n"
+        "\r\n"
+        "hello world\r\n"
+        "--XYZ\r\n"
+        "Content-Disposition: form-da",
+        /* cut in the first part's headers */
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"fi",
+        /* only the opening delimiter */
+        "--XYZ\r\n",
+        /* no delimiter at all */
+        "hello world",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        struct itest_resp r;
+        post_files(s, key, "/v1/files", "multipart/form-data; boundary=XYZ",
+                   bodies[i], strlen(bodies[i]), &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        if (r.status != 400)
+            fprintf(stderr, "  (truncated body #%zu)\n", i);
+        itest_resp_release(&r);
+    }
+    check_nothing_stored(s, key, "truncated multipart bodies");
+
+    /* The same body, completed, is accepted: the 400s were for the cut. */
+    static const char whole[] =
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"a.txt\"\r\n"
+        "Content-Type: text/plain\r\n\r\n"
+        "hello world\r\n"
+        "--XYZ--\r\n";
+    struct itest_resp r;
+    post_files(s, key, "/v1/files", "multipart/form-data; boundary=XYZ", whole,
+               strlen(whole), &r);
+    CHECK_STATUS(&r, 201);
+    CHECK_FILE(r.json, "a.txt", "hello world", 11);
+    itest_resp_release(&r);
+    free(key);
+    itest_stop(s);
+}
+
+static void multipart_without_file_part(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    struct itest_part fields[] = {
+        {"ttl_hours", NULL, NULL, "1", 1, NULL},
+        {"filename", NULL, NULL, "x.txt", 5, NULL},
+    };
+    struct itest_part wrong_name[] = {
+        {"upload", "x.txt", "text/plain", "data", 4, NULL},
+    };
+    struct {
+        const struct itest_part *parts;
+        size_t n;
+    } cases[] = {{fields, 2}, {wrong_name, 1}};
+    for (size_t i = 0; i < 2; i++) {
+        struct itest_req rq = {0};
+        rq.path = "/v1/files";
+        rq.key = key;
+        rq.user_id = "u1";
+        rq.parts = cases[i].parts;
+        rq.nparts = cases[i].n;
+        struct itest_resp r;
+        itest_do(s, &rq, &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        itest_resp_release(&r);
+    }
+    /* A `file` part without any filename, and no `filename` field. */
+    static const char nameless[] =
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"\r\n"
+        "Content-Type: text/plain\r\n\r\n"
+        "hello\r\n"
+        "--XYZ--\r\n";
+    static const char empty_name[] =
+        "--XYZ\r\n"
+        "Content-Disposition: form-data; name=\"file\"; filename=\"\"\r\n"
+        "Content-Type: text/plain\r\n\r\n"
+        "hello\r\n"
+        "--XYZ--\r\n";
+    const char *nameless_bodies[] = {nameless, empty_name};
+    for (size_t i = 0; i < 2; i++) {
+        struct itest_resp r;
+        post_files(s, key, "/v1/files", "multipart/form-data; boundary=XYZ",
+                   nameless_bodies[i], strlen(nameless_bodies[i]), &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        itest_resp_release(&r);
+    }
+    /* An empty multipart body (just the closing delimiter). */
+    static const char empty[] = "--XYZ--\r\n";
+    struct itest_resp r;
+    post_files(s, key, "/v1/files", "multipart/form-data; boundary=XYZ", empty,
+               strlen(empty), &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    itest_resp_release(&r);
+    check_nothing_stored(s, key, "multipart without a file part");
+    free(key);
+    itest_stop(s);
+}
+
+static void json_body(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    const char *invalid[] = {"{not json", "", "{\"url\": ", "\xff\xfe"};
+    for (size_t i = 0; i < sizeof(invalid) / sizeof(invalid[0]); i++) {
+        struct itest_resp r;
+        post_files(s, key, "/v1/files", "application/json", invalid[i],
+                   strlen(invalid[i]), &r);
+        CHECK_ERROR(&r, 400, "invalid_json");
+        itest_resp_release(&r);
+    }
+    const char *no_url[] = {"{}", "{\"url\": 5}", "[1, 2]", "\"url\"",
+                            "{\"filename\": \"a.txt\"}", "{\"url\": null}"};
+    for (size_t i = 0; i < sizeof(no_url) / sizeof(no_url[0]); i++) {
+        struct itest_resp r;
+        post_files(s, key, "/v1/files", "application/json; charset=utf-8",
+                   no_url[i], strlen(no_url[i]), &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        itest_resp_release(&r);
+    }
+    check_nothing_stored(s, key, "JSON bodies");
+    free(key);
+    itest_stop(s);
+}
+
+static void raw_without_filename(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    const char *paths[] = {"/v1/files", "/v1/files?ttl_hours=1",
+                           "/v1/files?filename=", "/v1/files?name=a.txt"};
+    const char *types[] = {"text/plain", NULL, "application/octet-stream"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        for (size_t t = 0; t < sizeof(types) / sizeof(types[0]); t++) {
+            struct itest_resp r;
+            post_files(s, key, paths[i], types[t], "abc", 3, &r);
+            CHECK_ERROR(&r, 400, "invalid_request");
+            itest_resp_release(&r);
+        }
+    }
+    check_nothing_stored(s, key, "raw uploads without a filename");
+    free(key);
+    itest_stop(s);
+}
+
+/* Upload under `sent` (raw query, percent-encoded; or multipart file part
+ * name; or multipart `filename` field) and expect `stored`. */
+enum name_form { BY_QUERY, BY_PART, BY_FIELD };
+
+/* A string literal and its length, NUL bytes inside included. */
+#define LIT(s) (s), (sizeof(s) - 1)
+
+static void check_name(struct itest_server *s, const char *key,
+                       const char *sent, size_t sent_len, enum name_form form,
+                       const char *stored)
+{
+    struct itest_resp r;
+    if (form == BY_QUERY) {
+        char *enc = itest_urlencode(sent, sent_len);
+        char *path = itest_fmt("/v1/files?filename=%s", enc);
+        post_files(s, key, path, "text/plain", "n\n", 2, &r);
+        free(path);
+        free(enc);
+    } else {
+        struct itest_part parts[2] = {
+            {"file", form == BY_PART ? sent : "placeholder.bin", NULL, "n\n",
+             2, NULL},
+            {"filename", NULL, NULL, sent, sent_len, NULL},
+        };
+        struct itest_req rq = {0};
+        rq.path = "/v1/files";
+        rq.key = key;
+        rq.user_id = "u1";
+        rq.parts = parts;
+        rq.nparts = form == BY_FIELD ? 2 : 1;
+        itest_do(s, &rq, &r);
+    }
+    static const char *const forms[] = {"query", "file part", "filename field"};
+    if (stored) {
+        CHECK_STATUS(&r, 201);
+        const char *got = itest_json_str(r.json, "filename");
+        CHECKF(got && !strcmp(got, stored),
+               "name sent by %s: want it stored as \"%s\", got \"%s\"",
+               forms[form], stored, got ? got : "(none)");
+    } else {
+        CHECK_ERROR(&r, 400, "invalid_request");
+        if (r.status != 400)
+            fprintf(stderr, "  (name of %zu bytes sent by %s)\n", sent_len,
+                    forms[form]);
+    }
+    itest_resp_release(&r);
+}
+
+static void filename_paths(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    for (int f = BY_QUERY; f <= BY_FIELD; f++) {
+        check_name(s, key, LIT("../../etc/passwd"), (enum name_form)f,
+                   "passwd");
+        check_name(s, key, LIT("a/b.txt"), (enum name_form)f, "b.txt");
+        check_name(s, key, LIT("/abs/path/c.csv"), (enum name_form)f, "c.csv");
+    }
+    /* Windows paths (old browsers send them); not through the part header,
+     * where a backslash may be an escape. */
+    check_name(s, key, LIT("C:\\Users\\x\\report.csv"), BY_QUERY,
+               "report.csv");
+    check_name(s, key, LIT("C:\\Users\\x\\report.csv"), BY_FIELD,
+               "report.csv");
+    /* Nothing left after the last separator. */
+    check_name(s, key, LIT("dir/"), BY_QUERY, NULL);
+    check_name(s, key, LIT("a/.."), BY_QUERY, NULL);
+    free(key);
+    itest_stop(s);
+}
+
+static void filename_controls(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    check_name(s, key, LIT("a\nb.txt"), BY_QUERY, "a_b.txt");
+    check_name(s, key, LIT("a\nb.txt"), BY_FIELD, "a_b.txt");
+    check_name(s, key, LIT("a\rb.txt"), BY_QUERY, "a_b.txt");
+    check_name(s, key, LIT("a\0b.txt"), BY_QUERY, "a_b.txt");
+    check_name(s, key, LIT("a\0b.txt"), BY_FIELD, "a_b.txt");
+    check_name(s, key, LIT("a\tb.txt"), BY_QUERY, "a_b.txt");
+    check_name(s, key, LIT("a\x7f" "b.txt"), BY_QUERY, "a_b.txt");
+    check_name(s, key, LIT("a\x01" "b.txt"), BY_FIELD, "a_b.txt");
+    check_name(s, key, LIT("a\xc2\x85" "b.txt"), BY_QUERY, "a_b.txt"); /* C1 */
+    check_name(s, key, LIT("a\x1b[31mred.txt"), BY_QUERY, "a_[31mred.txt");
+    free(key);
+    itest_stop(s);
+}
+
+static void filename_lengths(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    char *huge = malloc(10001);
+    REQUIRE(huge);
+    memset(huge, 'a', 10000);
+    huge[10000] = 0;
+    check_name(s, key, huge, 10000, BY_QUERY, NULL);
+    check_name(s, key, huge, 10000, BY_FIELD, NULL);
+    /* 256 bytes: one over. */
+    check_name(s, key, huge, 256, BY_QUERY, NULL);
+    /* 254 a's and a two-byte character: 256 bytes. */
+    memcpy(huge + 254, "\xc3\xa9", 2);
+    check_name(s, key, huge, 256, BY_QUERY, NULL);
+    check_nothing_stored(s, key, "over-long names");
+
+    /* 255 bytes is the longest name. */
+    memset(huge, 'a', 255);
+    huge[255] = 0;
+    check_name(s, key, huge, 255, BY_QUERY, huge);
+    check_name(s, key, huge, 255, BY_FIELD, huge);
+    free(huge);
+    free(key);
+    itest_stop(s);
+}
+
+static void filename_dots_empty_utf8(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    check_name(s, key, LIT("."), BY_QUERY, NULL);
+    check_name(s, key, LIT(".."), BY_QUERY, NULL);
+    check_name(s, key, LIT("."), BY_FIELD, NULL);
+    check_name(s, key, LIT(".."), BY_FIELD, NULL);
+    check_name(s, key, LIT(".."), BY_PART, NULL);
+    check_name(s, key, LIT("   "), BY_QUERY, NULL);
+    check_name(s, key, LIT("/"), BY_QUERY, NULL);
+    /* Not UTF-8: cannot be a JSON string. */
+    check_name(s, key, LIT("a\xff" "b.txt"), BY_QUERY, NULL);
+    check_name(s, key, LIT("a\xc0\xaf" "b.txt"), BY_QUERY, NULL); /* overlong */
+    check_nothing_stored(s, key, "invalid names");
+    /* Names that only look odd are fine. */
+    check_name(s, key, LIT(".hidden"), BY_QUERY, ".hidden");
+    check_name(s, key, LIT("..."), BY_QUERY, "...");
+    check_name(s, key, LIT("\xe6\x97\xa5\xe6\x9c\xac.txt"), BY_QUERY,
+               "\xe6\x97\xa5\xe6\x9c\xac.txt");
+    free(key);
+    itest_stop(s);
+}
+
+/* U+202E RIGHT-TO-LEFT OVERRIDE: stored as given, defused on download. */
+static void filename_bidi(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    static const char name[] = "invoice\xE2\x80\xAE" "fdp.exe";
+    for (int f = BY_QUERY; f <= BY_FIELD; f++) {
+        struct itest_resp r;
+        check_name(s, key, name, strlen(name), (enum name_form)f, name);
+        itest_request(s, "GET", "/v1/files?limit=1", key, "u1", NULL, NULL, 0,
+                      NULL, &r);
+        const char *id = itest_json_str(
+            json_array_get(itest_json_get(r.json, "files"), 0), "file_id");
+        char *path = itest_fmt("/v1/files/%s/content", id ? id : "none");
+        itest_resp_release(&r);
+        itest_request(s, "GET", path, key, "u1", NULL, NULL, 0, NULL, &r);
+        free(path);
+        CHECK_STATUS(&r, 200);
+        const char *cd = itest_header(&r, "Content-Disposition");
+        CHECKF(cd, "no Content-Disposition");
+        for (const char *p = cd; p && *p; p++)
+            CHECKF((unsigned char)*p >= 0x20 && (unsigned char)*p < 0x7f,
+                   "Content-Disposition has raw byte 0x%02x: %s",
+                   (unsigned)(unsigned char)*p, cd);
+        CHECKF(cd && strcasestr(cd, "filename*=UTF-8''invoice%E2%80%AEfdp.exe"),
+               "want filename*=UTF-8''invoice%%E2%%80%%AEfdp.exe in "
+               "Content-Disposition: %s",
+               cd ? cd : "(none)");
+        CHECKF(cd && !strncasecmp(cd, "attachment;", 11),
+               "Content-Disposition: %s", cd ? cd : "(none)");
+        itest_resp_release(&r);
+    }
+    free(key);
+    itest_stop(s);
+}
+
+static void check_bad_user(struct itest_server *s, const char *key,
+                           const char *user, const char *const *headers)
+{
+    const char *paths[] = {"/v1/files", "/v1/files?limit=5",
+                           "/v1/files/file_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                           "/v1/files/file_aaaaaaaaaaaaaaaaaaaaaaaaaa/content"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        struct itest_resp r;
+        itest_request(s, "GET", paths[i], key, user, NULL, NULL, 0, headers,
+                      &r);
+        CHECK_ERROR(&r, 400, "invalid_user_id");
+        itest_resp_release(&r);
+    }
+    struct itest_resp r;
+    itest_request(s, "DELETE", paths[2], key, user, NULL, NULL, 0, headers, &r);
+    CHECK_ERROR(&r, 400, "invalid_user_id");
+    itest_resp_release(&r);
+    itest_request(s, "POST", "/v1/files?filename=a.txt", key, user,
+                  "text/plain", "abc", 3, headers, &r);
+    CHECK_ERROR(&r, 400, "invalid_user_id");
+    itest_resp_release(&r);
+    itest_upload_multipart(s, key, user, "a.txt", "abc", 3, NULL, &r);
+    CHECK_ERROR(&r, 400, "invalid_user_id");
+    itest_resp_release(&r);
+}
+
+static void bad_user_ids(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    char long_id[130];
+    memset(long_id, 'u', 129);
+    long_id[129] = 0;
+    const char *bad[] = {"bad user", long_id, "\xc3\xa4", "a/b", "u1,u2",
+                         "a\"b", "x;y", "\xe2\x80\xae" "u1"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
+        check_bad_user(s, key, bad[i], NULL);
+    check_bad_user(s, key, NULL, NULL); /* missing */
+    static const char *const empty[] = {"X-User-Id;", NULL};
+    check_bad_user(s, key, NULL, empty);
+    check_nothing_stored(s, key, "uploads with bad user ids");
+
+    /* The edges of the valid set. */
+    long_id[128] = 0;
+    const char *good[] = {long_id, "a", "A.b_c@d:e-9", "user@example.com"};
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        struct itest_resp r;
+        itest_request(s, "GET", "/v1/files", key, good[i], NULL, NULL, 0, NULL,
+                      &r);
+        CHECK_STATUS(&r, 200);
+        itest_resp_release(&r);
+    }
+    free(key);
+    itest_stop(s);
+}
+
+/* 60 MiB against the default 50 MiB limit; the bytes are generated while
+ * sending. */
+static void oversized_default_limit(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    const curl_off_t size = 60 * 1024 * 1024;
+    for (int chunked = 0; chunked < 2; chunked++) {
+        struct itest_pattern_src src = {11, (uint64_t)size, 0};
+        struct itest_req rq = {0};
+        rq.path = "/v1/files?filename=huge.bin";
+        rq.key = key;
+        rq.user_id = "u1";
+        rq.content_type = "application/octet-stream";
+        rq.read_cb = itest_pattern_read;
+        rq.read_ctx = &src;
+        rq.read_len = chunked ? -1 : size;
+        struct itest_resp r;
+        itest_do(s, &rq, &r);
+        CHECK_ERROR(&r, 413, "payload_too_large");
+        if (r.status != 413)
+            fprintf(stderr, "  (%s upload)\n", chunked ? "chunked" : "sized");
+        itest_resp_release(&r);
+        check_nothing_stored(s, key, chunked ? "a chunked 60 MiB upload"
+                                             : "a 60 MiB upload");
+    }
+    /* Multipart: the file part alone is over the limit. */
+    struct itest_pattern_src src = {12, (uint64_t)size, 0};
+    struct itest_part part = {"file", "huge.bin", NULL, NULL, 0, &src};
+    struct itest_req rq = {0};
+    rq.path = "/v1/files";
+    rq.key = key;
+    rq.user_id = "u1";
+    rq.parts = &part;
+    rq.nparts = 1;
+    struct itest_resp r;
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 413, "payload_too_large");
+    itest_resp_release(&r);
+    check_nothing_stored(s, key, "a 60 MiB multipart upload");
+
+    itest_request(s, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    free(key);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(multipart_without_boundary), T(multipart_truncated),
+          T(multipart_without_file_part), T(json_body),
+          T(raw_without_filename), T(filename_paths), T(filename_controls),
+          T(filename_lengths), T(filename_dots_empty_utf8), T(filename_bidi),
+          T(bad_user_ids), T(oversized_default_limit))
