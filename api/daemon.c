@@ -178,6 +178,23 @@ static void body_chunk(struct ipd_req *r, const char *data, size_t size)
     }
 }
 
+/* Runs as soon as a request line is parsed, before the headers: from here
+ * on the request counts as in flight, so a shutdown waits for it. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    struct ipd_daemon *d = cls;
+    struct ipd_req *r = ipd_xcalloc(1, sizeof(*r));
+    (void)uri;
+    (void)conn;
+    r->app = d->app;
+    r->start_us = now_us();
+    ipd_buf_init(&r->body, IPD_JSON_BODY_MAX);
+    pthread_mutex_lock(&d->lock);
+    d->in_flight++;
+    pthread_mutex_unlock(&d->lock);
+    return r;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
@@ -188,18 +205,15 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     (void)version;
 
     if (!r) {
-        r = ipd_xcalloc(1, sizeof(*r));
-        r->app = d->app;
+        /* on_uri always runs first; this is only a safety net. */
+        r = on_uri(d, url, conn);
+        *req_cls = r;
+    }
+    if (!r->method) {
         r->conn = conn;
         r->method = method;
         r->path = url;
-        r->start_us = now_us();
-        ipd_buf_init(&r->body, IPD_JSON_BODY_MAX);
         set_request_id(r);
-        pthread_mutex_lock(&d->lock);
-        d->in_flight++;
-        pthread_mutex_unlock(&d->lock);
-        *req_cls = r;
         /* Without a body, wait for the second call: libmicrohttpd closes
          * the connection after a reply queued before the request is
          * complete, and keep-alive matters to browsers and bots. */
@@ -245,7 +259,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     if (r->handler && r->handler->cleanup)
         r->handler->cleanup(r);
     double ms = (double)(now_us() - r->start_us) / 1000.0;
-    ipd_info("access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
+    if (r->method)
+        ipd_info("access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
              "tenant=%s user=%s request_id=%s%s%s%s",
              r->method, r->path, r->status, (unsigned long long)r->bytes_out,
              ms, r->authed ? r->key.tenant : "-",
@@ -342,7 +357,10 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
     d->app = app;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->idle, NULL);
-    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO |
+    /* poll(), not epoll: with epoll libmicrohttpd 0.9.75 misses a client
+     * that sends part of a body and closes at once (the connection sits in
+     * CLOSE-WAIT and its upload is never cleaned up). */
+    unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
                      MHD_USE_ITC | MHD_USE_ERROR_LOG;
     if (v6)
         flags |= MHD_USE_IPv6;
@@ -358,6 +376,7 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_memory,
         MHD_OPTION_LISTEN_BACKLOG_SIZE, 512u,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, d,
+        MHD_OPTION_URI_LOG_CALLBACK, on_uri, d,
         MHD_OPTION_END);
     if (!d->mhd) {
         ipd_error("cannot listen on %s (address in use, or not allowed)",

@@ -282,6 +282,16 @@ static void upload_data(struct ipd_req *r, const char *data, size_t size)
                         (long long)r->app->cfg->max_file_size);
 }
 
+/* A query value; *bad when it hides a NUL byte (which would cut it). */
+static const char *query_value(struct ipd_req *r, const char *name,
+                               bool *bad)
+{
+    size_t n = 0;
+    const char *v = ipd_req_query_n(r, name, &n);
+    *bad = v && strlen(v) != n;
+    return v;
+}
+
 /* ttl_hours: a positive number; it can shorten the TTL, never extend it. */
 static bool parse_ttl(const char *s, int64_t max_ms, int64_t *ttl_ms)
 {
@@ -309,9 +319,10 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
 {
     const char *name = NULL, *ttl = NULL;
     size_t nlen = 0;
+    bool ttl_bad = false;
     if (u->kind == UP_RAW) {
         name = ipd_req_query_n(r, "filename", &nlen);
-        ttl = ipd_req_query(r, "ttl_hours");
+        ttl = query_value(r, "ttl_hours", &ttl_bad);
     } else {
         if (u->have_filename_field && u->filename_field.len) {
             name = u->filename_field.buf;
@@ -320,7 +331,12 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
             name = u->part_name.buf;
             nlen = u->part_name.len;
         }
-        ttl = u->have_ttl_field ? u->ttl_field.buf : ipd_req_query(r, "ttl_hours");
+        if (u->have_ttl_field) {
+            ttl = u->ttl_field.buf;
+            ttl_bad = strlen(ttl) != u->ttl_field.len;
+        } else {
+            ttl = query_value(r, "ttl_hours", &ttl_bad);
+        }
     }
     enum ipd_err rc = ipd_filename_sanitize(name ? name : "", nlen,
                                             f->filename);
@@ -339,7 +355,7 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
         return false;
     }
     *ttl_ms = r->app->cfg->file_ttl_ms;
-    if (ttl && !parse_ttl(ttl, *ttl_ms, ttl_ms)) {
+    if (ttl && (ttl_bad || !parse_ttl(ttl, *ttl_ms, ttl_ms))) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
                         "ttl_hours must be a positive number of hours");
         return false;
@@ -355,8 +371,8 @@ static void upload_json(struct ipd_req *r)
                         "JSON body over %d bytes", IPD_JSON_BODY_MAX);
         return;
     }
-    json_t *doc = json_loadb(r->body.buf, r->body.len, JSON_REJECT_DUPLICATES,
-                             &jerr);
+    json_t *doc = json_loadb(r->body.buf, r->body.len,
+                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!doc) {
         ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
                         jerr.text, jerr.line);
@@ -465,12 +481,19 @@ const struct ipd_handler ipd_h_files_create = {
 
 static void files_list(struct ipd_req *r)
 {
-    const char *ls = ipd_req_query(r, "limit");
-    const char *cs = ipd_req_query(r, "cursor");
+    size_t lsn = 0, csn = 0;
+    const char *ls = ipd_req_query_n(r, "limit", &lsn);
+    const char *cs = ipd_req_query_n(r, "cursor", &csn);
     struct ipd_cursor cursor;
     struct ipd_file_list list = {0};
     int64_t limit = LIST_DEFAULT;
 
+    /* A NUL inside a value would cut it short: never let that pass. */
+    if ((ls && strlen(ls) != lsn) || (cs && strlen(cs) != csn)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "query values must not contain NUL bytes");
+        return;
+    }
     if (ls && ipd_int_parse(ls, 1, LIST_MAX, &limit)) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
                         "limit must be a whole number from 1 to %d", LIST_MAX);

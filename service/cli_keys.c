@@ -112,6 +112,7 @@ static int keys_revoke(struct ipd_meta *m, const char **args, size_t n)
 
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
 {
+    struct ipd_stores st;
     struct ipd_meta *m = NULL;
     int code = 2;
     if (!nargs) {
@@ -119,8 +120,11 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
                         "| list | revoke KEY_ID\n");
         return 2;
     }
-    if (ipd_open_meta(cfg, &m))
+    if (ipd_stores_open(cfg, false, &st)) {
+        ipd_stores_close(&st);
         return 1;
+    }
+    m = st.meta;
     if (!strcmp(args[0], "create"))
         code = keys_create(m, args + 1, nargs - 1);
     else if (!strcmp(args[0], "list") && nargs == 1)
@@ -129,6 +133,6 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
         code = keys_revoke(m, args + 1, nargs - 1);
     else
         fprintf(stderr, "interpd keys: unknown command \"%s\"\n", args[0]);
-    ipd_meta_free(m);
+    ipd_stores_close(&st);
     return code;
 }

@@ -32,6 +32,10 @@ static const struct opt opts[] = {
      "directory for the database, blobs and admin.key"},
     {"mongo-uri", OPT_STRING, OFF(mongo_uri), NULL, true,
      "MongoDB URI for metadata (default: SQLite in the data dir)"},
+    {"mongo-connect-timeout", OPT_DURATION, OFF(mongo_connect_timeout_ms),
+     "30s", false, "how long start-up retries an unreachable MongoDB"},
+    {"blob-store", OPT_STRING, OFF(blob_store), "local", false,
+     "where file bytes live: local (data dir) or gridfs (needs mongo-uri)"},
     {"file-ttl", OPT_DURATION, OFF(file_ttl_ms), "48h", false,
      "lifetime of stored files (e.g. 48h, 30m, 2s, never)"},
     {"max-file-size", OPT_SIZE, OFF(max_file_size), "50M", false,
@@ -311,6 +315,17 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
     if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1) {
         ipd_buf_adds(err, "max-file-size and max-connections must be "
                           "positive, threads 0 (auto) or more");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (!c->blob_store || (strcmp(c->blob_store, "local") != 0 &&
+                           strcmp(c->blob_store, "gridfs") != 0)) {
+        ipd_buf_adds(err, "blob-store must be local or gridfs");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (!strcmp(c->blob_store, "gridfs") && !c->mongo_uri) {
+        ipd_buf_adds(err, "blob-store gridfs needs mongo-uri");
         rc = IPD_ERR_INVALID;
         goto out;
     }

@@ -21,6 +21,8 @@ struct ipd_config {
     char *listen;            /* "HOST:PORT" */
     char *data_dir;
     char *mongo_uri;         /* NULL: SQLite in the data dir (secret: redacted) */
+    int64_t mongo_connect_timeout_ms; /* start-up retries for MongoDB */
+    char *blob_store;        /* "local" or "gridfs" */
     int64_t file_ttl_ms;     /* IPD_TIME_NEVER for "never" */
     int64_t max_file_size;   /* bytes */
     int64_t quota_files;     /* per user; < 0 unlimited */

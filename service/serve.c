@@ -10,35 +10,63 @@
 #include <unistd.h>
 
 #include "../api/http.h"
+#include "../storage/mongo.h"
 #include "keys.h"
 #include "log.h"
 #include "serve.h"
 #include "util.h"
 
-enum ipd_err ipd_open_meta(const struct ipd_config *cfg,
-                           struct ipd_meta **out)
+static enum ipd_err open_meta(const struct ipd_config *cfg,
+                              struct ipd_stores *s)
 {
     char path[4096];
-    *out = NULL;
+    enum ipd_err rc;
+    if (cfg->mongo_uri) {
+        rc = ipd_mongo_new(cfg->mongo_uri, cfg->mongo_connect_timeout_ms,
+                           &s->mongo);
+        if (!rc)
+            rc = ipd_meta_mongo_open(s->mongo, &s->meta);
+        if (rc) {
+            char *r = ipd_redact_uri(cfg->mongo_uri);
+            ipd_error("cannot use MongoDB at %s: %s", r, ipd_err_name(rc));
+            free(r);
+        }
+        return rc;
+    }
+    snprintf(path, sizeof(path), "%s/meta.db", cfg->data_dir);
+    rc = ipd_meta_sqlite_open(path, (int)cfg->db_busy_timeout_ms, &s->meta);
+    if (rc)
+        ipd_error("cannot open the metadata store %s: %s", path,
+                  ipd_err_name(rc));
+    return rc;
+}
+
+enum ipd_err ipd_stores_open(const struct ipd_config *cfg, bool with_blobs,
+                             struct ipd_stores *s)
+{
+    enum ipd_err rc;
+    memset(s, 0, sizeof(*s));
     if (mkdir(cfg->data_dir, 0700) && errno != EEXIST) {
         ipd_error("cannot create data dir %s: %s", cfg->data_dir,
                   strerror(errno));
         return IPD_ERR_IO;
     }
-    if (cfg->mongo_uri) {
-        char *r = ipd_redact_uri(cfg->mongo_uri);
-        /* NEEDSWORK: the MongoDB backend lands with its own issue. */
-        ipd_error("--mongo-uri %s: this build has no MongoDB backend yet", r);
-        free(r);
-        return IPD_ERR_INVALID;
-    }
-    snprintf(path, sizeof(path), "%s/meta.db", cfg->data_dir);
-    enum ipd_err rc =
-        ipd_meta_sqlite_open(path, (int)cfg->db_busy_timeout_ms, out);
-    if (rc)
-        ipd_error("cannot open the metadata store %s: %s", path,
-                  ipd_err_name(rc));
+    rc = open_meta(cfg, s);
+    if (rc || !with_blobs)
+        return rc;
+    if (!strcmp(cfg->blob_store, "gridfs"))
+        rc = ipd_blobs_open_gridfs(s->mongo, &s->blobs);
+    else
+        rc = ipd_blobs_open_local(cfg->data_dir, &s->blobs);
     return rc;
+}
+
+void ipd_stores_close(struct ipd_stores *s)
+{
+    ipd_blobs_free(s->blobs);
+    ipd_meta_free(s->meta);
+    ipd_mongo_free(s->mongo);
+    memset(s, 0, sizeof(*s));
 }
 
 /* Tell whoever started us which port we got (tests use port 0). */
@@ -57,6 +85,7 @@ static void notify_ready(const struct ipd_config *cfg, uint16_t port)
 int ipd_serve(struct ipd_config *cfg)
 {
     struct ipd_app app = {0};
+    struct ipd_stores stores = {0};
     struct ipd_daemon *d = NULL;
     sigset_t sigs;
     int sig = 0, code = 1;
@@ -76,10 +105,9 @@ int ipd_serve(struct ipd_config *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    rc = ipd_open_meta(cfg, &app.meta);
-    if (rc)
-        goto out;
-    rc = ipd_blobs_open_local(cfg->data_dir, &app.blobs);
+    rc = ipd_stores_open(cfg, true, &stores);
+    app.meta = stores.meta;
+    app.blobs = stores.blobs;
     if (rc)
         goto out;
     rc = ipd_filetype_new(&app.ft);
@@ -115,7 +143,6 @@ int ipd_serve(struct ipd_config *cfg)
 out:
     ipd_daemon_shutdown(d, 0);
     ipd_filetype_free(app.ft);
-    ipd_blobs_free(app.blobs);
-    ipd_meta_free(app.meta);
+    ipd_stores_close(&stores);
     return code;
 }

@@ -15,9 +15,22 @@ int ipd_serve(struct ipd_config *cfg);
  * Returns the process exit code. */
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs);
 
-/* Create the data dir (0700) and open the metadata store the config
- * names.  *out is new; ipd_meta_free it. */
-enum ipd_err ipd_open_meta(const struct ipd_config *cfg,
-                           struct ipd_meta **out);
+struct ipd_mongo;
+struct ipd_blobs;
+
+/* The stores a process works on. */
+struct ipd_stores {
+    struct ipd_mongo *mongo; /* NULL without --mongo-uri */
+    struct ipd_meta *meta;
+    struct ipd_blobs *blobs; /* NULL unless asked for */
+};
+
+/* Create the data dir (0700) and open the metadata store the config names
+ * (SQLite in the data dir, or MongoDB, retried for mongo-connect-timeout),
+ * and with with_blobs the blob store.  Logs what failed.  Close with
+ * ipd_stores_close (also after a failure). */
+enum ipd_err ipd_stores_open(const struct ipd_config *cfg, bool with_blobs,
+                             struct ipd_stores *s);
+void ipd_stores_close(struct ipd_stores *s);
 
 #endif

@@ -89,7 +89,9 @@ static void bc_write_commit_read_delete(struct ipd_blobs *b)
     ipd_blob_writer_sample(w, &head, &head_len, &tail);
     REQUIRE(tail != NULL);
     CHECK(memcmp(tail, "defg", 4) == 0);
-    CHECK_INT(bc_incomplete(b), 1);
+    /* In progress: a temporary file, or (GridFS) maybe nothing yet while
+     * the first chunk fills in memory. */
+    CHECK(bc_incomplete(b) <= 1);
     CHECK_INT(ipd_blob_writer_sha256(w, hex), IPD_OK);
     char want[IPD_SHA256_HEX];
     ipd_sha256_hex("abcdefg", 7, want);

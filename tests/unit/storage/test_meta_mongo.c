@@ -23,73 +23,16 @@
 #include "test.h"
 
 #include "meta_conformance.h"
+#include "mongo_env.h"
 #include "storage/meta.h"
 #include "storage/mongo.h"
 
 #define CONNECT_MS 10000
 #define MAX_STORES 64
 
-static char base_uri[512];
-static char run_tag[16];
 static unsigned store_seq;
 static struct ipd_mongo *conns[MAX_STORES]; /* owned; freed by cleanup */
 static size_t nconns;
-
-/* Load the fixture's URI; without it, stop the whole program loudly. */
-static void load_uri(void)
-{
-    const char *dir = getenv("IPD_TEST_MONGO_STATE");
-    char path[512];
-    unsigned char raw[4];
-    FILE *f;
-    size_t n;
-
-    if (!dir || !dir[0]) {
-        fprintf(stderr, "test_meta_mongo: IPD_TEST_MONGO_STATE is not set: "
-                        "run through ctest (fixture mongo/start), or set it "
-                        "to a directory holding a file 'uri'\n");
-        exit(2);
-    }
-    snprintf(path, sizeof(path), "%s/uri", dir);
-    f = fopen(path, "r");
-    if (!f) {
-        fprintf(stderr, "test_meta_mongo: no MongoDB server: cannot read %s "
-                        "(did the mongo/start fixture fail?)\n", path);
-        exit(2);
-    }
-    n = fread(base_uri, 1, sizeof(base_uri) - 1, f);
-    fclose(f);
-    base_uri[n] = '\0';
-    while (n && (base_uri[n - 1] == '\n' || base_uri[n - 1] == '\r' ||
-                 base_uri[n - 1] == ' '))
-        base_uri[--n] = '\0';
-    if (!n) {
-        fprintf(stderr, "test_meta_mongo: %s is empty\n", path);
-        exit(2);
-    }
-    ipd_random_bytes(raw, sizeof(raw));
-    ipd_hex(raw, sizeof(raw), run_tag);
-}
-
-/* base_uri with its database (path) replaced by db. */
-static void uri_with_db(char *out, size_t cap, const char *db)
-{
-    const char *scheme = strstr(base_uri, "://");
-    const char *host = scheme ? scheme + 3 : base_uri;
-    const char *slash = strchr(host, '/');
-    const char *query = strchr(host, '?');
-    const char *rest;
-    size_t hostlen;
-
-    if (slash && (!query || slash < query)) {
-        hostlen = (size_t)(slash - base_uri);
-        rest = query ? query : "";
-    } else {
-        hostlen = query ? (size_t)(query - base_uri) : strlen(base_uri);
-        rest = query ? query : "";
-    }
-    snprintf(out, cap, "%.*s/%s%s", (int)hostlen, base_uri, db, rest);
-}
 
 /* A new connection to a fresh database; kept for cleanup.  [out] *db_name
  * (may be NULL) gets the database name. */
@@ -99,8 +42,8 @@ static struct ipd_mongo *new_conn(char *db_name, size_t cap)
     struct ipd_mongo *mg = NULL;
     enum ipd_err rc;
 
-    snprintf(db, sizeof(db), "itest_%s_%u", run_tag, store_seq++);
-    uri_with_db(uri, sizeof(uri), db);
+    snprintf(db, sizeof(db), "itest_%s_%u", mongo_env_tag, store_seq++);
+    mongo_env_uri(uri, sizeof(uri), db);
     rc = ipd_mongo_new(uri, CONNECT_MS, &mg);
     CHECK_INT(rc, IPD_OK);
     if (rc)
@@ -138,7 +81,7 @@ static mongoc_client_t *raw_client(const char *db)
     char uri[640];
     mongoc_client_t *c;
 
-    uri_with_db(uri, sizeof(uri), db);
+    mongo_env_uri(uri, sizeof(uri), db);
     c = mongoc_client_new(uri);
     if (c)
         mongoc_client_set_error_api(c, MONGOC_ERROR_API_VERSION_2);
@@ -232,8 +175,8 @@ static void check_null(const bson_t *d, const char *key)
 
 static void server(void)
 {
-    load_uri();
-    printf("# server %s, run %s\n", base_uri, run_tag);
+    mongo_env_load("test_meta_mongo");
+    printf("# server %s, run %s\n", mongo_env_base, mongo_env_tag);
 }
 
 static void conformance(void)
@@ -434,7 +377,7 @@ static void open_twice(void)
     struct ipd_meta *b2 = NULL;
     char uri[640];
     struct ipd_mongo *mg2 = NULL;
-    uri_with_db(uri, sizeof(uri), db);
+    mongo_env_uri(uri, sizeof(uri), db);
     CHECK_INT(ipd_mongo_new(uri, CONNECT_MS, &mg2), IPD_OK);
     if (mg2)
         CHECK_INT(ipd_meta_mongo_open(mg2, &b2), IPD_OK);
