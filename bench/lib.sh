@@ -1,0 +1,94 @@
+# bench/lib.sh - shared helpers for the benchmark scripts (sourced, not run).
+#
+# Every benchmark starts its own interpd with a throw-away data dir under
+# $BENCH_TMP (default: build-bench/bench-tmp, i.e. the same disk as /work),
+# and removes it on exit.
+
+set -euo pipefail
+
+BENCH_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+INTERPD=${INTERPD:-$BENCH_ROOT/build-bench/interpd}
+PY=/usr/bin/python3          # Debian's python, never the pyenv shim
+BENCH_TMP=${BENCH_TMP:-$BENCH_ROOT/build-bench/bench-tmp}
+
+SERVER_PID=
+PORT=
+KEY=
+WORK=
+
+die() { echo "error: $*" >&2; exit 1; }
+
+[ -x "$INTERPD" ] || die "$INTERPD not built; run: cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release && cmake --build build-bench -j2 --target interpd"
+
+# bench_setup NAME: make the per-run work dir and the cleanup trap.
+bench_setup() {
+    mkdir -p "$BENCH_TMP"
+    WORK=$(mktemp -d "$BENCH_TMP/$1.XXXXXX")
+    trap bench_cleanup EXIT
+    trap 'exit 130' INT TERM
+    echo "# work dir: $WORK (disk: $(df --output=source "$WORK" | tail -1), fs: $(df --output=fstype "$WORK" | tail -1))"
+}
+
+bench_cleanup() {
+    local rc=$?
+    stop_server || true
+    if [ -n "${WORK:-}" ] && [ -d "$WORK" ]; then
+        if [ -s "$WORK/server.log" ]; then
+            # Surface anything the server complained about.
+            if grep -v "^.*config " "$WORK/server.log" | grep -qiE "error|warn|abort|assert|fatal"; then
+                echo "# server log lines mentioning error/warn (first 20):"
+                grep -v "^.*config " "$WORK/server.log" | grep -iE "error|warn|abort|assert|fatal" | head -20 | sed 's/^/#   /'
+            fi
+            if [ -n "${KEEP_LOGS:-}" ]; then
+                cp "$WORK/server.log" "$BENCH_TMP/$(basename "$WORK").server.log"
+            fi
+        fi
+        rm -rf "$WORK"
+    fi
+    exit $rc
+}
+
+# start_server [extra interpd options...]: start interpd on a free port,
+# wait (blocking read on a fifo) for it to report the port, read the admin key.
+start_server() {
+    local fifo="$WORK/ready.fifo"
+    mkfifo "$fifo"
+    "$INTERPD" serve --listen 127.0.0.1:0 --data-dir "$WORK/data" \
+        --ready-fd 3 --log-level warn "$@" \
+        3>"$fifo" 2>"$WORK/server.log" >/dev/null &
+    SERVER_PID=$!
+    # Blocks until the server writes its port and closes fd 3 (or dies,
+    # which also closes the write end).
+    PORT=$(head -n1 <"$fifo" || true)
+    rm -f "$fifo"
+    if [ -z "$PORT" ]; then
+        cat "$WORK/server.log" >&2
+        die "server did not report a port"
+    fi
+    [ -s "$WORK/data/admin.key" ] || die "no admin.key in $WORK/data"
+    KEY=$(tr -d '\n' <"$WORK/data/admin.key")
+    BASE="http://127.0.0.1:$PORT"
+    echo "# server pid $SERVER_PID, port $PORT, options: $*"
+}
+
+stop_server() {
+    [ -n "${SERVER_PID:-}" ] || return 0
+    if kill -0 "$SERVER_PID" 2>/dev/null; then
+        kill -TERM "$SERVER_PID"
+        local rc=0
+        wait "$SERVER_PID" || rc=$?
+        [ "$rc" = 0 ] || echo "# WARNING: server exited with status $rc on SIGTERM"
+    else
+        local rc=0
+        wait "$SERVER_PID" 2>/dev/null || rc=$?
+        echo "# WARNING: server had already exited (status $rc) before stop"
+    fi
+    SERVER_PID=
+}
+
+# Field from /proc/PID/status in KiB (VmRSS, VmHWM, ...).
+proc_kib() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
+
+# median of the numbers on stdin (one per line)
+median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+
