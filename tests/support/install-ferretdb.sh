@@ -19,12 +19,25 @@ if [ -x "$bin" ]; then
   exit 0
 fi
 
-GO="${GO:-$(command -v go || true)}"
-[ -n "$GO" ] || GO=/usr/local/go/bin/go
-if [ ! -x "$GO" ]; then
-  echo "install-ferretdb: no Go toolchain (looked for go on PATH and /usr/local/go/bin/go)" >&2
+# FerretDB 1.24 needs Go 1.24; any Go from 1.21 on fetches that toolchain
+# itself through the module proxy (GOTOOLCHAIN=auto).  Debian 12's own
+# golang-go is 1.19, too old: prefer the official install in /usr/local/go.
+if [ -z "${GO:-}" ]; then
+  for g in /usr/local/go/bin/go "$(command -v go || true)"; do
+    if [ -n "$g" ] && [ -x "$g" ]; then GO=$g; break; fi
+  done
+fi
+if [ -z "${GO:-}" ]; then
+  echo "install-ferretdb: no Go toolchain: install Go >= 1.21 (https://go.dev/dl/ into /usr/local/go," >&2
+  echo "  or Debian's bookworm-backports golang-1.21+), or set MONGODB_URI to a MongoDB server" >&2
   exit 1
 fi
+minor=$("$GO" env GOVERSION | sed -n 's/^go1\.\([0-9]*\).*/\1/p')
+if [ -z "$minor" ] || [ "$minor" -lt 21 ]; then
+  echo "install-ferretdb: $GO is $("$GO" env GOVERSION); need Go >= 1.21 (or set MONGODB_URI)" >&2
+  exit 1
+fi
+export GOTOOLCHAIN=auto
 
 mkdir -p "$cache"
 work=$(mktemp -d)
