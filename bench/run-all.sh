@@ -10,7 +10,7 @@ cd "$(dirname "$0")/.."
 
 if [ -z "${NO_BUILD:-}" ]; then
     cmake -S . -B build-bench -DCMAKE_BUILD_TYPE=Release >/dev/null &&
-        cmake --build build-bench -j2 --target interpd >/dev/null ||
+        cmake --build build-bench -j2 --target interpd bench_meta_latency >/dev/null ||
         { echo "build failed" >&2; exit 1; }
 fi
 
@@ -22,7 +22,7 @@ OUT=build-bench/bench-results.txt
     free -h | sed 's/^/# /'
     df -h build-bench | sed 's/^/# /'
     status=0
-    for b in upload_throughput upload_rss list_latency; do
+    for b in upload_throughput upload_rss list_latency meta_latency blob_throughput; do
         echo
         echo "## $b (load average before: $(cut -d' ' -f1-3 /proc/loadavg))"
         bench/$b.sh || { echo "## $b FAILED (exit $?)"; status=1; }
