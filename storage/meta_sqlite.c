@@ -846,10 +846,12 @@ out:
     return rc;
 }
 
-static enum ipd_err sq_file_delete_by_id(struct ipd_meta *m,
-                                         const char *file_id)
+/* One write statement binding a text (?1) and optionally an integer (?2),
+ * in its own transaction; IPD_ERR_NOT_FOUND when it changed no row. */
+static enum ipd_err write_one(struct meta_sqlite *s, enum stmt_id id,
+                              const char *what, const char *text,
+                              const int64_t *num)
 {
-    struct meta_sqlite *s = (struct meta_sqlite *)m;
     struct conn *c = NULL;
     sqlite3_stmt *st = NULL;
     enum ipd_err rc;
@@ -861,19 +863,22 @@ static enum ipd_err sq_file_delete_by_id(struct ipd_meta *m,
     rc = exec_stmt(c, S_BEGIN);
     if (rc)
         goto out;
-    rc = stmt_get(c, S_FILE_DELETE_BY_ID, &st);
+    rc = stmt_get(c, id, &st);
     if (rc)
         goto out;
-    src = bind_text(st, 1, file_id, 0);
+    src = bind_text(st, 1, text, 0);
+    if (!src && num)
+        src = sqlite3_bind_int64(st, 2, *num);
     if (src) {
-        rc = db_err(c, src, "file_delete_by_id bind");
+        rc = db_err(c, src, what);
         goto out;
     }
     src = sqlite3_step(st);
     if (src != SQLITE_DONE) {
-        rc = db_err(c, src, "file_delete_by_id");
+        rc = db_err(c, src, what);
         goto out;
     }
+    /* changes() counts matched rows, also where an update kept a value. */
     if (sqlite3_changes(c->db) == 0) {
         rc = IPD_ERR_NOT_FOUND;
         goto out;
@@ -885,6 +890,13 @@ out:
         tx_rollback(c);
     writer_release(s, c);
     return rc;
+}
+
+static enum ipd_err sq_file_delete_by_id(struct ipd_meta *m,
+                                         const char *file_id)
+{
+    return write_one((struct meta_sqlite *)m, S_FILE_DELETE_BY_ID,
+                     "file_delete_by_id", file_id, NULL);
 }
 
 static enum ipd_err sq_file_totals(struct ipd_meta *m, int64_t now_ms,
@@ -1041,45 +1053,9 @@ out:
 static enum ipd_err sq_key_revoke(struct ipd_meta *m, const char *key_id,
                                   int64_t now_ms)
 {
-    struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
-
-    rc = writer_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = exec_stmt(c, S_BEGIN);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_KEY_REVOKE, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, key_id, 0);
-    if (!src)
-        src = sqlite3_bind_int64(st, 2, now_ms);
-    if (src) {
-        rc = db_err(c, src, "key_revoke bind");
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src != SQLITE_DONE) {
-        rc = db_err(c, src, "key_revoke");
-        goto out;
-    }
-    /* changes() counts matched rows even when coalesce kept the value. */
-    if (sqlite3_changes(c->db) == 0) {
-        rc = IPD_ERR_NOT_FOUND;
-        goto out;
-    }
-    rc = exec_stmt(c, S_COMMIT);
-out:
-    stmt_done(st);
-    if (c)
-        tx_rollback(c);
-    writer_release(s, c);
-    return rc;
+    /* The statement keeps the first revocation time (coalesce). */
+    return write_one((struct meta_sqlite *)m, S_KEY_REVOKE, "key_revoke",
+                     key_id, &now_ms);
 }
 
 static const struct ipd_meta_ops sqlite_ops = {
