@@ -459,10 +459,9 @@ static void upload_finish(struct ipd_req *r)
     struct ipd_quota q = {r->app->cfg->quota_files, r->app->cfg->quota_bytes};
     rc = ipd_meta_file_insert(r->app->meta, &f, &q, f.created_at_ms);
     if (rc) {
-        /* No metadata, no bytes: never leave an orphan behind. */
-        if (ipd_blob_delete(r->app->blobs, f.file_id))
-            ipd_error("request_id=%s orphan blob %s left after a failed "
-                      "insert", r->request_id, f.file_id);
+        /* No metadata, no bytes: never leave an orphan behind (retried in
+         * the background while the store is down). */
+        ipd_blob_delete_later(r->app->blobs, f.file_id);
         ipd_reply_err(r, rc, "recording the file");
         return;
     }
@@ -666,10 +665,7 @@ static void files_delete(struct ipd_req *r)
     }
     /* Metadata first, then bytes: a crash between leaves an orphan blob,
      * which the reconcile job removes, never a record without bytes. */
-    rc = ipd_blob_delete(r->app->blobs, f.file_id);
-    if (rc && rc != IPD_ERR_NOT_FOUND)
-        ipd_error("request_id=%s could not remove blob of %s: %s",
-                  r->request_id, f.file_id, ipd_err_name(rc));
+    ipd_blob_delete_later(r->app->blobs, f.file_id);
     ipd_reply_empty(r, MHD_HTTP_NO_CONTENT);
 }
 

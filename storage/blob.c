@@ -3,15 +3,148 @@
  * SHA-256 and the sample for content sniffing are computed here, once,
  * whatever stores the bytes.
  */
+#include <errno.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "../service/log.h"
 #include "blob_internal.h"
+
+/* At most this many deletes wait for a retry; past it the orphan
+ * reconcile job is the safety net. */
+#define RETRY_MAX 10000
+#define RETRY_MIN_MS 500
+#define RETRY_MAX_MS 30000
+
+struct pending {
+    struct pending *next;
+    char file_id[IPD_ID_MAX];
+};
+
+struct ipd__blob_retry {
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    pthread_t thread;
+    bool started, stop;
+    struct pending *head;
+    size_t n;
+};
+
+void ipd__blobs_init(struct ipd_blobs *b, const struct ipd_blobs_ops *ops)
+{
+    b->ops = ops;
+    b->retry = ipd_xcalloc(1, sizeof(*b->retry));
+    pthread_mutex_init(&b->retry->lock, NULL);
+    pthread_cond_init(&b->retry->wake, NULL);
+}
+
+/* Retry the queued deletes, oldest failure first, with a backoff while
+ * they keep failing; sleeps while the queue is empty; ends with the
+ * store. */
+static void *retry_thread(void *arg)
+{
+    struct ipd_blobs *b = arg;
+    struct ipd__blob_retry *q = b->retry;
+    int64_t delay = RETRY_MIN_MS;
+
+    pthread_mutex_lock(&q->lock);
+    while (!q->stop) {
+        if (!q->head) {
+            pthread_cond_wait(&q->wake, &q->lock);
+            continue;
+        }
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += (time_t)(delay / 1000);
+        until.tv_nsec += (long)(delay % 1000) * 1000000;
+        if (until.tv_nsec >= 1000000000) {
+            until.tv_sec++;
+            until.tv_nsec -= 1000000000;
+        }
+        while (!q->stop &&
+               pthread_cond_timedwait(&q->wake, &q->lock, &until) != ETIMEDOUT)
+            ;
+        if (q->stop)
+            break;
+        struct pending *p = q->head;
+        q->head = p->next;
+        q->n--;
+        pthread_mutex_unlock(&q->lock);
+        enum ipd_err rc = b->ops->del(b, p->file_id);
+        pthread_mutex_lock(&q->lock);
+        if (rc && rc != IPD_ERR_NOT_FOUND) {
+            p->next = q->head; /* still failing: back to the front */
+            q->head = p;
+            q->n++;
+            delay = delay * 2 > RETRY_MAX_MS ? RETRY_MAX_MS : delay * 2;
+        } else {
+            ipd_info("removed orphan blob %s on retry", p->file_id);
+            free(p);
+            delay = RETRY_MIN_MS;
+        }
+    }
+    pthread_mutex_unlock(&q->lock);
+    return NULL;
+}
+
+void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id)
+{
+    struct ipd__blob_retry *q = b->retry;
+    enum ipd_err rc = b->ops->del(b, file_id);
+    if (!rc || rc == IPD_ERR_NOT_FOUND)
+        return;
+    pthread_mutex_lock(&q->lock);
+    if (q->n >= RETRY_MAX) {
+        ipd_error("orphan blob %s: delete failed (%s) and the retry queue is "
+                  "full; the reconcile job will remove it", file_id,
+                  ipd_err_name(rc));
+        goto out;
+    }
+    struct pending *p = ipd_xcalloc(1, sizeof(*p));
+    memcpy(p->file_id, file_id, strnlen(file_id, IPD_ID_MAX - 1));
+    p->next = q->head;
+    q->head = p;
+    q->n++;
+    ipd_warn("orphan blob %s: delete failed (%s); retrying in the background",
+             file_id, ipd_err_name(rc));
+    if (!q->started)
+        q->started = pthread_create(&q->thread, NULL, retry_thread, b) == 0;
+    pthread_cond_broadcast(&q->wake);
+out:
+    pthread_mutex_unlock(&q->lock);
+}
+
+size_t ipd_blobs_pending_deletes(struct ipd_blobs *b)
+{
+    pthread_mutex_lock(&b->retry->lock);
+    size_t n = b->retry->n;
+    pthread_mutex_unlock(&b->retry->lock);
+    return n;
+}
 
 void ipd_blobs_free(struct ipd_blobs *b)
 {
-    if (b)
-        b->ops->free(b);
+    if (!b)
+        return;
+    struct ipd__blob_retry *q = b->retry;
+    pthread_mutex_lock(&q->lock);
+    q->stop = true;
+    pthread_cond_broadcast(&q->wake);
+    pthread_mutex_unlock(&q->lock);
+    if (q->started)
+        pthread_join(q->thread, NULL);
+    while (q->head) {
+        struct pending *p = q->head;
+        q->head = p->next;
+        ipd_warn("orphan blob %s left for the reconcile job", p->file_id);
+        free(p);
+    }
+    pthread_mutex_destroy(&q->lock);
+    pthread_cond_destroy(&q->wake);
+    free(q);
+    b->ops->free(b);
 }
 
 const char *ipd_blobs_backend(const struct ipd_blobs *b)

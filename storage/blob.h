@@ -83,6 +83,14 @@ void ipd_blob_reader_free(struct ipd_blob_reader *r); /* NULL is fine */
 
 /* Remove a committed blob; IPD_ERR_NOT_FOUND when already gone. */
 enum ipd_err ipd_blob_delete(struct ipd_blobs *b, const char *file_id);
+/* Remove a blob that must not stay (its metadata is gone or was never
+ * written).  Tries now; if the backend fails (a database down), the id is
+ * queued and retried in the background with a backoff until it succeeds
+ * or the store is freed (then the orphan reconcile job finds it). */
+void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id);
+/* Deletes waiting for a retry (status, tests). */
+size_t ipd_blobs_pending_deletes(struct ipd_blobs *b);
+
 /* Call fn for every committed blob (orphan checks); stops early when fn
  * returns non-zero. */
 enum ipd_err ipd_blob_list(struct ipd_blobs *b,

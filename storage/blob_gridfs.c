@@ -92,7 +92,7 @@ enum ipd_err ipd_blobs_open_gridfs(struct ipd_mongo *mg,
                                    struct ipd_blobs **out)
 {
     struct gridfs_blobs *b = ipd_xcalloc(1, sizeof(*b));
-    b->base.ops = &gridfs_ops;
+    ipd__blobs_init(&b->base, &gridfs_ops);
     b->mg = mg;
     *out = &b->base;
     return IPD_OK;

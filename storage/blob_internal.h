@@ -32,9 +32,15 @@ struct ipd_blobs_ops {
     enum ipd_err (*count_incomplete)(struct ipd_blobs *b, int64_t *n);
 };
 
+struct ipd__blob_retry; /* deletes to retry (blob.c) */
+
 struct ipd_blobs {
     const struct ipd_blobs_ops *ops;
+    struct ipd__blob_retry *retry; /* NULL until a delete must be retried */
 };
+
+/* Backends call this on their new store before returning it. */
+void ipd__blobs_init(struct ipd_blobs *b, const struct ipd_blobs_ops *ops);
 
 /* Common writer state; backends embed it first. */
 struct ipd_blob_writer {

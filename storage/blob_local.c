@@ -107,7 +107,7 @@ enum ipd_err ipd_blobs_open_local(const char *data_dir,
     enum ipd_err rc = IPD_OK;
     struct local_blobs *b = ipd_xcalloc(1, sizeof(*b));
     int root = -1;
-    b->base.ops = &local_ops;
+    ipd__blobs_init(&b->base, &local_ops);
     b->dirfd = b->tmpfd = -1;
 
     root = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
