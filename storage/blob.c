@@ -16,7 +16,7 @@
  * reconcile job is the safety net. */
 #define RETRY_MAX 10000
 #define RETRY_MIN_MS 500
-#define RETRY_MAX_MS 30000
+#define RETRY_MAX_MS 5000
 
 struct pending {
     struct pending *next;

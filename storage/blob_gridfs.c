@@ -4,9 +4,10 @@
  *
  * The GridFS file's _id is the file id (a string) and its filename is the
  * file id too: the user's filename lives only in the metadata.  An upload
- * streams chunks into fs.chunks as the body arrives and writes the fs.files
- * document at commit; abort (413, a client gone, a failed insert) removes
- * the chunks.  A crash mid-upload can leave chunks without an fs.files
+ * writes chunks into fs.chunks as the body arrives (255 KiB each, the
+ * GridFS default) and the fs.files document at commit; abort (413, a
+ * client gone, a failed insert) removes the chunks, retried in the
+ * background while the database is down.  A crash mid-upload can leave chunks without an fs.files
  * document; count_incomplete finds them and the reconcile job (scheduler)
  * removes them.
  *
@@ -35,10 +36,21 @@ struct bucket {
     mongoc_gridfs_bucket_t *bucket;
 };
 
+/* Uploads write the GridFS documents themselves (chunks as they fill,
+ * the files document at commit) rather than through the driver's upload
+ * stream: that stream retried a failed chunk insert on every later write,
+ * so an upload hung through a whole database outage.  Here every insert is
+ * one bounded driver call whose error ends the upload. */
+#define CHUNK_SIZE (255 * 1024)
+
 struct gridfs_writer {
     struct ipd_blob_writer base;
-    struct bucket b;
-    mongoc_stream_t *stream;
+    mongoc_client_t *client;
+    mongoc_collection_t *files, *chunks;
+    unsigned char *buf;  /* the chunk being filled */
+    size_t used;
+    int32_t n;           /* chunks written */
+    bool wrote;          /* any chunk reached the database */
 };
 
 struct gridfs_reader {
@@ -112,26 +124,120 @@ static enum ipd_err gridfs_writer_new(struct ipd_blobs *b,
                                       const char *file_id,
                                       struct ipd_blob_writer **out)
 {
+    struct ipd_mongo *mg = mongo_of(b);
     struct gridfs_writer *w = ipd_xcalloc(1, sizeof(*w));
-    bson_error_t err;
-    bson_value_t id;
-    enum ipd_err rc = bucket_open(mongo_of(b), &w->b);
-    if (rc)
-        goto fail;
-    id_value(file_id, &id);
-    w->stream = mongoc_gridfs_bucket_open_upload_stream_with_id(
-        w->b.bucket, &id, file_id, NULL, &err);
-    if (!w->stream) {
-        rc = ipd__mongo_err(&err, "starting a GridFS upload");
-        goto fail;
-    }
+    (void)file_id;
+    w->client = ipd__mongo_pop(mg);
+    w->files = mongoc_client_get_collection(w->client, mg->db, BUCKET ".files");
+    w->chunks =
+        mongoc_client_get_collection(w->client, mg->db, BUCKET ".chunks");
+    w->buf = ipd_xmalloc(CHUNK_SIZE);
     *out = &w->base;
     return IPD_OK;
-fail:
-    bucket_close(mongo_of(b), &w->b);
-    free(w);
-    *out = NULL;
+}
+
+static enum ipd_err insert_chunk(struct gridfs_writer *w)
+{
+    bson_t doc = BSON_INITIALIZER;
+    bson_oid_t oid;
+    bson_error_t err;
+    enum ipd_err rc = IPD_OK;
+
+    bson_oid_init(&oid, NULL);
+    BSON_APPEND_OID(&doc, "_id", &oid);
+    BSON_APPEND_UTF8(&doc, "files_id", w->base.file_id);
+    BSON_APPEND_INT32(&doc, "n", w->n);
+    BSON_APPEND_BINARY(&doc, "data", BSON_SUBTYPE_BINARY, w->buf,
+                       (uint32_t)w->used);
+    w->wrote = true; /* a failed insert may still have landed */
+    if (!mongoc_collection_insert_one(w->chunks, &doc, NULL, NULL, &err))
+        rc = ipd__mongo_err(&err, "writing a GridFS chunk");
+    bson_destroy(&doc);
+    if (!rc) {
+        w->n++;
+        w->used = 0;
+    }
     return rc;
+}
+
+static enum ipd_err gridfs_write(struct ipd_blob_writer *base,
+                                 const void *data, size_t len)
+{
+    struct gridfs_writer *w = (struct gridfs_writer *)base;
+    const unsigned char *p = data;
+    while (len) {
+        size_t n = CHUNK_SIZE - w->used;
+        if (n > len)
+            n = len;
+        memcpy(w->buf + w->used, p, n);
+        w->used += n;
+        p += n;
+        len -= n;
+        if (w->used == CHUNK_SIZE) {
+            enum ipd_err rc = insert_chunk(w);
+            if (rc)
+                return rc;
+        }
+    }
+    return IPD_OK;
+}
+
+static void writer_release(struct gridfs_writer *w)
+{
+    struct ipd_mongo *mg = mongo_of(w->base.blobs);
+    mongoc_collection_destroy(w->files);
+    mongoc_collection_destroy(w->chunks);
+    ipd__mongo_push(mg, w->client);
+    free(w->buf);
+    ipd__blob_writer_release(&w->base);
+    free(w);
+}
+
+static enum ipd_err gridfs_del(struct ipd_blobs *b, const char *file_id);
+
+static void gridfs_abort(struct ipd_blob_writer *base)
+{
+    struct gridfs_writer *w = (struct gridfs_writer *)base;
+    struct ipd_blobs *b = base->blobs;
+    char id[IPD_ID_MAX];
+    bool wrote = w->wrote;
+    memcpy(id, base->file_id, sizeof(id));
+    writer_release(w);
+    /* Remove the chunks written so far; while the database is down the
+     * retry queue keeps trying. */
+    if (wrote)
+        ipd_blob_delete_later(b, id);
+}
+
+static enum ipd_err gridfs_commit(struct ipd_blob_writer *base)
+{
+    struct gridfs_writer *w = (struct gridfs_writer *)base;
+    bson_t doc = BSON_INITIALIZER;
+    bson_error_t err;
+    enum ipd_err rc = IPD_OK;
+
+    if (w->used) {
+        rc = insert_chunk(w);
+        if (rc)
+            goto out;
+    }
+    /* The files document last: only now is the file visible. */
+    BSON_APPEND_UTF8(&doc, "_id", base->file_id);
+    BSON_APPEND_INT64(&doc, "length", base->size);
+    BSON_APPEND_INT32(&doc, "chunkSize", CHUNK_SIZE);
+    BSON_APPEND_DATE_TIME(&doc, "uploadDate", ipd_now_ms());
+    BSON_APPEND_UTF8(&doc, "filename", base->file_id);
+    w->wrote = true;
+    if (!mongoc_collection_insert_one(w->files, &doc, NULL, NULL, &err))
+        rc = ipd__mongo_err(&err, "finishing a GridFS upload");
+out:
+    bson_destroy(&doc);
+    if (rc) {
+        gridfs_abort(base);
+        return rc;
+    }
+    writer_release(w);
+    return IPD_OK;
 }
 
 static enum ipd_err stream_error(mongoc_stream_t *s, const char *what)
@@ -141,52 +247,6 @@ static enum ipd_err stream_error(mongoc_stream_t *s, const char *what)
         return ipd__mongo_err(&err, what);
     ipd_error("%s failed without a driver error", what);
     return IPD_ERR_UNAVAILABLE;
-}
-
-static enum ipd_err gridfs_write(struct ipd_blob_writer *base,
-                                 const void *data, size_t len)
-{
-    struct gridfs_writer *w = (struct gridfs_writer *)base;
-    ssize_t n = mongoc_stream_write(w->stream, (void *)(uintptr_t)data, len,
-                                    0);
-    if (n < 0 || (size_t)n != len)
-        return stream_error(w->stream, "writing a GridFS chunk");
-    return IPD_OK;
-}
-
-static void gridfs_abort(struct ipd_blob_writer *base)
-{
-    struct gridfs_writer *w = (struct gridfs_writer *)base;
-    struct ipd_mongo *mg = mongo_of(base->blobs);
-    if (w->stream) {
-        /* Removes the chunks written so far. */
-        if (!mongoc_gridfs_bucket_abort_upload(w->stream))
-            ipd_warn("GridFS upload %s: chunks not removed; the reconcile "
-                     "job will", base->file_id);
-        mongoc_stream_destroy(w->stream);
-    }
-    bucket_close(mg, &w->b);
-    ipd__blob_writer_release(base);
-    free(w);
-}
-
-static enum ipd_err gridfs_commit(struct ipd_blob_writer *base)
-{
-    struct gridfs_writer *w = (struct gridfs_writer *)base;
-    struct ipd_mongo *mg = mongo_of(base->blobs);
-    enum ipd_err rc = IPD_OK;
-    /* Closing flushes the last chunk and writes the fs.files document. */
-    if (mongoc_stream_close(w->stream) != 0) {
-        rc = stream_error(w->stream, "finishing a GridFS upload");
-        gridfs_abort(base);
-        return rc;
-    }
-    mongoc_stream_destroy(w->stream);
-    w->stream = NULL;
-    bucket_close(mg, &w->b);
-    ipd__blob_writer_release(base);
-    free(w);
-    return IPD_OK;
 }
 
 static enum ipd_err gridfs_open(struct ipd_blobs *b, const char *file_id,
@@ -243,21 +303,52 @@ static void gridfs_reader_free(struct ipd_blob_reader *base)
     free(r);
 }
 
+/* Delete the fs.files document and every chunk of the id.  By hand rather
+ * than mongoc_gridfs_bucket_delete_by_id, which gives up when the files
+ * document is missing: chunks of an upload that never finished (its
+ * abort failed while the database was down) must go too. */
 static enum ipd_err gridfs_del(struct ipd_blobs *b, const char *file_id)
 {
-    struct bucket bk;
+    struct ipd_mongo *mg = mongo_of(b);
+    mongoc_client_t *c = ipd__mongo_pop(mg);
+    mongoc_database_t *db = mongoc_client_get_database(c, mg->db);
+    mongoc_collection_t *files = mongoc_database_get_collection(db, BUCKET ".files");
+    mongoc_collection_t *chunks = mongoc_database_get_collection(db, BUCKET ".chunks");
+    bson_t fq = BSON_INITIALIZER, cq = BSON_INITIALIZER, reply;
     bson_error_t err;
-    bson_value_t id;
-    enum ipd_err rc = bucket_open(mongo_of(b), &bk);
-    if (rc)
-        return rc;
-    id_value(file_id, &id);
-    if (!mongoc_gridfs_bucket_delete_by_id(bk.bucket, &id, &err))
-        rc = err.domain == MONGOC_ERROR_GRIDFS &&
-                     err.code == MONGOC_ERROR_GRIDFS_BUCKET_FILE_NOT_FOUND
-                 ? IPD_ERR_NOT_FOUND
-                 : ipd__mongo_err(&err, "deleting a GridFS file");
-    bucket_close(mongo_of(b), &bk);
+    bson_iter_t it;
+    enum ipd_err rc = IPD_OK;
+    int64_t gone = 0;
+
+    BSON_APPEND_UTF8(&fq, "_id", file_id);
+    BSON_APPEND_UTF8(&cq, "files_id", file_id);
+    /* The files document first: once it is gone, readers see no file, and
+     * the chunks left by a failure here are only garbage. */
+    if (!mongoc_collection_delete_one(files, &fq, NULL, &reply, &err)) {
+        rc = ipd__mongo_err(&err, "deleting a GridFS file");
+        bson_destroy(&reply);
+        goto out;
+    }
+    if (bson_iter_init_find(&it, &reply, "deletedCount"))
+        gone += bson_iter_as_int64(&it);
+    bson_destroy(&reply);
+    if (!mongoc_collection_delete_many(chunks, &cq, NULL, &reply, &err)) {
+        rc = ipd__mongo_err(&err, "deleting GridFS chunks");
+        bson_destroy(&reply);
+        goto out;
+    }
+    if (bson_iter_init_find(&it, &reply, "deletedCount"))
+        gone += bson_iter_as_int64(&it);
+    bson_destroy(&reply);
+    if (!gone)
+        rc = IPD_ERR_NOT_FOUND;
+out:
+    bson_destroy(&fq);
+    bson_destroy(&cq);
+    mongoc_collection_destroy(files);
+    mongoc_collection_destroy(chunks);
+    mongoc_database_destroy(db);
+    ipd__mongo_push(mg, c);
     return rc;
 }
 

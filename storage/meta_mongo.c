@@ -780,48 +780,35 @@ static enum ipd_err mg_file_delete(struct ipd_meta *m, const char *tenant,
 {
     struct meta_mongo *s = (struct meta_mongo *)m;
     struct op op = {0};
-    bson_t filter = BSON_INITIALIZER, reply = BSON_INITIALIZER, value;
-    mongoc_find_and_modify_opts_t *fam = mongoc_find_and_modify_opts_new();
+    bson_t filter = BSON_INITIALIZER, reply = BSON_INITIALIZER;
     struct ipd_file_meta rec;
     bson_error_t err;
     bson_iter_t it;
-    const uint8_t *data = NULL;
-    uint32_t len = 0;
-    enum ipd_err rc = IPD_OK;
+    enum ipd_err rc;
 
+    /* Read the record, then delete_one with the same filter and let the
+     * deleted count pick the one winner of concurrent deletes.
+     * findAndModify with remove would be one round trip, but FerretDB 1.x
+     * runs it as a find and a delete, so two callers could both "win". */
+    rc = mg_file_get(m, tenant, user_id, file_id, now_ms, &rec);
+    if (rc)
+        return rc;
     file_filter(&filter, tenant, user_id, file_id, now_ms);
-    mongoc_find_and_modify_opts_set_flags(fam, MONGOC_FIND_AND_MODIFY_REMOVE);
     op_begin(s, COLL_FILES, &op);
     bson_destroy(&reply);
-    /* One round trip that both matches (scope, expiry) and deletes, so a
-     * concurrent delete of the same file can't report success twice. */
-    if (!mongoc_collection_find_and_modify_with_opts(op.coll, &filter, fam,
-                                                     &reply, &err)) {
+    if (!mongoc_collection_delete_one(op.coll, &filter, NULL, &reply, &err)) {
         rc = ipd__mongo_err(&err, "file_delete");
         goto out;
     }
-    if (!bson_iter_init_find(&it, &reply, "value") ||
-        BSON_ITER_HOLDS_NULL(&it)) {
+    if (!bson_iter_init_find(&it, &reply, "deletedCount") ||
+        bson_iter_as_int64(&it) != 1) {
         rc = IPD_ERR_NOT_FOUND;
         goto out;
     }
-    if (!BSON_ITER_HOLDS_DOCUMENT(&it)) {
-        rc = bad_field("findAndModify value", "not a document");
-        goto out;
-    }
-    bson_iter_document(&it, &len, &data);
-    if (!bson_init_static(&value, data, len)) {
-        rc = bad_field("findAndModify value", "malformed");
-        goto out;
-    }
-    rc = doc_to_file(&value, &rec);
-    if (rc)
-        goto out;
     if (out)
         *out = rec;
 out:
     op_end(s, &op);
-    mongoc_find_and_modify_opts_destroy(fam);
     bson_destroy(&reply);
     bson_destroy(&filter);
     return rc;

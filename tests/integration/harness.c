@@ -21,11 +21,14 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/random.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include <mongoc/mongoc.h>
 #include <openssl/evp.h>
+#include <sqlite3.h>
 
 extern char **environ;
 
@@ -50,6 +53,16 @@ static int scaled(int ms)
 }
 static bool harness_initialised;
 
+/* The driver's errors only: its warnings are noise here (FerretDB has no
+ * endSessions, say). */
+static void mongo_log(mongoc_log_level_t level, const char *domain,
+                      const char *message, void *cls)
+{
+    (void)cls;
+    if (level <= MONGOC_LOG_LEVEL_ERROR)
+        fprintf(stderr, "harness: mongoc %s: %s\n", domain, message);
+}
+
 static void cleanup_at_exit(void);
 
 static void harness_init(void)
@@ -58,6 +71,8 @@ static void harness_init(void)
         return;
     harness_initialised = true;
     curl_global_init(CURL_GLOBAL_DEFAULT);
+    mongoc_init();
+    mongoc_log_set_handler(mongo_log, NULL);
     /* A server dying must not kill the test with SIGPIPE on a socket. */
     signal(SIGPIPE, SIG_IGN);
     atexit(cleanup_at_exit);
@@ -224,25 +239,550 @@ size_t itest_list_files(const char *dir, char ***out)
     return sv.n;
 }
 
-size_t itest_stray_files(const struct itest_server *s, char ***out)
+/* Regular files under the data dir other than admin.key and meta.db*. */
+static void disk_strays(const struct itest_server *s, struct strv *sv)
 {
     char **all;
     itest_list_files(s->data_dir, &all);
-    struct strv sv = {NULL, 0};
     for (size_t i = 0; all[i]; i++) {
         if (!strcmp(all[i], "admin.key") || !strncmp(all[i], "meta.db", 7)) {
             free(all[i]);
             continue;
         }
-        strv_push(&sv, all[i]);
+        strv_push(sv, all[i]);
     }
     free(all);
+}
+
+/* ---------------------------------------------------------------- mongo */
+
+static int backend_kind(void)
+{
+    static int kind; /* 0 unknown, 1 sqlite, 2 mongo */
+    if (!kind) {
+        const char *e = getenv("ITEST_BACKEND");
+        if (!e || !e[0] || !strcmp(e, "sqlite")) {
+            kind = 1;
+        } else if (!strcmp(e, "mongo")) {
+            kind = 2;
+        } else {
+            fprintf(stderr, "harness: ITEST_BACKEND=\"%s\": want sqlite or "
+                            "mongo\n",
+                    e);
+            exit(2);
+        }
+    }
+    return kind;
+}
+
+bool itest_backend_mongo(void)
+{
+    return backend_kind() == 2;
+}
+
+const char *itest_backend_name(void)
+{
+    return itest_backend_mongo() ? "mongo" : "sqlite";
+}
+
+char *itest_mongo_uri_with_db(const char *base, const char *db,
+                              const char *query)
+{
+    static _Atomic unsigned counter;
+    char fresh[64];
+    if (!db) {
+        uint32_t rnd = 0;
+        if (getrandom(&rnd, sizeof(rnd), 0) != (ssize_t)sizeof(rnd))
+            rnd = (uint32_t)mono_ms();
+        snprintf(fresh, sizeof(fresh), "itest_%d_%u_%08x", (int)getpid(),
+                 ++counter, (unsigned)rnd);
+        db = fresh;
+    }
+    const char *scheme = strstr(base, "://");
+    const char *host = scheme ? scheme + 3 : base;
+    const char *slash = strchr(host, '/');
+    const char *q = strchr(host, '?');
+    size_t hostlen;
+    if (slash && (!q || slash < q))
+        hostlen = (size_t)(slash - base);
+    else
+        hostlen = q ? (size_t)(q - base) : strlen(base);
+    const char *old_q = q && q[1] ? q + 1 : NULL;
+    return itest_fmt("%.*s/%s%s%s%s%s", (int)hostlen, base, db,
+                     old_q || query ? "?" : "", old_q ? old_q : "",
+                     old_q && query ? "&" : "", query ? query : "");
+}
+
+char *itest_mongo_fixture_uri(const char *db, const char *query)
+{
+    const char *dir = getenv("IPD_TEST_MONGO_STATE");
+    if (!dir || !dir[0]) {
+        fprintf(stderr, "harness: IPD_TEST_MONGO_STATE is not set: the "
+                        "MongoDB tests run through ctest (fixture "
+                        "mongo/start), or set it to a directory holding a "
+                        "file 'uri'\n");
+        return NULL;
+    }
+    char *path = itest_fmt("%s/uri", dir);
+    size_t len;
+    char *base = itest_read_file(path, &len);
+    if (!base) {
+        fprintf(stderr, "harness: no MongoDB server: cannot read %s (did the "
+                        "mongo/start fixture fail?)\n",
+                path);
+        free(path);
+        return NULL;
+    }
+    while (len && (base[len - 1] == '\n' || base[len - 1] == '\r' ||
+                   base[len - 1] == ' '))
+        base[--len] = 0;
+    if (!len) {
+        fprintf(stderr, "harness: %s is empty\n", path);
+        free(path);
+        free(base);
+        return NULL;
+    }
+    free(path);
+    char *uri = itest_mongo_uri_with_db(base, db, query);
+    free(base);
+    return uri;
+}
+
+/* A client for uri and the URI's database (borrowed from *uri_out; the
+ * caller destroys both).  The harness waits at most 5 s for a server
+ * unless the URI says otherwise. */
+static mongoc_client_t *mongo_connect(const char *uri_str,
+                                      mongoc_uri_t **uri_out,
+                                      const char **db)
+{
+    bson_error_t err;
+    mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_str, &err);
+    *uri_out = NULL;
+    if (!uri) {
+        fprintf(stderr, "harness: bad MongoDB URI %s: %s\n", uri_str,
+                err.message);
+        return NULL;
+    }
+    if (!mongoc_uri_has_option(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS))
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
+                                       5000);
+    mongoc_client_t *c = mongoc_client_new_from_uri_with_error(uri, &err);
+    if (!c) {
+        fprintf(stderr, "harness: MongoDB client for %s: %s\n", uri_str,
+                err.message);
+        mongoc_uri_destroy(uri);
+        return NULL;
+    }
+    mongoc_client_set_error_api(c, MONGOC_ERROR_API_VERSION_2);
+    *db = mongoc_uri_get_database(uri);
+    if (!*db)
+        *db = "interpd";
+    *uri_out = uri;
+    return c;
+}
+
+bool itest_mongo_drop(const char *uri_str)
+{
+    harness_init();
+    mongoc_uri_t *uri;
+    const char *dbname;
+    mongoc_client_t *c = mongo_connect(uri_str, &uri, &dbname);
+    if (!c)
+        return false;
+    mongoc_database_t *db = mongoc_client_get_database(c, dbname);
+    bson_error_t err;
+    bool ok = mongoc_database_drop_with_opts(db, NULL, &err);
+    if (!ok)
+        fprintf(stderr, "harness: dropping database %s: %s\n", dbname,
+                err.message);
+    mongoc_database_destroy(db);
+    mongoc_client_destroy(c);
+    mongoc_uri_destroy(uri);
+    return ok;
+}
+
+/* What a store holds, blobs and metadata, on either backend. */
+struct inv_blob {
+    char *id;       /* owned: the file id */
+    int64_t size;   /* bytes (fs.files length) */
+    int64_t chunks; /* GridFS: chunk documents seen */
+    int64_t chunk_size;
+    bool has_file;  /* GridFS: an fs.files document exists */
+};
+
+struct inventory {
+    struct inv_blob *blobs;
+    size_t nblobs;
+    struct inv_blob *records; /* id and size of each metadata record */
+    size_t nrecords;
+    struct strv incomplete; /* half-written uploads, described */
+    struct strv errors;     /* could not look */
+};
+
+static struct inv_blob *inv_find(struct inv_blob *v, size_t n,
+                                 const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(v[i].id, id))
+            return &v[i];
+    return NULL;
+}
+
+static struct inv_blob *inv_add(struct inv_blob **v, size_t *n,
+                                const char *id)
+{
+    *v = xrealloc(*v, (*n + 1) * sizeof(**v));
+    struct inv_blob *b = &(*v)[(*n)++];
+    memset(b, 0, sizeof(*b));
+    b->id = xstrdup(id);
+    return b;
+}
+
+static void inventory_release(struct inventory *inv)
+{
+    for (size_t i = 0; i < inv->nblobs; i++)
+        free(inv->blobs[i].id);
+    for (size_t i = 0; i < inv->nrecords; i++)
+        free(inv->records[i].id);
+    free(inv->blobs);
+    free(inv->records);
+    itest_strv_free(inv->incomplete.v);
+    itest_strv_free(inv->errors.v);
+    memset(inv, 0, sizeof(*inv));
+}
+
+/* The string form of a BSON value used as an id ("?" when not a string). */
+static const char *iter_id(const bson_iter_t *it)
+{
+    return BSON_ITER_HOLDS_UTF8(it) ? bson_iter_utf8(it, NULL) : "?";
+}
+
+static int64_t iter_int(const bson_iter_t *it)
+{
+    if (BSON_ITER_HOLDS_INT32(it))
+        return bson_iter_int32(it);
+    if (BSON_ITER_HOLDS_INT64(it))
+        return bson_iter_int64(it);
+    if (BSON_ITER_HOLDS_DOUBLE(it))
+        return (int64_t)bson_iter_double(it);
+    return -1;
+}
+
+/* Run fn on each document of coll matching {} with projection proj. */
+static bool mongo_each(mongoc_database_t *db, const char *coll_name,
+                       const char *proj_json,
+                       void (*fn)(void *cls, const bson_t *doc), void *cls,
+                       struct strv *errors)
+{
+    mongoc_collection_t *coll = mongoc_database_get_collection(db, coll_name);
+    bson_t filter = BSON_INITIALIZER;
+    bson_error_t err;
+    bson_t *opts = bson_new_from_json((const uint8_t *)proj_json, -1, &err);
+    if (!opts)
+        abort();
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(coll, &filter, opts, NULL);
+    const bson_t *doc;
+    while (mongoc_cursor_next(cur, &doc))
+        fn(cls, doc);
+    bool ok = !mongoc_cursor_error(cur, &err);
+    if (!ok)
+        strv_push(errors, itest_fmt("mongo-error:reading %s: %s", coll_name,
+                                    err.message));
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(coll);
+    return ok;
+}
+
+static void on_gridfs_file(void *cls, const bson_t *doc)
+{
+    struct inventory *inv = cls;
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "_id"))
+        return;
+    struct inv_blob *b = inv_find(inv->blobs, inv->nblobs, iter_id(&it));
+    if (!b)
+        b = inv_add(&inv->blobs, &inv->nblobs, iter_id(&it));
+    b->has_file = true;
+    b->size = bson_iter_init_find(&it, doc, "length") ? iter_int(&it) : -1;
+    b->chunk_size =
+        bson_iter_init_find(&it, doc, "chunkSize") ? iter_int(&it) : -1;
+}
+
+static void on_gridfs_chunk(void *cls, const bson_t *doc)
+{
+    struct inventory *inv = cls;
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "files_id"))
+        return;
+    struct inv_blob *b = inv_find(inv->blobs, inv->nblobs, iter_id(&it));
+    if (!b)
+        b = inv_add(&inv->blobs, &inv->nblobs, iter_id(&it));
+    b->chunks++;
+}
+
+static void on_user_file(void *cls, const bson_t *doc)
+{
+    struct inventory *inv = cls;
+    bson_iter_t it;
+    if (!bson_iter_init_find(&it, doc, "file_id"))
+        return;
+    struct inv_blob *r = inv_add(&inv->records, &inv->nrecords, iter_id(&it));
+    r->size = bson_iter_init_find(&it, doc, "file_size") ? iter_int(&it) : -1;
+}
+
+static void mongo_inventory(const char *uri_str, struct inventory *inv)
+{
+    mongoc_uri_t *uri;
+    const char *dbname;
+    memset(inv, 0, sizeof(*inv));
+    harness_init();
+    mongoc_client_t *c = mongo_connect(uri_str, &uri, &dbname);
+    if (!c) {
+        strv_push(&inv->errors, itest_fmt("mongo-error:cannot connect to %s",
+                                          uri_str));
+        return;
+    }
+    mongoc_database_t *db = mongoc_client_get_database(c, dbname);
+    /* fs.files first: a chunk group seen without its file is then an
+     * orphan for sure (an upload finishing in between shows as
+     * incomplete, which the polling callers allow for). */
+    mongo_each(db, "fs.files",
+               "{\"projection\": {\"_id\": 1, \"length\": 1, "
+               "\"chunkSize\": 1}}",
+               on_gridfs_file, inv, &inv->errors);
+    mongo_each(db, "fs.chunks",
+               "{\"projection\": {\"_id\": 0, \"files_id\": 1}}",
+               on_gridfs_chunk, inv, &inv->errors);
+    mongo_each(db, "user_files",
+               "{\"projection\": {\"_id\": 0, \"file_id\": 1, "
+               "\"file_size\": 1}}",
+               on_user_file, inv, &inv->errors);
+    for (size_t i = 0; i < inv->nblobs; i++) {
+        struct inv_blob *b = &inv->blobs[i];
+        if (!b->has_file)
+            strv_push(&inv->incomplete,
+                      itest_fmt("gridfs-orphan-chunks:%s (%lld chunks, no "
+                                "fs.files document)",
+                                b->id, (long long)b->chunks));
+    }
+    mongoc_database_destroy(db);
+    mongoc_client_destroy(c);
+    mongoc_uri_destroy(uri);
+}
+
+/* Local disk: blobs/<xx>/<id> files, blobs/tmp/ uploads, meta.db rows. */
+static void local_inventory(const struct itest_server *s,
+                            struct inventory *inv)
+{
+    char **all;
+    memset(inv, 0, sizeof(*inv));
+    itest_list_files(s->data_dir, &all);
+    for (size_t i = 0; all[i]; i++) {
+        const char *f = all[i];
+        if (!strcmp(f, "admin.key") || !strncmp(f, "meta.db", 7))
+            continue;
+        const char *slash = strrchr(f, '/');
+        if (!strncmp(f, "blobs/tmp/", 10) || strncmp(f, "blobs/", 6) ||
+            !slash) {
+            strv_push(&inv->incomplete, itest_fmt("%s", f));
+            continue;
+        }
+        char *path = itest_fmt("%s/%s", s->data_dir, f);
+        struct stat st;
+        struct inv_blob *b = inv_add(&inv->blobs, &inv->nblobs, slash + 1);
+        b->has_file = true;
+        b->size = stat(path, &st) ? -1 : (int64_t)st.st_size;
+        free(path);
+    }
+    itest_strv_free(all);
+
+    char *db_path = itest_fmt("%s/meta.db", s->data_dir);
+    sqlite3 *db = NULL;
+    sqlite3_stmt *st = NULL;
+    if (sqlite3_open_v2(db_path, &db, SQLITE_OPEN_READONLY, NULL) ||
+        sqlite3_busy_timeout(db, 5000) ||
+        sqlite3_prepare_v2(db, "SELECT file_id, size FROM files", -1, &st,
+                           NULL)) {
+        strv_push(&inv->errors, itest_fmt("sqlite-error:%s: %s", db_path,
+                                          db ? sqlite3_errmsg(db) : "?"));
+    } else {
+        int rc;
+        while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+            const unsigned char *id = sqlite3_column_text(st, 0);
+            struct inv_blob *r = inv_add(&inv->records, &inv->nrecords,
+                                         id ? (const char *)id : "?");
+            r->size = sqlite3_column_int64(st, 1);
+        }
+        if (rc != SQLITE_DONE)
+            strv_push(&inv->errors, itest_fmt("sqlite-error:%s: %s", db_path,
+                                              sqlite3_errmsg(db)));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close(db);
+    free(db_path);
+}
+
+static void take_inventory(const struct itest_server *s, struct inventory *inv)
+{
+    if (s->mongo_uri)
+        mongo_inventory(s->mongo_uri, inv);
+    else
+        local_inventory(s, inv);
+}
+
+size_t itest_stray_files(const struct itest_server *s, char ***out)
+{
+    struct strv sv = {NULL, 0};
+    disk_strays(s, &sv);
+    if (s->mongo_uri) {
+        struct inventory inv;
+        mongo_inventory(s->mongo_uri, &inv);
+        for (size_t i = 0; i < inv.nblobs; i++)
+            if (inv.blobs[i].has_file)
+                strv_push(&sv, itest_fmt("gridfs:%s", inv.blobs[i].id));
+        for (size_t i = 0; inv.incomplete.v && inv.incomplete.v[i]; i++)
+            strv_push(&sv, xstrdup(inv.incomplete.v[i]));
+        for (size_t i = 0; inv.errors.v && inv.errors.v[i]; i++)
+            strv_push(&sv, xstrdup(inv.errors.v[i]));
+        inventory_release(&inv);
+    }
     if (!sv.v) {
         sv.v = xrealloc(NULL, sizeof(*sv.v));
         sv.v[0] = NULL;
     }
     *out = sv.v;
     return sv.n;
+}
+
+char *itest_read_stored(const struct itest_server *s, const char *entry,
+                        size_t *len)
+{
+    if (strncmp(entry, "gridfs:", 7)) {
+        char *path = itest_fmt("%s/%s", s->data_dir, entry);
+        char *data = itest_read_file(path, len);
+        free(path);
+        return data;
+    }
+    if (!s->mongo_uri)
+        return NULL;
+    mongoc_uri_t *uri;
+    const char *dbname;
+    mongoc_client_t *c = mongo_connect(s->mongo_uri, &uri, &dbname);
+    if (!c)
+        return NULL;
+    mongoc_collection_t *coll =
+        mongoc_client_get_collection(c, dbname, "fs.chunks");
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "files_id", entry + 7);
+    bson_error_t err;
+    bson_t *opts = bson_new_from_json(
+        (const uint8_t *)"{\"sort\": {\"n\": 1}}", -1, &err);
+    if (!opts)
+        abort();
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(coll, &filter, opts, NULL);
+    struct gridfs_bytes {
+        char *buf;
+        size_t len;
+    } out = {xrealloc(NULL, 1), 0};
+    const bson_t *doc;
+    bool ok = true;
+    int64_t want_n = 0;
+    while (mongoc_cursor_next(cur, &doc)) {
+        bson_iter_t it;
+        const uint8_t *bin = NULL;
+        uint32_t blen = 0;
+        bson_subtype_t sub;
+        if (!bson_iter_init_find(&it, doc, "n") || iter_int(&it) != want_n++ ||
+            !bson_iter_init_find(&it, doc, "data") ||
+            !BSON_ITER_HOLDS_BINARY(&it)) {
+            fprintf(stderr, "harness: GridFS %s: chunk %lld missing or "
+                            "malformed\n",
+                    entry + 7, (long long)(want_n - 1));
+            ok = false;
+            break;
+        }
+        bson_iter_binary(&it, &sub, &blen, &bin);
+        out.buf = xrealloc(out.buf, out.len + blen + 1);
+        memcpy(out.buf + out.len, bin, blen);
+        out.len += blen;
+    }
+    if (mongoc_cursor_error(cur, &err)) {
+        fprintf(stderr, "harness: reading GridFS %s: %s\n", entry + 7,
+                err.message);
+        ok = false;
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(coll);
+    mongoc_client_destroy(c);
+    mongoc_uri_destroy(uri);
+    if (!ok) {
+        free(out.buf);
+        return NULL;
+    }
+    out.buf[out.len] = 0;
+    if (len)
+        *len = out.len;
+    return out.buf;
+}
+
+bool itest_store_consistent(const struct itest_server *s, size_t *nrecords)
+{
+    struct inventory inv;
+    take_inventory(s, &inv);
+    bool ok = true;
+    const char *where = s->mongo_uri ? "GridFS" : "blobs/";
+#define PROBLEM(...)                                                           \
+    do {                                                                       \
+        fprintf(stderr, "harness: store: ");                                   \
+        fprintf(stderr, __VA_ARGS__);                                          \
+        fputc('\n', stderr);                                                   \
+        ok = false;                                                            \
+    } while (0)
+    for (size_t i = 0; inv.errors.v && inv.errors.v[i]; i++)
+        PROBLEM("%s", inv.errors.v[i]);
+    for (size_t i = 0; inv.incomplete.v && inv.incomplete.v[i]; i++)
+        PROBLEM("half-written or unknown: %s", inv.incomplete.v[i]);
+    for (size_t i = 0; i < inv.nblobs; i++) {
+        const struct inv_blob *b = &inv.blobs[i];
+        if (!b->has_file)
+            continue; /* reported as incomplete */
+        const struct inv_blob *r = inv_find(inv.records, inv.nrecords, b->id);
+        if (!r)
+            PROBLEM("%s holds %s (%lld bytes) but no metadata record names "
+                    "it (an orphan blob)",
+                    where, b->id, (long long)b->size);
+        else if (r->size != b->size)
+            PROBLEM("%s: metadata says %lld bytes, %s holds %lld", b->id,
+                    (long long)r->size, where, (long long)b->size);
+        if (s->mongo_uri) {
+            int64_t want = b->chunk_size > 0
+                               ? (b->size + b->chunk_size - 1) / b->chunk_size
+                               : -1;
+            if (b->chunks != want)
+                PROBLEM("GridFS %s: %lld bytes in chunks of %lld want %lld "
+                        "chunk documents, found %lld",
+                        b->id, (long long)b->size, (long long)b->chunk_size,
+                        (long long)want, (long long)b->chunks);
+        }
+    }
+    for (size_t i = 0; i < inv.nrecords; i++) {
+        const struct inv_blob *r = &inv.records[i];
+        const struct inv_blob *b = inv_find(inv.blobs, inv.nblobs, r->id);
+        if (!b || !b->has_file)
+            PROBLEM("metadata record %s (%lld bytes) has no bytes in %s",
+                    r->id, (long long)r->size, where);
+    }
+#undef PROBLEM
+    if (nrecords)
+        *nrecords = inv.nrecords;
+    inventory_release(&inv);
+    return ok;
 }
 
 bool itest_wait_strays_at_most(const struct itest_server *s, size_t max,
@@ -265,8 +805,14 @@ void itest_print_strays(const struct itest_server *s)
 {
     char **v;
     size_t n = itest_stray_files(s, &v);
-    fprintf(stderr, "  files under %s other than admin.key and meta.db*: %zu\n",
-            s->data_dir, n);
+    if (s->mongo_uri)
+        fprintf(stderr, "  GridFS files and chunks of %s, and files under %s "
+                        "other than admin.key: %zu\n",
+                s->mongo_uri, s->data_dir, n);
+    else
+        fprintf(stderr, "  files under %s other than admin.key and meta.db*: "
+                        "%zu\n",
+                s->data_dir, n);
     for (size_t i = 0; v[i]; i++)
         fprintf(stderr, "    %s\n", v[i]);
     itest_strv_free(v);
@@ -531,6 +1077,12 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
     strv_push(&argv, xstrdup(s->data_dir));
     strv_push(&argv, xstrdup("--ready-fd"));
     strv_push(&argv, xstrdup("3"));
+    if (s->mongo_uri) {
+        strv_push(&argv, xstrdup("--mongo-uri"));
+        strv_push(&argv, xstrdup(s->mongo_uri));
+        strv_push(&argv, xstrdup("--blob-store"));
+        strv_push(&argv, xstrdup("gridfs"));
+    }
     if (config_path) {
         strv_push(&argv, xstrdup("--config"));
         strv_push(&argv, xstrdup(config_path));
@@ -618,6 +1170,8 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
     }
     s->port = port;
     snprintf(s->url, sizeof(s->url), "http://127.0.0.1:%d", port);
+    if (s->no_admin_key)
+        return true;
 
     char *key_path = itest_fmt("%s/admin.key", s->data_dir);
     size_t klen;
@@ -649,6 +1203,7 @@ static void server_free(struct itest_server *s)
     free(s->data_dir);
     free(s->log_path);
     free(s->admin_key);
+    free(s->mongo_uri);
     free(s);
 }
 
@@ -663,6 +1218,9 @@ static void abandon(struct itest_server *s)
     }
     itest_print_log_tail(s, LOG_TAIL_LINES);
     fprintf(stderr, "harness: keeping %s\n", s->tmp_dir);
+    if (s->mongo_uri)
+        fprintf(stderr, "harness: keeping the database of %s\n",
+                s->mongo_uri);
     server_free(s);
 }
 
@@ -689,6 +1247,17 @@ struct itest_server *itest__start(const struct itest_opts *opts,
     s->log_path = itest_fmt("%s/server.log", tmpl);
     s->next = live_servers;
     live_servers = s;
+    s->no_admin_key = opts && opts->no_admin_key;
+    if (opts && opts->mongo_uri) {
+        s->mongo_uri = xstrdup(opts->mongo_uri);
+    } else if (itest_backend_mongo()) {
+        s->mongo_uri = itest_mongo_fixture_uri(NULL, NULL);
+        if (!s->mongo_uri) {
+            abandon(s);
+            return NULL;
+        }
+        s->drop_db = true;
+    }
     if (mkdir(s->data_dir, 0700)) {
         fprintf(stderr, "harness: mkdir %s: %s\n", s->data_dir,
                 strerror(errno));
@@ -754,9 +1323,14 @@ bool itest__stop(struct itest_server *s, int failed_now)
     if (!ok || failed_now != s->fail_mark) {
         itest_print_log_tail(s, LOG_TAIL_LINES);
         fprintf(stderr, "harness: test failed; keeping %s\n", s->tmp_dir);
+        if (s->mongo_uri)
+            fprintf(stderr, "harness: keeping the database of %s\n",
+                    s->mongo_uri);
         server_free(s);
         return ok;
     }
+    if (s->drop_db && !itest_mongo_drop(s->mongo_uri))
+        ok = false;
     if (rm_rf(s->tmp_dir))
         fprintf(stderr, "harness: could not remove %s\n", s->tmp_dir);
     server_free(s);
@@ -852,6 +1426,62 @@ static void cleanup_at_exit(void)
         server_free(s);
     }
     curl_global_cleanup();
+    mongoc_cleanup();
+}
+
+int itest_rm_rf(const char *path)
+{
+    return rm_rf(path);
+}
+
+int itest_run(const char *const *argv, const char *const *unset,
+              int timeout_ms)
+{
+    struct strv env = {NULL, 0};
+    for (char **e = environ; e && *e; e++) {
+        bool drop = false;
+        for (size_t i = 0; unset && unset[i] && !drop; i++) {
+            size_t n = strlen(unset[i]);
+            drop = !strncmp(*e, unset[i], n) && (*e)[n] == '=';
+        }
+        if (!drop)
+            strv_push(&env, xstrdup(*e));
+    }
+    if (!env.v) {
+        env.v = xrealloc(NULL, sizeof(*env.v));
+        env.v[0] = NULL;
+    }
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int nullfd = open("/dev/null", O_RDONLY);
+        if (nullfd >= 0)
+            dup2(nullfd, 0);
+        execve(argv[0], (char *const *)(uintptr_t)argv, env.v);
+        dprintf(2, "harness: execve %s: %s\n", argv[0], strerror(errno));
+        _exit(127);
+    }
+    itest_strv_free(env.v);
+    if (pid < 0) {
+        perror("harness: fork");
+        return -1;
+    }
+    int st = 0;
+    if (!wait_pid(pid, scaled(timeout_ms), &st)) {
+        fprintf(stderr, "harness: %s %s did not finish within %d ms; killing "
+                        "it\n",
+                argv[0], argv[1] ? argv[1] : "", timeout_ms);
+        kill(pid, SIGKILL);
+        wait_pid(pid, 5000, &st);
+        return -1;
+    }
+    if (!WIFEXITED(st)) {
+        fprintf(stderr, "harness: %s %s: wait status 0x%x\n", argv[0],
+                argv[1] ? argv[1] : "", (unsigned)st);
+        return -1;
+    }
+    return WEXITSTATUS(st);
 }
 
 /* ------------------------------------------------------------------ CLI */
@@ -871,7 +1501,13 @@ int itest_cli(struct itest_server *s, char **out, ...)
     while ((a = va_arg(ap, const char *)) != NULL)
         strv_push(&argv, xstrdup(a));
     va_end(ap);
-    char **envp = child_env(NULL);
+    /* The CLI works on the server's stores: on MongoDB, its database. */
+    char *mongo_env = s->mongo_uri
+                          ? itest_fmt("INTERPD_MONGO_URI=%s", s->mongo_uri)
+                          : NULL;
+    const char *const extra_env[] = {mongo_env, NULL};
+    char **envp = child_env(extra_env);
+    free(mongo_env);
     char *cli_log = itest_fmt("%s/cli.log", s->tmp_dir);
 
     int p[2];

@@ -25,6 +25,13 @@
  * request line, the status and the body).
  *
  * Environment: INTERPD_BIN (set by ctest) is the binary under test.
+ * ITEST_BACKEND selects the stores every server gets: "sqlite" (the default:
+ * SQLite metadata and blobs on the local disk) or "mongo" (MongoDB metadata
+ * and GridFS blobs on the server of the ctest fixture `mongo`, whose URI is
+ * in $IPD_TEST_MONGO_STATE/uri; each itest_start gets a fresh database,
+ * dropped by itest_stop when the test passed, kept and named otherwise).
+ * The same test code then checks either backend: itest_stray_files and
+ * itest_store_consistent look at the disk or at GridFS.
  * ITEST_SERVER_WRAPPER runs the server under a tool ("valgrind -q
  * --error-exitcode=99"); ITEST_TIMEOUT_SCALE=N stretches every bounded
  * wait of the harness N times.  Inherited INTERPD_* variables never reach
@@ -59,7 +66,13 @@ struct itest_server {
     char *tmp_dir;      /* owned: the test's temp dir */
     char *data_dir;     /* owned: tmp_dir/data, the server's --data-dir */
     char *log_path;     /* owned: tmp_dir/server.log (stdout and stderr) */
-    char *admin_key;    /* owned: contents of data_dir/admin.key, no newline */
+    char *admin_key;    /* owned: contents of data_dir/admin.key, no newline;
+                         * NULL with itest_opts.no_admin_key */
+    char *mongo_uri;    /* owned: its --mongo-uri (with --blob-store gridfs),
+                         * NULL on SQLite + local disk */
+    bool drop_db;       /* the harness made the database: itest_stop drops
+                         * it when the test passed */
+    bool no_admin_key;  /* from itest_opts */
     int fail_mark;      /* failed-check count when the test started it */
     struct itest_server *next; /* registry of live servers */
 };
@@ -71,6 +84,12 @@ struct itest_opts {
                               * inherited INTERPD_* variables are dropped */
     const char *config;      /* when set: written to tmp_dir/interpd.conf and
                               * passed as --config */
+    const char *mongo_uri;   /* when set: MongoDB + GridFS at this URI,
+                              * whatever ITEST_BACKEND says; the caller owns
+                              * the database (never dropped by the harness) */
+    bool no_admin_key;       /* don't require data_dir/admin.key: a server on
+                              * a database that already has keys writes
+                              * none */
 };
 
 #define itest_start(opts) itest__start((opts), test__failed_checks)
@@ -265,13 +284,51 @@ int itest_cli(struct itest_server *s, char **out, ...);
 bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,
                       char **key, char **key_id);
 
-/* ---- Files on disk ---- */
+/* Run argv (argv[0] a path) with the test's environment minus the
+ * variables named in unset (NULL-terminated; may be NULL); its output goes
+ * to the test's stdout/stderr.  The exit code; -1 when it did not exit
+ * normally within timeout_ms (it is killed then). */
+int itest_run(const char *const *argv, const char *const *unset,
+              int timeout_ms);
+/* Remove path recursively; 0 on success. */
+int itest_rm_rf(const char *path);
+
+/* ---- Backends ---- */
+
+/* True when ITEST_BACKEND=mongo (any other value but "sqlite" or unset
+ * stops the program loudly). */
+bool itest_backend_mongo(void);
+/* "sqlite" or "mongo", for messages. */
+const char *itest_backend_name(void);
+/* The fixture's MongoDB URI with database db (NULL: a fresh unique name)
+ * and query appended ("serverSelectionTimeoutMS=1000" or NULL).  New
+ * string (free()); NULL after saying why when there is no fixture. */
+char *itest_mongo_fixture_uri(const char *db, const char *query);
+/* base (a mongodb:// URI) with its database replaced by db (NULL: a fresh
+ * name) and query appended (or NULL).  New string. */
+char *itest_mongo_uri_with_db(const char *base, const char *db,
+                              const char *query);
+/* Drop the database of uri; false (after saying why) on failure. */
+bool itest_mongo_drop(const char *uri);
+
+/* ---- What is stored: disk or GridFS ---- */
 
 /* Every regular file under dir, recursively, as paths relative to dir.
  * *out is a new NULL-terminated array; free with itest_strv_free. */
 size_t itest_list_files(const char *dir, char ***out);
-/* Regular files under the data dir other than admin.key and meta.db*. */
+/* Everything the server's stores hold besides metadata: on SQLite, the
+ * regular files under the data dir other than admin.key and meta.db*; on
+ * MongoDB, also "gridfs:<id>" for each fs.files document and
+ * "gridfs-orphan-chunks:<files_id>" for chunks without an fs.files
+ * document (an unfinished or abandoned upload).  So "at most N strays"
+ * means: the bytes of at most N files and nothing half-written, on either
+ * backend.  On a database error the count includes an entry
+ * "mongo-error:..." (never a silent 0). */
 size_t itest_stray_files(const struct itest_server *s, char ***out);
+/* The bytes of one entry of itest_stray_files (a data-dir path or a
+ * "gridfs:<id>" file); new buffer, NULL when unreadable. */
+char *itest_read_stored(const struct itest_server *s, const char *entry,
+                        size_t *len);
 /* Poll (bounded by timeout_ms) until itest_stray_files finds at most max
  * files; true when it did.  For cleanups that no event announces. */
 bool itest_wait_strays_at_most(const struct itest_server *s, size_t max,
@@ -279,6 +336,13 @@ bool itest_wait_strays_at_most(const struct itest_server *s, size_t max,
 void itest_strv_free(char **v);
 /* Print the stray files, for a failure message. */
 void itest_print_strays(const struct itest_server *s);
+/* Compare the blobs with the metadata: every blob (blobs/xx/<id> file or
+ * fs.files document) has a metadata record, every record has its blob with
+ * the recorded size (GridFS: all its chunks), and nothing is half-written
+ * (blobs/tmp files, chunks without fs.files).  Prints each problem; true
+ * when there is none.  *nrecords (may be NULL) gets the number of
+ * metadata records, expired ones included. */
+bool itest_store_consistent(const struct itest_server *s, size_t *nrecords);
 /* The whole file (new, NUL-terminated, *len set when len non-NULL). */
 char *itest_read_file(const char *path, size_t *len);
 

@@ -12,7 +12,7 @@
 
 static struct itest_server *start_keyed(const char *const *args, char **key)
 {
-    struct itest_opts o = {args, NULL, NULL};
+    struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     *key = NULL;
     if (s && !itest_create_key(s, "acme", false, key, NULL))
@@ -95,8 +95,8 @@ static void multipart_truncated(void)
         "--XYZ\r\n"
         "Content-Disposition: form-da",
         /* cut in the first part's headers */
-        "--XYZ\r\n"
-        "Content-Disposition: form-data; name=\"fi",
+        ("--XYZ\r\n"
+         "Content-Disposition: form-data; name=\"fi"),
         /* only the opening delimiter */
         "--XYZ\r\n",
         /* no delimiter at all */

@@ -362,7 +362,7 @@ static struct itest_server *cors_server(void)
 {
     static const char *const args[] = {
         "--cors-origins", "http://app.example,http://b.example", NULL};
-    struct itest_opts o = {args, NULL, NULL};
+    struct itest_opts o = {.args = args};
     return itest_start(&o);
 }
 

@@ -26,7 +26,7 @@ static const char csv[] = "name,qty,price\nwidget,3,9.99\ngadget,5,19.50\n"
 /* Start a server with extra args and a key of tenant "acme" (*key, free). */
 static struct itest_server *start_keyed(const char *const *args, char **key)
 {
-    struct itest_opts o = {args, NULL, NULL};
+    struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     *key = NULL;
     if (s && !itest_create_key(s, "acme", false, key, NULL)) {
@@ -311,7 +311,7 @@ static void special_names_download(void)
     struct itest_server *s = start_keyed(NULL, &key);
     REQUIRE(s && key);
     const char *names[] = {"report 2024.csv", "na\"me;x=1.txt",
-                           "gr\xc3\xbc\xc3\x9f" "e.txt", "100%.txt",
+                           ("gr\xc3\xbc\xc3\x9f" "e.txt"), "100%.txt",
                            "comma,semi;quote'.txt"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         struct itest_resp r;
@@ -987,10 +987,10 @@ static void config_precedence(void)
         struct itest_opts o;
         int64_t ttl;
     } cases[] = {
-        {{NULL, NULL, conf}, 1 * HOUR},
-        {{NULL, env, conf}, 2 * HOUR},
-        {{flag, env, conf}, 3 * HOUR},
-        {{flag, NULL, NULL}, 3 * HOUR},
+        {{.config = conf}, 1 * HOUR},
+        {{.env = env, .config = conf}, 2 * HOUR},
+        {{.args = flag, .env = env, .config = conf}, 3 * HOUR},
+        {{.args = flag}, 3 * HOUR},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         struct itest_server *s = itest_start(&cases[i].o);
@@ -1020,7 +1020,7 @@ static void config_precedence(void)
     /* The environment alone. */
     static const char *const env_size[] = {"INTERPD_MAX_FILE_SIZE=1K",
                                            "INTERPD_QUOTA_FILES=1", NULL};
-    struct itest_opts o = {NULL, env_size, NULL};
+    struct itest_opts o = {.env = env_size};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
     char big[2048];

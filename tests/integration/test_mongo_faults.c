@@ -1,0 +1,535 @@
+/*
+ * test_mongo_faults.c - MongoDB dies under load and comes back.
+ *
+ * The test starts its own MongoDB wire server ($IPD_TEST_MONGO_SCRIPT start
+ * on a private state dir): killing the fixture's server would break the
+ * other MongoDB tests running in parallel.  An interpd on it (MongoDB +
+ * GridFS, serverSelectionTimeoutMS=1000 so an outage costs a second per
+ * request) takes uploads, downloads and listings from several threads; the
+ * database is SIGKILLed in the middle.  Every request must get 201/200 or
+ * 503 unavailable with Retry-After (never another status, a crash or a
+ * hang: each request is bounded), /healthz stays 200 and /readyz turns 503.
+ * Then the database restarts (same port, same data): /readyz is 200 again
+ * within a bounded poll, the uploads refused with 503 are retried and all
+ * succeed, and the store holds exactly the acknowledged files: every
+ * GridFS file has its metadata, every record downloads with its sha256,
+ * no chunks without a file.
+ */
+#include "harness.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <unistd.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define NTHREADS 4
+#define MAX_UPLOADS 60      /* per thread; the default quota is 100 */
+#define REQ_TIMEOUT_MS 20000 /* a request that takes longer is a hang */
+#define OK_BEFORE_KILL (3 * NTHREADS)
+#define REFUSED_AFTER_KILL (2 * NTHREADS)
+
+/* ---- the private MongoDB server ---- */
+
+static char *mongo_state; /* owned: its state dir while it may run */
+
+static int mongo_script(const char *cmd)
+{
+    const char *script = getenv("IPD_TEST_MONGO_SCRIPT");
+    if (!script || !script[0]) {
+        fprintf(stderr, "IPD_TEST_MONGO_SCRIPT is not set: run through "
+                        "ctest (it points to tests/support/mongo-server.sh)\n");
+        return -1;
+    }
+    const char *const argv[] = {script, cmd, mongo_state, NULL};
+    /* Never the external MONGODB_URI: this test must be able to kill and
+     * restart its server. */
+    static const char *const unset[] = {"MONGODB_URI", NULL};
+    int code = itest_run(argv, unset, 180000);
+    if (code)
+        fprintf(stderr, "`%s %s %s` exited %d\n", script, cmd, mongo_state,
+                code);
+    return code;
+}
+
+static void mongo_stop_at_exit(void)
+{
+    if (!mongo_state)
+        return;
+    fprintf(stderr, "stopping the private MongoDB server (%s)\n",
+            mongo_state);
+    mongo_script("stop");
+    free(mongo_state);
+    mongo_state = NULL;
+}
+
+/* Start the private server; its URI (new) or NULL after saying why. */
+static char *mongo_private_start(void)
+{
+    const char *base = getenv("TMPDIR");
+    char *dir = itest_fmt("%s/interpd-mongo-faults-XXXXXX",
+                          base && base[0] ? base : "/tmp");
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        free(dir);
+        return NULL;
+    }
+    mongo_state = dir;
+    atexit(mongo_stop_at_exit);
+    if (mongo_script("start"))
+        return NULL;
+    char *kind_path = itest_fmt("%s/kind", dir);
+    char *kind = itest_read_file(kind_path, NULL);
+    free(kind_path);
+    bool external = kind && !strncmp(kind, "external", 8);
+    free(kind);
+    if (external) {
+        fprintf(stderr, "the MongoDB script gave an external server: this "
+                        "test needs one it can kill\n");
+        return NULL;
+    }
+    char *uri_path = itest_fmt("%s/uri", dir);
+    size_t len;
+    char *base_uri = itest_read_file(uri_path, &len);
+    free(uri_path);
+    if (!base_uri || !len) {
+        fprintf(stderr, "the MongoDB script wrote no uri in %s\n", dir);
+        free(base_uri);
+        return NULL;
+    }
+    while (len && (base_uri[len - 1] == '\n' || base_uri[len - 1] == ' '))
+        base_uri[--len] = 0;
+    char *uri = itest_mongo_uri_with_db(base_uri, "interpd_faults",
+                                        "serverSelectionTimeoutMS=1000");
+    free(base_uri);
+    return uri;
+}
+
+/* ---- the load ---- */
+
+struct upload {
+    uint32_t seed;
+    size_t len;
+    char user[8];
+    char id[48];   /* set once a 201 came */
+    bool refused;  /* the first try got 503 */
+};
+
+struct shared {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    size_t ok_uploads;        /* 201s so far */
+    size_t refused_after_kill; /* 503s since killed was set */
+    bool killed;
+    bool stop;
+};
+
+struct worker {
+    struct itest_server *s;
+    const char *key;
+    struct shared *sh;
+    int idx;
+    struct upload up[MAX_UPLOADS]; /* OUT */
+    size_t nup;                    /* OUT */
+    size_t n201, n200, n503, ncut; /* OUT: outcomes */
+    size_t n503_before_kill;       /* OUT */
+    size_t nbad;                   /* OUT: anything else */
+    char bad[2048];                /* OUT: the first few, described */
+};
+
+static void note_bad(struct worker *w, const struct itest_resp *r,
+                     const char *why)
+{
+    size_t used = strlen(w->bad);
+    if (w->nbad++ < 4 && used < sizeof(w->bad) - 1)
+        snprintf(w->bad + used, sizeof(w->bad) - used,
+                 "  thread %d: %s: %s; status %ld, curl: %s, body: %.200s\n",
+                 w->idx, r->what, why, r->status,
+                 r->curl_rc ? r->curl_err : "ok", r->body);
+}
+
+/* Classify one answer; true when it was a 503 (counted). */
+static bool outcome(struct worker *w, const struct itest_resp *r,
+                    long want_ok)
+{
+    if (r->status == want_ok && r->curl_rc == CURLE_OK)
+        return false;
+    if (r->status == 200 && want_ok == 200 && r->curl_rc != CURLE_OK) {
+        /* A download cut off mid-body when the database went away: the
+         * client sees the failed transfer, never a wrong body. */
+        w->ncut++;
+        return false;
+    }
+    if (r->status == 503) {
+        const char *code = itest_json_str(r->json, "error.code");
+        const char *ra = itest_header(r, "Retry-After");
+        if (!code || strcmp(code, "unavailable"))
+            note_bad(w, r, "503 without error.code \"unavailable\"");
+        else if (!ra || strtol(ra, NULL, 10) <= 0)
+            note_bad(w, r, "503 without a positive Retry-After");
+        pthread_mutex_lock(&w->sh->mu);
+        bool killed = w->sh->killed;
+        if (killed)
+            w->sh->refused_after_kill++;
+        pthread_cond_broadcast(&w->sh->cv);
+        pthread_mutex_unlock(&w->sh->mu);
+        if (killed)
+            w->n503++;
+        else
+            w->n503_before_kill++;
+        return true;
+    }
+    note_bad(w, r, r->status ? "want 201/200 or 503" : "no answer");
+    return false;
+}
+
+static long upload(struct itest_server *s, const char *key,
+                   struct upload *u, struct itest_resp *r)
+{
+    unsigned char *data = malloc(u->len);
+    if (!data)
+        abort();
+    itest_pattern_fill(u->seed, 0, data, u->len);
+    char name[32];
+    snprintf(name, sizeof(name), "f%u.bin", (unsigned)u->seed);
+    char *path = itest_fmt("/v1/files?filename=%s", name);
+    struct itest_req rq = {0};
+    rq.path = path;
+    rq.key = key;
+    rq.user_id = u->user;
+    rq.content_type = "application/octet-stream";
+    rq.body = data;
+    rq.body_len = u->len;
+    rq.timeout_ms = REQ_TIMEOUT_MS;
+    long st = itest_do(s, &rq, r);
+    free(path);
+    free(data);
+    return st;
+}
+
+static bool sha_matches(const char *hex, const struct upload *u)
+{
+    char want[65];
+    itest_pattern_sha256(u->seed, u->len, want);
+    return hex && !strcmp(hex, want);
+}
+
+static void do_get(struct worker *w, const char *path, struct itest_resp *r)
+{
+    struct itest_req rq = {0};
+    rq.path = path;
+    rq.key = w->key;
+    rq.user_id = w->up[0].user;
+    rq.timeout_ms = REQ_TIMEOUT_MS;
+    itest_do(w->s, &rq, r);
+}
+
+static void *worker_main(void *arg)
+{
+    struct worker *w = arg;
+    struct shared *sh = w->sh;
+    for (size_t i = 0; i < MAX_UPLOADS; i++) {
+        pthread_mutex_lock(&sh->mu);
+        bool stop = sh->stop;
+        pthread_mutex_unlock(&sh->mu);
+        if (stop)
+            break;
+        struct upload *u = &w->up[w->nup++];
+        u->seed = (uint32_t)(w->idx * 1000 + (int)i);
+        /* 1 KiB .. 600 KiB: several uploads span GridFS chunks (255 KiB). */
+        u->len = 1024 + ((size_t)u->seed * 104729u) % (600 * 1024);
+        snprintf(u->user, sizeof(u->user), "u%d", w->idx);
+        struct itest_resp r;
+        upload(w->s, w->key, u, &r);
+        if (outcome(w, &r, 201)) {
+            u->refused = true;
+        } else if (r.status == 201) {
+            const char *id = itest_json_str(r.json, "file_id");
+            snprintf(u->id, sizeof(u->id), "%s", id ? id : "");
+            if (!id || !sha_matches(itest_json_str(r.json, "sha256"), u))
+                note_bad(w, &r, "201 without an id or with a wrong sha256");
+            w->n201++;
+            pthread_mutex_lock(&sh->mu);
+            sh->ok_uploads++;
+            pthread_cond_broadcast(&sh->cv);
+            pthread_mutex_unlock(&sh->mu);
+        }
+        itest_resp_release(&r);
+
+        /* Read back an earlier upload of this thread, and list. */
+        const struct upload *old = NULL;
+        for (size_t k = i / 2; k < w->nup && !old; k++)
+            if (w->up[k].id[0])
+                old = &w->up[k];
+        if (old) {
+            char *p = itest_fmt("/v1/files/%s/content", old->id);
+            do_get(w, p, &r);
+            free(p);
+            if (!outcome(w, &r, 200) && r.status == 200 &&
+                r.curl_rc == CURLE_OK) {
+                char sha[65];
+                itest_sha256_hex(r.body, r.len, sha);
+                if (!sha_matches(sha, old))
+                    note_bad(w, &r, "200 with the wrong bytes");
+                w->n200++;
+            }
+            itest_resp_release(&r);
+        }
+        do_get(w, "/v1/files?limit=5", &r);
+        if (!outcome(w, &r, 200) && r.status == 200)
+            w->n200++;
+        itest_resp_release(&r);
+    }
+    return NULL;
+}
+
+/* Wait (bounded) until pred holds under sh->mu: the workers signal every
+ * answer, so this waits on events, not on time. */
+static bool wait_for(struct shared *sh, bool (*pred)(const struct shared *),
+                     int timeout_s)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += timeout_s;
+    pthread_mutex_lock(&sh->mu);
+    while (!pred(sh)) {
+        if (pthread_cond_timedwait(&sh->cv, &sh->mu, &until) == ETIMEDOUT)
+            break;
+    }
+    bool ok = pred(sh);
+    pthread_mutex_unlock(&sh->mu);
+    return ok;
+}
+
+static bool enough_ok(const struct shared *sh)
+{
+    return sh->ok_uploads >= OK_BEFORE_KILL;
+}
+
+static bool enough_refused(const struct shared *sh)
+{
+    return sh->refused_after_kill >= REFUSED_AFTER_KILL;
+}
+
+static long simple_get(struct itest_server *s, const char *path,
+                       struct itest_resp *r)
+{
+    struct itest_req rq = {0};
+    rq.path = path;
+    rq.timeout_ms = REQ_TIMEOUT_MS;
+    return itest_do(s, &rq, r);
+}
+
+/* After the outage: exactly the acknowledged uploads are listed, each
+ * downloads with its bytes, and the store has no orphans. */
+static void check_store(struct itest_server *s, const char *key,
+                        struct worker *w)
+{
+    size_t want_total = 0;
+    for (int t = 0; t < NTHREADS; t++) {
+        struct itest_resp r;
+        struct itest_req rq = {0};
+        rq.path = "/v1/files?limit=100";
+        rq.key = key;
+        rq.user_id = w[t].up[0].user;
+        rq.timeout_ms = REQ_TIMEOUT_MS;
+        itest_do(s, &rq, &r);
+        CHECK_STATUS(&r, 200);
+        json_t *files = itest_json_get(r.json, "files");
+        size_t want = 0;
+        for (size_t i = 0; i < w[t].nup; i++) {
+            const struct upload *u = &w[t].up[i];
+            if (!u->id[0])
+                continue;
+            want++;
+            bool listed = false;
+            size_t k;
+            json_t *f;
+            json_array_foreach(files, k, f)
+            {
+                const char *id = itest_json_str(f, "file_id");
+                if (id && !strcmp(id, u->id))
+                    listed = true;
+            }
+            CHECKF(listed, "acknowledged upload %s of %s is not listed",
+                   u->id, u->user);
+            char *p = itest_fmt("/v1/files/%s/content", u->id);
+            struct itest_resp c;
+            itest_request(s, "GET", p, key, u->user, NULL, NULL, 0, NULL, &c);
+            free(p);
+            CHECK_STATUS(&c, 200);
+            char sha[65];
+            itest_sha256_hex(c.body, c.len, sha);
+            CHECKF(sha_matches(sha, u),
+                   "%s of %s: %zu bytes with sha256 %s, want %zu bytes of "
+                   "seed %u",
+                   u->id, u->user, c.len, sha, u->len, (unsigned)u->seed);
+            itest_resp_release(&c);
+        }
+        /* Nothing refused with 503 was stored after all. */
+        CHECKF(json_array_size(files) == want,
+               "%s: %zu files listed, want the %zu acknowledged ones: %.1000s",
+               w[t].up[0].user, json_array_size(files), want, r.body);
+        want_total += want;
+        itest_resp_release(&r);
+    }
+    /* Bytes of uploads refused during the outage are removed by the
+     * server's background retry once the database is back; no event says
+     * when, so wait for it, bounded (the retry backoff is at most 5 s). */
+    char **strays = NULL;
+    size_t n = 0;
+    double deadline = itest_now() + 20;
+    for (;;) {
+        n = itest_stray_files(s, &strays);
+        itest_strv_free(strays);
+        if (n == want_total || itest_now() > deadline)
+            break;
+        usleep(200 * 1000);
+    }
+    size_t nrec = 0;
+    bool consistent = itest_store_consistent(s, &nrec);
+    CHECKF(consistent, "the store has orphans or half-written uploads after "
+                       "the outage (see above)");
+    CHECKF(nrec == want_total, "%zu metadata records, want %zu", nrec,
+           want_total);
+    n = itest_stray_files(s, &strays);
+    CHECKF(n == want_total, "GridFS holds %zu entries, want %zu files", n,
+           want_total);
+    if (n != want_total)
+        itest_print_strays(s);
+    itest_strv_free(strays);
+}
+
+static void run_outage(const char *uri)
+{
+    struct itest_opts o = {.mongo_uri = uri};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    char *key = NULL;
+    REQUIRE(itest_create_key(s, "acme", false, &key, NULL));
+
+    struct shared sh;
+    memset(&sh, 0, sizeof(sh));
+    pthread_mutex_init(&sh.mu, NULL);
+    pthread_cond_init(&sh.cv, NULL);
+    struct worker *w = calloc(NTHREADS, sizeof(*w));
+    REQUIRE(w);
+    pthread_t th[NTHREADS];
+    for (int t = 0; t < NTHREADS; t++) {
+        w[t].s = s;
+        w[t].key = key;
+        w[t].sh = &sh;
+        w[t].idx = t;
+        if (pthread_create(&th[t], NULL, worker_main, &w[t]))
+            abort();
+    }
+
+    CHECKF(wait_for(&sh, enough_ok, 60), "fewer than %d uploads succeeded "
+                                         "within 60 s with the database up",
+           OK_BEFORE_KILL);
+    /* Mark first: a 503 from here on may be the kill's doing. */
+    pthread_mutex_lock(&sh.mu);
+    sh.killed = true;
+    size_t ok_at_kill = sh.ok_uploads;
+    pthread_mutex_unlock(&sh.mu);
+    CHECK_INT(mongo_script("kill"), 0);
+    CHECKF(wait_for(&sh, enough_refused, 60),
+           "fewer than %d requests were refused with 503 within 60 s of "
+           "killing the database",
+           REFUSED_AFTER_KILL);
+
+    /* Liveness stays, readiness goes: the server still runs. */
+    struct itest_resp r;
+    simple_get(s, "/healthz", &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    simple_get(s, "/readyz", &r);
+    CHECK_STATUS(&r, 503);
+    itest_resp_release(&r);
+    int st;
+    CHECKF(!itest_wait_exit(s, 0, &st), "the server exited during the "
+                                        "outage (wait status 0x%x)",
+           (unsigned)st);
+
+    pthread_mutex_lock(&sh.mu);
+    sh.stop = true;
+    pthread_mutex_unlock(&sh.mu);
+    for (int t = 0; t < NTHREADS; t++)
+        pthread_join(th[t], NULL);
+
+    size_t n201 = 0, n200 = 0, n503 = 0, ncut = 0, early = 0;
+    for (int t = 0; t < NTHREADS; t++) {
+        n201 += w[t].n201;
+        n200 += w[t].n200;
+        n503 += w[t].n503;
+        ncut += w[t].ncut;
+        early += w[t].n503_before_kill;
+        CHECKF(w[t].nbad == 0, "thread %d: %zu requests answered neither "
+                               "201/200 nor 503 unavailable:\n%s",
+               t, w[t].nbad, w[t].bad);
+    }
+    printf("     %zu uploads ok (%zu before the kill), %zu reads/lists ok, "
+           "%zu refused with 503, %zu downloads cut off\n",
+           n201, ok_at_kill, n200, n503, ncut);
+    CHECKF(early == 0, "%zu requests got 503 while the database was up",
+           early);
+
+    /* The database comes back on the same port with the same data; the
+     * server notices by itself.  No event says so: poll, bounded. */
+    CHECK_INT(mongo_script("restart"), 0);
+    bool ready = false;
+    double deadline = itest_now() + 30;
+    while (!ready && itest_now() < deadline) {
+        simple_get(s, "/readyz", &r);
+        ready = r.status == 200;
+        itest_resp_release(&r);
+        if (!ready)
+            itest_sleep_until(itest_now() + 0.1);
+    }
+    CHECKF(ready, "/readyz not 200 within 30 s of the database's restart");
+
+    /* Every upload refused during the outage succeeds now. */
+    for (int t = 0; t < NTHREADS; t++) {
+        for (size_t i = 0; i < w[t].nup; i++) {
+            struct upload *u = &w[t].up[i];
+            if (u->id[0])
+                continue;
+            upload(s, key, u, &r);
+            CHECK_STATUS(&r, 201);
+            const char *id = itest_json_str(r.json, "file_id");
+            CHECKF(sha_matches(itest_json_str(r.json, "sha256"), u),
+                   "retried upload: wrong sha256: %s", r.body);
+            snprintf(u->id, sizeof(u->id), "%s", id ? id : "");
+            itest_resp_release(&r);
+        }
+    }
+    check_store(s, key, w);
+
+    pthread_mutex_destroy(&sh.mu);
+    pthread_cond_destroy(&sh.cv);
+    free(w);
+    free(key);
+    itest_stop(s);
+}
+
+static void database_outage(void)
+{
+    int mark = test__failed_checks;
+    char *uri = mongo_private_start();
+    CHECKF(uri != NULL, "no private MongoDB server for the fault test");
+    if (uri)
+        run_outage(uri);
+    int stop_code = mongo_state ? mongo_script("stop") : 0;
+    CHECK_INT(stop_code, 0);
+    if (mongo_state && test__failed_checks == mark)
+        itest_rm_rf(mongo_state);
+    else if (mongo_state)
+        fprintf(stderr, "keeping the private MongoDB state in %s\n",
+                mongo_state);
+    free(mongo_state);
+    mongo_state = NULL;
+    free(uri);
+}
+
+TEST_MAIN(T(database_outage))
