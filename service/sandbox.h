@@ -1,0 +1,232 @@
+/*
+ * sandbox.h - run one program in a fresh, locked-down process tree.
+ *
+ * Isolation model (details in sandbox.c):
+ *   - new user, pid, mount, IPC, UTS and cgroup namespaces, plus an empty
+ *     network namespace unless the policy allows network;
+ *   - uid/gid inside (default 1000) map to ONE unprivileged host uid/gid
+ *     (default 200000 when interpd runs as root; the caller's own ids when
+ *     it does not), setgroups denied, supplementary groups dropped;
+ *   - a read-only tmpfs root holding read-only binds, a generated /etc,
+ *     /dev/{null,zero,urandom}, a fresh /proc of the pid namespace, a
+ *     size- and inode-limited /tmp and /mnt/output, after pivot_root;
+ *   - no capabilities (bounding, ambient, effective, permitted,
+ *     inheritable), no_new_privs, a seccomp filter that fails closed;
+ *   - memory and process limits from a per-run cgroup (v2 where the
+ *     controllers are delegated, v1 otherwise), RLIMIT_CPU/FSIZE/NOFILE,
+ *     no core dumps;
+ *   - a wall timeout owned by the caller's thread that kills the whole
+ *     tree (cgroup.kill, and the pid namespace's init), after which no
+ *     process of the run survives when ipd_sandbox_run returns.
+ *
+ * Output directory: /mnt/output is a tmpfs created inside the sandbox's
+ * mount namespace (so its size limit is a real filesystem limit and no
+ * host mount is needed).  The sandbox's setup sends an open directory
+ * descriptor of it to the caller over a unix socket (SCM_RIGHTS); the
+ * descriptor keeps the filesystem alive after the tree is gone.  The
+ * caller never sees a host path the sandbox controls: collect with
+ * ipd_sandbox_output_open() (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS)
+ * or openat(O_NOFOLLOW) one component at a time.
+ *
+ * Thread-safety: a probed config is read-only and may be shared by any
+ * number of threads running ipd_sandbox_run concurrently.  The process
+ * must not reap children it did not start (no waitpid(-1)).
+ */
+#ifndef IPD_SANDBOX_H
+#define IPD_SANDBOX_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "buf.h"
+#include "ipd.h"
+
+/* Mechanisms found by ipd_sandbox_probe. */
+enum ipd_sandbox_mech {
+    IPD_SANDBOX_USERNS = 1 << 0,      /* user namespaces with id maps */
+    IPD_SANDBOX_SECCOMP = 1 << 1,     /* filter compiled and loadable */
+    IPD_SANDBOX_CG2_KILL = 1 << 2,    /* v2 cgroup with cgroup.kill */
+    IPD_SANDBOX_CG2_MEMORY = 1 << 3,  /* v2 memory.max delegated */
+    IPD_SANDBOX_CG2_PIDS = 1 << 4,    /* v2 pids.max delegated */
+    IPD_SANDBOX_CG1_MEMORY = 1 << 5,  /* v1 memory controller */
+    IPD_SANDBOX_CG1_PIDS = 1 << 6,    /* v1 pids controller */
+    IPD_SANDBOX_CG1_CPUACCT = 1 << 7, /* v1 cpuacct (CPU time of the tree) */
+    IPD_SANDBOX_CGROUPNS = 1 << 8,    /* CLONE_NEWCGROUP */
+};
+
+struct ipd_sandbox_state; /* private: compiled filters, cgroup parents */
+
+/*
+ * Host-wide settings, filled by the caller, completed by ipd_sandbox_probe
+ * and released with ipd_sandbox_config_release.  Zero means "default".
+ */
+struct ipd_sandbox_config {
+    uid_t host_uid;        /* host uid the sandbox runs as (default 200000
+                              as root; must be the own uid otherwise) */
+    gid_t host_gid;        /* likewise (default: host_uid) */
+    uid_t inner_uid;       /* uid seen inside (default 1000) */
+    gid_t inner_gid;       /* gid seen inside (default 1000) */
+    const char *cgroup_name; /* borrowed; parent cgroup created under the
+                                process's own cgroup in every hierarchy
+                                used (default "interpd-sandbox") */
+    /* OUT: */
+    unsigned mechanisms;   /* enum ipd_sandbox_mech bits */
+    char status[512];      /* "sandbox: userns uid 1000->200000, ..." */
+    struct ipd_sandbox_state *state; /* owned; freed by _release */
+};
+
+/* One bind mount.  Strings are borrowed for the duration of the run. */
+struct ipd_sandbox_mount {
+    const char *host_path;    /* absolute; symlinks are resolved, except
+                                 that a host path that IS a symlink (/lib ->
+                                 usr/lib) is recreated as the same symlink */
+    const char *sandbox_path; /* absolute, no ".." */
+    bool writable;            /* false: read-only, nosuid, nodev */
+};
+
+/* A named capability policy.  0 for a limit means the built-in default
+ * shown in ipd_sandbox_policy_default. */
+struct ipd_sandbox_policy {
+    const char *name;          /* borrowed, e.g. "standard" */
+    int64_t wall_timeout_ms;   /* killed (whole tree) after this */
+    int64_t cpu_seconds;       /* RLIMIT_CPU per process */
+    int64_t memory_bytes;      /* cgroup memory limit of the tree */
+    int64_t max_processes;     /* cgroup pids limit of the tree */
+    size_t output_cap_bytes;   /* per stream; the rest is drained */
+    int64_t tmp_bytes;         /* /tmp tmpfs size */
+    int64_t tmp_inodes;        /* /tmp tmpfs inodes */
+    int64_t output_dir_bytes;  /* /mnt/output tmpfs size */
+    int64_t output_dir_inodes; /* /mnt/output tmpfs inodes */
+    int64_t fsize_bytes;       /* RLIMIT_FSIZE */
+    int64_t nofile;            /* RLIMIT_NOFILE */
+    bool network;              /* share the host network, allow sockets */
+};
+
+/* Defaults: 30 s wall, 30 s CPU, 512 MiB memory, 64 processes, 100 KiB
+ * per stream, /tmp 64 MiB / 4096 inodes, /mnt/output 64 MiB / 4096
+ * inodes, 64 MiB fsize, 256 files, no network. */
+void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p);
+
+/* What to run.  All pointers are borrowed for the duration of the run. */
+struct ipd_sandbox_spec {
+    const char *const *argv;  /* NULL-terminated; argv[0] an absolute path
+                                 inside the sandbox */
+    const char *const *env;   /* NULL-terminated "K=V" (may be NULL); added
+                                 to the defaults, overriding equal keys:
+                                 PATH, HOME=/tmp, LANG=C.UTF-8, TMPDIR,
+                                 PYTHONUNBUFFERED=1, PYTHONDONTWRITEBYTECODE=1,
+                                 OPENBLAS/OMP/MKL_NUM_THREADS=1, MPLBACKEND=Agg,
+                                 MPLCONFIGDIR=/tmp/matplotlib */
+    const struct ipd_sandbox_mount *mounts; /* read-only binds etc. */
+    size_t n_mounts;
+    const char *cwd;          /* default "/mnt/output" */
+    const void *stdin_data;   /* NULL: stdin is /dev/null */
+    size_t stdin_len;
+};
+
+/* Result of a run; release with ipd_sandbox_result_release. */
+struct ipd_sandbox_result {
+    int exit_code;           /* exit status, or -1 when signalled */
+    int term_signal;         /* signal that ended the program, else 0 */
+    bool timed_out;          /* killed at the wall timeout */
+    bool oom_killed;         /* the cgroup counted an OOM kill */
+    double wall_seconds;
+    double cpu_seconds;      /* user+sys of the whole tree */
+    int64_t max_rss_kib;     /* largest RSS of a reaped process */
+    int64_t memory_peak_bytes; /* cgroup peak, or 0 if unknown */
+    struct ipd_buf out;      /* owned; stdout, at most output_cap_bytes */
+    struct ipd_buf err;      /* owned; stderr, likewise */
+    bool out_truncated;
+    bool err_truncated;
+    int output_dirfd;        /* owned; O_DIRECTORY fd of the sandbox's
+                                /mnt/output tmpfs, or -1 */
+    char error[256];         /* why setup failed (IPD_ERR_INTERNAL) */
+};
+
+/*
+ * Detect the mechanisms, compile the seccomp filters, create the parent
+ * cgroups.  Fails (IPD_ERR_UNAVAILABLE, reason in cfg->status) when a
+ * required mechanism is missing: user namespaces, seccomp, a memory limit
+ * and a process limit (v2 or v1).  Call once at startup; on failure still
+ * call ipd_sandbox_config_release.
+ */
+enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg);
+/* Free what probe allocated; removes nothing on disk (the parent cgroups
+ * are reused by the next start).  Accepts a never-probed config. */
+void ipd_sandbox_config_release(struct ipd_sandbox_config *cfg);
+
+/*
+ * Run spec->argv in a new sandbox under policy p and wait for it.
+ * Returns IPD_OK when the program ran (whatever its exit status, timeout
+ * or OOM: see out); IPD_ERR_INVALID for a bad spec or policy;
+ * IPD_ERR_INTERNAL (out->error says which step) when the sandbox could
+ * not be set up, in which case the program never ran.  In every case *out
+ * is initialised and must be released with ipd_sandbox_result_release.
+ * Blocks the calling thread for at most the wall timeout plus a bounded
+ * cleanup.
+ */
+enum ipd_err ipd_sandbox_run(const struct ipd_sandbox_config *cfg,
+                             const struct ipd_sandbox_policy *p,
+                             const struct ipd_sandbox_spec *spec,
+                             struct ipd_sandbox_result *out);
+
+/* Free the output buffers and close output_dirfd.  Accepts NULL. */
+void ipd_sandbox_result_release(struct ipd_sandbox_result *r);
+
+/*
+ * Open relpath below the result's output directory without following any
+ * symlink and without leaving the directory (openat2 with RESOLVE_BENEATH
+ * | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV).
+ * flags are open(2) flags (O_CLOEXEC and O_NOFOLLOW are added).  Returns
+ * a new fd the caller closes, or -1 with errno (ELOOP for a symlink).
+ */
+int ipd_sandbox_output_open(const struct ipd_sandbox_result *r,
+                            const char *relpath, int flags);
+
+/* Internal, shared by the sandbox_*.c files. */
+struct ipd__sandbox_bpf {
+    void *filter; /* struct sock_filter[len], owned */
+    unsigned short len;
+};
+/* Compile the filter for network on/off once; IPD_ERR_INTERNAL on
+ * failure with a reason in err. */
+enum ipd_err ipd__sandbox_seccomp_compile(bool network,
+                                          struct ipd__sandbox_bpf *out,
+                                          char *err, size_t errlen);
+void ipd__sandbox_bpf_release(struct ipd__sandbox_bpf *b);
+
+/* cgroups (sandbox_cgroup.c) */
+struct ipd__cgroups;       /* parents found at probe */
+struct ipd__cgroup_run {   /* one run's cgroups */
+    char v2[512];          /* run dir under cgroup2 or "" */
+    char mem[512];         /* run dir holding the memory limit or "" */
+    char pids[512];        /* run dir holding the pids limit or "" */
+    char cpuacct[512];     /* v1 cpuacct run dir or "" */
+    int v2_fd;             /* O_DIRECTORY fd of v2 (CLONE_INTO_CGROUP) */
+    int procs_fd[3];       /* v1 cgroup.procs fds to join, -1 unused */
+    bool mem_is_v2, pids_is_v2;
+};
+enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
+                                unsigned *mech, char *err, size_t errlen);
+void ipd__cgroups_free(struct ipd__cgroups *cg);
+/* Create the run's cgroups and set limits; fds are O_CLOEXEC. */
+enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
+                                    int64_t memory_bytes, int64_t pids,
+                                    struct ipd__cgroup_run *run, char *err,
+                                    size_t errlen);
+/* Kill everything in the run's cgroups (cgroup.kill; v1: signal each
+ * listed pid).  Safe to call repeatedly. */
+void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run);
+/* True when no process is left in any of the run's cgroups. */
+bool ipd__cgroup_run_empty(const struct ipd__cgroup_run *run);
+/* Read counters: OOM kills, cpu usec, memory peak (-1 when unknown). */
+void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
+                           int64_t *oom_kills, int64_t *cpu_usec,
+                           int64_t *mem_peak);
+/* Remove the run's cgroups (waiting, bounded, for them to empty) and
+ * close the fds.  IPD_ERR_INTERNAL if a process survived. */
+enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run);
+
+#endif

@@ -1,0 +1,586 @@
+/*
+ * sandbox_cgroup.c - per-run cgroups for the sandbox: memory and process
+ * limits, OOM and CPU counters, and killing a whole tree.
+ *
+ * Layout: at probe time a parent cgroup "<name>" is created (once, and
+ * reused across restarts) under the process's own cgroup in every
+ * hierarchy used, so the sandboxes stay inside whatever limits the
+ * service itself runs under.  Each run gets "<name>/run-<pid>-<n>" in
+ * each hierarchy, removed when the run is over and empty.
+ *
+ * Choice of mechanism, per resource:
+ *   memory  v2 memory.max (+ memory.swap.max 0) if the controller is
+ *           delegated to the parent, else v1 memory.limit_in_bytes (+
+ *           memory.memsw.limit_in_bytes when swap accounting exists);
+ *   pids    v2 pids.max if delegated, else v1 pids.max;
+ *   kill    v2 cgroup.kill when present (even without controllers:
+ *           hybrid hosts have it), else SIGKILL to each listed pid (the
+ *           caller also kills the pid namespace's init);
+ *   cpu     v2 cpu.stat usage_usec (always present), else v1 cpuacct.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "sandbox.h"
+
+#define CG_PATH 512
+
+struct ipd__cgroups {
+    char v2[CG_PATH];      /* parent under cgroup2, or "" */
+    bool v2_kill, v2_mem, v2_pids;
+    char mem[CG_PATH];     /* v1 memory parent, or "" */
+    bool memsw;            /* v1 memory.memsw.* exists */
+    char pids[CG_PATH];    /* v1 pids parent, or "" */
+    char cpuacct[CG_PATH]; /* v1 cpuacct parent, or "" */
+};
+
+static atomic_uint run_counter;
+
+static enum ipd_err write_file(const char *path, const char *s)
+{
+    enum ipd_err ret = IPD_ERR_IO;
+    size_t len = strlen(s);
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        goto out;
+    if (write(fd, s, len) != (ssize_t)len)
+        goto out;
+    ret = IPD_OK;
+out:
+    if (fd >= 0) {
+        int saved = errno;
+        close(fd);
+        errno = saved;
+    }
+    return ret;
+}
+
+/* Read up to size-1 bytes, NUL-terminated; -1 on error. */
+static ssize_t read_file(const char *path, char *buf, size_t size)
+{
+    ssize_t n = -1, total = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+
+    if (fd < 0)
+        goto out;
+    for (;;) {
+        n = read(fd, buf + total, size - 1 - (size_t)total);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        total += n;
+        if ((size_t)total >= size - 1)
+            break;
+    }
+    n = n < 0 ? -1 : total;
+out:
+    buf[n < 0 ? 0 : n] = '\0';
+    if (fd >= 0)
+        close(fd);
+    return n;
+}
+
+static bool path_join(char *out, const char *a, const char *b, const char *c)
+{
+    int n = snprintf(out, CG_PATH, "%s%s%s", a, b, c);
+    return n > 0 && n < CG_PATH;
+}
+
+static bool exists(const char *dir, const char *file)
+{
+    char p[CG_PATH];
+    return path_join(p, dir, "/", file) && access(p, F_OK) == 0;
+}
+
+/* Value of "key N" in a flat-keyed file, or -1. */
+static int64_t keyed_value(const char *path, const char *key)
+{
+    char buf[4096];
+    size_t klen = strlen(key);
+    const char *p = buf;
+
+    if (read_file(path, buf, sizeof buf) < 0)
+        return -1;
+    while (*p) {
+        if (strncmp(p, key, klen) == 0 && p[klen] == ' ')
+            return strtoll(p + klen + 1, NULL, 10);
+        p = strchr(p, '\n');
+        if (!p)
+            break;
+        p++;
+    }
+    return -1;
+}
+
+/* True when the comma-separated list contains item. */
+static bool list_has(const char *list, size_t len, const char *item)
+{
+    size_t ilen = strlen(item);
+    const char *p = list, *end = list + len;
+
+    while (p < end) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        size_t n = comma ? (size_t)(comma - p) : (size_t)(end - p);
+        if (n == ilen && memcmp(p, item, n) == 0)
+            return true;
+        p += n + 1;
+    }
+    return false;
+}
+
+/* Mount point of the cgroup2 hierarchy (controller NULL) or of the v1
+ * hierarchy carrying controller, from /proc/self/mountinfo. */
+static bool find_mount(const char *controller, char *out)
+{
+    FILE *f = fopen("/proc/self/mountinfo", "re");
+    char line[4096];
+    bool found = false;
+
+    if (!f)
+        return false;
+    while (!found && fgets(line, sizeof line, f)) {
+        /* id parent maj:min root mountpoint opts [optional...] - type
+         * source superopts */
+        char *sep = strstr(line, " - ");
+        char *fields[5] = {0};
+        char *p = line, *type, *source, *superopts;
+        size_t i = 0;
+        if (!sep)
+            continue;
+        *sep = '\0';
+        while (i < 5 && p) {
+            fields[i++] = p;
+            p = strchr(p, ' ');
+            if (p)
+                *p++ = '\0';
+        }
+        if (i < 5)
+            continue;
+        type = sep + 3;
+        source = strchr(type, ' ');
+        if (!source)
+            continue;
+        *source++ = '\0';
+        superopts = strchr(source, ' ');
+        if (!superopts)
+            continue;
+        superopts++;
+        superopts[strcspn(superopts, "\n")] = '\0';
+        if (!controller && strcmp(type, "cgroup2") == 0)
+            found = true;
+        else if (controller && strcmp(type, "cgroup") == 0 &&
+                 list_has(superopts, strlen(superopts), controller))
+            found = true;
+        if (found && snprintf(out, CG_PATH, "%s", fields[4]) >= CG_PATH)
+            found = false;
+    }
+    fclose(f);
+    return found;
+}
+
+/* Own cgroup path in the v2 hierarchy (controller NULL) or in the v1
+ * hierarchy of controller, from /proc/self/cgroup. */
+static bool own_path(const char *controller, char *out)
+{
+    FILE *f = fopen("/proc/self/cgroup", "re");
+    char line[4096];
+    bool found = false;
+
+    if (!f)
+        return false;
+    while (!found && fgets(line, sizeof line, f)) {
+        char *c1 = strchr(line, ':'), *c2;
+        if (!c1)
+            continue;
+        c2 = strchr(c1 + 1, ':');
+        if (!c2)
+            continue;
+        if (!controller)
+            found = c2 == c1 + 1 && strncmp(line, "0:", 2) == 0;
+        else
+            found = list_has(c1 + 1, (size_t)(c2 - c1 - 1), controller);
+        if (found) {
+            char *path = c2 + 1;
+            path[strcspn(path, "\n")] = '\0';
+            if (strcmp(path, "/") == 0)
+                path[0] = '\0';
+            if (snprintf(out, CG_PATH, "%s", path) >= CG_PATH)
+                found = false;
+        }
+    }
+    fclose(f);
+    return found;
+}
+
+/* Create (or reuse) the parent cgroup "<mount><own>/<name>". */
+static bool make_parent(const char *controller, const char *name, char *out)
+{
+    char mnt[CG_PATH], own[CG_PATH];
+
+    if (!find_mount(controller, mnt) || !own_path(controller, own))
+        return false;
+    if (snprintf(out, CG_PATH, "%s%s/%s", mnt, own, name) >= CG_PATH)
+        return false;
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) {
+        out[0] = '\0';
+        return false;
+    }
+    return true;
+}
+
+static bool has_word(const char *s, const char *word)
+{
+    size_t n = strlen(word);
+    const char *p = s;
+
+    for (;;) {
+        p = strstr(p, word);
+        if (!p)
+            return false;
+        if ((p == s || p[-1] == ' ') &&
+            (p[n] == ' ' || p[n] == '\n' || p[n] == '\0'))
+            return true;
+        p += n;
+    }
+}
+
+static void probe_v2(struct ipd__cgroups *cg, const char *name)
+{
+    char mnt[CG_PATH], own[CG_PATH], path[CG_PATH], ctl[256];
+
+    if (!make_parent(NULL, name, cg->v2)) {
+        cg->v2[0] = '\0';
+        return;
+    }
+    cg->v2_kill = exists(cg->v2, "cgroup.kill");
+    /* Delegate memory and pids from our own cgroup to the parent, then
+     * from the parent to the runs.  Enabling in our own cgroup fails when
+     * it holds processes and is not the root ("no internal processes"):
+     * then the service manager must delegate (systemd Delegate=yes). */
+    if (find_mount(NULL, mnt) && own_path(NULL, own) &&
+        path_join(path, mnt, own, "/cgroup.subtree_control")) {
+        (void)write_file(path, "+memory");
+        (void)write_file(path, "+pids");
+    }
+    if (!path_join(path, cg->v2, "/cgroup.controllers", "") ||
+        read_file(path, ctl, sizeof ctl) < 0)
+        return;
+    if (path_join(path, cg->v2, "/cgroup.subtree_control", "")) {
+        if (has_word(ctl, "memory"))
+            cg->v2_mem = write_file(path, "+memory") == IPD_OK;
+        if (has_word(ctl, "pids"))
+            cg->v2_pids = write_file(path, "+pids") == IPD_OK;
+    }
+}
+
+enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
+                                unsigned *mech, char *err, size_t errlen)
+{
+    enum ipd_err ret = IPD_ERR_UNAVAILABLE;
+    struct ipd__cgroups *cg = ipd_xcalloc(1, sizeof *cg);
+
+    probe_v2(cg, name);
+    if (cg->v2_kill)
+        *mech |= IPD_SANDBOX_CG2_KILL;
+    if (cg->v2_mem)
+        *mech |= IPD_SANDBOX_CG2_MEMORY;
+    if (cg->v2_pids)
+        *mech |= IPD_SANDBOX_CG2_PIDS;
+    if (!cg->v2_mem && make_parent("memory", name, cg->mem)) {
+        *mech |= IPD_SANDBOX_CG1_MEMORY;
+        cg->memsw = exists(cg->mem, "memory.memsw.limit_in_bytes");
+    }
+    if (!cg->v2_pids && make_parent("pids", name, cg->pids))
+        *mech |= IPD_SANDBOX_CG1_PIDS;
+    if (!cg->v2[0] && make_parent("cpuacct", name, cg->cpuacct))
+        *mech |= IPD_SANDBOX_CG1_CPUACCT;
+    if (!cg->v2_mem && !cg->mem[0]) {
+        snprintf(err, errlen, "no memory cgroup (v2 memory not delegated, "
+                              "v1 memory not writable)");
+        goto out;
+    }
+    if (!cg->v2_pids && !cg->pids[0]) {
+        snprintf(err, errlen, "no pids cgroup (v2 pids not delegated, "
+                              "v1 pids not writable)");
+        goto out;
+    }
+    ret = IPD_OK;
+out:
+    if (ret) {
+        ipd__cgroups_free(cg);
+        cg = NULL;
+    }
+    *out = cg;
+    return ret;
+}
+
+void ipd__cgroups_free(struct ipd__cgroups *cg)
+{
+    free(cg);
+}
+
+static enum ipd_err set_value(const char *dir, const char *file, int64_t v,
+                              char *err, size_t errlen)
+{
+    char path[CG_PATH], num[32];
+
+    snprintf(num, sizeof num, "%lld", (long long)v);
+    if (!path_join(path, dir, "/", file) || write_file(path, num)) {
+        snprintf(err, errlen, "cgroup: writing %s to %s/%s: %s", num, dir,
+                 file, strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+static enum ipd_err make_run_dir(const char *parent, const char *leaf,
+                                 char *out, char *err, size_t errlen)
+{
+    if (!path_join(out, parent, "/", leaf) || mkdir(out, 0755) != 0) {
+        snprintf(err, errlen, "cgroup: mkdir %s/%s: %s", parent, leaf,
+                 strerror(errno));
+        out[0] = '\0';
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+static enum ipd_err open_procs(const char *dir, int *fd, char *err,
+                               size_t errlen)
+{
+    char path[CG_PATH];
+
+    if (!path_join(path, dir, "/cgroup.procs", ""))
+        return IPD_ERR_INTERNAL;
+    *fd = open(path, O_WRONLY | O_CLOEXEC);
+    if (*fd < 0) {
+        snprintf(err, errlen, "cgroup: open %s: %s", path, strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
+                                    int64_t memory_bytes, int64_t pids,
+                                    struct ipd__cgroup_run *run, char *err,
+                                    size_t errlen)
+{
+    enum ipd_err rc = IPD_OK;
+    char leaf[64];
+    size_t nfd = 0;
+
+    memset(run, 0, sizeof *run);
+    run->v2_fd = -1;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(run->procs_fd); i++)
+        run->procs_fd[i] = -1;
+    snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(),
+             atomic_fetch_add(&run_counter, 1));
+
+    if (cg->v2[0]) {
+        rc = make_run_dir(cg->v2, leaf, run->v2, err, errlen);
+        if (rc)
+            goto out;
+        run->v2_fd = open(run->v2, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        if (run->v2_fd < 0) {
+            snprintf(err, errlen, "cgroup: open %s: %s", run->v2,
+                     strerror(errno));
+            rc = IPD_ERR_INTERNAL;
+            goto out;
+        }
+    }
+    if (cg->v2_mem) {
+        run->mem_is_v2 = true;
+        memcpy(run->mem, run->v2, sizeof run->mem);
+        rc = set_value(run->mem, "memory.max", memory_bytes, err, errlen);
+        if (rc)
+            goto out;
+        if (exists(run->mem, "memory.swap.max")) {
+            rc = set_value(run->mem, "memory.swap.max", 0, err, errlen);
+            if (rc)
+                goto out;
+        }
+    } else {
+        rc = make_run_dir(cg->mem, leaf, run->mem, err, errlen);
+        if (rc)
+            goto out;
+        rc = set_value(run->mem, "memory.limit_in_bytes", memory_bytes, err,
+                       errlen);
+        if (rc)
+            goto out;
+        if (cg->memsw) {
+            rc = set_value(run->mem, "memory.memsw.limit_in_bytes",
+                           memory_bytes, err, errlen);
+            if (rc)
+                goto out;
+        }
+        rc = open_procs(run->mem, &run->procs_fd[nfd++], err, errlen);
+        if (rc)
+            goto out;
+    }
+    if (cg->v2_pids) {
+        run->pids_is_v2 = true;
+        memcpy(run->pids, run->v2, sizeof run->pids);
+        rc = set_value(run->pids, "pids.max", pids, err, errlen);
+        if (rc)
+            goto out;
+    } else {
+        rc = make_run_dir(cg->pids, leaf, run->pids, err, errlen);
+        if (rc)
+            goto out;
+        rc = set_value(run->pids, "pids.max", pids, err, errlen);
+        if (rc)
+            goto out;
+        rc = open_procs(run->pids, &run->procs_fd[nfd++], err, errlen);
+        if (rc)
+            goto out;
+    }
+    if (!cg->v2[0] && cg->cpuacct[0]) {
+        rc = make_run_dir(cg->cpuacct, leaf, run->cpuacct, err, errlen);
+        if (rc)
+            goto out;
+        rc = open_procs(run->cpuacct, &run->procs_fd[nfd++], err, errlen);
+        if (rc)
+            goto out;
+    }
+out:
+    if (rc)
+        (void)ipd__cgroup_run_destroy(run);
+    return rc;
+}
+
+/* Signal every pid listed in dir/cgroup.procs; returns how many. */
+static int kill_listed(const char *dir)
+{
+    char path[CG_PATH], buf[16384];
+    const char *p = buf;
+    int n = 0;
+
+    if (!dir[0] || !path_join(path, dir, "/cgroup.procs", "") ||
+        read_file(path, buf, sizeof buf) < 0)
+        return 0;
+    while (*p) {
+        char *end;
+        long pid = strtol(p, &end, 10);
+        if (end == p)
+            break;
+        if (pid > 1) {
+            kill((pid_t)pid, SIGKILL);
+            n++;
+        }
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+    return n;
+}
+
+void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run)
+{
+    char path[CG_PATH];
+
+    if (run->v2[0] && path_join(path, run->v2, "/cgroup.kill", "") &&
+        access(path, F_OK) == 0) {
+        (void)write_file(path, "1");
+        return;
+    }
+    /* v1 has no atomic kill: a forking tree can outrun one pass, so the
+     * caller also kills the pid namespace's init, which takes the whole
+     * namespace with it; this pass is the second line. */
+    if (!kill_listed(run->pids[0] ? run->pids : run->mem))
+        kill_listed(run->cpuacct);
+}
+
+static bool dir_empty(const char *dir)
+{
+    char path[CG_PATH], buf[64];
+
+    if (!dir[0] || !path_join(path, dir, "/cgroup.procs", ""))
+        return true;
+    if (read_file(path, buf, sizeof buf) < 0)
+        return errno == ENOENT;
+    return buf[0] == '\0';
+}
+
+bool ipd__cgroup_run_empty(const struct ipd__cgroup_run *run)
+{
+    return dir_empty(run->v2) && dir_empty(run->mem) &&
+           dir_empty(run->pids) && dir_empty(run->cpuacct);
+}
+
+void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
+                           int64_t *oom_kills, int64_t *cpu_usec,
+                           int64_t *mem_peak)
+{
+    char path[CG_PATH], buf[64];
+
+    *oom_kills = -1;
+    *cpu_usec = -1;
+    *mem_peak = -1;
+    if (run->mem[0]) {
+        if (run->mem_is_v2) {
+            if (path_join(path, run->mem, "/memory.events", ""))
+                *oom_kills = keyed_value(path, "oom_kill");
+            if (path_join(path, run->mem, "/memory.peak", "") &&
+                read_file(path, buf, sizeof buf) > 0)
+                *mem_peak = strtoll(buf, NULL, 10);
+        } else {
+            if (path_join(path, run->mem, "/memory.oom_control", ""))
+                *oom_kills = keyed_value(path, "oom_kill");
+            if (path_join(path, run->mem, "/memory.max_usage_in_bytes", "") &&
+                read_file(path, buf, sizeof buf) > 0)
+                *mem_peak = strtoll(buf, NULL, 10);
+        }
+    }
+    if (run->v2[0] && path_join(path, run->v2, "/cpu.stat", ""))
+        *cpu_usec = keyed_value(path, "usage_usec");
+    else if (run->cpuacct[0] &&
+             path_join(path, run->cpuacct, "/cpuacct.usage", "") &&
+             read_file(path, buf, sizeof buf) > 0)
+        *cpu_usec = strtoll(buf, NULL, 10) / 1000;
+}
+
+enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run)
+{
+    enum ipd_err ret = IPD_OK;
+    char *dirs[4] = {run->v2, run->mem_is_v2 ? NULL : run->mem,
+                     run->pids_is_v2 ? NULL : run->pids, run->cpuacct};
+
+    /* Bounded: about 2 s, killing again each round. */
+    for (int i = 0; i < 400 && !ipd__cgroup_run_empty(run); i++) {
+        ipd__cgroup_run_kill(run);
+        usleep(i < 20 ? 500 : 5000);
+    }
+    if (!ipd__cgroup_run_empty(run))
+        ret = IPD_ERR_INTERNAL;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(dirs); i++) {
+        if (!dirs[i] || !dirs[i][0])
+            continue;
+        /* A dying task can keep the cgroup busy a little after it left
+         * cgroup.procs. */
+        for (int k = 0; k < 200; k++) {
+            if (rmdir(dirs[i]) == 0 || errno != EBUSY)
+                break;
+            usleep(1000);
+        }
+        dirs[i][0] = '\0';
+    }
+    run->mem[0] = '\0';
+    run->pids[0] = '\0';
+    if (run->v2_fd >= 0)
+        close(run->v2_fd);
+    run->v2_fd = -1;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(run->procs_fd); i++) {
+        if (run->procs_fd[i] >= 0)
+            close(run->procs_fd[i]);
+        run->procs_fd[i] = -1;
+    }
+    return ret;
+}

@@ -1,0 +1,615 @@
+/*
+ * test_escape.c - the escape suite: each case runs a Python snippet in a
+ * real sandbox (/usr/bin/python3, a real policy) and asserts a concrete
+ * outcome.  Needs root or user namespaces; fails (never skips) when the
+ * sandbox cannot be set up.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+
+#define SBX_HOST_UID 201234 /* own uid: survivors are counted */
+#include "sandbox_test.h"
+
+static char secret_dir[64];
+
+static void test_network_denied(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    char code[1024];
+    int lfd;
+
+    REQUIRE(sbx_setup());
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(lfd >= 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    REQUIRE(listen(lfd, 8) == 0);
+    REQUIRE(getsockname(lfd, (struct sockaddr *)&sa, &len) == 0);
+    snprintf(code, sizeof code,
+             "import socket, errno\n"
+             "for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK,"
+             " socket.AF_PACKET):\n"
+             "    try:\n"
+             "        socket.socket(fam, socket.SOCK_DGRAM if fam != "
+             "socket.AF_INET else socket.SOCK_STREAM)\n"
+             "        print('opened', fam)\n"
+             "    except OSError as e:\n"
+             "        print(errno.errorcode[e.errno])\n"
+             "try:\n"
+             "    socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
+             "    print('connected')\n"
+             "except OSError as e:\n"
+             "    print(errno.errorcode[e.errno])\n"
+             "a, b = socket.socketpair()\n"
+             "a.send(b'unix ok'); print(b.recv(10).decode())\n",
+             ntohs(sa.sin_port));
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
+    CHECK_STR(r.out.buf, "EAFNOSUPPORT\nEAFNOSUPPORT\nEAFNOSUPPORT\n"
+                         "EAFNOSUPPORT\nEAFNOSUPPORT\nunix ok\n");
+    ipd_sandbox_result_release(&r);
+
+    /* A networked policy shares the host network: the same connect
+     * works (the knob is real, and the test above is not vacuous). */
+    snprintf(code, sizeof code,
+             "import socket\n"
+             "socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
+             "print('connected')\n",
+             ntohs(sa.sin_port));
+    p.network = true;
+    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
+    CHECK_STR(r.out.buf, "connected\n");
+    ipd_sandbox_result_release(&r);
+    close(lfd);
+}
+
+static void test_host_files_unreachable(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    char code[2048];
+
+    REQUIRE(sbx_setup());
+    snprintf(code, sizeof code,
+             "import os\n"
+             "for path in ('/etc/shadow', '/root', '%s', '%s/secret.txt',"
+             " '/sys', '/home', '/work', '/var', '/etc/ssh', '/run'):\n"
+             "    print(path, os.path.exists(path))\n"
+             "print(sorted(os.listdir('/')))\n"
+             "print(sorted(os.listdir('/etc')))\n"
+             "print(sorted(os.listdir('/dev')))\n"
+             "pids = [d for d in os.listdir('/proc') if d.isdigit()]\n"
+             "print('pids', len(pids) <= 3)\n"
+             "print('1' in pids and "
+             "open('/proc/1/cmdline', 'rb').read().strip(b'\\0') == b'')\n"
+             "try:\n"
+             "    open('/proc/1/environ').read(); print('environ readable')\n"
+             "except OSError as e:\n"
+             "    print('environ', e.errno)\n",
+             secret_dir, secret_dir);
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
+    CHECK(strstr(r.out.buf, "/etc/shadow False\n/root False\n") != NULL);
+    CHECK(strstr(r.out.buf, "/secret.txt False\n/sys False\n/home False\n"
+                            "/work False\n/var False\n/etc/ssh False\n"
+                            "/run False\n") != NULL);
+    CHECK(strstr(r.out.buf, "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
+                            "'proc', 'tmp', 'usr']\n") != NULL);
+    CHECK(strstr(r.out.buf, "['group', 'hostname', 'hosts', "
+                            "'nsswitch.conf', 'passwd']\n") != NULL);
+    CHECK(strstr(r.out.buf, "['fd', 'null', 'shm', 'stderr', 'stdin', "
+                            "'stdout', 'urandom', 'zero']\n") != NULL);
+    CHECK(strstr(r.out.buf, "pids True\nTrue\nenviron 13\n") != NULL);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_no_host_secrets_in_environment(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    setenv("IPD_TEST_SECRET", "hunter2-db-password", 1);
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os\n"
+                      "print('IPD_TEST_SECRET' in os.environ)\n"
+                      "found = False\n"
+                      "for d in os.listdir('/proc'):\n"
+                      "    try:\n"
+                      "        found |= b'hunter2' in "
+                      "open('/proc/%s/environ' % d, 'rb').read()\n"
+                      "    except OSError: pass\n"
+                      "print(found)\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "False\nFalse\n");
+    ipd_sandbox_result_release(&r);
+    unsetenv("IPD_TEST_SECRET");
+}
+
+static void test_writes_outside_fail(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    char data_dir[64] = "/tmp/ipd-sbx-data-XXXXXX";
+    char path[128];
+    FILE *f;
+
+    REQUIRE(sbx_setup());
+    REQUIRE(mkdtemp(data_dir) != NULL);
+    snprintf(path, sizeof path, "%s/input.csv", data_dir);
+    f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    fputs("a,b\n1,2\n", f);
+    fclose(f);
+    /* World-writable on the host: only the read-only bind stops writes. */
+    chmod(data_dir, 0777);
+    chmod(path, 0666);
+    {
+        struct ipd_sandbox_mount data[] = {{data_dir, "/mnt/data", false}};
+        sbx_policy(&p);
+        CHECK_INT(
+            sbx_run_mounts(
+                &p,
+                "import os, errno\n"
+                "for path in ('/x', '/etc/passwd', '/etc/x', '/usr/x',"
+                " '/usr/bin/python3', '/mnt/x', '/mnt/data/x',"
+                " '/mnt/data/input.csv', '/dev/x', '/proc/x', '/lib/x'):\n"
+                "    try:\n"
+                "        open(path, 'a').write('x'); print(path, 'WROTE')\n"
+                "    except OSError as e:\n"
+                "        print(path, errno.errorcode[e.errno])\n"
+                "open('/tmp/ok', 'w').write('1')\n"
+                "open('/mnt/output/ok', 'w').write('1')\n"
+                "print(open('/mnt/data/input.csv').read().split())\n",
+                NULL, data, 1, &r),
+            IPD_OK);
+        CHECK(strstr(r.out.buf, "WROTE") == NULL);
+        CHECK(strstr(r.out.buf, "/usr/bin/python3 EACCES\n") != NULL);
+        CHECK(strstr(r.out.buf, "/x EROFS\n/etc/passwd EROFS\n") != NULL);
+        CHECK(strstr(r.out.buf, "/mnt/data/x EROFS\n"
+                                "/mnt/data/input.csv EROFS\n") != NULL);
+        CHECK(strstr(r.out.buf, "['a,b', '1,2']\n") != NULL);
+        CHECK_INT(r.exit_code, 0);
+        ipd_sandbox_result_release(&r);
+    }
+    CHECK(access("/usr/x", F_OK) != 0);
+    unlink(path);
+    rmdir(data_dir);
+}
+
+static void test_fork_bomb_contained(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    int n = 0;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.max_processes = 20;
+    CHECK_INT(sbx_run(&p,
+                      "import os, time, errno\n"
+                      "n = 0\n"
+                      "try:\n"
+                      "    while True:\n"
+                      "        if os.fork() == 0:\n"
+                      "            time.sleep(30); os._exit(0)\n"
+                      "        n += 1\n"
+                      "except OSError as e:\n"
+                      "    print('blocked', errno.errorcode[e.errno], n < 20)\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "blocked EAGAIN True\n");
+    CHECK(r.wall_seconds < 10);
+    ipd_sandbox_result_release(&r);
+    /* The host is fine: no sleeper survived, and the next run works. */
+    n = sbx_count_uid(sbx_cfg.host_uid);
+    CHECK_INT(n, 0);
+    CHECK_INT(sbx_run(&p, "print('fine')", &r), IPD_OK);
+    CHECK_STR(r.out.buf, "fine\n");
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_oom_killed(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.memory_bytes = 256LL << 20;
+    CHECK_INT(sbx_run(&p,
+                      "print('start', flush=True)\n"
+                      "b = b'x' * (4 << 30)\nprint('survived')\n",
+                      &r),
+              IPD_OK);
+    CHECK(r.oom_killed);
+    CHECK_INT(r.term_signal, SIGKILL);
+    CHECK_STR(r.out.buf, "start\n");
+    CHECK(!r.timed_out);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_disk_fill_stops(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.tmp_bytes = 8LL << 20;
+    p.output_dir_bytes = 4LL << 20;
+    p.tmp_inodes = 200;
+    CHECK_INT(sbx_run(&p,
+                      "import os, errno\n"
+                      "def fill(path):\n"
+                      "    n = 0\n"
+                      "    try:\n"
+                      "        with open(path, 'wb') as f:\n"
+                      "            while True:\n"
+                      "                f.write(b'x' * 65536); f.flush(); "
+                      "n += 65536\n"
+                      "    except OSError as e:\n"
+                      "        return errno.errorcode[e.errno], n\n"
+                      "e, n = fill('/tmp/big'); print(e, n <= 8 << 20)\n"
+                      "e, n = fill('/mnt/output/big'); print(e, n <= 4 << 20)\n"
+                      "os.unlink('/tmp/big')\n"
+                      "i = 0\n"
+                      "try:\n"
+                      "    while True:\n"
+                      "        open('/tmp/f%d' % i, 'w').close(); i += 1\n"
+                      "except OSError as e:\n"
+                      "    print(errno.errorcode[e.errno], i <= 200)\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "ENOSPC True\nENOSPC True\nENOSPC True\n");
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_print_flood_truncated(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.output_cap_bytes = 100 << 10;
+    CHECK_INT(sbx_run(&p,
+                      "import sys\ns = 'x' * (1 << 20)\n"
+                      "for i in range(1024): sys.stdout.write(s)\n"
+                      "for i in range(64): sys.stderr.write(s)\n"
+                      "print('end', file=sys.stderr)\n",
+                      &r),
+              IPD_OK);
+    CHECK_INT(r.exit_code, 0);
+    CHECK(!r.timed_out);
+    CHECK(r.out_truncated && r.err_truncated);
+    CHECK_INT(r.out.len, 100 << 10);
+    CHECK_INT(r.err.len, 100 << 10);
+    CHECK(r.wall_seconds < 15);
+    fprintf(stderr, "  1 GiB printed in %.2f s\n", r.wall_seconds);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_daemon_killed_no_survivors(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    static const char daemon_code[] =
+        "import os, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        os.execv('/usr/bin/sleep', ['sleep', '1000'])\n"
+        "    os._exit(0)\n"
+        "time.sleep(0.3)\n"
+        "print('daemonized', flush=True)\n";
+    char code[1024];
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.wall_timeout_ms = 1500;
+    snprintf(code, sizeof code, "%stime.sleep(1000)\n", daemon_code);
+    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
+    CHECK(r.timed_out);
+    CHECK_STR(r.out.buf, "daemonized\n");
+    CHECK(r.wall_seconds < 5);
+    ipd_sandbox_result_release(&r);
+    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
+
+    /* The program exits, leaving the daemon: it dies with the run, and
+     * the run does not wait for it. */
+    p.wall_timeout_ms = 20000;
+    CHECK_INT(sbx_run(&p, daemon_code, &r), IPD_OK);
+    CHECK(!r.timed_out);
+    CHECK_INT(r.exit_code, 0);
+    CHECK(r.wall_seconds < 5);
+    ipd_sandbox_result_release(&r);
+    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
+}
+
+static void test_kill_all_hurts_nothing_outside(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    pid_t victim;
+    int status = 0;
+
+    REQUIRE(sbx_setup());
+    /* A host process running as the sandbox's own host uid: the only kind
+     * kill(-1) could reach without capabilities. */
+    victim = fork();
+    REQUIRE(victim >= 0);
+    if (victim == 0) {
+        if (setresgid(sbx_cfg.host_gid, sbx_cfg.host_gid, sbx_cfg.host_gid) ||
+            setresuid(sbx_cfg.host_uid, sbx_cfg.host_uid, sbx_cfg.host_uid))
+            _exit(3);
+        sleep(30);
+        _exit(0);
+    }
+    usleep(50000);
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os, signal, time\n"
+                      "pid = os.fork()\n"
+                      "if pid == 0: time.sleep(30); os._exit(0)\n"
+                      "os.kill(-1, signal.SIGKILL)\n"
+                      "_, st = os.waitpid(pid, 0)\n"
+                      "print('still here', os.WTERMSIG(st))\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "still here 9\n");
+    ipd_sandbox_result_release(&r);
+    CHECK_INT(waitpid(victim, &status, WNOHANG), 0); /* still alive */
+    kill(victim, SIGKILL);
+    waitpid(victim, &status, 0);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+}
+
+static void test_dangerous_syscalls_refused(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(
+        sbx_run(&p,
+                "import ctypes, errno, os\n"
+                "libc = ctypes.CDLL(None, use_errno=True)\n"
+                "libc.syscall.restype = ctypes.c_long\n"
+                "def sc(name, nr, *args):\n"
+                "    ctypes.set_errno(0)\n"
+                "    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) "
+                "for a in args])\n"
+                "    e = ctypes.get_errno()\n"
+                "    print(name, errno.errorcode.get(e, e) if rc < 0 else "
+                "'ALLOWED')\n"
+                "sc('ptrace', 101, 0, 0, 0, 0)\n"
+                "sc('ptrace_attach', 101, 16, 1, 0, 0)\n"
+                "sc('process_vm_readv', 310, 1, 0, 0, 0, 0, 0)\n"
+                "sc('mount', 165, 0, 0, 0, 0, 0)\n"
+                "sc('umount2', 166, 0, 0)\n"
+                "sc('pivot_root', 155, 0, 0)\n"
+                "sc('fsopen', 430, 0, 0)\n"
+                "sc('open_tree', 428, 0, 0, 0)\n"
+                "sc('move_mount', 429, 0, 0, 0, 0, 0)\n"
+                "sc('mount_setattr', 442, 0, 0, 0, 0, 0)\n"
+                "sc('unshare', 272, 0x10000000)\n"
+                "sc('unshare0', 272, 0)\n"
+                "sc('setns', 308, 0, 0)\n"
+                "sc('clone_newuser', 56, 0x10000000 | 17, 0, 0, 0, 0)\n"
+                "sc('clone_newns', 56, 0x00020000 | 17, 0, 0, 0, 0)\n"
+                "sc('clone3', 435, 0, 0)\n"
+                "sc('bpf', 321, 0, 0, 0)\n"
+                "sc('perf_event_open', 298, 0, 0, 0, 0, 0)\n"
+                "sc('userfaultfd', 323, 0)\n"
+                "sc('keyctl', 250, 0, 0, 0, 0, 0)\n"
+                "sc('add_key', 248, 0, 0, 0, 0, 0)\n"
+                "sc('request_key', 249, 0, 0, 0, 0)\n"
+                "sc('kexec_load', 246, 0, 0, 0, 0)\n"
+                "sc('init_module', 175, 0, 0, 0)\n"
+                "sc('finit_module', 313, 0, 0, 0)\n"
+                "sc('delete_module', 176, 0, 0)\n"
+                "sc('reboot', 169, 0, 0, 0, 0)\n"
+                "sc('swapon', 167, 0, 0)\n"
+                "sc('io_uring_setup', 425, 1, 0)\n"
+                "sc('personality', 135, 0x0400000)\n"
+                "sc('open_by_handle_at', 304, 0, 0, 0)\n"
+                "sc('name_to_handle_at', 303, 0, 0, 0, 0, 0)\n"
+                "sc('settimeofday', 164, 0, 0)\n"
+                "sc('clock_settime', 227, 0, 0)\n"
+                "sc('adjtimex', 159, 0)\n"
+                "sc('tiocsti', 16, 0, 0x5412, 0)\n"
+                "sc('tiocsti_high_bits', 16, 0, 0x5412 | (1 << 32), 0)\n"
+                "sc('future_syscall', 500, 0)\n"
+                "print('fork works', os.waitpid(os.fork() or "
+                "os._exit(0), 0)[1] if False else True)\n"
+                "pid = os.fork()\n"
+                "if pid == 0: os._exit(5)\n"
+                "print('child', os.waitstatus_to_exitcode("
+                "os.waitpid(pid, 0)[1]))\n",
+                &r),
+        IPD_OK);
+    CHECK_STR(r.out.buf,
+              "ptrace EPERM\nptrace_attach EPERM\nprocess_vm_readv EPERM\n"
+              "mount EPERM\numount2 EPERM\npivot_root EPERM\nfsopen EPERM\n"
+              "open_tree EPERM\nmove_mount EPERM\nmount_setattr EPERM\n"
+              "unshare EPERM\nunshare0 EPERM\nsetns EPERM\n"
+              "clone_newuser EPERM\nclone_newns EPERM\nclone3 ENOSYS\n"
+              "bpf EPERM\nperf_event_open EPERM\nuserfaultfd EPERM\n"
+              "keyctl EPERM\nadd_key EPERM\nrequest_key EPERM\n"
+              "kexec_load EPERM\ninit_module EPERM\nfinit_module EPERM\n"
+              "delete_module EPERM\nreboot EPERM\nswapon EPERM\n"
+              "io_uring_setup EPERM\npersonality EPERM\n"
+              "open_by_handle_at EPERM\nname_to_handle_at EPERM\n"
+              "settimeofday EPERM\nclock_settime EPERM\nadjtimex EPERM\n"
+              "tiocsti EPERM\ntiocsti_high_bits EPERM\n"
+              "future_syscall ENOSYS\nfork works True\nchild 5\n");
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_foreign_arch_killed(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    /* mov eax, 20 (i386 getpid); int 0x80; ret */
+    CHECK_INT(sbx_run(&p,
+                      "import ctypes, mmap\n"
+                      "code = bytes([0xb8, 20, 0, 0, 0, 0xcd, 0x80, 0xc3])\n"
+                      "m = mmap.mmap(-1, 4096, prot=mmap.PROT_READ | "
+                      "mmap.PROT_WRITE | mmap.PROT_EXEC)\n"
+                      "m.write(code)\n"
+                      "addr = ctypes.addressof(ctypes.c_char.from_buffer(m))\n"
+                      "print('calling', flush=True)\n"
+                      "ctypes.CFUNCTYPE(ctypes.c_int)(addr)()\n"
+                      "print('survived')\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "calling\n");
+    CHECK_INT(r.term_signal, SIGSYS);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_symlink_in_output_not_followed(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    struct stat sb;
+    char target[64] = {0};
+    int fd;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os\n"
+                      "os.symlink('/etc/passwd', 'passwd')\n"
+                      "os.symlink('/etc', 'etc')\n"
+                      "os.symlink('/proc/self/root', 'root')\n"
+                      "os.link('/mnt/output', 'x') if False else None\n"
+                      "print('planted')\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "planted\n");
+    REQUIRE(r.output_dirfd >= 0);
+    CHECK(fstatat(r.output_dirfd, "passwd", &sb, AT_SYMLINK_NOFOLLOW) == 0);
+    CHECK(S_ISLNK(sb.st_mode));
+    CHECK(readlinkat(r.output_dirfd, "passwd", target, sizeof target - 1) >
+          0);
+    CHECK_STR(target, "/etc/passwd");
+    errno = 0;
+    fd = openat(r.output_dirfd, "passwd", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    CHECK(fd < 0 && errno == ELOOP);
+    if (fd >= 0)
+        close(fd);
+    CHECK(ipd_sandbox_output_open(&r, "passwd", O_RDONLY) < 0);
+    CHECK(ipd_sandbox_output_open(&r, "etc/passwd", O_RDONLY) < 0);
+    CHECK(ipd_sandbox_output_open(&r, "root/etc/shadow", O_RDONLY) < 0);
+    CHECK(ipd_sandbox_output_open(&r, "/etc/passwd", O_RDONLY) < 0);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_status_locked_down(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "for line in open('/proc/self/status'):\n"
+                      "    k = line.split(':')[0]\n"
+                      "    if k in ('NoNewPrivs', 'Seccomp', 'CapInh', "
+                      "'CapPrm', 'CapEff', 'CapBnd', 'CapAmb'):\n"
+                      "        print(line.strip().replace('\\t', ' '))\n"
+                      "print(open('/proc/1/status').read().count("
+                      "'CapBnd:\\t0000000000000000'))\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "CapInh: 0000000000000000\n"
+                         "CapPrm: 0000000000000000\n"
+                         "CapEff: 0000000000000000\n"
+                         "CapBnd: 0000000000000000\n"
+                         "CapAmb: 0000000000000000\n"
+                         "NoNewPrivs: 1\nSeccomp: 2\n1\n");
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_uid_maps_to_configured_host_uid(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    char want[128];
+
+    REQUIRE(sbx_setup());
+    CHECK(sbx_cfg.host_uid != 0 && sbx_cfg.host_gid != 0);
+    if (geteuid() == 0)
+        CHECK_INT(sbx_cfg.host_uid, SBX_HOST_UID);
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os\n"
+                      "print(' '.join(open('/proc/self/uid_map').read()"
+                      ".split()))\n"
+                      "print(' '.join(open('/proc/self/gid_map').read()"
+                      ".split()))\n"
+                      "print(os.getgroups())\n",
+                      &r),
+              IPD_OK);
+    snprintf(want, sizeof want, "1000 %u 1\n1000 %u 1\n[]\n",
+             (unsigned)sbx_cfg.host_uid, (unsigned)sbx_cfg.host_gid);
+    CHECK_STR(r.out.buf, want);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_setup(void)
+{
+    char path[128];
+    FILE *f;
+
+    REQUIRE(sbx_setup());
+    snprintf(secret_dir, sizeof secret_dir, "/tmp/ipd-sbx-secret-XXXXXX");
+    REQUIRE(mkdtemp(secret_dir) != NULL);
+    chmod(secret_dir, 0755);
+    snprintf(path, sizeof path, "%s/secret.txt", secret_dir);
+    f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    fputs("top secret\n", f);
+    fclose(f);
+    chmod(path, 0644);
+}
+
+static void test_teardown(void)
+{
+    char path[128];
+
+    snprintf(path, sizeof path, "%s/secret.txt", secret_dir);
+    unlink(path);
+    rmdir(secret_dir);
+    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
+    sbx_teardown();
+}
+
+TEST_MAIN(T(test_setup), T(test_network_denied),
+          T(test_host_files_unreachable),
+          T(test_no_host_secrets_in_environment), T(test_writes_outside_fail),
+          T(test_fork_bomb_contained), T(test_oom_killed),
+          T(test_disk_fill_stops), T(test_print_flood_truncated),
+          T(test_daemon_killed_no_survivors),
+          T(test_kill_all_hurts_nothing_outside),
+          T(test_dangerous_syscalls_refused), T(test_foreign_arch_killed),
+          T(test_symlink_in_output_not_followed), T(test_status_locked_down),
+          T(test_uid_maps_to_configured_host_uid), T(test_teardown))

@@ -1,0 +1,309 @@
+/*
+ * test_functional.c - the sandbox runs Python and reports what happened:
+ * output, exit codes, signals, timeouts, stdin, limits, setup failures.
+ */
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "sandbox_test.h"
+
+static void test_probe(void)
+{
+    REQUIRE(sbx_setup());
+    CHECK(sbx_cfg.mechanisms & IPD_SANDBOX_USERNS);
+    CHECK(sbx_cfg.mechanisms & IPD_SANDBOX_SECCOMP);
+    CHECK(sbx_cfg.mechanisms &
+          (IPD_SANDBOX_CG2_MEMORY | IPD_SANDBOX_CG1_MEMORY));
+    CHECK(sbx_cfg.mechanisms & (IPD_SANDBOX_CG2_PIDS | IPD_SANDBOX_CG1_PIDS));
+    CHECK(strstr(sbx_cfg.status, "sandbox: user namespace") != NULL);
+}
+
+static void test_stdout_stderr(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import sys\nprint('hello')\n"
+                      "print('oops', file=sys.stderr)\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "hello\n");
+    CHECK_STR(r.err.buf, "oops\n");
+    CHECK_INT(r.exit_code, 0);
+    CHECK_INT(r.term_signal, 0);
+    CHECK(!r.timed_out && !r.oom_killed);
+    CHECK(!r.out_truncated && !r.err_truncated);
+    CHECK(r.wall_seconds > 0 && r.wall_seconds < 10);
+    CHECK(r.max_rss_kib > 1000);
+    CHECK(r.output_dirfd >= 0);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_exit_codes(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p, "import sys; sys.exit(7)", &r), IPD_OK);
+    CHECK_INT(r.exit_code, 7);
+    ipd_sandbox_result_release(&r);
+
+    CHECK_INT(sbx_run(&p, "x = 1\nraise ValueError('bad value')\n", &r),
+              IPD_OK);
+    CHECK_INT(r.exit_code, 1);
+    CHECK(strstr(r.err.buf, "line 2") != NULL);
+    CHECK(strstr(r.err.buf, "ValueError: bad value") != NULL);
+    ipd_sandbox_result_release(&r);
+
+    CHECK_INT(sbx_run(&p, "import os, signal\n"
+                          "os.kill(os.getpid(), signal.SIGTERM)\n",
+                      &r),
+              IPD_OK);
+    CHECK_INT(r.term_signal, SIGTERM);
+    CHECK_INT(r.exit_code, -1);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_stdin(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run_mounts(&p,
+                             "import sys\nd = sys.stdin.read()\n"
+                             "print(len(d), d.upper())\n",
+                             "abc\n", NULL, 0, &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "4 ABC\n\n");
+    ipd_sandbox_result_release(&r);
+
+    /* Without stdin data, stdin is /dev/null. */
+    CHECK_INT(sbx_run(&p, "import sys; print(repr(sys.stdin.read()))", &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, "''\n");
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_timeout_keeps_output(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.wall_timeout_ms = 1000;
+    CHECK_INT(sbx_run(&p, "print('before', flush=True)\nwhile True: pass\n",
+                      &r),
+              IPD_OK);
+    CHECK(r.timed_out);
+    CHECK_INT(r.term_signal, SIGKILL);
+    CHECK_STR(r.out.buf, "before\n");
+    CHECK(r.wall_seconds >= 0.9 && r.wall_seconds < 3.0);
+    CHECK(r.cpu_seconds > 0.5);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_cpu_limit(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.cpu_seconds = 1;
+    CHECK_INT(sbx_run(&p, "while True: pass\n", &r), IPD_OK);
+    CHECK(!r.timed_out);
+    CHECK(r.term_signal == SIGXCPU || r.term_signal == SIGKILL);
+    CHECK(r.cpu_seconds >= 0.9 && r.cpu_seconds < 3.0);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_environment(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    const char *argv[] = {"/usr/bin/python3", "-I", "-c",
+                          "import os\n"
+                          "for k in sorted(os.environ): "
+                          "print(k + '=' + os.environ[k])\n",
+                          NULL};
+    const char *env[] = {"MPLCONFIGDIR=/tmp/mpl", "EXTRA=1", NULL};
+    struct ipd_sandbox_spec spec;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    memset(&spec, 0, sizeof spec);
+    spec.argv = argv;
+    spec.env = env;
+    spec.mounts = sbx_mounts;
+    spec.n_mounts = IPD_ARRAY_LEN(sbx_mounts);
+    CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_OK);
+    CHECK(strstr(r.out.buf, "LANG=C.UTF-8\n") != NULL);
+    CHECK(strstr(r.out.buf, "OPENBLAS_NUM_THREADS=1\n") != NULL);
+    CHECK(strstr(r.out.buf, "OMP_NUM_THREADS=1\n") != NULL);
+    CHECK(strstr(r.out.buf, "PYTHONUNBUFFERED=1\n") != NULL);
+    CHECK(strstr(r.out.buf, "MPLBACKEND=Agg\n") != NULL);
+    CHECK(strstr(r.out.buf, "MPLCONFIGDIR=/tmp/mpl\n") != NULL);
+    CHECK(strstr(r.out.buf, "MPLCONFIGDIR=/tmp/matplotlib") == NULL);
+    CHECK(strstr(r.out.buf, "EXTRA=1\n") != NULL);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_identity(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    char want[128];
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os, socket, pwd\n"
+                      "print(os.getuid(), os.getgid(), os.getgroups())\n"
+                      "print(open('/proc/self/uid_map').read().split())\n"
+                      "print(open('/proc/self/gid_map').read().split())\n"
+                      "print(open('/proc/self/setgroups').read().strip())\n"
+                      "print(os.getpid(), os.getsid(0) == os.getpid())\n"
+                      "print(socket.gethostname(), pwd.getpwuid(os.getuid())"
+                      ".pw_name, os.getcwd())\n",
+                      &r),
+              IPD_OK);
+    snprintf(want, sizeof want,
+             "1000 1000 []\n['1000', '%u', '1']\n['1000', '%u', '1']\n"
+             "deny\n2 True\nsandbox sandbox /mnt/output\n",
+             (unsigned)sbx_cfg.host_uid, (unsigned)sbx_cfg.host_gid);
+    CHECK_STR(r.out.buf, want);
+    CHECK(sbx_cfg.host_uid != 0);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_setup_failure_is_an_error(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    const char *argv[] = {"/usr/bin/no-such-python", NULL};
+    const char *argv2[] = {"/usr/bin/true", NULL};
+    struct ipd_sandbox_spec spec;
+    struct ipd_sandbox_mount bad[] = {{"/usr", "/usr", false},
+                                      {"/nonexistent-src", "/x", false}};
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    memset(&spec, 0, sizeof spec);
+    spec.argv = argv;
+    spec.mounts = sbx_mounts;
+    spec.n_mounts = IPD_ARRAY_LEN(sbx_mounts);
+    CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INTERNAL);
+    CHECK(strstr(r.error, "execve") != NULL);
+    CHECK(strstr(r.error, "ENOENT") != NULL);
+    ipd_sandbox_result_release(&r);
+
+    /* A mount inside a read-only bind cannot be created: setup fails
+     * (and nothing is created on the host). */
+    {
+        struct ipd_sandbox_mount nested[] = {
+            {"/usr", "/usr", false}, {"/etc", "/usr/zz-not-there", false}};
+        spec.argv = argv2;
+        spec.mounts = nested;
+        spec.n_mounts = 2;
+        CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INTERNAL);
+        CHECK(strstr(r.error, "EROFS") != NULL);
+        CHECK(access("/usr/zz-not-there", F_OK) != 0);
+        ipd_sandbox_result_release(&r);
+    }
+
+    spec.argv = argv;
+    spec.mounts = bad;
+    spec.n_mounts = 2;
+    CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INVALID);
+    ipd_sandbox_result_release(&r);
+
+    {
+        struct ipd_sandbox_mount evil[] = {{"/etc", "/usr/../proc", false}};
+        spec.mounts = evil;
+        spec.n_mounts = 1;
+        CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INVALID);
+        ipd_sandbox_result_release(&r);
+        evil[0].sandbox_path = "/proc/sys";
+        CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INVALID);
+        ipd_sandbox_result_release(&r);
+    }
+
+    argv[0] = "relative";
+    spec.argv = argv;
+    spec.mounts = sbx_mounts;
+    spec.n_mounts = IPD_ARRAY_LEN(sbx_mounts);
+    CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INVALID);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_probe_refuses_root_mapping(void)
+{
+    struct ipd_sandbox_config c;
+
+    memset(&c, 0, sizeof c);
+    c.host_uid = 0; /* default */
+    c.cgroup_name = "bad/name";
+    CHECK(ipd_sandbox_probe(&c) != IPD_OK);
+    CHECK(strstr(c.status, "unavailable") != NULL);
+    ipd_sandbox_config_release(&c);
+    if (geteuid() != 0) {
+        memset(&c, 0, sizeof c);
+        c.host_uid = 4242;
+        CHECK(ipd_sandbox_probe(&c) != IPD_OK);
+        ipd_sandbox_config_release(&c);
+    }
+}
+
+static void test_output_dir_handle(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    char buf[64] = {0};
+    int fd;
+    struct stat sb;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os\nos.mkdir('sub')\n"
+                      "open('sub/result.txt', 'w').write('42')\n"
+                      "open('/mnt/output/top.txt', 'w').write('top')\n",
+                      &r),
+              IPD_OK);
+    REQUIRE(r.output_dirfd >= 0);
+    fd = ipd_sandbox_output_open(&r, "sub/result.txt", O_RDONLY);
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        CHECK(read(fd, buf, sizeof buf - 1) == 2);
+        CHECK_STR(buf, "42");
+        CHECK(fstat(fd, &sb) == 0);
+        CHECK_INT(sb.st_uid, sbx_cfg.host_uid);
+        close(fd);
+    }
+    fd = ipd_sandbox_output_open(&r, "top.txt", O_RDONLY);
+    CHECK(fd >= 0);
+    if (fd >= 0)
+        close(fd);
+    CHECK(ipd_sandbox_output_open(&r, "../etc/passwd", O_RDONLY) < 0);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_teardown(void)
+{
+    sbx_teardown();
+}
+
+TEST_MAIN(T(test_probe), T(test_stdout_stderr), T(test_exit_codes),
+          T(test_stdin), T(test_timeout_keeps_output), T(test_cpu_limit),
+          T(test_environment), T(test_identity),
+          T(test_setup_failure_is_an_error),
+          T(test_probe_refuses_root_mapping), T(test_output_dir_handle),
+          T(test_teardown))
