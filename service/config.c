@@ -50,7 +50,7 @@ static const struct opt opts[] = {
      "concurrent connections"},
     {"connection-timeout", OPT_DURATION, OFF(connection_timeout_ms), "60s",
      false, "idle connection timeout"},
-    {"connection-memory", OPT_SIZE, OFF(connection_memory), "256K", false,
+    {"connection-memory", OPT_SIZE, OFF(connection_memory), "512K", false,
      "per-connection buffer memory (larger reads make uploads faster)"},
     {"shutdown-timeout", OPT_DURATION, OFF(shutdown_timeout_ms), "10s", false,
      "how long SIGTERM waits for in-flight requests"},
