@@ -76,11 +76,16 @@ upload_run 0 >/dev/null
 for i in $(seq 1 "$N"); do
     d=$(dd_run);        DD_NS+=("$d")
     u=$(upload_run "$i"); UP_NS+=("$u")
-    c=$(curl_run "$i"); CURL_NS+=("$c")
     printf '# run %d: dd %6s MB/s (%.3f s)   upload %6s MB/s (%.3f s, server CPU %.2f s)\n' "$i" \
         "$(mbps "$d")" "$(awk -v n="$d" 'BEGIN{print n/1e9}')" \
         "$(mbps "$u")" "$(awk -v n="$u" 'BEGIN{print n/1e9}')" \
         "$(awk -v c="$(cat "$WORK/cpu.$i")" -v t="$TCK" 'BEGIN{print c/t}')"
+done
+
+# curl -T (diagnostic), in a loop of its own so the dd/upload pairs above
+# each start from the same state.
+for i in $(seq 1 "$N"); do
+    c=$(curl_run "$i"); CURL_NS+=("$c")
 done
 
 # Loopback floor (diagnostic, not part of the ratio): the same curl command
