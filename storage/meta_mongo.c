@@ -374,12 +374,15 @@ static int64_t fetch_limit(size_t limit)
 
 /* ---- queries ----------------------------------------------------------- */
 
-/* Run find(filter, opts) on coll and collect up to limit files into out;
- * one more sets out->more.  On failure out is released. */
-static enum ipd_err collect_files(mongoc_collection_t *coll,
-                                  const bson_t *filter, const bson_t *opts,
-                                  size_t limit, const char *what,
-                                  struct ipd_file_list *out)
+/* Run find(filter, opts) on coll and convert up to limit documents into
+ * a growing array of elem-sized items (*items, *n); one more sets *more.
+ * On failure the array is freed.  The array grows with the documents
+ * actually returned, not with the limit the caller asked for. */
+static enum ipd_err collect(mongoc_collection_t *coll, const bson_t *filter,
+                            const bson_t *opts, size_t limit, size_t elem,
+                            enum ipd_err (*conv)(const bson_t *, void *),
+                            const char *what, void **items, size_t *n,
+                            bool *more)
 {
     mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts,
                                                             NULL);
@@ -389,27 +392,54 @@ static enum ipd_err collect_files(mongoc_collection_t *coll,
     enum ipd_err rc = IPD_OK;
 
     while (mongoc_cursor_next(cur, &doc)) {
-        if (out->n == limit) {
-            out->more = true;
+        if (*n == limit) {
+            if (more)
+                *more = true;
             break;
         }
-        /* Grows with the documents actually returned, not with the limit
-         * the caller asked for. */
-        if (out->n == alloc) {
+        if (*n == alloc) {
             alloc = alloc ? alloc * 2 : 16;
-            out->items = ipd_xrealloc(out->items, alloc * sizeof(*out->items));
+            *items = ipd_xrealloc(*items, alloc * elem);
         }
-        rc = doc_to_file(doc, &out->items[out->n]);
+        rc = conv(doc, (char *)*items + *n * elem);
         if (rc)
             goto out;
-        out->n++;
+        (*n)++;
     }
     if (mongoc_cursor_error(cur, &err))
         rc = ipd__mongo_err(&err, what);
 out:
-    if (rc)
-        ipd_file_list_release(out);
+    if (rc) {
+        free(*items);
+        *items = NULL;
+        *n = 0;
+    }
     mongoc_cursor_destroy(cur);
+    return rc;
+}
+
+static enum ipd_err conv_file(const bson_t *d, void *out)
+{
+    return doc_to_file(d, out);
+}
+
+static enum ipd_err conv_key(const bson_t *d, void *out)
+{
+    return doc_to_key(d, out);
+}
+
+/* Up to limit files into out; one more sets out->more. */
+static enum ipd_err collect_files(mongoc_collection_t *coll,
+                                  const bson_t *filter, const bson_t *opts,
+                                  size_t limit, const char *what,
+                                  struct ipd_file_list *out)
+{
+    void *items = out->items;
+    enum ipd_err rc = collect(coll, filter, opts, limit, sizeof(*out->items),
+                              conv_file, what, &items, &out->n, &out->more);
+    out->items = items;
+    if (rc)
+        out->more = false;
     return rc;
 }
 
@@ -933,34 +963,15 @@ out:
     return rc;
 }
 
-/* Run find(filter, opts) on api_keys and collect every key into out. */
+/* Every key matching filter into out. */
 static enum ipd_err collect_keys(mongoc_collection_t *coll,
                                  const bson_t *filter, const bson_t *opts,
                                  const char *what, struct ipd_key_list *out)
 {
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts,
-                                                            NULL);
-    const bson_t *doc;
-    bson_error_t err;
-    size_t alloc = 0;
-    enum ipd_err rc = IPD_OK;
-
-    while (mongoc_cursor_next(cur, &doc)) {
-        if (out->n == alloc) {
-            alloc = alloc ? alloc * 2 : 16;
-            out->items = ipd_xrealloc(out->items, alloc * sizeof(*out->items));
-        }
-        rc = doc_to_key(doc, &out->items[out->n]);
-        if (rc)
-            goto out;
-        out->n++;
-    }
-    if (mongoc_cursor_error(cur, &err))
-        rc = ipd__mongo_err(&err, what);
-out:
-    if (rc)
-        ipd_key_list_release(out);
-    mongoc_cursor_destroy(cur);
+    void *items = out->items;
+    enum ipd_err rc = collect(coll, filter, opts, SIZE_MAX, sizeof(*out->items),
+                              conv_key, what, &items, &out->n, NULL);
+    out->items = items;
     return rc;
 }
 

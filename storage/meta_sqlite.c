@@ -256,6 +256,22 @@ static int bind_text(sqlite3_stmt *st, int idx, const char *s, size_t cap)
 
 /* A row limit as SQLite wants it: limit + 1 rows reveal whether another
  * page follows. */
+/* ?1 file id, ?2 tenant, ?3 user, ?4 now: one file in its owner's scope,
+ * unexpired (S_FILE_GET, S_FILE_DELETE). */
+static int bind_file_scope(sqlite3_stmt *st, const char *file_id,
+                           const char *tenant, const char *user_id,
+                           int64_t now_ms)
+{
+    int src = bind_text(st, 1, file_id, 0);
+    if (!src)
+        src = bind_text(st, 2, tenant, 0);
+    if (!src)
+        src = bind_text(st, 3, user_id, 0);
+    if (!src)
+        src = sqlite3_bind_int64(st, 4, now_ms);
+    return src;
+}
+
 static sqlite3_int64 fetch_limit(size_t limit)
 {
     if (limit >= (size_t)INT64_MAX)
@@ -629,13 +645,7 @@ static enum ipd_err sq_file_get(struct ipd_meta *m, const char *tenant,
     rc = stmt_get(c, S_FILE_GET, &st);
     if (rc)
         goto out;
-    src = bind_text(st, 1, file_id, 0);
-    if (!src)
-        src = bind_text(st, 2, tenant, 0);
-    if (!src)
-        src = bind_text(st, 3, user_id, 0);
-    if (!src)
-        src = sqlite3_bind_int64(st, 4, now_ms);
+    src = bind_file_scope(st, file_id, tenant, user_id, now_ms);
     if (src) {
         rc = db_err(c, src, "file_get bind");
         goto out;
@@ -753,13 +763,7 @@ static enum ipd_err sq_file_delete(struct ipd_meta *m, const char *tenant,
     rc = stmt_get(c, S_FILE_DELETE, &st);
     if (rc)
         goto out;
-    src = bind_text(st, 1, file_id, 0);
-    if (!src)
-        src = bind_text(st, 2, tenant, 0);
-    if (!src)
-        src = bind_text(st, 3, user_id, 0);
-    if (!src)
-        src = sqlite3_bind_int64(st, 4, now_ms);
+    src = bind_file_scope(st, file_id, tenant, user_id, now_ms);
     if (src) {
         rc = db_err(c, src, "file_delete bind");
         goto out;
