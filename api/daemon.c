@@ -143,6 +143,8 @@ static void start_request(struct ipd_req *r)
         ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such route: %s", r->path);
         return;
     }
+    if (r->handler->body_max)
+        r->body.max = r->handler->body_max;
     if ((r->handler->flags & IPD_H_AUTH) && !ipd_auth_key(r))
         return;
     if ((r->handler->flags & IPD_H_ADMIN) && !r->key.admin) {
@@ -237,13 +239,14 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         return MHD_YES;
     }
     if (!r->status) {
+        r->suspended = false;
         if (r->body_too_large)
             ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                            "request body over %d bytes", IPD_JSON_BODY_MAX);
+                            "request body over %zu bytes", r->body.max);
         else
             r->handler->finish(r);
     }
-    if (!r->status)
+    if (!r->status && !r->suspended)
         ipd_reply_error(r, IPD_HE_INTERNAL_ERROR, "the handler did not reply");
     return MHD_YES;
 }
@@ -361,7 +364,8 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
      * that sends part of a body and closes at once (the connection sits in
      * CLOSE-WAIT and its upload is never cleaned up). */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG;
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG |
+                     MHD_ALLOW_SUSPEND_RESUME;
     if (v6)
         flags |= MHD_USE_IPv6;
     d->mhd = MHD_start_daemon(
@@ -398,17 +402,10 @@ uint16_t ipd_daemon_port(const struct ipd_daemon *d)
     return d->port;
 }
 
-unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
+/* Wait up to timeout_ms for no request in flight; how many are left. */
+static unsigned wait_idle(struct ipd_daemon *d, int64_t timeout_ms)
 {
     struct timespec deadline;
-    unsigned left;
-    if (!d)
-        return 0;
-    /* Stop accepting first: the listening socket closes now, while the
-     * connections in flight keep being served. */
-    MHD_socket lsock = MHD_quiesce_daemon(d->mhd);
-    if (lsock != MHD_INVALID_SOCKET)
-        close(lsock);
     clock_gettime(CLOCK_REALTIME, &deadline);
     int64_t ns = deadline.tv_nsec + (timeout_ms % 1000) * 1000000;
     deadline.tv_sec += (time_t)(timeout_ms / 1000 + ns / 1000000000);
@@ -418,11 +415,33 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
         if (pthread_cond_timedwait(&d->idle, &d->lock, &deadline))
             break;
     }
-    left = d->in_flight;
+    unsigned left = d->in_flight;
     pthread_mutex_unlock(&d->lock);
+    return left;
+}
+
+unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
+{
+    unsigned left;
+    if (!d)
+        return 0;
+    /* Stop accepting first: the listening socket closes now, while the
+     * connections in flight keep being served. */
+    MHD_socket lsock = MHD_quiesce_daemon(d->mhd);
+    if (lsock != MHD_INVALID_SOCKET)
+        close(lsock);
+    left = wait_idle(d, timeout_ms);
     if (left)
         ipd_warn("shutdown: %u requests still running after %lld ms; "
                  "closing them", left, (long long)timeout_ms);
+    /* Executions still queued are answered 503 and running ones finish
+     * (bounded by their timeouts): libmicrohttpd must not be stopped with
+     * connections suspended. */
+    if (d->app->exec) {
+        ipd_exec_pool_free(d->app->exec);
+        d->app->exec = NULL;
+        wait_idle(d, 2000);
+    }
     MHD_stop_daemon(d->mhd);
     pthread_mutex_destroy(&d->lock);
     pthread_cond_destroy(&d->idle);

@@ -61,7 +61,8 @@ static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
 
 void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
 {
-    char *text = json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII);
+    char *text = json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII |
+                                      JSON_REAL_PRECISION(12));
     json_decref(json);
     IPD_ASSERT(text);
     reply_json_text(r, status, text, strlen(text));

@@ -19,18 +19,21 @@ static void readyz(struct ipd_req *r)
 {
     enum ipd_err meta = ipd_meta_ping(r->app->meta);
     enum ipd_err blobs = ipd_blobs_ping(r->app->blobs);
-    json_t *checks = json_pack("{s:s, s:s}", "metadata",
+    bool exec = r->app->exec != NULL;
+    json_t *checks = json_pack("{s:s, s:s, s:s}", "metadata",
                                meta ? ipd_err_name(meta) : "ok", "blobs",
-                               blobs ? ipd_err_name(blobs) : "ok");
-    if (!meta && !blobs) {
+                               blobs ? ipd_err_name(blobs) : "ok", "executions",
+                               exec ? "ok" : "unavailable");
+    if (!meta && !blobs && exec) {
         ipd_reply_json(r, MHD_HTTP_OK,
                        json_pack("{s:s, s:o}", "status", "ready", "checks",
                                  checks));
         return;
     }
     json_decref(checks);
-    ipd_reply_error(r, IPD_HE_UNAVAILABLE, "not ready:%s%s",
-                    meta ? " metadata store" : "", blobs ? " blob store" : "");
+    ipd_reply_error(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s",
+                    meta ? " metadata store" : "", blobs ? " blob store" : "",
+                    exec ? "" : " executions (no sandbox)");
 }
 
 const struct ipd_handler ipd_h_readyz = {.finish = readyz};

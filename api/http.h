@@ -34,11 +34,14 @@
 #define IPD_REQUEST_ID_MAX 129
 
 /* Service-wide state; handlers borrow it. */
+struct ipd_exec_pool;
+
 struct ipd_app {
     const struct ipd_config *cfg;
     struct ipd_meta *meta;
     struct ipd_blobs *blobs;
     struct ipd_filetype *ft;
+    struct ipd_exec_pool *exec; /* NULL when executions are unavailable */
     int64_t started_ms;
 };
 
@@ -73,11 +76,13 @@ struct ipd_req;
 
 struct ipd_handler {
     unsigned flags; /* enum ipd_handler_flags */
+    size_t body_max; /* collected body limit; 0: IPD_JSON_BODY_MAX */
     /* Optional: called once after auth, before any body. */
     void (*begin)(struct ipd_req *r);
     /* Optional: each body chunk; without it the body goes to r->body. */
     void (*data)(struct ipd_req *r, const char *data, size_t size);
-    /* Required: the body is complete; reply. */
+    /* Required: the body is complete; reply, or suspend the connection
+     * (r->suspended) and reply when called again after the resume. */
     void (*finish)(struct ipd_req *r);
     /* Optional: release handler state (r->state), always called. */
     void (*cleanup)(struct ipd_req *r);
@@ -107,6 +112,7 @@ struct ipd_req {
     int64_t bytes_in;          /* body bytes received */
     bool body_too_large;
     bool deferred;             /* no body: start on the second call */
+    bool suspended;            /* waiting for a worker; finish runs again */
     const char *error_code;    /* for the access log */
 };
 
@@ -153,6 +159,21 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow);
 extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
+extern const struct ipd_handler ipd_h_executions_create;
+
+/* The execution workers (h_executions.c): slots threads running the
+ * executor, and a queue of at most queue waiting requests (beyond: 429).
+ * Borrows ex. */
+struct ipd_executor;
+enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex, unsigned slots,
+                               unsigned queue, struct ipd_exec_pool **out);
+/* Stop taking work, answer queued requests 503, wait for running ones,
+ * join the workers and free.  Call while the HTTP daemon still runs (the
+ * answers resume suspended connections). */
+void ipd_exec_pool_free(struct ipd_exec_pool *p);
+/* Running and queued executions (status, metrics). */
+void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
+                          unsigned *queued);
 
 
 /* The HTTP daemon. */

@@ -7,7 +7,8 @@ packages=(
   build-essential cmake pkg-config clang libclang-rt-14-dev
   libmicrohttpd-dev libjansson-dev libmagic-dev libmagic-mgc libsqlite3-dev
   libcurl4-openssl-dev libssl-dev libseccomp-dev libmongoc-dev libbson-dev
-  python3 python3-venv
+  python3 python3-venv python3-numpy python3-pandas python3-matplotlib
+  python3-scipy python3-openpyxl python3-pil python3-yaml
   curl wrk
 )
 

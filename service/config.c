@@ -23,6 +23,10 @@ struct opt {
 
 #define OFF(f) offsetof(struct ipd_config, f)
 
+#ifndef IPD_PRELUDE_DIR
+#define IPD_PRELUDE_DIR "/usr/local/share/interpd"
+#endif
+
 static const struct opt opts[] = {
     {"config", OPT_STRING, OFF(config_file), NULL, false,
      "config file of `name = value` lines"},
@@ -60,6 +64,20 @@ static const struct opt opts[] = {
      "comma-separated browser origins allowed by CORS (* for any)"},
     {"log-level", OPT_STRING, OFF(log_level), "info", false,
      "debug, info, warn or error"},
+    {"exec-slots", OPT_INT, OFF(exec_slots), "0", false,
+     "executions running at once (0: one per CPU core)"},
+    {"exec-queue", OPT_INT, OFF(exec_queue), "32", false,
+     "executions waiting for a slot; beyond that 429"},
+    {"python", OPT_STRING, OFF(python), "/usr/bin/python3", false,
+     "Python interpreter run inside the sandbox"},
+    {"prelude-dir", OPT_STRING, OFF(prelude_dir), IPD_PRELUDE_DIR, false,
+     "directory holding prelude.py"},
+    {"sandbox-uid", OPT_INT, OFF(sandbox_uid), "200000", false,
+     "host uid and gid of sandboxed code when interpd runs as root"},
+    {"max-generated-files", OPT_INT, OFF(max_generated_files), "20", false,
+     "generated files returned per execution"},
+    {"inline-image-max", OPT_SIZE, OFF(inline_image_max), "1M", false,
+     "images up to this size are also returned inline as data_base64"},
     {"ready-fd", OPT_FD, OFF(ready_fd), "-1", false,
      "write the bound port to this fd and close it once listening"},
 };
@@ -312,9 +330,11 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
         rc = IPD_ERR_INVALID;
         goto out;
     }
-    if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1) {
+    if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1 ||
+        c->exec_slots < 0 || c->exec_queue < 0) {
         ipd_buf_adds(err, "max-file-size and max-connections must be "
-                          "positive, threads 0 (auto) or more");
+                          "positive; threads, exec-slots and exec-queue 0 "
+                          "or more");
         rc = IPD_ERR_INVALID;
         goto out;
     }

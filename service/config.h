@@ -36,6 +36,13 @@ struct ipd_config {
     char *cors_origins;      /* comma-separated origins, "*" for any; NULL none */
     char *log_level;         /* debug, info, warn, error */
     int64_t ready_fd;        /* write the port here when listening; -1 none */
+    int64_t exec_slots;      /* executions running at once; 0: CPU cores */
+    int64_t exec_queue;      /* executions waiting; beyond: 429 */
+    char *python;            /* interpreter run inside the sandbox */
+    char *prelude_dir;       /* directory holding prelude.py */
+    int64_t sandbox_uid;     /* host uid/gid of sandboxed code (as root) */
+    int64_t max_generated_files; /* returned per execution */
+    int64_t inline_image_max;    /* data_base64 for images up to this */
 
     /* Where each option's value came from, for the start-up print. */
     const char *source[32];

@@ -11,6 +11,7 @@
 
 #include "../api/http.h"
 #include "../storage/mongo.h"
+#include "executor.h"
 #include "keys.h"
 #include "log.h"
 #include "serve.h"
@@ -87,6 +88,7 @@ int ipd_serve(struct ipd_config *cfg)
     struct ipd_app app = {0};
     struct ipd_stores stores = {0};
     struct ipd_daemon *d = NULL;
+    struct ipd_executor *executor = NULL;
     sigset_t sigs;
     int sig = 0, code = 1;
     bool created = false;
@@ -123,6 +125,31 @@ int ipd_serve(struct ipd_config *cfg)
     if (created)
         ipd_info("created the first admin key; it is in %s/admin.key "
                  "(mode 0600)", cfg->data_dir);
+    /* Executions need the sandbox; without it the service still serves
+     * files, answers executions 503 and is not ready. */
+    struct ipd_executor_options eo;
+    ipd_executor_options_default(&eo);
+    eo.python = cfg->python;
+    eo.prelude_dir = cfg->prelude_dir;
+    eo.sandbox_uid = (uid_t)cfg->sandbox_uid;
+    eo.max_generated_files = cfg->max_generated_files;
+    eo.inline_image_max = cfg->inline_image_max;
+    if (ipd_executor_new_with(cfg, app.meta, app.blobs, app.ft, &eo,
+                              &executor)) {
+        ipd_error("executions are unavailable: the sandbox could not be "
+                  "set up");
+    } else {
+        long cores = sysconf(_SC_NPROCESSORS_ONLN);
+        unsigned slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
+                                         : (unsigned)(cores < 1 ? 1 : cores);
+        ipd_info("sandbox: %s", ipd_executor_sandbox_status(executor));
+        if (ipd_exec_pool_new(executor, slots, (unsigned)cfg->exec_queue,
+                              &app.exec))
+            ipd_error("executions are unavailable: no worker threads");
+        else
+            ipd_info("executions: %u slots, queue of %lld", slots,
+                     (long long)cfg->exec_queue);
+    }
     rc = ipd_daemon_start(&app, &d);
     if (rc)
         goto out;
@@ -141,7 +168,9 @@ int ipd_serve(struct ipd_config *cfg)
     ipd_info("stopped%s", left ? " with requests cut off" : " cleanly");
     code = 0;
 out:
-    ipd_daemon_shutdown(d, 0);
+    ipd_daemon_shutdown(d, 0); /* also stops the execution workers */
+    ipd_exec_pool_free(app.exec);
+    ipd_executor_free(executor);
     ipd_filetype_free(app.ft);
     ipd_stores_close(&stores);
     return code;

@@ -1242,6 +1242,9 @@ struct itest_server *itest__start(const struct itest_opts *opts,
         free(s);
         return NULL;
     }
+    /* Searchable (not readable) by others, like /var/lib: the sandbox's
+     * unprivileged uid must reach <data-dir>/exec to bind a job's inputs. */
+    chmod(tmpl, 0711);
     s->tmp_dir = tmpl;
     s->data_dir = itest_fmt("%s/data", tmpl);
     s->log_path = itest_fmt("%s/server.log", tmpl);

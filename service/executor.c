@@ -1,0 +1,1424 @@
+/*
+ * executor.c - one execution: stage the job, run the prelude in the
+ * sandbox, turn what happened into the contract's result, store what the
+ * code wrote.
+ *
+ * Work dirs: <data-dir>/exec/<execution_id>/{job,data}, created by the
+ * service (root-owned, world-traversable 0711/0755, files 0644: the
+ * sandbox's unprivileged host uid must be able to bind and read them) and
+ * removed after the run whatever happened; whatever a crash left behind is
+ * removed when the next executor starts.
+ *
+ * The user's files are COPIED into data/<file_id>/<filename> (with
+ * copy_file_range, which shares extents on reflink filesystems), never
+ * hard-linked: a hard link shares the blob's inode, and stored blobs are
+ * 0600 root, unreadable to the sandbox uid; making them readable would
+ * change the store's own files.  GridFS blobs (no fd) are copied through
+ * the reader and checked against the metadata's sha256.
+ *
+ * Generated files are found by walking the sandbox's /mnt/output tmpfs
+ * through the directory fd the sandbox handed over, one component at a
+ * time (openat O_NOFOLLOW, fstatat AT_SYMLINK_NOFOLLOW): symlinks, fifos
+ * and devices are skipped and reported, never followed.  By the time we
+ * walk, every process of the run is dead, so nothing changes under us.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "executor.h"
+#include "log.h"
+#include "sandbox.h"
+#include "util.h"
+
+#define CODE_MAX (1024 * 1024)       /* CONTRACT.md: code at most 1 MiB */
+#define FILES_MAX 100                /* input files per execution */
+#define RESULT_JSON_MAX (1024 * 1024) /* the prelude's result.json */
+#define ERROR_FIELD_MAX (64 * 1024)  /* error.message / error.traceback */
+#define ERROR_TYPE_MAX 256
+#define SCAN_MAX 10000               /* output entries looked at */
+#define SCAN_DEPTH_MAX 16            /* output subfolder depth */
+#define SKIPPED_LIST_MAX 20          /* entries of generated_files_skipped */
+#define COPY_CHUNK (64 * 1024)
+
+/*
+ * NEEDSWORK: named policies belong in config (see the report to the lead):
+ * "policy.<name>.<field> = value" lines, with these three as the built-in
+ * defaults.  Until then they are static here.
+ */
+struct exec_policy {
+    const char *name;
+    int64_t timeout_default_ms; /* when the request gives none */
+    int64_t timeout_cap_ms;     /* a request can only ask for less */
+    int64_t memory_bytes;
+    int64_t max_processes;
+    size_t output_cap_bytes;    /* per stream */
+    int64_t tmp_bytes;          /* /tmp tmpfs */
+    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
+    bool network;
+};
+
+static const struct exec_policy policies[] = {
+    {"strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
+     64LL << 20, false},
+    {"standard", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
+     256LL << 20, false},
+    {"networked", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
+     256LL << 20, true},
+};
+
+struct ipd_executor {
+    struct ipd_meta *meta;     /* borrowed */
+    struct ipd_blobs *blobs;   /* borrowed */
+    struct ipd_filetype *ft;   /* borrowed */
+    struct ipd_sandbox_config sbx; /* probed once, shared by every run */
+    char *work_root;           /* owned; <data-dir>/exec */
+    char *python;              /* owned; absolute path inside the sandbox */
+    char *prelude_dir;         /* owned; host dir holding prelude.py */
+    char *mplcache;            /* owned; host dir of matplotlib's prepared
+                                  font cache, or NULL (under mpl_lock) */
+    char *data_dir;            /* owned; where mplcache is made */
+    pthread_mutex_t mpl_lock;
+    bool mpl_tried;            /* the cache was built or tried (mpl_lock) */
+    bool have_lib64;
+    bool have_alternatives;
+    bool have_matplotlibrc;
+    int64_t max_file_size;
+    int64_t file_ttl_ms;
+    struct ipd_quota quota;
+    size_t max_generated;
+    int64_t inline_max;
+};
+
+/* ---- policy ---------------------------------------------------------- */
+
+static const struct exec_policy *policy_find(const char *name)
+{
+    if (!name)
+        name = "standard";
+    for (size_t i = 0; i < IPD_ARRAY_LEN(policies); i++)
+        if (!strcmp(policies[i].name, name))
+            return &policies[i];
+    return NULL;
+}
+
+static void policy_to_sandbox(const struct exec_policy *ep,
+                              int64_t timeout_ms,
+                              struct ipd_sandbox_policy *p)
+{
+    ipd_sandbox_policy_default(p);
+    p->name = ep->name;
+    p->wall_timeout_ms = timeout_ms;
+    /* RLIMIT_CPU is per process: never let it fire before the wall. */
+    p->cpu_seconds = (timeout_ms + 999) / 1000 + 1;
+    p->memory_bytes = ep->memory_bytes;
+    p->max_processes = ep->max_processes;
+    p->output_cap_bytes = ep->output_cap_bytes;
+    p->tmp_bytes = ep->tmp_bytes;
+    p->output_dir_bytes = ep->output_dir_bytes;
+    p->fsize_bytes =
+        ep->tmp_bytes > ep->output_dir_bytes ? ep->tmp_bytes
+                                             : ep->output_dir_bytes;
+    p->network = ep->network;
+}
+
+/* ---- small file helpers ---------------------------------------------- */
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+static enum ipd_err write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return IPD_ERR_IO;
+        p += n;
+        len -= (size_t)n;
+    }
+    return IPD_OK;
+}
+
+/* Create name in dirfd (must not exist), mode 0644 whatever the umask. */
+static enum ipd_err write_file_at(int dirfd, const char *name,
+                                  const void *data, size_t len)
+{
+    enum ipd_err rc = IPD_ERR_IO;
+    int fd = openat(dirfd, name,
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                    0644);
+    if (fd < 0)
+        goto out;
+    if (fchmod(fd, 0644))
+        goto out;
+    rc = write_all(fd, data, len);
+out:
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* mkdirat + open, with an exact mode.  Returns the dir fd or -1. */
+static int mkdir_open_at(int dirfd, const char *name, mode_t mode)
+{
+    int fd;
+    if (mkdirat(dirfd, name, mode) && errno != EEXIST)
+        return -1;
+    fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd >= 0 && fchmod(fd, mode)) {
+        close(fd);
+        fd = -1;
+    }
+    return fd;
+}
+
+/* rm -rf name below dirfd, never following a symlink.  Best effort. */
+static void remove_tree_at(int parent, const char *name, int depth)
+{
+    int fd = -1;
+    DIR *d = NULL;
+    struct dirent *e;
+
+    if (!unlinkat(parent, name, 0) || errno == ENOENT)
+        return;
+    if (depth > SCAN_DEPTH_MAX + 4)
+        return;
+    fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return;
+    d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        remove_tree_at(fd, e->d_name, depth + 1);
+    }
+    closedir(d);
+    (void)unlinkat(parent, name, AT_REMOVEDIR);
+}
+
+/* Remove everything below root_fd (stale work dirs of a previous run). */
+static void clear_dir(int root_fd)
+{
+    int fd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        ipd_info("executor: removing stale work dir %s", e->d_name);
+        remove_tree_at(root_fd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
+/* ---- construction ---------------------------------------------------- */
+
+void ipd_executor_options_default(struct ipd_executor_options *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->python = "/usr/bin/python3";
+    o->prelude_dir = NULL;
+    o->max_generated_files = 20;
+    o->inline_image_max = 1024 * 1024;
+    o->sandbox_uid = 0;
+}
+
+/*
+ * Where prelude.py lives when the options don't say: CMake should pass
+ * -DIPD_PRELUDE_DIR="${CMAKE_SOURCE_DIR}/service/python" (an installed
+ * build, the install location).  Without it: <dir of this source
+ * file>/python, or NULL when __FILE__ is relative.  New string, free().
+ */
+static char *default_prelude_dir(void)
+{
+#ifdef IPD_PRELUDE_DIR
+    return ipd_xstrdup(IPD_PRELUDE_DIR);
+#else
+    const char *file = __FILE__;
+    const char *slash = strrchr(file, '/');
+    struct ipd_buf b;
+    if (file[0] != '/' || !slash)
+        return NULL;
+    ipd_buf_init(&b, PATH_MAX);
+    if (ipd_buf_add(&b, file, (size_t)(slash - file)) ||
+        ipd_buf_adds(&b, "/python")) {
+        ipd_buf_release(&b);
+        return NULL;
+    }
+    return ipd_buf_detach(&b, NULL);
+#endif
+}
+
+/*
+ * The sandbox binds as its own unprivileged host uid/gid, so every
+ * directory above the work root must be searchable by it.  The data dir
+ * is created 0700 by the service; when it has no group bits at all, give
+ * it to the sandbox's group with search only (0710): no other host user
+ * gains anything, and sandboxed code never sees host paths (its root is a
+ * fresh tmpfs).  Anything else that blocks is reported, not changed.
+ */
+static enum ipd_err make_traversable(const char *data_dir, uid_t uid,
+                                     gid_t gid)
+{
+    char real[PATH_MAX];
+    struct stat st;
+    enum ipd_err rc = IPD_ERR_INTERNAL;
+
+    if (!realpath(data_dir, real)) {
+        ipd_error("executor: data dir %s: %s", data_dir, strerror(errno));
+        goto out;
+    }
+    for (char *p = real + 1;; p++) {
+        bool last = *p == '\0';
+        bool ok;
+        if (*p != '/' && !last)
+            continue;
+        *p = '\0';
+        if (stat(real, &st)) {
+            ipd_error("executor: %s: %s", real, strerror(errno));
+            goto out;
+        }
+        ok = (st.st_mode & S_IXOTH) ||
+             (st.st_gid == gid && (st.st_mode & S_IXGRP)) ||
+             (st.st_uid == uid && (st.st_mode & S_IXUSR));
+        if (!ok && last && st.st_uid == geteuid() &&
+            !(st.st_mode & S_IRWXG)) {
+            if (chown(real, (uid_t)-1, gid) ||
+                chmod(real, (st.st_mode & 07777) | S_IXGRP)) {
+                ipd_error("executor: cannot let the sandbox group %u search "
+                          "%s: %s",
+                          (unsigned)gid, real, strerror(errno));
+                goto out;
+            }
+            ipd_info("executor: data dir %s now group %u, mode %o so the "
+                     "sandbox can bind work dirs",
+                     real, (unsigned)gid,
+                     (unsigned)((st.st_mode & 07777) | S_IXGRP));
+            ok = true;
+        }
+        if (!ok) {
+            ipd_error("executor: the sandbox user (host uid %u) cannot "
+                      "search %s; make it world-searchable (o+x)",
+                      (unsigned)uid, real);
+            goto out;
+        }
+        if (last)
+            break;
+        *p = '/';
+    }
+    rc = IPD_OK;
+out:
+    return rc;
+}
+
+static enum ipd_err prepare_work_root(struct ipd_executor *ex,
+                                      const char *data_dir)
+{
+    enum ipd_err rc = IPD_ERR_INTERNAL;
+    int root = -1, dd = -1;
+    struct ipd_buf path;
+
+    ipd_buf_init(&path, PATH_MAX);
+    if (ipd_buf_addf(&path, "%s/exec", data_dir))
+        goto out;
+    if (mkdir(data_dir, 0700) && errno != EEXIST) {
+        ipd_error("executor: data dir %s: %s", data_dir, strerror(errno));
+        goto out;
+    }
+    if (geteuid() != ex->sbx.host_uid) {
+        rc = make_traversable(data_dir, ex->sbx.host_uid, ex->sbx.host_gid);
+        if (rc)
+            goto out;
+        rc = IPD_ERR_INTERNAL;
+    }
+    dd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dd < 0)
+        goto out;
+    root = mkdir_open_at(dd, "exec", 0711);
+    if (root < 0) {
+        ipd_error("executor: %s: %s", path.buf, strerror(errno));
+        goto out;
+    }
+    clear_dir(root);
+    ex->work_root = ipd_buf_detach(&path, NULL);
+    rc = IPD_OK;
+out:
+    close_fd(&root);
+    close_fd(&dd);
+    ipd_buf_release(&path);
+    return rc;
+}
+
+/* The read-only system binds every run gets; returns how many. */
+static size_t system_mounts(const struct ipd_executor *ex,
+                            struct ipd_sandbox_mount *m)
+{
+    size_t n = 0;
+    m[n++] = (struct ipd_sandbox_mount){"/usr", "/usr", false};
+    m[n++] = (struct ipd_sandbox_mount){"/lib", "/lib", false};
+    if (ex->have_lib64)
+        m[n++] = (struct ipd_sandbox_mount){"/lib64", "/lib64", false};
+    m[n++] = (struct ipd_sandbox_mount){"/bin", "/bin", false};
+    /* Debian's update-alternatives: libblas.so.3 (numpy) is a symlink
+     * through /etc/alternatives.  Only symlinks live there, no secrets. */
+    if (ex->have_alternatives)
+        m[n++] = (struct ipd_sandbox_mount){"/etc/alternatives",
+                                            "/etc/alternatives", false};
+    /* Debian's matplotlib reads its defaults from there. */
+    if (ex->have_matplotlibrc)
+        m[n++] = (struct ipd_sandbox_mount){"/etc/matplotlibrc",
+                                            "/etc/matplotlibrc", false};
+    return n;
+}
+
+static bool has_fontlist(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    bool found = false;
+    if (!d)
+        return false;
+    while (!found && (e = readdir(d)) != NULL)
+        found = !strncmp(e->d_name, "fontlist-", 9);
+    closedir(d);
+    return found;
+}
+
+/*
+ * matplotlib's font cache, built once (it costs ~1 s per run otherwise):
+ * <data-dir>/mplcache, owned by the sandbox's host uid, filled by
+ * `import matplotlib.pyplot` run IN the sandbox with the dir bound
+ * writable, then bound read-only at /opt/mplcache in every run; the
+ * prelude copies it into its writable MPLCONFIGDIR
+ * (IPD_PRELUDE_MPLCACHE).  Kept across restarts while a fontlist-*.json
+ * is there.  Failure is not fatal: runs just build their own cache.
+ */
+static void prepare_mpl_cache(struct ipd_executor *ex, const char *data_dir)
+{
+    const char *argv[] = {ex->python, "-I", "-c", "import matplotlib.pyplot",
+                          NULL};
+    const char *env[] = {"MPLCONFIGDIR=/opt/mplcache", NULL};
+    struct ipd_sandbox_mount mounts[12];
+    struct ipd_sandbox_spec spec;
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    struct ipd_buf path;
+    size_t n;
+    enum ipd_err rc;
+
+    ipd_buf_init(&path, PATH_MAX);
+    if (ipd_buf_addf(&path, "%s/mplcache", data_dir))
+        goto out;
+    if (mkdir(path.buf, 0755) && errno != EEXIST)
+        goto out;
+    if (geteuid() != ex->sbx.host_uid &&
+        chown(path.buf, ex->sbx.host_uid, ex->sbx.host_gid))
+        goto out;
+    if (has_fontlist(path.buf)) {
+        ex->mplcache = ipd_buf_detach(&path, NULL);
+        goto out;
+    }
+    n = system_mounts(ex, mounts);
+    mounts[n++] = (struct ipd_sandbox_mount){path.buf, "/opt/mplcache", true};
+    memset(&spec, 0, sizeof(spec));
+    spec.argv = argv;
+    spec.env = env;
+    spec.mounts = mounts;
+    spec.n_mounts = n;
+    policy_to_sandbox(policy_find("standard"), 120000, &p);
+    rc = ipd_sandbox_run(&ex->sbx, &p, &spec, &r);
+    if (!rc && r.exit_code == 0 && has_fontlist(path.buf)) {
+        ex->mplcache = ipd_buf_detach(&path, NULL);
+        ipd_info("executor: matplotlib font cache prepared in %.1f s",
+                 r.wall_seconds);
+    } else {
+        ipd_warn("executor: no matplotlib font cache (%s%.200s); each run "
+                 "builds its own",
+                 rc ? r.error : "", rc ? "" : r.err.buf);
+    }
+    ipd_sandbox_result_release(&r);
+out:
+    ipd_buf_release(&path);
+}
+
+enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
+                                   struct ipd_meta *meta,
+                                   struct ipd_blobs *blobs,
+                                   struct ipd_filetype *ft,
+                                   const struct ipd_executor_options *opt,
+                                   struct ipd_executor **out)
+{
+    struct ipd_executor_options defaults;
+    struct ipd_executor *ex = ipd_xcalloc(1, sizeof(*ex));
+    pthread_mutex_init(&ex->mpl_lock, NULL);
+    enum ipd_err rc;
+    struct stat st;
+    char prelude[PATH_MAX];
+
+    *out = NULL;
+    if (!opt) {
+        ipd_executor_options_default(&defaults);
+        opt = &defaults;
+    }
+    ex->meta = meta;
+    ex->blobs = blobs;
+    ex->ft = ft;
+    ex->max_file_size = cfg->max_file_size;
+    ex->file_ttl_ms = cfg->file_ttl_ms;
+    ex->quota.max_files = cfg->quota_files;
+    ex->quota.max_bytes = cfg->quota_bytes;
+    ex->max_generated =
+        opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
+    ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;
+    ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
+    ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
+                                       : default_prelude_dir();
+    ex->have_lib64 = lstat("/lib64", &st) == 0;
+    ex->have_alternatives = stat("/etc/alternatives", &st) == 0 &&
+                            S_ISDIR(st.st_mode);
+    ex->have_matplotlibrc = stat("/etc/matplotlibrc", &st) == 0 &&
+                            S_ISREG(st.st_mode);
+
+    rc = IPD_ERR_INVALID;
+    if (ex->python[0] != '/') {
+        ipd_error("executor: python path %s is not absolute", ex->python);
+        goto out;
+    }
+    if (!ex->prelude_dir ||
+        (size_t)snprintf(prelude, sizeof(prelude), "%s/prelude.py",
+                         ex->prelude_dir) >= sizeof(prelude) ||
+        stat(prelude, &st) || !S_ISREG(st.st_mode)) {
+        ipd_error("executor: no prelude.py in %s",
+                  ex->prelude_dir ? ex->prelude_dir : "(unknown)");
+        goto out;
+    }
+    if (geteuid() == 0 && opt->sandbox_uid) {
+        ex->sbx.host_uid = opt->sandbox_uid;
+        ex->sbx.host_gid = opt->sandbox_uid;
+    }
+    rc = ipd_sandbox_probe(&ex->sbx);
+    if (rc) {
+        /* Never run code less isolated: no sandbox, no executor. */
+        ipd_error("executor: %s", ex->sbx.status);
+        rc = IPD_ERR_UNAVAILABLE;
+        goto out;
+    }
+    rc = prepare_work_root(ex, cfg->data_dir);
+    if (rc)
+        goto out;
+    /* The font cache is built on the first execution, not here: a server
+     * that never runs code shouldn't pay a second of start-up for it. */
+    ex->data_dir = ipd_xstrdup(cfg->data_dir);
+    *out = ex;
+    ex = NULL;
+out:
+    ipd_executor_free(ex);
+    return rc;
+}
+
+enum ipd_err ipd_executor_new(const struct ipd_config *cfg,
+                              struct ipd_meta *meta, struct ipd_blobs *blobs,
+                              struct ipd_filetype *ft,
+                              struct ipd_executor **out)
+{
+    return ipd_executor_new_with(cfg, meta, blobs, ft, NULL, out);
+}
+
+void ipd_executor_free(struct ipd_executor *ex)
+{
+    if (!ex)
+        return;
+    ipd_sandbox_config_release(&ex->sbx);
+    free(ex->work_root);
+    free(ex->python);
+    free(ex->prelude_dir);
+    free(ex->mplcache);
+    free(ex->data_dir);
+    pthread_mutex_destroy(&ex->mpl_lock);
+    free(ex);
+}
+
+const char *ipd_executor_sandbox_status(const struct ipd_executor *ex)
+{
+    return ex->sbx.status;
+}
+
+/* ---- staging --------------------------------------------------------- */
+
+/* Copy a local blob fd into ofd, kernel-side where possible. */
+static enum ipd_err copy_fd(int in, int ofd, int64_t *copied)
+{
+    char buf[COPY_CHUNK];
+    *copied = 0;
+    for (;;) {
+        ssize_t n = copy_file_range(in, NULL, ofd, NULL, 1 << 30, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EXDEV || errno == EINVAL ||
+                      errno == ENOSYS || errno == EOPNOTSUPP))
+            break; /* fall back to read/write below */
+        if (n < 0)
+            return IPD_ERR_IO;
+        if (n == 0)
+            return IPD_OK;
+        *copied += n;
+    }
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return IPD_ERR_IO;
+        if (n == 0)
+            return IPD_OK;
+        if (write_all(ofd, buf, (size_t)n))
+            return IPD_ERR_IO;
+        *copied += n;
+    }
+}
+
+/* A blob without an fd (GridFS): copy through the reader, hash it. */
+static enum ipd_err copy_reader(struct ipd_blob_reader *rd, int ofd,
+                                int64_t limit, int64_t *copied,
+                                char hex[IPD_SHA256_HEX])
+{
+    char buf[COPY_CHUNK];
+    struct ipd_sha256 *h = ipd_sha256_new();
+    enum ipd_err rc = IPD_ERR_IO;
+    *copied = 0;
+    for (;;) {
+        ssize_t n = ipd_blob_reader_read(rd, buf, sizeof(buf));
+        if (n < 0)
+            goto out;
+        if (n == 0)
+            break;
+        *copied += n;
+        if (*copied > limit)
+            goto out;
+        ipd_sha256_update(h, buf, (size_t)n);
+        if (write_all(ofd, buf, (size_t)n))
+            goto out;
+    }
+    ipd_sha256_final(h, hex);
+    rc = IPD_OK;
+out:
+    ipd_sha256_free(h);
+    return rc;
+}
+
+/* data/<file_id>/<filename>, a root-owned 0644 copy of the blob. */
+static enum ipd_err stage_file(struct ipd_executor *ex, int data_fd,
+                               const struct ipd_file_meta *f,
+                               struct ipd_buf *detail)
+{
+    struct ipd_blob_reader *rd = NULL;
+    int dfd = -1, ofd = -1, in = -1;
+    int64_t copied = 0;
+    char hex[IPD_SHA256_HEX] = "";
+    enum ipd_err rc = IPD_ERR_INTERNAL;
+
+    /* Sanitised names never hold '/', but this is a host path. */
+    if (strchr(f->filename, '/') || !strcmp(f->filename, ".") ||
+        !strcmp(f->filename, "..") || !f->filename[0])
+        goto out;
+    dfd = mkdir_open_at(data_fd, f->file_id, 0755);
+    if (dfd < 0)
+        goto out;
+    ofd = openat(dfd, f->filename,
+                 O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (ofd < 0 || fchmod(ofd, 0644))
+        goto out;
+    rc = ipd_blob_open(ex->blobs, f->file_id, &rd);
+    if (rc == IPD_ERR_NOT_FOUND)
+        rc = IPD_ERR_INTERNAL; /* metadata without bytes */
+    if (rc) {
+        if (detail)
+            ipd_buf_addf(detail, "the bytes of file %s can't be read",
+                         f->file_id);
+        goto out;
+    }
+    in = ipd_blob_reader_take_fd(rd);
+    if (in >= 0) {
+        rc = copy_fd(in, ofd, &copied);
+    } else {
+        rc = copy_reader(rd, ofd, f->size, &copied, hex);
+        if (!rc && strcmp(hex, f->sha256)) {
+            ipd_error("executor: blob %s does not match its sha256",
+                      f->file_id);
+            rc = IPD_ERR_INTERNAL;
+        }
+    }
+    if (!rc && copied != f->size) {
+        ipd_error("executor: blob %s has %lld bytes, metadata says %lld",
+                  f->file_id, (long long)copied, (long long)f->size);
+        rc = IPD_ERR_INTERNAL;
+    }
+    if (rc && detail && !detail->len)
+        ipd_buf_addf(detail, "file %s could not be prepared", f->file_id);
+out:
+    if (in >= 0)
+        close(in);
+    close_fd(&ofd);
+    close_fd(&dfd);
+    ipd_blob_reader_free(rd);
+    return rc;
+}
+
+static json_t *file_entry(const struct ipd_file_meta *f)
+{
+    char path[IPD_FILENAME_MAX + IPD_ID_MAX + 16];
+    snprintf(path, sizeof(path), "/mnt/data/%s/%s", f->file_id, f->filename);
+    return json_pack("{s:s, s:s, s:s, s:s, s:s, s:I}", "file_id", f->file_id,
+                     "filename", f->filename, "path", path, "file_type",
+                     f->file_type, "mime_type", f->mime_type, "size",
+                     (json_int_t)f->size);
+}
+
+static enum ipd_err write_json_at(int dirfd, const char *name,
+                                  const json_t *doc)
+{
+    char *text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
+    enum ipd_err rc = IPD_ERR_INTERNAL;
+    if (text)
+        rc = write_file_at(dirfd, name, text, strlen(text));
+    free(text);
+    return rc;
+}
+
+/* Look up every file in the caller's scope, copy it, write files.json. */
+static enum ipd_err stage_files(struct ipd_executor *ex,
+                                const struct ipd_exec_request *rq,
+                                int job_fd, int data_fd,
+                                struct ipd_buf *detail)
+{
+    json_t *list = json_array();
+    enum ipd_err rc = IPD_OK;
+    int64_t now = ipd_now_ms();
+
+    for (size_t i = 0; i < rq->n_files; i++) {
+        struct ipd_file_meta f;
+        bool dup = false;
+        const char *id = rq->file_ids[i];
+        for (size_t j = 0; j < i; j++)
+            dup = dup || !strcmp(rq->file_ids[j], id);
+        if (dup)
+            continue;
+        rc = ipd_id_valid("file", id)
+                 ? ipd_meta_file_get(ex->meta, rq->tenant, rq->user_id, id,
+                                     now, &f)
+                 : IPD_ERR_NOT_FOUND;
+        if (rc == IPD_ERR_NOT_FOUND && detail)
+            ipd_buf_addf(detail, "file %.64s not found", id);
+        if (rc)
+            goto out;
+        rc = stage_file(ex, data_fd, &f, detail);
+        if (rc)
+            goto out;
+        json_array_append_new(list, file_entry(&f));
+    }
+    rc = write_json_at(job_fd, "files.json", list);
+out:
+    json_decref(list);
+    return rc;
+}
+
+/* ---- result ---------------------------------------------------------- */
+
+/* UTF-8 sequence length for a lead byte, 0 for an invalid lead. */
+static size_t utf8_len(unsigned char c)
+{
+    if (c < 0x80)
+        return 1;
+    if (c >= 0xc2 && c <= 0xdf)
+        return 2;
+    if (c >= 0xe0 && c <= 0xef)
+        return 3;
+    if (c >= 0xf0 && c <= 0xf4)
+        return 4;
+    return 0;
+}
+
+/* Program output as a JSON string: invalid UTF-8 (binary output, a cut
+ * at the cap in the middle of a character) becomes U+FFFD.  New ref. */
+static json_t *lossy_string(const char *s, size_t len)
+{
+    struct ipd_buf b;
+    json_t *j;
+    size_t i = 0;
+
+    if (ipd_utf8_valid(s, len))
+        return json_stringn(s, len);
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    while (i < len) {
+        size_t n = utf8_len((unsigned char)s[i]);
+        if (n && i + n <= len && ipd_utf8_valid(s + i, n)) {
+            IPD_ASSERT(!ipd_buf_add(&b, s + i, n));
+            i += n;
+        } else {
+            IPD_ASSERT(!ipd_buf_adds(&b, "\xef\xbf\xbd"));
+            i++;
+        }
+    }
+    j = json_stringn(b.buf, b.len);
+    ipd_buf_release(&b);
+    return j;
+}
+
+/* A string field of the prelude's error, bounded at a character
+ * boundary.  New ref. */
+static json_t *bounded_field(const json_t *obj, const char *key, size_t max)
+{
+    const json_t *v = json_object_get(obj, key);
+    const char *s;
+    size_t n;
+    if (!json_is_string(v))
+        return json_string("");
+    s = json_string_value(v);
+    n = json_string_length(v);
+    if (n > max) {
+        n = max;
+        while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
+            n--;
+    }
+    return json_stringn(s, n);
+}
+
+/* The prelude's result.json, read through the output dir handle (the
+ * code could have replaced it with anything: a symlink, a fifo, a huge
+ * file; it only ever fools its own result).  New ref or NULL. */
+static json_t *read_prelude_result(const struct ipd_sandbox_result *r)
+{
+    json_t *doc = NULL;
+    struct stat st;
+    char *text = NULL;
+    size_t got = 0;
+    int fd = ipd_sandbox_output_open(r, ".interpd/result.json",
+                                     O_RDONLY | O_NONBLOCK);
+    if (fd < 0)
+        goto out;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        st.st_size > RESULT_JSON_MAX)
+        goto out;
+    text = ipd_xmalloc((size_t)st.st_size);
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    doc = json_loadb(text, got, 0, NULL);
+    if (doc && !json_is_object(doc)) {
+        json_decref(doc);
+        doc = NULL;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    return doc;
+}
+
+/* error: timeout and OOM first (the prelude never got to report), then
+ * what the prelude reported, then a signal or a bare exit code. New ref. */
+static json_t *build_error(const struct ipd_sandbox_result *r,
+                           const json_t *prelude, int64_t timeout_ms)
+{
+    const json_t *e = prelude ? json_object_get(prelude, "error") : NULL;
+    char msg[128];
+
+    if (r->timed_out) {
+        snprintf(msg, sizeof(msg), "execution exceeded %lld seconds",
+                 (long long)((timeout_ms + 999) / 1000));
+        return json_pack("{s:s, s:s, s:s}", "type", "Timeout", "message", msg,
+                         "traceback", "");
+    }
+    if (r->oom_killed)
+        return json_pack("{s:s, s:s, s:s}", "type", "MemoryLimit", "message",
+                         "the code used more memory than its policy allows",
+                         "traceback", "");
+    if (json_is_object(e))
+        return json_pack("{s:o, s:o, s:o}", "type",
+                         bounded_field(e, "type", ERROR_TYPE_MAX), "message",
+                         bounded_field(e, "message", ERROR_FIELD_MAX),
+                         "traceback",
+                         bounded_field(e, "traceback", ERROR_FIELD_MAX));
+    if (r->term_signal) {
+        snprintf(msg, sizeof(msg), "signal %d", r->term_signal);
+        return json_pack("{s:s, s:s, s:s}", "type", "Killed", "message", msg,
+                         "traceback", "");
+    }
+    if (r->exit_code != 0) {
+        snprintf(msg, sizeof(msg), "exited with status %d", r->exit_code);
+        return json_pack("{s:s, s:s, s:s}", "type", "SystemExit", "message",
+                         msg, "traceback", "");
+    }
+    return json_null();
+}
+
+/* Milliseconds are plenty (and libm is not linked). */
+static double round3(double x)
+{
+    if (!(x > 0) || x > 1e12)
+        return 0.0;
+    return (double)(int64_t)(x * 1000.0 + 0.5) / 1000.0;
+}
+
+/* ---- generated files ------------------------------------------------- */
+
+struct out_entry {
+    char *rel;     /* owned; path below /mnt/output */
+    int depth;
+};
+
+struct collect {
+    struct out_entry *items; /* owned */
+    size_t n, alloc;
+    size_t scanned;
+    json_t *skipped;         /* borrowed: generated_files_skipped */
+    size_t n_skipped;        /* all skips, listed or not */
+};
+
+static void note_skipped(struct collect *c, const char *rel,
+                         const char *reason)
+{
+    char name[IPD_FILENAME_MAX];
+    c->n_skipped++;
+    if (json_array_size(c->skipped) >= SKIPPED_LIST_MAX)
+        return;
+    /* Shown to people: the sanitised form of the name. */
+    if (ipd_filename_sanitize(rel, strlen(rel), name))
+        snprintf(name, sizeof(name), "(unreadable name)");
+    json_array_append_new(c->skipped, json_pack("{s:s, s:s}", "filename",
+                                                name, "reason", reason));
+}
+
+static void collect_add(struct collect *c, const char *rel, int depth)
+{
+    if (c->n == c->alloc) {
+        c->alloc = c->alloc ? c->alloc * 2 : 32;
+        c->items = ipd_xrealloc(c->items, c->alloc * sizeof(*c->items));
+    }
+    c->items[c->n].rel = ipd_xstrdup(rel);
+    c->items[c->n].depth = depth;
+    c->n++;
+}
+
+/* Walk fd (owned: closed here).  Regular files are collected,
+ * directories descended (never through a symlink), the rest skipped. */
+static void collect_dir(struct collect *c, int fd, const char *prefix,
+                        int depth)
+{
+    DIR *d = fdopendir(fd);
+    struct dirent *e;
+
+    if (!d) {
+        close(fd);
+        return;
+    }
+    while ((e = readdir(d)) != NULL && c->scanned < SCAN_MAX) {
+        struct stat st;
+        char rel[PATH_MAX];
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (depth == 0 && !strcmp(e->d_name, ".interpd"))
+            continue; /* the prelude's own results */
+        c->scanned++;
+        if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", prefix,
+                             prefix[0] ? "/" : "", e->d_name) >= sizeof(rel))
+            continue;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW))
+            continue;
+        if (S_ISREG(st.st_mode)) {
+            collect_add(c, rel, depth);
+        } else if (S_ISDIR(st.st_mode) && depth < SCAN_DEPTH_MAX) {
+            int sub = openat(fd, e->d_name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                collect_dir(c, sub, rel, depth + 1);
+        } else if (!S_ISDIR(st.st_mode)) {
+            note_skipped(c, rel,
+                         S_ISLNK(st.st_mode) ? "symlink" : "not_a_regular_file");
+        }
+    }
+    closedir(d);
+}
+
+/* Top-level files first, then by path: stable whatever readdir does. */
+static int cmp_entry(const void *a, const void *b)
+{
+    const struct out_entry *x = a, *y = b;
+    if (x->depth != y->depth)
+        return x->depth < y->depth ? -1 : 1;
+    return strcmp(x->rel, y->rel);
+}
+
+/*
+ * The stored name of a generated file: its path below /mnt/output with
+ * '/' turned into '_' ("plots/a.png" -> "plots_a.png", so files of the
+ * same name in different folders stay apart), then ipd_filename_sanitize
+ * (controls such as newlines become '_').  Too long: the last component
+ * alone; not UTF-8 or still too long: "generated_<n><ext>".
+ */
+static void generated_name(const char *rel, size_t n,
+                           char out[IPD_FILENAME_MAX])
+{
+    char joined[PATH_MAX], ext[IPD_FILENAME_MAX];
+    const char *last = strrchr(rel, '/');
+    const char *dot;
+    size_t len = strlen(rel);
+    enum ipd_err rc;
+
+    IPD_ASSERT(len < sizeof(joined));
+    for (size_t i = 0; i <= len; i++)
+        joined[i] = rel[i] == '/' ? '_' : rel[i];
+    rc = ipd_filename_sanitize(joined, len, out);
+    if (rc == IPD_ERR_TOO_LARGE && last)
+        rc = ipd_filename_sanitize(last + 1, strlen(last + 1), out);
+    if (!rc)
+        return;
+    dot = strrchr(last ? last + 1 : rel, '.');
+    if (dot && strlen(dot) <= 10 && ipd_utf8_valid(dot, strlen(dot)) &&
+        !ipd_filename_sanitize(dot, strlen(dot), ext) && ext[0] == '.')
+        snprintf(out, IPD_FILENAME_MAX, "generated_%zu%.10s", n + 1, ext);
+    else
+        snprintf(out, IPD_FILENAME_MAX, "generated_%zu", n + 1);
+}
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* New ref: a JSON string of the base64 of data. */
+static json_t *base64_string(const unsigned char *data, size_t len)
+{
+    size_t olen = (len + 2) / 3 * 4;
+    char *o = ipd_xmalloc(olen + 1);
+    size_t j = 0;
+    json_t *s;
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)data[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)data[i + 1] << 8;
+        if (i + 2 < len)
+            v |= data[i + 2];
+        o[j++] = b64[(v >> 18) & 63];
+        o[j++] = b64[(v >> 12) & 63];
+        o[j++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        o[j++] = i + 2 < len ? b64[v & 63] : '=';
+    }
+    o[j] = '\0';
+    s = json_stringn(o, j);
+    free(o);
+    return s;
+}
+
+static json_t *time_json(int64_t ms)
+{
+    char t[IPD_TIME_STR];
+    if (ms == IPD_TIME_NEVER)
+        return json_null();
+    ipd_time_format(ms, t);
+    return json_string(t);
+}
+
+/* The File object of CONTRACT.md.  New ref. */
+static json_t *file_object(const struct ipd_file_meta *f)
+{
+    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:o, s:o}",
+                     "file_id", f->file_id, "filename", f->filename, "size",
+                     (json_int_t)f->size, "mime_type", f->mime_type,
+                     "file_type", f->file_type, "sha256", f->sha256, "source",
+                     f->source, "created_at", time_json(f->created_at_ms),
+                     "expires_at", time_json(f->expires_at_ms));
+}
+
+/*
+ * Store one output file as the user's file.  Returns IPD_OK and a new
+ * File object in *obj, or a reason string in *why (static) when the file
+ * is skipped: too large, over the quota, unreadable, a store failure.
+ */
+static enum ipd_err store_generated(struct ipd_executor *ex,
+                                    const struct ipd_exec_request *rq,
+                                    const struct ipd_sandbox_result *r,
+                                    const struct out_entry *oe, size_t n,
+                                    json_t **obj, const char **why)
+{
+    struct ipd_blob_writer *w = NULL;
+    struct ipd_file_meta f;
+    struct ipd_quota q = ex->quota;
+    unsigned char *copy = NULL; /* kept for data_base64 */
+    size_t copied = 0;
+    char buf[COPY_CHUNK];
+    const void *head = NULL, *tail = NULL;
+    size_t head_len = 0;
+    struct stat st;
+    enum ipd_err rc = IPD_ERR_IO;
+    int fd = ipd_sandbox_output_open(r, oe->rel, O_RDONLY | O_NONBLOCK);
+
+    *obj = NULL;
+    *why = "unreadable";
+    memset(&f, 0, sizeof(f));
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
+        goto out;
+    if (st.st_size > ex->max_file_size) {
+        *why = "too_large";
+        rc = IPD_ERR_TOO_LARGE;
+        goto out;
+    }
+    generated_name(oe->rel, n, f.filename);
+    ipd_id_new("file", f.file_id);
+    *why = "storage_error";
+    rc = ipd_blob_writer_new(ex->blobs, f.file_id, ex->max_file_size, &w);
+    if (rc)
+        goto out;
+    if (st.st_size <= ex->inline_max)
+        copy = ipd_xmalloc((size_t)st.st_size + 1);
+    for (;;) {
+        ssize_t got = read(fd, buf, sizeof(buf));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rc = IPD_ERR_IO;
+            *why = "unreadable";
+            goto out;
+        }
+        if (got == 0)
+            break;
+        rc = ipd_blob_writer_write(w, buf, (size_t)got);
+        if (rc == IPD_ERR_TOO_LARGE)
+            *why = "too_large";
+        if (rc)
+            goto out;
+        if (copy && copied + (size_t)got <= (size_t)st.st_size)
+            memcpy(copy + copied, buf, (size_t)got);
+        copied += (size_t)got;
+    }
+    f.size = ipd_blob_writer_size(w);
+    rc = ipd_blob_writer_sha256(w, f.sha256);
+    if (rc)
+        goto out;
+    ipd_blob_writer_sample(w, &head, &head_len, &tail);
+    rc = ipd_filetype_detect_buf(ex->ft, head, head_len, tail, f.size,
+                                 f.filename, f.mime_type, f.file_type);
+    if (rc)
+        goto out;
+    snprintf(f.tenant, sizeof(f.tenant), "%s", rq->tenant);
+    snprintf(f.user_id, sizeof(f.user_id), "%s", rq->user_id);
+    snprintf(f.source, sizeof(f.source), "generated");
+    snprintf(f.blob, sizeof(f.blob), "%s", ipd_blobs_backend(ex->blobs));
+    f.created_at_ms = ipd_now_ms();
+    f.expires_at_ms = ex->file_ttl_ms == IPD_TIME_NEVER
+                          ? IPD_TIME_NEVER
+                          : f.created_at_ms + ex->file_ttl_ms;
+    rc = ipd_blob_writer_commit(w);
+    w = NULL;
+    if (rc)
+        goto out;
+    rc = ipd_meta_file_insert(ex->meta, &f, &q, f.created_at_ms);
+    if (rc) {
+        /* No metadata, no bytes. */
+        ipd_blob_delete_later(ex->blobs, f.file_id);
+        if (rc == IPD_ERR_QUOTA)
+            *why = "quota_exceeded";
+        goto out;
+    }
+    *obj = file_object(&f);
+    if (copy && copied == (size_t)f.size && !strcmp(f.file_type, "image"))
+        json_object_set_new(*obj, "data_base64", base64_string(copy, copied));
+    *why = NULL;
+out:
+    if (rc && rc != IPD_ERR_TOO_LARGE && rc != IPD_ERR_QUOTA)
+        ipd_warn("executor: generated file %s not stored: %s", f.file_id,
+                 ipd_err_name(rc));
+    ipd_blob_writer_abort(w);
+    free(copy);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static void collect_release(struct collect *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->items[i].rel);
+    free(c->items);
+}
+
+/* generated_files, generated_files_truncated, generated_files_skipped. */
+static void collect_generated(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              const struct ipd_sandbox_result *r,
+                              json_t *result)
+{
+    struct collect c;
+    json_t *files = json_array();
+    size_t stored = 0, dropped = 0;
+    int fd;
+
+    memset(&c, 0, sizeof(c));
+    c.skipped = json_array();
+    fd = r->output_dirfd >= 0
+             ? openat(r->output_dirfd, ".",
+                      O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+             : -1;
+    if (fd >= 0)
+        collect_dir(&c, fd, "", 0);
+    if (c.n)
+        qsort(c.items, c.n, sizeof(*c.items), cmp_entry);
+    for (size_t i = 0; i < c.n; i++) {
+        json_t *obj = NULL;
+        const char *why = NULL;
+        if (stored >= ex->max_generated) {
+            dropped++;
+            continue;
+        }
+        if (store_generated(ex, rq, r, &c.items[i], i, &obj, &why)) {
+            note_skipped(&c, c.items[i].rel, why ? why : "storage_error");
+            continue;
+        }
+        json_array_append_new(files, obj);
+        stored++;
+    }
+    json_object_set_new(result, "generated_files", files);
+    json_object_set_new(result, "generated_files_truncated",
+                        json_boolean(dropped > 0 || c.scanned >= SCAN_MAX));
+    json_object_set_new(result, "generated_files_dropped",
+                        json_integer((json_int_t)dropped));
+    json_object_set_new(result, "generated_files_skipped", c.skipped);
+    collect_release(&c);
+}
+
+static json_t *build_result(struct ipd_executor *ex,
+                            const struct ipd_exec_request *rq,
+                            const char *exec_id,
+                            const struct exec_policy *ep, int64_t timeout_ms,
+                            const struct ipd_sandbox_result *r)
+{
+    json_t *prelude = read_prelude_result(r);
+    json_t *error = build_error(r, prelude, timeout_ms);
+    bool success = r->exit_code == 0 && !r->timed_out && !r->oom_killed &&
+                   json_is_null(error);
+    json_t *res = json_object();
+
+    json_object_set_new(res, "execution_id", json_string(exec_id));
+    json_object_set_new(res, "success", json_boolean(success));
+    json_object_set_new(res, "exit_code", json_integer(r->exit_code));
+    json_object_set_new(res, "timed_out", json_boolean(r->timed_out));
+    json_object_set_new(res, "stdout", lossy_string(r->out.buf, r->out.len));
+    json_object_set_new(res, "stderr", lossy_string(r->err.buf, r->err.len));
+    json_object_set_new(res, "stdout_truncated",
+                        json_boolean(r->out_truncated));
+    json_object_set_new(res, "stderr_truncated",
+                        json_boolean(r->err_truncated));
+    json_object_set_new(res, "execution_time",
+                        json_real(round3(r->wall_seconds)));
+    json_object_set_new(res, "install_time", json_real(0.0));
+    json_object_set_new(res, "error", error);
+    collect_generated(ex, rq, r, res);
+    json_object_set_new(res, "installed_packages", json_array());
+    json_object_set_new(
+        res, "resources",
+        json_pack("{s:f, s:I, s:b, s:s}", "cpu_time",
+                  round3(r->cpu_seconds), "max_rss_kb",
+                  (json_int_t)r->max_rss_kib, "oom_killed",
+                  (int)r->oom_killed, "policy", ep->name));
+    json_decref(prelude);
+    return res;
+}
+
+/* ---- run ------------------------------------------------------------- */
+
+static enum ipd_err check_request(const struct ipd_exec_request *rq,
+                                  const struct exec_policy **ep,
+                                  int64_t *timeout_ms, struct ipd_buf *detail)
+{
+    enum ipd_err rc = IPD_ERR_INVALID;
+    const char *msg = NULL;
+
+    *ep = policy_find(rq->policy);
+    if (!rq->tenant || !rq->user_id || (!rq->code && rq->code_len))
+        msg = "tenant, user and code are required";
+    else if (!*ep)
+        msg = "unknown policy";
+    else if (rq->timeout_ms < 0)
+        msg = "timeout must be positive";
+    else if (rq->n_files > FILES_MAX)
+        msg = "too many files (at most 100)";
+    else if (rq->variables && !json_is_object(rq->variables))
+        msg = "variables must be an object";
+    if (!msg && rq->code_len > CODE_MAX) {
+        msg = "code is over 1 MiB";
+        rc = IPD_ERR_TOO_LARGE;
+    }
+    if (msg) {
+        if (detail)
+            ipd_buf_adds(detail, msg);
+        return rc;
+    }
+    *timeout_ms = rq->timeout_ms ? rq->timeout_ms : (*ep)->timeout_default_ms;
+    if (*timeout_ms > (*ep)->timeout_cap_ms)
+        *timeout_ms = (*ep)->timeout_cap_ms;
+    return IPD_OK;
+}
+
+/* Paths of one run's work dir (host side). */
+struct work {
+    char id[IPD_ID_MAX];
+    char job[PATH_MAX];
+    char data[PATH_MAX];
+    int root_fd, dir_fd, job_fd, data_fd;
+};
+
+static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk)
+{
+    wk->root_fd = wk->dir_fd = wk->job_fd = wk->data_fd = -1;
+    ipd_id_new("exec", wk->id);
+    if ((size_t)snprintf(wk->job, sizeof(wk->job), "%s/%s/job",
+                         ex->work_root, wk->id) >= sizeof(wk->job) ||
+        (size_t)snprintf(wk->data, sizeof(wk->data), "%s/%s/data",
+                         ex->work_root, wk->id) >= sizeof(wk->data))
+        return IPD_ERR_INTERNAL;
+    wk->root_fd = open(ex->work_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (wk->root_fd < 0)
+        return IPD_ERR_INTERNAL;
+    wk->dir_fd = mkdir_open_at(wk->root_fd, wk->id, 0711);
+    if (wk->dir_fd < 0)
+        return IPD_ERR_INTERNAL;
+    wk->job_fd = mkdir_open_at(wk->dir_fd, "job", 0755);
+    wk->data_fd = mkdir_open_at(wk->dir_fd, "data", 0755);
+    if (wk->job_fd < 0 || wk->data_fd < 0)
+        return IPD_ERR_INTERNAL;
+    return IPD_OK;
+}
+
+static void work_remove(struct work *wk)
+{
+    close_fd(&wk->job_fd);
+    close_fd(&wk->data_fd);
+    close_fd(&wk->dir_fd);
+    if (wk->root_fd >= 0 && wk->id[0])
+        remove_tree_at(wk->root_fd, wk->id, 0);
+    close_fd(&wk->root_fd);
+}
+
+static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
+                                const struct exec_policy *ep,
+                                int64_t timeout_ms,
+                                struct ipd_sandbox_result *r)
+{
+    const char *argv[] = {ex->python, "-u", "-I", "-B",
+                          "/opt/interpd/prelude.py", NULL};
+    /* The sandbox already sets HOME, LANG, the thread counts and
+     * MPLBACKEND; these are the prelude's contract. */
+    const char *env[] = {"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
+                         "MPLBACKEND=Agg",     "MPLCONFIGDIR=/tmp/mpl",
+                         "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1",
+                         "HOME=/tmp",          "LANG=C.UTF-8",
+                         NULL,                 NULL};
+    struct ipd_sandbox_mount mounts[12];
+    struct ipd_sandbox_spec spec;
+    struct ipd_sandbox_policy p;
+    size_t n = system_mounts(ex, mounts);
+
+    /* The first run builds the font cache; runs meanwhile wait for it. */
+    pthread_mutex_lock(&ex->mpl_lock);
+    if (!ex->mpl_tried) {
+        ex->mpl_tried = true;
+        prepare_mpl_cache(ex, ex->data_dir);
+    }
+    const char *mplcache = ex->mplcache;
+    pthread_mutex_unlock(&ex->mpl_lock);
+    if (mplcache) {
+        mounts[n++] = (struct ipd_sandbox_mount){mplcache, "/opt/mplcache",
+                                                 false};
+        env[IPD_ARRAY_LEN(env) - 2] = "IPD_PRELUDE_MPLCACHE=/opt/mplcache";
+    }
+    mounts[n++] =
+        (struct ipd_sandbox_mount){ex->prelude_dir, "/opt/interpd", false};
+    mounts[n++] = (struct ipd_sandbox_mount){wk->job, "/mnt/job", false};
+    mounts[n++] = (struct ipd_sandbox_mount){wk->data, "/mnt/data", false};
+    memset(&spec, 0, sizeof(spec));
+    spec.argv = argv;
+    spec.env = env;
+    spec.mounts = mounts;
+    spec.n_mounts = n;
+    spec.cwd = "/mnt/output";
+    policy_to_sandbox(ep, timeout_ms, &p);
+    return ipd_sandbox_run(&ex->sbx, &p, &spec, r);
+}
+
+enum ipd_err ipd_executor_run(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              json_t **result, struct ipd_buf *detail)
+{
+    const struct exec_policy *ep = NULL;
+    int64_t timeout_ms = 0;
+    struct work wk;
+    struct ipd_sandbox_result r;
+    bool ran = false;
+    enum ipd_err rc;
+
+    *result = NULL;
+    memset(&wk, 0, sizeof(wk));
+    wk.root_fd = wk.dir_fd = wk.job_fd = wk.data_fd = -1;
+    memset(&r, 0, sizeof(r));
+    r.output_dirfd = -1;
+    rc = check_request(rq, &ep, &timeout_ms, detail);
+    if (rc)
+        goto out;
+    rc = work_create(ex, &wk);
+    if (rc) {
+        ipd_error("executor: cannot create a work dir under %s: %s",
+                  ex->work_root, strerror(errno));
+        goto out;
+    }
+    rc = write_file_at(wk.job_fd, "code.py", rq->code ? rq->code : "",
+                       rq->code_len);
+    if (!rc && rq->variables)
+        rc = write_json_at(wk.job_fd, "variables.json", rq->variables);
+    if (rc)
+        goto out;
+    rc = stage_files(ex, rq, wk.job_fd, wk.data_fd, detail);
+    if (rc)
+        goto out;
+    rc = sandbox_run(ex, &wk, ep, timeout_ms, &r);
+    ran = true;
+    if (rc) {
+        ipd_error("executor: %s: %s", wk.id, r.error);
+        if (detail)
+            ipd_buf_adds(detail, "the sandbox could not be set up");
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
+    *result = build_result(ex, rq, wk.id, ep, timeout_ms, &r);
+out:
+    if (ran)
+        ipd_sandbox_result_release(&r);
+    work_remove(&wk);
+    return rc;
+}

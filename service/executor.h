@@ -1,0 +1,122 @@
+/*
+ * executor.h - run a user's Python code in the sandbox and turn what it did
+ * into the contract's execution result (CONTRACT.md, Executions).
+ *
+ * One execution: a fresh work dir; the user's files (already in their
+ * scope) linked or copied read-only under data/ (GridFS blobs are
+ * materialised there, checked against their sha256); the Python prelude
+ * (service/python/prelude.py, installed with the binary) runs the code in
+ * the sandbox with the policy's limits; afterwards the files the code wrote
+ * to /mnt/output are collected through the sandbox's output directory
+ * handle (never by following a path), typed, stored as the user's files
+ * (source "generated", normal TTL) and returned; images up to the inline
+ * limit also as data_base64.
+ *
+ * Blocking: ipd_executor_run takes as long as the code runs.  Call it from
+ * long-lived worker threads (the sandbox ties the run's lifetime to the
+ * calling thread), never from an HTTP event thread.  Thread-safe.
+ */
+#ifndef IPD_EXECUTOR_H
+#define IPD_EXECUTOR_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include <jansson.h>
+
+#include "../storage/blob.h"
+#include "../storage/filetype.h"
+#include "../storage/meta.h"
+#include "buf.h"
+#include "config.h"
+#include "ipd.h"
+
+struct ipd_executor;
+
+struct ipd_exec_request {
+    const char *tenant;
+    const char *user_id;
+    const char *code;            /* UTF-8 Python source */
+    size_t code_len;
+    const char *const *file_ids; /* the caller's own files, n_files of them */
+    size_t n_files;
+    int64_t timeout_ms;          /* requested wall timeout; 0: the default;
+                                    only tightens: min(this, policy cap) */
+    const char *policy;          /* policy name; NULL: "standard" */
+    const json_t *variables;     /* borrowed; NULL or an object of Python
+                                    variables to define (variables.json) */
+};
+
+/*
+ * Settings that are not (yet) in struct ipd_config.  NEEDSWORK: move them
+ * to config options (python, prelude-dir, max-generated-files,
+ * inline-image-max, sandbox-uid); ipd_executor_new then reads them there.
+ */
+struct ipd_executor_options {
+    const char *python;          /* borrowed; absolute path of the
+                                    interpreter (default /usr/bin/python3) */
+    const char *prelude_dir;     /* borrowed; host dir holding prelude.py
+                                    (NULL: IPD_PRELUDE_DIR, else the source
+                                    tree's service/python) */
+    int64_t max_generated_files; /* returned per execution (default 20) */
+    int64_t inline_image_max;    /* data_base64 for images up to this many
+                                    bytes (default 1 MiB; 0: never) */
+    uid_t sandbox_uid;           /* host uid and gid of sandboxed code when
+                                    running as root (0: the sandbox default,
+                                    200000) */
+};
+
+/* Fill o with the defaults above. */
+void ipd_executor_options_default(struct ipd_executor_options *o);
+
+/*
+ * Probe the sandbox (fails when isolation isn't available: the service must
+ * not run code less isolated), find the Python interpreter and the prelude,
+ * prepare the work root under <data-dir>/exec.  Borrows meta, blobs and ft
+ * (they must outlive the executor).  *out is new: ipd_executor_free.
+ */
+enum ipd_err ipd_executor_new(const struct ipd_config *cfg,
+                              struct ipd_meta *meta, struct ipd_blobs *blobs,
+                              struct ipd_filetype *ft,
+                              struct ipd_executor **out);
+/* The same with explicit options (opt borrowed during the call; NULL:
+ * the defaults).  Fails with IPD_ERR_INVALID when prelude.py is missing,
+ * IPD_ERR_UNAVAILABLE when the sandbox probe fails, IPD_ERR_INTERNAL when
+ * the work root can't be prepared (reasons are logged).  Running as root,
+ * a data dir without group bits is given to the sandbox's host group with
+ * search permission only (0710) so the sandbox can bind work dirs. */
+enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
+                                   struct ipd_meta *meta,
+                                   struct ipd_blobs *blobs,
+                                   struct ipd_filetype *ft,
+                                   const struct ipd_executor_options *opt,
+                                   struct ipd_executor **out);
+void ipd_executor_free(struct ipd_executor *ex); /* NULL is fine */
+
+/* What isolation is active, for the admin status and the start-up log. */
+const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);
+
+/*
+ * Run one execution.  On IPD_OK *result is a new reference to the result
+ * object of CONTRACT.md (execution_id, success, exit_code, timed_out,
+ * stdout, stderr, *_truncated, execution_time, install_time, error,
+ * generated_files, installed_packages, resources{cpu_time, max_rss_kb,
+ * oom_killed, policy}), whatever the code did.  Beyond the contract:
+ * generated_files_truncated (more files than the cap), _dropped (how
+ * many), _skipped ([{filename, reason}], at most 20: symlink,
+ * not_a_regular_file, too_large, quota_exceeded, unreadable,
+ * storage_error).
+ * IPD_ERR_TOO_LARGE for code over 1 MiB.
+ * Errors (nothing ran): IPD_ERR_NOT_FOUND for a file id not in the caller's
+ * scope (the message names it in *detail), IPD_ERR_INVALID for a bad
+ * request (unknown policy), IPD_ERR_UNAVAILABLE when a store is down,
+ * IPD_ERR_INTERNAL when the sandbox could not be set up.  A message for
+ * the error reply is appended to detail (may be NULL).
+ */
+enum ipd_err ipd_executor_run(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              json_t **result, struct ipd_buf *detail);
+
+#endif

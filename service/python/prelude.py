@@ -1,0 +1,815 @@
+"""interpd prelude: runs one user's code inside the sandbox.
+
+The executor starts, inside the sandbox,
+
+    /usr/bin/python3 -u -I -B /opt/interpd/prelude.py
+
+with the working directory /mnt/output.  This file reads the job, runs the
+user's code as the __main__ module and leaves a structured result for the
+executor.  It adds nothing to sys.path.
+
+Inputs (read-only, under IPD_PRELUDE_JOB, default /mnt/job):
+  code.py         the user's code, UTF-8
+  files.json      [{"file_id", "filename", "path", "file_type", "mime_type",
+                   "size"}, ...]; a missing file counts as []
+  variables.json  optional {"name": <JSON value>} defined as globals
+
+Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
+  stdout/stderr   the code's own, plus the traceback on stderr as Python
+                  prints it (without the prelude's frames)
+  figure_N.png    the matplotlib figures left open when the code ends, and
+                  those open at each plt.show() (which saves and closes them,
+                  as a notebook does); a name the code wrote itself is never
+                  overwritten: the next free number is taken
+  .interpd/result.json, written atomically (temp file + rename):
+      {"error": null | {"type", "message", "traceback"},
+       "figures": ["figure_1.png", ...]}
+                  The prelude creates .interpd/ and the temp file
+                  (.interpd/result.json.<pid>.tmp, 128 KiB allocated) before
+                  the code runs, so a code that fills the disk still gets its
+                  result; error.message is capped at 16 Ki characters and
+                  error.traceback at 64 Ki (its head and tail kept).
+
+Exit status: 0; 1 after an uncaught exception (KeyboardInterrupt too);
+sys.exit(n) gives n (a non-integer code is printed to stderr and gives 1,
+as in Python); 70 when the prelude itself could not start (unreadable or
+malformed job files), with error.type "PreludeError".  A child the code
+forked that reaches the end of the code writes neither figures nor
+result.json.
+
+The code is compiled with the filename "<code>" and runs in a fresh module
+(__name__ == "__main__", also sys.modules["__main__"]), so frames read
+File "<code>", line N with the user's own numbering.  Its source is entered
+in linecache when linecache is first imported, so tracebacks and warnings
+show the lines.  Tracebacks leave out every frame of this file.
+
+Start-up cost.  This file is compiled on every start (python never caches
+the main script), so only the part every run needs is plain code; the rest
+(load_file's readers, traceback formatting, figures, matplotlib's font
+cache) is the string _LIB at the end, compiled the first time it is needed
+with its line numbers kept.  On the success path nothing is imported beyond
+what `python3 -I` already loads: not json (files.json "[]" needs no parser,
+result.json is written by hand), not traceback, not matplotlib.
+
+matplotlib: MPLBACKEND defaults to Agg.  Font cache: when the code first
+imports matplotlib, the regular files of /opt/interpd/mplcache (override:
+IPD_PRELUDE_MPLCACHE), which the executor prepares once, e.g. with
+`MPLCONFIGDIR=/opt/interpd/mplcache python3 -c 'import matplotlib.pyplot'`,
+are copied into $MPLCONFIGDIR unless already there, so matplotlib finds its
+fontlist-*.json instead of rebuilding it (100-250 ms here).  A copy, not a pointer:
+matplotlib wants a writable config dir.
+
+Random state: random and numpy seed themselves from os.urandom when first
+imported; if either is already imported when a run starts (a pre-started
+worker), it is reseeded from os.urandom.
+"""
+
+import os
+import sys
+
+_JOB = os.environ.get("IPD_PRELUDE_JOB") or "/mnt/job"
+_OUTPUT = os.environ.get("IPD_PRELUDE_OUTPUT") or "/mnt/output"
+_MPLCACHE = os.environ.get("IPD_PRELUDE_MPLCACHE") or "/opt/interpd/mplcache"
+_CODE_NAME = "<code>"
+_EX_PRELUDE = 70
+_MAX_MESSAGE = 16 * 1024
+_MAX_TRACEBACK = 64 * 1024
+
+_SOURCE_LINES = []  # the code's lines, for linecache
+_ENTRIES = {}       # file_id, filename and path -> files.json entry
+_FIGURES = []       # figure files saved so far
+
+
+def _lib():
+    """The globals, with _LIB compiled into them on first use."""
+    g = globals()
+    if "_format_exception" not in g:
+        pad = "\n" * (_LIB_LINE - 1)   # keep this file's line numbers
+        exec(compile(pad + _LIB, _lib.__code__.co_filename, "exec"), g)
+    return g
+
+
+class _Hooks:
+    """A meta path finder that only watches the first import of a few
+    modules: before[name] is called before it is looked for, after[name]
+    once it has executed (names of functions in _LIB)."""
+
+    def __init__(self):
+        self.before = {}
+        self.after = {}
+
+    def find_spec(self, name, path=None, target=None):
+        if name in self.before or name in self.after:
+            return _lib()["_hooked_find_spec"](self, name, path, target)
+        return None
+
+
+_hooks = _Hooks()
+
+
+def _watch(name, before=None, after=None):
+    if name in sys.modules:
+        if after is not None:
+            _lib()["_call_hook"](after, sys.modules[name])
+        return
+    if before is not None:
+        _hooks.before[name] = before
+    if after is not None:
+        _hooks.after[name] = after
+    if _hooks not in sys.meta_path:
+        sys.meta_path.insert(0, _hooks)
+
+
+def _read_bytes(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def _read_input(name, missing):
+    try:
+        return _read_bytes(os.path.join(_JOB, name))
+    except FileNotFoundError:
+        if missing is None:
+            raise
+        return missing
+
+
+def load_file(name, **kwargs):
+    """Load one of this execution's files by file id or filename.
+
+    Returns a pandas DataFrame for csv, tsv, excel (first sheet), JSON
+    records (a list of objects), JSON Lines and parquet; a dict or list for
+    other JSON and for YAML; a str for text, markdown, python, XML and HTML;
+    a PIL image for images (bytes when PIL is missing); bytes otherwise.
+    Keyword arguments go to the pandas reader (csv, tsv, excel, parquet),
+    e.g. load_file("data.csv", sep=";").  FILES maps ids and names to paths.
+    """
+    return _lib()["_load_file"](name, kwargs)
+
+
+def _stderr(text):
+    stream = sys.stderr or sys.__stderr__
+    try:
+        stream.write(text)
+        stream.flush()
+    except Exception:
+        pass
+
+
+_JSON_ESCAPES = {i: "\\u%04x" % i for i in range(32)}
+_JSON_ESCAPES.update({0x22: '\\"', 0x5c: "\\\\", 0x08: "\\b", 0x09: "\\t",
+                      0x0a: "\\n", 0x0c: "\\f", 0x0d: "\\r"})
+
+
+def _jstr(s):
+    # Lone surrogates (from surrogateescape'd bytes) are not valid JSON text.
+    s = s.encode("utf-8", "replace").decode("utf-8")
+    return '"' + s.translate(_JSON_ESCAPES) + '"'
+
+
+_RESERVE = 128 * 1024
+_reserved = []      # [fd, temp path, (st_dev, st_ino)] of the result's file
+_TMP_FLAGS = (os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+              | os.O_CLOEXEC)
+
+
+def _reserve_result():
+    """Before the code runs: .interpd/ and the result's temp file, with its
+    space allocated, so a code that fills the disk still gets its result."""
+    d = os.path.join(_OUTPUT, ".interpd")
+    try:
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            pass
+        tmp = os.path.join(d, "result.json.%d.tmp" % os.getpid())
+        fd = os.open(tmp, _TMP_FLAGS, 0o644)
+    except OSError:
+        return
+    try:
+        os.posix_fallocate(fd, 0, _RESERVE)
+    except OSError:
+        pass
+    st = os.fstat(fd)
+    _reserved[:] = [fd, tmp, (st.st_dev, st.st_ino)]
+
+
+def _write_into_reserved(data):
+    """The reserved temp file's path once data is in it; None when there is
+    none or the code closed or replaced it."""
+    if not _reserved:
+        return None
+    fd, tmp, ident = _reserved
+    del _reserved[:]
+    try:
+        st = os.fstat(fd)
+        if (st.st_dev, st.st_ino) != ident:
+            return None         # the code closed it: the fd is not ours
+    except OSError:
+        return None
+    try:
+        st = os.lstat(tmp)
+        if (st.st_dev, st.st_ino) != ident:
+            return None         # the code replaced the file
+        done = 0
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], done)
+        os.ftruncate(fd, len(data))
+        return tmp
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _write_result(error, figures):
+    """.interpd/result.json, through a temp file and a rename."""
+    err = "null"
+    if error is not None:
+        err = '{"type": %s, "message": %s, "traceback": %s}' % (
+            _jstr(error["type"]), _jstr(error["message"]),
+            _jstr(error["traceback"]))
+    data = ('{"error": %s, "figures": [%s]}\n' % (
+        err, ", ".join(_jstr(f) for f in figures))).encode("utf-8")
+    d = os.path.join(_OUTPUT, ".interpd")
+    tmp = _write_into_reserved(data)
+    if tmp is None:
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            pass
+        tmp = os.path.join(d, "result.json.%d.tmp" % os.getpid())
+        try:
+            fd = os.open(tmp, _TMP_FLAGS, 0o644)
+        except FileExistsError:     # left by the code: never write through
+            os.unlink(tmp)
+            fd = os.open(tmp, _TMP_FLAGS, 0o644)
+        try:
+            while data:
+                data = data[os.write(fd, data):]
+        finally:
+            os.close(fd)
+    os.replace(tmp, os.path.join(d, "result.json"))
+
+
+def _execute(source, ns):
+    """Run the code: (exit status or SystemExit code, error object)."""
+    try:
+        exec(compile(source, _CODE_NAME, "exec", dont_inherit=True), ns)
+    except SystemExit as e:
+        if e.code is None or e.code == 0 or e.code is False:
+            return 0, None
+        return e.code, _lib()["_error_object"](e, False)
+    except BaseException as e:
+        return 1, _lib()["_error_object"](e, True)
+    return 0, None
+
+
+def main():
+    pid = os.getpid()
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    mod = type(sys)("__main__")
+    ns = mod.__dict__
+    ns["__builtins__"] = sys.modules["builtins"]
+    ns["FILES"] = {}
+    ns["load_file"] = load_file
+    try:
+        os.chdir(_OUTPUT)
+        source = _read_input("code.py", None)
+        files = _read_input("files.json", b"[]")
+        variables = _read_input("variables.json", b"")
+        if files.strip() not in (b"[]", b"") or variables.strip():
+            _lib()["_apply_job"](ns, files, variables)
+    except Exception as e:
+        msg = "interpd prelude: %s: %s\n" % (type(e).__name__, e)
+        _stderr(msg)
+        try:
+            _write_result({"type": "PreludeError", "message": str(e),
+                           "traceback": msg}, [])
+        except Exception:
+            pass
+        sys.exit(_EX_PRELUDE)
+
+    text = source.decode("utf-8", "replace")
+    if text.startswith("\ufeff"):
+        text = text[1:]
+    import io
+    _SOURCE_LINES[:] = io.StringIO(text, newline=None).readlines()
+    _watch("linecache", after="_register_source")
+    _watch("matplotlib.pyplot", after="_patch_pyplot")
+    _watch("matplotlib", before="_seed_mpl_cache")
+    _reserve_result()
+    if "random" in sys.modules or "numpy" in sys.modules:
+        _lib()["_reseed"]()
+    sys.modules["__main__"] = mod
+    sys.argv[:] = [_CODE_NAME]
+
+    status, error = _execute(source, ns)
+
+    if os.getpid() != pid:   # a child the code forked: not ours to report
+        sys.exit(status)
+    if "matplotlib.pyplot" in sys.modules:
+        _lib()["_save_figures"]()
+    try:
+        _write_result(error, _FIGURES)
+    except OSError as e:
+        _stderr("interpd: could not write the result: %s\n" % e)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except Exception:
+            pass
+    sys.exit(status)
+
+
+# Everything below runs only when needed: compiled by _lib().  It is source
+# text in a raw string, so it must not contain three single quotes in a row.
+_LIB_LINE = sys._getframe().f_lineno + 1
+_LIB = r'''
+# ----------------------------------------------------------------- the job
+
+class PreludeError(Exception):
+    """The job's inputs are unusable: the executor's fault, not the code's."""
+
+
+def _apply_job(ns, files_raw, variables_raw):
+    """FILES from files.json and the globals of variables.json."""
+    import json
+    try:
+        files = json.loads(files_raw.decode("utf-8") or "[]")
+        variables = json.loads(variables_raw.decode("utf-8") or "{}")
+    except ValueError as e:
+        raise PreludeError("files.json or variables.json: %s" % e) from None
+    if not isinstance(files, list):
+        raise PreludeError("files.json: not a list")
+    for f in files:
+        if not (isinstance(f, dict) and isinstance(f.get("file_id"), str)
+                and isinstance(f.get("filename"), str)
+                and isinstance(f.get("path"), str)):
+            raise PreludeError("files.json: an entry lacks a file_id, "
+                               "filename or path string")
+    if not isinstance(variables, dict):
+        raise PreludeError("variables.json: not an object")
+    # A later file wins a filename; ids always work.
+    paths = ns["FILES"]
+    for f in files:
+        paths[f["filename"]] = f["path"]
+        _ENTRIES[f["filename"]] = f
+        _ENTRIES[f["path"]] = f
+    for f in files:
+        paths[f["file_id"]] = f["path"]
+        _ENTRIES[f["file_id"]] = f
+    import keyword
+    for name, value in variables.items():
+        if (not name.isidentifier() or keyword.iskeyword(name)
+                or name.startswith("__")):
+            _stderr("interpd: variable %r ignored: not a usable Python "
+                    "name\n" % (name,))
+            continue
+        ns[name] = value
+
+
+def _reseed():
+    """Fresh seeds for random and numpy when they were imported already."""
+    r = sys.modules.get("random")
+    if r is not None:
+        r.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------ import hooks
+
+class _AfterLoader:
+    """Wraps a loader to call a function once the module has executed."""
+
+    def __init__(self, loader, after):
+        self._loader = loader
+        self._after = after
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        try:
+            self._after(module)
+        except Exception:
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _hooked_find_spec(hooks, name, path, target):
+    before = hooks.before.pop(name, None)
+    after = hooks.after.pop(name, None)
+    if not hooks.before and not hooks.after:
+        try:
+            sys.meta_path.remove(hooks)
+        except ValueError:
+            pass
+    if before is not None:
+        try:
+            globals()[before]()
+        except Exception:
+            pass
+    if after is None:
+        return None
+    spec = None
+    for finder in list(sys.meta_path):
+        find = getattr(finder, "find_spec", None)
+        if finder is hooks or find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            break
+    if spec is not None and hasattr(spec.loader, "exec_module"):
+        spec.loader = _AfterLoader(spec.loader, globals()[after])
+    return spec
+
+
+def _call_hook(name, module):
+    try:
+        globals()[name](module)
+    except Exception:
+        pass
+
+
+def _register_source(linecache):
+    # mtime None: linecache.checkcache leaves the entry alone.
+    if _SOURCE_LINES:
+        linecache.cache[_CODE_NAME] = (sum(map(len, _SOURCE_LINES)), None,
+                                       list(_SOURCE_LINES), _CODE_NAME)
+
+
+# --------------------------------------------------------------- load_file
+
+_KINDS = {
+    "csv", "tsv", "excel", "json", "jsonl", "parquet", "yaml", "notebook",
+    "text", "markdown", "python", "xml", "html", "image",
+}
+
+_EXT_KINDS = {
+    ".csv": "csv", ".tsv": "tsv", ".tab": "tsv",
+    ".xlsx": "excel", ".xlsm": "excel", ".xls": "excel", ".ods": "excel",
+    ".json": "json", ".geojson": "json", ".ipynb": "notebook",
+    ".jsonl": "jsonl", ".ndjson": "jsonl",
+    ".parquet": "parquet", ".pq": "parquet",
+    ".yaml": "yaml", ".yml": "yaml",
+    ".txt": "text", ".log": "text", ".rst": "text", ".ini": "text",
+    ".cfg": "text", ".toml": "text", ".sql": "text",
+    ".md": "markdown", ".markdown": "markdown",
+    ".py": "python", ".xml": "xml", ".svg": "xml",
+    ".html": "html", ".htm": "html",
+    ".png": "image", ".jpg": "image", ".jpeg": "image", ".gif": "image",
+    ".bmp": "image", ".webp": "image", ".tif": "image", ".tiff": "image",
+    ".ico": "image",
+}
+
+_PANDAS_KINDS = {"csv", "tsv", "excel", "parquet"}
+_TEXT_KINDS = {"text", "markdown", "python", "xml", "html"}
+
+
+def _kind_of(entry):
+    """How to load a file: its file_type when we know that category, else
+    (missing, "binary", ...) by extension; "bytes" when neither helps."""
+    ext = os.path.splitext(entry["filename"])[1].lower()
+    kind = entry.get("file_type")
+    if kind not in _KINDS:
+        kind = _EXT_KINDS.get(ext, kind)
+    if kind == "image" and (ext == ".svg"
+                            or entry.get("mime_type") == "image/svg+xml"):
+        kind = "xml"
+    return kind if kind in _KINDS else "bytes"
+
+
+def _need_pandas(label, what):
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("%s: reading %s needs pandas, which is not "
+                          "installed" % (label, what), name="pandas") from None
+    return pandas
+
+
+def _decode_text(data):
+    """UTF-8 (BOM dropped), else Windows-1252, else Latin-1."""
+    try:
+        text = data.decode("utf-8")
+        return text[1:] if text.startswith("\ufeff") else text
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _sniff_sep(path):
+    """A CSV's delimiter: "," unless its first line has none and has ; tab
+    or | (the commonest of them)."""
+    with open(path, "rb") as f:
+        line = f.read(65536).split(b"\n", 1)[0]
+    if b"," in line:
+        return ","
+    best, count = ",", 0
+    for sep in (";", "\t", "|"):
+        n = line.count(sep.encode())
+        if n > count:
+            best, count = sep, n
+    return best
+
+
+def _read_csv(path, label, what, sep, kwargs):
+    pd = _need_pandas(label, what)
+    kw = dict(kwargs)
+    if "sep" not in kw and "delimiter" not in kw:
+        kw["sep"] = sep or _sniff_sep(path)
+    encodings = ([kw.pop("encoding")] if "encoding" in kw
+                 else ["utf-8", "cp1252", "latin-1"])
+    for i, enc in enumerate(encodings):
+        try:
+            return pd.read_csv(path, encoding=enc, **kw)
+        except UnicodeDecodeError as e:
+            if i + 1 == len(encodings):
+                raise ValueError("%s: could not parse as %s: %s"
+                                 % (label, what, e)) from None
+        except (OSError, ImportError, MemoryError, TypeError):
+            raise
+        except Exception as e:
+            raise ValueError("%s: could not parse as %s: %s"
+                             % (label, what, e)) from None
+
+
+def _read_pandas(path, label, kind, kwargs):
+    what = "Excel" if kind == "excel" else "Parquet"
+    pd = _need_pandas(label, what)
+    reader = pd.read_excel if kind == "excel" else pd.read_parquet
+    try:
+        return reader(path, **kwargs)
+    except ImportError as e:
+        raise ImportError("%s: cannot read %s: %s" % (label, what, e),
+                          name=getattr(e, "name", None)) from None
+    except (OSError, MemoryError, TypeError):
+        raise
+    except Exception as e:
+        raise ValueError("%s: could not parse as %s: %s"
+                         % (label, what, e)) from None
+
+
+def _utf8(data, label, what):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError("%s: could not parse as %s: not UTF-8: %s"
+                         % (label, what, e)) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _read_json_value(data, label):
+    import json
+    try:
+        return json.loads(_utf8(data, label, "JSON"))
+    except ValueError as e:
+        if str(e).startswith(label):
+            raise
+        raise ValueError("%s: could not parse as JSON: %s"
+                         % (label, e)) from None
+
+
+def _read_jsonl(data, label):
+    import json
+    records = []
+    for n, line in enumerate(_utf8(data, label, "JSON Lines").splitlines(),
+                             1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError("%s: could not parse as JSON Lines: line "
+                                 "%d: %s" % (label, n, e)) from None
+    return _need_pandas(label, "JSON Lines").DataFrame(records)
+
+
+def _read_yaml(data, label):
+    try:
+        import yaml
+    except ImportError:
+        raise ImportError("%s: reading YAML needs PyYAML, which is not "
+                          "installed" % label, name="yaml") from None
+    try:
+        docs = list(yaml.safe_load_all(_utf8(data, label, "YAML")))
+    except yaml.YAMLError as e:
+        raise ValueError("%s: could not parse as YAML: %s"
+                         % (label, e)) from None
+    if not docs:
+        return None
+    return docs[0] if len(docs) == 1 else docs
+
+
+def _read_image(path, data, label):
+    try:
+        from PIL import Image
+    except ImportError:
+        return data
+    try:
+        img = Image.open(path)
+        img.load()
+    except (MemoryError, FileNotFoundError, PermissionError):
+        raise
+    except Exception as e:
+        raise ValueError("%s: could not open as an image: %s"
+                         % (label, e)) from None
+    return img
+
+
+def _load_file(name, kwargs):
+    key = name if isinstance(name, str) else os.fspath(name)
+    entry = _ENTRIES.get(key) if isinstance(key, str) else None
+    if entry is None:
+        seen = []
+        for e in _ENTRIES.values():
+            if e not in seen:
+                seen.append(e)
+        if seen:
+            msg = "load_file(%r): no such file; available: %s" % (
+                key, ", ".join("%r (id %s)" % (e["filename"], e["file_id"])
+                               for e in seen))
+        else:
+            msg = ("load_file(%r): no such file; no files were provided to "
+                   "this execution" % (key,))
+        raise FileNotFoundError(msg)
+    label = "load_file(%r)" % entry["filename"]
+    kind = _kind_of(entry)
+    path = entry["path"]
+    if kwargs and kind not in _PANDAS_KINDS:
+        raise TypeError("%s: keyword arguments go to pandas' reader, which "
+                        "is used for csv, tsv, excel and parquet files only"
+                        % label)
+    if kind == "csv":
+        return _read_csv(path, label, "CSV", None, kwargs)
+    if kind == "tsv":
+        return _read_csv(path, label, "TSV", "\t", kwargs)
+    if kind in ("excel", "parquet"):
+        return _read_pandas(path, label, kind, kwargs)
+    data = _read_bytes(path)
+    if kind in ("json", "notebook"):
+        obj = _read_json_value(data, label)
+        if (kind == "json" and isinstance(obj, list) and obj
+                and all(isinstance(x, dict) for x in obj)):
+            return _need_pandas(label, "JSON records").DataFrame(obj)
+        return obj
+    if kind == "jsonl":
+        return _read_jsonl(data, label)
+    if kind == "yaml":
+        return _read_yaml(data, label)
+    if kind in _TEXT_KINDS:
+        return _decode_text(data)
+    if kind == "image":
+        return _read_image(path, data, label)
+    return data
+
+
+# ----------------------------------------------------------------- figures
+
+_next_figure = [1]
+
+
+def _figure_name():
+    n = _next_figure[0]
+    while os.path.lexists(os.path.join(_OUTPUT, "figure_%d.png" % n)):
+        n += 1
+    _next_figure[0] = n + 1
+    return "figure_%d.png" % n
+
+
+def _save_figures():
+    """Save every open pyplot figure as the next free figure_N.png, then
+    close them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        nums = plt.get_fignums()
+    except Exception:
+        return
+    for num in nums:
+        try:
+            fig = plt.figure(num)
+        except Exception:
+            continue
+        name = _figure_name()
+        try:
+            fig.savefig(os.path.join(_OUTPUT, name), format="png")
+            _FIGURES.append(name)
+        except Exception as e:
+            try:
+                os.unlink(os.path.join(_OUTPUT, name))
+            except OSError:
+                pass
+            _stderr("interpd: could not save figure %s: %s: %s\n"
+                    % (num, type(e).__name__, e))
+    try:
+        plt.close("all")
+    except Exception:
+        pass
+
+
+def _patch_pyplot(plt):
+    """plt.show() saves the open figures and closes them, as a notebook's
+    inline backend does (the code's plt.show(); plt.close() keeps them)."""
+    def show(*args, **kwargs):
+        """Save the open figures as figure_N.png and close them (interpd)."""
+        _save_figures()
+    show.__wrapped__ = plt.show
+    plt.show = show
+
+
+def _seed_mpl_cache():
+    """Copy the prepared font cache into $MPLCONFIGDIR (before matplotlib's
+    first import)."""
+    dst = os.environ.get("MPLCONFIGDIR")
+    if not dst:
+        return
+    try:
+        entries = list(os.scandir(_MPLCACHE))
+    except OSError:
+        return
+    os.makedirs(dst, 0o700, exist_ok=True)
+    for e in entries:
+        target = os.path.join(dst, e.name)
+        if not e.is_file(follow_symlinks=False) or os.path.lexists(target):
+            continue
+        tmp = target + ".%d.tmp" % os.getpid()
+        try:
+            data = _read_bytes(e.path)
+            with open(tmp, "xb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except OSError:
+            pass
+
+
+# ------------------------------------------------------------------ errors
+
+def _cap(text, limit, keep_tail):
+    if len(text) <= limit:
+        return text
+    omitted = "\n... (%d characters omitted) ...\n" % (len(text) - limit)
+    if keep_tail:
+        head = limit // 8
+        return text[:head] + omitted + text[len(text) - (limit - head):]
+    return text[:limit] + omitted
+
+
+def _format_exception(exc):
+    """The traceback as Python prints it, without this file's frames."""
+    import linecache
+    import traceback
+    _register_source(linecache)
+    self_file = _lib.__code__.co_filename
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__,
+                                      compact=True)
+    todo, seen = [te], set()
+    while todo:
+        t = todo.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list(
+            [f for f in t.stack if f.filename != self_file])
+        todo.append(t.__cause__)
+        todo.append(t.__context__)
+        todo.extend(getattr(t, "exceptions", None) or ())
+    return "".join(te.format())
+
+
+def _error_object(exc, print_traceback):
+    """error for result.json; the traceback also goes to stderr when
+    print_traceback (Python prints none for SystemExit)."""
+    tb = _format_exception(exc)
+    if print_traceback:
+        _stderr(tb)
+    if isinstance(exc, SystemExit):
+        message = "" if exc.code is None else str(exc.code)
+    else:
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<exception str() failed>"
+    return {"type": type(exc).__name__,
+            "message": _cap(message, _MAX_MESSAGE, False),
+            "traceback": _cap(tb, _MAX_TRACEBACK, True)}
+'''
+
+
+if __name__ == "__main__":
+    main()
