@@ -1,0 +1,887 @@
+#!/usr/bin/python3
+"""Tests of service/python/prelude.py, the Python side of an execution.
+
+Each test runs the prelude as the executor does (/usr/bin/python3 -u -I -B
+prelude.py, a clean environment, cwd = the output dir) on a job in temp
+dirs, IPD_PRELUDE_JOB and IPD_PRELUDE_OUTPUT pointing at them, and checks
+stdout, stderr, the exit status, .interpd/result.json and the files written.
+
+Run with Debian's interpreter (the data stack comes from apt):
+    /usr/bin/python3 tests/python/test_prelude.py [-v] [TestName ...]
+IPD_PRELUDE overrides the prelude's path.  Ends with "N passed, N failed"
+and exits non-zero when anything failed.
+"""
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PRELUDE = os.path.abspath(os.environ.get("IPD_PRELUDE") or os.path.join(
+    HERE, "..", "..", "service", "python", "prelude.py"))
+PYTHON = "/usr/bin/python3"
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+
+_tmp_root = None
+_mpl_cache = None   # a prepared matplotlib font cache, like /opt/interpd/mplcache
+
+
+def setUpModule():
+    global _tmp_root, _mpl_cache
+    _tmp_root = tempfile.mkdtemp(prefix="ipd-prelude-test-")
+    _mpl_cache = os.path.join(_tmp_root, "mplcache")
+    env = dict(_base_env(), MPLCONFIGDIR=_mpl_cache)
+    subprocess.run([PYTHON, "-I", "-c", "import matplotlib.font_manager"],
+                   env=env, check=True, capture_output=True, timeout=120)
+
+
+def tearDownModule():
+    if _tmp_root:
+        shutil.rmtree(_tmp_root, ignore_errors=True)
+
+
+def _base_env():
+    return {
+        "PATH": "/usr/bin:/bin",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLBACKEND": "Agg",
+        "OPENBLAS_NUM_THREADS": "1",
+        "OMP_NUM_THREADS": "1",
+        "LANG": "C.UTF-8",
+    }
+
+
+def _write_xlsx(path):
+    import openpyxl
+    wb = openpyxl.Workbook()
+    ws = wb.active
+    ws.append(["product", "qty"])
+    ws.append(["apple", 3])
+    ws.append(["pear", 9])
+    wb.save(path)
+
+
+class Run:
+    """What one execution left: rc, stdout, stderr, result (or None)."""
+
+    def __init__(self, proc, out):
+        self.rc = proc.returncode
+        self.stdout = proc.stdout.decode("utf-8", "replace")
+        self.stderr = proc.stderr.decode("utf-8", "replace")
+        self.out = out
+        path = os.path.join(out, ".interpd", "result.json")
+        self.raw = None
+        self.result = None
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                self.raw = f.read()
+            self.result = json.loads(self.raw.decode("utf-8"))
+
+    @property
+    def error(self):
+        return self.result["error"]
+
+    def __repr__(self):
+        return ("Run(rc=%r, stdout=%r, stderr=%r, result=%r)"
+                % (self.rc, self.stdout[-2000:], self.stderr[-2000:],
+                   self.result))
+
+
+class PreludeCase(unittest.TestCase):
+
+    def setUp(self):
+        self.dir = tempfile.mkdtemp(dir=_tmp_root)
+        self.job = os.path.join(self.dir, "job")
+        self.data = os.path.join(self.dir, "data")
+        self.out = os.path.join(self.dir, "output")
+        self.mpl = os.path.join(self.dir, "mpl")
+        for d in (self.job, self.data, self.out):
+            os.mkdir(d)
+        self.files = []
+
+    def add_file(self, filename, content, file_type=None, mime_type=None,
+                 file_id=None):
+        """Put a file under data/<id>/<filename> and list it in files.json."""
+        file_id = file_id or "file_%02d" % (len(self.files) + 1)
+        d = os.path.join(self.data, file_id)
+        os.makedirs(d, exist_ok=True)
+        path = os.path.join(d, filename)
+        if callable(content):
+            content(path)
+        else:
+            if isinstance(content, str):
+                content = content.encode("utf-8")
+            with open(path, "wb") as f:
+                f.write(content)
+        entry = {"file_id": file_id, "filename": filename, "path": path,
+                 "size": os.path.getsize(path)}
+        if file_type is not None:
+            entry["file_type"] = file_type
+        if mime_type is not None:
+            entry["mime_type"] = mime_type
+        self.files.append(entry)
+        return entry
+
+    def run_code(self, code, variables=None, env=None, raw_code=None,
+                 files_json=None, timeout=60, wrap=(), result_dir=None):
+        with open(os.path.join(self.job, "code.py"), "wb") as f:
+            f.write(raw_code if raw_code is not None
+                    else textwrap.dedent(code).lstrip("\n").encode("utf-8"))
+        with open(os.path.join(self.job, "files.json"), "w") as f:
+            f.write(files_json if files_json is not None
+                    else json.dumps(self.files))
+        if variables is not None:
+            with open(os.path.join(self.job, "variables.json"), "w") as f:
+                json.dump(variables, f)
+        e = dict(_base_env(), HOME=self.dir, MPLCONFIGDIR=self.mpl,
+                 IPD_PRELUDE_JOB=self.job, IPD_PRELUDE_OUTPUT=self.out,
+                 IPD_PRELUDE_MPLCACHE=_mpl_cache)
+        e.update(env or {})
+        proc = subprocess.run(list(wrap) + [PYTHON, "-u", "-I", "-B",
+                                            PRELUDE],
+                              cwd=self.out, env=e, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=timeout)
+        return Run(proc, result_dir or self.out)
+
+    def assert_ok(self, r):
+        self.assertEqual(r.rc, 0, r)
+        self.assertIsNotNone(r.result, r)
+        self.assertIsNone(r.error, r)
+
+    def assert_no_prelude_frames(self, text):
+        self.assertNotIn("prelude", text)
+        self.assertNotIn(PRELUDE, text)
+
+    def code_frames(self, traceback_text):
+        """[(line, function)] of the File "<code>" frames, in order."""
+        out = []
+        for line in traceback_text.splitlines():
+            line = line.strip()
+            if line.startswith('File "<code>", line '):
+                rest = line[len('File "<code>", line '):]
+                num, _, func = rest.partition(", in ")
+                out.append((int(num), func))
+        return out
+
+
+class TestOutputAndErrors(PreludeCase):
+
+    def test_stdout_stderr_and_success(self):
+        r = self.run_code("""
+            import sys
+            print("hello", 6 * 7)
+            print("to stderr", file=sys.stderr)
+            print("héllo ✓", end="")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "hello 42\nhéllo ✓")
+        self.assertEqual(r.stderr, "to stderr\n")
+        self.assertEqual(r.result, {"error": None, "figures": []})
+
+    def test_exception_type_message_and_line_numbers(self):
+        r = self.run_code(
+            "x = 1\n"
+            "\n"
+            "def divide(a, b):\n"
+            "    # a comment\n"
+            "    return a / b\n"
+            "\n"
+            "print('before')\n"
+            "divide(x, 0)\n"
+            "print('after')\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.stdout, "before\n")
+        err = r.error
+        self.assertEqual(err["type"], "ZeroDivisionError")
+        self.assertEqual(err["message"], "division by zero")
+        tb = err["traceback"]
+        self.assertTrue(tb.startswith("Traceback (most recent call last):\n"),
+                        tb)
+        self.assertEqual(self.code_frames(tb),
+                         [(8, "<module>"), (5, "divide")])
+        self.assertIn("    divide(x, 0)\n", tb)       # the source lines
+        self.assertIn("    return a / b\n", tb)
+        self.assertTrue(tb.endswith("ZeroDivisionError: division by zero\n"))
+        self.assert_no_prelude_frames(tb)
+        # stderr carries the same traceback, as Python prints it
+        self.assertEqual(r.stderr, tb)
+
+    def test_library_frames_are_kept(self):
+        r = self.run_code("""
+            import json
+
+            data = json.loads('{"a": 1,}')
+        """)
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "JSONDecodeError")
+        tb = r.error["traceback"]
+        self.assertEqual(self.code_frames(tb)[0], (3, "<module>"))
+        self.assertIn("json/decoder.py", tb)
+        self.assert_no_prelude_frames(tb)
+
+    def test_chained_exceptions(self):
+        r = self.run_code("""
+            def parse(s):
+                return int(s)
+
+            try:
+                parse("x")
+            except ValueError as e:
+                raise RuntimeError("bad input") from e
+        """)
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "RuntimeError")
+        self.assertEqual(r.error["message"], "bad input")
+        tb = r.error["traceback"]
+        self.assertIn("direct cause of the following exception", tb)
+        self.assertEqual(self.code_frames(tb),
+                         [(5, "<module>"), (2, "parse"), (7, "<module>")])
+        self.assert_no_prelude_frames(tb)
+
+    def test_crlf_source_line_numbers(self):
+        r = self.run_code(None, raw_code=b"a = 1\r\nb = 2\r\nc = a / 0\r\n")
+        self.assertEqual(r.error["type"], "ZeroDivisionError")
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(3, "<module>")])
+        self.assertIn("    c = a / 0\n", r.error["traceback"])
+
+    def test_syntax_error(self):
+        r = self.run_code("print('ok')\nx = 1\nif x ==:\n    pass\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.stdout, "")   # nothing ran
+        err = r.error
+        self.assertEqual(err["type"], "SyntaxError")
+        self.assertIn("line 3", err["message"])
+        self.assertIn('File "<code>", line 3', err["traceback"])
+        self.assertIn("if x ==:", err["traceback"])
+        self.assertIn("SyntaxError", err["traceback"])
+        self.assert_no_prelude_frames(err["traceback"])
+
+    def test_indentation_error(self):
+        r = self.run_code("def f():\nreturn 1\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "IndentationError")
+        self.assertIn("line 2", r.error["message"])
+        self.assertIn('File "<code>", line 2', r.error["traceback"])
+
+    def test_sys_exit_code(self):
+        r = self.run_code("""
+            import sys
+            print("leaving")
+            sys.exit(3)
+            print("not reached")
+        """)
+        self.assertEqual(r.rc, 3, r)
+        self.assertEqual(r.stdout, "leaving\n")
+        self.assertEqual(r.stderr, "")
+        self.assertEqual(r.error["type"], "SystemExit")
+        self.assertEqual(r.error["message"], "3")
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(3, "<module>")])
+
+    def test_sys_exit_zero_and_exit_builtin(self):
+        for code in ("import sys\nsys.exit(0)\n", "import sys\nsys.exit()\n",
+                     "exit()\n", "raise SystemExit\n"):
+            with self.subTest(code=code):
+                r = self.run_code(code)
+                self.assert_ok(r)
+
+    def test_sys_exit_message(self):
+        r = self.run_code("import sys\nsys.exit('giving up')\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.stderr, "giving up\n")   # as Python prints it
+        self.assertEqual(r.error["type"], "SystemExit")
+        self.assertEqual(r.error["message"], "giving up")
+
+    def test_keyboard_interrupt_and_base_exception(self):
+        r = self.run_code("print(1)\nraise KeyboardInterrupt\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "KeyboardInterrupt")
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(2, "<module>")])
+        r = self.run_code("class Stop(BaseException):\n    pass\n"
+                          "raise Stop('now')\n")
+        self.assertEqual(r.error["type"], "Stop")
+        self.assertEqual(r.error["message"], "now")
+
+    def test_traceback_printed_by_the_code_shows_its_lines(self):
+        r = self.run_code("""
+            import traceback
+            try:
+                {}["missing"]
+            except KeyError:
+                traceback.print_exc()
+            print("done")
+        """)
+        self.assert_ok(r)
+        self.assertIn('File "<code>", line 3, in <module>', r.stderr)
+        self.assertIn('{}["missing"]', r.stderr)
+        self.assert_no_prelude_frames(r.stderr)
+
+    def test_warning_shows_source_line(self):
+        r = self.run_code("""
+            import warnings
+            warnings.warn("careful now")
+        """)
+        self.assert_ok(r)
+        self.assertIn("<code>:2: UserWarning: careful now", r.stderr)
+        self.assertIn('warnings.warn("careful now")', r.stderr)
+
+    def test_module_namespace(self):
+        r = self.run_code("""
+            import sys, pickle, __main__
+            class Point:
+                def __init__(self, x):
+                    self.x = x
+            p = pickle.loads(pickle.dumps(Point(4)))
+            print(__name__, __main__.Point is Point, p.x, sys.argv)
+            print(sorted(k for k in globals() if not k.startswith("__")))
+        """)
+        self.assert_ok(r)
+        lines = r.stdout.splitlines()
+        self.assertEqual(lines[0], "__main__ True 4 ['<code>']")
+        self.assertEqual(lines[1], "['FILES', 'Point', 'load_file', 'p', "
+                                   "'pickle', 'sys']")
+
+    def test_sys_path_is_pythons_own(self):
+        r = self.run_code("import sys\nprint(repr(sys.path))\n")
+        self.assert_ok(r)
+        plain = subprocess.run([PYTHON, "-I", "-c",
+                                "import sys; print(repr(sys.path))"],
+                               env=_base_env(), capture_output=True,
+                               cwd=self.out, check=True)
+        self.assertEqual(r.stdout, plain.stdout.decode())
+        self.assertNotIn(self.out, r.stdout)
+        self.assertNotIn(os.path.dirname(PRELUDE), r.stdout)
+
+    def test_no_heavy_imports_when_unused(self):
+        r = self.run_code("""
+            import atexit, sys
+            heavy = ("matplotlib", "numpy", "pandas", "PIL", "json",
+                     "traceback", "linecache", "random")
+            print(sorted(m for m in heavy if m in sys.modules))
+            # runs after the prelude saved figures and wrote result.json
+            atexit.register(lambda: print("at exit:", sorted(
+                m for m in heavy if m in sys.modules)))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[]\nat exit: []\n")
+
+    def test_forked_child_writes_no_result(self):
+        r = self.run_code("""
+            import os, time
+            if os.fork() == 0:
+                time.sleep(0.3)
+                raise ValueError("child")
+            print("parent done")
+        """)
+        self.assertEqual(r.rc, 0, r)
+        self.assertIn("parent done", r.stdout)
+        self.assertIn("ValueError: child", r.stderr)   # the child did fail
+        self.assertIsNone(r.error, r)                  # the parent's result
+
+    def test_chdir_in_code_keeps_outputs_in_place(self):
+        r = self.run_code("""
+            import os
+            os.chdir("/")
+            raise LookupError("moved away")
+        """)
+        self.assertEqual(r.error["type"], "LookupError")
+        self.assertEqual(r.error["message"], "moved away")
+
+
+class TestResultFile(PreludeCase):
+
+    def test_result_is_replaced_atomically(self):
+        r = self.run_code("""
+            import os
+            tmp = ".interpd/result.json.%d.tmp" % os.getpid()
+            print(os.listdir(".interpd") == [os.path.basename(tmp)])
+            with open(".interpd/result.json", "w") as f:
+                f.write("garbage")
+            os.link(".interpd/result.json", "kept.txt")
+            with open("victim.txt", "w") as f:
+                f.write("victim")
+            os.unlink(tmp)
+            os.symlink(os.path.abspath("victim.txt"), tmp)
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "True\n")     # reserved before the code ran
+        self.assertEqual(r.result, {"error": None, "figures": []})
+        with open(os.path.join(self.out, "kept.txt")) as f:
+            self.assertEqual(f.read(), "garbage")   # renamed over, not rewritten
+        with open(os.path.join(self.out, "victim.txt")) as f:
+            self.assertEqual(f.read(), "victim")    # no write through a link
+        self.assertEqual(os.listdir(os.path.join(self.out, ".interpd")),
+                         ["result.json"])
+
+    def test_closed_descriptors_are_not_written(self):
+        r = self.run_code("""
+            import os
+            os.closerange(3, 4096)
+            mine = open("mine.txt", "w")   # likely the prelude's old fd number
+            mine.write("mine")
+            mine.flush()
+            1 / 0
+        """)
+        self.assertEqual(r.error["type"], "ZeroDivisionError")
+        with open(os.path.join(self.out, "mine.txt")) as f:
+            self.assertEqual(f.read(), "mine")
+        self.assertEqual(os.listdir(os.path.join(self.out, ".interpd")),
+                         ["result.json"])
+
+    def test_full_disk_still_gives_a_result(self):
+        probe = subprocess.run(["unshare", "-r", "-m", "true"],
+                               capture_output=True)
+        if probe.returncode != 0:
+            self.skipTest("no user+mount namespaces for a small tmpfs")
+        saved = os.path.join(self.dir, "saved")
+        os.mkdir(saved)
+        r = self.run_code("""
+            print("filling")
+            with open("big.bin", "wb") as f:
+                while True:
+                    f.write(b"x" * 65536)
+        """, wrap=["unshare", "-r", "-m", "sh", "-c",
+                   'mount -t tmpfs -o size=1m tmpfs "$0" && cd "$0" && '
+                   '"$@"; rc=$?; cp -a "$0/.interpd" "%s/"; exit $rc' % saved,
+                   self.out], result_dir=saved)
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.stdout, "filling\n")
+        self.assertEqual(r.error["type"], "OSError")
+        self.assertIn("No space left on device", r.error["message"])
+        self.assertEqual(self.code_frames(r.error["traceback"])[0],
+                         (4, "<module>"))
+
+    def test_result_json_is_strict_utf8_json(self):
+        r = self.run_code(r"""
+            raise ValueError('quote " backslash \\ tab \t nl \n ctl \x01 '
+                             'é ✓ \U0001F600 lone \udcff end')
+        """)
+        self.assertEqual(r.rc, 1, r)
+        text = r.raw.decode("utf-8")          # strict: no lone surrogates
+        self.assertNotIn("\\ud", text.lower())
+        self.assertEqual(r.error["message"],
+                         'quote " backslash \\ tab \t nl \n ctl \x01 '
+                         'é ✓ \U0001F600 lone ? end')
+
+    def test_long_messages_are_capped(self):
+        r = self.run_code("raise ValueError('x' * 1000000)\n")
+        self.assertEqual(r.error["type"], "ValueError")
+        self.assertLess(len(r.error["message"]), 20000)
+        self.assertIn("characters omitted", r.error["message"])
+        self.assertLess(len(r.error["traceback"]), 70000)
+        self.assertTrue(r.error["traceback"].endswith("x\n"))
+
+    def test_bad_job_is_a_prelude_error(self):
+        r = self.run_code("print(1)\n", files_json="{not json")
+        self.assertEqual(r.rc, 70, r)
+        self.assertEqual(r.stdout, "")
+        self.assertEqual(r.error["type"], "PreludeError")
+        self.assertIn("files.json", r.error["message"])
+
+
+class TestFilesAndVariables(PreludeCase):
+
+    def test_files_by_id_and_name(self):
+        a = self.add_file("notes.txt", "first", "text", file_id="id_a")
+        b = self.add_file("notes.txt", "second", "text", file_id="id_b")
+        c = self.add_file("other.txt", "third", "text", file_id="id_c")
+        r = self.run_code("""
+            print(FILES["id_a"])
+            print(FILES["id_b"])
+            print(FILES["notes.txt"])
+            print(open(FILES["other.txt"]).read())
+            print(load_file("id_a"), load_file("id_b"), load_file("notes.txt"),
+                  load_file(FILES["other.txt"]))
+            print(len(FILES))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout.splitlines(), [
+            a["path"], b["path"], b["path"], "third",
+            "first second second third", "5"])
+        self.assertTrue(c["path"].startswith(self.data))
+
+    def test_unknown_file_lists_available_names(self):
+        self.add_file("sales.csv", "a\n1\n", "csv", file_id="f_sales")
+        r = self.run_code("""
+            x = 1
+            load_file("nope.csv")
+        """)
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "FileNotFoundError")
+        self.assertIn("'nope.csv'", r.error["message"])
+        self.assertIn("'sales.csv' (id f_sales)", r.error["message"])
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(2, "<module>")])
+        self.assert_no_prelude_frames(r.error["traceback"])
+
+    def test_no_files_means_empty_files(self):
+        r = self.run_code("print(FILES)\ntry:\n    load_file('x')\n"
+                          "except FileNotFoundError as e:\n    print(e)\n")
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "{}\nload_file('x'): no such file; no "
+                                   "files were provided to this execution\n")
+
+    def test_variables_define_globals(self):
+        r = self.run_code("""
+            print(repr(n), repr(name), repr(items), repr(cfg), repr(nothing))
+            print(type(n).__name__, type(ratio).__name__)
+        """, variables={"n": 42, "name": "Zoë", "items": [1, "two", None],
+                        "cfg": {"a": {"b": True}}, "nothing": None,
+                        "ratio": 0.5, "not-a-name": 1, "class": 2,
+                        "__builtins__": 3})
+        self.assert_ok(r)
+        self.assertEqual(r.stdout.splitlines(), [
+            "42 'Zoë' [1, 'two', None] {'a': {'b': True}} None",
+            "int float"])
+        for bad in ("not-a-name", "class", "__builtins__"):
+            self.assertIn("variable %r ignored" % bad, r.stderr)
+
+    def test_csv_dataframe(self):
+        self.add_file("sales.csv", "region,units,price\nnorth,3,2.5\n"
+                      "south,5,1.25\nwest,7,4.0\n", "csv", "text/csv",
+                      file_id="f1")
+        r = self.run_code("""
+            df = load_file("sales.csv")
+            print(type(df).__name__, df.shape, list(df.columns))
+            print(df["units"].sum(), df["price"].dtype, df.iloc[1]["region"])
+            print(load_file("f1").equals(df))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout.splitlines(), [
+            "DataFrame (3, 3) ['region', 'units', 'price']",
+            "15 float64 south", "True"])
+
+    def test_csv_by_extension_semicolons_and_cp1252(self):
+        self.add_file("eu.csv", "name;amount\nCafé;1\nBär;2\n".encode("cp1252"),
+                      "binary")
+        r = self.run_code("""
+            df = load_file("eu.csv")
+            print(df.shape, list(df["name"]), int(df["amount"].sum()))
+            print(load_file("eu.csv", sep=",").shape)
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout.splitlines(),
+                         ["(2, 2) ['Café', 'Bär'] 3", "(2, 1)"])
+
+    def test_tsv_dataframe(self):
+        self.add_file("t.tsv", "a\tb\n1\tx y\n2\tz\n", "tsv")
+        r = self.run_code("""
+            df = load_file("t.tsv")
+            print(df.shape, list(df.columns), list(df["b"]))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "(2, 2) ['a', 'b'] ['x y', 'z']\n")
+
+    def test_broken_csv_names_the_file(self):
+        self.add_file("broken.csv", "a,b\n1,2\n3,4,5\n", "csv")
+        r = self.run_code("""
+            import pandas
+            df = load_file("broken.csv")
+        """)
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "ValueError")
+        msg = r.error["message"]
+        self.assertTrue(msg.startswith("load_file('broken.csv'): could not "
+                                       "parse as CSV: "), msg)
+        self.assertIn("Expected 2 fields in line 3, saw 3", msg)
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(2, "<module>")])
+        self.assert_no_prelude_frames(r.error["traceback"])
+
+    def test_excel_dataframe(self):
+        self.add_file("stock.xlsx", _write_xlsx, "excel")
+        r = self.run_code("""
+            df = load_file("stock.xlsx")
+            print(type(df).__name__, df.shape, list(df["product"]),
+                  int(df["qty"].sum()))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "DataFrame (2, 2) ['apple', 'pear'] 12\n")
+
+    def test_json_records_object_and_list(self):
+        self.add_file("rec.json", json.dumps([{"a": 1, "b": "x"},
+                                              {"a": 2, "b": "y"}]), "json")
+        self.add_file("obj.json", '\ufeff{"k": [1, 2], "n": null}', "json")
+        self.add_file("nums.json", "[1, 2, 3]", "json")
+        self.add_file("bad.json", '{"k": ', "json")
+        r = self.run_code("""
+            df = load_file("rec.json")
+            print(type(df).__name__, df.shape, list(df["b"]))
+            print(load_file("obj.json"), load_file("nums.json"))
+            load_file("bad.json")
+        """)
+        self.assertEqual(r.stdout.splitlines(), [
+            "DataFrame (2, 2) ['x', 'y']",
+            "{'k': [1, 2], 'n': None} [1, 2, 3]"])
+        self.assertEqual(r.error["type"], "ValueError")
+        self.assertTrue(r.error["message"].startswith(
+            "load_file('bad.json'): could not parse as JSON: "),
+            r.error["message"])
+
+    def test_jsonl_dataframe_and_bad_line(self):
+        self.add_file("ev.jsonl", '{"e": "a", "v": 1}\n\n{"e": "b", "v": 2}\n',
+                      "jsonl")
+        self.add_file("bad.jsonl", '{"e": 1}\n{"e": \n', "jsonl")
+        r = self.run_code("""
+            df = load_file("ev.jsonl")
+            print(type(df).__name__, df.shape, list(df["e"]), int(df["v"].sum()))
+            load_file("bad.jsonl")
+        """)
+        self.assertEqual(r.stdout, "DataFrame (2, 2) ['a', 'b'] 3\n")
+        self.assertEqual(r.error["type"], "ValueError")
+        self.assertIn("load_file('bad.jsonl'): could not parse as JSON Lines: "
+                      "line 2:", r.error["message"])
+
+    def test_yaml(self):
+        self.add_file("conf.yaml", "name: demo\nports:\n  - 80\n  - 443\n",
+                      "yaml")
+        self.add_file("bad.yml", "a: [1, 2\n", None)
+        r = self.run_code("""
+            print(load_file("conf.yaml"))
+            load_file("bad.yml")
+        """)
+        self.assertEqual(r.stdout, "{'name': 'demo', 'ports': [80, 443]}\n")
+        self.assertEqual(r.error["type"], "ValueError")
+        self.assertIn("load_file('bad.yml'): could not parse as YAML",
+                      r.error["message"])
+
+    def test_text_kinds_are_str(self):
+        self.add_file("readme.md", "# Title\nbody ✓\n", "markdown")
+        self.add_file("script.py", "print('hi')\n", "python")
+        self.add_file("doc.xml", "<a><b/></a>", "xml")
+        self.add_file("log.txt", "line1\nline2\n", "text")
+        r = self.run_code("""
+            for n in ("readme.md", "script.py", "doc.xml", "log.txt"):
+                v = load_file(n)
+                print(type(v).__name__, repr(v))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout.splitlines(), [
+            "str '# Title\\nbody ✓\\n'", "str \"print('hi')\\n\"",
+            "str '<a><b/></a>'", "str 'line1\\nline2\\n'"])
+
+    def test_image_is_pil(self):
+        def write(path):
+            from PIL import Image
+            img = Image.new("RGB", (4, 3), (255, 0, 0))
+            img.putpixel((1, 2), (0, 0, 255))
+            img.save(path, "PNG")
+        self.add_file("red.png", write, "image", "image/png")
+        self.add_file("bad.png", b"not an image", "image", "image/png")
+        r = self.run_code("""
+            img = load_file("red.png")
+            print(type(img).__module__.split(".")[0], img.size, img.mode,
+                  img.getpixel((1, 2)), img.getpixel((0, 0)))
+            load_file("bad.png")
+        """)
+        self.assertEqual(r.stdout, "PIL (4, 3) RGB (0, 0, 255) (255, 0, 0)\n")
+        self.assertEqual(r.error["type"], "ValueError")
+        self.assertIn("load_file('bad.png'): could not open as an image",
+                      r.error["message"])
+
+    def test_unknown_binary_is_bytes(self):
+        blob = bytes(range(256)) * 3
+        self.add_file("blob.bin", blob, "binary", "application/octet-stream")
+        self.add_file("doc.pdf", b"%PDF-1.4\n", "pdf", "application/pdf")
+        r = self.run_code("""
+            b = load_file("blob.bin")
+            print(type(b).__name__, len(b), b[:4], b[-1])
+            print(load_file("doc.pdf"))
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "bytes 768 b'\\x00\\x01\\x02\\x03' 255\n"
+                                   "b'%PDF-1.4\\n'\n")
+
+    def test_missing_optional_packages(self):
+        # sys.modules[name] = None makes "import name" raise ImportError.
+        self.add_file("c.yaml", "a: 1\n", "yaml")
+        self.add_file("p.png", b"\x89PNG\r\n\x1a\nrest", "image")
+        self.add_file("s.xlsx", _write_xlsx, "excel")
+        self.add_file("d.csv", "a\n1\n", "csv")
+        r = self.run_code("""
+            import sys
+            for mod, name in (("yaml", "c.yaml"), ("PIL", "p.png"),
+                              ("openpyxl", "s.xlsx"), ("pandas", "d.csv")):
+                sys.modules[mod] = None
+                try:
+                    v = load_file(name)
+                    print(name, type(v).__name__, v[:4])
+                except ImportError as e:
+                    print(name, "ImportError", e)
+        """)
+        self.assert_ok(r)
+        lines = r.stdout.splitlines()
+        self.assertEqual(len(lines), 4, r)
+        self.assertEqual(lines[0], "c.yaml ImportError load_file('c.yaml'): "
+                                   "reading YAML needs PyYAML, which is not "
+                                   "installed")
+        self.assertEqual(lines[1], "p.png bytes b'\\x89PNG'")
+        self.assertTrue(lines[2].startswith(
+            "s.xlsx ImportError load_file('s.xlsx'): cannot read Excel: "),
+            lines[2])
+        self.assertIn("openpyxl", lines[2])
+        self.assertEqual(lines[3], "d.csv ImportError load_file('d.csv'): "
+                                   "reading CSV needs pandas, which is not "
+                                   "installed")
+
+    def test_parquet(self):
+        try:
+            import pyarrow  # noqa: F401
+            have_engine = True
+        except ImportError:
+            try:
+                import fastparquet  # noqa: F401
+                have_engine = True
+            except ImportError:
+                have_engine = False
+        if have_engine:
+            def write(path):
+                import pandas
+                pandas.DataFrame({"a": [1, 2]}).to_parquet(path)
+            self.add_file("t.parquet", write, "parquet")
+        else:
+            self.add_file("t.parquet", b"PAR1\x00\x00PAR1", "parquet")
+        r = self.run_code("""
+            df = load_file("t.parquet")
+            print(df.shape)
+        """)
+        if have_engine:
+            self.assert_ok(r)
+            self.assertEqual(r.stdout, "(2, 1)\n")
+        else:
+            self.assertEqual(r.error["type"], "ImportError")
+            self.assertTrue(r.error["message"].startswith(
+                "load_file('t.parquet'): cannot read Parquet: "),
+                r.error["message"])
+            self.assertIn("pyarrow", r.error["message"])
+
+
+class TestFigures(PreludeCase):
+
+    def figure_bytes(self, name):
+        with open(os.path.join(self.out, name), "rb") as f:
+            return f.read()
+
+    def test_open_figure_saved_as_png(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2, 3], [4, 1, 9])
+            plt.title("left open")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertTrue(self.figure_bytes("figure_1.png")
+                        .startswith(PNG_SIGNATURE))
+        self.assertEqual(r.stderr, "")
+
+    def test_user_file_not_overwritten_and_show_saves(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            with open("figure_1.png", "wb") as f:
+                f.write(b"mine")
+            plt.figure()
+            plt.bar(["a", "b"], [3, 5])
+            plt.show()
+            plt.close()
+            fig, ax = plt.subplots()
+            ax.scatter([1, 2], [2, 1])
+            print(sorted(n for n in __import__("os").listdir(".")
+                         if n.endswith(".png")))
+        """)
+        self.assert_ok(r)
+        # show() saved the first figure at once, the second at the end
+        self.assertEqual(r.stdout, "['figure_1.png', 'figure_2.png']\n")
+        self.assertEqual(r.result["figures"], ["figure_2.png", "figure_3.png"])
+        self.assertEqual(self.figure_bytes("figure_1.png"), b"mine")
+        for name in r.result["figures"]:
+            self.assertTrue(self.figure_bytes(name).startswith(PNG_SIGNATURE))
+
+    def test_figures_saved_after_an_exception(self):
+        r = self.run_code("""
+            import matplotlib
+            matplotlib.use("Agg")
+            import matplotlib.pyplot as plt
+            plt.plot([0, 1])
+            raise RuntimeError("plot then fail")
+        """)
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "RuntimeError")
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertTrue(self.figure_bytes("figure_1.png")
+                        .startswith(PNG_SIGNATURE))
+
+    def test_font_cache_is_seeded(self):
+        # Re-dump the prepared cache compactly: matplotlib writes it indented,
+        # so if it rebuilt its cache the copy would change.
+        cache = os.path.join(self.dir, "prepared")
+        os.mkdir(cache)
+        names = [n for n in os.listdir(_mpl_cache)
+                 if n.startswith("fontlist-")]
+        self.assertEqual(len(names), 1, os.listdir(_mpl_cache))
+        with open(os.path.join(_mpl_cache, names[0])) as f:
+            compact = json.dumps(json.load(f), separators=(",", ":"))
+        with open(os.path.join(cache, names[0]), "w") as f:
+            f.write(compact)
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2])
+        """, env={"IPD_PRELUDE_MPLCACHE": cache})
+        self.assert_ok(r)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        with open(os.path.join(self.mpl, names[0])) as f:
+            self.assertEqual(f.read(), compact)
+
+
+class TestReseed(unittest.TestCase):
+
+    def test_reseed_when_already_imported(self):
+        spec = importlib.util.spec_from_file_location("interpd_prelude",
+                                                      PRELUDE)
+        prelude = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(prelude)
+        import random
+        import numpy
+        random.seed(1)
+        numpy.random.seed(1)
+        fixed = (random.random(), numpy.random.random())
+        random.seed(1)
+        numpy.random.seed(1)
+        prelude._lib()["_reseed"]()
+        self.assertNotEqual(random.random(), fixed[0])
+        self.assertNotEqual(numpy.random.random(), fixed[1])
+
+
+class _CountingResult(unittest.TextTestResult):
+    pass
+
+
+def main():
+    runner = unittest.TextTestRunner(resultclass=_CountingResult,
+                                     verbosity=2 if "-v" in sys.argv else 1)
+    argv = [a for a in sys.argv[1:] if a != "-v"]
+    loader = unittest.defaultTestLoader
+    if argv:
+        suite = loader.loadTestsFromNames(argv, sys.modules[__name__])
+    else:
+        suite = loader.loadTestsFromModule(sys.modules[__name__])
+    result = runner.run(suite)
+    failed = (len(result.failures) + len(result.errors)
+              + len(result.unexpectedSuccesses))
+    passed = result.testsRun - failed - len(result.skipped)
+    if result.skipped:
+        print("%d skipped" % len(result.skipped))
+    print("%d passed, %d failed" % (passed, failed))
+    sys.exit(0 if failed == 0 and result.testsRun > 0 else 1)
+
+
+if __name__ == "__main__":
+    main()
