@@ -32,6 +32,7 @@ struct job {
     char **file_ids;                 /* owned array of owned strings */
     size_t n_files;
     int64_t timeout_ms;
+    char policy[IPD_POLICY_MAX];
     json_t *variables;               /* new reference or NULL */
     enum ipd_err rc;                 /* the executor's answer */
     json_t *result;                  /* new reference when rc == IPD_OK */
@@ -84,6 +85,7 @@ static void run_job(struct ipd_exec_pool *p, struct job *j)
         .n_files = j->n_files,
         .timeout_ms = j->timeout_ms,
         .variables = j->variables,
+        .policy = j->policy,
     };
     j->rc = ipd_executor_run(p->ex, &rq, &j->result, &j->detail);
 }
@@ -277,11 +279,32 @@ static struct job *parse_job(struct ipd_req *r)
     }
     if (unsupported(r, doc))
         goto out;
+    /* The key's policy, or a stricter one the request names. */
+    const char *policy = r->key.policy[0] ? r->key.policy : "standard";
+    json_t *want = json_object_get(doc, "policy");
+    if (want && !json_is_null(want)) {
+        const char *name = json_string_value(want);
+        if (!name || !ipd_exec_policy_known(name)) {
+            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                            "\"policy\" must be strict, standard or "
+                            "networked");
+            goto out;
+        }
+        if (!ipd_exec_policy_within(name, policy)) {
+            ipd_reply_error(r, IPD_HE_FORBIDDEN,
+                            "policy %s is less strict than this key's "
+                            "policy %s; a request can only tighten it",
+                            name, policy);
+            goto out;
+        }
+        policy = name;
+    }
     j = ipd_xcalloc(1, sizeof(*j));
     ipd_buf_init(&j->detail, 1024);
     j->r = r;
     snprintf(j->tenant, sizeof(j->tenant), "%s", r->key.tenant);
     snprintf(j->user_id, sizeof(j->user_id), "%s", r->user_id);
+    snprintf(j->policy, sizeof(j->policy), "%s", policy);
     j->code_len = json_string_length(code);
     j->code = ipd_xmalloc(j->code_len + 1);
     memcpy(j->code, json_string_value(code), j->code_len + 1);

@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "executor.h"
 #include "keys.h"
 #include "log.h"
 #include "serve.h"
@@ -31,7 +32,7 @@ static void print_json(json_t *j)
 
 static int keys_create(struct ipd_meta *m, const char **args, size_t n)
 {
-    const char *tenant = NULL;
+    const char *tenant = NULL, *policy = "standard";
     bool admin = false;
     char plain[IPD_KEY_PLAIN_MAX];
     struct ipd_key k;
@@ -44,6 +45,10 @@ static int keys_create(struct ipd_meta *m, const char **args, size_t n)
             tenant = args[++i];
         else if (!strncmp(args[i], "--tenant=", 9))
             tenant = args[i] + 9;
+        else if (!strcmp(args[i], "--policy") && i + 1 < n)
+            policy = args[++i];
+        else if (!strncmp(args[i], "--policy=", 9))
+            policy = args[i] + 9;
         else {
             fprintf(stderr, "interpd keys create: unexpected \"%s\"\n",
                     args[i]);
@@ -55,15 +60,21 @@ static int keys_create(struct ipd_meta *m, const char **args, size_t n)
                         "(1-64 characters of [A-Za-z0-9_.-])\n");
         return 2;
     }
-    enum ipd_err rc = ipd_keys_create(m, tenant, admin, plain, &k);
+    if (!ipd_exec_policy_known(policy)) {
+        fprintf(stderr, "interpd keys create: unknown policy \"%s\" (strict, "
+                        "standard or networked)\n", policy);
+        return 2;
+    }
+    enum ipd_err rc = ipd_keys_create(m, tenant, admin, policy, plain, &k);
     if (rc) {
         fprintf(stderr, "interpd keys create: %s\n", ipd_err_name(rc));
         return 1;
     }
     ipd_time_format(k.created_at_ms, created);
-    print_json(json_pack("{s:s, s:s, s:b, s:s, s:s}", "key_id", k.key_id,
-                         "tenant", k.tenant, "admin", k.admin, "created_at",
-                         created, "key", plain));
+    print_json(json_pack("{s:s, s:s, s:b, s:s, s:s, s:s}", "key_id",
+                         k.key_id, "tenant", k.tenant, "admin", k.admin,
+                         "policy", k.policy, "created_at", created, "key",
+                         plain));
     memset(plain, 0, sizeof(plain));
     return 0;
 }
@@ -80,8 +91,9 @@ static int keys_list(struct ipd_meta *m)
     for (size_t i = 0; i < l.n; i++) {
         const struct ipd_key *k = &l.items[i];
         json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:b, s:o, s:o, s:s}", "key_id",
+            arr, json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:s}", "key_id",
                            k->key_id, "tenant", k->tenant, "admin", k->admin,
+                           "policy", k->policy,
                            "created_at", time_or_null(k->created_at_ms),
                            "revoked_at", time_or_null(k->revoked_at_ms),
                            "secret", k->secret));
@@ -117,7 +129,8 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
     int code = 2;
     if (!nargs) {
         fprintf(stderr, "usage: interpd keys create --tenant NAME [--admin] "
-                        "| list | revoke KEY_ID\n");
+                        "[--policy strict|standard|networked] | list | "
+                        "revoke KEY_ID\n");
         return 2;
     }
     if (ipd_stores_open(cfg, false, &st)) {

@@ -110,6 +110,24 @@ static const struct exec_policy *policy_find(const char *name)
     return NULL;
 }
 
+bool ipd_exec_policy_known(const char *name)
+{
+    return name && policy_find(name) != NULL;
+}
+
+bool ipd_exec_policy_within(const char *inner, const char *outer)
+{
+    const struct exec_policy *a = policy_find(inner), *b = policy_find(outer);
+    return a && b && a->timeout_cap_ms <= b->timeout_cap_ms &&
+           a->timeout_default_ms <= b->timeout_default_ms &&
+           a->memory_bytes <= b->memory_bytes &&
+           a->max_processes <= b->max_processes &&
+           a->output_cap_bytes <= b->output_cap_bytes &&
+           a->tmp_bytes <= b->tmp_bytes &&
+           a->output_dir_bytes <= b->output_dir_bytes &&
+           (!a->network || b->network);
+}
+
 static void policy_to_sandbox(const struct exec_policy *ep,
                               int64_t timeout_ms,
                               struct ipd_sandbox_policy *p)

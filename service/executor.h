@@ -95,6 +95,13 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
                                    struct ipd_executor **out);
 void ipd_executor_free(struct ipd_executor *ex); /* NULL is fine */
 
+/* Named execution policies (strict, standard, networked).  True when name
+ * is one of them. */
+bool ipd_exec_policy_known(const char *name);
+/* True when policy inner is nowhere more permissive than outer (a request
+ * may only tighten the policy of its key). */
+bool ipd_exec_policy_within(const char *inner, const char *outer);
+
 /* What isolation is active, for the admin status and the start-up log. */
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);
 

@@ -16,13 +16,16 @@
 #define KEY_HEX 64
 
 enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
-                             bool admin, char plain[IPD_KEY_PLAIN_MAX],
+                             bool admin, const char *policy,
+                             char plain[IPD_KEY_PLAIN_MAX],
                              struct ipd_key *out)
 {
     unsigned char rnd[32];
     struct ipd_key k;
 
-    if (!ipd_tenant_valid(tenant))
+    if (!policy)
+        policy = "standard";
+    if (!ipd_tenant_valid(tenant) || strlen(policy) >= sizeof(k.policy))
         return IPD_ERR_INVALID;
     memset(&k, 0, sizeof(k));
     ipd_random_bytes(rnd, sizeof(rnd));
@@ -34,6 +37,7 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
     snprintf(k.tenant, sizeof(k.tenant), "%s", tenant);
     ipd_sha256_hex(plain, strlen(plain), k.hash);
     k.admin = admin;
+    memcpy(k.policy, policy, strlen(policy) + 1);
     k.created_at_ms = ipd_now_ms();
     enum ipd_err rc = ipd_meta_key_insert(m, &k);
     if (!rc && out)
@@ -101,7 +105,7 @@ enum ipd_err ipd_keys_bootstrap_admin(struct ipd_meta *m,
         goto out;
     if (keys.n)
         goto out;
-    rc = ipd_keys_create(m, "admin", true, plain, &k);
+    rc = ipd_keys_create(m, "admin", true, "standard", plain, &k);
     if (rc)
         goto out;
     rc = write_key_file(data_dir, plain);

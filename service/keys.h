@@ -13,10 +13,12 @@
 
 #define IPD_KEY_PLAIN_MAX 80
 
-/* Create and store a key for tenant.  plain receives the key, shown once;
- * *out the stored record. */
+/* Create and store a key for tenant with an execution policy (NULL:
+ * "standard").  plain receives the key, shown once; *out the stored
+ * record. */
 enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
-                             bool admin, char plain[IPD_KEY_PLAIN_MAX],
+                             bool admin, const char *policy,
+                             char plain[IPD_KEY_PLAIN_MAX],
                              struct ipd_key *out);
 
 /* The stored record for a presented key, compared in constant time.

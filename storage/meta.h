@@ -89,6 +89,7 @@ struct ipd_quota {
 };
 
 #define IPD_KEY_NAME_MAX 128
+#define IPD_POLICY_MAX 32 /* execution policy names */
 
 /* One API key record; the plain key is never stored. */
 struct ipd_key {
@@ -99,6 +100,7 @@ struct ipd_key {
     int64_t created_at_ms;
     int64_t revoked_at_ms;            /* 0 while the key is valid */
     char secret[IPD_SHA256_HEX];      /* per-key signing secret (callbacks) */
+    char policy[IPD_POLICY_MAX];      /* execution policy ("standard") */
 };
 
 struct ipd_key_list {

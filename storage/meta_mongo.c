@@ -190,6 +190,9 @@ static enum ipd_err key_to_doc(const struct ipd_key *k, bson_t *b)
     else
         BSON_APPEND_DATE_TIME(b, "revoked_at", k->revoked_at_ms);
     rc = put_str(b, "secret", k->secret, sizeof(k->secret));
+    if (!rc)
+        rc = put_str(b, "policy", k->policy[0] ? k->policy : "standard",
+                     sizeof(k->policy));
 out:
     return rc;
 }
@@ -321,6 +324,11 @@ static enum ipd_err doc_to_key(const bson_t *d, struct ipd_key *k)
         goto out;
     }
     k->admin = bson_iter_bool(&it);
+    /* Keys written before policies existed have none: the default. */
+    if (bson_iter_init_find(&it, d, "policy"))
+        rc = get_str(d, "policy", k->policy, sizeof(k->policy));
+    else
+        memcpy(k->policy, "standard", sizeof("standard"));
 out:
     return rc;
 }

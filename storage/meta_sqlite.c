@@ -45,7 +45,7 @@
 #include "meta.h"
 
 #define IPD_SQLITE_READERS 4
-#define SCHEMA_VERSION 1
+#define SCHEMA_VERSION 2
 
 /* Every statement the store runs.  All SQL is constant; user data only
  * ever reaches SQLite through bound parameters. */
@@ -74,7 +74,7 @@ enum stmt_id {
     "file_id, tenant, user_id, filename, size, mime_type, file_type, "        \
     "sha256, source, blob, created_at_ms, expires_at_ms"
 #define KEY_COLS                                                               \
-    "key_id, tenant, hash, admin, created_at_ms, revoked_at_ms, secret"
+    "key_id, tenant, hash, admin, created_at_ms, revoked_at_ms, secret, policy"
 /* A record is visible at time ?now while it has not expired. */
 #define UNEXPIRED(now) "(expires_at_ms IS NULL OR expires_at_ms > " now ")"
 
@@ -114,7 +114,7 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_FILE_TOTALS] = "SELECT count(*), coalesce(sum(size), 0) FROM files"
                       " WHERE " UNEXPIRED("?1"),
     [S_KEY_INSERT] = "INSERT INTO api_keys (" KEY_COLS ")"
-                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
     [S_KEY_FIND] = "SELECT " KEY_COLS " FROM api_keys WHERE hash = ?1",
     [S_KEY_LIST] = "SELECT " KEY_COLS " FROM api_keys"
                    " ORDER BY created_at_ms, key_id",
@@ -157,6 +157,9 @@ static const char *const migrations[SCHEMA_VERSION] = {
     "  revoked_at_ms INTEGER,"
     "  secret TEXT NOT NULL"
     ");",
+    /* 2: each key names its execution policy. */
+    "ALTER TABLE api_keys ADD COLUMN policy TEXT NOT NULL"
+    "  DEFAULT 'standard';",
 };
 
 struct conn {
@@ -347,6 +350,8 @@ static enum ipd_err row_to_key(sqlite3_stmt *st, struct ipd_key *k)
         rc = col_text(st, 2, k->hash, sizeof(k->hash));
     if (!rc)
         rc = col_text(st, 6, k->secret, sizeof(k->secret));
+    if (!rc)
+        rc = col_text(st, 7, k->policy, sizeof(k->policy));
     if (rc)
         goto out;
     k->admin = sqlite3_column_int(st, 3) != 0;
@@ -962,6 +967,9 @@ static enum ipd_err sq_key_insert(struct ipd_meta *m, const struct ipd_key *k)
         src = sqlite3_bind_int64(st, 6, k->revoked_at_ms);
     if (!src)
         src = bind_text(st, 7, k->secret, sizeof(k->secret));
+    if (!src)
+        src = bind_text(st, 8, k->policy[0] ? k->policy : "standard",
+                        sizeof(k->policy));
     if (src) {
         rc = db_err(c, src, "key_insert bind");
         goto out;

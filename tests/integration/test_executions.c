@@ -286,6 +286,62 @@ static void executions_do_not_block(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(prints_and_exits), T(exception_has_user_line),
+/* Each key has an execution policy; a request may tighten it, never
+ * loosen it, and the result names the policy that applied. */
+static void policies_per_key(void)
+{
+    struct itest_server *s = start();
+    struct itest_resp r;
+    char *out = NULL;
+    REQUIRE(s);
+    int code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
+                         "--tenant", "bot", "--policy", "strict", NULL);
+    CHECK_INT(code, 0);
+    json_error_t jerr;
+    json_t *created = out ? json_loads(out, 0, &jerr) : NULL;
+    free(out);
+    REQUIRE(created);
+    CHECK_STR(itest_json_str(created, "policy"), "strict");
+    char *strict_key = itest_json_dup(created, "key");
+    json_decref(created);
+
+    struct itest_req rq = {.method = "POST", .path = "/v1/executions",
+                           .key = strict_key, .user_id = "u1",
+                           .content_type = "application/json",
+                           .body = "{\"code\": \"print(1)\"}",
+                           .timeout_ms = 60000};
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_json_str(r.json, "resources.policy"), "strict");
+    itest_resp_release(&r);
+
+    rq.body = "{\"code\": \"print(1)\", \"policy\": \"networked\"}";
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 403, "forbidden");
+    itest_resp_release(&r);
+
+    rq.body = "{\"code\": \"print(1)\", \"policy\": \"lax\"}";
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    itest_resp_release(&r);
+
+    /* The admin key is "standard"; asking for strict tightens it. */
+    run_code(s, "u1", json_pack("{s:s, s:s}", "code", "print(1)", "policy",
+                                "strict"),
+             &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_json_str(r.json, "resources.policy"), "strict");
+    itest_resp_release(&r);
+    run_code(s, "u1", code_only("print(1)"), &r);
+    CHECK_STR(itest_json_str(r.json, "resources.policy"), "standard");
+    itest_resp_release(&r);
+    free(strict_key);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(prints_and_exits), T(policies_per_key), T(exception_has_user_line),
           T(files_in_and_out), T(timeout_is_enforced), T(isolation_basics),
           T(bad_requests), T(executions_do_not_block))

@@ -93,6 +93,9 @@ static struct ipd_key mc_key(unsigned n, const char *tenant, bool admin,
     ipd_sha256_hex(plain, strlen(plain), k.secret);
     k.admin = admin;
     k.created_at_ms = created;
+    /* Every other key names its policy; the rest get the default. */
+    if (n % 2)
+        snprintf(k.policy, sizeof(k.policy), "strict");
     return k;
 }
 
@@ -122,6 +125,7 @@ static void mc_check_key_eq(const struct ipd_key *a, const struct ipd_key *b)
     CHECK_INT(a->created_at_ms, b->created_at_ms);
     CHECK_INT(a->revoked_at_ms, b->revoked_at_ms);
     CHECK_STR(a->secret, b->secret);
+    CHECK_STR(a->policy, b->policy[0] ? b->policy : "standard");
 }
 
 /* Insert without quota; the check fails on anything but IPD_OK. */

@@ -103,8 +103,8 @@ static void schema_version_table(void)
     ipd_meta_free(m);
 
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 1);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 1);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 2);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 2);
     CHECK_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE"
                           " type = 'table' AND name IN ('files', 'api_keys')"),
               2);
@@ -139,11 +139,40 @@ static void reopen_keeps_data(void)
 
     /* Reopening did not run the migration again. */
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 1);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 2);
     /* "never" is SQL NULL, not a sentinel number. */
     CHECK_INT(raw_int(db, "SELECT count(*) FROM files"
                           " WHERE expires_at_ms IS NULL"),
               1);
+    sqlite3_close(db);
+}
+
+/* A version 1 database (keys without a policy) opened by this build gets
+ * migration 2: its keys have the default policy, "standard". */
+static void migrates_v1_keys(void)
+{
+    char path[128];
+    new_path(path, sizeof(path));
+    struct ipd_meta *m = open_path(path, BUSY_MS);
+    REQUIRE(m);
+    struct ipd_key k = mc_key(8, "t", false, MC_NOW);
+    k.policy[0] = '\0';
+    CHECK_INT(ipd_meta_key_insert(m, &k), IPD_OK);
+    ipd_meta_free(m);
+    /* Back to version 1's shape. */
+    sqlite3 *db = raw_open(path);
+    raw_exec(db, "ALTER TABLE api_keys DROP COLUMN policy;"
+                 "DELETE FROM schema_version WHERE version = 2");
+    sqlite3_close(db);
+
+    m = open_path(path, BUSY_MS);
+    REQUIRE(m);
+    struct ipd_key got;
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k.hash, &got), IPD_OK);
+    CHECK_STR(got.policy, "standard");
+    ipd_meta_free(m);
+    db = raw_open(path);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 2);
     sqlite3_close(db);
 }
 
@@ -211,7 +240,7 @@ static void oversized_stored_value(void)
     sqlite3 *db = raw_open(path);
     raw_exec(db, "UPDATE files SET filename = printf('%.300c', 'x')");
     raw_exec(db, "INSERT INTO api_keys VALUES ('key_x', 't', 'h', 0, 1, NULL,"
-                 " printf('%.65c', 's'))");
+                 " printf('%.65c', 's'), 'standard')");
     sqlite3_close(db);
 
     struct ipd_file_meta got;
@@ -338,6 +367,7 @@ static void cleanup(void)
 }
 
 TEST_MAIN(T(conformance), T(schema_version_table), T(reopen_keeps_data),
+          T(migrates_v1_keys),
           T(wal_mode), T(newer_schema_refused), T(bad_path),
           T(oversized_stored_value), T(locked_by_other_process),
           T(two_stores_one_file), T(cleanup))
