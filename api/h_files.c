@@ -381,8 +381,9 @@ static void upload_json(struct ipd_req *r)
     if (!json_is_object(doc) || !json_is_string(json_object_get(doc, "url")))
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
                         "a JSON body must be {\"url\": \"https://...\"}; to "
-                        "upload bytes send multipart/form-data or a raw body "
-                        "with ?filename=");
+                        "upload a JSON file, send it as multipart/form-data "
+                        "or with another Content-Type (e.g. "
+                        "application/octet-stream) and ?filename=");
     else
         /* NEEDSWORK: URL ingest lands with the operations issue. */
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,

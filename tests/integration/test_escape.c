@@ -1,0 +1,995 @@
+/*
+ * test_escape.c - the escape suite through the HTTP API: each case sends one
+ * Python snippet to POST /v1/executions and asserts on the JSON result
+ * (docs/SANDBOX.md, "What is protected").  tests/sandbox/test_escape.c does
+ * the same against the sandbox's C API; this one checks what a client of
+ * the service can reach, with the server's real data dir, keys, stores and
+ * environment around it.
+ *
+ * One server for the whole program (started by the first case, stopped by
+ * the last), with a secret in its environment and its own sandbox host uid
+ * (so processes of its runs can be counted in the host's /proc without
+ * counting those of other test programs running at the same time).  Each
+ * case uses its own user id, so quotas and files don't mix.
+ */
+#include <arpa/inet.h>
+#include <dirent.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define EXEC_TIMEOUT_MS 90000 /* a request's transfer; runs ask for less */
+
+static struct itest_server *srv;
+static unsigned sbx_uid;        /* the server's --sandbox-uid */
+static char secret_env[96];     /* INTERPD_TEST_SECRET=... */
+static char secret_env2[96];    /* DB_PASSWORD=... */
+static char secret1[64], secret2[64];
+
+/* POST /v1/executions as user with body (taken). */
+static long exec_body(const char *user, json_t *body, struct itest_resp *out)
+{
+    if (!body) { /* a json_pack format error in the test itself */
+        fprintf(stderr, "%s: json_pack failed\n", __FILE__);
+        abort();
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/executions",
+                           .key = srv->admin_key,
+                           .user_id = user,
+                           .content_type = "application/json",
+                           .body = text,
+                           .body_len = strlen(text),
+                           .timeout_ms = EXEC_TIMEOUT_MS};
+    long st = itest_do(srv, &rq, out);
+    free(text);
+    return st;
+}
+
+/* Run code with a wall timeout (seconds) as user. */
+static long run_py(const char *user, const char *code, int timeout,
+                   struct itest_resp *out)
+{
+    return exec_body(user, json_pack("{s:s, s:i}", "code", code, "timeout",
+                                     timeout),
+                     out);
+}
+
+static const char *out_of(const struct itest_resp *r)
+{
+    const char *s = itest_json_str(r->json, "stdout");
+    return s ? s : "";
+}
+
+static const char *err_of(const struct itest_resp *r)
+{
+    const char *s = itest_json_str(r->json, "stderr");
+    return s ? s : "";
+}
+
+/* stdout contains needle; else print stdout and stderr. */
+#define CHECK_OUT(r, needle)                                                   \
+    CHECKF(strstr(out_of(r), (needle)) != NULL,                                \
+           "want \"%s\" in stdout:\n%s\nstderr:\n%s", (needle), out_of(r),     \
+           err_of(r))
+#define CHECK_NOT_OUT(r, needle)                                               \
+    CHECKF(strstr(out_of(r), (needle)) == NULL,                                \
+           "unwanted \"%s\" in stdout:\n%s\nstderr:\n%s", (needle),            \
+           out_of(r), err_of(r))
+
+/* Processes of the host whose real or effective uid is uid. */
+static int count_uid(unsigned uid)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], line[256];
+        FILE *f;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
+        f = fopen(path, "r");
+        if (!f)
+            continue; /* gone meanwhile */
+        while (fgets(line, sizeof(line), f)) {
+            unsigned ruid, euid;
+            if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
+                if (ruid == uid || euid == uid)
+                    n++;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* GET /healthz is 200 and print(1) runs. */
+static void check_service_healthy(const char *user)
+{
+    struct itest_resp r;
+    itest_request(srv, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL,
+                  &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    run_py(user, "print(1)", 20, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    CHECK_STR(out_of(&r), "1\n");
+    itest_resp_release(&r);
+}
+
+/* A listening TCP socket on 127.0.0.1; its port in *port. */
+static int listen_local(int *port)
+{
+    struct sockaddr_in sa;
+    socklen_t len = sizeof(sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    memset(&sa, 0, sizeof(sa));
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 8) ||
+        getsockname(fd, (struct sockaddr *)&sa, &len)) {
+        close(fd);
+        return -1;
+    }
+    *port = ntohs(sa.sin_port);
+    return fd;
+}
+
+/* host and port of a mongodb://[user@]host:port/... URI (first host). */
+static bool mongo_host_port(const char *uri, char host[128], int *port)
+{
+    const char *p = strstr(uri, "://"), *end, *at, *colon;
+    if (!p)
+        return false;
+    p += 3;
+    end = p + strcspn(p, "/?,");
+    at = memchr(p, '@', (size_t)(end - p));
+    if (at)
+        p = at + 1;
+    colon = memchr(p, ':', (size_t)(end - p));
+    if (!colon || (size_t)(colon - p) >= 128)
+        return false;
+    memcpy(host, p, (size_t)(colon - p));
+    host[colon - p] = '\0';
+    *port = atoi(colon + 1);
+    return *port > 0;
+}
+
+/* ---- cases ---- */
+
+static void start_server(void)
+{
+    /* An own sandbox uid: runs of other servers (other test programs
+     * running alongside) don't show up in count_uid. */
+    char uid[16];
+    sbx_uid = 300000u + (unsigned)getpid() % 100000u;
+    snprintf(uid, sizeof(uid), "%u", sbx_uid);
+    snprintf(secret1, sizeof(secret1), "s3cr3t-%ld-esc", (long)getpid());
+    snprintf(secret2, sizeof(secret2), "dbpw-%ld-hunter2", (long)getpid());
+    snprintf(secret_env, sizeof(secret_env), "INTERPD_TEST_SECRET=%s",
+             secret1);
+    snprintf(secret_env2, sizeof(secret_env2), "DB_PASSWORD=%s", secret2);
+    const char *args[] = {"--sandbox-uid", uid, "--exec-slots", "2", NULL};
+    const char *env[] = {secret_env, secret_env2, NULL};
+    struct itest_opts o = {.args = args, .env = env};
+    srv = itest_start(&o);
+    REQUIRE(srv);
+    CHECK_INT(count_uid(sbx_uid), 0);
+}
+
+static void network_refused(void)
+{
+    struct itest_resp r;
+    int lport = 0, lfd;
+    char mhost[128] = "127.0.0.1";
+    int mport = 0;
+    REQUIRE(srv);
+    lfd = listen_local(&lport);
+    REQUIRE(lfd >= 0);
+    if (srv->mongo_uri && !mongo_host_port(srv->mongo_uri, mhost, &mport))
+        mport = 0;
+    char *code = itest_fmt(
+        "import socket, errno\n"
+        "def probe(name, host, port):\n"
+        "    if not port:\n"
+        "        print(name, 'OSError skipped'); return\n"
+        "    try:\n"
+        "        socket.create_connection((host, port), timeout=2)\n"
+        "        print(name, 'CONNECTED')\n"
+        "    except OSError as e:\n"
+        "        print(name, 'OSError',"
+        " errno.errorcode.get(e.errno, e.errno))\n"
+        "probe('server', '127.0.0.1', %d)\n"
+        "probe('listener', '127.0.0.1', %d)\n"
+        "probe('mongo', '%s', %d)\n"
+        "for fam in (socket.AF_INET, socket.AF_INET6):\n"
+        "    try:\n"
+        "        socket.socket(fam, socket.SOCK_DGRAM)\n"
+        "        print('udp', 'OPENED')\n"
+        "    except OSError as e:\n"
+        "        print('udp OSError')\n",
+        srv->port, lport, mhost, mport);
+    run_py("net", code, 20, &r);
+    free(code);
+    CHECK_STATUS(&r, 200);
+    CHECK_OUT(&r, "server OSError");
+    CHECK_OUT(&r, "listener OSError");
+    CHECK_OUT(&r, "mongo OSError");
+    CHECK_NOT_OUT(&r, "CONNECTED");
+    CHECK_NOT_OUT(&r, "OPENED");
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    itest_resp_release(&r);
+    /* Nothing reached the listener. */
+    struct timeval tv = {0, 0};
+    fd_set fds;
+    FD_ZERO(&fds);
+    FD_SET(lfd, &fds);
+    CHECK_INT(select(lfd + 1, &fds, NULL, NULL, &tv), 0);
+    close(lfd);
+}
+
+/* Walk the sandbox's whole tree (but /proc) for needles in names and
+ * contents, bounded in time (BUDGET seconds): everything outside /usr
+ * first, then /usr as far as the budget goes, then a recursive glob of /.
+ * Prints "FOUND <i> <path>" for hits and "walked True" when everything outside
+ * /usr was seen.  The needles come reversed in NEEDLES_R: the job's own
+ * variables.json (readable at /mnt/job) must not contain them. */
+static const char walk_code[] =
+    "import os, time\n"
+    "needles = [n[::-1].encode() for n in NEEDLES_R]\n"
+    "deadline = time.monotonic() + BUDGET\n"
+    "def look(path):\n"
+    "    for i, n in enumerate(needles):\n"
+    "        if n in os.fsencode(path): print('FOUND', i, repr(path))\n"
+    "    try:\n"
+    "        with open(path, 'rb') as f: data = f.read(1 << 20)\n"
+    "    except OSError:\n"
+    "        return\n"
+    "    for i, n in enumerate(needles):\n"
+    "        if n in data: print('FOUND', i, repr(path))\n"
+    "def walk(top, skip):\n"
+    "    for d, dirs, files in os.walk(top, followlinks=False):\n"
+    "        dirs[:] = [x for x in dirs if os.path.join(d, x) not in skip]\n"
+    "        for x in files + [x for x in dirs]:\n"
+    "            if time.monotonic() > deadline: return False\n"
+    "            p = os.path.join(d, x)\n"
+    "            if os.path.isfile(p) and not os.path.islink(p): look(p)\n"
+    "            else:\n"
+    "                for i, n in enumerate(needles):\n"
+    "                    if n in os.fsencode(p): print('FOUND', i, repr(p))\n"
+    "    return True\n"
+    "done = walk('/', {'/proc', '/usr', '/sys'})\n"
+    "print('walked', done)\n"
+    "walk('/usr', set())\n"
+    "import glob\n"
+    "n = 0\n"
+    "gend = time.monotonic() + 3\n"
+    "tops = [t for t in os.listdir('/') if t not in ('proc', 'usr', 'sys')\n"
+    "        and not os.path.islink('/' + t)]\n"
+    "for t in tops:\n"
+    "    for p in glob.iglob('/%s/**' % t, recursive=True):\n"
+    "        if time.monotonic() > gend: break\n"
+    "        n += 1\n"
+    "        for i, x in enumerate(needles):\n"
+    "            if x in os.fsencode(p): print('FOUND', i, repr(p))\n"
+    "print('globbed', n > 10)\n";
+
+
+static json_t *reversed_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *r = malloc(n + 1);
+    for (size_t i = 0; i < n; i++)
+        r[i] = s[n - 1 - i];
+    r[n] = '\0';
+    json_t *j = json_string(r);
+    free(r);
+    return j;
+}
+
+static void host_files_unreachable(void)
+{
+    struct itest_resp up, r;
+    char blob_content[96], secret_name[64];
+    REQUIRE(srv);
+    snprintf(blob_content, sizeof(blob_content),
+             "user-a-private-%ld-content-do-not-leak", (long)getpid());
+    snprintf(secret_name, sizeof(secret_name), "privname%ld.txt",
+             (long)getpid());
+    itest_upload_raw(srv, srv->admin_key, "esc_a", secret_name, "text/plain",
+                     blob_content, strlen(blob_content), NULL, &up);
+    REQUIRE_STATUS(&up, 201);
+    const char *fid = itest_json_str(up.json, "file_id");
+    REQUIRE(fid && strlen(fid) > 2);
+
+    /* Needles: user A's content, the admin key, A's file name. */
+    json_t *needles = json_array();
+    json_array_append_new(needles, reversed_str(blob_content));
+    json_array_append_new(needles, reversed_str(srv->admin_key));
+    json_array_append_new(needles, reversed_str(secret_name));
+
+    /* Control: user A, given the file, finds its content in /mnt/data (so
+     * the walk below does look into files). */
+    exec_body("esc_a",
+              json_pack("{s:s, s:i, s:[s], s:{s:O, s:i}}", "code", walk_code,
+                        "timeout", 30, "files", fid, "variables", "NEEDLES_R",
+                        needles, "BUDGET", 2),
+              &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_OUT(&r, "FOUND 0 '/mnt/data/");
+    CHECK_NOT_OUT(&r, "FOUND 1");
+    itest_resp_release(&r);
+
+    /* User B: every path of the data dir the test can see (the blob,
+     * meta.db, admin.key, exec/...), plus guesses. */
+    json_t *paths = json_array();
+    char **files = NULL;
+    size_t n = itest_list_files(srv->data_dir, &files);
+    CHECK(n >= 1);
+    for (size_t i = 0; i < n; i++) {
+        char *p = itest_fmt("%s/%s", srv->data_dir, files[i]);
+        json_array_append_new(paths, json_string(p));
+        free(p);
+    }
+    itest_strv_free(files);
+    const char *guesses[] = {"", "/admin.key", "/meta.db", "/blobs",
+                             "/exec", "/mplcache", "/.."};
+    for (size_t i = 0; i < sizeof(guesses) / sizeof(*guesses); i++) {
+        char *p = itest_fmt("%s%s", srv->data_dir, guesses[i]);
+        json_array_append_new(paths, json_string(p));
+        free(p);
+    }
+    char *p = itest_fmt("%s/blobs/%.2s/%s", srv->data_dir, fid, fid);
+    json_array_append_new(paths, json_string(p));
+    free(p);
+    p = itest_fmt("%s/blobs/%s", srv->data_dir, fid);
+    json_array_append_new(paths, json_string(p));
+    free(p);
+    json_array_append_new(paths, json_string(srv->log_path));
+    json_array_append_new(paths, json_string(srv->tmp_dir));
+    json_array_append_new(paths, json_string("/etc/shadow"));
+    json_array_append_new(paths, json_string("/etc/gshadow"));
+    json_array_append_new(paths, json_string("/root"));
+    json_array_append_new(paths, json_string("/sys"));
+    json_array_append_new(paths, json_string("/proc/1/root/etc/shadow"));
+
+    char *code = itest_fmt(
+        "import os, errno\n"
+        "for p in PATHS:\n"
+        "    if os.path.lexists(p): print('EXISTS', repr(p))\n"
+        "    try:\n"
+        "        open(p, 'rb').read(1); print('OPENED', repr(p))\n"
+        "    except OSError as e:\n"
+        "        pass\n"
+        "    try:\n"
+        "        os.listdir(p); print('LISTED', repr(p))\n"
+        "    except OSError as e:\n"
+        "        pass\n"
+        "print('shadow', os.path.exists('/etc/shadow'))\n"
+        "pids = [d for d in os.listdir('/proc') if d.isdigit()]\n"
+        "print('npids', len(pids), 'few', len(pids) <= 4)\n"
+        "print('server pid visible', '%ld' in pids)\n"
+        "for d in pids:\n"
+        "    try: cmd = open('/proc/%%s/cmdline' %% d, 'rb').read()\n"
+        "    except OSError: continue\n"
+        "    if b'serve\\0' in cmd or b'--data-dir' in cmd:\n"
+        "        print('SERVER PROCESS', d, cmd)\n"
+        "%s",
+        (long)srv->pid, walk_code);
+    exec_body("esc_b",
+              json_pack("{s:s, s:i, s:{s:o, s:O, s:i}}", "code", code,
+                        "timeout", 40, "variables", "PATHS", paths,
+                        "NEEDLES_R", needles, "BUDGET", 6),
+              &r);
+    free(code);
+    CHECK_STATUS(&r, 200);
+    CHECKF(json_is_true(itest_json_get(r.json, "success")), "%s", r.body);
+    CHECK_NOT_OUT(&r, "EXISTS");
+    CHECK_NOT_OUT(&r, "OPENED");
+    CHECK_NOT_OUT(&r, "LISTED");
+    CHECK_NOT_OUT(&r, "FOUND");
+    CHECK_NOT_OUT(&r, "SERVER PROCESS");
+    CHECK_OUT(&r, "shadow False\n");
+    CHECK_OUT(&r, "few True\n");
+    CHECK_OUT(&r, "server pid visible False\n");
+    CHECK_OUT(&r, "walked True\n");
+    CHECK_OUT(&r, "globbed True\n");
+    itest_resp_release(&r);
+    json_decref(needles);
+    itest_resp_release(&up);
+}
+
+static void environment_has_no_secrets(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    json_t *needles = json_array();
+    json_array_append_new(needles, reversed_str(secret1));
+    json_array_append_new(needles, reversed_str(secret2));
+    json_array_append_new(needles, reversed_str(srv->admin_key));
+    if (srv->mongo_uri)
+        json_array_append_new(needles, reversed_str(srv->mongo_uri));
+    exec_body(
+        "esc_env",
+        json_pack(
+            "{s:s, s:i, s:{s:o}}", "code",
+            "import os\n"
+            "needles = [n[::-1] for n in NEEDLES_R]\n"
+            "hit = [k for k, v in os.environ.items()\n"
+            "       if any(n in k or n in v for n in needles)]\n"
+            "print('env hits', hit)\n"
+            "print('names', 'INTERPD_TEST_SECRET' in os.environ,"
+            " 'DB_PASSWORD' in os.environ,"
+            " any(k.startswith('INTERPD_') for k in os.environ))\n"
+            "bneedles = [n.encode() for n in needles]\n"
+            "for d in ['self', '1'] + [d for d in os.listdir('/proc')"
+            " if d.isdigit()]:\n"
+            "    try:\n"
+            "        data = open('/proc/%s/environ' % d, 'rb').read()\n"
+            "    except OSError as e:\n"
+            "        print('environ', d, 'unreadable'); continue\n"
+            "    print('environ', d,"
+            " 'HIT' if any(n in data for n in bneedles) else 'clean')\n",
+            "timeout", 20, "variables", "NEEDLES_R", needles),
+        &r);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    CHECK_OUT(&r, "env hits []\n");
+    CHECK_OUT(&r, "names False False False\n");
+    CHECK_OUT(&r, "environ self clean\n");
+    CHECKF(strstr(out_of(&r), "environ 1 clean\n") ||
+               strstr(out_of(&r), "environ 1 unreadable\n"),
+           "stdout: %s", out_of(&r));
+    CHECK_NOT_OUT(&r, "HIT");
+    itest_resp_release(&r);
+}
+
+static void writes_outside_fail(void)
+{
+    struct itest_resp up, r, dl;
+    const char content[] = "x,y\n1,2\n";
+    REQUIRE(srv);
+    itest_upload_raw(srv, srv->admin_key, "esc_w", "in.csv", "text/csv",
+                     content, sizeof(content) - 1, NULL, &up);
+    REQUIRE_STATUS(&up, 201);
+    const char *fid = itest_json_str(up.json, "file_id");
+    REQUIRE(fid);
+    exec_body(
+        "esc_w",
+        json_pack(
+            "{s:s, s:i, s:[s]}", "code",
+            "import os, errno\n"
+            "paths = ['/x', '/usr/x', '/usr/bin/python3', '/usr/lib/x',"
+            " '/etc/x', '/etc/passwd', '/etc/hosts', '/bin/x', '/lib/x',"
+            " '/mnt/x', '/mnt/data/x', '/mnt/job/x', '/mnt/job/code.py',"
+            " '/opt/x', '/dev/x', '/proc/x', '/proc/sys/kernel/hostname',"
+            " FILES['in.csv']]\n"
+            "for p in paths:\n"
+            "    try:\n"
+            "        with open(p, 'a') as f: f.write('x')\n"
+            "        print('WROTE', p)\n"
+            "    except OSError as e:\n"
+            "        print('refused', p, errno.errorcode.get(e.errno))\n"
+            "for d in ('/newdir', '/usr/newdir', '/etc/newdir',"
+            " '/mnt/data/newdir'):\n"
+            "    try:\n"
+            "        os.mkdir(d); print('MKDIR', d)\n"
+            "    except OSError as e:\n"
+            "        print('refused', d, errno.errorcode.get(e.errno))\n"
+            "try:\n"
+            "    os.chmod(FILES['in.csv'], 0o666); print('CHMOD')\n"
+            "except OSError as e:\n"
+            "    print('refused chmod', errno.errorcode.get(e.errno))\n"
+            "open('/tmp/ok', 'w').write('1'); print('tmp ok')\n"
+            "open('/mnt/output/ok.txt', 'w').write('1'); print('out ok')\n",
+            "timeout", 20, "files", fid),
+        &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_NOT_OUT(&r, "WROTE");
+    CHECK_NOT_OUT(&r, "MKDIR");
+    CHECK_NOT_OUT(&r, "CHMOD");
+    CHECK_OUT(&r, "refused /usr/x ");
+    CHECK_OUT(&r, "refused /etc/passwd ");
+    CHECK_OUT(&r, "refused /mnt/data/x ");
+    CHECK_OUT(&r, "tmp ok\nout ok\n");
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    itest_resp_release(&r);
+    /* Nothing changed on the host or in the store. */
+    CHECK(access("/usr/x", F_OK) != 0);
+    CHECK(access("/newdir", F_OK) != 0);
+    char *path = itest_fmt("/v1/files/%s/content", fid);
+    itest_request(srv, "GET", path, srv->admin_key, "esc_w", NULL, NULL, 0,
+                  NULL, &dl);
+    free(path);
+    CHECK_STATUS(&dl, 200);
+    CHECK(dl.len == sizeof(content) - 1 && !memcmp(dl.body, content, dl.len));
+    itest_resp_release(&dl);
+    itest_resp_release(&up);
+}
+
+static void fork_bomb_contained(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    double t0 = itest_now();
+    /* Every process forks as fast as it can, for 5 s at most. */
+    run_py("esc_fork",
+           "import os, time\n"
+           "top = os.getpid()\n"
+           "end = time.monotonic() + 5\n"
+           "n = fails = 0\n"
+           "while time.monotonic() < end:\n"
+           "    try:\n"
+           "        pid = os.fork()\n"
+           "    except OSError:\n"
+           "        fails += 1; time.sleep(0.001); continue\n"
+           "    if pid == 0:\n"
+           "        n = fails = 0\n"
+           "    else:\n"
+           "        n += 1\n"
+           "if os.getpid() != top:\n"
+           "    os._exit(0)\n"
+           "msg = 'top forked %d limited %s\\n' % (n, fails > 0)\n"
+           "os.write(1, msg.encode())\n",
+           15, &r);
+    double took = itest_now() - t0;
+    CHECK_STATUS(&r, 200);
+    CHECKF(took < 30, "the fork bomb's request took %.1f s", took);
+    CHECK_OUT(&r, " limited True\n");
+    CHECK(json_is_object(itest_json_get(r.json, "resources")));
+    itest_resp_release(&r);
+    CHECK_INT(count_uid(sbx_uid), 0);
+    check_service_healthy("esc_fork");
+}
+
+static void big_allocation_oom_killed(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    run_py("esc_oom",
+           "print('start', flush=True)\n"
+           "b = bytearray(4 << 30)\n"
+           "b[::4096] = b'\\1' * len(range(0, len(b), 4096))\n"
+           "print('survived')\n",
+           30, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(itest_json_get(r.json, "resources.oom_killed")));
+    CHECK_STR(itest_json_str(r.json, "error.type"), "MemoryLimit");
+    CHECK(json_is_false(itest_json_get(r.json, "success")));
+    CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
+    CHECK_STR(out_of(&r), "start\n");
+    itest_resp_release(&r);
+    check_service_healthy("esc_oom");
+}
+
+static void disk_fill_stops(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    /* Files of 16 MiB at most (under RLIMIT_FSIZE), so the only way to
+     * stop is the tmpfs size: ENOSPC.  The "standard" policy (the admin
+     * key's) has 256 MiB for /tmp and for /mnt/output (docs/SANDBOX.md). */
+    run_py("esc_disk",
+           "import os, errno\n"
+           "def fill(d):\n"
+           "    n = i = 0\n"
+           "    chunk = b'x' * (1 << 20)\n"
+           "    try:\n"
+           "        while n < (1 << 30):\n"
+           "            with open('%s/fill%d.bin' % (d, i), 'wb') as f:\n"
+           "                for _ in range(16):\n"
+           "                    f.write(chunk); f.flush(); n += len(chunk)\n"
+           "            i += 1\n"
+           "    except OSError as e:\n"
+           "        return errno.errorcode.get(e.errno), e.errno, n\n"
+           "    return 'NO LIMIT', 0, n\n"
+           "for d in ('/tmp', '/mnt/output'):\n"
+           "    name, code, n = fill(d)\n"
+           "    print(d, name, code, (16 << 20) <= n <= (256 << 20),"
+           " n >> 20, flush=True)\n"
+           "for x in os.listdir('/mnt/output'):\n"
+           "    if x.startswith('fill') and x != 'fill0.bin':\n"
+           "        os.unlink(x)\n"
+           "open('after.txt', 'w').write('space again')\n"
+           "print('recovered')\n",
+           30, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_OUT(&r, "/tmp ENOSPC 28 True ");
+    CHECK_OUT(&r, "/mnt/output ENOSPC 28 True ");
+    CHECK_OUT(&r, "recovered\n");
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    /* What was left in /mnt/output is stored: a full 16 MiB file and the
+     * one written after space was freed. */
+    json_t *gen = itest_json_get(r.json, "generated_files");
+    CHECKF(json_array_size(gen) == 2, "%s", r.body);
+    CHECK_STR(itest_json_str(json_array_get(gen, 0), "filename"),
+              "after.txt");
+    CHECK_STR(itest_json_str(json_array_get(gen, 1), "filename"),
+              "fill0.bin");
+    CHECK_INT(json_integer_value(
+                  itest_json_get(json_array_get(gen, 1), "size")),
+              16 << 20);
+    itest_resp_release(&r);
+    check_service_healthy("esc_disk");
+}
+
+static void print_flood_truncated(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    double t0 = itest_now();
+    run_py("esc_print",
+           "import sys\n"
+           "s = 'x' * (1 << 20)\n"
+           "for i in range(1024): sys.stdout.write(s)\n"
+           "sys.stdout.flush()\n"
+           "print('end', file=sys.stderr)\n",
+           60, &r);
+    double took = itest_now() - t0;
+    CHECK_STATUS(&r, 200);
+    CHECKF(took < 60, "printing 1 GiB took %.1f s", took);
+    CHECK(json_is_true(itest_json_get(r.json, "stdout_truncated")));
+    CHECK(json_is_false(itest_json_get(r.json, "stderr_truncated")));
+    CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    CHECK_INT(strlen(out_of(&r)), 100 * 1024);
+    CHECK_STR(err_of(&r), "end\n");
+    itest_resp_release(&r);
+}
+
+static const char daemon_code[] =
+    "import os, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        os.execv('/bin/sleep', ['sleep', '1000'])\n"
+    "    os._exit(0)\n"
+    "time.sleep(0.3)\n"
+    "print('daemonized', flush=True)\n";
+
+/* After a response, no process of the run exists: counted at once (the
+ * teardown is synchronous); also polled 5 s to tell "late" from "never". */
+static void check_no_survivors(const char *what)
+{
+    int now = count_uid(sbx_uid), later = now;
+    double deadline = itest_now() + 5;
+    while (later > 0 && itest_now() < deadline) {
+        usleep(100 * 1000);
+        later = count_uid(sbx_uid);
+    }
+    CHECKF(now == 0, "%s: %d processes of uid %u right after the response "
+           "(%d after 5 s)", what, now, sbx_uid, later);
+    CHECKF(later == 0, "%s: %d processes of uid %u survive 5 s after the "
+           "response", what, later, sbx_uid);
+}
+
+static void daemon_killed_no_survivors(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    char *code = itest_fmt("%stime.sleep(1000)\n", daemon_code);
+    double t0 = itest_now();
+    run_py("esc_daemon", code, 2, &r);
+    double took = itest_now() - t0;
+    free(code);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(itest_json_get(r.json, "timed_out")));
+    CHECK_STR(itest_json_str(r.json, "error.type"), "Timeout");
+    CHECK_STR(out_of(&r), "daemonized\n");
+    CHECKF(took < 10, "a 2 s timeout took %.1f s", took);
+    itest_resp_release(&r);
+    check_no_survivors("after the timeout");
+
+    /* The parent exits at once, leaving the daemon: the run ends without
+     * waiting for it, and it dies with the run. */
+    t0 = itest_now();
+    run_py("esc_daemon", daemon_code, 20, &r);
+    took = itest_now() - t0;
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    CHECKF(took < 10, "the run waited %.1f s for its daemon", took);
+    itest_resp_release(&r);
+    check_no_survivors("after the parent exited");
+}
+
+static void kill_all_hurts_nothing_outside(void)
+{
+    struct itest_resp r;
+    pid_t victim = -1;
+    int status = 0;
+    REQUIRE(srv);
+    /* A host process with the sandbox's own host uid: the only kind a
+     * kill(-1) could reach without capabilities. */
+    if (geteuid() == 0) {
+        victim = fork();
+        REQUIRE(victim >= 0);
+        if (victim == 0) {
+            if (setresgid(sbx_uid, sbx_uid, sbx_uid) ||
+                setresuid(sbx_uid, sbx_uid, sbx_uid))
+                _exit(3);
+            sleep(60);
+            _exit(0);
+        }
+        usleep(50 * 1000);
+        /* Also shows count_uid sees such a process (the survivor counts
+         * of the other cases are not vacuous). */
+        CHECK_INT(count_uid(sbx_uid), 1);
+    }
+    run_py("esc_kill",
+           "import os, signal, time\n"
+           "pid = os.fork()\n"
+           "if pid == 0:\n"
+           "    time.sleep(30); os._exit(0)\n"
+           "try:\n"
+           "    os.kill(-1, signal.SIGKILL)\n"
+           "except OSError as e:\n"
+           "    print('kill failed', e.errno)\n"
+           "_, st = os.waitpid(pid, 0)\n"
+           "print('still here',"
+           " os.WTERMSIG(st) if os.WIFSIGNALED(st) else -1)\n",
+           20, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    CHECK_STR(out_of(&r), "still here 9\n");
+    itest_resp_release(&r);
+    if (victim > 0) {
+        CHECKF(waitpid(victim, &status, WNOHANG) == 0,
+               "the host process of uid %u died (status 0x%x)", sbx_uid,
+               status);
+        kill(victim, SIGKILL);
+        waitpid(victim, &status, 0);
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    }
+    CHECK(srv->pid > 0 && kill(srv->pid, 0) == 0);
+    check_service_healthy("esc_kill");
+}
+
+static void dangerous_syscalls_eperm(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    run_py("esc_sys",
+           "import ctypes, errno, os\n"
+           "libc = ctypes.CDLL(None, use_errno=True)\n"
+           "libc.syscall.restype = ctypes.c_long\n"
+           "libc.ptrace.restype = ctypes.c_long\n"
+           "def show(name, call):\n"
+           "    ctypes.set_errno(0)\n"
+           "    rc = call()\n"
+           "    e = ctypes.get_errno()\n"
+           "    print(name, 'ALLOWED' if rc >= 0 else"
+           " errno.errorcode.get(e, e), e if rc < 0 else '')\n"
+           "L = ctypes.c_long\n"
+           "show('ptrace_attach', lambda: libc.ptrace(L(16), L(1), None,"
+           " None))\n"
+           "show('ptrace_traceme', lambda: libc.ptrace(L(0), L(0), None,"
+           " None))\n"
+           "show('mount', lambda: libc.mount(b'none', b'/tmp', b'tmpfs',"
+           " L(0), None))\n"
+           "show('unshare_user', lambda: libc.unshare(0x10000000))\n"
+           "show('unshare_ns', lambda: libc.unshare(0x00020000))\n"
+           "print('os.unshare', hasattr(os, 'unshare'))\n"
+           "if hasattr(os, 'unshare'):\n"
+           "    try:\n"
+           "        os.unshare(os.CLONE_NEWUSER); print('OS UNSHARE ALLOWED')\n"
+           "    except OSError as e:\n"
+           "        print('os.unshare errno', e.errno)\n"
+           "show('bpf', lambda: libc.syscall(L(321), L(0), L(0), L(0)))\n"
+           "show('keyctl', lambda: libc.syscall(L(250), L(0), L(0), L(0),"
+           " L(0), L(0)))\n"
+           "show('add_key', lambda: libc.syscall(L(248), b'user', b'k',"
+           " b'v', L(1), L(-2)))\n",
+           20, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_OUT(&r, "ptrace_attach EPERM 1\n");
+    CHECK_OUT(&r, "ptrace_traceme EPERM 1\n");
+    CHECK_OUT(&r, "mount EPERM 1\n");
+    CHECK_OUT(&r, "unshare_user EPERM 1\n");
+    CHECK_OUT(&r, "unshare_ns EPERM 1\n");
+    CHECK_OUT(&r, "bpf EPERM 1\n");
+    CHECK_OUT(&r, "keyctl EPERM 1\n");
+    CHECK_OUT(&r, "add_key EPERM 1\n");
+    CHECK_NOT_OUT(&r, "ALLOWED");
+    if (strstr(out_of(&r), "os.unshare True"))
+        CHECK_OUT(&r, "os.unshare errno 1\n");
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    itest_resp_release(&r);
+}
+
+/* The user's files, from GET /v1/files (new reference). */
+static json_t *list_files(const char *user)
+{
+    struct itest_resp r;
+    itest_request(srv, "GET", "/v1/files?limit=100", srv->admin_key, user,
+                  NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    json_t *files = json_incref(itest_json_get(r.json, "files"));
+    itest_resp_release(&r);
+    return files ? files : json_array();
+}
+
+static bool skipped_has(const json_t *result, const char *name,
+                        const char *reason)
+{
+    json_t *sk = itest_json_get(result, "generated_files_skipped");
+    size_t i;
+    json_t *e;
+    json_array_foreach(sk, i, e)
+    {
+        const char *n = itest_json_str(e, "filename");
+        const char *why = itest_json_str(e, "reason");
+        if (n && !strcmp(n, name) && why && !strcmp(why, reason))
+            return true;
+    }
+    return false;
+}
+
+static void symlink_in_output_not_followed(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    run_py("esc_link",
+           "import os\n"
+           "os.symlink('/etc/passwd', 'passwd_link')\n"
+           "os.symlink('/etc', 'etc_link')\n"
+           "os.symlink('/proc/self/root/etc/passwd', 'root_link')\n"
+           "open('real.txt', 'w').write('real')\n"
+           "print('planted')\n",
+           20, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(out_of(&r), "planted\n");
+    json_t *gen = itest_json_get(r.json, "generated_files");
+    CHECKF(json_array_size(gen) == 1 &&
+               !strcmp(itest_json_str(json_array_get(gen, 0), "filename")
+                           ? itest_json_str(json_array_get(gen, 0),
+                                            "filename")
+                           : "",
+                       "real.txt"),
+           "generated_files: %s", r.body);
+    CHECK_INT(json_integer_value(
+                  itest_json_get(json_array_get(gen, 0), "size")),
+              4);
+    CHECKF(skipped_has(r.json, "passwd_link", "symlink"), "%s", r.body);
+    CHECKF(skipped_has(r.json, "etc_link", "symlink"), "%s", r.body);
+    CHECKF(skipped_has(r.json, "root_link", "symlink"), "%s", r.body);
+    CHECKF(!strstr(r.body, "root:"), "passwd content in %s", r.body);
+    itest_resp_release(&r);
+    json_t *files = list_files("esc_link");
+    CHECK_INT(json_array_size(files), 1);
+    json_decref(files);
+}
+
+static void thousand_files_capped(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    run_py("esc_many",
+           "for i in range(1000):\n"
+           "    open('f%04d.txt' % i, 'w').write(str(i))\n"
+           "print('made')\n",
+           30, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(out_of(&r), "made\n");
+    json_t *gen = itest_json_get(r.json, "generated_files");
+    CHECKF(json_is_array(gen) && json_array_size(gen) <= 20 &&
+               json_array_size(gen) >= 1,
+           "%zu generated files", json_array_size(gen));
+    CHECK(json_is_true(itest_json_get(r.json, "generated_files_truncated")));
+    CHECK_INT(json_integer_value(
+                  itest_json_get(r.json, "generated_files_dropped")),
+              1000 - (long long)json_array_size(gen));
+    itest_resp_release(&r);
+    json_t *files = list_files("esc_many");
+    CHECKF(json_array_size(files) <= 20, "%zu files stored",
+           json_array_size(files));
+    json_decref(files);
+}
+
+static void newline_names_handled(void)
+{
+    struct itest_resp r, dl;
+    REQUIRE(srv);
+    run_py("esc_nl",
+           "open('a\\nb.txt', 'w').write('one')\n"
+           "open('\\n', 'w').write('two')\n"
+           "open('c\\r\\nd\\t.csv', 'w').write('x\\n1\\n')\n"
+           "print('made')\n",
+           20, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(out_of(&r), "made\n");
+    json_t *gen = itest_json_get(r.json, "generated_files");
+    size_t i, found = 0;
+    json_t *f;
+    CHECKF(json_array_size(gen) == 3, "generated_files: %s", r.body);
+    json_array_foreach(gen, i, f)
+    {
+        const char *name = itest_json_str(f, "filename");
+        const char *id = itest_json_str(f, "file_id");
+        if (!name || !id)
+            continue;
+        CHECKF(!strpbrk(name, "\n\r\t") && name[0], "stored name \"%s\"",
+               name);
+        char *path = itest_fmt("/v1/files/%s/content", id);
+        itest_request(srv, "GET", path, srv->admin_key, "esc_nl", NULL, NULL,
+                      0, NULL, &dl);
+        free(path);
+        CHECK_STATUS(&dl, 200);
+        if ((dl.len == 3 && (!memcmp(dl.body, "one", 3) ||
+                             !memcmp(dl.body, "two", 3))) ||
+            (dl.len == 4 && !memcmp(dl.body, "x\n1\n", 4)))
+            found++;
+        const char *cd = itest_header(&dl, "Content-Disposition");
+        CHECKF(!cd || !strpbrk(cd, "\r\n"), "Content-Disposition: %s", cd);
+        itest_resp_release(&dl);
+    }
+    CHECK_INT(found, 3);
+    itest_resp_release(&r);
+    json_t *files = list_files("esc_nl");
+    CHECK_INT(json_array_size(files), 3);
+    json_decref(files);
+}
+
+static void status_locked_down(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    run_py("esc_status",
+           "import os\n"
+           "for line in open('/proc/self/status'):\n"
+           "    k = line.split(':')[0]\n"
+           "    if k in ('NoNewPrivs', 'Seccomp', 'CapInh', 'CapPrm',"
+           " 'CapEff', 'CapBnd', 'CapAmb'):\n"
+           "        print(line.strip().replace('\\t', ' '))\n"
+           "print('uid', os.getuid(), os.geteuid())\n"
+           "print('map', open('/proc/self/uid_map').read().split())\n",
+           20, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_OUT(&r, "NoNewPrivs: 1\n");
+    CHECK_OUT(&r, "Seccomp: 2\n");
+    CHECK_OUT(&r, "CapEff: 0000000000000000\n");
+    CHECK_OUT(&r, "CapPrm: 0000000000000000\n");
+    CHECK_OUT(&r, "CapInh: 0000000000000000\n");
+    CHECK_OUT(&r, "CapBnd: 0000000000000000\n");
+    CHECK_OUT(&r, "CapAmb: 0000000000000000\n");
+    if (geteuid() == 0) {
+        char want[96];
+        snprintf(want, sizeof(want), "map ['1000', '%u', '1']\n", sbx_uid);
+        CHECK_OUT(&r, want);
+    }
+    CHECK_NOT_OUT(&r, "uid 0 ");
+    itest_resp_release(&r);
+}
+
+static void stop_server(void)
+{
+    REQUIRE(srv);
+    CHECK_INT(count_uid(sbx_uid), 0);
+    itest_stop(srv);
+    srv = NULL;
+}
+
+TEST_MAIN(T(start_server), T(network_refused), T(host_files_unreachable),
+          T(environment_has_no_secrets), T(writes_outside_fail),
+          T(fork_bomb_contained), T(big_allocation_oom_killed),
+          T(disk_fill_stops), T(print_flood_truncated),
+          T(daemon_killed_no_survivors), T(kill_all_hurts_nothing_outside),
+          T(dangerous_syscalls_eperm), T(symlink_in_output_not_followed),
+          T(thousand_files_capped), T(newline_names_handled),
+          T(status_locked_down), T(stop_server))
