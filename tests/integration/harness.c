@@ -1690,6 +1690,40 @@ const char *itest_header(const struct itest_resp *r, const char *name)
     return NULL;
 }
 
+long itest_exec(struct itest_server *s, const char *key, const char *user,
+                json_t *body, long timeout_ms, struct itest_resp *out)
+{
+    if (!body) {
+        fprintf(stderr, "harness: itest_exec: no body (json_pack failed?)\n");
+        abort();
+    }
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/executions",
+                           .key = key,
+                           .user_id = user,
+                           .content_type = "application/json",
+                           .body = text,
+                           .body_len = strlen(text),
+                           .timeout_ms = timeout_ms ? timeout_ms : 120000};
+    long st = itest_do(s, &rq, out);
+    free(text);
+    return st;
+}
+
+const char *itest_exec_stdout(const struct itest_resp *r)
+{
+    const char *v = itest_json_str(r->json, "stdout");
+    return v ? v : "";
+}
+
+const char *itest_exec_stderr(const struct itest_resp *r)
+{
+    const char *v = itest_json_str(r->json, "stderr");
+    return v ? v : "";
+}
+
 void itest_resp_release(struct itest_resp *r)
 {
     if (!r)

@@ -203,6 +203,14 @@ long itest_upload_multipart(struct itest_server *s, const char *key,
                             const void *data, size_t len, const char *ttl,
                             struct itest_resp *out);
 void itest_resp_release(struct itest_resp *r);
+/* POST /v1/executions with body (steals it; a NULL body, i.e. a json_pack
+ * mistake in the test, aborts) as user with key; the transfer is bounded
+ * by timeout_ms (0: 120 s). */
+long itest_exec(struct itest_server *s, const char *key, const char *user,
+                json_t *body, long timeout_ms, struct itest_resp *out);
+/* The result's stdout / stderr, "" when absent (borrowed from r). */
+const char *itest_exec_stdout(const struct itest_resp *r);
+const char *itest_exec_stderr(const struct itest_resp *r);
 /* First header with that name (case-insensitive); NULL when absent.
  * Borrowed from r. */
 const char *itest_header(const struct itest_resp *r, const char *name);

@@ -35,23 +35,7 @@ static char secret1[64], secret2[64];
 /* POST /v1/executions as user with body (taken). */
 static long exec_body(const char *user, json_t *body, struct itest_resp *out)
 {
-    if (!body) { /* a json_pack format error in the test itself */
-        fprintf(stderr, "%s: json_pack failed\n", __FILE__);
-        abort();
-    }
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    struct itest_req rq = {.method = "POST",
-                           .path = "/v1/executions",
-                           .key = srv->admin_key,
-                           .user_id = user,
-                           .content_type = "application/json",
-                           .body = text,
-                           .body_len = strlen(text),
-                           .timeout_ms = EXEC_TIMEOUT_MS};
-    long st = itest_do(srv, &rq, out);
-    free(text);
-    return st;
+    return itest_exec(srv, srv->admin_key, user, body, EXEC_TIMEOUT_MS, out);
 }
 
 /* Run code with a wall timeout (seconds) as user. */
@@ -63,17 +47,8 @@ static long run_py(const char *user, const char *code, int timeout,
                      out);
 }
 
-static const char *out_of(const struct itest_resp *r)
-{
-    const char *s = itest_json_str(r->json, "stdout");
-    return s ? s : "";
-}
-
-static const char *err_of(const struct itest_resp *r)
-{
-    const char *s = itest_json_str(r->json, "stderr");
-    return s ? s : "";
-}
+#define out_of(r) itest_exec_stdout(r)
+#define err_of(r) itest_exec_stderr(r)
 
 /* stdout contains needle; else print stdout and stderr. */
 #define CHECK_OUT(r, needle)                                                   \

@@ -19,23 +19,7 @@ static struct itest_server *srv;
 /* POST /v1/executions as user with body (taken). */
 static long exec_body(const char *user, json_t *body, struct itest_resp *out)
 {
-    if (!body) { /* a json_pack format error in the test itself */
-        fprintf(stderr, "%s: json_pack failed\n", __FILE__);
-        abort();
-    }
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    struct itest_req rq = {.method = "POST",
-                           .path = "/v1/executions",
-                           .key = srv->admin_key,
-                           .user_id = user,
-                           .content_type = "application/json",
-                           .body = text,
-                           .body_len = strlen(text),
-                           .timeout_ms = 90000};
-    long st = itest_do(srv, &rq, out);
-    free(text);
-    return st;
+    return itest_exec(srv, srv->admin_key, user, body, 90000, out);
 }
 
 static long run_py(const char *user, const char *code, struct itest_resp *out)
@@ -57,17 +41,8 @@ static long run_with_files(const char *user, const char *code,
                      out);
 }
 
-static const char *out_of(const struct itest_resp *r)
-{
-    const char *s = itest_json_str(r->json, "stdout");
-    return s ? s : "";
-}
-
-static const char *err_of(const struct itest_resp *r)
-{
-    const char *s = itest_json_str(r->json, "stderr");
-    return s ? s : "";
-}
+#define out_of(r) itest_exec_stdout(r)
+#define err_of(r) itest_exec_stderr(r)
 
 /* The run succeeded and printed exactly want; else say what came back. */
 #define CHECK_RAN(r, want)                                                     \

@@ -8,23 +8,11 @@
 
 #include "harness.h"
 
-/* POST /v1/executions with a JSON body built from fmt. */
+/* POST /v1/executions as user with the admin key (steals body). */
 static long run_code(struct itest_server *s, const char *user, json_t *body,
                      struct itest_resp *out)
 {
-    char *text = json_dumps(body, JSON_COMPACT);
-    json_decref(body);
-    struct itest_req rq = {.method = "POST",
-                           .path = "/v1/executions",
-                           .key = s->admin_key,
-                           .user_id = user,
-                           .content_type = "application/json",
-                           .body = text,
-                           .body_len = strlen(text),
-                           .timeout_ms = 120000};
-    long st = itest_do(s, &rq, out);
-    free(text);
-    return st;
+    return itest_exec(s, s->admin_key, user, body, 0, out);
 }
 
 static json_t *code_only(const char *code)
