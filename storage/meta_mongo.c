@@ -436,6 +436,32 @@ static enum ipd_err conv_key(const bson_t *d, void *out)
     return doc_to_key(d, out);
 }
 
+/* The first document of coll matching filter, converted into *out (elem
+ * bytes); IPD_ERR_NOT_FOUND when none matches. */
+static enum ipd_err find_one(struct meta_mongo *s, const char *coll,
+                             const bson_t *filter, size_t elem,
+                             enum ipd_err (*conv)(const bson_t *, void *),
+                             const char *what, void *out)
+{
+    struct op op = {0};
+    bson_t opts = BSON_INITIALIZER;
+    void *items = NULL;
+    size_t n = 0;
+
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    op_begin(s, coll, &op);
+    enum ipd_err rc =
+        collect(op.coll, filter, &opts, 1, elem, conv, what, &items, &n, NULL);
+    if (!rc && !n)
+        rc = IPD_ERR_NOT_FOUND;
+    if (!rc)
+        memcpy(out, items, elem);
+    free(items);
+    op_end(s, &op);
+    bson_destroy(&opts);
+    return rc;
+}
+
 /* Up to limit files into out; one more sets out->more. */
 static enum ipd_err collect_files(mongoc_collection_t *coll,
                                   const bson_t *filter, const bson_t *opts,
@@ -716,27 +742,10 @@ static enum ipd_err mg_file_get(struct ipd_meta *m, const char *tenant,
                                 const char *user_id, const char *file_id,
                                 int64_t now_ms, struct ipd_file_meta *out)
 {
-    struct meta_mongo *s = (struct meta_mongo *)m;
-    struct op op = {0};
-    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-    struct ipd_file_list l = {0};
-    enum ipd_err rc;
-
+    bson_t filter = BSON_INITIALIZER;
     file_filter(&filter, tenant, user_id, file_id, now_ms);
-    BSON_APPEND_INT64(&opts, "limit", 1);
-    op_begin(s, COLL_FILES, &op);
-    rc = collect_files(op.coll, &filter, &opts, 1, "file_get", &l);
-    if (rc)
-        goto out;
-    if (l.n == 0) {
-        rc = IPD_ERR_NOT_FOUND;
-        goto out;
-    }
-    *out = l.items[0];
-out:
-    ipd_file_list_release(&l);
-    op_end(s, &op);
-    bson_destroy(&opts);
+    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_FILES, &filter,
+                               sizeof(*out), conv_file, "file_get", out);
     bson_destroy(&filter);
     return rc;
 }
@@ -986,27 +995,10 @@ static enum ipd_err collect_keys(mongoc_collection_t *coll,
 static enum ipd_err mg_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                         struct ipd_key *out)
 {
-    struct meta_mongo *s = (struct meta_mongo *)m;
-    struct op op = {0};
-    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
-    struct ipd_key_list l = {0};
-    enum ipd_err rc;
-
+    bson_t filter = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&filter, "hash", hash);
-    BSON_APPEND_INT64(&opts, "limit", 1);
-    op_begin(s, COLL_KEYS, &op);
-    rc = collect_keys(op.coll, &filter, &opts, "key_find_by_hash", &l);
-    if (rc)
-        goto out;
-    if (l.n == 0) {
-        rc = IPD_ERR_NOT_FOUND;
-        goto out;
-    }
-    *out = l.items[0];
-out:
-    ipd_key_list_release(&l);
-    op_end(s, &op);
-    bson_destroy(&opts);
+    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_KEYS, &filter,
+                               sizeof(*out), conv_key, "key_find_by_hash", out);
     bson_destroy(&filter);
     return rc;
 }
