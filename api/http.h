@@ -160,6 +160,7 @@ extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
 extern const struct ipd_handler ipd_h_executions_create;
+extern const struct ipd_handler ipd_h_admin_cleanup;
 
 /* The execution workers (h_executions.c): slots threads running the
  * executor, and a queue of at most queue waiting requests (beyond: 429).

@@ -27,6 +27,8 @@ static const struct route routes[] = {
     {"/v1/files/{id}",
      "GET, HEAD, DELETE, OPTIONS",
      {{"GET", &ipd_h_files_get}, {"DELETE", &ipd_h_files_delete}}},
+    {"/v1/admin/cleanup", "POST, OPTIONS",
+     {{"POST", &ipd_h_admin_cleanup}}},
     {"/v1/executions", "POST, OPTIONS",
      {{"POST", &ipd_h_executions_create}}},
     {"/v1/files/{id}/content",

@@ -20,6 +20,8 @@ static void usage(FILE *out)
             "  keys list                  list keys (never the keys "
             "themselves)\n"
             "  keys revoke KEY_ID         revoke a key\n"
+            "  cleanup                    delete expired files now (for cron);\n"
+            "                             prints the sweep as JSON\n"
             "  version                    print the version\n\n"
             "options (also INTERPD_<NAME> in the environment and `name = "
             "value` in --config FILE;\nflags win over environment, "
@@ -46,7 +48,8 @@ int main(int argc, char **argv)
     }
     const char *cmd = argv[1];
     bool serve = !strcmp(cmd, "serve");
-    if (!serve && strcmp(cmd, "keys") != 0) {
+    bool cleanup = !strcmp(cmd, "cleanup");
+    if (!serve && !cleanup && strcmp(cmd, "keys") != 0) {
         fprintf(stderr, "interpd: unknown command \"%s\"\n\n", cmd);
         usage(stderr);
         return 2;
@@ -54,7 +57,7 @@ int main(int argc, char **argv)
     ipd_config_init(&cfg);
     ipd_buf_init(&err, 4096);
     if (ipd_config_load(&cfg, argc - 2, (const char *const *)argv + 2,
-                        serve ? NULL : &rest,
+                        serve || cleanup ? NULL : &rest,
                         &nrest, &err)) {
         fprintf(stderr, "interpd %s: %s\n", cmd, err.buf);
         goto out;
@@ -65,6 +68,8 @@ int main(int argc, char **argv)
     }
     if (serve)
         code = ipd_serve(&cfg);
+    else if (cleanup)
+        code = ipd_cli_cleanup(&cfg);
     else
         code = ipd_cli_keys(&cfg, rest, nrest);
 out:

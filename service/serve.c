@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "../api/http.h"
+#include "../scheduler/sweep.h"
 #include "../storage/mongo.h"
 #include "executor.h"
 #include "keys.h"
@@ -173,5 +174,34 @@ out:
     ipd_executor_free(executor);
     ipd_filetype_free(app.ft);
     ipd_stores_close(&stores);
+    return code;
+}
+
+int ipd_cli_cleanup(struct ipd_config *cfg)
+{
+    struct ipd_stores st;
+    struct ipd_sweep_result res;
+    int code = 1;
+    enum ipd_err rc = ipd_stores_open(cfg, true, &st);
+    if (rc) {
+        fprintf(stderr, "interpd cleanup: cannot open the stores: %s\n",
+                ipd_err_name(rc));
+        goto out;
+    }
+    rc = ipd_sweep_expired(st.meta, st.blobs, ipd_now_ms(), &res);
+    if (rc) {
+        fprintf(stderr, "interpd cleanup: the sweep failed: %s\n",
+                ipd_err_name(rc));
+        goto out;
+    }
+    json_t *j = ipd_sweep_json(&res);
+    char *text = json_dumps(j, JSON_COMPACT);
+    json_decref(j);
+    if (text)
+        puts(text);
+    free(text);
+    code = 0;
+out:
+    ipd_stores_close(&st);
     return code;
 }

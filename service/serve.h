@@ -11,6 +11,10 @@
  * down gracefully.  Returns the process exit code. */
 int ipd_serve(struct ipd_config *cfg);
 
+/* `interpd cleanup`: one expiry sweep on the configured stores; prints its
+ * JSON and returns 0, or a message and 1 when it could not run. */
+int ipd_cli_cleanup(struct ipd_config *cfg);
+
 /* `interpd keys create|list|revoke ...`; args are what follows "keys".
  * Returns the process exit code. */
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs);

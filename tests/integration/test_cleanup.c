@@ -1,0 +1,68 @@
+/*
+ * test_cleanup.c - POST /v1/admin/cleanup and `interpd cleanup`: expired
+ * files are deleted from the store and the disk (or GridFS); admin keys
+ * only; the CLI prints the same JSON for cron.
+ */
+#include "harness.h"
+
+static void expired_files_are_swept(void)
+{
+    const char *args[] = {"--file-ttl", "1s", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    struct itest_resp r;
+    char *bot = NULL, *bot_id = NULL;
+    REQUIRE(s);
+    int64_t last_expiry = 0;
+    for (int i = 0; i < 3; i++) {
+        char name[16];
+        snprintf(name, sizeof(name), "f%d.txt", i);
+        itest_upload_raw(s, s->admin_key, "u1", name, "text/plain", "hello", 5,
+                         NULL, &r);
+        CHECK_STATUS(&r, 201);
+        int64_t e = itest_parse_time(itest_json_str(r.json, "expires_at"));
+        if (e > last_expiry)
+            last_expiry = e;
+        itest_resp_release(&r);
+    }
+    /* The wait is the thing under test: past the files' expiry. */
+    itest_sleep_until((double)last_expiry + 1.1);
+
+    REQUIRE(itest_create_key(s, "bot", false, &bot, &bot_id));
+    itest_request(s, "POST", "/v1/admin/cleanup", bot, NULL, NULL, NULL, 0,
+                  NULL, &r);
+    CHECK_ERROR(&r, 403, "forbidden");
+    itest_resp_release(&r);
+
+    itest_request(s, "POST", "/v1/admin/cleanup", s->admin_key, NULL, NULL,
+                  NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_INT(json_integer_value(itest_json_get(r.json, "deleted_files")), 3);
+    CHECK_INT(json_integer_value(itest_json_get(r.json, "freed_bytes")), 15);
+    CHECK(json_is_integer(itest_json_get(r.json, "orphans_removed")));
+    CHECK(json_is_integer(itest_json_get(r.json, "duration_ms")));
+    itest_resp_release(&r);
+
+    char **strays = NULL;
+    size_t n = itest_stray_files(s, &strays);
+    CHECKF(n == 0, "%zu stored entries left after the sweep", n);
+    if (n)
+        itest_print_strays(s);
+    itest_strv_free(strays);
+
+    /* The CLI, as cron runs it: nothing left, exit 0, the same JSON. */
+    char *out = NULL;
+    int code = itest_cli(s, &out, "cleanup", "--data-dir", s->data_dir, NULL);
+    CHECK_INT(code, 0);
+    json_error_t jerr;
+    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
+    CHECKF(j != NULL, "cleanup printed: %s", out ? out : "(nothing)");
+    CHECK_INT(json_integer_value(json_object_get(j, "deleted_files")), 0);
+    json_decref(j);
+    free(out);
+    free(bot);
+    free(bot_id);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(expired_files_are_swept))
