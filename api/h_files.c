@@ -460,9 +460,8 @@ static void upload_finish(struct ipd_req *r)
     struct ipd_quota q = {r->app->cfg->quota_files, r->app->cfg->quota_bytes};
     rc = ipd_meta_file_insert(r->app->meta, &f, &q, f.created_at_ms);
     if (rc) {
-        /* No metadata, no bytes: never leave an orphan behind (retried in
-         * the background while the store is down). */
-        ipd_blob_delete_later(r->app->blobs, f.file_id);
+        /* No metadata, no bytes: never leave an orphan behind. */
+        ipd_blob_undo_insert(r->app->blobs, r->app->meta, f.file_id, rc);
         ipd_reply_err(r, rc, "recording the file");
         return;
     }

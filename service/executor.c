@@ -1160,7 +1160,7 @@ static enum ipd_err store_generated(struct ipd_executor *ex,
     rc = ipd_meta_file_insert(ex->meta, &f, &q, f.created_at_ms);
     if (rc) {
         /* No metadata, no bytes. */
-        ipd_blob_delete_later(ex->blobs, f.file_id);
+        ipd_blob_undo_insert(ex->blobs, ex->meta, f.file_id, rc);
         if (rc == IPD_ERR_QUOTA)
             *why = "quota_exceeded";
         goto out;

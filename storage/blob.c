@@ -11,6 +11,7 @@
 
 #include "../service/log.h"
 #include "blob_internal.h"
+#include "meta.h"
 
 /* At most this many deletes wait for a retry; past it the orphan
  * reconcile job is the safety net. */
@@ -21,7 +22,21 @@
 struct pending {
     struct pending *next;
     char file_id[IPD_ID_MAX];
+    enum ipd_err (*pre)(void *cls, const char *file_id); /* or NULL */
+    void *pre_cls;
 };
+
+/* pre (if any), then the bytes; IPD_OK when both are done. */
+static enum ipd_err delete_steps(struct ipd_blobs *b, const struct pending *p)
+{
+    if (p->pre) {
+        enum ipd_err rc = p->pre(p->pre_cls, p->file_id);
+        if (rc && rc != IPD_ERR_NOT_FOUND)
+            return rc;
+    }
+    enum ipd_err rc = b->ops->del(b, p->file_id);
+    return rc == IPD_ERR_NOT_FOUND ? IPD_OK : rc;
+}
 
 struct ipd__blob_retry {
     pthread_mutex_t lock;
@@ -72,9 +87,9 @@ static void *retry_thread(void *arg)
         q->head = p->next;
         q->n--;
         pthread_mutex_unlock(&q->lock);
-        enum ipd_err rc = b->ops->del(b, p->file_id);
+        enum ipd_err rc = delete_steps(b, p);
         pthread_mutex_lock(&q->lock);
-        if (rc && rc != IPD_ERR_NOT_FOUND) {
+        if (rc) {
             p->next = q->head; /* still failing: back to the front */
             q->head = p;
             q->n++;
@@ -89,11 +104,16 @@ static void *retry_thread(void *arg)
     return NULL;
 }
 
-void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id)
+void ipd_blob_delete_later_after(struct ipd_blobs *b, const char *file_id,
+                                 enum ipd_err (*pre)(void *cls,
+                                                     const char *file_id),
+                                 void *cls)
 {
     struct ipd__blob_retry *q = b->retry;
-    enum ipd_err rc = b->ops->del(b, file_id);
-    if (!rc || rc == IPD_ERR_NOT_FOUND)
+    struct pending now = {.pre = pre, .pre_cls = cls};
+    memcpy(now.file_id, file_id, strnlen(file_id, IPD_ID_MAX - 1));
+    enum ipd_err rc = delete_steps(b, &now);
+    if (!rc)
         return;
     pthread_mutex_lock(&q->lock);
     if (q->n >= RETRY_MAX) {
@@ -103,7 +123,7 @@ void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id)
         goto out;
     }
     struct pending *p = ipd_xcalloc(1, sizeof(*p));
-    memcpy(p->file_id, file_id, strnlen(file_id, IPD_ID_MAX - 1));
+    *p = now;
     p->next = q->head;
     q->head = p;
     q->n++;
@@ -114,6 +134,28 @@ void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id)
     pthread_cond_broadcast(&q->wake);
 out:
     pthread_mutex_unlock(&q->lock);
+}
+
+void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id)
+{
+    ipd_blob_delete_later_after(b, file_id, NULL, NULL);
+}
+
+static enum ipd_err delete_record(void *meta, const char *file_id)
+{
+    return ipd_meta_file_delete_by_id(meta, file_id);
+}
+
+void ipd_blob_undo_insert(struct ipd_blobs *b, struct ipd_meta *m,
+                          const char *file_id, enum ipd_err insert_rc)
+{
+    /* A lost connection can't tell whether the insert landed: then the
+     * record goes too, so a failed upload means nothing was stored. */
+    if (insert_rc == IPD_ERR_UNAVAILABLE || insert_rc == IPD_ERR_INTERNAL ||
+        insert_rc == IPD_ERR_TIMEOUT)
+        ipd_blob_delete_later_after(b, file_id, delete_record, m);
+    else
+        ipd_blob_delete_later(b, file_id);
 }
 
 size_t ipd_blobs_pending_deletes(struct ipd_blobs *b)

@@ -88,8 +88,25 @@ enum ipd_err ipd_blob_delete(struct ipd_blobs *b, const char *file_id);
  * queued and retried in the background with a backoff until it succeeds
  * or the store is freed (then the orphan reconcile job finds it). */
 void ipd_blob_delete_later(struct ipd_blobs *b, const char *file_id);
+/* The same with a first step: pre(cls, file_id) (e.g. delete the metadata
+ * record a failed insert may still have written) must succeed (IPD_OK or
+ * IPD_ERR_NOT_FOUND) before the bytes go; both are retried together.  cls
+ * must outlive the store. */
+void ipd_blob_delete_later_after(struct ipd_blobs *b, const char *file_id,
+                                 enum ipd_err (*pre)(void *cls,
+                                                     const char *file_id),
+                                 void *cls);
 /* Deletes waiting for a retry (status, tests). */
 size_t ipd_blobs_pending_deletes(struct ipd_blobs *b);
+
+/* Undo a stored file whose metadata insert failed with insert_rc: its
+ * bytes go; when the failure leaves it unknown whether the record was
+ * written (the database went away mid-call), the record goes first.
+ * Retried in the background while the stores are down.  m must outlive b's
+ * retries (free b first). */
+struct ipd_meta;
+void ipd_blob_undo_insert(struct ipd_blobs *b, struct ipd_meta *m,
+                          const char *file_id, enum ipd_err insert_rc);
 
 /* Call fn for every committed blob (orphan checks); stops early when fn
  * returns non-zero. */

@@ -326,7 +326,27 @@ static long simple_get(struct itest_server *s, const char *path,
 static void check_store(struct itest_server *s, const char *key,
                         struct worker *w)
 {
-    size_t want_total = 0;
+    size_t want_total = 0, acked = 0;
+    for (int t = 0; t < NTHREADS; t++)
+        for (size_t i = 0; i < w[t].nup; i++)
+            acked += w[t].up[i].id[0] != 0;
+    /* Uploads refused during the outage are undone by the server's
+     * background retry once the database is back (the bytes, and the
+     * record an insert may have written before its answer was lost); no
+     * event says when, so wait for it, bounded (backoff at most 5 s). */
+    {
+        double until = itest_now() + 20;
+        size_t nrec = 0;
+        char **v = NULL;
+        for (;;) {
+            size_t n = itest_stray_files(s, &v);
+            itest_strv_free(v);
+            bool ok = itest_store_consistent(s, &nrec);
+            if ((ok && n == acked && nrec == acked) || itest_now() > until)
+                break;
+            usleep(200 * 1000);
+        }
+    }
     for (int t = 0; t < NTHREADS; t++) {
         struct itest_resp r;
         struct itest_req rq = {0};
@@ -374,19 +394,8 @@ static void check_store(struct itest_server *s, const char *key,
         want_total += want;
         itest_resp_release(&r);
     }
-    /* Bytes of uploads refused during the outage are removed by the
-     * server's background retry once the database is back; no event says
-     * when, so wait for it, bounded (the retry backoff is at most 5 s). */
     char **strays = NULL;
     size_t n = 0;
-    double deadline = itest_now() + 20;
-    for (;;) {
-        n = itest_stray_files(s, &strays);
-        itest_strv_free(strays);
-        if (n == want_total || itest_now() > deadline)
-            break;
-        usleep(200 * 1000);
-    }
     size_t nrec = 0;
     bool consistent = itest_store_consistent(s, &nrec);
     CHECKF(consistent, "the store has orphans or half-written uploads after "

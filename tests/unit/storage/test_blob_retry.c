@@ -101,5 +101,49 @@ static void free_stops_retries(void)
     CHECK(t1.tv_sec - t0.tv_sec < 5);
 }
 
-TEST_MAIN(T(immediate_success_queues_nothing),
+struct pre_state {
+    pthread_mutex_t lock;
+    int fail_left;
+    int done;
+    int deleted_before; /* blob deletes seen when pre first succeeded */
+    struct fake *f;
+};
+
+static enum ipd_err pre_step(void *cls, const char *id)
+{
+    struct pre_state *p = cls;
+    (void)id;
+    pthread_mutex_lock(&p->lock);
+    enum ipd_err rc = IPD_OK;
+    if (p->fail_left > 0) {
+        p->fail_left--;
+        rc = IPD_ERR_UNAVAILABLE;
+    } else if (!p->done++) {
+        p->deleted_before = deleted(p->f);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* The first step (a record delete) must succeed before the bytes go, and
+ * both are retried together. */
+static void first_step_before_bytes(void)
+{
+    struct fake *f = fake_new(0);
+    struct pre_state p = {.fail_left = 2, .f = f};
+    pthread_mutex_init(&p.lock, NULL);
+    ipd_blob_delete_later_after(&f->base, "file_a", pre_step, &p);
+    CHECK_INT(deleted(f), 0); /* the first step failed: nothing deleted */
+    for (int i = 0; i < 100 && deleted(f) < 1; i++)
+        usleep(50 * 1000);
+    CHECK_INT(deleted(f), 1);
+    pthread_mutex_lock(&p.lock);
+    CHECK_INT(p.done, 1);
+    CHECK_INT(p.deleted_before, 0);
+    pthread_mutex_unlock(&p.lock);
+    ipd_blobs_free(&f->base);
+    pthread_mutex_destroy(&p.lock);
+}
+
+TEST_MAIN(T(immediate_success_queues_nothing), T(first_step_before_bytes),
           T(failures_are_retried_until_done), T(free_stops_retries))
