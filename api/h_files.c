@@ -231,9 +231,10 @@ static void upload_begin(struct ipd_req *r)
         ipd_reply_err(r, rc, "checking the quota");
         return;
     }
-    if ((cfg->quota_files >= 0 && count >= cfg->quota_files) ||
-        (cfg->quota_bytes >= 0 && u->kind == UP_RAW && length > 0 &&
-         bytes + length > cfg->quota_bytes)) {
+    /* The size is known early only for a raw body with Content-Length. */
+    struct ipd_quota q = {cfg->quota_files, cfg->quota_bytes};
+    if (ipd_quota_exceeded(&q, count, bytes,
+                           u->kind == UP_RAW && length > 0 ? length : 0)) {
         ipd_reply_err(r, IPD_ERR_QUOTA, "uploading");
         return;
     }

@@ -41,6 +41,16 @@ bool ipd_cursor_parse(const char *s, struct ipd_cursor *c)
     return true;
 }
 
+bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count,
+                        int64_t bytes, int64_t size)
+{
+    if (q->max_files >= 0 && count >= q->max_files)
+        return true;
+    /* Written as a subtraction so huge sizes can't overflow. */
+    return q->max_bytes >= 0 &&
+           (size > q->max_bytes || bytes > q->max_bytes - size);
+}
+
 void ipd_key_list_release(struct ipd_key_list *l)
 {
     if (!l)

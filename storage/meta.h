@@ -88,6 +88,12 @@ struct ipd_quota {
     int64_t max_bytes;
 };
 
+/* True when a user with count files of bytes in total may not add one more
+ * file of size bytes under q (limits < 0 are unlimited).  The one rule
+ * every backend and the early upload check apply. */
+bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count,
+                        int64_t bytes, int64_t size);
+
 #define IPD_KEY_NAME_MAX 128
 #define IPD_POLICY_MAX 32 /* execution policy names */
 

@@ -634,10 +634,7 @@ static enum ipd_err quota_check(mongoc_collection_t *files,
     rc = sum_sizes(files, &filter, "quota usage", &count, &bytes);
     if (rc)
         goto out;
-    if (q->max_files >= 0 && count >= q->max_files)
-        rc = IPD_ERR_QUOTA;
-    if (q->max_bytes >= 0 &&
-        (f->size > q->max_bytes || bytes > q->max_bytes - f->size))
+    if (ipd_quota_exceeded(q, count, bytes, f->size))
         rc = IPD_ERR_QUOTA;
 out:
     bson_destroy(&filter);

@@ -522,11 +522,7 @@ static enum ipd_err quota_check(struct conn *c, const struct ipd_file_meta *f,
     rc = usage_on(c, f->tenant, f->user_id, now_ms, &count, &bytes);
     if (rc)
         goto out;
-    if (q->max_files >= 0 && count >= q->max_files)
-        rc = IPD_ERR_QUOTA;
-    /* Written as a subtraction so huge sizes can't overflow. */
-    if (q->max_bytes >= 0 &&
-        (f->size > q->max_bytes || bytes > q->max_bytes - f->size))
+    if (ipd_quota_exceeded(q, count, bytes, f->size))
         rc = IPD_ERR_QUOTA;
 out:
     return rc;
