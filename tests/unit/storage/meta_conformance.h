@@ -128,6 +128,28 @@ static void mc_check_key_eq(const struct ipd_key *a, const struct ipd_key *b)
     CHECK_STR(a->policy, b->policy[0] ? b->policy : "standard");
 }
 
+/* After a backend-specific test has corrupted the stored file file_id of
+ * (t, u) and a key with hash "h": reads of them fail with
+ * IPD_ERR_INTERNAL and leave no half-filled list; the store still works. */
+static void mc_check_corrupt(struct ipd_meta *m, const char *file_id)
+{
+    struct ipd_file_meta got;
+    struct ipd_file_list l = {0};
+    struct ipd_key_list kl = {0};
+    struct ipd_key k;
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", file_id, MC_NOW, &got),
+              IPD_ERR_INTERNAL);
+    CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 10, &l),
+              IPD_ERR_INTERNAL);
+    CHECK_INT(l.n, 0);
+    CHECK(l.items == NULL);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, "h", &k), IPD_ERR_INTERNAL);
+    CHECK_INT(ipd_meta_key_list(m, &kl), IPD_ERR_INTERNAL);
+    CHECK(kl.items == NULL);
+    CHECK_INT(ipd_meta_file_delete_by_id(m, file_id), IPD_OK);
+    CHECK_INT(ipd_meta_ping(m), IPD_OK);
+}
+
 /* Insert without quota; the check fails on anything but IPD_OK. */
 static void mc_put(struct ipd_meta *m, const struct ipd_file_meta *f)
 {
