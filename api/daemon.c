@@ -13,6 +13,7 @@
 
 #include "../service/log.h"
 #include "../service/util.h"
+#include "../service/metrics.h"
 #include "http.h"
 
 struct ipd_daemon {
@@ -263,6 +264,10 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
         r->handler->cleanup(r);
     double ms = (double)(now_us() - r->start_us) / 1000.0;
     if (r->method)
+        ipd_metrics_http_observe(d->app->metrics,
+                                 r->route ? r->route : "unmatched", r->method,
+                                 (int)r->status, ms / 1000.0);
+    if (r->method)
         ipd_info("access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
              "tenant=%s user=%s request_id=%s%s%s%s",
              r->method, r->path, r->status, (unsigned long long)r->bytes_out,
@@ -295,46 +300,6 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     ipd_warn("http: %s", msg);
 }
 
-/* HOST:PORT into a socket address; only numeric IPv4/IPv6 hosts. */
-static enum ipd_err parse_listen(const char *s, struct sockaddr_storage *ss,
-                                 socklen_t *len, bool *v6)
-{
-    char host[256];
-    const char *colon = strrchr(s, ':');
-    int64_t port = 0;
-    if (!colon || (size_t)(colon - s) >= sizeof(host))
-        return IPD_ERR_INVALID;
-    memcpy(host, s, (size_t)(colon - s));
-    host[colon - s] = '\0';
-    if (ipd_int_parse(colon + 1, 0, 65535, &port))
-        return IPD_ERR_INVALID;
-    memset(ss, 0, sizeof(*ss));
-    size_t hl = strlen(host);
-    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
-        host[hl - 1] = '\0';
-        a->sin6_family = AF_INET6;
-        a->sin6_port = htons((uint16_t)port);
-        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
-            return IPD_ERR_INVALID;
-        *len = sizeof(*a);
-        *v6 = true;
-        return IPD_OK;
-    }
-    struct sockaddr_in *a = (struct sockaddr_in *)ss;
-    a->sin_family = AF_INET;
-    a->sin_port = htons((uint16_t)port);
-    if (!strcmp(host, "localhost"))
-        memcpy(host, "127.0.0.1", 10);
-    if (!*host || !strcmp(host, "*"))
-        a->sin_addr.s_addr = htonl(INADDR_ANY);
-    else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
-        return IPD_ERR_INVALID;
-    *len = sizeof(*a);
-    *v6 = false;
-    return IPD_OK;
-}
-
 enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
 {
     const struct ipd_config *c = app->cfg;
@@ -344,7 +309,7 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
     struct ipd_daemon *d = NULL;
 
     *out = NULL;
-    if (parse_listen(c->listen, &ss, &sslen, &v6)) {
+    if (ipd_listen_parse(c->listen, &ss, &sslen, &v6)) {
         ipd_error("invalid listen address \"%s\" (want HOST:PORT with a "
                   "numeric host)", c->listen);
         return IPD_ERR_INVALID;
@@ -437,9 +402,13 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
     /* Executions still queued are answered 503 and running ones finish
      * (bounded by their timeouts): libmicrohttpd must not be stopped with
      * connections suspended. */
-    if (d->app->exec) {
+    if (d->app->exec || d->app->pkgs || d->app->bg) {
         ipd_exec_pool_free(d->app->exec);
         d->app->exec = NULL;
+        ipd_bg_pool_free(d->app->pkgs);
+        d->app->pkgs = NULL;
+        ipd_bg_pool_free(d->app->bg);
+        d->app->bg = NULL;
         wait_idle(d, 2000);
     }
     MHD_stop_daemon(d->mhd);

@@ -13,14 +13,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../service/callbacks.h"
+#include "../service/crypto.h"
 #include "../service/executor.h"
 #include "../service/log.h"
+#include "../service/metrics.h"
 #include "../service/util.h"
 #include "http.h"
 
 #define CODE_MAX (1024 * 1024)           /* CONTRACT.md: code at most 1 MiB */
 #define BODY_MAX (8 * 1024 * 1024)       /* code escaped in JSON, and the rest */
 #define FILES_MAX 100
+#define ASYNC_MAX 10000                  /* results kept at once */
+#define CALLBACK_URL_MAX 2048
 
 struct job {
     struct job *next;
@@ -34,14 +39,35 @@ struct job {
     int64_t timeout_ms;
     char policy[IPD_POLICY_MAX];
     json_t *variables;               /* new reference or NULL */
+    char **packages;                 /* owned array of owned strings */
+    size_t n_packages;
     enum ipd_err rc;                 /* the executor's answer */
     json_t *result;                  /* new reference when rc == IPD_OK */
     struct ipd_buf detail;
     bool done;
+    /* Asynchronous executions: no connection waits for the job. */
+    bool async;
+    char exec_id[IPD_ID_MAX];
+    char *callback_url;              /* owned, or NULL */
+    char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
+};
+
+/* An asynchronous execution's state, kept result_ttl after it is done. */
+struct async_entry {
+    struct async_entry *next;
+    char id[IPD_ID_MAX];
+    char tenant[IPD_TENANT_MAX];
+    char user_id[IPD_USER_ID_MAX];
+    const char *status;              /* "queued", "running", "done" */
+    json_t *result;                  /* new reference once done */
+    int64_t done_ms;
 };
 
 struct ipd_exec_pool {
     struct ipd_executor *ex;
+    struct ipd_metrics *metrics; /* borrowed, may be NULL */
+    /* Outcomes since start (under lock): the admin status. */
+    uint64_t n_total, n_success, n_error, n_timeout, n_oom, n_failed;
     pthread_t *threads;
     unsigned slots, started, queue_max;
     pthread_mutex_t lock;
@@ -49,6 +75,10 @@ struct ipd_exec_pool {
     struct job *head, *tail;
     unsigned queued, running;
     bool stop;
+    struct async_entry *async;       /* under lock */
+    size_t n_async;
+    int64_t result_ttl_ms;
+    struct ipd_callbacks *callbacks; /* borrowed, may be NULL */
 };
 
 static void job_free(struct job *j)
@@ -61,8 +91,79 @@ static void job_free(struct job *j)
     free(j->file_ids);
     json_decref(j->result);
     json_decref(j->variables);
+    for (size_t i = 0; i < j->n_packages; i++)
+        free(j->packages[i]);
+    free(j->packages);
+    free(j->callback_url);
     ipd_buf_release(&j->detail);
     free(j);
+}
+
+/* ---- asynchronous executions --------------------------------------------- */
+
+/* Drop results older than the ttl.  Under p->lock. */
+static void async_prune(struct ipd_exec_pool *p, int64_t now)
+{
+    for (struct async_entry **pp = &p->async; *pp;) {
+        struct async_entry *e = *pp;
+        if (e->result && now - e->done_ms >= p->result_ttl_ms) {
+            *pp = e->next;
+            json_decref(e->result);
+            free(e);
+            p->n_async--;
+        } else {
+            pp = &e->next;
+        }
+    }
+}
+
+static struct async_entry *async_find(struct ipd_exec_pool *p, const char *id)
+{
+    for (struct async_entry *e = p->async; e; e = e->next)
+        if (!strcmp(e->id, id))
+            return e;
+    return NULL;
+}
+
+/* The result of an asynchronous job that did not produce one: the same
+ * object shape, success false, the reason in error. */
+static json_t *failure_result(const struct job *j)
+{
+    const char *type = "ServiceError";
+    if (j->rc == IPD_ERR_NOT_FOUND)
+        type = "NotFound";
+    else if (j->rc == IPD_ERR_INVALID || j->rc == IPD_ERR_TOO_LARGE)
+        type = "InvalidRequest";
+    return json_pack("{s:s, s:b, s:n, s:b, s:s, s:s, s:{s:s, s:s, s:s}}",
+                     "execution_id", j->exec_id, "success", 0, "exit_code",
+                     "timed_out", 0, "stdout", "", "stderr", "", "error",
+                     "type", type, "message",
+                     j->detail.len ? j->detail.buf : ipd_err_name(j->rc),
+                     "traceback", "");
+}
+
+/* An asynchronous job ended: keep its result, send the callback. */
+static void async_done(struct ipd_exec_pool *p, struct job *j)
+{
+    json_t *result = j->rc == IPD_OK ? json_incref(j->result)
+                                     : failure_result(j);
+    if (j->callback_url && p->callbacks) {
+        char *body = json_dumps(result, JSON_COMPACT);
+        if (body)
+            ipd_callbacks_send(p->callbacks, j->callback_url, body,
+                               strlen(body), j->secret);
+        free(body);
+    }
+    pthread_mutex_lock(&p->lock);
+    struct async_entry *e = async_find(p, j->exec_id);
+    if (e) {
+        e->status = "done";
+        e->result = result;
+        e->done_ms = ipd_now_ms();
+        result = NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+    json_decref(result);
 }
 
 /* The job is over: let libmicrohttpd call the handler again. */
@@ -86,8 +187,49 @@ static void run_job(struct ipd_exec_pool *p, struct job *j)
         .timeout_ms = j->timeout_ms,
         .variables = j->variables,
         .policy = j->policy,
+        .packages = (const char *const *)j->packages,
+        .n_packages = j->n_packages,
+        .execution_id = j->exec_id[0] ? j->exec_id : NULL,
     };
+    int64_t t0 = ipd_now_ms();
     j->rc = ipd_executor_run(p->ex, &rq, &j->result, &j->detail);
+    /* Outcomes of code that ran, plus runs the service failed to start;
+     * a client's bad request (unknown file, bad package) is neither. */
+    enum ipd_metrics_exec_outcome o;
+    double secs = (double)(ipd_now_ms() - t0) / 1000.0;
+    bool counted = true;
+    if (j->rc == IPD_OK) {
+        json_t *res = json_object_get(j->result, "resources");
+        json_t *et = json_object_get(j->result, "execution_time");
+        if (json_is_number(et))
+            secs = json_number_value(et);
+        if (json_is_true(json_object_get(j->result, "timed_out")))
+            o = IPD_METRICS_EXEC_TIMEOUT;
+        else if (json_is_true(json_object_get(res, "oom_killed")))
+            o = IPD_METRICS_EXEC_OOM;
+        else if (json_is_true(json_object_get(j->result, "success")))
+            o = IPD_METRICS_EXEC_SUCCESS;
+        else
+            o = IPD_METRICS_EXEC_ERROR;
+    } else if (j->rc == IPD_ERR_INTERNAL || j->rc == IPD_ERR_UNAVAILABLE) {
+        o = IPD_METRICS_EXEC_FAILED_TO_START;
+    } else {
+        counted = false;
+        o = IPD_METRICS_EXEC_ERROR;
+    }
+    if (!counted)
+        return;
+    ipd_metrics_exec_observe(p->metrics, o, secs);
+    pthread_mutex_lock(&p->lock);
+    p->n_total++;
+    switch (o) {
+    case IPD_METRICS_EXEC_SUCCESS: p->n_success++; break;
+    case IPD_METRICS_EXEC_ERROR: p->n_error++; break;
+    case IPD_METRICS_EXEC_TIMEOUT: p->n_timeout++; break;
+    case IPD_METRICS_EXEC_OOM: p->n_oom++; break;
+    default: p->n_failed++; break;
+    }
+    pthread_mutex_unlock(&p->lock);
 }
 
 static void *worker(void *arg)
@@ -106,6 +248,11 @@ static void *worker(void *arg)
         p->queued--;
         p->running++;
         bool stopping = p->stop;
+        if (j->async) {
+            struct async_entry *e = async_find(p, j->exec_id);
+            if (e)
+                e->status = "running";
+        }
         pthread_mutex_unlock(&p->lock);
         if (stopping) {
             j->rc = IPD_ERR_UNAVAILABLE;
@@ -116,18 +263,28 @@ static void *worker(void *arg)
         pthread_mutex_lock(&p->lock);
         p->running--;
         pthread_mutex_unlock(&p->lock);
-        job_finish(p, j);
+        if (j->async) {
+            async_done(p, j);
+            job_free(j);
+        } else {
+            job_finish(p, j);
+        }
         pthread_mutex_lock(&p->lock);
     }
     pthread_mutex_unlock(&p->lock);
     return NULL;
 }
 
-enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex, unsigned slots,
-                               unsigned queue, struct ipd_exec_pool **out)
+enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
+                               const struct ipd_exec_pool_options *o,
+                               struct ipd_exec_pool **out)
 {
     struct ipd_exec_pool *p = ipd_xcalloc(1, sizeof(*p));
+    unsigned slots = o->slots, queue = o->queue;
     p->ex = ex;
+    p->metrics = o->metrics;
+    p->callbacks = o->callbacks;
+    p->result_ttl_ms = o->result_ttl_ms > 0 ? o->result_ttl_ms : 3600000;
     p->slots = slots ? slots : 1;
     p->queue_max = queue;
     pthread_mutex_init(&p->lock, NULL);
@@ -158,10 +315,32 @@ void ipd_exec_pool_free(struct ipd_exec_pool *p)
     pthread_mutex_unlock(&p->lock);
     for (unsigned i = 0; i < p->started; i++)
         pthread_join(p->threads[i], NULL);
+    while (p->async) {
+        struct async_entry *e = p->async;
+        p->async = e->next;
+        json_decref(e->result);
+        free(e);
+    }
     pthread_mutex_destroy(&p->lock);
     pthread_cond_destroy(&p->work);
     free(p->threads);
     free(p);
+}
+
+json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
+{
+    if (!p)
+        return json_null();
+    pthread_mutex_lock(&p->lock);
+    json_t *j = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "slots",
+        (json_int_t)p->slots, "queue", (json_int_t)p->queue_max, "running",
+        (json_int_t)p->running, "queued", (json_int_t)p->queued, "total",
+        (json_int_t)p->n_total, "success", (json_int_t)p->n_success, "error",
+        (json_int_t)p->n_error, "timeout", (json_int_t)p->n_timeout, "oom",
+        (json_int_t)p->n_oom, "failed_to_start", (json_int_t)p->n_failed);
+    pthread_mutex_unlock(&p->lock);
+    return j;
 }
 
 void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
@@ -203,23 +382,39 @@ static void reply_result(struct ipd_req *r, struct job *j)
         ipd_reply_err(r, j->rc, "running the code");
 }
 
-/* Reject request fields whose features are not built yet, clearly. */
+/* Check the optional fields (packages, async, callback_url, variables);
+ * sessions are not built yet: refused clearly.  Replies and returns true
+ * on a bad request. */
 static bool unsupported(struct ipd_req *r, json_t *doc)
 {
     json_t *v = json_object_get(doc, "packages");
-    if (v && !json_is_null(v) &&
-        !(json_is_array(v) && json_array_size(v) == 0)) {
+    if (v && !json_is_null(v) && !json_is_array(v)) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
-                        "package installs are not available on this server "
-                        "yet; send \"packages\": []");
+                        "\"packages\" must be an array of requirement "
+                        "strings");
         return true;
     }
-    v = json_object_get(doc, "async");
-    if ((v && json_is_true(v)) || json_object_get(doc, "callback_url")) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
-                        "asynchronous executions are not available on this "
-                        "server yet");
+    if (!ipd_packages_check(r, v))
         return true;
+    v = json_object_get(doc, "async");
+    if (v && !json_is_boolean(v) && !json_is_null(v)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "\"async\" must be true or false");
+        return true;
+    }
+    v = json_object_get(doc, "callback_url");
+    if (v && !json_is_null(v)) {
+        const char *u = json_string_value(v);
+        if (!u || json_string_length(v) > CALLBACK_URL_MAX ||
+            strlen(u) != json_string_length(v) ||
+            (strncmp(u, "http://", 7) != 0 &&
+             strncmp(u, "https://", 8) != 0)) {
+            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                            "\"callback_url\" must be an http or https URL "
+                            "of at most %d bytes",
+                            CALLBACK_URL_MAX);
+            return true;
+        }
     }
     v = json_object_get(doc, "session_id");
     if (v && !json_is_null(v)) {
@@ -281,16 +476,29 @@ static struct job *parse_job(struct ipd_req *r)
         goto out;
     /* The key's policy, or a stricter one the request names. */
     const char *policy = r->key.policy[0] ? r->key.policy : "standard";
+    const struct ipd_policy *kp = ipd_config_policy(r->app->cfg, policy);
     json_t *want = json_object_get(doc, "policy");
+    if (!kp) {
+        /* The operator removed the policy this key names from the config:
+         * never fall back to another one. */
+        ipd_reply_error(r, IPD_HE_FORBIDDEN,
+                        "this key's policy %s is not configured on the "
+                        "server; ask an administrator",
+                        policy);
+        goto out;
+    }
     if (want && !json_is_null(want)) {
         const char *name = json_string_value(want);
-        if (!name || !ipd_exec_policy_known(name)) {
+        const struct ipd_policy *wp =
+            name ? ipd_config_policy(r->app->cfg, name) : NULL;
+        if (!wp) {
             ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
-                            "\"policy\" must be strict, standard or "
-                            "networked");
+                            "\"policy\" must name a configured policy "
+                            "(strict, standard, networked, or one the "
+                            "operator defined)");
             goto out;
         }
-        if (!ipd_exec_policy_within(name, policy)) {
+        if (!ipd_policy_within(wp, kp)) {
             ipd_reply_error(r, IPD_HE_FORBIDDEN,
                             "policy %s is less strict than this key's "
                             "policy %s; a request can only tighten it",
@@ -313,6 +521,18 @@ static struct job *parse_job(struct ipd_req *r)
     json_t *vars = json_object_get(doc, "variables");
     if (json_is_object(vars) && json_object_size(vars))
         j->variables = json_incref(vars);
+    json_t *cbu = json_object_get(doc, "callback_url");
+    j->async = json_is_true(json_object_get(doc, "async")) ||
+               json_is_string(cbu);
+    if (json_is_string(cbu))
+        j->callback_url = ipd_xstrdup(json_string_value(cbu));
+    memcpy(j->secret, r->key.secret, sizeof(j->secret));
+    json_t *pk = json_object_get(doc, "packages");
+    size_t np = json_array_size(pk);
+    j->packages = ipd_xcalloc(np ? np : 1, sizeof(*j->packages));
+    for (size_t i = 0; i < np; i++)
+        j->packages[j->n_packages++] =
+            ipd_xstrdup(json_string_value(json_array_get(pk, i)));
     size_t n = json_is_array(files) ? json_array_size(files) : 0;
     j->file_ids = ipd_xcalloc(n ? n : 1, sizeof(*j->file_ids));
     for (size_t i = 0; i < n; i++) {
@@ -369,6 +589,39 @@ static void executions_finish(struct ipd_req *r)
                             p->slots, p->queued);
         return;
     }
+    if (j->async) {
+        int64_t now = ipd_now_ms();
+        async_prune(p, now);
+        if (p->n_async >= ASYNC_MAX) {
+            pthread_mutex_unlock(&p->lock);
+            job_free(j);
+            ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+                            "%d asynchronous results are held; retry later",
+                            ASYNC_MAX);
+            return;
+        }
+        struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
+        ipd_id_new("exec", e->id);
+        memcpy(j->exec_id, e->id, sizeof(e->id));
+        snprintf(e->tenant, sizeof(e->tenant), "%s", j->tenant);
+        snprintf(e->user_id, sizeof(e->user_id), "%s", j->user_id);
+        e->status = "queued";
+        e->next = p->async;
+        p->async = e;
+        p->n_async++;
+        if (p->tail)
+            p->tail->next = j;
+        else
+            p->head = j;
+        p->tail = j;
+        p->queued++;
+        pthread_cond_signal(&p->work);
+        pthread_mutex_unlock(&p->lock);
+        ipd_reply_json(r, MHD_HTTP_ACCEPTED,
+                       json_pack("{s:s, s:s}", "execution_id", e->id,
+                                 "status", "queued"));
+        return;
+    }
     /* Suspend before a worker can see the job: its resume must never come
      * first. */
     r->state = j;
@@ -395,4 +648,35 @@ const struct ipd_handler ipd_h_executions_create = {
     .body_max = BODY_MAX,
     .finish = executions_finish,
     .cleanup = executions_cleanup,
+};
+
+/* GET /v1/executions/{id}: the caller's own asynchronous executions. */
+static void executions_get(struct ipd_req *r)
+{
+    struct ipd_exec_pool *p = r->app->exec;
+    json_t *out = NULL;
+    if (!p) {
+        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such execution");
+        return;
+    }
+    pthread_mutex_lock(&p->lock);
+    async_prune(p, ipd_now_ms());
+    struct async_entry *e = async_find(p, r->param);
+    if (e && !strcmp(e->tenant, r->key.tenant) &&
+        !strcmp(e->user_id, r->user_id))
+        out = json_pack("{s:s, s:s, s:O?}", "execution_id", e->id, "status",
+                        e->status, "result", e->result);
+    pthread_mutex_unlock(&p->lock);
+    if (!out) {
+        ipd_reply_error(r, IPD_HE_NOT_FOUND,
+                        "no such execution (results are kept for a limited "
+                        "time)");
+        return;
+    }
+    ipd_reply_json(r, MHD_HTTP_OK, out);
+}
+
+const struct ipd_handler ipd_h_executions_get = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = executions_get,
 };

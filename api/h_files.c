@@ -22,6 +22,7 @@
 #include "../service/log.h"
 #include "../service/util.h"
 #include "http.h"
+#include "../service/fetch.h"
 #include "json_out.h"
 
 #define LIST_DEFAULT 50
@@ -63,6 +64,15 @@ struct upload {
     enum ipd_http_error err;
     char errmsg[256];
     enum ipd_err io_err;           /* a storage error while streaming */
+    /* URL ingest (UP_JSON), run on a background thread. */
+    char *url;                     /* owned */
+    char *name;                    /* owned; the request's filename or NULL */
+    int64_t ttl_ms;
+    bool ingest_submitted, ingest_done;
+    enum ipd_err ingest_rc;        /* IPD_OK: f holds the stored file */
+    bool ingest_client;            /* the failure is the URL's: 4xx */
+    enum ipd_http_error ingest_he; /* with ingest_client */
+    struct ipd_file_meta f;
 };
 
 static void upload_fail(struct upload *u, enum ipd_http_error e,
@@ -89,6 +99,8 @@ static void upload_cleanup(struct ipd_req *r)
     ipd_buf_release(&u->part_name);
     ipd_buf_release(&u->filename_field);
     ipd_buf_release(&u->ttl_field);
+    free(u->url);
+    free(u->name);
     free(u);
     r->state = NULL;
 }
@@ -364,6 +376,160 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
     return true;
 }
 
+/*
+ * Type, commit and record the bytes of *w as the caller's file f (its
+ * filename already set): the common end of uploads and URL ingest.  *w is
+ * consumed.  On failure nothing stays behind (no metadata, no bytes) and
+ * *what names the failed step.  Blocking storage calls only: safe on a
+ * background thread.
+ */
+static enum ipd_err store_upload(struct ipd_req *r, struct ipd_blob_writer **w,
+                                 const char *file_id, const char *source,
+                                 int64_t ttl_ms, struct ipd_file_meta *f,
+                                 const char **what)
+{
+    struct ipd_app *app = r->app;
+    enum ipd_err rc;
+    f->size = ipd_blob_writer_size(*w);
+    rc = ipd_blob_writer_sha256(*w, f->sha256);
+    if (rc) {
+        *what = "hashing the upload";
+        goto fail;
+    }
+    const void *head = NULL, *tail = NULL;
+    size_t head_len = 0;
+    ipd_blob_writer_sample(*w, &head, &head_len, &tail);
+    rc = ipd_filetype_detect_buf(app->ft, head, head_len, tail, f->size,
+                                 f->filename, f->mime_type, f->file_type);
+    if (rc) {
+        *what = "detecting the file type";
+        goto fail;
+    }
+    memcpy(f->file_id, file_id, sizeof(f->file_id));
+    snprintf(f->tenant, sizeof(f->tenant), "%s", r->key.tenant);
+    snprintf(f->user_id, sizeof(f->user_id), "%s", r->user_id);
+    snprintf(f->source, sizeof(f->source), "%s", source);
+    snprintf(f->blob, sizeof(f->blob), "%s", ipd_blobs_backend(app->blobs));
+    f->created_at_ms = ipd_now_ms();
+    f->expires_at_ms = ttl_ms == IPD_TIME_NEVER ? IPD_TIME_NEVER
+                                                : f->created_at_ms + ttl_ms;
+    rc = ipd_blob_writer_commit(*w);
+    *w = NULL;
+    if (rc) {
+        *what = "storing the upload";
+        return rc;
+    }
+    struct ipd_quota q = {app->cfg->quota_files, app->cfg->quota_bytes};
+    rc = ipd_meta_file_insert(app->meta, f, &q, f->created_at_ms);
+    if (rc) {
+        /* No metadata, no bytes: never leave an orphan behind. */
+        ipd_blob_undo_insert(app->blobs, app->meta, f->file_id, rc);
+        *what = "recording the file";
+    }
+    return rc;
+fail:
+    ipd_blob_writer_abort(*w);
+    *w = NULL;
+    return rc;
+}
+
+/* ---- URL ingest ------------------------------------------------------- */
+
+static enum ipd_err ingest_write(void *ctx, const void *data, size_t len)
+{
+    struct upload *u = ctx;
+    return ipd_blob_writer_write(u->w, data, len);
+}
+
+static void ingest_fail(struct upload *u, enum ipd_err rc,
+                        enum ipd_http_error he, const char *msg)
+{
+    u->ingest_rc = rc ? rc : IPD_ERR_INVALID;
+    u->ingest_client = true;
+    u->ingest_he = he;
+    snprintf(u->errmsg, sizeof(u->errmsg), "%s", msg);
+}
+
+/* On a background thread: fetch the URL into a new blob, then store it
+ * like an upload. */
+static void ingest_run(struct ipd_req *r, bool stopping)
+{
+    struct upload *u = r->state;
+    const struct ipd_config *cfg = r->app->cfg;
+    struct ipd_fetch_result res;
+    struct ipd_buf err;
+    int64_t count = 0, bytes = 0;
+    enum ipd_err rc;
+    ipd_fetch_result_init(&res);
+    ipd_buf_init(&err, 512);
+    u->ingest_done = true;
+    if (stopping) {
+        ingest_fail(u, IPD_ERR_UNAVAILABLE, IPD_HE_UNAVAILABLE,
+                    "the service is shutting down; nothing was fetched");
+        goto out;
+    }
+
+    rc = ipd_meta_file_usage(r->app->meta, r->key.tenant, r->user_id,
+                             ipd_now_ms(), &count, &bytes);
+    if (!rc) {
+        struct ipd_quota q = {cfg->quota_files, cfg->quota_bytes};
+        if (ipd_quota_exceeded(&q, count, bytes, 0))
+            rc = IPD_ERR_QUOTA;
+    }
+    if (!rc)
+        rc = ipd_blob_writer_new(r->app->blobs, u->file_id,
+                                 cfg->max_file_size, &u->w);
+    if (rc) {
+        u->ingest_rc = rc;
+        goto out;
+    }
+    struct ipd_fetch_sink sink = {.write = ingest_write, .ctx = u};
+    rc = ipd_fetch_get(r->app->fetch, u->url, &sink, &res, &err);
+    if (rc) {
+        ipd_blob_writer_abort(u->w);
+        u->w = NULL;
+        if (rc == IPD_ERR_TOO_LARGE)
+            ingest_fail(u, rc, IPD_HE_PAYLOAD_TOO_LARGE,
+                        "the URL's body is over the limit of the upload "
+                        "size; nothing was stored");
+        else if (rc == IPD_ERR_TIMEOUT)
+            ingest_fail(u, rc, IPD_HE_INVALID_REQUEST,
+                        "fetching the URL timed out");
+        else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UNAVAILABLE ||
+                 rc == IPD_ERR_FORBIDDEN)
+            ingest_fail(u, rc, IPD_HE_INVALID_REQUEST,
+                        err.len ? err.buf : "the URL could not be fetched");
+        else
+            u->ingest_rc = rc; /* our own storage failed */
+        goto out;
+    }
+    /* The name: the request's, else Content-Disposition, else the URL's
+     * last path segment; whatever the server sent is sanitised like an
+     * upload's name, and a hopeless one becomes "download". */
+    const char *name = u->name ? u->name : res.filename;
+    memset(&u->f, 0, sizeof(u->f));
+    rc = ipd_filename_sanitize(name ? name : "", name ? strlen(name) : 0,
+                               u->f.filename);
+    if (rc && u->name) {
+        ipd_blob_writer_abort(u->w);
+        u->w = NULL;
+        ingest_fail(u, IPD_ERR_INVALID, IPD_HE_INVALID_REQUEST,
+                    "filename must be valid UTF-8 of at most 255 bytes and "
+                    "not empty, \".\" or \"..\"");
+        goto out;
+    }
+    if (rc)
+        snprintf(u->f.filename, sizeof(u->f.filename), "download");
+    const char *what = NULL;
+    rc = store_upload(r, &u->w, u->file_id, "url", u->ttl_ms, &u->f, &what);
+    u->ingest_rc = rc;
+    if (rc)
+        snprintf(u->errmsg, sizeof(u->errmsg), "%s", what);
+out:
+    ipd_fetch_result_release(&res);
+    ipd_buf_release(&err);
+}
+
 static void upload_json(struct ipd_req *r)
 {
     json_error_t jerr;
@@ -379,17 +545,83 @@ static void upload_json(struct ipd_req *r)
                         jerr.text, jerr.line);
         return;
     }
-    if (!json_is_object(doc) || !json_is_string(json_object_get(doc, "url")))
+    struct upload *u = r->state;
+    json_t *url = json_object_get(doc, "url");
+    json_t *name = json_object_get(doc, "filename");
+    json_t *ttl = json_object_get(doc, "ttl_hours");
+    char ttlbuf[64];
+    bool ttl_bad = false;
+    if (!json_is_object(doc) || !json_is_string(url)) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
                         "a JSON body must be {\"url\": \"https://...\"}; to "
                         "upload a JSON file, send it as multipart/form-data "
                         "or with another Content-Type (e.g. "
                         "application/octet-stream) and ?filename=");
-    else
-        /* NEEDSWORK: URL ingest lands with the operations issue. */
+        goto out;
+    }
+    if (json_string_length(url) > 8192 ||
+        strlen(json_string_value(url)) != json_string_length(url)) {
         ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
-                        "URL ingest is not available on this server yet");
+                        "\"url\" must be at most 8192 bytes without NUL");
+        goto out;
+    }
+    if (name && !json_is_null(name) &&
+        (!json_is_string(name) ||
+         strlen(json_string_value(name)) != json_string_length(name) ||
+         json_string_length(name) > 1024)) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "\"filename\" must be a string");
+        goto out;
+    }
+    u->ttl_ms = r->app->cfg->file_ttl_ms;
+    if (json_is_number(ttl))
+        snprintf(ttlbuf, sizeof(ttlbuf), "%.17g", json_number_value(ttl));
+    else if (json_is_string(ttl) && json_string_length(ttl) < sizeof(ttlbuf))
+        snprintf(ttlbuf, sizeof(ttlbuf), "%s", json_string_value(ttl));
+    else
+        ttl_bad = ttl && !json_is_null(ttl);
+    if (ttl_bad || ((json_is_number(ttl) || json_is_string(ttl)) &&
+                    !parse_ttl(ttlbuf, u->ttl_ms, &u->ttl_ms))) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "ttl_hours must be a positive number of hours");
+        goto out;
+    }
+    if (json_is_string(name)) {
+        /* Checked now, so a bad name is 400 before anything is fetched. */
+        char tmp[IPD_FILENAME_MAX];
+        if (ipd_filename_sanitize(json_string_value(name),
+                                  json_string_length(name), tmp)) {
+            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                            "filename must be valid UTF-8 of at most 255 "
+                            "bytes and not empty, \".\" or \"..\"");
+            goto out;
+        }
+        u->name = ipd_xstrdup(json_string_value(name));
+    }
+    if (!r->app->fetch) {
+        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+                        "URL ingest is unavailable on this server");
+        goto out;
+    }
+    u->url = ipd_xstrdup(json_string_value(url));
+    u->ingest_submitted = ipd_bg_submit(r->app->bg, r, ingest_run);
+    if (!u->ingest_submitted)
+        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+                        "too many URL fetches are waiting; retry later");
+out:
     json_decref(doc);
+}
+
+/* After the background fetch: answer what it did. */
+static void ingest_reply(struct ipd_req *r, struct upload *u)
+{
+    if (u->ingest_rc == IPD_OK)
+        reply_file(r, MHD_HTTP_CREATED, &u->f);
+    else if (u->ingest_client)
+        ipd_reply_error(r, u->ingest_he, "%s", u->errmsg);
+    else
+        ipd_reply_err(r, u->ingest_rc,
+                      u->errmsg[0] ? u->errmsg : "fetching the URL");
 }
 
 static void upload_finish(struct ipd_req *r)
@@ -400,7 +632,10 @@ static void upload_finish(struct ipd_req *r)
     enum ipd_err rc;
 
     if (u->kind == UP_JSON) {
-        upload_json(r);
+        if (u->ingest_done)
+            ingest_reply(r, u);
+        else
+            upload_json(r);
         return;
     }
     if (u->kind == UP_MULTIPART && !u->failed && !u->too_large) {
@@ -429,41 +664,10 @@ static void upload_finish(struct ipd_req *r)
     memset(&f, 0, sizeof(f));
     if (!upload_params(r, u, &f, &ttl_ms))
         return;
-    f.size = ipd_blob_writer_size(u->w);
-    rc = ipd_blob_writer_sha256(u->w, f.sha256);
+    const char *what = NULL;
+    rc = store_upload(r, &u->w, u->file_id, "upload", ttl_ms, &f, &what);
     if (rc) {
-        ipd_reply_err(r, rc, "hashing the upload");
-        return;
-    }
-    const void *head = NULL, *tail = NULL;
-    size_t head_len = 0;
-    ipd_blob_writer_sample(u->w, &head, &head_len, &tail);
-    rc = ipd_filetype_detect_buf(r->app->ft, head, head_len, tail, f.size,
-                                 f.filename, f.mime_type, f.file_type);
-    if (rc) {
-        ipd_reply_err(r, rc, "detecting the file type");
-        return;
-    }
-    memcpy(f.file_id, u->file_id, sizeof(f.file_id));
-    snprintf(f.tenant, sizeof(f.tenant), "%s", r->key.tenant);
-    snprintf(f.user_id, sizeof(f.user_id), "%s", r->user_id);
-    snprintf(f.source, sizeof(f.source), "upload");
-    snprintf(f.blob, sizeof(f.blob), "%s", ipd_blobs_backend(r->app->blobs));
-    f.created_at_ms = ipd_now_ms();
-    f.expires_at_ms = ttl_ms == IPD_TIME_NEVER ? IPD_TIME_NEVER
-                                               : f.created_at_ms + ttl_ms;
-    rc = ipd_blob_writer_commit(u->w);
-    u->w = NULL;
-    if (rc) {
-        ipd_reply_err(r, rc, "storing the upload");
-        return;
-    }
-    struct ipd_quota q = {r->app->cfg->quota_files, r->app->cfg->quota_bytes};
-    rc = ipd_meta_file_insert(r->app->meta, &f, &q, f.created_at_ms);
-    if (rc) {
-        /* No metadata, no bytes: never leave an orphan behind. */
-        ipd_blob_undo_insert(r->app->blobs, r->app->meta, f.file_id, rc);
-        ipd_reply_err(r, rc, "recording the file");
+        ipd_reply_err(r, rc, what);
         return;
     }
     reply_file(r, MHD_HTTP_CREATED, &f);

@@ -3,6 +3,7 @@
  */
 #include <string.h>
 
+#include "../venv/venv.h"
 #include "http.h"
 
 extern const char ipd_openapi_json[];
@@ -20,20 +21,23 @@ static void readyz(struct ipd_req *r)
     enum ipd_err meta = ipd_meta_ping(r->app->meta);
     enum ipd_err blobs = ipd_blobs_ping(r->app->blobs);
     bool exec = r->app->exec != NULL;
-    json_t *checks = json_pack("{s:s, s:s, s:s}", "metadata",
+    bool venv = r->app->venv && !ipd_venv_ping(r->app->venv);
+    json_t *checks = json_pack("{s:s, s:s, s:s, s:s}", "metadata",
                                meta ? ipd_err_name(meta) : "ok", "blobs",
                                blobs ? ipd_err_name(blobs) : "ok", "executions",
-                               exec ? "ok" : "unavailable");
-    if (!meta && !blobs && exec) {
+                               exec ? "ok" : "unavailable", "venv",
+                               venv ? "ok" : "unavailable");
+    if (!meta && !blobs && exec && venv) {
         ipd_reply_json(r, MHD_HTTP_OK,
                        json_pack("{s:s, s:o}", "status", "ready", "checks",
                                  checks));
         return;
     }
     json_decref(checks);
-    ipd_reply_error(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s",
+    ipd_reply_error(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s%s",
                     meta ? " metadata store" : "", blobs ? " blob store" : "",
-                    exec ? "" : " executions (no sandbox)");
+                    exec ? "" : " executions (no sandbox)",
+                    venv ? "" : " venv");
 }
 
 const struct ipd_handler ipd_h_readyz = {.finish = readyz};

@@ -18,6 +18,7 @@
 #ifndef IPD_HTTP_H
 #define IPD_HTTP_H
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -35,6 +36,10 @@
 
 /* Service-wide state; handlers borrow it. */
 struct ipd_exec_pool;
+struct ipd_fetch_opts;
+struct ipd_bg_pool;
+struct ipd_scheduler;
+struct ipd_venv;
 
 struct ipd_app {
     const struct ipd_config *cfg;
@@ -42,6 +47,15 @@ struct ipd_app {
     struct ipd_blobs *blobs;
     struct ipd_filetype *ft;
     struct ipd_exec_pool *exec; /* NULL when executions are unavailable */
+    struct ipd_venv *venv;      /* NULL when packages are unavailable */
+    struct ipd_bg_pool *pkgs;   /* the installer thread, with venv */
+    struct ipd_metrics *metrics; /* NULL: no metrics (observes are no-ops) */
+    const struct ipd_fetch_opts *fetch; /* URL ingest's limits and guard */
+    struct ipd_bg_pool *bg;     /* threads for blocking request work */
+    struct ipd_scheduler *sched; /* the periodic jobs, or NULL */
+    const char *sandbox;        /* what isolation is active, or NULL */
+    pthread_mutex_t status_lock; /* last_cleanup */
+    json_t *last_cleanup;       /* the last sweep's result and time, or NULL */
     int64_t started_ms;
 };
 
@@ -94,6 +108,8 @@ struct ipd_req {
     const char *method;        /* borrowed from MHD */
     const char *path;          /* borrowed from MHD, without the query */
     const struct ipd_handler *handler;
+    const char *route;         /* the route's pattern ("/v1/files/{id}"),
+                                  "unmatched" or NULL before routing */
     char param[IPD_ID_MAX + 16]; /* the {id} of the route, when it has one */
     char request_id[IPD_REQUEST_ID_MAX];
     const char *origin;        /* Origin when CORS allows it, else NULL */
@@ -159,15 +175,58 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow);
 extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
-extern const struct ipd_handler ipd_h_executions_create;
+extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get;
 extern const struct ipd_handler ipd_h_admin_cleanup;
+extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
+extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;
+
+/* Remember a sweep's result for the admin status (h_admin.c); borrows
+ * res's fields.  Thread-safe. */
+struct ipd_sweep_result;
+void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
+                        enum ipd_err rc, int64_t at_ms);
+
+/* The elements of a "packages" list (POST /v1/packages, executions):
+ * strings without NUL of at most 4096 bytes; otherwise replies 400 naming
+ * the first bad one and returns false.  Not a list: nothing checked. */
+bool ipd_packages_check(struct ipd_req *r, const json_t *list);
+
+/* POST /v1/packages runs on a bg pool of one thread with this queue. */
+#define IPD_INSTALL_QUEUE_MAX 16
+
+/* Threads for request work that blocks on the network (bg.c): threads
+ * workers, at most queue waiting.  Free it while the daemon still runs. */
+enum ipd_err ipd_bg_pool_new(unsigned threads, unsigned queue,
+                             struct ipd_bg_pool **out);
+void ipd_bg_pool_free(struct ipd_bg_pool *p); /* NULL is fine */
+/* Suspend r and run fn(r, stopping) on a worker, then resume r: the
+ * handler's finish runs again and replies from r->state (fn must not
+ * reply).  stopping: the service is shutting down and the work had not
+ * started; fn should only record that (a 503).  false (r not suspended)
+ * when the queue is full or p is NULL. */
+bool ipd_bg_submit(struct ipd_bg_pool *p, struct ipd_req *r,
+                   void (*fn)(struct ipd_req *r, bool stopping));
+/* Jobs running and waiting (0 and 0 for NULL). */
+void ipd_bg_pool_counts(struct ipd_bg_pool *p, unsigned *running,
+                        unsigned *queued);
+
 
 /* The execution workers (h_executions.c): slots threads running the
  * executor, and a queue of at most queue waiting requests (beyond: 429).
  * Borrows ex. */
 struct ipd_executor;
-enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex, unsigned slots,
-                               unsigned queue, struct ipd_exec_pool **out);
+struct ipd_metrics;
+struct ipd_callbacks;
+struct ipd_exec_pool_options {
+    unsigned slots;                  /* worker threads (0: 1) */
+    unsigned queue;                  /* waiting requests beyond the slots */
+    struct ipd_metrics *metrics;     /* borrowed, may be NULL */
+    int64_t result_ttl_ms;           /* async results kept (0: 1 h) */
+    struct ipd_callbacks *callbacks; /* borrowed; NULL: no callbacks sent */
+};
+enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
+                               const struct ipd_exec_pool_options *o,
+                               struct ipd_exec_pool **out);
 /* Stop taking work, answer queued requests 503, wait for running ones,
  * join the workers and free.  Call while the HTTP daemon still runs (the
  * answers resume suspended connections). */
@@ -175,6 +234,9 @@ void ipd_exec_pool_free(struct ipd_exec_pool *p);
 /* Running and queued executions (status, metrics). */
 void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
                           unsigned *queued);
+/* {slots, queue, running, queued, total, success, error, timeout, oom,
+ * failed}: the admin status's execution counters.  New reference. */
+json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p);
 
 
 /* The HTTP daemon. */

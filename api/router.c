@@ -29,8 +29,15 @@ static const struct route routes[] = {
      {{"GET", &ipd_h_files_get}, {"DELETE", &ipd_h_files_delete}}},
     {"/v1/admin/cleanup", "POST, OPTIONS",
      {{"POST", &ipd_h_admin_cleanup}}},
+    {"/v1/admin/status", "GET, HEAD, OPTIONS",
+     {{"GET", &ipd_h_admin_status}}},
+    {"/metrics", "GET, HEAD, OPTIONS", {{"GET", &ipd_h_metrics}}},
     {"/v1/executions", "POST, OPTIONS",
      {{"POST", &ipd_h_executions_create}}},
+    {"/v1/executions/{id}", "GET, HEAD, OPTIONS",
+     {{"GET", &ipd_h_executions_get}}},
+    {"/v1/packages", "GET, HEAD, POST, OPTIONS",
+     {{"GET", &ipd_h_packages_list}, {"POST", &ipd_h_packages_install}}},
     {"/v1/files/{id}/content",
      "GET, HEAD, OPTIONS",
      {{"GET", &ipd_h_files_content}}},
@@ -70,6 +77,7 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow)
         if (!match(routes[i].pattern, r->path, r->param, sizeof(r->param)))
             continue;
         *allow = routes[i].allow;
+        r->route = routes[i].pattern;
         /* HEAD is GET without the body; libmicrohttpd drops the body. */
         const char *m = strcmp(r->method, "HEAD") ? r->method : "GET";
         for (size_t k = 0; k < IPD_ARRAY_LEN(routes[i].methods); k++) {
@@ -80,5 +88,6 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow)
         return NULL;
     }
     r->param[0] = '\0';
+    r->route = "unmatched";
     return NULL;
 }

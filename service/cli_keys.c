@@ -30,7 +30,8 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
-static int keys_create(struct ipd_meta *m, const char **args, size_t n)
+static int keys_create(const struct ipd_config *cfg, struct ipd_meta *m,
+                       const char **args, size_t n)
 {
     const char *tenant = NULL, *policy = "standard";
     bool admin = false;
@@ -60,9 +61,10 @@ static int keys_create(struct ipd_meta *m, const char **args, size_t n)
                         "(1-64 characters of [A-Za-z0-9_.-])\n");
         return 2;
     }
-    if (!ipd_exec_policy_known(policy)) {
-        fprintf(stderr, "interpd keys create: unknown policy \"%s\" (strict, "
-                        "standard or networked)\n", policy);
+    if (!ipd_config_policy(cfg, policy)) {
+        fprintf(stderr, "interpd keys create: unknown policy \"%s\" (the "
+                        "built-in strict, standard, networked, or one set "
+                        "with policy.NAME.FIELD in the config)\n", policy);
         return 2;
     }
     enum ipd_err rc = ipd_keys_create(m, tenant, admin, policy, plain, &k);
@@ -129,7 +131,7 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
     int code = 2;
     if (!nargs) {
         fprintf(stderr, "usage: interpd keys create --tenant NAME [--admin] "
-                        "[--policy strict|standard|networked] | list | "
+                        "[--policy NAME] | list | "
                         "revoke KEY_ID\n");
         return 2;
     }
@@ -139,7 +141,7 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
     }
     m = st.meta;
     if (!strcmp(args[0], "create"))
-        code = keys_create(m, args + 1, nargs - 1);
+        code = keys_create(cfg, m, args + 1, nargs - 1);
     else if (!strcmp(args[0], "list") && nargs == 1)
         code = keys_list(m);
     else if (!strcmp(args[0], "revoke"))

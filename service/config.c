@@ -23,6 +23,10 @@ struct opt {
 
 #define OFF(f) offsetof(struct ipd_config, f)
 
+#ifndef IPD_VENV_DATA_DIR
+#define IPD_VENV_DATA_DIR "/usr/local/share/interpd"
+#endif
+
 #ifndef IPD_PRELUDE_DIR
 #define IPD_PRELUDE_DIR "/usr/local/share/interpd"
 #endif
@@ -78,11 +82,223 @@ static const struct opt opts[] = {
      "generated files returned per execution"},
     {"inline-image-max", OPT_SIZE, OFF(inline_image_max), "1M", false,
      "images up to this size are also returned inline as data_base64"},
+    {"venv-dir", OPT_STRING, OFF(venv_dir), NULL, false,
+     "where venv generations live (default: DATA-DIR/venv)"},
+    {"venv-python", OPT_STRING, OFF(venv_python), NULL, false,
+     "base interpreter of the venv (default: the python option)"},
+    {"venv-system-site-packages", OPT_INT, OFF(venv_system_site), "1", false,
+     "1: the venv sees the distribution's packages (numpy, pandas...)"},
+    {"venv-max-age", OPT_DURATION, OFF(venv_max_age_ms), "7d", false,
+     "rebuild the venv from scratch when it is older than this"},
+    {"venv-check-interval", OPT_DURATION, OFF(venv_check_interval_ms), "1h",
+     false, "how often the venv's age is checked (and unused generations "
+            "removed)"},
+    {"venv-clone", OPT_STRING, OFF(venv_clone), "link", false,
+     "how an install clones the venv: link (hard links) or copy"},
+    {"allowlist", OPT_STRING, OFF(allowlist),
+     IPD_VENV_DATA_DIR "/allowlist.txt", false,
+     "file of installable distributions, one per line"},
+    {"allowed-deps", OPT_STRING, OFF(allowed_deps),
+     IPD_VENV_DATA_DIR "/allowed-deps.txt", false,
+     "file of names allowed only as dependencies"},
+    {"import-names", OPT_STRING, OFF(import_names),
+     IPD_VENV_DATA_DIR "/import-names.txt", false,
+     "file mapping import names to distributions (sklearn scikit-learn)"},
+    {"pip-index-url", OPT_STRING, OFF(pip_index_url), NULL, false,
+     "package index for installs (default: pip's own)"},
+    {"pip-find-links", OPT_STRING, OFF(pip_find_links), NULL, false,
+     "a directory of wheels pip may install from"},
+    {"pip-timeout", OPT_DURATION, OFF(pip_timeout_ms), "10m", false,
+     "longest one pip run may take"},
+    {"pip-allow-sdist", OPT_INT, OFF(pip_allow_sdist), "0", false,
+     "1: pip may build source distributions (their setup code runs in the "
+     "sandbox); 0: wheels only"},
+    {"auto-install", OPT_INT, OFF(auto_install), "1", false,
+     "1: install a missing allowlisted module and run the code again"},
+    {"fetch-allow", OPT_STRING, OFF(fetch_allow), NULL, false,
+     "CIDRs URL ingest and callbacks may reach although private or "
+     "loopback (e.g. 10.0.0.0/8)"},
+    {"fetch-connect-timeout", OPT_DURATION, OFF(fetch_connect_timeout_ms),
+     "10s", false, "connect timeout of URL ingest and callbacks"},
+    {"fetch-timeout", OPT_DURATION, OFF(fetch_timeout_ms), "60s", false,
+     "total timeout of one URL fetch or callback"},
+    {"fetch-max-redirects", OPT_INT, OFF(fetch_max_redirects), "3", false,
+     "redirects a URL ingest follows"},
+    {"result-ttl", OPT_DURATION, OFF(result_ttl_ms), "1h", false,
+     "how long asynchronous execution results are kept"},
+    {"callback-retry-delay", OPT_DURATION, OFF(callback_retry_delay_ms), "2s",
+     false, "wait before retrying a failed callback (doubles; 3 attempts)"},
+    {"sweep-interval", OPT_DURATION, OFF(sweep_interval_ms), "1h", false,
+     "how often the service deletes expired files itself (never: only "
+     "cron/cleanup)"},
+    {"reconcile-interval", OPT_DURATION, OFF(reconcile_interval_ms), "6h",
+     false, "how often orphan bytes and records are reconciled (never: off)"},
+    {"orphan-min-age", OPT_DURATION, OFF(orphan_min_age_ms), "1h", false,
+     "bytes without a record are removed only when older than this"},
+    {"lease-ttl", OPT_DURATION, OFF(lease_ttl_ms), "60s", false,
+     "lease of a scheduled job among nodes sharing MongoDB (renewed while "
+     "it runs)"},
     {"ready-fd", OPT_FD, OFF(ready_fd), "-1", false,
      "write the bound port to this fd and close it once listening"},
 };
 
-_Static_assert(IPD_ARRAY_LEN(opts) <= 32, "grow ipd_config.source");
+_Static_assert(IPD_ARRAY_LEN(opts) <= 64, "grow ipd_config.source");
+
+/* ---- execution policies ------------------------------------------------ */
+
+static const struct ipd_policy builtin_policies[] = {
+    {"strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
+     64LL << 20, false},
+    {"standard", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
+     256LL << 20, false},
+    {"networked", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
+     256LL << 20, true},
+};
+
+enum policy_field_type { PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL };
+
+static const struct policy_field {
+    const char *name;
+    enum policy_field_type type;
+    size_t offset;
+    int64_t min; /* smallest accepted value */
+} policy_fields[] = {
+    {"timeout", PF_DURATION, offsetof(struct ipd_policy, timeout_ms), 1000},
+    {"max-timeout", PF_DURATION, offsetof(struct ipd_policy, max_timeout_ms),
+     1000},
+    {"memory", PF_SIZE, offsetof(struct ipd_policy, memory_bytes), 32 << 20},
+    {"processes", PF_COUNT, offsetof(struct ipd_policy, max_processes), 4},
+    {"output-limit", PF_SIZE, offsetof(struct ipd_policy, output_bytes), 1024},
+    {"tmp-size", PF_SIZE, offsetof(struct ipd_policy, tmp_bytes), 1 << 20},
+    {"output-dir-size", PF_SIZE,
+     offsetof(struct ipd_policy, output_dir_bytes), 1 << 20},
+    {"network", PF_BOOL, offsetof(struct ipd_policy, network), 0},
+};
+
+const struct ipd_policy *ipd_config_policy(const struct ipd_config *c,
+                                           const char *name)
+{
+    if (!name)
+        name = "standard";
+    for (size_t i = 0; i < c->n_policies; i++)
+        if (!strcmp(c->policies[i].name, name))
+            return &c->policies[i];
+    return NULL;
+}
+
+bool ipd_policy_within(const struct ipd_policy *a, const struct ipd_policy *b)
+{
+    return a && b && a->max_timeout_ms <= b->max_timeout_ms &&
+           a->timeout_ms <= b->timeout_ms &&
+           a->memory_bytes <= b->memory_bytes &&
+           a->max_processes <= b->max_processes &&
+           a->output_bytes <= b->output_bytes &&
+           a->tmp_bytes <= b->tmp_bytes &&
+           a->output_dir_bytes <= b->output_dir_bytes &&
+           (!a->network || b->network);
+}
+
+static bool policy_name_valid(const char *s, size_t len)
+{
+    if (!len || len >= IPD_POLICY_NAME_MAX)
+        return false;
+    for (size_t i = 0; i < len; i++)
+        if (!islower((unsigned char)s[i]) && !isdigit((unsigned char)s[i]) &&
+            s[i] != '-' && s[i] != '_')
+            return false;
+    return true;
+}
+
+/* "policy.<name>.<field>" = value.  A new name starts as a copy of
+ * standard (the built-in one, whatever was set for it so far). */
+static enum ipd_err set_policy(struct ipd_config *c, const char *key,
+                               const char *value, const char *source,
+                               struct ipd_buf *err)
+{
+    const char *name = key + strlen("policy.");
+    const char *dot = strchr(name, '.');
+    size_t nlen = dot ? (size_t)(dot - name) : 0;
+    const struct policy_field *f = NULL;
+    if (!dot || !policy_name_valid(name, nlen)) {
+        ipd_buf_addf(err, "bad policy option \"%s\" (from %s): expected "
+                          "policy.<name>.<field>, name of a-z 0-9 - _",
+                     key, source);
+        return IPD_ERR_INVALID;
+    }
+    for (size_t i = 0; i < IPD_ARRAY_LEN(policy_fields); i++) {
+        const char *n = policy_fields[i].name, *k = dot + 1;
+        for (; *n && *k && (*k == '_' ? '-' : *k) == *n; n++, k++)
+            ;
+        if (!*n && !*k)
+            f = &policy_fields[i];
+    }
+    if (!f) {
+        ipd_buf_addf(err, "unknown policy field in \"%s\" (from %s): "
+                          "timeout, max-timeout, memory, processes, "
+                          "output-limit, tmp-size, output-dir-size or network",
+                     key, source);
+        return IPD_ERR_INVALID;
+    }
+    char pname[IPD_POLICY_NAME_MAX];
+    memcpy(pname, name, nlen);
+    pname[nlen] = '\0';
+    struct ipd_policy *p = NULL;
+    for (size_t i = 0; i < c->n_policies && !p; i++)
+        if (!strcmp(c->policies[i].name, pname))
+            p = &c->policies[i];
+    if (!p) {
+        if (c->n_policies == IPD_POLICIES_MAX) {
+            ipd_buf_addf(err, "too many policies (at most %d)",
+                         IPD_POLICIES_MAX);
+            return IPD_ERR_INVALID;
+        }
+        p = &c->policies[c->n_policies++];
+        *p = builtin_policies[1];
+        memcpy(p->name, pname, nlen + 1);
+    }
+    int64_t v = 0;
+    enum ipd_err rc = IPD_OK;
+    switch (f->type) {
+    case PF_DURATION:
+        rc = ipd_duration_parse(value, &v);
+        if (!rc && v == IPD_TIME_NEVER)
+            rc = IPD_ERR_INVALID;
+        break;
+    case PF_SIZE:
+        rc = ipd_size_parse(value, &v);
+        break;
+    case PF_COUNT:
+        rc = ipd_int_parse(value, 0, 1 << 20, &v);
+        break;
+    case PF_BOOL:
+        if (value && (!strcmp(value, "true") || !strcmp(value, "yes") ||
+                      !strcmp(value, "1")))
+            v = 1;
+        else if (value && (!strcmp(value, "false") || !strcmp(value, "no") ||
+                           !strcmp(value, "0")))
+            v = 0;
+        else
+            rc = IPD_ERR_INVALID;
+        if (!rc)
+            p->network = v != 0;
+        break;
+    }
+    if (!rc && f->type != PF_BOOL && v < f->min)
+        rc = IPD_ERR_INVALID;
+    if (rc) {
+        ipd_buf_addf(err, "invalid value \"%s\" for %s (from %s)",
+                     value ? value : "", key, source);
+        return IPD_ERR_INVALID;
+    }
+    if (f->type != PF_BOOL)
+        *(int64_t *)(void *)((char *)p + f->offset) = v;
+    return IPD_OK;
+}
+
+static bool is_policy_key(const char *name, size_t len)
+{
+    return len > 7 && !strncmp(name, "policy.", 7);
+}
 
 static const struct opt *find_opt(const char *name, size_t len)
 {
@@ -147,6 +363,8 @@ enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,
                             const char *value, const char *source,
                             struct ipd_buf *err)
 {
+    if (is_policy_key(name, strlen(name)))
+        return set_policy(c, name, value, source, err);
     const struct opt *o = find_opt(name, strlen(name));
     if (!o) {
         ipd_buf_addf(err, "unknown option \"%s\" (from %s)", name, source);
@@ -166,6 +384,8 @@ void ipd_config_init(struct ipd_config *c)
                        IPD_OK);
         c->source[i] = "default";
     }
+    memcpy(c->policies, builtin_policies, sizeof(builtin_policies));
+    c->n_policies = IPD_ARRAY_LEN(builtin_policies);
     ipd_buf_release(&err);
 }
 
@@ -306,8 +526,32 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
             pos[npos++] = argv[i];
             continue;
         }
+        size_t nlen = strcspn(argv[i] + 2, "=");
+        if (is_policy_key(argv[i] + 2, nlen)) {
+            char key[128];
+            if (nlen >= sizeof(key)) {
+                ipd_buf_addf(err, "option %s is too long", argv[i]);
+                rc = IPD_ERR_INVALID;
+                goto out;
+            }
+            memcpy(key, argv[i] + 2, nlen);
+            key[nlen] = '\0';
+            if (argv[i][2 + nlen] == '=') {
+                value = argv[i] + 2 + nlen + 1;
+            } else if (i + 1 < argc) {
+                value = argv[++i];
+            } else {
+                ipd_buf_addf(err, "option --%s needs a value", key);
+                rc = IPD_ERR_INVALID;
+                goto out;
+            }
+            rc = set_policy(c, key, value, "flag", err);
+            if (rc)
+                goto out;
+            continue;
+        }
         /* With rest wanted, flags we don't know belong to the command. */
-        if (rest && !find_opt(argv[i] + 2, strcspn(argv[i] + 2, "="))) {
+        if (rest && !find_opt(argv[i] + 2, nlen)) {
             pos[npos++] = argv[i];
             continue;
         }
@@ -349,10 +593,50 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
         rc = IPD_ERR_INVALID;
         goto out;
     }
+    if (!c->venv_clone || (strcmp(c->venv_clone, "link") != 0 &&
+                           strcmp(c->venv_clone, "copy") != 0)) {
+        ipd_buf_adds(err, "venv-clone must be link or copy");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (c->sweep_interval_ms <= 0 || c->reconcile_interval_ms <= 0 ||
+        c->orphan_min_age_ms <= 0 || c->orphan_min_age_ms == IPD_TIME_NEVER ||
+        c->lease_ttl_ms < 1000 || c->lease_ttl_ms == IPD_TIME_NEVER) {
+        ipd_buf_adds(err, "sweep-interval and reconcile-interval must be "
+                          "positive (or never), orphan-min-age positive, "
+                          "lease-ttl at least 1s");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (c->fetch_connect_timeout_ms <= 0 || c->fetch_timeout_ms <= 0 ||
+        c->fetch_max_redirects < 0 || c->fetch_max_redirects > 20 ||
+        c->result_ttl_ms <= 0 || c->callback_retry_delay_ms < 0) {
+        ipd_buf_adds(err, "fetch-connect-timeout, fetch-timeout and "
+                          "result-ttl must be positive, fetch-max-redirects "
+                          "0 to 20");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (c->venv_max_age_ms <= 0 || c->pip_timeout_ms <= 0 ||
+        c->venv_check_interval_ms <= 0) {
+        ipd_buf_adds(err, "venv-max-age, venv-check-interval and pip-timeout "
+                          "must be positive");
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
     if (c->file_ttl_ms <= 0) {
         ipd_buf_adds(err, "file-ttl must be positive or \"never\"");
         rc = IPD_ERR_INVALID;
         goto out;
+    }
+    for (size_t i = 0; i < c->n_policies; i++) {
+        const struct ipd_policy *p = &c->policies[i];
+        if (p->timeout_ms > p->max_timeout_ms) {
+            ipd_buf_addf(err, "policy %s: timeout is longer than its "
+                              "max-timeout", p->name);
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
     }
     if (rest) {
         *rest = pos;
@@ -419,11 +703,27 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
         print_value(c, &opts[i], out);
         fprintf(out, " (%s)\n", c->source[i]);
     }
+    for (size_t i = 0; i < c->n_policies; i++) {
+        const struct ipd_policy *p = &c->policies[i];
+        fprintf(out,
+                "config policy.%s = timeout %llds, max-timeout %llds, "
+                "memory %lld, processes %lld, output-limit %lld, tmp-size "
+                "%lld, output-dir-size %lld, network %s\n",
+                p->name, (long long)(p->timeout_ms / 1000),
+                (long long)(p->max_timeout_ms / 1000),
+                (long long)p->memory_bytes, (long long)p->max_processes,
+                (long long)p->output_bytes, (long long)p->tmp_bytes,
+                (long long)p->output_dir_bytes, p->network ? "yes" : "no");
+    }
     funlockfile(out);
 }
 
 void ipd_config_usage(FILE *out)
 {
+    fprintf(out, "  --policy.NAME.FIELD    execution policy settings: "
+                 "timeout, max-timeout, memory, processes,\n"
+                 "                         output-limit, tmp-size, "
+                 "output-dir-size, network (see docs/SANDBOX.md)\n");
     for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++)
         fprintf(out, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help,
                 opts[i].def ? " [" : "", opts[i].def ? opts[i].def : "",

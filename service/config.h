@@ -16,6 +16,29 @@
 #include "buf.h"
 #include "ipd.h"
 
+/*
+ * A named execution capability policy (CONTRACT.md Executions; the API
+ * key names one, default "standard").  Built in: strict, standard,
+ * networked.  The config file and flags change them or add more with
+ * `policy.<name>.<field> = value` (fields: timeout, max-timeout, memory,
+ * processes, output-limit, tmp-size, output-dir-size, network); a new
+ * policy starts from standard's values.
+ */
+#define IPD_POLICY_NAME_MAX 32 /* with the NUL; [a-z0-9_-]{1,31} */
+#define IPD_POLICIES_MAX 16
+
+struct ipd_policy {
+    char name[IPD_POLICY_NAME_MAX];
+    int64_t timeout_ms;         /* wall timeout when the request gives none */
+    int64_t max_timeout_ms;     /* a request can only ask for less */
+    int64_t memory_bytes;       /* cgroup memory limit of the tree */
+    int64_t max_processes;      /* cgroup pids limit of the tree */
+    int64_t output_bytes;       /* stdout and stderr, each */
+    int64_t tmp_bytes;          /* /tmp tmpfs */
+    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
+    bool network;               /* host network and sockets */
+};
+
 struct ipd_config {
     char *config_file;       /* --config */
     char *listen;            /* "HOST:PORT" */
@@ -43,9 +66,38 @@ struct ipd_config {
     int64_t sandbox_uid;     /* host uid/gid of sandboxed code (as root) */
     int64_t max_generated_files; /* returned per execution */
     int64_t inline_image_max;    /* data_base64 for images up to this */
+    char *venv_dir;          /* NULL: <data-dir>/venv */
+    char *venv_python;       /* base interpreter of the venv; NULL: python */
+    int64_t venv_system_site; /* 1: --system-site-packages */
+    int64_t venv_max_age_ms; /* rebuild period */
+    char *venv_clone;        /* "link" or "copy" */
+    char *allowlist;         /* file: one distribution per line */
+    char *allowed_deps;      /* file: names allowed only as dependencies */
+    char *import_names;      /* file: "module distribution" lines */
+    char *pip_index_url;     /* NULL: pip's default */
+    char *pip_find_links;    /* a directory of wheels, or NULL */
+    int64_t pip_timeout_ms;
+    int64_t pip_allow_sdist; /* 1: pip may build sdists (in the sandbox) */
+    int64_t auto_install;    /* 1: install a missing allowlisted module */
+    int64_t venv_check_interval_ms; /* how often the venv's age is checked */
+    char *fetch_allow;       /* CIDRs URL ingest and callbacks may reach
+                                although the SSRF guard refuses them */
+    int64_t fetch_connect_timeout_ms;
+    int64_t fetch_timeout_ms;
+    int64_t fetch_max_redirects;
+    int64_t result_ttl_ms;   /* async results are kept this long */
+    int64_t callback_retry_delay_ms; /* first retry; doubles after */
+    int64_t sweep_interval_ms;     /* the in-process expiry sweep */
+    int64_t reconcile_interval_ms; /* the orphan reconcile */
+    int64_t orphan_min_age_ms;     /* bytes without a record older than this
+                                      are orphans */
+    int64_t lease_ttl_ms;          /* multi-node job leases */
+
+    struct ipd_policy policies[IPD_POLICIES_MAX];
+    size_t n_policies;
 
     /* Where each option's value came from, for the start-up print. */
-    const char *source[32];
+    const char *source[64];
 };
 
 /* Fill c with the defaults.  Release with ipd_config_release. */
@@ -67,6 +119,16 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
 enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,
                             const char *value, const char *source,
                             struct ipd_buf *err);
+
+/* The policy called name (NULL: "standard"), or NULL when there is none.
+ * Borrowed from c. */
+const struct ipd_policy *ipd_config_policy(const struct ipd_config *c,
+                                           const char *name);
+
+/* True when inner is nowhere more permissive than outer (a request may
+ * only tighten the policy of its key). */
+bool ipd_policy_within(const struct ipd_policy *inner,
+                       const struct ipd_policy *outer);
 
 /* Print every option, one per line, with secrets redacted. */
 void ipd_config_print(const struct ipd_config *c, FILE *out);

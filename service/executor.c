@@ -34,6 +34,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "../venv/requirement.h"
+#include "../venv/venv.h"
 #include "executor.h"
 #include "log.h"
 #include "sandbox.h"
@@ -48,32 +50,6 @@
 #define SCAN_DEPTH_MAX 16            /* output subfolder depth */
 #define SKIPPED_LIST_MAX 20          /* entries of generated_files_skipped */
 #define COPY_CHUNK (64 * 1024)
-
-/*
- * NEEDSWORK: named policies belong in config (see the report to the lead):
- * "policy.<name>.<field> = value" lines, with these three as the built-in
- * defaults.  Until then they are static here.
- */
-struct exec_policy {
-    const char *name;
-    int64_t timeout_default_ms; /* when the request gives none */
-    int64_t timeout_cap_ms;     /* a request can only ask for less */
-    int64_t memory_bytes;
-    int64_t max_processes;
-    size_t output_cap_bytes;    /* per stream */
-    int64_t tmp_bytes;          /* /tmp tmpfs */
-    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
-    bool network;
-};
-
-static const struct exec_policy policies[] = {
-    {"strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
-     64LL << 20, false},
-    {"standard", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
-     256LL << 20, false},
-    {"networked", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
-     256LL << 20, true},
-};
 
 struct ipd_executor {
     struct ipd_meta *meta;     /* borrowed */
@@ -96,39 +72,27 @@ struct ipd_executor {
     struct ipd_quota quota;
     size_t max_generated;
     int64_t inline_max;
+    struct ipd_policy policies[IPD_POLICIES_MAX]; /* copied from config */
+    size_t n_policies;
+    struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
+    bool auto_install;         /* install a missing allowlisted module and
+                                  run once more */
 };
 
 /* ---- policy ---------------------------------------------------------- */
 
-static const struct exec_policy *policy_find(const char *name)
+static const struct ipd_policy *policy_find(const struct ipd_executor *ex,
+                                            const char *name)
 {
     if (!name)
         name = "standard";
-    for (size_t i = 0; i < IPD_ARRAY_LEN(policies); i++)
-        if (!strcmp(policies[i].name, name))
-            return &policies[i];
+    for (size_t i = 0; i < ex->n_policies; i++)
+        if (!strcmp(ex->policies[i].name, name))
+            return &ex->policies[i];
     return NULL;
 }
 
-bool ipd_exec_policy_known(const char *name)
-{
-    return name && policy_find(name) != NULL;
-}
-
-bool ipd_exec_policy_within(const char *inner, const char *outer)
-{
-    const struct exec_policy *a = policy_find(inner), *b = policy_find(outer);
-    return a && b && a->timeout_cap_ms <= b->timeout_cap_ms &&
-           a->timeout_default_ms <= b->timeout_default_ms &&
-           a->memory_bytes <= b->memory_bytes &&
-           a->max_processes <= b->max_processes &&
-           a->output_cap_bytes <= b->output_cap_bytes &&
-           a->tmp_bytes <= b->tmp_bytes &&
-           a->output_dir_bytes <= b->output_dir_bytes &&
-           (!a->network || b->network);
-}
-
-static void policy_to_sandbox(const struct exec_policy *ep,
+static void policy_to_sandbox(const struct ipd_policy *ep,
                               int64_t timeout_ms,
                               struct ipd_sandbox_policy *p)
 {
@@ -139,7 +103,7 @@ static void policy_to_sandbox(const struct exec_policy *ep,
     p->cpu_seconds = (timeout_ms + 999) / 1000 + 1;
     p->memory_bytes = ep->memory_bytes;
     p->max_processes = ep->max_processes;
-    p->output_cap_bytes = ep->output_cap_bytes;
+    p->output_cap_bytes = (size_t)ep->output_bytes;
     p->tmp_bytes = ep->tmp_bytes;
     p->output_dir_bytes = ep->output_dir_bytes;
     p->fsize_bytes =
@@ -205,34 +169,6 @@ static int mkdir_open_at(int dirfd, const char *name, mode_t mode)
     return fd;
 }
 
-/* rm -rf name below dirfd, never following a symlink.  Best effort. */
-static void remove_tree_at(int parent, const char *name, int depth)
-{
-    int fd = -1;
-    DIR *d = NULL;
-    struct dirent *e;
-
-    if (!unlinkat(parent, name, 0) || errno == ENOENT)
-        return;
-    if (depth > SCAN_DEPTH_MAX + 4)
-        return;
-    fd = openat(parent, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    if (fd < 0)
-        return;
-    d = fdopendir(fd);
-    if (!d) {
-        close(fd);
-        return;
-    }
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
-        remove_tree_at(fd, e->d_name, depth + 1);
-    }
-    closedir(d);
-    (void)unlinkat(parent, name, AT_REMOVEDIR);
-}
-
 /* Remove everything below root_fd (stale work dirs of a previous run). */
 static void clear_dir(int root_fd)
 {
@@ -248,7 +184,7 @@ static void clear_dir(int root_fd)
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
         ipd_info("executor: removing stale work dir %s", e->d_name);
-        remove_tree_at(root_fd, e->d_name, 0);
+        (void)ipd_remove_tree_at(root_fd, e->d_name);
     }
     closedir(d);
 }
@@ -467,7 +403,7 @@ static void prepare_mpl_cache(struct ipd_executor *ex, const char *data_dir)
     spec.env = env;
     spec.mounts = mounts;
     spec.n_mounts = n;
-    policy_to_sandbox(policy_find("standard"), 120000, &p);
+    policy_to_sandbox(policy_find(ex, "standard"), 120000, &p);
     rc = ipd_sandbox_run(&ex->sbx, &p, &spec, &r);
     if (!rc && r.exit_code == 0 && has_fontlist(path.buf)) {
         ex->mplcache = ipd_buf_detach(&path, NULL);
@@ -506,6 +442,8 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
     ex->blobs = blobs;
     ex->ft = ft;
     ex->max_file_size = cfg->max_file_size;
+    memcpy(ex->policies, cfg->policies, sizeof(ex->policies));
+    ex->n_policies = cfg->n_policies;
     ex->file_ttl_ms = cfg->file_ttl_ms;
     ex->quota.max_files = cfg->quota_files;
     ex->quota.max_bytes = cfg->quota_bytes;
@@ -587,38 +525,6 @@ const char *ipd_executor_sandbox_status(const struct ipd_executor *ex)
 
 /* ---- staging --------------------------------------------------------- */
 
-/* Copy a local blob fd into ofd, kernel-side where possible. */
-static enum ipd_err copy_fd(int in, int ofd, int64_t *copied)
-{
-    char buf[COPY_CHUNK];
-    *copied = 0;
-    for (;;) {
-        ssize_t n = copy_file_range(in, NULL, ofd, NULL, 1 << 30, 0);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0 && (errno == EXDEV || errno == EINVAL ||
-                      errno == ENOSYS || errno == EOPNOTSUPP))
-            break; /* fall back to read/write below */
-        if (n < 0)
-            return IPD_ERR_IO;
-        if (n == 0)
-            return IPD_OK;
-        *copied += n;
-    }
-    for (;;) {
-        ssize_t n = read(in, buf, sizeof(buf));
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n < 0)
-            return IPD_ERR_IO;
-        if (n == 0)
-            return IPD_OK;
-        if (write_all(ofd, buf, (size_t)n))
-            return IPD_ERR_IO;
-        *copied += n;
-    }
-}
-
 /* A blob without an fd (GridFS): copy through the reader, hash it. */
 static enum ipd_err copy_reader(struct ipd_blob_reader *rd, int ofd,
                                 int64_t limit, int64_t *copied,
@@ -681,7 +587,7 @@ static enum ipd_err stage_file(struct ipd_executor *ex, int data_fd,
     }
     in = ipd_blob_reader_take_fd(rd);
     if (in >= 0) {
-        rc = copy_fd(in, ofd, &copied);
+        rc = ipd_copy_fd(in, ofd, &copied);
     } else {
         rc = copy_reader(rd, ofd, f->size, &copied, hex);
         if (!rc && strcmp(hex, f->sha256)) {
@@ -1231,11 +1137,21 @@ static void collect_generated(struct ipd_executor *ex,
     collect_release(&c);
 }
 
+/* What the run installed first: the request's packages and, after a
+ * missing module, the automatic install. */
+struct installs {
+    json_t *results;   /* array of CONTRACT.md package results */
+    double seconds;    /* install_time */
+    char auto_dist[IPD_REQ_NAME_MAX + 1]; /* installed after a
+                                             ModuleNotFoundError, or "" */
+};
+
 static json_t *build_result(struct ipd_executor *ex,
                             const struct ipd_exec_request *rq,
                             const char *exec_id,
-                            const struct exec_policy *ep, int64_t timeout_ms,
-                            const struct ipd_sandbox_result *r)
+                            const struct ipd_policy *ep, int64_t timeout_ms,
+                            const struct ipd_sandbox_result *r,
+                            const struct installs *ins)
 {
     json_t *prelude = read_prelude_result(r);
     json_t *error = build_error(r, prelude, timeout_ms);
@@ -1255,10 +1171,15 @@ static json_t *build_result(struct ipd_executor *ex,
                         json_boolean(r->err_truncated));
     json_object_set_new(res, "execution_time",
                         json_real(round3(r->wall_seconds)));
-    json_object_set_new(res, "install_time", json_real(0.0));
+    json_object_set_new(res, "install_time", json_real(round3(ins->seconds)));
     json_object_set_new(res, "error", error);
     collect_generated(ex, rq, r, res);
-    json_object_set_new(res, "installed_packages", json_array());
+    json_object_set(res, "installed_packages", ins->results);
+    /* Beyond the contract: the code ran twice because a module it
+     * imported was installed for it. */
+    json_object_set_new(res, "auto_installed",
+                        ins->auto_dist[0] ? json_string(ins->auto_dist)
+                                          : json_null());
     json_object_set_new(
         res, "resources",
         json_pack("{s:f, s:I, s:b, s:s}", "cpu_time",
@@ -1269,16 +1190,186 @@ static json_t *build_result(struct ipd_executor *ex,
     return res;
 }
 
+/* ---- packages ---------------------------------------------------------- */
+
+/* A request's packages are checked before anything runs: a malformed or
+ * not-allowed requirement is the client's mistake (400), not a result. */
+static enum ipd_err check_packages(const struct ipd_executor *ex,
+                                   const struct ipd_exec_request *rq,
+                                   struct ipd_buf *detail)
+{
+    if (!rq->n_packages)
+        return IPD_OK;
+    if (!ex->venv) {
+        if (detail)
+            ipd_buf_adds(detail, "package installs are not enabled on this "
+                                 "server");
+        return IPD_ERR_INVALID;
+    }
+    if (rq->n_packages > 32) {
+        if (detail)
+            ipd_buf_adds(detail, "too many packages (at most 32)");
+        return IPD_ERR_INVALID;
+    }
+    for (size_t i = 0; i < rq->n_packages; i++) {
+        struct ipd_requirement req;
+        struct ipd_buf why;
+        ipd_buf_init(&why, 512);
+        enum ipd_err rc = ipd_requirement_parse(
+            rq->packages[i], strlen(rq->packages[i]), &req, &why);
+        if (rc) {
+            if (detail)
+                ipd_buf_addf(detail, "packages[%zu]: %s", i, why.buf);
+        } else if (!ipd_venv_allows(ex->venv, req.normalized)) {
+            if (detail)
+                ipd_buf_addf(detail, "packages[%zu]: %s is not on this "
+                                     "service's allowlist",
+                             i, req.normalized);
+            rc = IPD_ERR_INVALID;
+        }
+        ipd_buf_release(&why);
+        if (rc)
+            return IPD_ERR_INVALID;
+    }
+    return IPD_OK;
+}
+
+/* After a run that failed with "ModuleNotFoundError: No module named 'x'"
+ * where x comes from an allowlisted distribution that is not installed:
+ * install it.  True when it was installed and the code should run again. */
+static bool auto_install_once(struct ipd_executor *ex,
+                              const struct ipd_sandbox_result *r,
+                              struct installs *ins)
+{
+    char module[IPD_REQ_NAME_MAX + 1], dist[IPD_REQ_NAME_MAX + 1];
+    const char *pre = "No module named '";
+    bool again = false;
+    if (!ex->venv || !ex->auto_install || r->timed_out || r->oom_killed)
+        return false;
+    json_t *prelude = read_prelude_result(r);
+    json_t *e = json_object_get(prelude, "error");
+    const char *type = json_string_value(json_object_get(e, "type"));
+    const char *msg = json_string_value(json_object_get(e, "message"));
+    if (!type || strcmp(type, "ModuleNotFoundError") || !msg ||
+        strncmp(msg, pre, strlen(pre)))
+        goto out;
+    msg += strlen(pre);
+    size_t len = strcspn(msg, "'.");
+    if (!len || len > IPD_REQ_NAME_MAX)
+        goto out;
+    memcpy(module, msg, len);
+    module[len] = '\0';
+    if (!ipd_venv_dist_for_missing_module(ex->venv, module, dist))
+        goto out;
+    ipd_info("executor: installing %s for the missing module %s", dist,
+             module);
+    const char *reqs[] = {dist};
+    json_t *res = NULL;
+    int64_t t0 = ipd_now_ms();
+    ipd_venv_install(ex->venv, reqs, 1, &res);
+    ins->seconds += (double)(ipd_now_ms() - t0) / 1000.0;
+    json_t *one = json_array_get(res, 0);
+    json_array_append(ins->results, one);
+    again = !strcmp(json_string_value(json_object_get(one, "status")),
+                    "installed");
+    if (again)
+        snprintf(ins->auto_dist, sizeof(ins->auto_dist), "%s", dist);
+    json_decref(res);
+out:
+    json_decref(prelude);
+    return again;
+}
+
+/* ---- the venv's commands ----------------------------------------------- */
+
+/* Run one of the venv's commands (venv creation, pip, the import check)
+ * in the sandbox: the generation bound at /opt/venv (writable for pip),
+ * network only for pip, the resolver and CA certificates then too. */
+static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
+{
+    struct ipd_executor *ex = ctx;
+    struct ipd_sandbox_mount mounts[16];
+    struct ipd_sandbox_spec spec;
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    size_t n = system_mounts(ex, mounts);
+    /* (the sandbox writes its own nsswitch.conf and hosts) */
+    static const char *const net_files[] = {"/etc/resolv.conf",
+                                            "/etc/ssl/certs"};
+    if (cmd->gen_dir)
+        mounts[n++] = (struct ipd_sandbox_mount){cmd->gen_dir, IPD_VENV_MOUNT,
+                                                 cmd->gen_writable};
+    if (cmd->cache_dir)
+        mounts[n++] = (struct ipd_sandbox_mount){
+            cmd->cache_dir, IPD_VENV_PIP_CACHE_MOUNT, true};
+    if (cmd->links_dir)
+        mounts[n++] = (struct ipd_sandbox_mount){
+            cmd->links_dir, IPD_VENV_LINKS_MOUNT, false};
+    if (cmd->tools_dir)
+        mounts[n++] = (struct ipd_sandbox_mount){
+            cmd->tools_dir, IPD_VENV_TOOLS_MOUNT, false};
+    for (size_t i = 0; cmd->network && i < IPD_ARRAY_LEN(net_files); i++)
+        if (!access(net_files[i], R_OK))
+            mounts[n++] = (struct ipd_sandbox_mount){net_files[i],
+                                                     net_files[i], false};
+    memset(&spec, 0, sizeof(spec));
+    spec.argv = cmd->argv;
+    spec.mounts = mounts;
+    spec.n_mounts = n;
+    spec.cwd = "/tmp";
+    ipd_sandbox_policy_default(&p);
+    p.name = "venv";
+    p.wall_timeout_ms = cmd->timeout_ms;
+    p.cpu_seconds = (cmd->timeout_ms + 999) / 1000 + 1;
+    p.memory_bytes = 2LL << 30;
+    p.max_processes = 256;
+    p.output_cap_bytes = cmd->out.max ? cmd->out.max : 4 << 20;
+    /* pip unpacks wheels under /tmp before moving them into place. */
+    p.tmp_bytes = 2LL << 30;
+    p.tmp_inodes = 1 << 20;
+    p.fsize_bytes = 2LL << 30;
+    p.nofile = 1024;
+    p.network = cmd->network;
+    memset(&r, 0, sizeof(r));
+    r.output_dirfd = -1;
+    enum ipd_err rc = ipd_sandbox_run(&ex->sbx, &p, &spec, &r);
+    if (rc) {
+        ipd_buf_adds(&cmd->err, r.error);
+    } else {
+        cmd->exit_code = r.exit_code;
+        cmd->timed_out = r.timed_out;
+        ipd_buf_add(&cmd->out, r.out.buf, r.out.len);
+        ipd_buf_add(&cmd->err, r.err.buf, r.err.len);
+    }
+    ipd_sandbox_result_release(&r);
+    return rc;
+}
+
+void ipd_executor_venv_runner(struct ipd_executor *ex,
+                              struct ipd_venv_runner *out)
+{
+    out->run = venv_cmd_run;
+    out->ctx = ex;
+}
+
+void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
+                           bool auto_install)
+{
+    ex->venv = venv;
+    ex->auto_install = auto_install;
+}
+
 /* ---- run ------------------------------------------------------------- */
 
-static enum ipd_err check_request(const struct ipd_exec_request *rq,
-                                  const struct exec_policy **ep,
+static enum ipd_err check_request(const struct ipd_executor *ex,
+                                  const struct ipd_exec_request *rq,
+                                  const struct ipd_policy **ep,
                                   int64_t *timeout_ms, struct ipd_buf *detail)
 {
     enum ipd_err rc = IPD_ERR_INVALID;
     const char *msg = NULL;
 
-    *ep = policy_find(rq->policy);
+    *ep = policy_find(ex, rq->policy);
     if (!rq->tenant || !rq->user_id || (!rq->code && rq->code_len))
         msg = "tenant, user and code are required";
     else if (!*ep)
@@ -1298,9 +1389,9 @@ static enum ipd_err check_request(const struct ipd_exec_request *rq,
             ipd_buf_adds(detail, msg);
         return rc;
     }
-    *timeout_ms = rq->timeout_ms ? rq->timeout_ms : (*ep)->timeout_default_ms;
-    if (*timeout_ms > (*ep)->timeout_cap_ms)
-        *timeout_ms = (*ep)->timeout_cap_ms;
+    *timeout_ms = rq->timeout_ms ? rq->timeout_ms : (*ep)->timeout_ms;
+    if (*timeout_ms > (*ep)->max_timeout_ms)
+        *timeout_ms = (*ep)->max_timeout_ms;
     return IPD_OK;
 }
 
@@ -1312,10 +1403,14 @@ struct work {
     int root_fd, dir_fd, job_fd, data_fd;
 };
 
-static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk)
+static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk,
+                                const char *id)
 {
     wk->root_fd = wk->dir_fd = wk->job_fd = wk->data_fd = -1;
-    ipd_id_new("exec", wk->id);
+    if (id && ipd_id_valid("exec", id))
+        snprintf(wk->id, sizeof(wk->id), "%s", id);
+    else
+        ipd_id_new("exec", wk->id);
     if ((size_t)snprintf(wk->job, sizeof(wk->job), "%s/%s/job",
                          ex->work_root, wk->id) >= sizeof(wk->job) ||
         (size_t)snprintf(wk->data, sizeof(wk->data), "%s/%s/data",
@@ -1340,17 +1435,19 @@ static void work_remove(struct work *wk)
     close_fd(&wk->data_fd);
     close_fd(&wk->dir_fd);
     if (wk->root_fd >= 0 && wk->id[0])
-        remove_tree_at(wk->root_fd, wk->id, 0);
+        (void)ipd_remove_tree_at(wk->root_fd, wk->id);
     close_fd(&wk->root_fd);
 }
 
 static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
-                                const struct exec_policy *ep,
-                                int64_t timeout_ms,
+                                const struct ipd_policy *ep,
+                                int64_t timeout_ms, const char *gen_dir,
                                 struct ipd_sandbox_result *r)
 {
-    const char *argv[] = {ex->python, "-u", "-I", "-B",
-                          "/opt/interpd/prelude.py", NULL};
+    /* With a venv generation: its interpreter, bound read-only for the
+     * whole run (the caller holds the generation until we return). */
+    const char *argv[] = {gen_dir ? IPD_VENV_MOUNT "/bin/python" : ex->python,
+                          "-u", "-I", "-B", "/opt/interpd/prelude.py", NULL};
     /* The sandbox already sets HOME, LANG, the thread counts and
      * MPLBACKEND; these are the prelude's contract. */
     const char *env[] = {"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
@@ -1380,6 +1477,9 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
         (struct ipd_sandbox_mount){ex->prelude_dir, "/opt/interpd", false};
     mounts[n++] = (struct ipd_sandbox_mount){wk->job, "/mnt/job", false};
     mounts[n++] = (struct ipd_sandbox_mount){wk->data, "/mnt/data", false};
+    if (gen_dir)
+        mounts[n++] = (struct ipd_sandbox_mount){gen_dir, IPD_VENV_MOUNT,
+                                                 false};
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -1394,10 +1494,11 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
 {
-    const struct exec_policy *ep = NULL;
+    const struct ipd_policy *ep = NULL;
     int64_t timeout_ms = 0;
     struct work wk;
     struct ipd_sandbox_result r;
+    struct installs ins;
     bool ran = false;
     enum ipd_err rc;
 
@@ -1406,10 +1507,22 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     wk.root_fd = wk.dir_fd = wk.job_fd = wk.data_fd = -1;
     memset(&r, 0, sizeof(r));
     r.output_dirfd = -1;
-    rc = check_request(rq, &ep, &timeout_ms, detail);
+    memset(&ins, 0, sizeof(ins));
+    ins.results = json_array();
+    rc = check_request(ex, rq, &ep, &timeout_ms, detail);
+    if (!rc)
+        rc = check_packages(ex, rq, detail);
     if (rc)
         goto out;
-    rc = work_create(ex, &wk);
+    if (rq->n_packages) {
+        /* Not counted in the timeout: reported as install_time. */
+        int64_t t0 = ipd_now_ms();
+        json_decref(ins.results);
+        ipd_venv_install(ex->venv, rq->packages, rq->n_packages,
+                         &ins.results);
+        ins.seconds = (double)(ipd_now_ms() - t0) / 1000.0;
+    }
+    rc = work_create(ex, &wk, rq->execution_id);
     if (rc) {
         ipd_error("executor: cannot create a work dir under %s: %s",
                   ex->work_root, strerror(errno));
@@ -1424,8 +1537,28 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     rc = stage_files(ex, rq, wk.job_fd, wk.data_fd, detail);
     if (rc)
         goto out;
-    rc = sandbox_run(ex, &wk, ep, timeout_ms, &r);
-    ran = true;
+    for (int attempt = 0;; attempt++) {
+        struct ipd_venv_gen *gen = NULL;
+        if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
+            if (detail)
+                ipd_buf_adds(detail, "the Python environment is busy; retry");
+            rc = IPD_ERR_UNAVAILABLE;
+            goto out;
+        }
+        rc = sandbox_run(ex, &wk, ep, timeout_ms, ipd_venv_gen_dir(gen), &r);
+        ipd_venv_release(ex->venv, gen);
+        ran = true;
+        if (rc)
+            break;
+        if (attempt > 0 || !auto_install_once(ex, &r, &ins))
+            break;
+        /* The module is there now: the same job once more, from scratch
+         * (a fresh sandbox and output tmpfs, nothing collected yet). */
+        ipd_sandbox_result_release(&r);
+        memset(&r, 0, sizeof(r));
+        r.output_dirfd = -1;
+        ran = false;
+    }
     if (rc) {
         ipd_error("executor: %s: %s", wk.id, r.error);
         if (detail)
@@ -1433,10 +1566,11 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
-    *result = build_result(ex, rq, wk.id, ep, timeout_ms, &r);
+    *result = build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins);
 out:
     if (ran)
         ipd_sandbox_result_release(&r);
+    json_decref(ins.results);
     work_remove(&wk);
     return rc;
 }

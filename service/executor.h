@@ -44,15 +44,23 @@ struct ipd_exec_request {
     size_t n_files;
     int64_t timeout_ms;          /* requested wall timeout; 0: the default;
                                     only tightens: min(this, policy cap) */
-    const char *policy;          /* policy name; NULL: "standard" */
+    const char *policy;          /* policy name (from the config the
+                                    executor was made with); NULL:
+                                    "standard" */
     const json_t *variables;     /* borrowed; NULL or an object of Python
                                     variables to define (variables.json) */
+    const char *const *packages; /* requirements installed before the run
+                                    (needs a venv); n_packages of them */
+    size_t n_packages;
+    const char *execution_id;    /* an id made with ipd_id_new("exec") when
+                                    the caller announced it already (async
+                                    executions); NULL: a new one */
 };
 
 /*
- * Settings that are not (yet) in struct ipd_config.  NEEDSWORK: move them
- * to config options (python, prelude-dir, max-generated-files,
- * inline-image-max, sandbox-uid); ipd_executor_new then reads them there.
+ * Settings the service fills from its config (python, prelude-dir,
+ * max-generated-files, inline-image-max, sandbox-uid: serve.c); tests
+ * give them directly.
  */
 struct ipd_executor_options {
     const char *python;          /* borrowed; absolute path of the
@@ -95,12 +103,19 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
                                    struct ipd_executor **out);
 void ipd_executor_free(struct ipd_executor *ex); /* NULL is fine */
 
-/* Named execution policies (strict, standard, networked).  True when name
- * is one of them. */
-bool ipd_exec_policy_known(const char *name);
-/* True when policy inner is nowhere more permissive than outer (a request
- * may only tighten the policy of its key). */
-bool ipd_exec_policy_within(const char *inner, const char *outer);
+struct ipd_venv;
+struct ipd_venv_runner;
+
+/* The runner the venv module uses for venv creation, pip and its import
+ * check: this executor's sandbox (out filled; ex must outlive its use). */
+void ipd_executor_venv_runner(struct ipd_executor *ex,
+                              struct ipd_venv_runner *out);
+/* Run executions on venv's current generation (borrowed; NULL: the base
+ * interpreter), install a request's packages there and, with
+ * auto_install, the distribution of a missing allowlisted module.  Call
+ * before the first run. */
+void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
+                           bool auto_install);
 
 /* What isolation is active, for the admin status and the start-up log. */
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);

@@ -31,8 +31,20 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
     ipd_random_bytes(rnd, sizeof(rnd));
     memcpy(plain, KEY_PREFIX, sizeof(KEY_PREFIX));
     ipd_hex(rnd, sizeof(rnd), plain + strlen(KEY_PREFIX));
-    ipd_random_bytes(rnd, sizeof(rnd));
-    ipd_hex(rnd, sizeof(rnd), k.secret);
+    /* The callback signing secret is the tenant's (CONTRACT.md): a new key
+     * of a tenant that has keys shares theirs; the first key makes it. */
+    struct ipd_key_list all = {0};
+    enum ipd_err lrc = ipd_meta_key_list(m, &all);
+    if (lrc)
+        return lrc;
+    for (size_t i = 0; i < all.n && !k.secret[0]; i++)
+        if (!strcmp(all.items[i].tenant, tenant) && all.items[i].secret[0])
+            memcpy(k.secret, all.items[i].secret, sizeof(k.secret));
+    ipd_key_list_release(&all);
+    if (!k.secret[0]) {
+        ipd_random_bytes(rnd, sizeof(rnd));
+        ipd_hex(rnd, sizeof(rnd), k.secret);
+    }
     ipd_id_new("key", k.key_id);
     snprintf(k.tenant, sizeof(k.tenant), "%s", tenant);
     ipd_sha256_hex(plain, strlen(plain), k.hash);

@@ -22,6 +22,11 @@ static void usage(FILE *out)
             "  keys revoke KEY_ID         revoke a key\n"
             "  cleanup                    delete expired files now (for cron);\n"
             "                             prints the sweep as JSON\n"
+            "  status                     print the running server's admin "
+            "status\n"
+            "                             (at --listen, with DATA-DIR/admin.key"
+            " or\n"
+            "                             INTERPD_ADMIN_KEY)\n"
             "  version                    print the version\n\n"
             "options (also INTERPD_<NAME> in the environment and `name = "
             "value` in --config FILE;\nflags win over environment, "
@@ -49,7 +54,8 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     bool serve = !strcmp(cmd, "serve");
     bool cleanup = !strcmp(cmd, "cleanup");
-    if (!serve && !cleanup && strcmp(cmd, "keys") != 0) {
+    bool status = !strcmp(cmd, "status");
+    if (!serve && !cleanup && !status && strcmp(cmd, "keys") != 0) {
         fprintf(stderr, "interpd: unknown command \"%s\"\n\n", cmd);
         usage(stderr);
         return 2;
@@ -57,7 +63,7 @@ int main(int argc, char **argv)
     ipd_config_init(&cfg);
     ipd_buf_init(&err, 4096);
     if (ipd_config_load(&cfg, argc - 2, (const char *const *)argv + 2,
-                        serve || cleanup ? NULL : &rest,
+                        serve || cleanup || status ? NULL : &rest,
                         &nrest, &err)) {
         fprintf(stderr, "interpd %s: %s\n", cmd, err.buf);
         goto out;
@@ -70,6 +76,8 @@ int main(int argc, char **argv)
         code = ipd_serve(&cfg);
     else if (cleanup)
         code = ipd_cli_cleanup(&cfg);
+    else if (status)
+        code = ipd_cli_status(&cfg);
     else
         code = ipd_cli_keys(&cfg, rest, nrest);
 out:

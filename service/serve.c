@@ -2,6 +2,7 @@
  * serve.c - start-up, signal handling and graceful shutdown.
  */
 #include <errno.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,11 +11,18 @@
 #include <unistd.h>
 
 #include "../api/http.h"
+#include "../scheduler/reconcile.h"
+#include "../scheduler/scheduler.h"
 #include "../scheduler/sweep.h"
 #include "../storage/mongo.h"
+#include "../venv/allowlist.h"
+#include "../venv/venv.h"
 #include "executor.h"
 #include "keys.h"
+#include "callbacks.h"
+#include "fetch.h"
 #include "log.h"
+#include "metrics.h"
 #include "serve.h"
 #include "util.h"
 
@@ -84,12 +92,143 @@ static void notify_ready(const struct ipd_config *cfg, uint16_t port)
     close((int)cfg->ready_fd);
 }
 
+/* ---- scheduled jobs ------------------------------------------------------ */
+
+struct jobs {
+    struct ipd_app *app;
+    int64_t orphan_min_age_ms;
+    struct ipd_reconcile_job reconcile;
+};
+
+/* The expiry sweep, noted for the admin status and metrics. */
+static enum ipd_err job_sweep(void *ctx, struct ipd_job_run *run)
+{
+    struct jobs *j = ctx;
+    struct ipd_sweep_result res;
+    struct ipd_sweep_opts o = {.orphan_min_age_ms = j->orphan_min_age_ms,
+                               .run = run};
+    int64_t now = ipd_now_ms();
+    enum ipd_err rc = ipd_sweep_run(j->app->meta, j->app->blobs, now, &o, &res);
+    ipd_app_note_sweep(j->app, &res, rc, now);
+    if (!rc && res.deleted_files)
+        ipd_info("sweep: deleted %lld expired files (%lld bytes)",
+                 (long long)res.deleted_files, (long long)res.freed_bytes);
+    return rc;
+}
+
+/* The venv age check: rebuild a venv older than venv-max-age, remove
+ * generations no execution holds.  Per host (the venv is), no lease. */
+static enum ipd_err job_venv(void *ctx, struct ipd_job_run *run)
+{
+    struct jobs *j = ctx;
+    (void)run;
+    return j->app->venv ? ipd_venv_maintain(j->app->venv) : IPD_OK;
+}
+
+/* Gauges read at scrape time. */
+static enum ipd_err gauge_exec(void *ctx, double *value, bool queued)
+{
+    struct ipd_app *app = ctx;
+    unsigned running = 0, waiting = 0;
+    if (!app->exec)
+        return IPD_ERR_UNAVAILABLE;
+    ipd_exec_pool_counts(app->exec, &running, &waiting);
+    *value = queued ? waiting : running;
+    return IPD_OK;
+}
+
+static enum ipd_err gauge_queued(void *ctx, double *value)
+{
+    return gauge_exec(ctx, value, true);
+}
+
+static enum ipd_err gauge_running(void *ctx, double *value)
+{
+    return gauge_exec(ctx, value, false);
+}
+
+static enum ipd_err gauge_totals(void *ctx, double *value, bool bytes)
+{
+    struct ipd_app *app = ctx;
+    int64_t n = 0, b = 0;
+    enum ipd_err rc = ipd_meta_file_totals(app->meta, ipd_now_ms(), &n, &b);
+    *value = (double)(bytes ? b : n);
+    return rc;
+}
+
+static enum ipd_err gauge_files(void *ctx, double *value)
+{
+    return gauge_totals(ctx, value, false);
+}
+
+static enum ipd_err gauge_bytes(void *ctx, double *value)
+{
+    return gauge_totals(ctx, value, true);
+}
+
+/* The venv (packages) on top of the executor's sandbox.  Without it,
+ * executions still run on the base interpreter. */
+static enum ipd_err open_venv(const struct ipd_config *cfg,
+                              struct ipd_executor *ex,
+                              struct ipd_allowlist **allow,
+                              struct ipd_venv **out)
+{
+    struct ipd_buf err, root;
+    struct ipd_venv_runner runner;
+    struct ipd_venv_options o;
+    enum ipd_err rc;
+    ipd_buf_init(&err, 4096);
+    ipd_buf_init(&root, IPD_BUF_UNLIMITED);
+    rc = ipd_allowlist_load(cfg->allowlist, cfg->allowed_deps,
+                            cfg->import_names, allow, &err);
+    if (rc) {
+        ipd_error("allowlist: %s", err.buf);
+        goto out;
+    }
+    if (cfg->venv_dir)
+        ipd_buf_adds(&root, cfg->venv_dir);
+    else
+        ipd_buf_addf(&root, "%s/venv", cfg->data_dir);
+    memset(&o, 0, sizeof(o));
+    o.root = root.buf;
+    o.base_python = cfg->venv_python ? cfg->venv_python : cfg->python;
+    o.system_site_packages = cfg->venv_system_site != 0;
+    o.index_url = cfg->pip_index_url;
+    o.find_links = cfg->pip_find_links;
+    o.pip_timeout_ms = cfg->pip_timeout_ms;
+    o.allow_sdist = cfg->pip_allow_sdist != 0;
+    o.max_age_ms = cfg->venv_max_age_ms;
+    o.link_clone = !strcmp(cfg->venv_clone, "link");
+    o.tools_dir = cfg->prelude_dir;
+    o.owner_uid = geteuid() == 0 ? (uid_t)cfg->sandbox_uid : (uid_t)-1;
+    o.owner_gid = geteuid() == 0 ? (gid_t)cfg->sandbox_uid : (gid_t)-1;
+    o.allow = *allow;
+    ipd_executor_venv_runner(ex, &runner);
+    rc = ipd_venv_new(&o, &runner, out, &err);
+    if (rc)
+        ipd_error("%s", err.buf);
+    else
+        ipd_info("venv: %s, %zu allowlisted distributions, index %s",
+                 root.buf, ipd_allowlist_count(*allow),
+                 cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
+out:
+    ipd_buf_release(&err);
+    ipd_buf_release(&root);
+    return rc;
+}
+
 int ipd_serve(struct ipd_config *cfg)
 {
     struct ipd_app app = {0};
     struct ipd_stores stores = {0};
     struct ipd_daemon *d = NULL;
     struct ipd_executor *executor = NULL;
+    struct ipd_allowlist *allow = NULL;
+    struct ipd_scheduler *sched = NULL;
+    struct jobs jobs;
+    struct ipd_fetch_allowlist *fetch_allow = NULL;
+    struct ipd_fetch_opts fetch_opts;
+    struct ipd_callbacks *callbacks = NULL;
     sigset_t sigs;
     int sig = 0, code = 1;
     bool created = false;
@@ -97,6 +236,10 @@ int ipd_serve(struct ipd_config *cfg)
 
     app.cfg = cfg;
     app.started_ms = ipd_now_ms();
+    memset(&jobs, 0, sizeof(jobs));
+    pthread_mutex_init(&app.status_lock, NULL);
+    if (ipd_metrics_new(IPD_VERSION, &app.metrics))
+        ipd_warn("metrics are unavailable");
     ipd_info("interpd %s starting", IPD_VERSION);
     ipd_config_print(cfg, stderr);
 
@@ -107,6 +250,31 @@ int ipd_serve(struct ipd_config *cfg)
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    /* Outbound HTTP (URL ingest, callbacks) under the SSRF guard. */
+    struct ipd_buf ferr;
+    ipd_buf_init(&ferr, 1024);
+    rc = ipd_fetch_global_init();
+    if (!rc)
+        rc = ipd_fetch_allowlist_parse(cfg->fetch_allow, &fetch_allow, &ferr);
+    if (rc) {
+        ipd_error("fetch-allow: %s", ferr.len ? ferr.buf : ipd_err_name(rc));
+        ipd_buf_release(&ferr);
+        goto out;
+    }
+    ipd_buf_release(&ferr);
+    ipd_fetch_opts_init(&fetch_opts);
+    fetch_opts.connect_timeout_ms = cfg->fetch_connect_timeout_ms;
+    fetch_opts.total_timeout_ms = cfg->fetch_timeout_ms;
+    fetch_opts.max_redirects = (int)cfg->fetch_max_redirects;
+    fetch_opts.max_bytes = cfg->max_file_size;
+    fetch_opts.allow = fetch_allow;
+    app.fetch = &fetch_opts;
+    if (ipd_bg_pool_new(4, 64, &app.bg))
+        ipd_error("URL ingest is unavailable: no background threads");
+    if (ipd_callbacks_new(&fetch_opts, cfg->callback_retry_delay_ms,
+                          &callbacks))
+        ipd_error("execution callbacks are unavailable: no delivery thread");
 
     rc = ipd_stores_open(cfg, true, &stores);
     app.meta = stores.meta;
@@ -143,14 +311,58 @@ int ipd_serve(struct ipd_config *cfg)
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         unsigned slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
                                          : (unsigned)(cores < 1 ? 1 : cores);
-        ipd_info("sandbox: %s", ipd_executor_sandbox_status(executor));
-        if (ipd_exec_pool_new(executor, slots, (unsigned)cfg->exec_queue,
-                              &app.exec))
+        app.sandbox = ipd_executor_sandbox_status(executor);
+        ipd_info("sandbox: %s", app.sandbox);
+        if (open_venv(cfg, executor, &allow, &app.venv))
+            ipd_error("package installs are unavailable (see above); "
+                      "executions use %s as it is", cfg->python);
+        else if (ipd_bg_pool_new(1, IPD_INSTALL_QUEUE_MAX, &app.pkgs))
+            ipd_error("package installs are unavailable: no installer "
+                      "thread");
+        ipd_executor_set_venv(executor, app.venv, cfg->auto_install != 0);
+        if (app.venv)
+            ipd_venv_set_metrics(app.venv, app.metrics);
+        struct ipd_exec_pool_options po = {
+            .slots = slots,
+            .queue = (unsigned)cfg->exec_queue,
+            .metrics = app.metrics,
+            .result_ttl_ms = cfg->result_ttl_ms,
+            .callbacks = callbacks,
+        };
+        if (ipd_exec_pool_new(executor, &po, &app.exec))
             ipd_error("executions are unavailable: no worker threads");
         else
             ipd_info("executions: %u slots, queue of %lld", slots,
                      (long long)cfg->exec_queue);
     }
+    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_EXEC_QUEUE_DEPTH,
+                             gauge_queued, &app);
+    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_EXEC_RUNNING,
+                             gauge_running, &app);
+    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_FILES_STORED,
+                             gauge_files, &app);
+    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_BYTES_STORED,
+                             gauge_bytes, &app);
+    /* Scheduled jobs: the sweep and the reconcile under a lease (one node
+     * at a time on a shared MongoDB), the venv check per host. */
+    jobs.app = &app;
+    jobs.orphan_min_age_ms = cfg->orphan_min_age_ms;
+    jobs.reconcile = (struct ipd_reconcile_job){app.meta, app.blobs,
+                                                cfg->orphan_min_age_ms};
+    sched = ipd_scheduler_new(app.meta, cfg->lease_ttl_ms, NULL);
+    app.sched = sched;
+    if (cfg->sweep_interval_ms != IPD_TIME_NEVER)
+        ipd_scheduler_add(sched, "sweep", cfg->sweep_interval_ms, job_sweep,
+                          &jobs, IPD_JOB_LEASE | IPD_JOB_RUN_AT_START);
+    if (cfg->reconcile_interval_ms != IPD_TIME_NEVER)
+        ipd_scheduler_add(sched, "reconcile", cfg->reconcile_interval_ms,
+                          ipd_reconcile_job, &jobs.reconcile, IPD_JOB_LEASE);
+    if (app.venv)
+        ipd_scheduler_add(sched, "venv", cfg->venv_check_interval_ms,
+                          job_venv, &jobs, 0);
+    if (ipd_scheduler_start(sched))
+        ipd_error("scheduler: cannot start its threads; expired files are "
+                  "only deleted by `interpd cleanup`");
     rc = ipd_daemon_start(&app, &d);
     if (rc)
         goto out;
@@ -170,8 +382,20 @@ int ipd_serve(struct ipd_config *cfg)
     code = 0;
 out:
     ipd_daemon_shutdown(d, 0); /* also stops the execution workers */
+    /* The jobs borrow the stores and the venv: stop them first. */
+    ipd_scheduler_free(sched);
+    app.sched = NULL;
     ipd_exec_pool_free(app.exec);
+    ipd_bg_pool_free(app.bg);
+    ipd_callbacks_free(callbacks);
+    ipd_fetch_allowlist_free(fetch_allow);
+    ipd_bg_pool_free(app.pkgs);
+    ipd_venv_free(app.venv);
+    ipd_allowlist_free(allow);
     ipd_executor_free(executor);
+    ipd_metrics_free(app.metrics);
+    json_decref(app.last_cleanup);
+    pthread_mutex_destroy(&app.status_lock);
     ipd_filetype_free(app.ft);
     ipd_stores_close(&stores);
     return code;
@@ -188,7 +412,9 @@ int ipd_cli_cleanup(struct ipd_config *cfg)
                 ipd_err_name(rc));
         goto out;
     }
-    rc = ipd_sweep_expired(st.meta, st.blobs, ipd_now_ms(), &res);
+    struct ipd_sweep_opts o = {.reconcile = true,
+                               .orphan_min_age_ms = cfg->orphan_min_age_ms};
+    rc = ipd_sweep_run(st.meta, st.blobs, ipd_now_ms(), &o, &res);
     if (rc) {
         fprintf(stderr, "interpd cleanup: the sweep failed: %s\n",
                 ipd_err_name(rc));

@@ -15,6 +15,11 @@ int ipd_serve(struct ipd_config *cfg);
  * JSON and returns 0, or a message and 1 when it could not run. */
 int ipd_cli_cleanup(struct ipd_config *cfg);
 
+/* `interpd status`: GET /v1/admin/status of the server at --listen with
+ * the admin key (INTERPD_ADMIN_KEY, else DATA-DIR/admin.key); prints it,
+ * exit 0; 1 with a message when the server can't be asked. */
+int ipd_cli_status(struct ipd_config *cfg);
+
 /* `interpd keys create|list|revoke ...`; args are what follows "keys".
  * Returns the process exit code. */
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs);

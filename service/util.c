@@ -2,13 +2,19 @@
  * util.c - ids, clocks, RFC 3339 times, durations, sizes and small
  * validators.
  */
+#include <arpa/inet.h>
 #include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
+#include <unistd.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #include "util.h"
@@ -290,3 +296,115 @@ void ipd_hex(const void *data, size_t n, char *out)
     }
     out[2 * n] = '\0';
 }
+
+/* rm -rf name below dirfd, never following a symlink. */
+static int remove_tree(int dirfd, const char *name, int depth)
+{
+    int rc = 0;
+    if (!unlinkat(dirfd, name, 0) || errno == ENOENT)
+        return 0;
+    if (depth > IPD_REMOVE_TREE_DEPTH)
+        return -1;
+    int fd = openat(dirfd, name,
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    DIR *d = fdopendir(fd);
+    if (!d) {
+        close(fd);
+        return -1;
+    }
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (remove_tree(fd, e->d_name, depth + 1))
+            rc = -1;
+    }
+    closedir(d);
+    if (unlinkat(dirfd, name, AT_REMOVEDIR) && errno != ENOENT)
+        rc = -1;
+    return rc;
+}
+
+int ipd_remove_tree_at(int dirfd, const char *name)
+{
+    return remove_tree(dirfd, name, 0);
+}
+
+enum ipd_err ipd_copy_fd(int in, int out, int64_t *copied)
+{
+    char buf[64 * 1024];
+    *copied = 0;
+    for (;;) {
+        ssize_t n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EXDEV || errno == EINVAL ||
+                      errno == ENOSYS || errno == EOPNOTSUPP))
+            break; /* fall back to read/write below */
+        if (n < 0)
+            return IPD_ERR_IO;
+        if (n == 0)
+            return IPD_OK;
+        *copied += n;
+    }
+    for (;;) {
+        ssize_t n = read(in, buf, sizeof(buf));
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return IPD_ERR_IO;
+        if (n == 0)
+            return IPD_OK;
+        for (ssize_t done = 0; done < n;) {
+            ssize_t w = write(out, buf + done, (size_t)(n - done));
+            if (w < 0 && errno == EINTR)
+                continue;
+            if (w <= 0)
+                return IPD_ERR_IO;
+            done += w;
+        }
+        *copied += n;
+    }
+}
+
+enum ipd_err ipd_listen_parse(const char *s, struct sockaddr_storage *ss,
+                              socklen_t *len, bool *v6)
+{
+    char host[256];
+    const char *colon = strrchr(s, ':');
+    int64_t port = 0;
+    if (!colon || (size_t)(colon - s) >= sizeof(host))
+        return IPD_ERR_INVALID;
+    memcpy(host, s, (size_t)(colon - s));
+    host[colon - s] = '\0';
+    if (ipd_int_parse(colon + 1, 0, 65535, &port))
+        return IPD_ERR_INVALID;
+    memset(ss, 0, sizeof(*ss));
+    size_t hl = strlen(host);
+    if (hl >= 2 && host[0] == '[' && host[hl - 1] == ']') {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)ss;
+        host[hl - 1] = '\0';
+        a->sin6_family = AF_INET6;
+        a->sin6_port = htons((uint16_t)port);
+        if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+            return IPD_ERR_INVALID;
+        *len = sizeof(*a);
+        *v6 = true;
+        return IPD_OK;
+    }
+    struct sockaddr_in *a = (struct sockaddr_in *)ss;
+    a->sin_family = AF_INET;
+    a->sin_port = htons((uint16_t)port);
+    if (!strcmp(host, "localhost"))
+        memcpy(host, "127.0.0.1", 10);
+    if (!*host || !strcmp(host, "*"))
+        a->sin_addr.s_addr = htonl(INADDR_ANY);
+    else if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+        return IPD_ERR_INVALID;
+    *len = sizeof(*a);
+    *v6 = false;
+    return IPD_OK;
+}
+

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/socket.h>
 
 #include "ipd.h"
 
@@ -55,5 +56,22 @@ bool ipd_utf8_valid(const char *s, size_t len);
 
 /* Lowercase hex of n bytes into out (2n+1 bytes, NUL-terminated). */
 void ipd_hex(const void *data, size_t n, char *out);
+
+/* The listen option, HOST:PORT, as a socket address: HOST a numeric IPv4
+ * address, "[IPv6]", "localhost", or "*" / empty for every address;
+ * PORT 0..65535.  *v6: an IPv6 address.  IPD_ERR_INVALID otherwise. */
+enum ipd_err ipd_listen_parse(const char *s, struct sockaddr_storage *ss,
+                              socklen_t *len, bool *v6);
+
+/* Copy in (from its offset) to out until EOF, kernel-side with
+ * copy_file_range where possible (sharing extents on reflink
+ * filesystems), else read/write.  *copied: bytes copied. */
+enum ipd_err ipd_copy_fd(int in, int out, int64_t *copied);
+
+/* rm -rf of name below dirfd: never follows a symlink, at most
+ * IPD_REMOVE_TREE_DEPTH levels deep.  0, or -1 when something stayed
+ * (errno of the last failure). */
+#define IPD_REMOVE_TREE_DEPTH 128
+int ipd_remove_tree_at(int dirfd, const char *name);
 
 #endif

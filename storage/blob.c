@@ -336,3 +336,57 @@ enum ipd_err ipd_blobs_count_incomplete(struct ipd_blobs *b, int64_t *n)
 {
     return b->ops->count_incomplete(b, n);
 }
+
+enum ipd_err ipd_blob_stat(struct ipd_blobs *b, const char *file_id,
+                           struct ipd_blob_info *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (!b->ops->stat)
+        return IPD_ERR_INTERNAL;
+    return b->ops->stat(b, file_id, out);
+}
+
+enum ipd_err ipd_blob_iter_new(struct ipd_blobs *b, struct ipd_blob_iter **out)
+{
+    *out = NULL;
+    if (!b->ops->iter_new)
+        return IPD_ERR_INTERNAL;
+    enum ipd_err rc = b->ops->iter_new(b, out);
+    if (!rc)
+        (*out)->blobs = b;
+    return rc;
+}
+
+enum ipd_err ipd_blob_iter_next(struct ipd_blob_iter *it,
+                                struct ipd_blob_info *out, size_t cap,
+                                size_t *n)
+{
+    *n = 0;
+    if (!cap)
+        return IPD_ERR_INVALID;
+    return it->blobs->ops->iter_next(it, out, cap, n);
+}
+
+void ipd_blob_iter_free(struct ipd_blob_iter *it)
+{
+    if (it)
+        it->blobs->ops->iter_free(it);
+}
+
+enum ipd_err ipd_blobs_reap_incomplete(struct ipd_blobs *b,
+                                       int64_t older_than_ms,
+                                       int64_t *removed)
+{
+    *removed = 0;
+    if (!b->ops->reap_incomplete)
+        return IPD_ERR_INTERNAL;
+    return b->ops->reap_incomplete(b, older_than_ms, removed);
+}
+
+enum ipd_err ipd_blobs_prune_dirs(struct ipd_blobs *b, int64_t *removed)
+{
+    *removed = 0;
+    if (!b->ops->prune_dirs)
+        return IPD_OK;
+    return b->ops->prune_dirs(b, removed);
+}

@@ -21,6 +21,7 @@
 
 #include "../service/crypto.h"
 #include "../service/ipd.h"
+#include "../service/util.h"
 
 /* How much of an upload's beginning a writer keeps for content sniffing. */
 #define IPD_BLOB_HEAD_MAX (256 * 1024)
@@ -28,6 +29,7 @@
 struct ipd_blobs;
 struct ipd_blob_writer;
 struct ipd_blob_reader;
+struct ipd_blob_iter;
 struct ipd_mongo;
 
 /* Open (creating) the local store under data_dir/blobs and remove stale
@@ -117,5 +119,57 @@ enum ipd_err ipd_blob_list(struct ipd_blobs *b,
 /* Uploads started and not finished (temporary files, open GridFS
  * uploads): tests and status. */
 enum ipd_err ipd_blobs_count_incomplete(struct ipd_blobs *b, int64_t *n);
+
+/* ---- Reconcile: listing and housekeeping ------------------------------ */
+
+/* One committed blob.  Plain data. */
+struct ipd_blob_info {
+    char file_id[IPD_ID_MAX];
+    int64_t size;     /* bytes */
+    int64_t mtime_ms; /* when the bytes were committed, wall clock: the
+                       * file's mtime (local), uploadDate (GridFS) */
+};
+
+/* What is known about the committed blob file_id.  IPD_ERR_NOT_FOUND when
+ * there is none (an unfinished upload is none); other errors mean "could
+ * not tell", never "missing".  [out] out */
+enum ipd_err ipd_blob_stat(struct ipd_blobs *b, const char *file_id,
+                           struct ipd_blob_info *out);
+
+/*
+ * Walk every committed blob in batches, for the orphan reconcile: the
+ * iterator holds one directory handle (local) or the last id seen
+ * (GridFS: each batch is one query on fs.files by _id after it), never
+ * the whole listing, so memory stays bounded on big stores and no
+ * server cursor lives between batches.  The order is the backend's
+ * (directory order; GridFS: _id).  Blobs committed or deleted during the
+ * walk may or may not be seen; every blob present for the whole walk is
+ * seen exactly once.  Deleting the blobs of a batch before asking for the
+ * next one is fine.
+ *
+ * ipd_blob_iter_new: *out is new; free with ipd_blob_iter_free (NULL is
+ * fine).  ipd_blob_iter_next fills out[0..cap) and sets *n; *n == 0 means
+ * the walk is over.  One thread uses an iterator at a time.
+ */
+enum ipd_err ipd_blob_iter_new(struct ipd_blobs *b, struct ipd_blob_iter **out);
+enum ipd_err ipd_blob_iter_next(struct ipd_blob_iter *it,
+                                struct ipd_blob_info *out, size_t cap,
+                                size_t *n);
+void ipd_blob_iter_free(struct ipd_blob_iter *it);
+
+/* Remove uploads abandoned before older_than_ms (wall clock ms): local
+ * temporary files not written since then, GridFS chunks without an
+ * fs.files document whose newest chunk is older.  A live upload writes
+ * continuously (and the connection timeout ends a stalled one), so a
+ * cut-off an hour back never touches one.  [out] *removed: uploads
+ * removed. */
+enum ipd_err ipd_blobs_reap_incomplete(struct ipd_blobs *b,
+                                       int64_t older_than_ms,
+                                       int64_t *removed);
+/* Remove empty directories of the store (local: the two-character
+ * directories blobs end up in; GridFS has none: *removed = 0).  Safe
+ * against a commit into the same directory at the same time (the commit
+ * makes it again).  [out] *removed: directories removed. */
+enum ipd_err ipd_blobs_prune_dirs(struct ipd_blobs *b, int64_t *removed);
 
 #endif

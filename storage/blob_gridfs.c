@@ -9,7 +9,12 @@
  * client gone, a failed insert) removes the chunks, retried in the
  * background while the database is down.  A crash mid-upload can leave chunks without an fs.files
  * document; count_incomplete finds them and the reconcile job (scheduler)
- * removes them.
+ * removes them with reap_incomplete: chunk _ids are ObjectIds, whose first
+ * four bytes are the time the chunk was written, so "abandoned for an
+ * hour" needs no extra field.
+ *
+ * The reconcile listing (iter) pages through fs.files by _id (the file id):
+ * each batch is one bounded query starting after the last id seen.
  *
  * A writer or reader holds one pooled client for its whole life: the
  * driver's GridFS stream is bound to the client it was opened with.
@@ -430,6 +435,331 @@ out:
     return rc;
 }
 
+/* A files document's length and uploadDate into out. */
+static void info_from_doc(const bson_t *doc, struct ipd_blob_info *out)
+{
+    bson_iter_t it;
+    if (bson_iter_init_find(&it, doc, "length") && BSON_ITER_HOLDS_NUMBER(&it))
+        out->size = bson_iter_as_int64(&it);
+    if (bson_iter_init_find(&it, doc, "uploadDate") &&
+        BSON_ITER_HOLDS_DATE_TIME(&it))
+        out->mtime_ms = bson_iter_date_time(&it);
+}
+
+/* {projection: {length: 1, uploadDate: 1}} into an empty b. */
+static void info_projection(bson_t *b)
+{
+    bson_t proj;
+    bson_append_document_begin(b, "projection", -1, &proj);
+    BSON_APPEND_INT32(&proj, "length", 1);
+    BSON_APPEND_INT32(&proj, "uploadDate", 1);
+    bson_append_document_end(b, &proj);
+}
+
+static enum ipd_err gridfs_stat(struct ipd_blobs *b, const char *file_id,
+                                struct ipd_blob_info *out)
+{
+    struct ipd_mongo *mg = mongo_of(b);
+    mongoc_client_t *c = ipd__mongo_pop(mg);
+    mongoc_collection_t *files =
+        mongoc_client_get_collection(c, mg->db, BUCKET ".files");
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER;
+    const bson_t *doc;
+    bson_error_t err;
+    enum ipd_err rc = IPD_ERR_NOT_FOUND;
+
+    if (strlen(file_id) >= sizeof(out->file_id))
+        goto done;
+    BSON_APPEND_UTF8(&filter, "_id", file_id);
+    info_projection(&opts);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(files, &filter, &opts, NULL);
+    if (mongoc_cursor_next(cur, &doc)) {
+        memcpy(out->file_id, file_id, strlen(file_id) + 1);
+        info_from_doc(doc, out);
+        rc = IPD_OK;
+    } else if (mongoc_cursor_error(cur, &err)) {
+        rc = ipd__mongo_err(&err, "looking up a GridFS file");
+    }
+    mongoc_cursor_destroy(cur);
+done:
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(files);
+    ipd__mongo_push(mg, c);
+    return rc;
+}
+
+struct gridfs_iter {
+    struct ipd_blob_iter base;
+    char *last; /* the last _id seen, owned; "" before the first batch */
+    bool done;
+};
+
+static enum ipd_err gridfs_iter_new(struct ipd_blobs *b,
+                                    struct ipd_blob_iter **out)
+{
+    struct gridfs_iter *it = ipd_xcalloc(1, sizeof(*it));
+    (void)b;
+    it->last = ipd_xstrdup("");
+    *out = &it->base;
+    return IPD_OK;
+}
+
+/* One query: up to cap files documents after it->last.  *seen counts
+ * the documents read, *n those that are ours. */
+static enum ipd_err iter_batch(struct gridfs_iter *it, struct ipd_mongo *mg,
+                               struct ipd_blob_info *out, size_t cap,
+                               size_t *n, size_t *seen)
+{
+    mongoc_client_t *c = ipd__mongo_pop(mg);
+    mongoc_collection_t *files =
+        mongoc_client_get_collection(c, mg->db, BUCKET ".files");
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cmp, sort;
+    const bson_t *doc;
+    bson_error_t err;
+    enum ipd_err rc = IPD_OK;
+
+    /* $gt on a string matches string _ids only: ours. */
+    bson_append_document_begin(&filter, "_id", -1, &cmp);
+    BSON_APPEND_UTF8(&cmp, "$gt", it->last);
+    bson_append_document_end(&filter, &cmp);
+    bson_append_document_begin(&opts, "sort", -1, &sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    bson_append_document_end(&opts, &sort);
+    info_projection(&opts);
+    BSON_APPEND_INT64(&opts, "limit", (int64_t)cap);
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(files, &filter, &opts, NULL);
+    while (*seen < cap && mongoc_cursor_next(cur, &doc)) {
+        bson_iter_t bi;
+        uint32_t len = 0;
+        (*seen)++;
+        if (!bson_iter_init_find(&bi, doc, "_id") || !BSON_ITER_HOLDS_UTF8(&bi))
+            continue;
+        const char *id = bson_iter_utf8(&bi, &len);
+        free(it->last);
+        it->last = ipd_xstrndup(id, len);
+        if (len >= IPD_ID_MAX || memchr(id, '\0', len))
+            continue; /* not one of ours: skipped, the walk goes on */
+        struct ipd_blob_info *i = &out[*n];
+        memset(i, 0, sizeof(*i));
+        memcpy(i->file_id, id, len);
+        info_from_doc(doc, i);
+        (*n)++;
+    }
+    if (mongoc_cursor_error(cur, &err)) {
+        rc = ipd__mongo_err(&err, "listing GridFS files");
+        *n = 0;
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    mongoc_collection_destroy(files);
+    ipd__mongo_push(mg, c);
+    return rc;
+}
+
+static enum ipd_err gridfs_iter_next(struct ipd_blob_iter *base,
+                                     struct ipd_blob_info *out, size_t cap,
+                                     size_t *n)
+{
+    struct gridfs_iter *it = (struct gridfs_iter *)base;
+    enum ipd_err rc = IPD_OK;
+
+    if (cap > INT32_MAX)
+        cap = INT32_MAX;
+    /* A batch of foreign documents only: look further rather than end. */
+    while (!rc && !*n && !it->done) {
+        size_t seen = 0;
+        rc = iter_batch(it, mongo_of(base->blobs), out, cap, n, &seen);
+        if (seen < cap)
+            it->done = true;
+    }
+    return rc;
+}
+
+static void gridfs_iter_free(struct ipd_blob_iter *base)
+{
+    struct gridfs_iter *it = (struct gridfs_iter *)base;
+    free(it->last);
+    free(it);
+}
+
+/* The ObjectId of the first instant of second ms / 1000: every id made
+ * before that second sorts below it. */
+static void oid_at(int64_t ms, bson_oid_t *oid)
+{
+    uint8_t raw[12] = {0};
+    uint32_t secs = ms <= 0 ? 0 : ms / 1000 > UINT32_MAX ? UINT32_MAX
+                                                         : (uint32_t)(ms / 1000);
+    raw[0] = (uint8_t)(secs >> 24);
+    raw[1] = (uint8_t)(secs >> 16);
+    raw[2] = (uint8_t)(secs >> 8);
+    raw[3] = (uint8_t)secs;
+    bson_oid_init_from_data(oid, raw);
+}
+
+/* Whether files_id's newest chunk was written before cut (ObjectId time;
+ * a chunk whose _id is no ObjectId counts as new: not ours to judge). */
+static enum ipd_err chunks_idle(mongoc_collection_t *chunks,
+                                const bson_value_t *files_id, int64_t cut,
+                                bool *idle)
+{
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort;
+    const bson_t *doc;
+    bson_error_t err;
+    bson_iter_t it;
+    enum ipd_err rc = IPD_OK;
+
+    *idle = false;
+    bson_append_value(&filter, "files_id", -1, files_id);
+    bson_append_document_begin(&opts, "sort", -1, &sort);
+    BSON_APPEND_INT32(&sort, "_id", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(chunks, &filter, &opts, NULL);
+    if (mongoc_cursor_next(cur, &doc)) {
+        if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it))
+            *idle = (int64_t)bson_oid_get_time_t(bson_iter_oid(&it)) * 1000 <
+                    cut;
+    } else if (mongoc_cursor_error(cur, &err)) {
+        rc = ipd__mongo_err(&err, "reading GridFS chunks");
+    }
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    return rc;
+}
+
+#define REAP_BATCH 100
+
+/* One batch of first chunks (n: 0) written before cut, after *last
+ * (unset: from the start): their files_id into ids, *last advanced. */
+static enum ipd_err first_chunks(mongoc_collection_t *chunks, int64_t cut,
+                                 bson_oid_t *last, bool *have_last,
+                                 bson_value_t ids[REAP_BATCH], size_t *n)
+{
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cmp, sort, proj;
+    bson_oid_t lim;
+    const bson_t *doc;
+    bson_error_t err;
+    bson_iter_t it;
+    enum ipd_err rc = IPD_OK;
+
+    *n = 0;
+    oid_at(cut, &lim);
+    BSON_APPEND_INT32(&filter, "n", 0);
+    bson_append_document_begin(&filter, "_id", -1, &cmp);
+    BSON_APPEND_OID(&cmp, "$lt", &lim);
+    if (*have_last)
+        BSON_APPEND_OID(&cmp, "$gt", last);
+    bson_append_document_end(&filter, &cmp);
+    bson_append_document_begin(&opts, "sort", -1, &sort);
+    BSON_APPEND_INT32(&sort, "_id", 1);
+    bson_append_document_end(&opts, &sort);
+    bson_append_document_begin(&opts, "projection", -1, &proj);
+    BSON_APPEND_INT32(&proj, "files_id", 1);
+    bson_append_document_end(&opts, &proj);
+    BSON_APPEND_INT64(&opts, "limit", REAP_BATCH);
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(chunks, &filter, &opts, NULL);
+    while (*n < REAP_BATCH && mongoc_cursor_next(cur, &doc)) {
+        if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it)) {
+            bson_oid_copy(bson_iter_oid(&it), last);
+            *have_last = true;
+        }
+        if (bson_iter_init_find(&it, doc, "files_id"))
+            bson_value_copy(bson_iter_value(&it), &ids[(*n)++]);
+    }
+    if (mongoc_cursor_error(cur, &err))
+        rc = ipd__mongo_err(&err, "listing GridFS chunks");
+    mongoc_cursor_destroy(cur);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    return rc;
+}
+
+/* Remove files_id's chunks if it has no files document and its newest
+ * chunk is older than cut.  [out] *gone */
+static enum ipd_err reap_one(mongoc_collection_t *files,
+                             mongoc_collection_t *chunks,
+                             const bson_value_t *files_id, int64_t cut,
+                             bool *gone)
+{
+    bson_t q = BSON_INITIALIZER, reply = BSON_INITIALIZER;
+    bson_error_t err;
+    bson_iter_t it;
+    bool idle = false;
+    enum ipd_err rc = IPD_OK;
+
+    *gone = false;
+    bson_append_value(&q, "_id", -1, files_id);
+    int64_t found =
+        mongoc_collection_count_documents(files, &q, NULL, NULL, NULL, &err);
+    if (found < 0) {
+        rc = ipd__mongo_err(&err, "counting GridFS files");
+        goto out;
+    }
+    if (found)
+        goto out; /* a committed file */
+    rc = chunks_idle(chunks, files_id, cut, &idle);
+    if (rc || !idle)
+        goto out;
+    bson_reinit(&q);
+    bson_append_value(&q, "files_id", -1, files_id);
+    bson_destroy(&reply);
+    if (!mongoc_collection_delete_many(chunks, &q, NULL, &reply, &err)) {
+        rc = ipd__mongo_err(&err, "deleting abandoned GridFS chunks");
+        goto out;
+    }
+    *gone = bson_iter_init_find(&it, &reply, "deletedCount") &&
+            bson_iter_as_int64(&it) > 0;
+out:
+    bson_destroy(&reply);
+    bson_destroy(&q);
+    return rc;
+}
+
+static enum ipd_err gridfs_reap_incomplete(struct ipd_blobs *b,
+                                           int64_t older_than_ms,
+                                           int64_t *removed)
+{
+    struct ipd_mongo *mg = mongo_of(b);
+    mongoc_client_t *c = ipd__mongo_pop(mg);
+    mongoc_collection_t *files =
+        mongoc_client_get_collection(c, mg->db, BUCKET ".files");
+    mongoc_collection_t *chunks =
+        mongoc_client_get_collection(c, mg->db, BUCKET ".chunks");
+    bson_value_t ids[REAP_BATCH];
+    bson_oid_t last;
+    bool have_last = false;
+    size_t n = 0;
+    enum ipd_err rc;
+
+    /* Every upload writes chunk 0 first: walking those (by _id, hence by
+     * time, up to the cut-off) finds each upload once. */
+    do {
+        rc = first_chunks(chunks, older_than_ms, &last, &have_last, ids, &n);
+        for (size_t i = 0; i < n; i++) {
+            bool gone = false;
+            if (!rc)
+                rc = reap_one(files, chunks, &ids[i], older_than_ms, &gone);
+            if (gone) {
+                ipd_info("removed the chunks of an abandoned GridFS upload");
+                (*removed)++;
+            }
+            bson_value_destroy(&ids[i]);
+        }
+    } while (!rc && n == REAP_BATCH);
+    mongoc_collection_destroy(files);
+    mongoc_collection_destroy(chunks);
+    ipd__mongo_push(mg, c);
+    return rc;
+}
+
 static const struct ipd_blobs_ops gridfs_ops = {
     .name = "gridfs",
     .free = gridfs_free,
@@ -445,4 +775,9 @@ static const struct ipd_blobs_ops gridfs_ops = {
     .del = gridfs_del,
     .list = gridfs_list,
     .count_incomplete = gridfs_count_incomplete,
+    .stat = gridfs_stat,
+    .iter_new = gridfs_iter_new,
+    .iter_next = gridfs_iter_next,
+    .iter_free = gridfs_iter_free,
+    .reap_incomplete = gridfs_reap_incomplete,
 };

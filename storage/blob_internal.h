@@ -30,6 +30,20 @@ struct ipd_blobs_ops {
                                    int64_t size),
                          void *cls);
     enum ipd_err (*count_incomplete)(struct ipd_blobs *b, int64_t *n);
+    /* Reconcile (blob.h); a backend without them answers
+     * IPD_ERR_INTERNAL through blob.c (prune_dirs: nothing to do). */
+    enum ipd_err (*stat)(struct ipd_blobs *b, const char *file_id,
+                         struct ipd_blob_info *out);
+    /* Allocate the backend's iterator (embedding struct ipd_blob_iter
+     * first); blob.c sets the common fields. */
+    enum ipd_err (*iter_new)(struct ipd_blobs *b, struct ipd_blob_iter **out);
+    enum ipd_err (*iter_next)(struct ipd_blob_iter *it,
+                              struct ipd_blob_info *out, size_t cap,
+                              size_t *n);
+    void (*iter_free)(struct ipd_blob_iter *it);
+    enum ipd_err (*reap_incomplete)(struct ipd_blobs *b,
+                                    int64_t older_than_ms, int64_t *removed);
+    enum ipd_err (*prune_dirs)(struct ipd_blobs *b, int64_t *removed);
 };
 
 struct ipd__blob_retry; /* deletes to retry (blob.c) */
@@ -58,6 +72,10 @@ struct ipd_blob_writer {
 };
 
 struct ipd_blob_reader {
+    struct ipd_blobs *blobs;
+};
+
+struct ipd_blob_iter {
     struct ipd_blobs *blobs;
 };
 

@@ -1,6 +1,8 @@
 /*
  * blob_local.c - blob.h on local disk: write to a temporary file, fsync,
- * rename into place, fsync the directory.
+ * rename into place, fsync the directory.  The reconcile job lists the
+ * two-character directories, removes abandoned temporary files and empty
+ * directories (blob.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -322,7 +324,8 @@ static void local_abort(struct ipd_blob_writer *base)
     hash_stop(w); /* it reads w->fd */
     if (w->fd >= 0)
         close(w->fd);
-    if (w->tmpname[0] && unlinkat(b->tmpfd, w->tmpname, 0))
+    /* ENOENT: already gone (removed as stale at a restart, or reaped). */
+    if (w->tmpname[0] && unlinkat(b->tmpfd, w->tmpname, 0) && errno != ENOENT)
         ipd_error("removing temporary upload %s: %s", w->tmpname,
                   strerror(errno));
     ipd__blob_writer_release(base);
@@ -339,16 +342,24 @@ static enum ipd_err local_commit(struct ipd_blob_writer *base)
     rc = blob_path(base->file_id, dir, path);
     if (rc)
         goto out;
-    rc = mkdir_at(b->dirfd, dir);
-    if (rc)
-        goto out;
     if (fsync(w->fd)) {
         rc = IPD_ERR_IO;
         goto out;
     }
-    if (renameat(b->tmpfd, w->tmpname, b->dirfd, path)) {
-        rc = IPD_ERR_IO;
-        goto out;
+    /* The reconcile job removes empty directories (prune_dirs): ours may
+     * go between the mkdir and the rename, which then fails with ENOENT;
+     * make it again.  Twice in a row would need the prune to hit that
+     * window twice. */
+    for (int tries = 0;; tries++) {
+        rc = mkdir_at(b->dirfd, dir);
+        if (rc)
+            goto out;
+        if (!renameat(b->tmpfd, w->tmpname, b->dirfd, path))
+            break;
+        if (errno != ENOENT || tries == 3) {
+            rc = IPD_ERR_IO;
+            goto out;
+        }
     }
     w->tmpname[0] = '\0';
     /* The rename is durable only once the directory entry is. */
@@ -463,6 +474,186 @@ static enum ipd_err local_list(struct ipd_blobs *base,
     return each_entry(c.b->dirfd, list_dir, &c);
 }
 
+static int64_t mtime_ms(const struct stat *st)
+{
+    return (int64_t)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
+}
+
+/* The shard directories hold only blobs named by their id. */
+static bool shard_name(const char *name)
+{
+    return strlen(name) == 2 && name[0] != '.';
+}
+
+static enum ipd_err local_stat(struct ipd_blobs *base, const char *file_id,
+                               struct ipd_blob_info *out)
+{
+    char dir[3], path[IPD_ID_MAX + 4];
+    struct stat st;
+    if (blob_path(file_id, dir, path))
+        return IPD_ERR_NOT_FOUND;
+    if (fstatat(local(base)->dirfd, path, &st, AT_SYMLINK_NOFOLLOW))
+        return errno == ENOENT || errno == ENOTDIR ? IPD_ERR_NOT_FOUND
+                                                   : IPD_ERR_IO;
+    if (!S_ISREG(st.st_mode))
+        return IPD_ERR_NOT_FOUND;
+    memcpy(out->file_id, file_id, strlen(file_id) + 1);
+    out->size = st.st_size;
+    out->mtime_ms = mtime_ms(&st);
+    return IPD_OK;
+}
+
+struct local_iter {
+    struct ipd_blob_iter base;
+    DIR *root;  /* blobs/: the shard directories */
+    DIR *shard; /* the shard being read, or NULL */
+    bool done;
+};
+
+static enum ipd_err local_iter_new(struct ipd_blobs *base,
+                                   struct ipd_blob_iter **out)
+{
+    struct local_iter *it = ipd_xcalloc(1, sizeof(*it));
+    int fd = openat(local(base)->dirfd, ".",
+                    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    it->root = fd >= 0 ? fdopendir(fd) : NULL;
+    if (!it->root) {
+        ipd_error("listing the blob store: %s", strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        free(it);
+        return IPD_ERR_IO;
+    }
+    *out = &it->base;
+    return IPD_OK;
+}
+
+/* Open the next shard directory into it->shard; it->done at the end. */
+static enum ipd_err iter_next_shard(struct local_iter *it, int root_fd)
+{
+    for (;;) {
+        errno = 0;
+        struct dirent *e = readdir(it->root);
+        if (!e) {
+            it->done = true;
+            return errno ? IPD_ERR_IO : IPD_OK;
+        }
+        if (!shard_name(e->d_name))
+            continue;
+        int fd = openat(root_fd, e->d_name,
+                        O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
+        if (fd < 0)
+            continue; /* pruned meanwhile, or not a directory */
+        it->shard = fdopendir(fd);
+        if (!it->shard) {
+            close(fd);
+            return IPD_ERR_IO;
+        }
+        return IPD_OK;
+    }
+}
+
+static enum ipd_err local_iter_next(struct ipd_blob_iter *base,
+                                    struct ipd_blob_info *out, size_t cap,
+                                    size_t *n)
+{
+    struct local_iter *it = (struct local_iter *)base;
+    int root_fd = local(base->blobs)->dirfd;
+    enum ipd_err rc = IPD_OK;
+    struct stat st;
+
+    while (*n < cap && !it->done && !rc) {
+        if (!it->shard) {
+            rc = iter_next_shard(it, root_fd);
+            continue;
+        }
+        errno = 0;
+        struct dirent *e = readdir(it->shard);
+        if (!e) {
+            if (errno)
+                rc = IPD_ERR_IO;
+            closedir(it->shard);
+            it->shard = NULL;
+            continue;
+        }
+        /* Regular files only; a name deleted since readdir saw it is
+         * simply gone. */
+        if (e->d_name[0] == '.' || strlen(e->d_name) >= IPD_ID_MAX ||
+            fstatat(dirfd(it->shard), e->d_name, &st, AT_SYMLINK_NOFOLLOW) ||
+            !S_ISREG(st.st_mode))
+            continue;
+        struct ipd_blob_info *i = &out[(*n)++];
+        memcpy(i->file_id, e->d_name, strlen(e->d_name) + 1);
+        i->size = st.st_size;
+        i->mtime_ms = mtime_ms(&st);
+    }
+    if (rc)
+        ipd_error("listing the blob store: %s", strerror(errno));
+    return rc;
+}
+
+static void local_iter_free(struct ipd_blob_iter *base)
+{
+    struct local_iter *it = (struct local_iter *)base;
+    if (it->shard)
+        closedir(it->shard);
+    closedir(it->root);
+    free(it);
+}
+
+struct reap_ctx {
+    int tmpfd;
+    int64_t older_than_ms;
+    int64_t removed;
+};
+
+static int reap_one(void *cls, const char *name)
+{
+    struct reap_ctx *c = cls;
+    struct stat st;
+    if (fstatat(c->tmpfd, name, &st, AT_SYMLINK_NOFOLLOW) ||
+        mtime_ms(&st) >= c->older_than_ms)
+        return 0;
+    if (unlinkat(c->tmpfd, name, 0) == 0) {
+        ipd_info("removed abandoned temporary upload %s", name);
+        c->removed++;
+    }
+    return 0;
+}
+
+static enum ipd_err local_reap_incomplete(struct ipd_blobs *base,
+                                          int64_t older_than_ms,
+                                          int64_t *removed)
+{
+    struct reap_ctx c = {local(base)->tmpfd, older_than_ms, 0};
+    enum ipd_err rc = each_entry(c.tmpfd, reap_one, &c);
+    *removed = c.removed;
+    return rc;
+}
+
+struct prune_ctx {
+    int dirfd;
+    int64_t removed;
+};
+
+static int prune_one(void *cls, const char *name)
+{
+    struct prune_ctx *c = cls;
+    /* rmdir removes only an empty directory, atomically: a blob renamed
+     * in first keeps it (ENOTEMPTY), a commit after makes it again. */
+    if (shard_name(name) && unlinkat(c->dirfd, name, AT_REMOVEDIR) == 0)
+        c->removed++;
+    return 0;
+}
+
+static enum ipd_err local_prune_dirs(struct ipd_blobs *base, int64_t *removed)
+{
+    struct prune_ctx c = {local(base)->dirfd, 0};
+    enum ipd_err rc = each_entry(c.dirfd, prune_one, &c);
+    *removed = c.removed;
+    return rc;
+}
+
 static int count_one(void *cls, const char *name)
 {
     (void)name;
@@ -491,4 +682,10 @@ static const struct ipd_blobs_ops local_ops = {
     .del = local_del,
     .list = local_list,
     .count_incomplete = local_count_incomplete,
+    .stat = local_stat,
+    .iter_new = local_iter_new,
+    .iter_next = local_iter_next,
+    .iter_free = local_iter_free,
+    .reap_incomplete = local_reap_incomplete,
+    .prune_dirs = local_prune_dirs,
 };

@@ -152,3 +152,53 @@ enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
 {
     return m->ops->key_revoke(m, key_id, now_ms);
 }
+
+enum ipd_err ipd_meta_file_get_by_id(struct ipd_meta *m, const char *file_id,
+                                     struct ipd_file_meta *out)
+{
+    return m->ops->file_get_by_id(m, file_id, out);
+}
+
+enum ipd_err ipd_meta_file_scan(struct ipd_meta *m, const char *after,
+                                size_t limit, struct ipd_file_list *out)
+{
+    return m->ops->file_scan(m, after ? after : "", limit, out);
+}
+
+/* Shared argument checks, so every backend refuses the same input. */
+static bool lease_args_ok(const char *name, const char *owner)
+{
+    return name && owner && name[0] && owner[0] &&
+           strlen(name) < IPD_LEASE_NAME_MAX &&
+           strlen(owner) < IPD_LEASE_OWNER_MAX;
+}
+
+enum ipd_err ipd_meta_lease_acquire(struct ipd_meta *m, const char *name,
+                                    const char *owner, int64_t now_ms,
+                                    int64_t ttl_ms, bool *got)
+{
+    *got = false;
+    if (!lease_args_ok(name, owner) || ttl_ms <= 0 ||
+        now_ms > INT64_MAX - ttl_ms)
+        return IPD_ERR_INVALID;
+    return m->ops->lease_acquire(m, name, owner, now_ms, ttl_ms, got);
+}
+
+enum ipd_err ipd_meta_lease_renew(struct ipd_meta *m, const char *name,
+                                  const char *owner, int64_t now_ms,
+                                  int64_t ttl_ms, bool *held)
+{
+    *held = false;
+    if (!lease_args_ok(name, owner) || ttl_ms <= 0 ||
+        now_ms > INT64_MAX - ttl_ms)
+        return IPD_ERR_INVALID;
+    return m->ops->lease_renew(m, name, owner, now_ms, ttl_ms, held);
+}
+
+enum ipd_err ipd_meta_lease_release(struct ipd_meta *m, const char *name,
+                                    const char *owner)
+{
+    if (!lease_args_ok(name, owner))
+        return IPD_ERR_INVALID;
+    return m->ops->lease_release(m, name, owner);
+}

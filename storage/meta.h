@@ -1,5 +1,5 @@
 /*
- * meta.h - the metadata store: file records and API keys.
+ * meta.h - the metadata store: file records, API keys and leases.
  *
  * One interface, several backends (meta_sqlite.c today, meta_mongo.c next).
  * Nothing above storage/ knows which backend runs: callers use the
@@ -150,6 +150,19 @@ struct ipd_meta_ops {
     enum ipd_err (*key_list)(struct ipd_meta *m, struct ipd_key_list *out);
     enum ipd_err (*key_revoke)(struct ipd_meta *m, const char *key_id,
                                int64_t now_ms);
+
+    enum ipd_err (*file_get_by_id)(struct ipd_meta *m, const char *file_id,
+                                   struct ipd_file_meta *out);
+    enum ipd_err (*file_scan)(struct ipd_meta *m, const char *after,
+                              size_t limit, struct ipd_file_list *out);
+    enum ipd_err (*lease_acquire)(struct ipd_meta *m, const char *name,
+                                  const char *owner, int64_t now_ms,
+                                  int64_t ttl_ms, bool *got);
+    enum ipd_err (*lease_renew)(struct ipd_meta *m, const char *name,
+                                const char *owner, int64_t now_ms,
+                                int64_t ttl_ms, bool *held);
+    enum ipd_err (*lease_release)(struct ipd_meta *m, const char *name,
+                                  const char *owner);
 };
 
 /* Base struct every backend embeds first. */
@@ -224,5 +237,57 @@ enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out);
  * revocation time. */
 enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
                                  int64_t now_ms);
+
+/* ---- Reconcile: records of every scope, expired or not ---------------- */
+
+/* The record with that id whatever its scope or expiry (an indexed
+ * lookup: file ids are unique).  IPD_ERR_NOT_FOUND when there is none.
+ * [out] out */
+enum ipd_err ipd_meta_file_get_by_id(struct ipd_meta *m, const char *file_id,
+                                     struct ipd_file_meta *out);
+/* Up to limit records of every scope, expired or not, in file_id order
+ * (strcmp), strictly after the id `after` ("" or NULL: from the first).
+ * Pass the last id of a page as `after` for the next: a walk holds one
+ * page in memory, whatever the store's size, and stays valid while
+ * records are added or deleted.  out->more says another page follows.
+ * [out] out, release with ipd_file_list_release. */
+enum ipd_err ipd_meta_file_scan(struct ipd_meta *m, const char *after,
+                                size_t limit, struct ipd_file_list *out);
+
+/* ---- Leases: one holder at a time across processes and nodes ---------- */
+
+#define IPD_LEASE_NAME_MAX 64  /* lease names, NUL included */
+#define IPD_LEASE_OWNER_MAX 128 /* owner tokens, NUL included */
+
+/*
+ * A lease is a named record {name, owner, expires_at} shared by every
+ * process on the store (several nodes on one MongoDB, or two daemons on one
+ * SQLite file).  At most one owner holds a name at a time, until
+ * expires_at; past it anyone may take it over.  Owners are opaque tokens,
+ * unique per holder (see scheduler.h); times are wall-clock milliseconds
+ * the caller passes (ipd_now_ms() in production): nodes must agree on the
+ * time to well under the TTL.
+ *
+ * Acquire: *got = true when the lease was free (absent or expired) or
+ * already owner's, and is now owner's until now_ms + ttl_ms; false when
+ * another owner holds it.  Losing a race to another acquirer is *got =
+ * false, not an error.
+ * Renew: extend owner's lease to now_ms + ttl_ms; *held = false (and
+ * nothing changes) when the lease is no longer owner's (taken over after
+ * it expired, or released).  A lease that expired but that nobody took
+ * is renewed.
+ * Release: delete the lease if owner holds it; IPD_OK either way (a
+ * release after a takeover leaves the new holder's lease alone).
+ * Errors: IPD_ERR_INVALID for an empty or oversized name or owner, or
+ * ttl_ms <= 0; backend errors as elsewhere.
+ */
+enum ipd_err ipd_meta_lease_acquire(struct ipd_meta *m, const char *name,
+                                    const char *owner, int64_t now_ms,
+                                    int64_t ttl_ms, bool *got);
+enum ipd_err ipd_meta_lease_renew(struct ipd_meta *m, const char *name,
+                                  const char *owner, int64_t now_ms,
+                                  int64_t ttl_ms, bool *held);
+enum ipd_err ipd_meta_lease_release(struct ipd_meta *m, const char *name,
+                                    const char *owner);
 
 #endif

@@ -10,8 +10,9 @@
  *   api_keys    { key_id, tenant, hash, admin (bool), created_at (date),
  *                 revoked_at (date, null = valid), secret }
  *   quota_locks { _id: "<tenant>/<user_id>", owner, expires_at (date) }
- *   service_state: reserved (last cleanup, venv generation, leases); this
- *                 store creates nothing in it.
+ *   leases      { _id: <random per holding>, name, owner, expires_at (date) }
+ *   service_state: reserved (last cleanup, venv generation); this store
+ *                 creates nothing in it.
  *
  * uploaded_at is struct ipd_file_meta's created_at_ms; BSON dates are
  * int64 milliseconds, so times round-trip exactly.  "Expired" means
@@ -22,7 +23,7 @@
  * with the same definition): user_files {tenant:1, user_id:1,
  * expires_at:-1} (usage and quota), {tenant:1, user_id:1, uploaded_at:-1,
  * file_id:-1} (list order), unique {file_id:1}, {expires_at:1} (sweeps);
- * api_keys unique {hash:1} and unique {key_id:1}.
+ * api_keys unique {hash:1} and unique {key_id:1}; leases unique {name:1}.
  *
  * Quota without transactions.  FerretDB has none, and a count followed by
  * an insert races.  So an insert under a quota holds a per-scope lock: a
@@ -78,6 +79,27 @@
  *    command, which is idempotent there too.
  * On a real replica set the same code gets majority-acknowledged writes
  * and one automatic retry of each write across a fail-over.
+ *
+ * Leases (meta.h).  A lease is a document {_id: <random per holding>,
+ * name, owner, expires_at} under a unique index on name.  Acquire inserts
+ * a new one: the unique name makes exactly one of several acquirers win
+ * (duplicate key is "not acquired").  When the insert meets an existing
+ * lease: ours is extended; another holder's unexpired one means no; an
+ * expired one is deleted by its _id and the insert is tried again, so of
+ * several nodes taking over the same expired lease, one wins the insert.
+ * Renew updates our generation by _id and reads it back; release deletes
+ * our generation by _id.
+ * Why not one findAndModify {_id: name, $or: [expired, ours]} with upsert,
+ * which is atomic on MongoDB: FerretDB 1.x runs findAndModify, update and
+ * delete as a query followed by writes by _id (FerretDB issue #3040), so
+ * two nodes taking over the same expired lease both "won" (every time in
+ * a test of 8 contenders), and a delete or update found before a takeover
+ * would hit the new holder's document had it the same _id.  Inserts
+ * against a unique index and writes to an _id that is never reused stay
+ * exact there.  The remaining window: a holder whose lease expired mid-run
+ * and was taken over may see one more renewal succeed if the takeover
+ * lands between its update and its read-back; it finds out at the next
+ * renewal.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -90,6 +112,7 @@
 #define COLL_FILES "user_files"
 #define COLL_KEYS "api_keys"
 #define COLL_LOCKS "quota_locks"
+#define COLL_LEASES "leases"
 
 #define LOCK_TTL_MIN_MS 10000 /* a dead holder's lock is stale after this */
 #define LOCK_WAIT_MS 5000  /* wait this long for a busy lock, then 503 */
@@ -1071,6 +1094,224 @@ out:
     return rc;
 }
 
+static enum ipd_err mg_file_get_by_id(struct ipd_meta *m, const char *file_id,
+                                      struct ipd_file_meta *out)
+{
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "file_id", file_id);
+    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_FILES, &filter,
+                               sizeof(*out), conv_file, "file_get_by_id", out);
+    bson_destroy(&filter);
+    return rc;
+}
+
+static enum ipd_err mg_file_scan(struct ipd_meta *m, const char *after,
+                                 size_t limit, struct ipd_file_list *out)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct op op = {0};
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, cmp, sort;
+    enum ipd_err rc;
+
+    memset(out, 0, sizeof(*out));
+    /* The unique file_id index gives the order and the start; $gt on a
+     * string matches strings only. */
+    bson_append_document_begin(&filter, "file_id", -1, &cmp);
+    BSON_APPEND_UTF8(&cmp, "$gt", after);
+    bson_append_document_end(&filter, &cmp);
+    bson_append_document_begin(&opts, "sort", -1, &sort);
+    BSON_APPEND_INT32(&sort, "file_id", 1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", fetch_limit(limit));
+    op_begin(s, COLL_FILES, &op);
+    rc = collect_files(op.coll, &filter, &opts, limit, "file_scan", out);
+    op_end(s, &op);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    return rc;
+}
+
+/* The lease document of name (any owner) into *id (its generation's
+ * _id), *owner and *expires; IPD_ERR_NOT_FOUND when there is none. */
+struct lease_doc {
+    char id[33];
+    char owner[IPD_LEASE_OWNER_MAX];
+    int64_t expires_at_ms;
+};
+
+static enum ipd_err conv_lease(const bson_t *d, void *out)
+{
+    struct lease_doc *l = out;
+    enum ipd_err rc = get_str(d, "_id", l->id, sizeof(l->id));
+    if (!rc)
+        rc = get_str(d, "owner", l->owner, sizeof(l->owner));
+    if (!rc)
+        rc = get_date(d, "expires_at", false, 0, &l->expires_at_ms);
+    return rc;
+}
+
+static enum ipd_err lease_find(struct meta_mongo *s, const char *key,
+                               const char *value, struct lease_doc *out)
+{
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, key, value);
+    enum ipd_err rc = find_one(s, COLL_LEASES, &filter, sizeof(*out),
+                               conv_lease, "lease lookup", out);
+    bson_destroy(&filter);
+    return rc;
+}
+
+/* Set expires_at of the generation id (ours) to until, then read it back:
+ * FerretDB answers an update from its query step, so only the read shows
+ * whether the write landed on a document that still exists.  [out] *held */
+static enum ipd_err lease_extend(struct meta_mongo *s, const char *id,
+                                 const char *owner, int64_t until, bool *held)
+{
+    struct op op = {0};
+    bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
+    bson_error_t err;
+    struct lease_doc now;
+    enum ipd_err rc = IPD_OK;
+
+    *held = false;
+    BSON_APPEND_UTF8(&filter, "_id", id);
+    BSON_APPEND_UTF8(&filter, "owner", owner);
+    bson_append_document_begin(&update, "$set", -1, &set);
+    BSON_APPEND_DATE_TIME(&set, "expires_at", until);
+    bson_append_document_end(&update, &set);
+    op_begin(s, COLL_LEASES, &op);
+    if (!mongoc_collection_update_one(op.coll, &filter, &update, NULL, NULL,
+                                      &err))
+        rc = ipd__mongo_err(&err, "lease renew");
+    op_end(s, &op);
+    if (!rc) {
+        rc = lease_find(s, "_id", id, &now);
+        if (!rc)
+            *held = !strcmp(now.owner, owner) && now.expires_at_ms == until;
+        else if (rc == IPD_ERR_NOT_FOUND)
+            rc = IPD_OK; /* taken over meanwhile */
+    }
+    bson_destroy(&update);
+    bson_destroy(&filter);
+    return rc;
+}
+
+/* Insert a new generation of lease name for owner.  IPD_ERR_CONFLICT when
+ * a lease of that name exists (the unique index on name). */
+static enum ipd_err lease_insert(struct meta_mongo *s, const char *name,
+                                 const char *owner, int64_t until)
+{
+    struct op op = {0};
+    bson_t doc = BSON_INITIALIZER;
+    unsigned char raw[16];
+    char id[33];
+    enum ipd_err rc;
+
+    ipd_random_bytes(raw, sizeof(raw));
+    ipd_hex(raw, sizeof(raw), id);
+    BSON_APPEND_UTF8(&doc, "_id", id);
+    BSON_APPEND_UTF8(&doc, "name", name);
+    BSON_APPEND_UTF8(&doc, "owner", owner);
+    BSON_APPEND_DATE_TIME(&doc, "expires_at", until);
+    op_begin(s, COLL_LEASES, &op);
+    rc = insert_doc(op.coll, &doc, "lease insert");
+    op_end(s, &op);
+    bson_destroy(&doc);
+    return rc;
+}
+
+/* Delete one generation by its _id (an expired one, or ours); gone or
+ * not, the caller looks again. */
+static enum ipd_err lease_drop(struct meta_mongo *s, const char *id)
+{
+    struct op op = {0};
+    bson_t filter = BSON_INITIALIZER;
+    enum ipd_err rc;
+
+    BSON_APPEND_UTF8(&filter, "_id", id);
+    op_begin(s, COLL_LEASES, &op);
+    rc = delete_one(op.coll, &filter, "lease delete");
+    op_end(s, &op);
+    bson_destroy(&filter);
+    return rc == IPD_ERR_NOT_FOUND ? IPD_OK : rc;
+}
+
+#define LEASE_TRIES 4 /* insert, take over, insert again, with a margin */
+
+static enum ipd_err mg_lease_acquire(struct ipd_meta *m, const char *name,
+                                     const char *owner, int64_t now_ms,
+                                     int64_t ttl_ms, bool *got)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct lease_doc cur;
+    enum ipd_err rc = IPD_OK;
+
+    *got = false;
+    for (int tries = 0; tries < LEASE_TRIES; tries++) {
+        rc = lease_insert(s, name, owner, now_ms + ttl_ms);
+        if (rc != IPD_ERR_CONFLICT) {
+            *got = !rc;
+            break;
+        }
+        rc = lease_find(s, "name", name, &cur);
+        if (rc == IPD_ERR_NOT_FOUND)
+            continue; /* released meanwhile: insert again */
+        if (rc)
+            break;
+        if (!strcmp(cur.owner, owner)) {
+            rc = lease_extend(s, cur.id, owner, now_ms + ttl_ms, got);
+            break;
+        }
+        if (cur.expires_at_ms > now_ms)
+            break; /* another holder's, running */
+        /* Expired: drop that generation, then race the others to insert
+         * the next one; the unique name lets exactly one win. */
+        ipd_info("meta_mongo: lease %s of %s expired; taking it over", name,
+                 cur.owner);
+        rc = lease_drop(s, cur.id);
+        if (rc)
+            break;
+    }
+    /* Out of tries while others kept winning: not acquired. */
+    if (rc == IPD_ERR_NOT_FOUND || rc == IPD_ERR_CONFLICT)
+        rc = IPD_OK;
+    return rc;
+}
+
+static enum ipd_err mg_lease_renew(struct ipd_meta *m, const char *name,
+                                   const char *owner, int64_t now_ms,
+                                   int64_t ttl_ms, bool *held)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct lease_doc cur;
+    enum ipd_err rc;
+
+    *held = false;
+    rc = lease_find(s, "name", name, &cur);
+    if (rc == IPD_ERR_NOT_FOUND || (!rc && strcmp(cur.owner, owner)))
+        return IPD_OK; /* released, or someone else's now */
+    if (rc)
+        return rc;
+    return lease_extend(s, cur.id, owner, now_ms + ttl_ms, held);
+}
+
+static enum ipd_err mg_lease_release(struct ipd_meta *m, const char *name,
+                                     const char *owner)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct lease_doc cur;
+    enum ipd_err rc;
+
+    rc = lease_find(s, "name", name, &cur);
+    if (rc == IPD_ERR_NOT_FOUND || (!rc && strcmp(cur.owner, owner)))
+        return IPD_OK;
+    if (rc)
+        return rc;
+    /* By generation: a release can never delete a lease taken over after
+     * ours expired, whatever the server does between query and delete. */
+    return lease_drop(s, cur.id);
+}
+
 static void mg_free(struct ipd_meta *m)
 {
     free(m);
@@ -1092,6 +1333,11 @@ static const struct ipd_meta_ops mongo_ops = {
     .key_find_by_hash = mg_key_find_by_hash,
     .key_list = mg_key_list,
     .key_revoke = mg_key_revoke,
+    .file_get_by_id = mg_file_get_by_id,
+    .file_scan = mg_file_scan,
+    .lease_acquire = mg_lease_acquire,
+    .lease_renew = mg_lease_renew,
+    .lease_release = mg_lease_release,
 };
 
 /* ---- indexes ----------------------------------------------------------- */
@@ -1158,6 +1404,10 @@ static const struct index_def key_indexes[] = {
     {"key_id", true, {"key_id", NULL}, {1, 0}},
 };
 
+static const struct index_def lease_indexes[] = {
+    {"name", true, {"name", NULL}, {1, 0}},
+};
+
 enum ipd_err ipd_meta_mongo_open(struct ipd_mongo *mg, struct ipd_meta **out)
 {
     struct meta_mongo *s = NULL;
@@ -1179,6 +1429,10 @@ enum ipd_err ipd_meta_mongo_open(struct ipd_mongo *mg, struct ipd_meta **out)
     if (rc)
         goto out;
     rc = create_indexes(db, COLL_KEYS, key_indexes, IPD_ARRAY_LEN(key_indexes));
+    if (rc)
+        goto out;
+    rc = create_indexes(db, COLL_LEASES, lease_indexes,
+                        IPD_ARRAY_LEN(lease_indexes));
     if (rc)
         goto out;
     *out = &s->base;

@@ -29,6 +29,10 @@
  * their blobs live elsewhere; a lost record leaves an orphan blob, not a
  * dangling one.  FULL would cost an fsync per upload on the single writer.
  *
+ * Leases (meta.h) are rows of the table leases, each changed by one
+ * statement in a BEGIN IMMEDIATE transaction, so they are exclusive across
+ * connections and across processes sharing the file.
+ *
  * Times: expires_at_ms is NULL for IPD_TIME_NEVER, so "never" needs no
  * sentinel in SQL and a NULL is never in an expiry range; revoked_at_ms is
  * NULL while a key is valid (0 in struct ipd_key).
@@ -45,7 +49,7 @@
 #include "meta.h"
 
 #define IPD_SQLITE_READERS 4
-#define SCHEMA_VERSION 2
+#define SCHEMA_VERSION 3
 
 /* Every statement the store runs.  All SQL is constant; user data only
  * ever reaches SQLite through bound parameters. */
@@ -67,6 +71,11 @@ enum stmt_id {
     S_KEY_FIND,
     S_KEY_LIST,
     S_KEY_REVOKE,
+    S_FILE_GET_BY_ID,
+    S_FILE_SCAN,
+    S_LEASE_ACQUIRE,
+    S_LEASE_RENEW,
+    S_LEASE_RELEASE,
     S__COUNT
 };
 
@@ -122,6 +131,24 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_KEY_REVOKE] = "UPDATE api_keys"
                      " SET revoked_at_ms = coalesce(revoked_at_ms, ?2)"
                      " WHERE key_id = ?1",
+    [S_FILE_GET_BY_ID] = "SELECT " FILE_COLS " FROM files WHERE file_id = ?1",
+    /* The primary key's index gives the order and the start. */
+    [S_FILE_SCAN] = "SELECT " FILE_COLS " FROM files WHERE file_id > ?1"
+                    " ORDER BY file_id LIMIT ?2",
+    /* One statement inside BEGIN IMMEDIATE: insert the lease, or take it
+     * over when it has expired or is ours already.  changes() is 1 when
+     * we hold it afterwards, 0 when the WHERE kept another holder's. */
+    [S_LEASE_ACQUIRE] = "INSERT INTO leases (name, owner, expires_at_ms)"
+                        " VALUES (?1, ?2, ?3)"
+                        " ON CONFLICT (name) DO UPDATE"
+                        " SET owner = excluded.owner,"
+                        " expires_at_ms = excluded.expires_at_ms"
+                        " WHERE leases.expires_at_ms <= ?4"
+                        " OR leases.owner = excluded.owner",
+    [S_LEASE_RENEW] = "UPDATE leases"
+                      " SET expires_at_ms = ?3"
+                      " WHERE name = ?1 AND owner = ?2",
+    [S_LEASE_RELEASE] = "DELETE FROM leases WHERE name = ?1 AND owner = ?2",
 };
 
 /*
@@ -160,6 +187,12 @@ static const char *const migrations[SCHEMA_VERSION] = {
     /* 2: each key names its execution policy. */
     "ALTER TABLE api_keys ADD COLUMN policy TEXT NOT NULL"
     "  DEFAULT 'standard';",
+    /* 3: leases for jobs that one process at a time may run (meta.h). */
+    "CREATE TABLE leases ("
+    "  name TEXT PRIMARY KEY NOT NULL,"
+    "  owner TEXT NOT NULL,"
+    "  expires_at_ms INTEGER NOT NULL"
+    ");",
 };
 
 struct conn {
@@ -1066,6 +1099,150 @@ static enum ipd_err sq_key_revoke(struct ipd_meta *m, const char *key_id,
                      key_id, &now_ms);
 }
 
+static enum ipd_err sq_file_get_by_id(struct ipd_meta *m, const char *file_id,
+                                      struct ipd_file_meta *out)
+{
+    struct meta_sqlite *s = (struct meta_sqlite *)m;
+    struct conn *c = NULL;
+    sqlite3_stmt *st = NULL;
+    enum ipd_err rc;
+    int src;
+
+    rc = reader_acquire(s, &c);
+    if (rc)
+        goto out;
+    rc = stmt_get(c, S_FILE_GET_BY_ID, &st);
+    if (rc)
+        goto out;
+    src = bind_text(st, 1, file_id, 0);
+    if (src) {
+        rc = db_err(c, src, "file_get_by_id bind");
+        goto out;
+    }
+    src = sqlite3_step(st);
+    if (src == SQLITE_DONE)
+        rc = IPD_ERR_NOT_FOUND;
+    else if (src == SQLITE_ROW)
+        rc = row_to_file(st, out);
+    else
+        rc = db_err(c, src, "file_get_by_id");
+out:
+    stmt_done(st);
+    reader_release(s, c);
+    return rc;
+}
+
+static enum ipd_err sq_file_scan(struct ipd_meta *m, const char *after,
+                                 size_t limit, struct ipd_file_list *out)
+{
+    struct meta_sqlite *s = (struct meta_sqlite *)m;
+    struct conn *c = NULL;
+    sqlite3_stmt *st = NULL;
+    enum ipd_err rc;
+    int src;
+
+    memset(out, 0, sizeof(*out));
+    rc = reader_acquire(s, &c);
+    if (rc)
+        goto out;
+    rc = stmt_get(c, S_FILE_SCAN, &st);
+    if (rc)
+        goto out;
+    src = bind_text(st, 1, after, 0);
+    if (!src)
+        src = sqlite3_bind_int64(st, 2, fetch_limit(limit));
+    if (src) {
+        rc = db_err(c, src, "file_scan bind");
+        goto out;
+    }
+    rc = collect_files(c, st, limit, "file_scan", out);
+out:
+    stmt_done(st);
+    reader_release(s, c);
+    return rc;
+}
+
+/* Run the lease statement id with ?1 name, ?2 owner, ?3 until and (acquire
+ * only) ?4 now, in a BEGIN IMMEDIATE transaction: the write lock makes it
+ * exclusive against every connection, also another process's on the same
+ * file.  [out] *changed: whether a row changed. */
+static enum ipd_err lease_write(struct meta_sqlite *s, enum stmt_id id,
+                                const char *name, const char *owner,
+                                const int64_t *until, const int64_t *now,
+                                bool *changed)
+{
+    struct conn *c = NULL;
+    sqlite3_stmt *st = NULL;
+    bool done = false;
+    enum ipd_err rc;
+    int src;
+
+    *changed = false;
+    rc = writer_acquire(s, &c);
+    if (rc)
+        goto out;
+    rc = exec_stmt(c, S_BEGIN);
+    if (rc)
+        goto out;
+    rc = stmt_get(c, id, &st);
+    if (rc)
+        goto out;
+    src = bind_text(st, 1, name, IPD_LEASE_NAME_MAX);
+    if (!src)
+        src = bind_text(st, 2, owner, IPD_LEASE_OWNER_MAX);
+    if (!src && until)
+        src = sqlite3_bind_int64(st, 3, *until);
+    if (!src && now)
+        src = sqlite3_bind_int64(st, 4, *now);
+    if (src) {
+        rc = db_err(c, src, stmt_sql[id]);
+        goto out;
+    }
+    src = sqlite3_step(st);
+    if (src != SQLITE_DONE) {
+        rc = db_err(c, src, stmt_sql[id]);
+        goto out;
+    }
+    done = sqlite3_changes(c->db) > 0;
+    stmt_done(st);
+    st = NULL;
+    rc = exec_stmt(c, S_COMMIT);
+    if (!rc)
+        *changed = done;
+out:
+    stmt_done(st);
+    if (c)
+        tx_rollback(c);
+    writer_release(s, c);
+    return rc;
+}
+
+static enum ipd_err sq_lease_acquire(struct ipd_meta *m, const char *name,
+                                     const char *owner, int64_t now_ms,
+                                     int64_t ttl_ms, bool *got)
+{
+    int64_t until = now_ms + ttl_ms;
+    return lease_write((struct meta_sqlite *)m, S_LEASE_ACQUIRE, name, owner,
+                       &until, &now_ms, got);
+}
+
+static enum ipd_err sq_lease_renew(struct ipd_meta *m, const char *name,
+                                   const char *owner, int64_t now_ms,
+                                   int64_t ttl_ms, bool *held)
+{
+    int64_t until = now_ms + ttl_ms;
+    return lease_write((struct meta_sqlite *)m, S_LEASE_RENEW, name, owner,
+                       &until, NULL, held);
+}
+
+static enum ipd_err sq_lease_release(struct ipd_meta *m, const char *name,
+                                     const char *owner)
+{
+    bool gone;
+    return lease_write((struct meta_sqlite *)m, S_LEASE_RELEASE, name, owner,
+                       NULL, NULL, &gone);
+}
+
 static const struct ipd_meta_ops sqlite_ops = {
     .name = "sqlite",
     .free = sq_free,
@@ -1082,6 +1259,11 @@ static const struct ipd_meta_ops sqlite_ops = {
     .key_find_by_hash = sq_key_find_by_hash,
     .key_list = sq_key_list,
     .key_revoke = sq_key_revoke,
+    .file_get_by_id = sq_file_get_by_id,
+    .file_scan = sq_file_scan,
+    .lease_acquire = sq_lease_acquire,
+    .lease_renew = sq_lease_renew,
+    .lease_release = sq_lease_release,
 };
 
 /* Finalize c's statements and close it.  Safe on a never-opened conn. */

@@ -239,13 +239,21 @@ size_t itest_list_files(const char *dir, char ***out)
     return sv.n;
 }
 
-/* Regular files under the data dir other than admin.key and meta.db*. */
+/* Files of the data dir that are not user data: the admin key, the
+ * SQLite database, the venv (its lock, generations and pip cache). */
+static bool not_user_data(const char *f)
+{
+    return !strcmp(f, "admin.key") || !strncmp(f, "meta.db", 7) ||
+           !strncmp(f, "venv/", 5);
+}
+
+/* Regular files under the data dir other than those. */
 static void disk_strays(const struct itest_server *s, struct strv *sv)
 {
     char **all;
     itest_list_files(s->data_dir, &all);
     for (size_t i = 0; all[i]; i++) {
-        if (!strcmp(all[i], "admin.key") || !strncmp(all[i], "meta.db", 7)) {
+        if (not_user_data(all[i])) {
             free(all[i]);
             continue;
         }
@@ -582,7 +590,7 @@ static void local_inventory(const struct itest_server *s,
     itest_list_files(s->data_dir, &all);
     for (size_t i = 0; all[i]; i++) {
         const char *f = all[i];
-        if (!strcmp(f, "admin.key") || !strncmp(f, "meta.db", 7))
+        if (not_user_data(f))
             continue;
         const char *slash = strrchr(f, '/');
         if (!strncmp(f, "blobs/tmp/", 10) || strncmp(f, "blobs/", 6) ||
@@ -810,7 +818,8 @@ void itest_print_strays(const struct itest_server *s)
                         "other than admin.key: %zu\n",
                 s->mongo_uri, s->data_dir, n);
     else
-        fprintf(stderr, "  files under %s other than admin.key and meta.db*: "
+        fprintf(stderr, "  files under %s other than admin.key, meta.db* "
+                        "and venv/: "
                         "%zu\n",
                 s->data_dir, n);
     for (size_t i = 0; v[i]; i++)

@@ -330,6 +330,73 @@ static void policies_per_key(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(prints_and_exits), T(policies_per_key), T(exception_has_user_line),
+/* Policies the operator defines in the config file: their limits apply,
+ * keys can name them, and a key whose policy disappears from the config is
+ * refused rather than run under another policy. */
+static void operator_policies(void)
+{
+    struct itest_opts o = {
+        .config = "policy.tiny.timeout = 2s\n"
+                  "policy.tiny.max-timeout = 3s\n"
+                  "policy.tiny.output-limit = 2K\n"
+                  "policy.tiny.memory = 96M\n"};
+    struct itest_server *s = itest_start(&o);
+    struct itest_resp r;
+    char *out = NULL;
+    REQUIRE(s);
+    char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
+    int code = itest_cli(s, &out, "keys", "create", "--config", conf,
+                         "--data-dir", s->data_dir, "--tenant", "bot",
+                         "--policy", "tiny", NULL);
+    free(conf);
+    CHECK_INT(code, 0);
+    json_error_t jerr;
+    json_t *created = out ? json_loads(out, 0, &jerr) : NULL;
+    free(out);
+    REQUIRE(created);
+    char *key = itest_json_dup(created, "key");
+    json_decref(created);
+
+    /* 5,000 bytes printed, 2 KiB kept; a 100 s request capped at 3 s. */
+    struct itest_req rq = {.method = "POST", .path = "/v1/executions",
+                           .key = key, .user_id = "u1",
+                           .content_type = "application/json",
+                           .body = "{\"code\": \"print('x' * 5000)\\n"
+                                   "import time\\ntime.sleep(60)\", "
+                                   "\"timeout\": 100}",
+                           .timeout_ms = 60000};
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_json_str(r.json, "resources.policy"), "tiny");
+    CHECK(json_is_true(json_object_get(r.json, "timed_out")));
+    CHECK(json_is_true(json_object_get(r.json, "stdout_truncated")));
+    CHECK_INT(strlen(itest_json_str(r.json, "stdout")), 2048);
+    double t = json_number_value(json_object_get(r.json, "execution_time"));
+    CHECK(t >= 2.9 && t < 10);
+    itest_resp_release(&r);
+
+    /* 96 MiB of memory: a 400 MiB allocation is a memory kill. */
+    rq.body = "{\"code\": \"b = bytearray(400 << 20)\\nprint(len(b))\"}";
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(
+        json_object_get(json_object_get(r.json, "resources"), "oom_killed")));
+    itest_resp_release(&r);
+
+    /* Restarted without tiny in its config: the key is refused. */
+    struct itest_opts plain = {0};
+    REQUIRE(itest_restart(s, &plain));
+    rq.body = "{\"code\": \"print(1)\"}";
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 403, "forbidden");
+    itest_resp_release(&r);
+    free(key);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(prints_and_exits), T(policies_per_key), T(operator_policies), T(exception_has_user_line),
           T(files_in_and_out), T(timeout_is_enforced), T(isolation_basics),
           T(bad_requests), T(executions_do_not_block))

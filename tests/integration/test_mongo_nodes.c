@@ -6,40 +6,10 @@
  * ITEST_BACKEND says (this file is about MongoDB only).
  */
 #include "harness.h"
+#include "nodes.h"
 
 #include <sys/stat.h>
 
-struct nodes {
-    char *uri; /* the shared database */
-    struct itest_server *a, *b;
-};
-
-static bool nodes_start(struct nodes *n)
-{
-    memset(n, 0, sizeof(*n));
-    n->uri = itest_mongo_fixture_uri(NULL, NULL);
-    if (!n->uri)
-        return false;
-    struct itest_opts oa = {.mongo_uri = n->uri};
-    n->a = itest_start(&oa);
-    if (!n->a)
-        return false;
-    /* The database has keys now (A's admin key): B writes no admin.key. */
-    struct itest_opts ob = {.mongo_uri = n->uri, .no_admin_key = true};
-    n->b = itest_start(&ob);
-    return n->b != NULL;
-}
-
-static void nodes_stop(struct nodes *n, int fail_mark)
-{
-    itest_stop(n->a);
-    itest_stop(n->b);
-    if (n->uri && test__failed_checks == fail_mark)
-        CHECK(itest_mongo_drop(n->uri));
-    else if (n->uri)
-        fprintf(stderr, "keeping the shared database of %s\n", n->uri);
-    free(n->uri);
-}
 
 static long get(struct itest_server *s, const char *key, const char *path,
                 struct itest_resp *r)

@@ -168,5 +168,74 @@ static void never_ttl_and_redaction(void)
     ipd_config_release(&c);
 }
 
+/* Execution policies: built-ins, operator changes and new ones from the
+ * file and flags, bad settings refused with the line's name. */
+static void policies(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    ipd_buf_init(&err, 1024);
+    ipd_config_init(&c);
+    const struct ipd_policy *st = ipd_config_policy(&c, NULL);
+    REQUIRE(st);
+    CHECK_STR(st->name, "standard");
+    CHECK_INT(st->timeout_ms, 60000);
+    CHECK_INT(st->max_timeout_ms, 300000);
+    CHECK_INT(st->output_bytes, 100 * 1024);
+    CHECK(!st->network);
+    CHECK(ipd_config_policy(&c, "networked")->network);
+    CHECK(ipd_config_policy(&c, "tiny") == NULL);
+    CHECK(ipd_policy_within(ipd_config_policy(&c, "strict"), st));
+    CHECK(ipd_policy_within(st, ipd_config_policy(&c, "networked")));
+    CHECK(!ipd_policy_within(ipd_config_policy(&c, "networked"), st));
+    CHECK(!ipd_policy_within(NULL, st));
+
+    char *path = write_file("policy.tiny.memory = 64M\n"
+                            "policy.tiny.timeout = 2s\n"
+                            "policy.tiny.max_timeout = 3s\n"
+                            "policy.standard.output-limit = 50K\n");
+    const char *argv[] = {"--config", path, "--policy.tiny.network=yes",
+                          "--policy.tiny.processes", "8"};
+    CHECK_INT(ipd_config_load(&c, 5, argv, NULL, NULL, &err), IPD_OK);
+    const struct ipd_policy *t = ipd_config_policy(&c, "tiny");
+    REQUIRE(t);
+    CHECK_INT(t->memory_bytes, 64LL << 20);
+    CHECK_INT(t->timeout_ms, 2000);
+    CHECK_INT(t->max_timeout_ms, 3000);
+    CHECK_INT(t->max_processes, 8);
+    CHECK(t->network);
+    /* Unset fields come from standard as it was when tiny was made. */
+    CHECK_INT(t->tmp_bytes, 256LL << 20);
+    CHECK_INT(ipd_config_policy(&c, "standard")->output_bytes, 50 * 1024);
+    CHECK(!ipd_policy_within(t, ipd_config_policy(&c, "standard")));
+    unlink(path);
+    free(path);
+    ipd_config_release(&c);
+
+    static const char *const bad[][2] = {
+        {"--policy.tiny.colour=red", "unknown policy field"},
+        {"--policy.Tiny.memory=1G", "bad policy option"},
+        {"--policy..memory=1G", "bad policy option"},
+        {"--policy.tiny=1", "bad policy option"},
+        {"--policy.tiny.memory=1K", "invalid value"},
+        {"--policy.tiny.network=maybe", "invalid value"},
+        {"--policy.tiny.timeout=never", "invalid value"},
+        {"--policy.tiny.timeout=10m", "longer than its max-timeout"},
+    };
+    for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
+        ipd_config_init(&c);
+        ipd_buf_reset(&err);
+        const char *one[] = {bad[i][0]};
+        CHECK_INT(ipd_config_load(&c, 1, one, NULL, NULL, &err),
+                  IPD_ERR_INVALID);
+        if (!strstr(err.buf, bad[i][1]))
+            fprintf(stderr, "%s: got \"%s\"\n", bad[i][0], err.buf);
+        CHECK(strstr(err.buf, bad[i][1]) != NULL);
+        ipd_config_release(&c);
+    }
+    ipd_buf_release(&err);
+}
+
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
-          T(command_args_pass_through), T(never_ttl_and_redaction))
+          T(command_args_pass_through), T(never_ttl_and_redaction),
+          T(policies))

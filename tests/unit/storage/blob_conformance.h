@@ -1,8 +1,10 @@
 /*
  * blob_conformance.h - the behaviour every blob.h backend must show:
  * streaming writes with SHA-256 and the sample, the size limit, commit,
- * abort leaving nothing, reads, deletes and listing.  A backend's test
- * calls blob_conformance_run(store) with a fresh, empty store.
+ * abort leaving nothing, reads, deletes and listing; for the reconcile
+ * job, the batched listing, stat, abandoned uploads and empty directories.
+ * A backend's test calls blob_conformance_run(store) with a fresh, empty
+ * store.
  */
 #ifndef IPD_BLOB_CONFORMANCE_H
 #define IPD_BLOB_CONFORMANCE_H
@@ -160,11 +162,194 @@ static void bc_large_stream(struct ipd_blobs *b)
     CHECK_INT(ipd_blob_delete(b, id), IPD_OK);
 }
 
+/* Commit a blob of len bytes of c under a new id (into id). */
+static void bc_put(struct ipd_blobs *b, char id[IPD_ID_MAX], size_t len,
+                   char c)
+{
+    struct ipd_blob_writer *w = NULL;
+    char buf[256];
+    memset(buf, c, sizeof(buf));
+    ipd_id_new("file", id);
+    IPD_ASSERT(len <= sizeof(buf));
+    IPD_ASSERT(ipd_blob_writer_new(b, id, 1 << 20, &w) == IPD_OK);
+    CHECK_INT(ipd_blob_writer_write(w, buf, len), IPD_OK);
+    CHECK_INT(ipd_blob_writer_commit(w), IPD_OK);
+}
+
+/* Walk the store with batches of cap; each id seen goes to seen[] (at
+ * most max), and every batch is at most cap.  Returns the count. */
+static size_t bc_walk(struct ipd_blobs *b, size_t cap,
+                      char (*seen)[IPD_ID_MAX], int64_t *sizes, size_t max)
+{
+    struct ipd_blob_iter *it = NULL;
+    struct ipd_blob_info *batch = calloc(cap, sizeof(*batch));
+    size_t total = 0, n = 0;
+    CHECK_INT(ipd_blob_iter_new(b, &it), IPD_OK);
+    for (int rounds = 0; it && rounds < 10000; rounds++) {
+        CHECK_INT(ipd_blob_iter_next(it, batch, cap, &n), IPD_OK);
+        CHECK(n <= cap);
+        if (!n)
+            break;
+        for (size_t i = 0; i < n; i++, total++) {
+            if (total < max) {
+                memcpy(seen[total], batch[i].file_id, IPD_ID_MAX);
+                sizes[total] = batch[i].size;
+            }
+        }
+    }
+    /* The end stays the end. */
+    if (it) {
+        CHECK_INT(ipd_blob_iter_next(it, batch, cap, &n), IPD_OK);
+        CHECK_INT(n, 0);
+    }
+    ipd_blob_iter_free(it);
+    free(batch);
+    return total;
+}
+
+/* Index of id in ids[0..n), or -1. */
+static int bc_index(char (*ids)[IPD_ID_MAX], size_t n, const char *id)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(ids[i], id))
+            return (int)i;
+    return -1;
+}
+
+/* The batched listing sees each committed blob once with its size and
+ * commit time, never an upload in progress; stat agrees. */
+static void bc_iterate_and_stat(struct ipd_blobs *b)
+{
+    enum { N = 11 };
+    char ids[N][IPD_ID_MAX], seen[N + 4][IPD_ID_MAX];
+    int64_t sizes[N + 4];
+    struct ipd_blob_info info;
+    struct ipd_blob_writer *w = NULL;
+    static char big[300 * 1024]; /* flushes a GridFS chunk */
+    char pending[IPD_ID_MAX];
+    int64_t t0 = ipd_now_ms();
+
+    CHECK_INT(bc_walk(b, 4, seen, sizes, N + 4), 0);
+    for (int i = 0; i < N; i++)
+        bc_put(b, ids[i], (size_t)(10 + i), 'a');
+    /* An upload in progress is no blob. */
+    ipd_id_new("file", pending);
+    REQUIRE(ipd_blob_writer_new(b, pending, sizeof(big), &w) == IPD_OK);
+    CHECK_INT(ipd_blob_writer_write(w, big, sizeof(big)), IPD_OK);
+
+    for (size_t cap = 1; cap <= N + 1; cap += 5) {
+        memset(seen, 0, sizeof(seen));
+        CHECK_INT(bc_walk(b, cap, seen, sizes, N + 4), N);
+        for (int i = 0; i < N; i++) {
+            int at = bc_index(seen, N, ids[i]);
+            CHECK(at >= 0);
+            if (at >= 0)
+                CHECK_INT(sizes[at], 10 + i);
+            /* Once only. */
+            if (at >= 0)
+                CHECK(bc_index(seen + at + 1, (size_t)(N - at - 1), ids[i]) < 0);
+        }
+    }
+    for (int i = 0; i < N; i++) {
+        memset(&info, 0, sizeof(info));
+        CHECK_INT(ipd_blob_stat(b, ids[i], &info), IPD_OK);
+        CHECK_STR(info.file_id, ids[i]);
+        CHECK_INT(info.size, 10 + i);
+        /* Commit times: the wall clock, to the second (GridFS). */
+        CHECK(info.mtime_ms >= t0 - 2000 && info.mtime_ms <= ipd_now_ms() + 2000);
+    }
+    CHECK_INT(ipd_blob_stat(b, pending, &info), IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_blob_stat(b, "file_nonexistent", &info), IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_blob_stat(b, "../../etc/passwd", &info), IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_blob_stat(b, "", &info), IPD_ERR_NOT_FOUND);
+
+    /* Deleting what a batch returned before asking for the next (the
+     * reconcile does) loses nothing still there. */
+    struct ipd_blob_iter *it = NULL;
+    struct ipd_blob_info batch[3];
+    size_t n = 0, total = 0;
+    REQUIRE(ipd_blob_iter_new(b, &it) == IPD_OK);
+    for (;;) {
+        CHECK_INT(ipd_blob_iter_next(it, batch, 3, &n), IPD_OK);
+        if (!n)
+            break;
+        for (size_t i = 0; i < n; i++)
+            CHECK_INT(ipd_blob_delete(b, batch[i].file_id), IPD_OK);
+        total += n;
+    }
+    ipd_blob_iter_free(it);
+    CHECK_INT(total, N);
+    CHECK_INT(bc_walk(b, 4, seen, sizes, N + 4), 0);
+    ipd_blob_writer_abort(w);
+    ipd_blob_iter_free(NULL);
+}
+
+/* Uploads abandoned before the cut-off go; those written since stay. */
+static void bc_reap_incomplete(struct ipd_blobs *b)
+{
+    struct ipd_blob_writer *w = NULL;
+    static char big[300 * 1024];
+    char id[IPD_ID_MAX], kept[IPD_ID_MAX];
+    int64_t removed = -1;
+
+    bc_put(b, kept, 5, 'k');
+    ipd_id_new("file", id);
+    REQUIRE(ipd_blob_writer_new(b, id, sizeof(big), &w) == IPD_OK);
+    CHECK_INT(ipd_blob_writer_write(w, big, sizeof(big)), IPD_OK);
+    CHECK_INT(bc_incomplete(b), 1);
+    /* Written just now: an hour's cut-off keeps it. */
+    CHECK_INT(ipd_blobs_reap_incomplete(b, ipd_now_ms() - 3600000, &removed),
+              IPD_OK);
+    CHECK_INT(removed, 0);
+    CHECK_INT(bc_incomplete(b), 1);
+    /* A cut-off in the future: everything is older, so it goes (as if
+     * the uploader had died an hour ago). */
+    CHECK_INT(ipd_blobs_reap_incomplete(b, ipd_now_ms() + 3600000, &removed),
+              IPD_OK);
+    CHECK_INT(removed, 1);
+    CHECK_INT(bc_incomplete(b), 0);
+    /* Committed blobs are never "incomplete". */
+    CHECK_INT(ipd_blob_stat(b, kept, &(struct ipd_blob_info){0}), IPD_OK);
+    CHECK_INT(ipd_blobs_reap_incomplete(b, ipd_now_ms() + 3600000, &removed),
+              IPD_OK);
+    CHECK_INT(removed, 0);
+    ipd_blob_writer_abort(w);
+    CHECK_INT(ipd_blob_delete(b, kept), IPD_OK);
+}
+
+/* Pruning empty directories leaves every blob readable, and commits
+ * still work afterwards. */
+static void bc_prune_dirs(struct ipd_blobs *b)
+{
+    char a[IPD_ID_MAX], c[IPD_ID_MAX], d[IPD_ID_MAX];
+    int64_t removed = -1;
+    size_t len = 0;
+
+    bc_put(b, a, 3, 'a');
+    bc_put(b, c, 4, 'c');
+    CHECK_INT(ipd_blob_delete(b, a), IPD_OK);
+    CHECK_INT(ipd_blobs_prune_dirs(b, &removed), IPD_OK);
+    CHECK(removed >= 0);
+    unsigned char *data = bc_read_all(b, c, &len);
+    CHECK(data != NULL);
+    CHECK_INT(len, 4);
+    free(data);
+    bc_put(b, d, 6, 'd');
+    CHECK_INT(ipd_blob_stat(b, d, &(struct ipd_blob_info){0}), IPD_OK);
+    CHECK_INT(ipd_blob_delete(b, c), IPD_OK);
+    CHECK_INT(ipd_blob_delete(b, d), IPD_OK);
+    CHECK_INT(ipd_blobs_prune_dirs(b, &removed), IPD_OK);
+    CHECK_INT(bc_blobs(b), 0);
+}
+
 static void blob_conformance_run(struct ipd_blobs *b)
 {
     bc_write_commit_read_delete(b);
     bc_size_limit_and_abort(b);
     bc_large_stream(b);
+    bc_iterate_and_stat(b);
+    bc_reap_incomplete(b);
+    bc_prune_dirs(b);
 }
 
 #endif

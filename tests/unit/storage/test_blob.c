@@ -3,6 +3,7 @@
  * plus what is local-only (paths, modes, stale temporary files).
  */
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +72,76 @@ static void stale_tmp_removed_at_open(void)
     ipd_blobs_free(b);
 }
 
+/* Empty directories go; a directory holding a blob stays. */
+static void prune_removes_empty_dirs(void)
+{
+    struct ipd_blobs *b = NULL;
+    char a[IPD_ID_MAX], keep[IPD_ID_MAX], path[256];
+    struct stat st;
+    int64_t removed = -1;
+    fresh_dir();
+    REQUIRE(ipd_blobs_open_local(dir, &b) == IPD_OK);
+    bc_put(b, keep, 1, 'k');
+    do
+        bc_put(b, a, 1, 'a');
+    while (!strncmp(a + 5, keep + 5, 2)); /* another directory */
+    CHECK_INT(ipd_blob_delete(b, a), IPD_OK);
+    CHECK_INT(ipd_blobs_prune_dirs(b, &removed), IPD_OK);
+    CHECK_INT(removed, 1);
+    snprintf(path, sizeof(path), "%s/blobs/%.2s", dir, a + 5);
+    CHECK(stat(path, &st) != 0);
+    snprintf(path, sizeof(path), "%s/blobs/%.2s/%s", dir, keep + 5, keep);
+    CHECK(stat(path, &st) == 0);
+    snprintf(path, sizeof(path), "%s/blobs/tmp", dir);
+    CHECK(stat(path, &st) == 0 && S_ISDIR(st.st_mode));
+    CHECK_INT(ipd_blobs_prune_dirs(b, &removed), IPD_OK);
+    CHECK_INT(removed, 0);
+    ipd_blobs_free(b);
+}
+
+struct pruner {
+    struct ipd_blobs *b;
+    volatile int done;
+    long prunes;
+};
+
+static void *prune_loop(void *arg)
+{
+    struct pruner *p = arg;
+    int64_t n;
+    while (!__atomic_load_n(&p->done, __ATOMIC_ACQUIRE)) {
+        CHECK_INT(ipd_blobs_prune_dirs(p->b, &n), IPD_OK);
+        p->prunes++;
+    }
+    return NULL;
+}
+
+/* Commits racing a pruner that removes their directory between the
+ * mkdir and the rename: every commit still lands. */
+static void commit_races_prune(void)
+{
+    struct ipd_blobs *b = NULL;
+    struct pruner p = {0};
+    pthread_t t;
+    char id[IPD_ID_MAX];
+    fresh_dir();
+    REQUIRE(ipd_blobs_open_local(dir, &b) == IPD_OK);
+    p.b = b;
+    REQUIRE(pthread_create(&t, NULL, prune_loop, &p) == 0);
+    for (int i = 0; i < 400; i++) {
+        struct ipd_blob_writer *w = NULL;
+        ipd_id_new("file", id);
+        REQUIRE(ipd_blob_writer_new(b, id, 10, &w) == IPD_OK);
+        CHECK_INT(ipd_blob_writer_write(w, "x", 1), IPD_OK);
+        CHECK_INT(ipd_blob_writer_commit(w), IPD_OK);
+        CHECK_INT(ipd_blob_delete(b, id), IPD_OK);
+    }
+    __atomic_store_n(&p.done, 1, __ATOMIC_RELEASE);
+    pthread_join(t, NULL);
+    CHECK(p.prunes > 0);
+    ipd_blobs_free(b);
+}
+
 static void missing_dir_fails(void)
 {
     struct ipd_blobs *b = NULL;
@@ -86,4 +157,5 @@ static void cleanup(void)
 }
 
 TEST_MAIN(T(conformance), T(path_and_mode_from_id),
-          T(stale_tmp_removed_at_open), T(missing_dir_fails), T(cleanup))
+          T(stale_tmp_removed_at_open), T(prune_removes_empty_dirs),
+          T(commit_races_prune), T(missing_dir_fails), T(cleanup))

@@ -335,6 +335,7 @@ static void check_all_indexes(mongoc_client_t *c, const char *db)
     static const char *const exp[] = {"expires_at", NULL};
     static const char *const hash[] = {"hash", NULL};
     static const char *const kid[] = {"key_id", NULL};
+    static const char *const lname[] = {"name", NULL};
     static const int one[] = {1};
 
     check_index(c, db, "user_files", scope, scope_d, false);
@@ -343,6 +344,7 @@ static void check_all_indexes(mongoc_client_t *c, const char *db)
     check_index(c, db, "user_files", exp, one, false);
     check_index(c, db, "api_keys", hash, one, true);
     check_index(c, db, "api_keys", kid, one, true);
+    check_index(c, db, "leases", lname, one, true);
 }
 
 static void indexes(void)

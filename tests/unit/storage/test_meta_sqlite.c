@@ -10,7 +10,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <sqlite3.h>
@@ -103,11 +105,12 @@ static void schema_version_table(void)
     ipd_meta_free(m);
 
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 2);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 2);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 3);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 3);
     CHECK_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE"
-                          " type = 'table' AND name IN ('files', 'api_keys')"),
-              2);
+                          " type = 'table' AND name IN ('files', 'api_keys',"
+                          " 'leases')"),
+              3);
     CHECK_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE"
                           " type = 'index' AND name IN ('files_scope_expiry',"
                           " 'files_scope_order', 'files_expiry')"),
@@ -139,7 +142,7 @@ static void reopen_keeps_data(void)
 
     /* Reopening did not run the migration again. */
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 2);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 3);
     /* "never" is SQL NULL, not a sentinel number. */
     CHECK_INT(raw_int(db, "SELECT count(*) FROM files"
                           " WHERE expires_at_ms IS NULL"),
@@ -147,8 +150,9 @@ static void reopen_keeps_data(void)
     sqlite3_close(db);
 }
 
-/* A version 1 database (keys without a policy) opened by this build gets
- * migration 2: its keys have the default policy, "standard". */
+/* A version 1 database (keys without a policy, no leases) opened by this
+ * build gets migrations 2 and 3: its keys have the default policy,
+ * "standard", and leases work. */
 static void migrates_v1_keys(void)
 {
     char path[128];
@@ -162,7 +166,8 @@ static void migrates_v1_keys(void)
     /* Back to version 1's shape. */
     sqlite3 *db = raw_open(path);
     raw_exec(db, "ALTER TABLE api_keys DROP COLUMN policy;"
-                 "DELETE FROM schema_version WHERE version = 2");
+                 "DROP TABLE leases;"
+                 "DELETE FROM schema_version WHERE version >= 2");
     sqlite3_close(db);
 
     m = open_path(path, BUSY_MS);
@@ -170,9 +175,13 @@ static void migrates_v1_keys(void)
     struct ipd_key got;
     CHECK_INT(ipd_meta_key_find_by_hash(m, k.hash, &got), IPD_OK);
     CHECK_STR(got.policy, "standard");
+    bool held = false;
+    CHECK_INT(ipd_meta_lease_acquire(m, "sweep", "me", MC_NOW, 1000, &held),
+              IPD_OK);
+    CHECK(held);
     ipd_meta_free(m);
     db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 2);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 3);
     sqlite3_close(db);
 }
 
@@ -333,6 +342,115 @@ static void two_stores_one_file(void)
     ipd_meta_free(b);
 }
 
+/* Several threads, each with a store of its own on one file, take over
+ * the same expired lease at once: exactly one wins (BEGIN IMMEDIATE makes
+ * the check and the write one step). */
+static void lease_takeover_race(void)
+{
+    char path[128];
+    new_path(path, sizeof(path));
+    struct ipd_meta *stores[MC_THREADS];
+    for (int t = 0; t < MC_THREADS; t++) {
+        stores[t] = open_path(path, BUSY_MS);
+        REQUIRE(stores[t]);
+    }
+    for (int round = 0; round < 5; round++) {
+        struct mc_leaser l[MC_THREADS];
+        int winners = 0;
+        /* A holder that died: its lease expired at MC_NOW + round. */
+        bool got = false;
+        CHECK_INT(ipd_meta_lease_acquire(stores[0], "race", "dead",
+                                         MC_NOW + round - 60000, 60000, &got),
+                  IPD_OK);
+        CHECK(got || round > 0);
+        for (int t = 0; t < MC_THREADS; t++) {
+            l[t] = (struct mc_leaser){.m = stores[t], .now = MC_NOW + round};
+            snprintf(l[t].owner, sizeof(l[t].owner), "o-%d-%d", round, t);
+            CHECK_INT(pthread_create(&l[t].tid, NULL, mc_leaser_run, &l[t]),
+                      0);
+        }
+        for (int t = 0; t < MC_THREADS; t++) {
+            pthread_join(l[t].tid, NULL);
+            CHECK_INT(l[t].rc, IPD_OK);
+            winners += l[t].got;
+        }
+        CHECK_INT(winners, 1);
+        /* Hand it back to "dead" for the next round: expire the winner's
+         * lease by acquiring far in its future. */
+        CHECK_INT(ipd_meta_lease_acquire(stores[0], "race", "dead",
+                                         MC_NOW + round + 60000, 1, &got),
+                  IPD_OK);
+        CHECK(got);
+    }
+    for (int t = 0; t < MC_THREADS; t++)
+        ipd_meta_free(stores[t]);
+}
+
+/* Two processes on one data dir: a lease is exclusive across them.  Each
+ * child loops taking the lease and, while it holds it, creates a marker
+ * file with O_EXCL; a second holder would find the marker there.  A
+ * child's exit code is how often it held the lease (at most 199), or 200
+ * and up for an error. */
+static void lease_two_processes(void)
+{
+    enum { CHILDREN = 3, ROUNDS = 150 };
+    char path[128], marker[160];
+    new_path(path, sizeof(path));
+    snprintf(marker, sizeof(marker), "%s.holder", path);
+    struct ipd_meta *m = open_path(path, BUSY_MS);
+    REQUIRE(m);
+    ipd_meta_free(m); /* created with its schema; children open their own */
+    pid_t pids[CHILDREN];
+    for (int c = 0; c < CHILDREN; c++) {
+        pids[c] = fork();
+        REQUIRE(pids[c] >= 0);
+        if (pids[c] > 0)
+            continue;
+        struct ipd_meta *cm = NULL;
+        char owner[32];
+        int held = 0, code = 0;
+        snprintf(owner, sizeof(owner), "proc-%d", c);
+        if (ipd_meta_sqlite_open(path, BUSY_MS, &cm))
+            _exit(203);
+        for (int i = 0; i < ROUNDS && !code; i++) {
+            bool got = false;
+            if (ipd_meta_lease_acquire(cm, "job", owner, ipd_now_ms(), 60000,
+                                       &got)) {
+                code = 204;
+                break;
+            }
+            if (!got)
+                continue;
+            held++;
+            int fd = open(marker, O_CREAT | O_EXCL | O_WRONLY, 0600);
+            if (fd < 0) {
+                code = 205; /* someone else holds it too */
+                break;
+            }
+            close(fd);
+            unlink(marker);
+            if (ipd_meta_lease_release(cm, "job", owner))
+                code = 206;
+        }
+        ipd_meta_free(cm);
+        _exit(code ? code : held > 199 ? 199 : held);
+    }
+    int failures = 0, held = 0;
+    for (int c = 0; c < CHILDREN; c++) {
+        int status = 0;
+        CHECK_INT(waitpid(pids[c], &status, 0), pids[c]);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) >= 200) {
+            fprintf(stderr, "child %d: status 0x%x\n", c, status);
+            failures++;
+        } else {
+            held += WEXITSTATUS(status);
+        }
+    }
+    CHECK_INT(failures, 0);
+    CHECK(held > 0);
+    unlink(marker);
+}
+
 static void cleanup(void)
 {
     if (!tmp_dir[0])
@@ -355,4 +473,5 @@ TEST_MAIN(T(conformance), T(schema_version_table), T(reopen_keeps_data),
           T(migrates_v1_keys),
           T(wal_mode), T(newer_schema_refused), T(bad_path),
           T(oversized_stored_value), T(locked_by_other_process),
-          T(two_stores_one_file), T(cleanup))
+          T(two_stores_one_file), T(lease_takeover_race),
+          T(lease_two_processes), T(cleanup))

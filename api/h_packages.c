@@ -1,0 +1,172 @@
+/*
+ * h_packages.c - GET and POST /v1/packages (CONTRACT.md, Packages).
+ *
+ * The venv is shared by every tenant, so any valid key may list and
+ * install; only allowlisted names get in.  Installs take seconds to
+ * minutes (pip in the sandbox), so they never run on the HTTP event
+ * threads: the handler suspends the connection and queues the request for
+ * one installer thread (bg.c; installs are serialised by the venv
+ * anyway); beyond IPD_INSTALL_QUEUE_MAX waiting requests the answer is 429.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "../service/log.h"
+#include "../venv/requirement.h"
+#include "../venv/venv.h"
+#include "http.h"
+
+#define BODY_MAX (64 * 1024)
+#define PACKAGES_MAX 32 /* requirements per request */
+
+struct pkg_job {
+    char **reqs;         /* owned */
+    size_t n;
+    json_t *results;     /* new reference once done */
+    bool submitted;
+};
+
+static void job_free(struct pkg_job *j)
+{
+    if (!j)
+        return;
+    for (size_t i = 0; i < j->n; i++)
+        free(j->reqs[i]);
+    free(j->reqs);
+    json_decref(j->results);
+    free(j);
+}
+
+/* On the installer thread (a bg pool of one: installs are serialised by
+ * the venv anyway). */
+static void install_run(struct ipd_req *r, bool stopping)
+{
+    struct pkg_job *j = r->state;
+    if (stopping)
+        return; /* no results: answered 503 */
+    ipd_venv_install(r->app->venv, (const char *const *)j->reqs, j->n,
+                     &j->results);
+}
+
+bool ipd_packages_check(struct ipd_req *r, const json_t *list)
+{
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *s = json_array_get(list, i);
+        /* Length is the requirement parser's business (an "invalid"
+         * result), but nothing absurd gets queued. */
+        if (!json_is_string(s) || json_string_length(s) > 4096 ||
+            strlen(json_string_value(s)) != json_string_length(s)) {
+            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                            "packages[%zu] must be a string without NUL of "
+                            "at most 4096 bytes",
+                            i);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* ---- GET ------------------------------------------------------------- */
+
+static void packages_list(struct ipd_req *r)
+{
+    if (!r->app->venv) {
+        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+                        "packages are unavailable on this server (see the "
+                        "server log)");
+        return;
+    }
+    json_t *st = ipd_venv_status(r->app->venv);
+    /* The contract's venv object; the operator's details are admin
+     * status's business. */
+    json_t *venv = json_object_get(st, "venv");
+    json_object_del(venv, "path");
+    json_object_del(venv, "generation");
+    json_object_del(venv, "last_rebuild_error");
+    json_object_del(venv, "exists");
+    json_object_del(venv, "python_path");
+    ipd_reply_json(r, MHD_HTTP_OK, st);
+}
+
+const struct ipd_handler ipd_h_packages_list = {
+    .flags = IPD_H_AUTH,
+    .finish = packages_list,
+};
+
+/* ---- POST ------------------------------------------------------------ */
+
+static struct pkg_job *parse_job(struct ipd_req *r)
+{
+    json_error_t jerr;
+    struct pkg_job *j = NULL;
+    json_t *doc = json_loadb(r->body.buf, r->body.len,
+                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!doc) {
+        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
+                        jerr.text, jerr.line);
+        return NULL;
+    }
+    json_t *pk = json_object_get(doc, "packages");
+    size_t n = json_array_size(pk);
+    if (!json_is_object(doc) || !json_is_array(pk) || n == 0 ||
+        n > PACKAGES_MAX) {
+        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+                        "the body must be {\"packages\": [...]} with 1 to "
+                        "%d requirement strings",
+                        PACKAGES_MAX);
+        goto out;
+    }
+    if (!ipd_packages_check(r, pk))
+        goto out;
+    j = ipd_xcalloc(1, sizeof(*j));
+    j->reqs = ipd_xcalloc(n, sizeof(*j->reqs));
+    for (size_t i = 0; i < n; i++)
+        j->reqs[j->n++] = ipd_xstrdup(json_string_value(json_array_get(pk, i)));
+out:
+    json_decref(doc);
+    return j;
+}
+
+static void packages_install(struct ipd_req *r)
+{
+    struct pkg_job *j = r->state;
+    if (j && j->submitted) {
+        if (!j->results)
+            ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+                            "the service is shutting down; nothing was "
+                            "installed");
+        else
+            ipd_reply_json(r, MHD_HTTP_OK,
+                           json_pack("{s:O}", "results", j->results));
+        return;
+    }
+    IPD_ASSERT(!j);
+    if (!r->app->pkgs || !r->app->venv) {
+        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+                        "package installs are unavailable on this server "
+                        "(see the server log)");
+        return;
+    }
+    j = parse_job(r);
+    if (!j)
+        return;
+    r->state = j;
+    j->submitted = ipd_bg_submit(r->app->pkgs, r, install_run);
+    if (!j->submitted)
+        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+                        "%d install requests are waiting; retry later",
+                        IPD_INSTALL_QUEUE_MAX);
+}
+
+static void packages_cleanup(struct ipd_req *r)
+{
+    job_free(r->state);
+    r->state = NULL;
+}
+
+const struct ipd_handler ipd_h_packages_install = {
+    .flags = IPD_H_AUTH,
+    .body_max = BODY_MAX,
+    .finish = packages_install,
+    .cleanup = packages_cleanup,
+};

@@ -1,0 +1,136 @@
+/*
+ * cli_status.c - `interpd status`: GET /v1/admin/status from the running
+ * server (at --listen, with the admin key) and print it.
+ */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+
+#include <jansson.h>
+
+#include "fetch.h"
+#include "serve.h"
+#include "util.h"
+
+#define KEY_MAX 256
+
+static enum ipd_err collect(void *ctx, const void *data, size_t len)
+{
+    return ipd_buf_add(ctx, data, len);
+}
+
+/* The admin key: INTERPD_ADMIN_KEY, else <data-dir>/admin.key. */
+static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX])
+{
+    const char *env = getenv("INTERPD_ADMIN_KEY");
+    if (env && *env) {
+        snprintf(out, KEY_MAX, "%s", env);
+        return strlen(env) < KEY_MAX;
+    }
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/admin.key", cfg->data_dir);
+    FILE *f = fopen(path, "re");
+    if (!f) {
+        fprintf(stderr, "interpd status: cannot read %s (%s); set "
+                        "INTERPD_ADMIN_KEY or --data-dir\n",
+                path, strerror(errno));
+        return false;
+    }
+    bool ok = fgets(out, KEY_MAX, f) != NULL;
+    fclose(f);
+    out[strcspn(out, "\r\n")] = '\0';
+    return ok && out[0];
+}
+
+int ipd_cli_status(struct ipd_config *cfg)
+{
+    char key[KEY_MAX], host[256], auth[KEY_MAX + 32], allow_spec[300];
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_fetch_opts o;
+    struct ipd_fetch_result res;
+    struct ipd_buf body, err, url;
+    int code = 1;
+    ipd_buf_init(&body, 16 * 1024 * 1024);
+    ipd_buf_init(&err, 1024);
+    ipd_buf_init(&url, 1024);
+    ipd_fetch_result_init(&res);
+
+    /* The server's own address, from the same parser it listens with;
+     * a wildcard address is reached on loopback. */
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    bool v6 = false;
+    char addr[INET6_ADDRSTRLEN];
+    unsigned port = 0;
+    if (ipd_listen_parse(cfg->listen, &ss, &sslen, &v6)) {
+        fprintf(stderr, "interpd status: invalid --listen %s\n", cfg->listen);
+        goto out;
+    }
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr))
+            a->sin6_addr = in6addr_loopback;
+        inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof(addr));
+        port = ntohs(a->sin6_port);
+        snprintf(host, sizeof(host), "[%s]", addr);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        if (a->sin_addr.s_addr == htonl(INADDR_ANY))
+            a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        inet_ntop(AF_INET, &a->sin_addr, addr, sizeof(addr));
+        port = ntohs(a->sin_port);
+        snprintf(host, sizeof(host), "%s", addr);
+    }
+    if (!port) {
+        fprintf(stderr, "interpd status: --listen %s does not name the "
+                        "running server's port\n",
+                cfg->listen);
+        goto out;
+    }
+    if (!admin_key(cfg, key))
+        goto out;
+    /* Our own server may be on a private address: let the guard through
+     * to that one address only. */
+    snprintf(allow_spec, sizeof(allow_spec), "127.0.0.0/8 ::1 %s", addr);
+    if (ipd_fetch_allowlist_parse(allow_spec, &allow, &err)) {
+        fprintf(stderr, "interpd status: %s\n", err.buf);
+        goto out;
+    }
+    snprintf(auth, sizeof(auth), "Authorization: Bearer %s", key);
+    const char *headers[] = {auth, NULL};
+    ipd_fetch_opts_init(&o);
+    o.allow = allow;
+    o.headers = headers;
+    o.max_redirects = 0;
+    o.total_timeout_ms = 30000;
+    o.max_bytes = 16 * 1024 * 1024;
+    ipd_buf_addf(&url, "http://%s:%u/v1/admin/status", host, port);
+    struct ipd_fetch_sink sink = {.write = collect, .ctx = &body};
+    enum ipd_err rc = ipd_fetch_get(&o, url.buf, &sink, &res, &err);
+    if (rc) {
+        fprintf(stderr, "interpd status: %s: %s\n", url.buf,
+                err.len ? err.buf : ipd_err_name(rc));
+        goto out;
+    }
+    json_error_t jerr;
+    json_t *doc = json_loadb(body.buf, body.len, 0, &jerr);
+    if (!doc) {
+        fprintf(stderr, "interpd status: the answer is not JSON\n");
+        goto out;
+    }
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(doc);
+    code = 0;
+out:
+    ipd_fetch_allowlist_free(allow);
+    ipd_fetch_result_release(&res);
+    ipd_buf_release(&body);
+    ipd_buf_release(&err);
+    ipd_buf_release(&url);
+    return code;
+}

@@ -1,0 +1,215 @@
+/*
+ * fetch.h - outbound HTTP(S) with an SSRF guard: URL ingest
+ * (POST /v1/files {"url": ...}) and execution callbacks.  libcurl sits
+ * behind it in service/fetch_curl.c; its types never appear here.
+ *
+ * The guard, for every hop (the first URL and each redirect):
+ *   - only http and https URLs;
+ *   - the host is resolved here (getaddrinfo, bounded by the timeouts) and
+ *     EVERY address it resolves to must be allowed (ipd_fetch_address_allowed):
+ *     one refused address refuses the hop, we never just pick a good one;
+ *   - the checked addresses are pinned for the connection (curl gets them,
+ *     it does not resolve again), and the socket curl opens is checked once
+ *     more against them, so DNS rebinding can't swap the address;
+ *   - proxies, including the *_proxy environment variables, are disabled;
+ *   - redirects are followed here, not by curl, up to max_redirects, each
+ *     one checked like the first URL.  POST never follows a redirect.
+ *
+ * Errors.  Every function appends a one-line message for the client to err
+ * (when err is not NULL); the caller picks the HTTP status.  For URL ingest
+ * every one of these is the client's problem (a 4xx), including network
+ * failures: "could not fetch: connection reset".
+ *   IPD_ERR_INVALID      malformed URL, scheme other than http/https,
+ *                        refused address ("address 127.0.0.1 of host
+ *                        example is not allowed (loopback)"), too many
+ *                        redirects, a redirect answered to a POST, bad
+ *                        Location, or a final status that is not 2xx
+ *                        ("the URL answered 404"; then status is non-zero
+ *                        and not 2xx: that is how to tell this case apart)
+ *   IPD_ERR_UNAVAILABLE  could not resolve, connect, or finish the
+ *                        transfer (refused, reset, closed early, TLS
+ *                        failure, garbage reply); a callback may retry
+ *   IPD_ERR_TIMEOUT      connect timeout, or the total timeout (which
+ *                        covers DNS, every hop, and slow-drip bodies)
+ *   IPD_ERR_TOO_LARGE    the body is over max_bytes (by Content-Length, or
+ *                        while receiving: the transfer is aborted)
+ *   IPD_ERR_NOMEM        libcurl ran out of memory
+ *   IPD_ERR_INTERNAL     libcurl could not be set up (a bug)
+ *   anything else        returned by the sink's write, passed through
+ *
+ * Thread-safety: every function may be called from any thread at once;
+ * each call uses its own curl handles.  An allowlist is immutable after
+ * parsing and can be shared by any number of threads.
+ *
+ * Failure injection: IPD_FAIL_FETCH_AT=N makes the Nth ipd_fetch_get or
+ * ipd_fetch_post of the process fail with IPD_ERR_UNAVAILABLE before any
+ * connection ("could not fetch: injected failure").
+ */
+#ifndef IPD_FETCH_H
+#define IPD_FETCH_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "ipd.h"
+
+struct sockaddr;
+
+/* Operator CIDRs that may be fetched although the guard refuses them. */
+struct ipd_fetch_allowlist;
+
+struct ipd_fetch_opts {
+    int64_t connect_timeout_ms; /* per connection, DNS included; > 0 */
+    int64_t total_timeout_ms;   /* the whole call, all hops; > 0 */
+    int max_redirects;          /* redirects followed by a GET; >= 0 */
+    int64_t max_bytes;          /* body limit, enforced while receiving */
+    const struct ipd_fetch_allowlist *allow; /* borrowed; NULL: none */
+    const char *user_agent; /* borrowed; NULL: "interpd/<version>" */
+    const char *const *headers; /* borrowed; a GET's extra "Name: value"
+                                   request headers (NULL-terminated), or
+                                   NULL; CR or LF in one is
+                                   IPD_ERR_INVALID */
+};
+
+#define IPD_FETCH_CONNECT_TIMEOUT_MS 10000
+#define IPD_FETCH_TOTAL_TIMEOUT_MS 60000
+#define IPD_FETCH_MAX_REDIRECTS 3
+#define IPD_FETCH_MAX_BYTES (50LL * 1024 * 1024)
+#define IPD_FETCH_URL_MAX 8192 /* longer URLs are refused */
+
+/* Fill o with the defaults above; a NULL opts means the same. */
+void ipd_fetch_opts_init(struct ipd_fetch_opts *o);
+
+/*
+ * Where a GET's body goes, chunk by chunk, as it arrives.  Only the body of
+ * a final 2xx answer is written (never a redirect's or an error page's).
+ * write returns IPD_OK to go on; anything else aborts the transfer and
+ * becomes the fetch's result.  When the fetch fails for any reason,
+ * discard (if not NULL) is called exactly once before ipd_fetch_get
+ * returns, so the sink can drop what it was given; on success it is not
+ * called.  The callbacks run on the calling thread.
+ */
+struct ipd_fetch_sink {
+    enum ipd_err (*write)(void *ctx, const void *data, size_t len);
+    void (*discard)(void *ctx);
+    void *ctx;
+};
+
+/* What a GET found.  Filled as far as the fetch got, on failure too. */
+struct ipd_fetch_result {
+    int status;         /* OUT: last HTTP status; 0 when none arrived */
+    char *url;          /* OUT: URL of the last hop, normalised; or NULL */
+    char *content_type; /* OUT: final answer's Content-Type, or NULL */
+    char *filename;     /* OUT: from Content-Disposition (filename* first),
+                           else the final URL's last path segment,
+                           percent-decoded; NULL when neither gives one.
+                           Raw bytes from the server: sanitise it. */
+    int64_t bytes;      /* OUT: body bytes written to the sink */
+    int redirects;      /* OUT: redirects followed */
+};
+
+/* Initialise r empty.  Release frees the strings (owned by r) and
+ * re-initialises; both accept a released r again. */
+void ipd_fetch_result_init(struct ipd_fetch_result *r);
+void ipd_fetch_result_release(struct ipd_fetch_result *r);
+
+/*
+ * Call curl_global_init once per process (pthread_once); later calls return
+ * the first one's result.  The fetch functions call it themselves; call it
+ * early from main to have it happen before threads start.
+ */
+enum ipd_err ipd_fetch_global_init(void);
+
+/*
+ * GET url under the guard, following redirects, streaming the body into
+ * sink.
+ * @param opts  limits and allowlist (borrowed); NULL: defaults
+ * @param url   absolute http or https URL
+ * @param sink  receives the body (borrowed)
+ * @param res   [out] initialised by the caller; filled (see above); the
+ *              caller releases it with ipd_fetch_result_release
+ * @param err   [out] gets a message on failure; may be NULL
+ * @return IPD_OK when a 2xx body was written whole, else see the top.
+ */
+enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
+                           const struct ipd_fetch_sink *sink,
+                           struct ipd_fetch_result *res, struct ipd_buf *err);
+
+/*
+ * POST body (len bytes, borrowed, may be NULL when len is 0) to url under
+ * the same guard, for callbacks.  Redirects are not followed: a 3xx answer
+ * is IPD_ERR_INVALID.  Only the answer's status counts: its body is not
+ * read (the transfer stops at its first byte).
+ * @param content_type   the Content-Type header value (NULL:
+ *                       application/octet-stream)
+ * @param extra_headers  NULL-terminated list of "Name: value" (borrowed),
+ *                       or NULL; CR or LF in one is IPD_ERR_INVALID
+ * @param status         [out] the HTTP status, 0 when none; may be NULL
+ * @return IPD_OK on a 2xx answer, else see the top.
+ */
+enum ipd_err ipd_fetch_post(const struct ipd_fetch_opts *opts, const char *url,
+                            const char *content_type, const void *body,
+                            size_t len, const char *const *extra_headers,
+                            int *status, struct ipd_buf *err);
+
+/*
+ * Parse an allowlist: comma- or space-separated CIDRs, IPv4 or IPv6
+ * ("127.0.0.1/32, 10.0.0.0/8, fd00::/8"); a bare address is a /32 or /128;
+ * host bits are ignored.  NULL or "" gives an empty list.  An IPv4 entry
+ * also covers that address written IPv4-mapped (::ffff:a.b.c.d).
+ * @param out  [out] a new list, owned by the caller:
+ *             ipd_fetch_allowlist_free; NULL on failure
+ * @return IPD_OK, or IPD_ERR_INVALID with a message in err.
+ */
+enum ipd_err ipd_fetch_allowlist_parse(const char *spec,
+                                       struct ipd_fetch_allowlist **out,
+                                       struct ipd_buf *err);
+void ipd_fetch_allowlist_free(struct ipd_fetch_allowlist *a); /* NULL ok */
+
+/*
+ * The guard's verdict on one address (AF_INET or AF_INET6; the port is
+ * ignored).  Refused unless allowlisted: loopback, private (RFC 1918,
+ * fc00::/7, fec0::/10), link-local (169.254/16 with the cloud metadata
+ * address, fe80::/10), multicast, unspecified (0/8, ::), broadcast,
+ * carrier-grade NAT (100.64/10), reserved (240/4, documentation and
+ * benchmarking ranges, IPv6 outside 2000::/3), and any refused IPv4
+ * address embedded in IPv6: IPv4-mapped, -compatible and -translated,
+ * NAT64 (64:ff9b::/96), 6to4 (2002::/16), Teredo (2001::/32).
+ * @param allow  may be NULL
+ * @param why    [out] on refusal the reason ("loopback", "private (IPv4-
+ *               mapped)"), else ""; may be NULL
+ * @return true when a connection to sa is allowed.
+ */
+bool ipd_fetch_address_allowed(const struct sockaddr *sa,
+                               const struct ipd_fetch_allowlist *allow,
+                               char *why, size_t whysz);
+
+/*
+ * Check every address host resolved to (addrs[0..n)); any refused one
+ * refuses them all: IPD_ERR_INVALID with "address A of host H is not
+ * allowed (why)" in err.  n == 0 is IPD_ERR_UNAVAILABLE.  The fetches use
+ * it for every hop; exported for tests.
+ */
+enum ipd_err ipd_fetch_addresses_check(const char *host,
+                                       const struct sockaddr *const *addrs,
+                                       size_t n,
+                                       const struct ipd_fetch_allowlist *allow,
+                                       struct ipd_buf *err);
+
+/*
+ * The filename of a Content-Disposition header value (RFC 6266): the
+ * RFC 5987 filename*= (UTF-8 or ISO-8859-1, percent-decoded, converted to
+ * UTF-8) when present and valid, else filename= (token or quoted-string,
+ * backslash escapes undone).  The result is raw: sanitise it.
+ * @param out  [out] NUL-terminated name, outsz bytes at most
+ * @return IPD_OK; IPD_ERR_NOT_FOUND when there is no (non-empty)
+ *         filename; IPD_ERR_INVALID when it is malformed (unterminated
+ *         quote, NUL); IPD_ERR_TOO_LARGE when it (or the header, over
+ *         16 KiB) doesn't fit.
+ */
+enum ipd_err ipd_content_disposition_filename(const char *header, char *out,
+                                              size_t outsz);
+
+#endif

@@ -1,0 +1,1492 @@
+/*
+ * fetch_curl.c - fetch.h on libcurl: outbound GET/POST behind the SSRF
+ * guard, the address classifier, the allowlist and the Content-Disposition
+ * parser.  The only file that sees libcurl's types.
+ *
+ * One hop is one easy handle: parse the URL (CURLU), resolve its host
+ * here, check every address, hand curl the checked addresses with
+ * CURLOPT_RESOLVE so it never resolves by itself, and check again in the
+ * open-socket callback that what curl connects to is one of them.
+ * Redirects are followed here, hop by hop, never by curl.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <curl/curl.h>
+
+#include "fetch.h"
+#include "util.h"
+
+#ifndef IPD_VERSION
+#define IPD_VERSION "0"
+#endif
+
+#define CD_HEADER_MAX (16 * 1024) /* longer Content-Disposition: refused */
+#define FILENAME_MAX_BYTES 1024   /* a longer suggested name is dropped */
+#define WHY_MAX 96
+
+/* ---- process-wide state ----------------------------------------------- */
+
+static pthread_once_t global_once = PTHREAD_ONCE_INIT;
+static CURLcode global_rc = CURLE_FAILED_INIT;
+
+static void global_init_once(void)
+{
+    global_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+enum ipd_err ipd_fetch_global_init(void)
+{
+    pthread_once(&global_once, global_init_once);
+    return global_rc == CURLE_OK ? IPD_OK : IPD_ERR_INTERNAL;
+}
+
+/* IPD_FAIL_FETCH_AT=N: the Nth fetch fails (see fetch.h). */
+static bool injected_failure(void)
+{
+    static atomic_long count;
+    static atomic_long fail_at = -2; /* -2: not read yet */
+    long at = atomic_load(&fail_at);
+    if (at == -2) {
+        const char *s = getenv("IPD_FAIL_FETCH_AT");
+        at = s ? strtol(s, NULL, 10) : -1;
+        atomic_store(&fail_at, at);
+    }
+    return at > 0 && atomic_fetch_add(&count, 1) + 1 == at;
+}
+
+static enum ipd_err fail(struct ipd_buf *err, enum ipd_err rc, const char *fmt,
+                         ...) IPD_PRINTF(3, 4);
+
+static enum ipd_err fail(struct ipd_buf *err, enum ipd_err rc, const char *fmt,
+                         ...)
+{
+    if (err) {
+        va_list ap;
+        va_start(ap, fmt);
+        ipd_buf_vaddf(err, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}
+
+void ipd_fetch_opts_init(struct ipd_fetch_opts *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->connect_timeout_ms = IPD_FETCH_CONNECT_TIMEOUT_MS;
+    o->total_timeout_ms = IPD_FETCH_TOTAL_TIMEOUT_MS;
+    o->max_redirects = IPD_FETCH_MAX_REDIRECTS;
+    o->max_bytes = IPD_FETCH_MAX_BYTES;
+}
+
+void ipd_fetch_result_init(struct ipd_fetch_result *r)
+{
+    memset(r, 0, sizeof(*r));
+}
+
+void ipd_fetch_result_release(struct ipd_fetch_result *r)
+{
+    free(r->url);
+    free(r->content_type);
+    free(r->filename);
+    ipd_fetch_result_init(r);
+}
+
+/* ---- address classification ------------------------------------------- */
+
+struct range4 {
+    uint32_t net;
+    unsigned bits;
+    const char *why;
+};
+
+/* First match wins, so the narrow ranges come before the wide ones. */
+static const struct range4 refused4[] = {
+    {0xffffffffu, 32, "broadcast"},
+    {0xa9fea9feu, 32, "link-local (cloud metadata)"},
+    {0x00000000u, 8, "unspecified"},
+    {0x0a000000u, 8, "private"},
+    {0x64400000u, 10, "carrier-grade NAT"},
+    {0x7f000000u, 8, "loopback"},
+    {0xa9fe0000u, 16, "link-local"},
+    {0xac100000u, 12, "private"},
+    {0xc0000000u, 24, "reserved"},
+    {0xc0000200u, 24, "reserved (documentation)"},
+    {0xc0586300u, 24, "reserved (6to4 relay)"},
+    {0xc0a80000u, 16, "private"},
+    {0xc6120000u, 15, "reserved (benchmarking)"},
+    {0xc6336400u, 24, "reserved (documentation)"},
+    {0xcb007100u, 24, "reserved (documentation)"},
+    {0xe0000000u, 4, "multicast"},
+    {0xf0000000u, 4, "reserved"},
+};
+
+static const char *class4(uint32_t a)
+{
+    for (size_t i = 0; i < IPD_ARRAY_LEN(refused4); i++) {
+        uint32_t mask = ~0u << (32 - refused4[i].bits);
+        if ((a & mask) == refused4[i].net)
+            return refused4[i].why;
+    }
+    return NULL;
+}
+
+struct range6 {
+    uint8_t net[16];
+    unsigned bits;
+    const char *why;
+};
+
+/* Ranges with nothing embedded; checked after the embedding forms. */
+static const struct range6 refused6[] = {
+    {{0x20, 0x01, 0x0d, 0xb8}, 32, "reserved (documentation)"},
+    {{0x3f, 0xff}, 20, "reserved (documentation)"},
+    {{0x20, 0x01, 0x00, 0x10}, 28, "reserved (ORCHID)"},
+    {{0x20, 0x01, 0x00, 0x20}, 28, "reserved (ORCHID)"},
+    {{0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48, "private (local NAT64)"},
+    {{0x01, 0x00}, 64, "reserved (discard)"},
+    {{0xfc}, 7, "private"},
+    {{0xfe, 0x80}, 10, "link-local"},
+    {{0xfe, 0xc0}, 10, "private (site-local)"},
+    {{0xff}, 8, "multicast"},
+};
+
+static bool prefix_match(const uint8_t *a, const uint8_t *net, unsigned bits)
+{
+    unsigned full = bits / 8, rest = bits % 8;
+    if (memcmp(a, net, full) != 0)
+        return false;
+    if (!rest)
+        return true;
+    uint8_t mask = (uint8_t)(0xff << (8 - rest));
+    return (a[full] & mask) == (net[full] & mask);
+}
+
+static uint32_t get32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
+           (uint32_t)p[3];
+}
+
+static bool say(char *why, size_t whysz, const char *fmt, ...) IPD_PRINTF(3, 4);
+
+static bool say(char *why, size_t whysz, const char *fmt, ...)
+{
+    if (why && whysz) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(why, whysz, fmt, ap);
+        va_end(ap);
+    }
+    return true;
+}
+
+/* An IPv4 address carried inside IPv6 reaches that IPv4 host (mapped,
+ * NAT64, 6to4, Teredo), so it is refused for the same reasons.  Forms with
+ * no legitimate outbound use are refused even when the IPv4 is public. */
+static bool embedded(uint32_t v4, const char *kind, bool always, char *why,
+                     size_t whysz)
+{
+    const char *r = class4(v4);
+    if (r)
+        return say(why, whysz, "%s (%s)", r, kind);
+    if (always)
+        return say(why, whysz, "reserved (%s)", kind);
+    return false;
+}
+
+/* True when the IPv6 address b is refused; the reason goes to why. */
+static bool class6(const uint8_t *b, char *why, size_t whysz)
+{
+    static const uint8_t zero[16];
+    static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
+                                       0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t translated[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+    static const uint8_t nat64[12] = {0x00, 0x64, 0xff, 0x9b};
+    static const uint8_t teredo[4] = {0x20, 0x01, 0x00, 0x00};
+
+    if (!memcmp(b, zero, 16))
+        return say(why, whysz, "unspecified");
+    if (!memcmp(b, zero, 15) && b[15] == 1)
+        return say(why, whysz, "loopback");
+    if (!memcmp(b, mapped, 12))
+        return embedded(get32(b + 12), "IPv4-mapped", false, why, whysz);
+    if (!memcmp(b, zero, 12))
+        return embedded(get32(b + 12), "IPv4-compatible", true, why, whysz);
+    if (!memcmp(b, translated, 12))
+        return embedded(get32(b + 12), "IPv4-translated", true, why, whysz);
+    if (!memcmp(b, nat64, 12))
+        return embedded(get32(b + 12), "NAT64", false, why, whysz);
+    if (b[0] == 0x20 && b[1] == 0x02)
+        return embedded(get32(b + 2), "6to4", false, why, whysz);
+    if (!memcmp(b, teredo, 4)) {
+        /* Teredo: the server's IPv4, then the client's, inverted. */
+        if (embedded(get32(b + 4), "Teredo server", false, why, whysz))
+            return true;
+        return embedded(~get32(b + 12), "Teredo", false, why, whysz);
+    }
+    for (size_t i = 0; i < IPD_ARRAY_LEN(refused6); i++)
+        if (prefix_match(b, refused6[i].net, refused6[i].bits))
+            return say(why, whysz, "%s", refused6[i].why);
+    /* Only 2000::/3 is allocated as global unicast. */
+    if ((b[0] & 0xe0) != 0x20)
+        return say(why, whysz, "reserved");
+    return false;
+}
+
+/* ---- allowlist -------------------------------------------------------- */
+
+struct cidr {
+    int family; /* AF_INET: net[0..4) */
+    uint8_t net[16];
+    unsigned bits;
+};
+
+struct ipd_fetch_allowlist {
+    struct cidr *v; /* owned */
+    size_t n;
+};
+
+void ipd_fetch_allowlist_free(struct ipd_fetch_allowlist *a)
+{
+    if (!a)
+        return;
+    free(a->v);
+    free(a);
+}
+
+static enum ipd_err parse_cidr(const char *s, size_t len, struct cidr *c,
+                               struct ipd_buf *err)
+{
+    char tmp[INET6_ADDRSTRLEN + 8];
+    int64_t bits = -1;
+    if (len >= sizeof(tmp))
+        goto bad;
+    memcpy(tmp, s, len);
+    tmp[len] = 0;
+    char *slash = strchr(tmp, '/');
+    if (slash)
+        *slash = 0;
+    memset(c, 0, sizeof(*c));
+    if (inet_pton(AF_INET, tmp, c->net) == 1)
+        c->family = AF_INET;
+    else if (inet_pton(AF_INET6, tmp, c->net) == 1)
+        c->family = AF_INET6;
+    else
+        goto bad;
+    int64_t max = c->family == AF_INET ? 32 : 128;
+    if (!slash)
+        bits = max;
+    else if (ipd_int_parse(slash + 1, 0, max, &bits) != IPD_OK)
+        goto bad;
+    c->bits = (unsigned)bits;
+    /* Clear the host bits so matching compares prefixes only. */
+    for (unsigned i = 0; i < 16; i++) {
+        unsigned keep = c->bits > i * 8 ? c->bits - i * 8 : 0;
+        if (keep < 8)
+            c->net[i] &= (uint8_t)(0xff00 >> keep);
+    }
+    return IPD_OK;
+bad:
+    return fail(err, IPD_ERR_INVALID,
+                "bad allowlist entry \"%.*s\": expected an IPv4 or IPv6 "
+                "address or CIDR",
+                (int)(len > 64 ? 64 : len), s);
+}
+
+enum ipd_err ipd_fetch_allowlist_parse(const char *spec,
+                                       struct ipd_fetch_allowlist **out,
+                                       struct ipd_buf *err)
+{
+    struct ipd_fetch_allowlist *a = ipd_xcalloc(1, sizeof(*a));
+    enum ipd_err rc = IPD_OK;
+    size_t alloc = 0;
+    const char *p = spec ? spec : "";
+
+    *out = NULL;
+    for (;;) {
+        p += strspn(p, ", \t\n");
+        if (!*p)
+            break;
+        size_t len = strcspn(p, ", \t\n");
+        if (a->n == alloc) {
+            alloc = alloc ? alloc * 2 : 8;
+            a->v = ipd_xrealloc(a->v, alloc * sizeof(*a->v));
+        }
+        rc = parse_cidr(p, len, &a->v[a->n], err);
+        if (rc)
+            goto out;
+        a->n++;
+        p += len;
+    }
+    *out = a;
+    a = NULL;
+out:
+    ipd_fetch_allowlist_free(a);
+    return rc;
+}
+
+static bool allow_match(const struct ipd_fetch_allowlist *allow, int family,
+                        const uint8_t *addr)
+{
+    if (!allow)
+        return false;
+    for (size_t i = 0; i < allow->n; i++)
+        if (allow->v[i].family == family &&
+            prefix_match(addr, allow->v[i].net, allow->v[i].bits))
+            return true;
+    return false;
+}
+
+bool ipd_fetch_address_allowed(const struct sockaddr *sa,
+                               const struct ipd_fetch_allowlist *allow,
+                               char *why, size_t whysz)
+{
+    char reason[WHY_MAX] = "";
+    if (why && whysz)
+        why[0] = 0;
+    if (sa->sa_family == AF_INET) {
+        struct sockaddr_in in;
+        uint8_t b[4];
+        memcpy(&in, sa, sizeof(in));
+        memcpy(b, &in.sin_addr, 4);
+        const char *r = class4(get32(b));
+        if (!r || allow_match(allow, AF_INET, b))
+            return true;
+        say(why, whysz, "%s", r);
+        return false;
+    }
+    if (sa->sa_family == AF_INET6) {
+        struct sockaddr_in6 in6;
+        uint8_t b[16];
+        memcpy(&in6, sa, sizeof(in6));
+        memcpy(b, &in6.sin6_addr, 16);
+        if (!class6(b, reason, sizeof(reason)))
+            return true;
+        if (allow_match(allow, AF_INET6, b))
+            return true;
+        /* ::ffff:a.b.c.d is a.b.c.d itself: its IPv4 entry covers it. */
+        static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
+                                           0, 0, 0, 0, 0xff, 0xff};
+        if (!memcmp(b, mapped, 12) && allow_match(allow, AF_INET, b + 12))
+            return true;
+        say(why, whysz, "%s", reason);
+        return false;
+    }
+    say(why, whysz, "not an IP address");
+    return false;
+}
+
+static void addr_str(const struct sockaddr *sa, char *out, size_t outsz)
+{
+    const void *src = NULL;
+    const char *r = NULL;
+    if (sa->sa_family == AF_INET)
+        src = &((const struct sockaddr_in *)(const void *)sa)->sin_addr;
+    else if (sa->sa_family == AF_INET6)
+        src = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
+    if (src)
+        r = inet_ntop(sa->sa_family, src, out, (socklen_t)outsz);
+    if (!r)
+        snprintf(out, outsz, "(family %d)", (int)sa->sa_family);
+}
+
+enum ipd_err ipd_fetch_addresses_check(const char *host,
+                                       const struct sockaddr *const *addrs,
+                                       size_t n,
+                                       const struct ipd_fetch_allowlist *allow,
+                                       struct ipd_buf *err)
+{
+    char why[WHY_MAX], a[INET6_ADDRSTRLEN];
+    if (!n)
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: host %s has no address", host);
+    for (size_t i = 0; i < n; i++) {
+        if (ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)))
+            continue;
+        addr_str(addrs[i], a, sizeof(a));
+        return fail(err, IPD_ERR_INVALID,
+                    "address %s of host %s is not allowed (%s)", a, host, why);
+    }
+    return IPD_OK;
+}
+
+/* ---- Content-Disposition ---------------------------------------------- */
+
+static bool is_tchar(unsigned char c)
+{
+    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+           (c >= 'A' && c <= 'Z') || (c && strchr("!#$%&'*+-.^_`|~", c));
+}
+
+static const char *skip_ows(const char *p)
+{
+    while (*p == ' ' || *p == '\t')
+        p++;
+    return p;
+}
+
+/*
+ * Read one parameter value at p: a quoted-string (escapes undone) or,
+ * leniently as browsers do, everything up to ';' less trailing blanks.
+ * Copies into dst when dst is not NULL; *end is set after the value.
+ */
+static enum ipd_err cd_value(const char *p, char *dst, size_t dstsz,
+                             const char **end)
+{
+    enum ipd_err rc = IPD_OK;
+    size_t n = 0;
+    const char *s, *e;
+    if (*p == '"') {
+        for (p++; *p != '"'; p++) {
+            if (!*p) {
+                rc = IPD_ERR_INVALID; /* unterminated quoted-string */
+                break;
+            }
+            if (*p == '\\' && p[1])
+                p++;
+            if (dst && n + 1 < dstsz)
+                dst[n++] = *p;
+            else if (dst)
+                rc = IPD_ERR_TOO_LARGE;
+        }
+        if (*p == '"')
+            p++;
+    } else {
+        s = p;
+        p += strcspn(p, ";");
+        for (e = p; e > s && (e[-1] == ' ' || e[-1] == '\t');)
+            e--;
+        for (; s < e; s++) {
+            if (dst && n + 1 < dstsz)
+                dst[n++] = *s;
+            else if (dst)
+                rc = IPD_ERR_TOO_LARGE;
+        }
+    }
+    if (dst && dstsz)
+        dst[n] = 0;
+    *end = p;
+    return rc;
+}
+
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Append one byte, growing nothing: TOO_LARGE when out is full. */
+static enum ipd_err put(char *out, size_t outsz, size_t *n, unsigned char c)
+{
+    if (*n + 1 >= outsz)
+        return IPD_ERR_TOO_LARGE;
+    out[(*n)++] = (char)c;
+    return IPD_OK;
+}
+
+/* RFC 5987 ext-value: charset'language'pct-encoded, into UTF-8. */
+static enum ipd_err cd_ext(const char *val, size_t hlen, char *out,
+                           size_t outsz)
+{
+    char *raw = ipd_xmalloc(hlen + 1);
+    const char *end, *p, *q;
+    size_t n = 0;
+    bool latin1 = false;
+    enum ipd_err rc = cd_value(val, raw, hlen + 1, &end);
+    if (rc)
+        goto out;
+    p = strchr(raw, '\'');
+    q = p ? strchr(p + 1, '\'') : NULL;
+    if (!q) {
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if ((size_t)(p - raw) == 10 && !strncasecmp(raw, "ISO-8859-1", 10))
+        latin1 = true;
+    else if ((size_t)(p - raw) != 5 || strncasecmp(raw, "UTF-8", 5) != 0) {
+        rc = IPD_ERR_INVALID; /* a charset we don't convert */
+        goto out;
+    }
+    for (p = q + 1; *p && !rc; p++) {
+        unsigned char c = (unsigned char)*p;
+        if (c == '%') {
+            int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+            if (lo < 0 || (hi | lo) == 0) {
+                rc = IPD_ERR_INVALID; /* bad escape, or NUL */
+                break;
+            }
+            c = (unsigned char)(hi << 4 | lo);
+            p += 2;
+        }
+        if (latin1 && c >= 0x80) {
+            rc = put(out, outsz, &n, (unsigned char)(0xc0 | c >> 6));
+            if (!rc)
+                rc = put(out, outsz, &n, (unsigned char)(0x80 | (c & 0x3f)));
+        } else {
+            rc = put(out, outsz, &n, c);
+        }
+    }
+    if (rc)
+        goto out;
+    out[n] = 0;
+    if (!n)
+        rc = IPD_ERR_NOT_FOUND;
+    else if (!ipd_utf8_valid(out, n))
+        rc = IPD_ERR_INVALID;
+out:
+    if (rc && outsz)
+        out[0] = 0;
+    free(raw);
+    return rc;
+}
+
+enum ipd_err ipd_content_disposition_filename(const char *header, char *out,
+                                              size_t outsz)
+{
+    const char *p, *q, *plain = NULL, *ext = NULL;
+    enum ipd_err rc = IPD_ERR_NOT_FOUND, bad_plain = IPD_OK;
+    size_t hlen;
+
+    if (!outsz)
+        return IPD_ERR_TOO_LARGE;
+    out[0] = 0;
+    if (!header)
+        return IPD_ERR_NOT_FOUND;
+    hlen = strlen(header);
+    if (hlen > CD_HEADER_MAX)
+        return IPD_ERR_TOO_LARGE;
+
+    /* The disposition type, unless the value starts with a parameter. */
+    p = skip_ows(header);
+    for (q = p; is_tchar((unsigned char)*q);)
+        q++;
+    if (*skip_ows(q) != '=')
+        p = q;
+
+    while (*p) {
+        p = skip_ows(p);
+        if (*p == ';') {
+            p++;
+            continue;
+        }
+        if (!*p)
+            break;
+        const char *name = p;
+        while (is_tchar((unsigned char)*p))
+            p++;
+        size_t nlen = (size_t)(p - name);
+        p = skip_ows(p);
+        if (!nlen || *p != '=') {
+            /* Junk: skip to the next parameter. */
+            p += strcspn(p, ";");
+            continue;
+        }
+        p = skip_ows(p + 1);
+        const char *val = p;
+        enum ipd_err vrc = cd_value(p, NULL, 0, &p);
+        if (nlen == 8 && !strncasecmp(name, "filename", 8) && !plain) {
+            plain = val;
+            bad_plain = vrc;
+        } else if (nlen == 9 && !strncasecmp(name, "filename*", 9) && !ext) {
+            ext = val;
+        }
+    }
+
+    if (ext) {
+        rc = cd_ext(ext, hlen, out, outsz);
+        if (!rc)
+            return IPD_OK;
+    }
+    if (plain) {
+        const char *end;
+        rc = bad_plain ? bad_plain : cd_value(plain, out, outsz, &end);
+        if (!rc && !out[0])
+            rc = IPD_ERR_NOT_FOUND;
+        if (rc)
+            out[0] = 0;
+    }
+    return rc;
+}
+
+/* Percent-decode the last segment of a URL path; NULL when empty.
+ * Lenient: a '%' that starts no escape stays as it is. */
+static char *path_filename(const char *path)
+{
+    const char *seg = strrchr(path, '/');
+    seg = seg ? seg + 1 : path;
+    size_t len = strlen(seg);
+    char *out;
+    size_t n = 0;
+    if (!len || len > FILENAME_MAX_BYTES)
+        return NULL;
+    out = ipd_xmalloc(len + 1);
+    for (const char *p = seg; *p; p++) {
+        int hi = *p == '%' ? hexval(p[1]) : -1;
+        int lo = hi < 0 ? -1 : hexval(p[2]);
+        if (lo >= 0) {
+            if (!(hi | lo)) { /* %00 */
+                free(out);
+                return NULL;
+            }
+            out[n++] = (char)(hi << 4 | lo);
+            p += 2;
+        } else {
+            out[n++] = *p;
+        }
+    }
+    out[n] = 0;
+    return out;
+}
+
+/* ---- resolving, bounded by a timeout ---------------------------------- */
+
+/*
+ * getaddrinfo has no timeout, and a slow authoritative server is as good
+ * as a slow-drip body for holding a request.  So it runs on a detached
+ * thread; on timeout the caller leaves, and whoever drops the last
+ * reference frees the job.
+ */
+struct resolve_job {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int refs;
+    bool done;
+    int rc;              /* getaddrinfo's result */
+    struct addrinfo *ai; /* owned until taken */
+    char *host;          /* owned */
+    char port[16];
+};
+
+static void job_free(struct resolve_job *j)
+{
+    if (j->ai)
+        freeaddrinfo(j->ai);
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j->host);
+    free(j);
+}
+
+static void job_unref(struct resolve_job *j)
+{
+    pthread_mutex_lock(&j->mu);
+    bool last = --j->refs == 0;
+    pthread_mutex_unlock(&j->mu);
+    if (last)
+        job_free(j);
+}
+
+static int gai(const char *host, const char *port, int flags,
+               struct addrinfo **ai)
+{
+    struct addrinfo hints;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_protocol = IPPROTO_TCP;
+    hints.ai_flags = AI_NUMERICSERV | flags;
+    return getaddrinfo(host, port, &hints, ai);
+}
+
+static void *resolve_thread(void *arg)
+{
+    struct resolve_job *j = arg;
+    struct addrinfo *ai = NULL;
+    int rc = gai(j->host, j->port, 0, &ai);
+    pthread_mutex_lock(&j->mu);
+    j->rc = rc;
+    j->ai = rc ? NULL : ai;
+    j->done = true;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+    return NULL;
+}
+
+/* Resolve host:port within timeout_ms.  *ai is the caller's to free with
+ * freeaddrinfo. */
+static enum ipd_err resolve(const char *host, const char *port, bool literal,
+                            int64_t timeout_ms, struct addrinfo **ai,
+                            struct ipd_buf *err)
+{
+    struct resolve_job *j = NULL;
+    pthread_condattr_t ca;
+    pthread_attr_t ta;
+    pthread_t th;
+    struct timespec until;
+    int rc;
+
+    *ai = NULL;
+    if (literal) {
+        rc = gai(host, port, AI_NUMERICHOST, ai);
+        goto done;
+    }
+    j = ipd_xcalloc(1, sizeof(*j));
+    j->host = ipd_xstrdup(host);
+    snprintf(j->port, sizeof(j->port), "%s", port);
+    j->refs = 2;
+    pthread_mutex_init(&j->mu, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&j->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_attr_init(&ta);
+    pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+    rc = pthread_create(&th, &ta, resolve_thread, j);
+    pthread_attr_destroy(&ta);
+    if (rc) {
+        job_free(j);
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: no thread to resolve %s", host);
+    }
+
+    clock_gettime(CLOCK_MONOTONIC, &until);
+    until.tv_sec += (time_t)(timeout_ms / 1000);
+    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
+    if (until.tv_nsec >= 1000000000L) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000L;
+    }
+    pthread_mutex_lock(&j->mu);
+    while (!j->done)
+        if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT)
+            break;
+    bool done = j->done;
+    rc = j->rc;
+    *ai = j->ai;
+    j->ai = NULL;
+    pthread_mutex_unlock(&j->mu);
+    job_unref(j);
+    if (!done)
+        return fail(err, IPD_ERR_TIMEOUT,
+                    "could not fetch: resolving %s timed out (limit %lld ms)",
+                    host, (long long)timeout_ms);
+done:
+    if (rc == EAI_MEMORY)
+        return fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+    if (rc)
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: could not resolve host %s (%s)", host,
+                    gai_strerror(rc));
+    return IPD_OK;
+}
+
+/* ---- one hop ---------------------------------------------------------- */
+
+enum abort_reason {
+    ABORT_NONE,
+    ABORT_STATUS,    /* we have the status and need no body */
+    ABORT_TOO_LARGE, /* over max_bytes */
+    ABORT_SINK,      /* the sink said no */
+};
+
+struct hop {
+    CURL *h;                     /* owned */
+    char *host;                  /* owned (curl_free): as curl uses it */
+    char *port;                  /* owned (curl_free) */
+    struct sockaddr_storage *ok; /* owned: the checked, pinned addresses */
+    size_t n_ok;
+    bool literal; /* the host is an IP address */
+    const struct ipd_fetch_allowlist *allow;
+    const struct ipd_fetch_sink *sink; /* NULL: the body is dropped */
+    int64_t max_bytes;
+    int64_t bytes; /* accepted so far */
+    bool checked;  /* status looked at (first body chunk) */
+    int status;
+    enum abort_reason abort;
+    enum ipd_err sink_rc;
+    char refused[256]; /* set when on_socket refused */
+    char errbuf[CURL_ERROR_SIZE];
+    struct curl_slist *headers; /* borrowed: a GET's extra headers */
+};
+
+static void hop_release(struct hop *x)
+{
+    curl_easy_cleanup(x->h);
+    curl_free(x->host);
+    curl_free(x->port);
+    free(x->ok);
+    memset(x, 0, sizeof(*x));
+}
+
+static bool is_2xx(int status)
+{
+    return status >= 200 && status <= 299;
+}
+
+static size_t on_body(char *data, size_t size, size_t nmemb, void *ud)
+{
+    struct hop *x = ud;
+    size_t len = size * nmemb;
+    if (!x->checked) {
+        long code = 0;
+        curl_off_t cl = -1;
+        curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+        curl_easy_getinfo(x->h, CURLINFO_CONTENT_LENGTH_DOWNLOAD_T, &cl);
+        x->status = (int)code;
+        x->checked = true;
+        /* A redirect's or an error's body is never needed, and a POST's
+         * answer is read only for its status: stop here. */
+        if (!is_2xx(x->status) || !x->sink) {
+            x->abort = ABORT_STATUS;
+            return CURL_WRITEFUNC_ERROR;
+        }
+        if (cl > x->max_bytes) {
+            x->abort = ABORT_TOO_LARGE;
+            return CURL_WRITEFUNC_ERROR;
+        }
+    }
+    /* Enforced while receiving: Content-Length may be absent or a lie. */
+    if (len > (uint64_t)(x->max_bytes - x->bytes)) {
+        x->abort = ABORT_TOO_LARGE;
+        return CURL_WRITEFUNC_ERROR;
+    }
+    if (len) {
+        enum ipd_err rc = x->sink->write(x->sink->ctx, data, len);
+        if (rc) {
+            x->abort = ABORT_SINK;
+            x->sink_rc = rc;
+            return CURL_WRITEFUNC_ERROR;
+        }
+    }
+    x->bytes += (int64_t)len;
+    return len;
+}
+
+static bool same_addr(const struct sockaddr_storage *a,
+                      const struct sockaddr_storage *b)
+{
+    if (a->ss_family != b->ss_family)
+        return false;
+    if (a->ss_family == AF_INET) {
+        const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+        return x->sin_port == y->sin_port &&
+               x->sin_addr.s_addr == y->sin_addr.s_addr;
+    }
+    if (a->ss_family == AF_INET6) {
+        const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+        return x->sin6_port == y->sin6_port &&
+               !memcmp(&x->sin6_addr, &y->sin6_addr, 16);
+    }
+    return false;
+}
+
+/*
+ * Curl is about to connect: the address must be one this hop resolved and
+ * checked.  CURLOPT_RESOLVE already pins them; this is the backstop for
+ * any path where curl would resolve by itself (the DNS rebinding attack).
+ */
+static curl_socket_t on_socket(void *ud, curlsocktype purpose,
+                               struct curl_sockaddr *a)
+{
+    struct hop *x = ud;
+    struct sockaddr_storage ss;
+    char why[WHY_MAX], s[INET6_ADDRSTRLEN];
+    bool pinned = false;
+
+    if (purpose != CURLSOCKTYPE_IPCXN || a->addrlen > sizeof(ss) ||
+        (a->family != AF_INET && a->family != AF_INET6)) {
+        snprintf(x->refused, sizeof(x->refused),
+                 "a connection of an unexpected kind was refused");
+        return CURL_SOCKET_BAD;
+    }
+    memset(&ss, 0, sizeof(ss));
+    memcpy(&ss, &a->addr, a->addrlen);
+    for (size_t i = 0; i < x->n_ok && !pinned; i++)
+        pinned = same_addr(&ss, &x->ok[i]);
+    addr_str((const struct sockaddr *)&ss, s, sizeof(s));
+    if (!pinned) {
+        snprintf(x->refused, sizeof(x->refused),
+                 "address %s of host %s was not the checked one", s, x->host);
+        return CURL_SOCKET_BAD;
+    }
+    if (!ipd_fetch_address_allowed((const struct sockaddr *)&ss, x->allow, why,
+                                   sizeof(why))) {
+        snprintf(x->refused, sizeof(x->refused),
+                 "address %s of host %s is not allowed (%s)", s, x->host, why);
+        return CURL_SOCKET_BAD;
+    }
+    int fd = socket(a->family, a->socktype | SOCK_CLOEXEC, a->protocol);
+    return fd < 0 ? CURL_SOCKET_BAD : fd;
+}
+
+/*
+ * Parse url (relative to base when base is not NULL: a Location) into a
+ * new CURLU in *out; only http and https pass.
+ */
+static enum ipd_err url_parse(CURLU *base, const char *url, CURLU **out,
+                              struct ipd_buf *err)
+{
+    CURLU *u = base ? curl_url_dup(base) : curl_url();
+    char *scheme = NULL;
+    const char *what = base ? "the redirect location" : "the URL";
+    enum ipd_err rc = IPD_OK;
+    CURLUcode uc;
+
+    *out = NULL;
+    if (!u) {
+        rc = fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+        goto out;
+    }
+    if (strlen(url) > IPD_FETCH_URL_MAX) {
+        rc = fail(err, IPD_ERR_INVALID, "%s is longer than %d bytes", what,
+                  IPD_FETCH_URL_MAX);
+        goto out;
+    }
+    uc = curl_url_set(u, CURLUPART_URL, url, 0);
+    if (uc == CURLUE_OUT_OF_MEMORY) {
+        rc = fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+        goto out;
+    }
+    if (uc == CURLUE_UNSUPPORTED_SCHEME) {
+        rc = fail(err, IPD_ERR_INVALID,
+                  "only http and https URLs can be fetched (%s has another "
+                  "scheme)",
+                  what);
+        goto out;
+    }
+    if (uc) {
+        rc = fail(err, IPD_ERR_INVALID, "%s is malformed (%s)", what,
+                  curl_url_strerror(uc));
+        goto out;
+    }
+    uc = curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+    if (uc || (strcmp(scheme, "http") != 0 && strcmp(scheme, "https") != 0)) {
+        rc = fail(err, IPD_ERR_INVALID,
+                  "only http and https URLs can be fetched (%s is %s:)", what,
+                  scheme ? scheme : "?");
+        goto out;
+    }
+    *out = u;
+    u = NULL;
+out:
+    curl_free(scheme);
+    curl_url_cleanup(u);
+    return rc;
+}
+
+static bool host_chars_ok(const char *h)
+{
+    if (!*h)
+        return false;
+    for (const char *p = h; *p; p++)
+        if (!((*p >= 'a' && *p <= 'z') || (*p >= 'A' && *p <= 'Z') ||
+              (*p >= '0' && *p <= '9') || *p == '-' || *p == '.' || *p == '_'))
+            return false;
+    return true;
+}
+
+/* Resolve the URL's host and check every address; pin the good ones. */
+static enum ipd_err hop_guard(struct hop *x, CURLU *u, int64_t timeout_ms,
+                              struct ipd_buf *err)
+{
+    char *zone = NULL;
+    char v6[INET6_ADDRSTRLEN + 2];
+    const char *name;
+    struct addrinfo *ai = NULL;
+    const struct sockaddr **list = NULL;
+    enum ipd_err rc = IPD_OK;
+    bool literal = false;
+    struct in_addr a4;
+    size_t n = 0;
+    CURLUcode uc;
+
+    uc = curl_url_get(u, CURLUPART_HOST, &x->host, CURLU_PUNYCODE);
+    if (!uc)
+        uc = curl_url_get(u, CURLUPART_PORT, &x->port, CURLU_DEFAULT_PORT);
+    if (uc) {
+        rc = fail(err, IPD_ERR_INVALID, "the URL's host is not usable (%s)",
+                  curl_url_strerror(uc));
+        goto out;
+    }
+    if (curl_url_get(u, CURLUPART_ZONEID, &zone, 0) == CURLUE_OK) {
+        rc = fail(err, IPD_ERR_INVALID, "IPv6 zone ids are not allowed");
+        goto out;
+    }
+    name = x->host;
+    if (x->host[0] == '[') {
+        /* CURLU gives IPv6 literals in brackets; getaddrinfo wants none. */
+        size_t len = strlen(x->host);
+        if (len < 3 || len - 2 >= sizeof(v6) || x->host[len - 1] != ']') {
+            rc = fail(err, IPD_ERR_INVALID, "the URL's host is malformed");
+            goto out;
+        }
+        memcpy(v6, x->host + 1, len - 2);
+        v6[len - 2] = 0;
+        name = v6;
+        literal = true;
+    } else if (inet_pton(AF_INET, x->host, &a4) == 1) {
+        literal = true;
+    } else if (!host_chars_ok(x->host)) {
+        rc = fail(err, IPD_ERR_INVALID, "the URL's host is malformed");
+        goto out;
+    }
+    x->literal = literal;
+    rc = resolve(name, x->port, literal, timeout_ms, &ai, err);
+    if (rc)
+        goto out;
+    for (const struct addrinfo *p = ai; p; p = p->ai_next)
+        if (p->ai_family == AF_INET || p->ai_family == AF_INET6)
+            n++;
+    list = ipd_xcalloc(n ? n : 1, sizeof(*list));
+    x->ok = ipd_xcalloc(n ? n : 1, sizeof(*x->ok));
+    for (const struct addrinfo *p = ai; p; p = p->ai_next) {
+        if ((p->ai_family != AF_INET && p->ai_family != AF_INET6) ||
+            p->ai_addrlen > sizeof(*x->ok))
+            continue;
+        memcpy(&x->ok[x->n_ok], p->ai_addr, p->ai_addrlen);
+        list[x->n_ok] = (const struct sockaddr *)&x->ok[x->n_ok];
+        x->n_ok++;
+    }
+    rc = ipd_fetch_addresses_check(x->host, list, x->n_ok, x->allow, err);
+out:
+    if (ai)
+        freeaddrinfo(ai);
+    free(list);
+    curl_free(zone);
+    return rc;
+}
+
+/* "host:port:addr,[addr6],..." for CURLOPT_RESOLVE. */
+static struct curl_slist *resolve_list(const struct hop *x, bool *oom)
+{
+    struct ipd_buf b, name;
+    struct curl_slist *list = NULL, *t;
+    char s[INET6_ADDRSTRLEN];
+    size_t hlen = strlen(x->host);
+
+    *oom = false;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    ipd_buf_init(&name, IPD_BUF_UNLIMITED);
+    for (size_t i = 0; i < x->n_ok; i++) {
+        addr_str((const struct sockaddr *)&x->ok[i], s, sizeof(s));
+        ipd_buf_addf(&b, x->ok[i].ss_family == AF_INET6 ? "%s[%s]" : "%s%s",
+                     i ? "," : "", s);
+    }
+    /* Curl may look the name up with or without a trailing dot: pin both. */
+    for (int pass = 0; pass < 2; pass++) {
+        size_t len = pass ? hlen - 1 : hlen;
+        if (pass && (hlen < 2 || x->host[hlen - 1] != '.'))
+            break;
+        ipd_buf_reset(&name);
+        ipd_buf_addf(&name, "%.*s:%s:%s", (int)len, x->host, x->port, b.buf);
+        t = curl_slist_append(list, name.buf);
+        if (!t) {
+            *oom = true;
+            break;
+        }
+        list = t;
+    }
+    ipd_buf_release(&b);
+    ipd_buf_release(&name);
+    return list;
+}
+
+struct post {
+    const void *body;
+    size_t len;
+    struct curl_slist *headers; /* borrowed */
+};
+
+#define SET(opt, val)                                                          \
+    do {                                                                       \
+        if (cc == CURLE_OK)                                                    \
+            cc = curl_easy_setopt(x->h, opt, val);                             \
+    } while (0)
+
+static enum ipd_err hop_setup(struct hop *x, CURLU *u,
+                              const struct ipd_fetch_opts *o, int64_t remaining,
+                              const struct post *post,
+                              struct curl_slist *resolve_entries)
+{
+    CURLcode cc = CURLE_OK;
+    int64_t connect_ms =
+        o->connect_timeout_ms < remaining ? o->connect_timeout_ms : remaining;
+    x->h = curl_easy_init();
+    if (!x->h)
+        return IPD_ERR_INTERNAL;
+    SET(CURLOPT_CURLU, u);
+    SET(CURLOPT_PROTOCOLS_STR, "http,https");
+    SET(CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+    SET(CURLOPT_FOLLOWLOCATION, 0L);
+    SET(CURLOPT_MAXREDIRS, 0L);
+    /* No proxy: *_proxy variables must not route us around the guard. */
+    SET(CURLOPT_PROXY, "");
+    SET(CURLOPT_NOPROXY, "*");
+    SET(CURLOPT_NOSIGNAL, 1L);
+    SET(CURLOPT_CONNECTTIMEOUT_MS, (long)connect_ms);
+    SET(CURLOPT_TIMEOUT_MS, (long)remaining);
+    SET(CURLOPT_USERAGENT,
+        o->user_agent ? o->user_agent : "interpd/" IPD_VERSION);
+    SET(CURLOPT_ERRORBUFFER, x->errbuf);
+    SET(CURLOPT_WRITEFUNCTION, on_body);
+    SET(CURLOPT_WRITEDATA, x);
+    SET(CURLOPT_OPENSOCKETFUNCTION, on_socket);
+    SET(CURLOPT_OPENSOCKETDATA, x);
+    if (resolve_entries)
+        SET(CURLOPT_RESOLVE, resolve_entries);
+    if (post) {
+        SET(CURLOPT_POST, 1L);
+        SET(CURLOPT_POSTFIELDS, post->len ? post->body : "");
+        SET(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)post->len);
+        SET(CURLOPT_HTTPHEADER, post->headers);
+    } else if (x->headers) {
+        SET(CURLOPT_HTTPHEADER, x->headers);
+    }
+    if (cc == CURLE_OUT_OF_MEMORY)
+        return IPD_ERR_NOMEM;
+    return cc == CURLE_OK ? IPD_OK : IPD_ERR_INTERNAL;
+}
+
+#undef SET
+
+/* Why curl failed, in words for the client. */
+static enum ipd_err map_curl(struct hop *x, CURLcode cc, int64_t total_ms,
+                             struct ipd_buf *err)
+{
+    long os = 0;
+    curl_off_t connected = 0;
+    curl_easy_getinfo(x->h, CURLINFO_OS_ERRNO, &os);
+    curl_easy_getinfo(x->h, CURLINFO_CONNECT_TIME_T, &connected);
+    const char *detail = x->errbuf[0] ? x->errbuf : curl_easy_strerror(cc);
+
+    switch (cc) {
+    case CURLE_OPERATION_TIMEDOUT:
+        if (!connected)
+            return fail(err, IPD_ERR_TIMEOUT,
+                        "could not fetch: connecting timed out");
+        return fail(err, IPD_ERR_TIMEOUT,
+                    "could not fetch: timed out (limit %lld ms)",
+                    (long long)total_ms);
+    case CURLE_COULDNT_CONNECT:
+        if (x->refused[0])
+            return fail(err, IPD_ERR_INVALID, "%s", x->refused);
+        if (os == ECONNREFUSED)
+            return fail(err, IPD_ERR_UNAVAILABLE,
+                        "could not fetch: connection refused");
+        if (os == ENETUNREACH || os == EHOSTUNREACH)
+            return fail(err, IPD_ERR_UNAVAILABLE,
+                        "could not fetch: host unreachable");
+        return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: %s", detail);
+    case CURLE_RECV_ERROR:
+    case CURLE_SEND_ERROR:
+        if (os == ECONNRESET || os == EPIPE)
+            return fail(err, IPD_ERR_UNAVAILABLE,
+                        "could not fetch: connection reset");
+        return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: %s", detail);
+    case CURLE_PARTIAL_FILE:
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: the connection closed before the "
+                    "whole body arrived");
+    case CURLE_GOT_NOTHING:
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: the server sent no reply");
+    case CURLE_OUT_OF_MEMORY:
+        return fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+    case CURLE_COULDNT_RESOLVE_HOST:
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: could not resolve host %s", x->host);
+    case CURLE_UNSUPPORTED_PROTOCOL:
+    case CURLE_URL_MALFORMAT:
+        return fail(err, IPD_ERR_INVALID, "could not fetch: %s", detail);
+    default:
+        break;
+    }
+    if (cc == CURLE_SSL_CONNECT_ERROR || cc == CURLE_PEER_FAILED_VERIFICATION ||
+        cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_CIPHER ||
+        cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_ISSUER_ERROR ||
+        cc == CURLE_SSL_ENGINE_INITFAILED)
+        return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: TLS: %s",
+                    detail);
+    return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: %s", detail);
+}
+
+/*
+ * Run one request to u: guard, pin, perform.  On IPD_OK x->status is the
+ * answer's status and x->h stays open for headers; the caller releases x.
+ */
+static enum ipd_err hop_run(struct hop *x, CURLU *u,
+                            const struct ipd_fetch_opts *o, int64_t deadline,
+                            const struct ipd_fetch_sink *sink,
+                            const struct post *post, struct ipd_buf *err)
+{
+    struct curl_slist *entries = NULL;
+    enum ipd_err rc;
+    bool oom = false;
+    long code = 0;
+    int64_t remaining = deadline - ipd_mono_ms();
+
+    x->allow = o->allow;
+    x->sink = sink;
+    x->max_bytes = o->max_bytes;
+    if (remaining <= 0) {
+        rc = fail(err, IPD_ERR_TIMEOUT,
+                  "could not fetch: timed out (limit "
+                  "%lld ms)",
+                  (long long)o->total_timeout_ms);
+        goto out;
+    }
+    rc = hop_guard(x, u,
+                   o->connect_timeout_ms < remaining ? o->connect_timeout_ms
+                                                     : remaining,
+                   err);
+    if (rc)
+        goto out;
+    /* Curl never resolves an address literal: nothing to pin. */
+    if (!x->literal)
+        entries = resolve_list(x, &oom);
+    if (oom) {
+        rc = fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+        goto out;
+    }
+    remaining = deadline - ipd_mono_ms();
+    if (remaining <= 0) {
+        rc = fail(err, IPD_ERR_TIMEOUT,
+                  "could not fetch: timed out (limit "
+                  "%lld ms)",
+                  (long long)o->total_timeout_ms);
+        goto out;
+    }
+    rc = hop_setup(x, u, o, remaining, post, entries);
+    if (rc) {
+        fail(err, rc, "could not fetch: libcurl could not be set up");
+        goto out;
+    }
+    CURLcode cc = curl_easy_perform(x->h);
+    curl_easy_getinfo(x->h, CURLINFO_RESPONSE_CODE, &code);
+    x->status = (int)code;
+    if (x->abort == ABORT_TOO_LARGE) {
+        rc = fail(err, IPD_ERR_TOO_LARGE,
+                  "the body is larger than the limit of %lld bytes",
+                  (long long)o->max_bytes);
+    } else if (x->abort == ABORT_SINK) {
+        rc = fail(err, x->sink_rc, "could not store the body (%s)",
+                  ipd_err_name(x->sink_rc));
+    } else if (x->abort == ABORT_STATUS) {
+        rc = IPD_OK; /* cut short on purpose; the status is all we need */
+    } else if (cc) {
+        rc = map_curl(x, cc, o->total_timeout_ms, err);
+    }
+out:
+    curl_slist_free_all(entries);
+    return rc;
+}
+
+static enum ipd_err fetch_start(const struct ipd_fetch_opts *o,
+                                struct ipd_buf *err)
+{
+    if (ipd_fetch_global_init())
+        return fail(err, IPD_ERR_INTERNAL,
+                    "could not fetch: libcurl did not initialise");
+    if (o->connect_timeout_ms <= 0 || o->total_timeout_ms <= 0 ||
+        o->max_redirects < 0 || o->max_bytes < 0)
+        return fail(err, IPD_ERR_INVALID, "fetch options out of range");
+    if (injected_failure())
+        return fail(err, IPD_ERR_UNAVAILABLE,
+                    "could not fetch: injected failure");
+    return IPD_OK;
+}
+
+static bool is_redirect(int status)
+{
+    return status == 301 || status == 302 || status == 303 || status == 307 ||
+           status == 308;
+}
+
+static const char *header(CURL *h, const char *name)
+{
+    struct curl_header *hh = NULL;
+    if (curl_easy_header(h, name, 0, CURLH_HEADER, -1, &hh) != CURLHE_OK)
+        return NULL;
+    return hh->value;
+}
+
+static void set_str(char **dst, const char *s)
+{
+    free(*dst);
+    *dst = s ? ipd_xstrdup(s) : NULL;
+}
+
+/* The final answer's name for the body: Content-Disposition, else the
+ * URL's last path segment. */
+static char *suggested_name(CURL *h, CURLU *u)
+{
+    char name[FILENAME_MAX_BYTES + 1], *path = NULL, *r = NULL;
+    const char *cd = header(h, "Content-Disposition");
+    if (cd &&
+        ipd_content_disposition_filename(cd, name, sizeof(name)) == IPD_OK)
+        return ipd_xstrdup(name);
+    if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK)
+        r = path_filename(path);
+    curl_free(path);
+    return r;
+}
+
+static bool header_ok(const char *h);
+
+enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
+                           const struct ipd_fetch_sink *sink,
+                           struct ipd_fetch_result *res, struct ipd_buf *err)
+{
+    struct ipd_fetch_opts defaults;
+    struct hop x;
+    CURLU *u = NULL, *next = NULL;
+    char *s = NULL;
+    struct curl_slist *headers = NULL;
+    enum ipd_err rc;
+
+    memset(&x, 0, sizeof(x));
+    if (!opts) {
+        ipd_fetch_opts_init(&defaults);
+        opts = &defaults;
+    }
+    int64_t deadline = ipd_mono_ms() + opts->total_timeout_ms;
+    rc = fetch_start(opts, err);
+    for (size_t i = 0; !rc && opts->headers && opts->headers[i]; i++) {
+        if (!header_ok(opts->headers[i])) {
+            rc = fail(err, IPD_ERR_INVALID, "bad request header");
+            break;
+        }
+        struct curl_slist *t = curl_slist_append(headers, opts->headers[i]);
+        if (!t)
+            rc = fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+        else
+            headers = t;
+    }
+    if (!rc)
+        rc = url_parse(NULL, url, &u, err);
+    while (!rc) {
+        if (curl_url_get(u, CURLUPART_URL, &s, 0) == CURLUE_OK)
+            set_str(&res->url, s);
+        curl_free(s);
+        s = NULL;
+        hop_release(&x);
+        x.headers = headers;
+        rc = hop_run(&x, u, opts, deadline, sink, NULL, err);
+        res->status = x.status;
+        res->bytes = x.bytes;
+        if (rc)
+            break;
+        const char *location = header(x.h, "Location");
+        if (is_redirect(x.status) && location) {
+            if (res->redirects >= opts->max_redirects) {
+                rc = fail(err, IPD_ERR_INVALID, "too many redirects (limit %d)",
+                          opts->max_redirects);
+                break;
+            }
+            rc = url_parse(u, location, &next, err);
+            hop_release(&x); /* it uses u: release it first */
+            curl_url_cleanup(u);
+            u = next;
+            next = NULL;
+            res->redirects++;
+            continue;
+        }
+        if (!is_2xx(x.status)) {
+            rc = fail(err, IPD_ERR_INVALID, "the URL answered %d", x.status);
+            break;
+        }
+        const char *type = NULL;
+        curl_easy_getinfo(x.h, CURLINFO_CONTENT_TYPE, &type);
+        set_str(&res->content_type, type);
+        free(res->filename);
+        res->filename = suggested_name(x.h, u);
+        break;
+    }
+    if (rc && sink && sink->discard)
+        sink->discard(sink->ctx);
+    hop_release(&x);
+    curl_url_cleanup(u);
+    curl_slist_free_all(headers);
+    return rc;
+}
+
+static bool header_ok(const char *h)
+{
+    const char *colon = strchr(h, ':');
+    if (!colon || colon == h || strpbrk(h, "\r\n"))
+        return false;
+    for (const char *p = h; p < colon; p++)
+        if (!is_tchar((unsigned char)*p))
+            return false;
+    return true;
+}
+
+enum ipd_err ipd_fetch_post(const struct ipd_fetch_opts *opts, const char *url,
+                            const char *content_type, const void *body,
+                            size_t len, const char *const *extra_headers,
+                            int *status, struct ipd_buf *err)
+{
+    struct ipd_fetch_opts defaults;
+    struct hop x;
+    struct post post = {body, len, NULL};
+    struct ipd_buf line;
+    CURLU *u = NULL;
+    enum ipd_err rc;
+
+    memset(&x, 0, sizeof(x));
+    ipd_buf_init(&line, IPD_BUF_UNLIMITED);
+    if (status)
+        *status = 0;
+    if (!opts) {
+        ipd_fetch_opts_init(&defaults);
+        opts = &defaults;
+    }
+    int64_t deadline = ipd_mono_ms() + opts->total_timeout_ms;
+    rc = fetch_start(opts, err);
+    if (rc)
+        goto out;
+    if (!content_type)
+        content_type = "application/octet-stream";
+    ipd_buf_addf(&line, "Content-Type: %s", content_type);
+    const char *fixed[] = {line.buf, "Expect:", NULL};
+    for (int pass = 0; pass < 2; pass++) {
+        const char *const *list = pass ? extra_headers : fixed;
+        for (size_t i = 0; list && list[i]; i++) {
+            if (!header_ok(list[i])) {
+                rc = fail(err, IPD_ERR_INVALID,
+                          "bad request header for the callback");
+                goto out;
+            }
+            struct curl_slist *t = curl_slist_append(post.headers, list[i]);
+            if (!t) {
+                rc = fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
+                goto out;
+            }
+            post.headers = t;
+        }
+    }
+    rc = url_parse(NULL, url, &u, err);
+    if (rc)
+        goto out;
+    rc = hop_run(&x, u, opts, deadline, NULL, &post, err);
+    if (status)
+        *status = x.status;
+    if (rc)
+        goto out;
+    if (is_redirect(x.status))
+        rc = fail(err, IPD_ERR_INVALID,
+                  "the URL answered %d, a redirect, which is not followed "
+                  "for a POST",
+                  x.status);
+    else if (!is_2xx(x.status))
+        rc = fail(err, IPD_ERR_INVALID, "the URL answered %d", x.status);
+out:
+    hop_release(&x);
+    curl_slist_free_all(post.headers);
+    curl_url_cleanup(u);
+    ipd_buf_release(&line);
+    return rc;
+}

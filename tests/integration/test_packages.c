@@ -1,0 +1,1444 @@
+/*
+ * test_packages.c - package installs through the real server against the
+ * test suite's own package index (tests/support/pkg-index.py serving the
+ * ipdtest-* wheels of tests/support/make-wheels.py): POST and GET
+ * /v1/packages, what the allowlist refuses, dependencies off the list,
+ * broken and sdist-only packages, packages and automatic installs in
+ * executions, concurrent installs, a SIGKILL mid-install, an execution
+ * running across a generation switch, and the age rebuild.
+ *
+ * Slow steps of pip are paused with the index's gate (GATE/<file>.hold
+ * holds a download half-way and creates GATE/<file>.reached), never with
+ * sleeps.  The same gate holds an execution on its generation: the code
+ * downloads a gated file from the index (a key with the networked policy
+ * reaches 127.0.0.1) and reports, in the download's query string, which
+ * generation it runs on.
+ *
+ * The support scripts are found through $IPD_TEST_SUPPORT_DIR, else next
+ * to this source file (tests/support).  /usr/bin/python3 runs them.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define PY "/usr/bin/python3"
+#define BIG_WHEEL "ipdtest_big-1.0-py3-none-any.whl"
+/* A file the executions download through the gate.  Named like a
+ * distribution so that the index serves it whatever its rules for other
+ * files; no test asks pip for a project "ipdsync". */
+#define SYNC_FILE "ipdsync-1.0.tar.gz"
+#define SYNC_SIZE (64 * 1024)
+#define INSTALL_TIMEOUT_MS 240000L
+#define EXEC_TIMEOUT_MS 240000L
+
+/* ---- the package index ------------------------------------------------- */
+
+static struct {
+    bool tried, ok;
+    char *work;      /* temp dir holding everything below */
+    char *wheels;    /* the index's --dir */
+    char *gate;      /* its --gate-dir */
+    char *log;       /* its --log */
+    char *allow, *deps, *names; /* the lists given to interpd */
+    char index_url[96];
+    int port;
+    pid_t pid;
+} ix;
+
+static int scale(void)
+{
+    const char *e = getenv("ITEST_TIMEOUT_SCALE");
+    int n = e ? atoi(e) : 1;
+    return n > 0 ? n : 1;
+}
+
+static void pause_ms(long ms)
+{
+    struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
+    while (nanosleep(&ts, &ts) && errno == EINTR)
+        ;
+}
+
+static char *support_path(const char *name)
+{
+    const char *env = getenv("IPD_TEST_SUPPORT_DIR");
+    if (env && *env)
+        return itest_fmt("%s/%s", env, name);
+    /* CMake compiles this file by its absolute path. */
+    char *dir = strdup(__FILE__);
+    char *slash = dir ? strrchr(dir, '/') : NULL;
+    char *p;
+    if (slash) {
+        *slash = '\0';
+        p = itest_fmt("%s/../support/%s", dir, name);
+    } else {
+        p = itest_fmt("../support/%s", name);
+    }
+    free(dir);
+    return p;
+}
+
+static bool write_text(const char *path, const void *data, size_t len)
+{
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        fprintf(stderr, "cannot write %s: %s\n", path, strerror(errno));
+        return false;
+    }
+    bool ok = fwrite(data, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok)
+        fprintf(stderr, "cannot write %s\n", path);
+    return ok;
+}
+
+static bool exists(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) == 0;
+}
+
+static void index_stop(void)
+{
+    if (ix.pid > 0) {
+        int st = 0;
+        kill(ix.pid, SIGTERM);
+        bool gone = false;
+        for (int i = 0; i < 500 * scale() && !gone; i++) {
+            pid_t w = waitpid(ix.pid, &st, WNOHANG);
+            if (w == ix.pid || (w < 0 && errno == ECHILD))
+                gone = true;
+            else
+                pause_ms(20);
+        }
+        if (!gone) {
+            fprintf(stderr, "pkg-index.py did not stop on SIGTERM; killing "
+                            "it\n");
+            kill(ix.pid, SIGKILL);
+            waitpid(ix.pid, &st, 0);
+        }
+        ix.pid = 0;
+    }
+}
+
+static void at_exit(void)
+{
+    index_stop();
+    if (!ix.work)
+        return;
+    if (test__failed_checks == 0)
+        itest_rm_rf(ix.work);
+    else
+        fprintf(stderr, "test_packages: keeping the index dir %s (index log: "
+                        "%s)\n",
+                ix.work, ix.log);
+}
+
+/* Build the wheels, write the lists, start the index.  Once; true when it
+ * is up. */
+static bool index_setup(void)
+{
+    if (ix.tried)
+        return ix.ok;
+    ix.tried = true;
+    atexit(at_exit);
+    const char *base = getenv("TMPDIR");
+    ix.work = itest_fmt("%s/ipd-pkgtest-XXXXXX", base && *base ? base : "/tmp");
+    if (!mkdtemp(ix.work)) {
+        fprintf(stderr, "mkdtemp %s: %s\n", ix.work, strerror(errno));
+        free(ix.work);
+        ix.work = NULL;
+        return false;
+    }
+    ix.wheels = itest_fmt("%s/wheels", ix.work);
+    ix.gate = itest_fmt("%s/gate", ix.work);
+    ix.log = itest_fmt("%s/index.log", ix.work);
+    ix.allow = itest_fmt("%s/allowlist.txt", ix.work);
+    ix.deps = itest_fmt("%s/allowed-deps.txt", ix.work);
+    ix.names = itest_fmt("%s/import-names.txt", ix.work);
+    if (mkdir(ix.gate, 0755)) {
+        fprintf(stderr, "mkdir %s: %s\n", ix.gate, strerror(errno));
+        return false;
+    }
+
+    char *mk = support_path("make-wheels.py");
+    const char *argv[] = {PY, mk, ix.wheels, NULL};
+    int rc = itest_run(argv, NULL, 120000 * scale());
+    free(mk);
+    if (rc != 0) {
+        fprintf(stderr, "make-wheels.py exited %d\n", rc);
+        return false;
+    }
+    char *big = itest_fmt("%s/%s", ix.wheels, BIG_WHEEL);
+    bool have_big = exists(big);
+    free(big);
+    if (!have_big) {
+        fprintf(stderr, "make-wheels.py made no %s\n", BIG_WHEEL);
+        return false;
+    }
+    char *sync = itest_fmt("%s/%s", ix.wheels, SYNC_FILE);
+    char *bytes = malloc(SYNC_SIZE);
+    itest_pattern_fill(7, 0, bytes, SYNC_SIZE);
+    bool ok = write_text(sync, bytes, SYNC_SIZE);
+    free(bytes);
+    free(sync);
+
+    static const char allow[] = "# test allowlist\n"
+                                "ipdtest-alpha\nipdtest-withdep\n"
+                                "ipdtest-baddep\nipdtest-broken\n"
+                                "ipdtest-mapped\nipdtest-big\n"
+                                "ipdtest-sdistonly\n";
+    static const char deps[] = "ipdtest-dep\n";
+    static const char names[] = "ipdmapped ipdtest-mapped\n";
+    ok = ok && write_text(ix.allow, allow, strlen(allow)) &&
+         write_text(ix.deps, deps, strlen(deps)) &&
+         write_text(ix.names, names, strlen(names));
+    if (!ok)
+        return false;
+
+    char *script = support_path("pkg-index.py");
+    char *port_file = itest_fmt("%s/index.port", ix.work);
+    char *out_file = itest_fmt("%s/index.out", ix.work);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+        /* Never outlive the test program. */
+        prctl(PR_SET_PDEATHSIG, SIGTERM);
+        if (getppid() != parent)
+            _exit(1);
+        int fd = open(out_file, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        int nul = open("/dev/null", O_RDONLY);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        if (nul >= 0)
+            dup2(nul, 0);
+        execl(PY, PY, script, "--dir", ix.wheels, "--port", "0",
+              "--port-file", port_file, "--log", ix.log, "--gate-dir",
+              ix.gate, (char *)NULL);
+        dprintf(2, "execl %s: %s\n", PY, strerror(errno));
+        _exit(127);
+    }
+    free(script);
+    if (pid < 0) {
+        perror("fork");
+        free(port_file);
+        free(out_file);
+        return false;
+    }
+    ix.pid = pid;
+    /* The index writes the port file atomically once it listens. */
+    double deadline = itest_now() + 30.0 * scale();
+    while (!ix.port && itest_now() < deadline) {
+        char *text = itest_read_file(port_file, NULL);
+        if (text) {
+            ix.port = atoi(text);
+            free(text);
+            break;
+        }
+        int st;
+        if (waitpid(pid, &st, WNOHANG) == pid) {
+            ix.pid = 0;
+            fprintf(stderr, "pkg-index.py exited at start (status %d)\n", st);
+            break;
+        }
+        pause_ms(20);
+    }
+    if (!ix.port) {
+        char *out = itest_read_file(out_file, NULL);
+        fprintf(stderr, "pkg-index.py did not come up; its output:\n%s\n",
+                out ? out : "(none)");
+        free(out);
+    }
+    free(port_file);
+    free(out_file);
+    if (!ix.port)
+        return false;
+    snprintf(ix.index_url, sizeof(ix.index_url),
+             "http://127.0.0.1:%d/simple/", ix.port);
+    ix.ok = true;
+    return true;
+}
+
+/* ---- gates ----------------------------------------------------------------- */
+
+static char *gate_path(const char *file, const char *suffix)
+{
+    return itest_fmt("%s/%s%s", ix.gate, file, suffix);
+}
+
+static void gate_arm(const char *file)
+{
+    char *reached = gate_path(file, ".reached");
+    char *hold = gate_path(file, ".hold");
+    unlink(reached);
+    write_text(hold, "", 0);
+    free(reached);
+    free(hold);
+}
+
+static void gate_open(const char *file)
+{
+    char *hold = gate_path(file, ".hold");
+    unlink(hold);
+    free(hold);
+}
+
+/* Poll (bounded) until the download of file is held; false when the
+ * deadline passes or *gave_up turns true (the client finished first). */
+static bool gate_wait(const char *file, int timeout_ms, const int *gave_up)
+{
+    char *reached = gate_path(file, ".reached");
+    double deadline = itest_now() + (double)timeout_ms * scale() / 1000.0;
+    bool ok = false;
+    while (!(ok = exists(reached)) && itest_now() < deadline &&
+           !(gave_up && __atomic_load_n(gave_up, __ATOMIC_SEQ_CST)))
+        pause_ms(20);
+    free(reached);
+    return ok;
+}
+
+/* The generation named in the last gated download's query string
+ * (?gen=...), from the index log; new string or NULL. */
+static char *gen_from_index_log(void)
+{
+    char *log = itest_read_file(ix.log, NULL);
+    const char *needle = "/files/" SYNC_FILE "?gen=";
+    char *last = NULL;
+    for (char *p = log ? strstr(log, needle) : NULL; p;
+         p = strstr(p + 1, needle))
+        last = p;
+    char *gen = NULL;
+    if (last) {
+        last += strlen(needle);
+        gen = strndup(last, strcspn(last, " \n"));
+    }
+    free(log);
+    return gen;
+}
+
+/* ---- the servers ------------------------------------------------------------ */
+
+struct srv_opts {
+    const char *args[32];
+    struct itest_opts o;
+};
+
+static void make_opts(struct srv_opts *so, const char *const *extra)
+{
+    size_t k = 0;
+    memset(so, 0, sizeof(*so));
+    const char *base[] = {"--allowlist",   ix.allow,     "--allowed-deps",
+                          ix.deps,         "--import-names", ix.names,
+                          "--pip-index-url", ix.index_url, "--pip-timeout",
+                          "120s"};
+    for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+        so->args[k++] = base[i];
+    for (size_t i = 0; extra && extra[i]; i++)
+        so->args[k++] = extra[i];
+    so->args[k] = NULL;
+    so->o.args = so->args;
+}
+
+/* The server most cases share (auto-install on), started once. */
+static struct srv_opts main_opts;
+static struct itest_server *main_srv;
+static bool main_tried;
+
+static struct itest_server *main_server(void)
+{
+    if (main_tried)
+        return main_srv;
+    main_tried = true;
+    if (!index_setup())
+        return NULL;
+    make_opts(&main_opts, NULL);
+    main_srv = itest_start(&main_opts.o);
+    return main_srv;
+}
+
+/* The one of the concurrency, SIGKILL and generation-switch cases. */
+static struct srv_opts gen_opts;
+static struct itest_server *gen_srv;
+static bool gen_tried;
+
+static struct itest_server *gen_server(void)
+{
+    if (gen_tried)
+        return gen_srv;
+    gen_tried = true;
+    if (!index_setup())
+        return NULL;
+    make_opts(&gen_opts, NULL);
+    gen_srv = itest_start(&gen_opts.o);
+    return gen_srv;
+}
+
+/* A key of the networked policy (its code reaches the index on
+ * 127.0.0.1); new string or NULL. */
+static char *networked_key(struct itest_server *s)
+{
+    char *out = NULL;
+    int code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
+                         "--tenant", "t", "--policy", "networked", NULL);
+    json_error_t jerr;
+    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
+    char *key = NULL;
+    if (code == 0 && itest_json_str(j, "key"))
+        key = itest_json_dup(j, "key");
+    else
+        fprintf(stderr, "keys create --policy networked: exit %d, stdout %s\n",
+                code, out ? out : "(none)");
+    json_decref(j);
+    free(out);
+    return key;
+}
+
+/* ---- requests ---------------------------------------------------------------- */
+
+/* POST /v1/packages with the raw body. */
+static long post_raw(struct itest_server *s, const char *body,
+                     struct itest_resp *r)
+{
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/packages",
+                           .key = s->admin_key,
+                           .content_type = "application/json",
+                           .body = body,
+                           .body_len = strlen(body),
+                           .timeout_ms = INSTALL_TIMEOUT_MS * scale()};
+    return itest_do(s, &rq, r);
+}
+
+/* POST /v1/packages {"packages": list} (list stolen). */
+static long post_packages(struct itest_server *s, json_t *list,
+                          struct itest_resp *r)
+{
+    json_t *body = json_pack("{s:o}", "packages", list);
+    if (!body)
+        abort();
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    long st = post_raw(s, text, r);
+    free(text);
+    return st;
+}
+
+static long install(struct itest_server *s, const char *req,
+                    struct itest_resp *r)
+{
+    return post_packages(s, json_pack("[s]", req), r);
+}
+
+static json_t *result_at(const struct itest_resp *r, size_t i)
+{
+    return json_array_get(json_object_get(r->json, "results"), i);
+}
+
+/* results[i] is {"package": pkg, "status": status, "version": version
+ * (NULL: don't care)} and, for the statuses that are refusals, has a
+ * message containing msg_part (NULL: any non-empty message). */
+static bool check_result(const char *file, int line,
+                         const struct itest_resp *r, size_t i,
+                         const char *pkg, const char *status,
+                         const char *version, const char *msg_part)
+{
+    json_t *res = result_at(r, i);
+    const char *p = json_string_value(json_object_get(res, "package"));
+    const char *st = json_string_value(json_object_get(res, "status"));
+    const char *ver = json_string_value(json_object_get(res, "version"));
+    const char *msg = json_string_value(json_object_get(res, "message"));
+    bool refusal = strcmp(status, "installed") != 0 &&
+                   strcmp(status, "already_installed") != 0;
+    bool ok = r->status == 200 && res && p && !strcmp(p, pkg) && st &&
+              !strcmp(st, status) &&
+              (!version || (ver && !strcmp(ver, version))) &&
+              (!refusal || (msg && *msg)) &&
+              (!msg_part || (msg && strstr(msg, msg_part)));
+    if (!ok)
+        fprintf(stderr,
+                "%s:%d: %s: results[%zu]: want package \"%s\" status \"%s\""
+                "%s%s%s%s%s; got status %ld: %s\n",
+                file, line, r->what, i, pkg, status,
+                version ? " version " : "", version ? version : "",
+                refusal ? " with a message" : "",
+                msg_part ? " containing " : "", msg_part ? msg_part : "",
+                r->status, r->body);
+    return ok;
+}
+
+#define CHECK_RESULT(r, i, pkg, status, version, msg_part)                     \
+    ITEST__FAIL_IF(check_result(__FILE__, __LINE__, (r), (i), (pkg),          \
+                                (status), (version), (msg_part)))
+
+/* POST one requirement and check the single result. */
+#define CHECK_INSTALL(s, req, status, version, msg_part)                       \
+    do {                                                                       \
+        struct itest_resp ci__r;                                               \
+        install((s), (req), &ci__r);                                           \
+        CHECK_RESULT(&ci__r, 0, (req), (status), (version), (msg_part));       \
+        itest_resp_release(&ci__r);                                            \
+    } while (0)
+
+static long run_code(struct itest_server *s, const char *key,
+                     const char *code, struct itest_resp *r)
+{
+    return itest_exec(s, key ? key : s->admin_key, "u1",
+                      json_pack("{s:s, s:i}", "code", code, "timeout", 120),
+                      EXEC_TIMEOUT_MS * scale(), r);
+}
+
+/* An execution's status is 200, success is as wanted and stdout is want
+ * (NULL: any). */
+static bool check_exec(const char *file, int line, const struct itest_resp *r,
+                       bool success, const char *want_stdout)
+{
+    json_t *ok = itest_json_get(r->json, "success");
+    const char *out = itest_json_str(r->json, "stdout");
+    bool good = r->status == 200 && json_is_boolean(ok) &&
+                json_is_true(ok) == success &&
+                (!want_stdout || (out && !strcmp(out, want_stdout)));
+    if (!good)
+        fprintf(stderr,
+                "%s:%d: %s: want 200 with success %s%s%s; got %ld (%s): "
+                "%s\n",
+                file, line, r->what, success ? "true" : "false",
+                want_stdout ? " and stdout " : "",
+                want_stdout ? want_stdout : "", r->status,
+                r->curl_rc ? r->curl_err : "", r->body);
+    return good;
+}
+
+#define CHECK_EXEC(r, success, want_stdout)                                    \
+    ITEST__FAIL_IF(check_exec(__FILE__, __LINE__, (r), (success),             \
+                              (want_stdout)))
+
+static json_t *get_packages(struct itest_server *s)
+{
+    struct itest_resp r;
+    itest_request(s, "GET", "/v1/packages", s->admin_key, NULL, NULL, NULL, 0,
+                  NULL, &r);
+    json_t *j = NULL;
+    if (r.status == 200 && json_is_object(r.json))
+        j = json_incref(r.json);
+    else
+        fprintf(stderr, "GET /v1/packages: %ld %s\n", r.status, r.body);
+    itest_resp_release(&r);
+    return j;
+}
+
+/* The installed version of name in a GET /v1/packages answer, or NULL. */
+static const char *installed_version(const json_t *st, const char *name)
+{
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(st, "installed"), i, item) {
+        const char *n = json_string_value(json_object_get(item, "name"));
+        if (n && !strcmp(n, name))
+            return json_string_value(json_object_get(item, "version"));
+    }
+    return NULL;
+}
+
+/* current's target under the server's venv root, or "" when none. */
+static void current_gen(struct itest_server *s, char *out, size_t size)
+{
+    char *link = itest_fmt("%s/venv/current", s->data_dir);
+    ssize_t n = readlink(link, out, size - 1);
+    out[n > 0 ? n : 0] = '\0';
+    free(link);
+}
+
+static bool gen_exists(struct itest_server *s, const char *gen)
+{
+    char *p = itest_fmt("%s/venv/%s", s->data_dir, gen);
+    bool e = exists(p);
+    free(p);
+    return e;
+}
+
+/* Count the gen-* and other transient entries (trash-*, current.tmp-*)
+ * of the venv root; their names go to list. */
+static void venv_entries(struct itest_server *s, int *ngen, int *nstray,
+                         char *list, size_t size)
+{
+    char *root = itest_fmt("%s/venv", s->data_dir);
+    DIR *d = opendir(root);
+    struct dirent *e;
+    *ngen = *nstray = 0;
+    list[0] = '\0';
+    while (d && (e = readdir(d)) != NULL) {
+        if (!strncmp(e->d_name, "gen-", 4))
+            (*ngen)++;
+        else if (!strncmp(e->d_name, "trash-", 6) ||
+                 !strncmp(e->d_name, "current.tmp", 11))
+            (*nstray)++;
+        else
+            continue;
+        size_t l = strlen(list);
+        snprintf(list + l, size - l, "%s ", e->d_name);
+    }
+    if (d)
+        closedir(d);
+    free(root);
+}
+
+/* ---- requests in the background --------------------------------------------- */
+
+struct bg {
+    struct itest_server *s;
+    const char *key;     /* exec: the key; NULL: admin */
+    const char *code;    /* exec: the code */
+    const char *pkg;     /* POST /v1/packages of this one requirement */
+    json_t *exec_body;   /* exec with this body instead (stolen) */
+    struct itest_resp r;
+    int done;
+    pthread_t t;
+    bool started;
+};
+
+static void *bg_main(void *arg)
+{
+    struct bg *b = arg;
+    if (b->pkg)
+        install(b->s, b->pkg, &b->r);
+    else if (b->exec_body)
+        itest_exec(b->s, b->key ? b->key : b->s->admin_key, "u1",
+                   b->exec_body, EXEC_TIMEOUT_MS * scale(), &b->r);
+    else
+        run_code(b->s, b->key, b->code, &b->r);
+    __atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
+    return NULL;
+}
+
+static void bg_start(struct bg *b)
+{
+    b->started = pthread_create(&b->t, NULL, bg_main, b) == 0;
+    if (!b->started) {
+        fprintf(stderr, "pthread_create failed\n");
+        abort();
+    }
+}
+
+static void bg_join(struct bg *b)
+{
+    if (b->started)
+        pthread_join(b->t, NULL);
+    b->started = false;
+}
+
+/* Code that imports ipdtest_alpha, names its generation in the query of a
+ * download held by the gate, and after it prints
+ * "<VERSION at start> <hello() after>\nmeta <dist-info version>\n". */
+static char *held_code(void)
+{
+    return itest_fmt(
+        "import ipdtest_alpha, urllib.request, importlib.metadata\n"
+        "gen = 'none'\n"
+        "for line in open('/proc/self/mountinfo'):\n"
+        "    f = line.split()\n"
+        "    if len(f) > 4 and f[4] == '/opt/venv':\n"
+        "        gen = f[3].rstrip('/').rsplit('/', 1)[-1]\n"
+        "v = ipdtest_alpha.VERSION\n"
+        "urllib.request.urlopen('http://127.0.0.1:%d/files/%s?gen=' + gen,\n"
+        "                       timeout=200).read()\n"
+        "import ipdtest_alpha as a2\n"
+        "print(v, a2.hello())\n"
+        "print('meta', importlib.metadata.version('ipdtest-alpha'))\n",
+        ix.port, SYNC_FILE);
+}
+
+/* ---- 1. install, again, list --------------------------------------------------- */
+
+static void install_and_list(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    REQUIRE(s);
+    install(s, "ipdtest-alpha==1.0", &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    CHECK(json_array_size(json_object_get(r.json, "results")) == 1);
+    itest_resp_release(&r);
+    char cur[256];
+    current_gen(s, cur, sizeof(cur));
+    CHECKF(!strncmp(cur, "gen-", 4), "current -> \"%s\"", cur);
+
+    install(s, "ipdtest-alpha==1.0", &r);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "already_installed", "1.0",
+                 NULL);
+    itest_resp_release(&r);
+    char cur2[256];
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "already_installed switched %s -> %s", cur,
+           cur2);
+
+    json_t *st = get_packages(s);
+    REQUIRE(st);
+    static const char *const allowed[] = {
+        "ipdtest-alpha",  "ipdtest-baddep",    "ipdtest-big",
+        "ipdtest-broken", "ipdtest-mapped",    "ipdtest-sdistonly",
+        "ipdtest-withdep"};
+    json_t *al = json_object_get(st, "allowed");
+    bool same = json_array_size(al) == 7;
+    for (size_t i = 0; same && i < 7; i++) {
+        const char *a = json_string_value(json_array_get(al, i));
+        same = a && !strcmp(a, allowed[i]);
+    }
+    char *dump = json_dumps(st, JSON_COMPACT);
+    CHECKF(same, "allowed is not the sorted test allowlist: %s", dump);
+    const char *ver = installed_version(st, "ipdtest-alpha");
+    CHECKF(ver && !strcmp(ver, "1.0"), "installed lacks ipdtest-alpha 1.0: %s",
+           dump);
+    CHECKF(!installed_version(st, "ipdtest-dep"), "ipdtest-dep listed: %s",
+           dump);
+    const char *pv = itest_json_str(st, "venv.python_version");
+    int maj = 0, min = 0, pat = -1;
+    CHECKF(pv && sscanf(pv, "%d.%d.%d", &maj, &min, &pat) == 3 && maj == 3 &&
+               pat >= 0,
+           "venv.python_version: %s", dump);
+    const char *ca = itest_json_str(st, "venv.created_at");
+    const char *ra = itest_json_str(st, "venv.rebuild_at");
+    int64_t tc = ca ? itest_parse_time(ca) : -1;
+    int64_t tr = ra ? itest_parse_time(ra) : -1;
+    CHECKF(tc > 0 && tr > 0, "created_at/rebuild_at: %s", dump);
+    /* The default venv-max-age is 7 days. */
+    CHECKF(tr - tc == 7 * 24 * 3600, "rebuild_at - created_at = %lld s",
+           (long long)(tr - tc));
+    CHECKF((double)tc > itest_now() - 3600 && (double)tc <= itest_now() + 5,
+           "created_at %s is not about now", ca ? ca : "(none)");
+    /* The operator's details are not in the contract's object. */
+    CHECKF(!itest_json_get(st, "venv.path") &&
+               !itest_json_get(st, "venv.generation"),
+           "venv has admin fields: %s", dump);
+    free(dump);
+    json_decref(st);
+}
+
+/* ---- 2. refusals -------------------------------------------------------------- */
+
+static void not_allowed_and_invalid(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    REQUIRE(s);
+    char long_name[102];
+    memset(long_name, 'a', 101);
+    long_name[101] = '\0';
+    static const struct {
+        const char *req, *phrase;
+    } bad[] = {
+        {"x @ https://e.com/x.whl", "URLs"},
+        {"https://e.com/x.whl", "URLs"},
+        {"./pkg", "paths"},
+        {"/tmp/x.whl", "paths"},
+        {"-e .", "options"},
+        {"--index-url=http://evil", "options"},
+        {"ipdtest-alpha; python_version>'3'", "environment markers"},
+        {" ipdtest-alpha", "leading or trailing whitespace"},
+        {"ipdtest-alpha\t", "control character"},
+        {"ipdtest-alpha$(id)", "shell metacharacters"},
+        {"a|b", "shell metacharacters"},
+        {NULL, "the package name"}, /* the 101-character name */
+        {"", "the requirement is empty"},
+    };
+    size_t nbad = sizeof(bad) / sizeof(bad[0]);
+    char cur[256], cur2[256];
+    current_gen(s, cur, sizeof(cur));
+
+    json_t *list = json_pack("[s]", "pandas");
+    for (size_t i = 0; i < nbad; i++)
+        json_array_append_new(list,
+                              json_string(bad[i].req ? bad[i].req : long_name));
+    post_packages(s, list, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_INT(json_array_size(json_object_get(r.json, "results")), nbad + 1);
+    CHECK_RESULT(&r, 0, "pandas", "not_allowed", NULL, "pandas");
+    for (size_t i = 0; i < nbad; i++) {
+        CHECK_RESULT(&r, i + 1, bad[i].req ? bad[i].req : long_name,
+                     "invalid", NULL, bad[i].phrase);
+        CHECK(json_is_null(json_object_get(result_at(&r, i + 1), "version")));
+    }
+    itest_resp_release(&r);
+
+    /* A not-allowed name in the usual spelling variants. */
+    CHECK_INSTALL(s, "ipdtest-dep", "not_allowed", NULL, "ipdtest-dep");
+    CHECK_INSTALL(s, "IPDTEST_Forbidden==1.0", "not_allowed", NULL,
+                  "ipdtest-forbidden");
+
+    /* Not {"packages": [strings]}: 400, nothing queued. */
+    static const char *const bodies[] = {
+        "{\"packages\": \"ipdtest-alpha\"}",
+        "{\"packages\": {\"ipdtest-alpha\": 1}}",
+        "{\"packages\": [1]}",
+        "{\"packages\": [\"ipdtest-alpha\", null]}",
+        "{\"packages\": []}",
+        "{}",
+        "[\"ipdtest-alpha\"]",
+        "\"ipdtest-alpha\"",
+        "{\"package\": [\"ipdtest-alpha\"]}",
+    };
+    for (size_t i = 0; i < sizeof(bodies) / sizeof(bodies[0]); i++) {
+        post_raw(s, bodies[i], &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        if (r.status != 400)
+            fprintf(stderr, "  (body was %s)\n", bodies[i]);
+        itest_resp_release(&r);
+    }
+    post_raw(s, "{\"packages\": [", &r);
+    CHECK_ERROR(&r, 400, "invalid_json");
+    itest_resp_release(&r);
+    /* 33 requirements: over the cap. */
+    json_t *many = json_array();
+    for (int i = 0; i < 33; i++)
+        json_array_append_new(many, json_string("ipdtest-alpha"));
+    post_packages(s, many, &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    itest_resp_release(&r);
+    /* Without a key: 401. */
+    struct itest_req rq = {.method = "POST", .path = "/v1/packages",
+                           .content_type = "application/json",
+                           .body = "{\"packages\":[\"ipdtest-alpha\"]}"};
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 401, "unauthorized");
+    itest_resp_release(&r);
+
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "refusals switched current %s -> %s", cur,
+           cur2);
+}
+
+/* ---- 3. dependencies ------------------------------------------------------------ */
+
+static void dependency_not_allowed(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    char cur[256], cur2[256];
+    REQUIRE(s);
+    current_gen(s, cur, sizeof(cur));
+    CHECK_INSTALL(s, "ipdtest-baddep", "not_allowed", NULL,
+                  "ipdtest-forbidden");
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "a refused install switched current %s -> %s",
+           cur, cur2);
+
+    /* Not installed: the import fails (the automatic install is refused
+     * the same way). */
+    run_code(s, NULL, "import ipdtest_baddep\nprint('imported')\n", &r);
+    CHECK_EXEC(&r, false, "");
+    CHECK_STR(itest_json_str(r.json, "error.type"), "ModuleNotFoundError");
+    CHECK(json_is_null(itest_json_get(r.json, "auto_installed")));
+    json_t *ip = itest_json_get(r.json, "installed_packages");
+    for (size_t i = 0; i < json_array_size(ip); i++) {
+        const char *st =
+            json_string_value(json_object_get(json_array_get(ip, i), "status"));
+        CHECKF(st && strcmp(st, "installed"), "installed_packages: %s",
+               r.body);
+    }
+    itest_resp_release(&r);
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "current switched %s -> %s", cur, cur2);
+    json_t *st = get_packages(s);
+    CHECK(st && !installed_version(st, "ipdtest-baddep") &&
+          !installed_version(st, "ipdtest-forbidden"));
+    json_decref(st);
+
+    /* An allowed dependency comes along. */
+    CHECK_INSTALL(s, "ipdtest-withdep", "installed", "1.0", NULL);
+    run_code(s, NULL,
+             "import ipdtest_withdep\nprint(ipdtest_withdep.hello())\n", &r);
+    CHECK_EXEC(&r, true, "withdep 1.0 + dep 1.0\n");
+    itest_resp_release(&r);
+    st = get_packages(s);
+    const char *dv = st ? installed_version(st, "ipdtest-dep") : NULL;
+    CHECKF(dv && !strcmp(dv, "1.0"), "ipdtest-dep not listed as 1.0");
+    json_decref(st);
+}
+
+/* ---- 4. a package that does not import -------------------------------------------- */
+
+static void broken_package_fails(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    char cur[256], cur2[256];
+    REQUIRE(s);
+    current_gen(s, cur, sizeof(cur));
+    CHECK_INSTALL(s, "ipdtest-broken", "failed", NULL, "deliberately broken");
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "a failed install switched current %s -> %s",
+           cur, cur2);
+    json_t *st = get_packages(s);
+    CHECK(st && !installed_version(st, "ipdtest-broken"));
+    json_decref(st);
+    /* What was there still works. */
+    run_code(s, NULL,
+             "import ipdtest_alpha\nprint(ipdtest_alpha.hello())\n"
+             "import importlib.util\n"
+             "print(importlib.util.find_spec('ipdtest_broken'))\n",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 1.0\nNone\n");
+    itest_resp_release(&r);
+}
+
+/* ---- 5. no wheel -------------------------------------------------------------------- */
+
+static void sdist_only_fails(void)
+{
+    struct itest_server *s = main_server();
+    char cur[256], cur2[256];
+    REQUIRE(s);
+    current_gen(s, cur, sizeof(cur));
+    CHECK_INSTALL(s, "ipdtest-sdistonly", "failed", NULL, NULL);
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "a failed install switched current %s -> %s",
+           cur, cur2);
+    /* --only-binary: the sdist was not even downloaded. */
+    char *log = itest_read_file(ix.log, NULL);
+    CHECKF(log && !strstr(log, "/files/ipdtest_sdistonly"),
+           "the sdist was downloaded (index log %s)", ix.log);
+    free(log);
+}
+
+/* ---- 6. import after install ----------------------------------------------------------- */
+
+static void import_after_install(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    REQUIRE(s);
+    /* (installed by install_and_list; a no-op then) */
+    CHECK_INSTALL(s, "ipdtest-alpha==1.0", "already_installed", "1.0", NULL);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 1.0\n");
+    CHECK(json_array_size(itest_json_get(r.json, "installed_packages")) == 0);
+    CHECK(json_number_value(itest_json_get(r.json, "install_time")) == 0);
+    itest_resp_release(&r);
+}
+
+/* ---- 7. packages of an execution ------------------------------------------------------- */
+
+static void execution_packages(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    REQUIRE(s);
+    itest_exec(s, s->admin_key, "u1",
+               json_pack("{s:s, s:[s]}", "code",
+                         "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+                         "packages", "ipdtest-alpha==2.0"),
+               EXEC_TIMEOUT_MS * scale(), &r);
+    CHECK_EXEC(&r, true, "alpha 2.0\n");
+    json_t *ip = itest_json_get(r.json, "installed_packages");
+    CHECKF(json_array_size(ip) == 1, "installed_packages: %s", r.body);
+    json_t *one = json_array_get(ip, 0);
+    CHECK_STR(json_string_value(json_object_get(one, "package")),
+              "ipdtest-alpha==2.0");
+    CHECK_STR(json_string_value(json_object_get(one, "status")), "installed");
+    CHECK_STR(json_string_value(json_object_get(one, "version")), "2.0");
+    double it = json_number_value(itest_json_get(r.json, "install_time"));
+    CHECKF(it > 0, "install_time %g", it);
+    itest_resp_release(&r);
+
+    /* Requested packages are checked before anything runs: 400. */
+    static const char *const refused[] = {"pandas", "x @ http://e",
+                                          "ipdtest-dep", "-e ."};
+    for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
+        itest_exec(s, s->admin_key, "u1",
+                   json_pack("{s:s, s:[s]}", "code", "print('ran')",
+                             "packages", refused[i]),
+                   EXEC_TIMEOUT_MS * scale(), &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        if (r.status != 400)
+            fprintf(stderr, "  (packages [\"%s\"])\n", refused[i]);
+        itest_resp_release(&r);
+    }
+    json_t *st = get_packages(s);
+    const char *v = st ? installed_version(st, "ipdtest-alpha") : NULL;
+    CHECKF(v && !strcmp(v, "2.0"), "ipdtest-alpha is %s, want 2.0",
+           v ? v : "(none)");
+    json_decref(st);
+}
+
+/* ---- 8. automatic installs --------------------------------------------------------------- */
+
+static void auto_install(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    REQUIRE(s);
+    run_code(s, NULL, "import ipdmapped; print(ipdmapped.__name__)", &r);
+    CHECK_EXEC(&r, true, "ipdmapped\n");
+    CHECK_STR(itest_json_str(r.json, "auto_installed"), "ipdtest-mapped");
+    json_t *ip = itest_json_get(r.json, "installed_packages");
+    json_t *one = json_array_get(ip, 0);
+    CHECKF(json_array_size(ip) == 1, "installed_packages: %s", r.body);
+    CHECK_STR(json_string_value(json_object_get(one, "package")),
+              "ipdtest-mapped");
+    CHECK_STR(json_string_value(json_object_get(one, "status")), "installed");
+    CHECK(json_number_value(itest_json_get(r.json, "install_time")) > 0);
+    itest_resp_release(&r);
+    /* Installed for good: the next run needs no install. */
+    run_code(s, NULL, "import ipdmapped; print(ipdmapped.hello())", &r);
+    CHECK_EXEC(&r, true, "mapped 1.0\n");
+    CHECK(json_is_null(itest_json_get(r.json, "auto_installed")));
+    itest_resp_release(&r);
+}
+
+static void auto_install_off(void)
+{
+    struct srv_opts so;
+    const char *extra[] = {"--auto-install", "0", NULL};
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    struct itest_resp r;
+    REQUIRE(s);
+    json_t *st = get_packages(s);
+    CHECK(st && json_is_null(itest_json_get(st, "venv.created_at")));
+    json_decref(st);
+    run_code(s, NULL, "import ipdmapped; print(ipdmapped.__name__)", &r);
+    CHECK_EXEC(&r, false, "");
+    CHECK_STR(itest_json_str(r.json, "error.type"), "ModuleNotFoundError");
+    CHECK(json_is_null(itest_json_get(r.json, "auto_installed")));
+    CHECK(json_array_size(itest_json_get(r.json, "installed_packages")) == 0);
+    itest_resp_release(&r);
+    char cur[256];
+    current_gen(s, cur, sizeof(cur));
+    CHECKF(!cur[0], "a venv appeared: current -> %s", cur);
+    itest_stop(s);
+}
+
+/* ---- 9. concurrent installs ----------------------------------------------------------------- */
+
+static void concurrent_installs(void)
+{
+    struct itest_server *s = gen_server();
+    struct itest_resp r;
+    REQUIRE(s);
+    /* A fresh server: the first install also makes the venv (seconds),
+     * so the others arrive while it runs.  One more goes through an
+     * execution's packages (another thread of the server). */
+    struct bg a = {.s = s, .pkg = "ipdtest-withdep"};
+    struct bg b = {.s = s, .pkg = "ipdtest-alpha==1.0"};
+    struct bg c = {
+        .s = s,
+        .exec_body = json_pack("{s:s, s:[s]}", "code",
+                               "import ipdmapped; print(ipdmapped.hello())",
+                               "packages", "ipdtest-mapped")};
+    bg_start(&a);
+    bg_start(&b);
+    bg_start(&c);
+    bg_join(&a);
+    bg_join(&b);
+    bg_join(&c);
+    CHECK_RESULT(&a.r, 0, "ipdtest-withdep", "installed", "1.0", NULL);
+    CHECK_RESULT(&b.r, 0, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    CHECK_EXEC(&c.r, true, "mapped 1.0\n");
+    CHECK_STR(itest_json_str(json_array_get(itest_json_get(c.r.json,
+                                                           "installed_packages"),
+                                            0),
+                             "status"),
+              "installed");
+    itest_resp_release(&a.r);
+    itest_resp_release(&b.r);
+    itest_resp_release(&c.r);
+    /* No install lost another's package. */
+    run_code(s, NULL,
+             "import ipdtest_withdep, ipdtest_alpha, ipdmapped\n"
+             "print(ipdtest_withdep.hello(), ipdtest_alpha.hello(), "
+             "ipdmapped.hello(), sep=' | ')\n",
+             &r);
+    CHECK_EXEC(&r, true, "withdep 1.0 + dep 1.0 | alpha 1.0 | mapped 1.0\n");
+    itest_resp_release(&r);
+    json_t *st = get_packages(s);
+    static const char *const want[] = {"ipdtest-withdep", "ipdtest-dep",
+                                       "ipdtest-alpha", "ipdtest-mapped"};
+    for (size_t i = 0; st && i < 4; i++) {
+        const char *v = installed_version(st, want[i]);
+        CHECKF(v && !strcmp(v, "1.0"), "%s not listed as 1.0", want[i]);
+    }
+    CHECK(st);
+    json_decref(st);
+}
+
+/* ---- 10. SIGKILL during an install -------------------------------------------------------- */
+
+static void sigkill_during_install(void)
+{
+    struct itest_server *s = gen_server();
+    struct itest_resp r;
+    char cur[256], cur2[256];
+    int status = 0;
+    REQUIRE(s);
+    install(s, "ipdtest-alpha==1.0", &r);
+    const char *st0 = json_string_value(json_object_get(result_at(&r, 0),
+                                                        "status"));
+    CHECKF(st0 && (!strcmp(st0, "installed") ||
+                   !strcmp(st0, "already_installed")),
+           "alpha==1.0: %s", r.body);
+    itest_resp_release(&r);
+    current_gen(s, cur, sizeof(cur));
+    REQUIRE(cur[0]);
+
+    gate_arm(BIG_WHEEL);
+    struct bg b = {.s = s, .pkg = "ipdtest-big"};
+    bg_start(&b);
+    bool held = gate_wait(BIG_WHEEL, 120000, &b.done);
+    CHECKF(held, "the download of %s never reached the gate", BIG_WHEEL);
+    if (held) {
+        itest_signal(s, SIGKILL);
+        CHECK(itest_wait_exit(s, 10000, &status));
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    }
+    gate_open(BIG_WHEEL);
+    bg_join(&b);
+    /* The client saw the connection drop, not an answer. */
+    CHECKF(!held || b.r.status == 0, "the install answered %ld: %s",
+           b.r.status, b.r.body);
+    itest_resp_release(&b.r);
+    if (!held)
+        return;
+
+    /* A restarted server removes the leftover generation and keeps
+     * current. */
+    gen_srv = NULL; /* until it is up again */
+    REQUIRE(itest_restart(s, &gen_opts.o));
+    gen_srv = s;
+    int ngen, nstray;
+    char names[1024];
+    venv_entries(s, &ngen, &nstray, names, sizeof(names));
+    CHECKF(ngen == 1 && nstray == 0,
+           "want exactly one generation after the restart, got: %s", names);
+    current_gen(s, cur2, sizeof(cur2));
+    CHECKF(!strcmp(cur, cur2), "current %s -> %s", cur, cur2);
+    CHECK(gen_exists(s, cur));
+
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 1.0\n");
+    itest_resp_release(&r);
+    run_code(s, NULL,
+             "import importlib.util\n"
+             "print(importlib.util.find_spec('ipdtest_big'))\n",
+             &r);
+    CHECK_EXEC(&r, true, "None\n");
+    itest_resp_release(&r);
+    json_t *pk = get_packages(s);
+    CHECK(pk && !installed_version(pk, "ipdtest-big"));
+    CHECK(pk && installed_version(pk, "ipdtest-alpha"));
+    json_decref(pk);
+}
+
+/* ---- 11. an execution across a generation switch --------------------------------------------- */
+
+static void execution_across_switch(void)
+{
+    struct itest_server *s = gen_server();
+    struct itest_resp r;
+    char old[256], now[256];
+    REQUIRE(s);
+    char *key = networked_key(s);
+    REQUIRE(key);
+    install(s, "ipdtest-alpha==1.0", &r);
+    const char *st0 = json_string_value(json_object_get(result_at(&r, 0),
+                                                        "status"));
+    CHECKF(st0 && (!strcmp(st0, "installed") ||
+                   !strcmp(st0, "already_installed")),
+           "alpha==1.0: %s", r.body);
+    itest_resp_release(&r);
+
+    gate_arm(SYNC_FILE);
+    char *code = held_code();
+    struct bg e = {.s = s, .key = key, .code = code};
+    bg_start(&e);
+    bool held = gate_wait(SYNC_FILE, 60000, &e.done);
+    CHECKF(held, "the execution never reached the gate");
+    current_gen(s, old, sizeof(old));
+    char *gen = gen_from_index_log();
+    CHECKF(gen && !strcmp(gen, old),
+           "the execution runs on %s, current is %s", gen ? gen : "(?)",
+           old);
+    free(gen);
+    if (held) {
+        install(s, "ipdtest-alpha==2.0", &r);
+        CHECK_RESULT(&r, 0, "ipdtest-alpha==2.0", "installed", "2.0", NULL);
+        itest_resp_release(&r);
+        current_gen(s, now, sizeof(now));
+        CHECKF(strcmp(now, old) != 0, "current did not switch from %s", old);
+        /* Held by the running execution: not collected. */
+        CHECKF(gen_exists(s, old), "%s was removed under a running "
+                                   "execution",
+               old);
+    }
+    gate_open(SYNC_FILE);
+    bg_join(&e);
+    CHECK_EXEC(&e.r, true, "1.0 alpha 1.0\nmeta 1.0\n");
+    itest_resp_release(&e.r);
+    free(code);
+
+    run_code(s, key, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 2.0\n");
+    itest_resp_release(&r);
+    /* The next install collects the generation nobody holds now. */
+    CHECK_INSTALL(s, "ipdtest-alpha==2.0", "already_installed", "2.0", NULL);
+    CHECKF(!gen_exists(s, old), "%s is still there", old);
+    int ngen, nstray;
+    char names[1024];
+    venv_entries(s, &ngen, &nstray, names, sizeof(names));
+    CHECKF(ngen == 1 && nstray == 0, "generations left: %s", names);
+    free(key);
+}
+
+/* ---- 12. the age rebuild ------------------------------------------------------------------- */
+
+static void rebuild_switches(void)
+{
+    struct srv_opts so;
+    const char *extra[] = {"--venv-max-age", "4s", "--venv-check-interval",
+                           "1s", NULL};
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    struct itest_resp r;
+    REQUIRE(s);
+    char *key = networked_key(s);
+    if (!key) {
+        CHECK(key);
+        itest_stop(s);
+        return;
+    }
+    install(s, "ipdtest-alpha==1.0", &r);
+    const char *st0 = json_string_value(json_object_get(result_at(&r, 0),
+                                                        "status"));
+    /* (a rebuild may have switched meanwhile: it installs the same) */
+    CHECKF(st0 && (!strcmp(st0, "installed") ||
+                   !strcmp(st0, "already_installed")),
+           "alpha==1.0: %s", r.body);
+    itest_resp_release(&r);
+
+    gate_arm(SYNC_FILE);
+    char *code = held_code();
+    struct bg e = {.s = s, .key = key, .code = code};
+    bg_start(&e);
+    bool held = gate_wait(SYNC_FILE, 60000, &e.done);
+    CHECKF(held, "the execution never reached the gate");
+    char *gen = gen_from_index_log();
+    CHECKF(gen && !strncmp(gen, "gen-", 4), "the execution's generation: %s",
+           gen ? gen : "(?)");
+    json_t *st = get_packages(s);
+    char *created0 = st ? itest_json_dup(st, "venv.created_at") : NULL;
+    json_decref(st);
+    CHECKF(created0 && *created0, "no venv.created_at");
+    char *created1 = NULL;
+    /* A switch after this point replaced the execution's generation. */
+    double deadline = itest_now() + 90.0 * scale();
+    while (held && created0 && itest_now() < deadline) {
+        st = get_packages(s);
+        const char *c = st ? itest_json_str(st, "venv.created_at") : NULL;
+        if (c && strcmp(c, created0)) {
+            created1 = strdup(c);
+            json_decref(st);
+            break;
+        }
+        json_decref(st);
+        pause_ms(200);
+    }
+    CHECKF(created1, "venv.created_at stayed %s (no rebuild)",
+           created0 ? created0 : "(none)");
+    char cur[256];
+    current_gen(s, cur, sizeof(cur));
+    if (gen && created1) {
+        CHECKF(strcmp(cur, gen) != 0, "current is still %s", gen);
+        CHECKF(gen_exists(s, gen), "%s was removed under a running execution",
+               gen);
+    }
+    gate_open(SYNC_FILE);
+    bg_join(&e);
+    CHECK_EXEC(&e.r, true, "1.0 alpha 1.0\nmeta 1.0\n");
+    itest_resp_release(&e.r);
+    free(code);
+
+    /* The rebuilt generation has the requirements again. */
+    run_code(s, NULL,
+             "import ipdtest_alpha, importlib.metadata\n"
+             "print(ipdtest_alpha.hello(), "
+             "importlib.metadata.version('ipdtest-alpha'))\n",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 1.0 1.0\n");
+    itest_resp_release(&r);
+    st = get_packages(s);
+    const char *v = st ? installed_version(st, "ipdtest-alpha") : NULL;
+    CHECKF(v && !strcmp(v, "1.0"), "after the rebuild ipdtest-alpha is %s",
+           v ? v : "(none)");
+    json_decref(st);
+    /* Released: the age check collects it (bounded poll; it runs every
+     * second). */
+    deadline = itest_now() + 60.0 * scale();
+    while (gen && gen_exists(s, gen) && itest_now() < deadline)
+        pause_ms(100);
+    CHECKF(gen && !gen_exists(s, gen), "%s was never collected",
+           gen ? gen : "(?)");
+    free(gen);
+    free(created0);
+    free(created1);
+    free(key);
+    itest_stop(s);
+}
+
+/* SIGTERM with one install running past the shutdown timeout and one
+ * queued: the running one finishes, the queued one is answered 503 without
+ * running pip, and the server exits 0 (queued installs must not hold
+ * shutdown for minutes). */
+static void sigterm_with_queued_install(void)
+{
+    struct srv_opts so;
+    struct itest_resp r;
+    const char *extra[] = {"--shutdown-timeout", "1s", NULL};
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    gate_arm(BIG_WHEEL);
+    struct bg a = {.s = s, .pkg = "ipdtest-big"};
+    bg_start(&a);
+    bool held = gate_wait(BIG_WHEEL, 120000, &a.done);
+    CHECKF(held, "the download of %s never reached the gate", BIG_WHEEL);
+    struct bg b = {.s = s, .pkg = "ipdtest-alpha==2.0"};
+    bg_start(&b);
+    /* Bounded wait until the second install sits in the queue. */
+    bool queued = false;
+    double deadline = itest_now() + 30.0 * scale();
+    while (held && !queued && itest_now() < deadline) {
+        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                      NULL, 0, NULL, &r);
+        queued = json_integer_value(itest_json_get(r.json, "installs.queued")) ==
+                     1 &&
+                 json_integer_value(itest_json_get(r.json, "installs.running")) ==
+                     1;
+        itest_resp_release(&r);
+        if (!queued)
+            pause_ms(50);
+    }
+    CHECKF(queued, "the second install never showed as queued");
+    itest_signal(s, SIGTERM);
+    /* Past the 1 s for in-flight requests the workers are stopped: from
+     * then on the queued install is cancelled when the installer gets to
+     * it.  Only then does the running one go on. */
+    CHECK(itest_wait_log_line(s, 30000, "still running after", NULL));
+    gate_open(BIG_WHEEL);
+    bg_join(&a);
+    bg_join(&b);
+    CHECKF(a.r.status == 200, "the running install answered %ld: %s",
+           a.r.status, a.r.body);
+    CHECK_ERROR(&b.r, 503, "unavailable");
+    itest_resp_release(&a.r);
+    itest_resp_release(&b.r);
+    int status = 0;
+    CHECK(itest_wait_exit(s, 60000, &status));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    itest_stop(s);
+}
+
+/* With --pip-allow-sdist 1 the operator lets pip build source
+ * distributions; the build runs in the sandbox like pip itself. */
+static void sdist_allowed(void)
+{
+    struct srv_opts so;
+    const char *extra[] = {"--pip-allow-sdist", "1", NULL};
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    struct itest_resp r;
+    REQUIRE(s);
+    CHECK_INSTALL(s, "ipdtest-sdistonly", "installed", "1.0", NULL);
+    run_code(s, NULL,
+             "import importlib.metadata as m\n"
+             "print(m.version('ipdtest-sdistonly'))\n",
+             &r);
+    CHECK_EXEC(&r, true, "1.0\n");
+    itest_resp_release(&r);
+    itest_stop(s);
+}
+
+/* A rebuild that fails (the index is gone) keeps the old generation,
+ * executions keep working on it, and the admin status says why. */
+static void rebuild_failure_keeps_current(void)
+{
+    struct srv_opts so, bad;
+    struct itest_resp r;
+    REQUIRE(index_setup());
+    make_opts(&so, NULL);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    install(s, "ipdtest-alpha==1.0", &r);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    itest_resp_release(&r);
+    char cur0[256], cur1[256];
+    current_gen(s, cur0, sizeof(cur0));
+
+    /* Nothing listens on port 1: every pip run of the rebuild fails. */
+    const char *extra[] = {"--pip-index-url", "http://127.0.0.1:1/simple/",
+                           "--venv-max-age", "2s", "--venv-check-interval",
+                           "1s", NULL};
+    make_opts(&bad, extra);
+    REQUIRE(itest_restart(s, &bad.o));
+    char *why = NULL;
+    double deadline = itest_now() + 120.0 * scale();
+    while (!why && itest_now() < deadline) {
+        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                      NULL, 0, NULL, &r);
+        const char *e = itest_json_str(r.json, "venv.last_rebuild_error");
+        if (e)
+            why = strdup(e);
+        itest_resp_release(&r);
+        if (!why)
+            pause_ms(200);
+    }
+    CHECKF(why != NULL, "no rebuild error reported");
+    current_gen(s, cur1, sizeof(cur1));
+    CHECKF(!strcmp(cur0, cur1), "current moved from %s to %s", cur0, cur1);
+    run_code(s, NULL, "import ipdtest_alpha\nprint(ipdtest_alpha.hello())\n",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 1.0\n");
+    itest_resp_release(&r);
+    free(why);
+    itest_stop(s);
+}
+
+/* ---- teardown ------------------------------------------------------------------------------ */
+
+static void stop_servers(void)
+{
+    if (main_srv)
+        itest_stop(main_srv);
+    main_srv = NULL;
+    if (gen_srv)
+        itest_stop(gen_srv);
+    gen_srv = NULL;
+    index_stop();
+}
+
+TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
+          T(dependency_not_allowed), T(broken_package_fails),
+          T(sdist_only_fails), T(import_after_install),
+          T(execution_packages), T(auto_install), T(auto_install_off),
+          T(concurrent_installs), T(sigkill_during_install),
+          T(execution_across_switch), T(rebuild_switches),
+          T(rebuild_failure_keeps_current), T(sdist_allowed),
+          T(sigterm_with_queued_install),
+          T(stop_servers))

@@ -1,0 +1,944 @@
+/*
+ * test_fetch.c - outbound HTTP and its SSRF guard, against tiny HTTP
+ * servers run on threads of this program (raw sockets on 127.0.0.1 and
+ * 127.0.0.2, ephemeral ports, scripted answers).  No mocks, no sleeps: a
+ * stalled server waits on a pipe that the test writes when it is done.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "service/buf.h"
+#include "service/fetch.h"
+#include "service/util.h"
+#include "test.h"
+
+/* ---- a scripted HTTP server ------------------------------------------- */
+
+struct srv {
+    int lfd;
+    int port;
+    int stop[2]; /* written by srv_stop: ends the loop and any stall */
+    pthread_t th;
+    char redirect_to[256]; /* Location for /away */
+    int conns;             /* accepted; read after srv_stop (joined) */
+    char req[16384];       /* the last request, headers and body */
+    size_t req_len;
+};
+
+static void send_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+        if (n <= 0)
+            return; /* the client went away, as some tests make it */
+        p += n;
+        len -= (size_t)n;
+    }
+}
+
+static void respond(int fd, const char *status, const char *headers,
+                    const char *body)
+{
+    char head[1024];
+    int n = snprintf(head, sizeof(head),
+                     "HTTP/1.1 %s\r\nContent-Length: %zu\r\n"
+                     "Connection: close\r\n%s\r\n",
+                     status, strlen(body), headers);
+    send_all(fd, head, (size_t)n);
+    send_all(fd, body, strlen(body));
+}
+
+/* Wait until srv_stop. */
+static void stall(struct srv *s)
+{
+    struct pollfd p = {s->stop[0], POLLIN, 0};
+    while (poll(&p, 1, -1) < 0 && errno == EINTR)
+        ;
+}
+
+/* Read one request (headers, then Content-Length bytes of body). */
+static void read_request(struct srv *s, int fd)
+{
+    size_t want = 0;
+    s->req_len = 0;
+    s->req[0] = 0;
+    for (;;) {
+        struct pollfd p[2] = {{fd, POLLIN, 0}, {s->stop[0], POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 || p[1].revents)
+            return;
+        ssize_t n =
+            recv(fd, s->req + s->req_len, sizeof(s->req) - 1 - s->req_len, 0);
+        if (n <= 0)
+            return;
+        s->req_len += (size_t)n;
+        s->req[s->req_len] = 0;
+        char *end = strstr(s->req, "\r\n\r\n");
+        if (!end)
+            continue;
+        if (!want) {
+            const char *cl = strcasestr(s->req, "\r\nContent-Length:");
+            want = (size_t)(end + 4 - s->req);
+            if (cl && cl < end)
+                want += (size_t)strtoul(cl + 17, NULL, 10);
+        }
+        if (s->req_len >= want || s->req_len == sizeof(s->req) - 1)
+            return;
+    }
+}
+
+static void big_body(int fd, bool with_length)
+{
+    static char chunk[65536];
+    char head[256];
+    size_t total = 1 << 20;
+    memset(chunk, 'b', sizeof(chunk));
+    int n = with_length
+                ? snprintf(head, sizeof(head),
+                           "HTTP/1.1 200 OK\r\nContent-Length: %zu\r\n"
+                           "Connection: close\r\n\r\n",
+                           total)
+                : snprintf(head, sizeof(head),
+                           "HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+    send_all(fd, head, (size_t)n);
+    for (size_t sent = 0; sent < total; sent += sizeof(chunk))
+        send_all(fd, chunk, sizeof(chunk));
+}
+
+/* Answer one request; returns false when it closed fd itself. */
+static bool route(struct srv *s, int fd)
+{
+    char path[512] = "";
+    const char *sp = strchr(s->req, ' ');
+    if (sp)
+        sscanf(sp + 1, "%511s", path);
+    char loc[512];
+    int n;
+
+    if (!strcmp(path, "/hello.txt")) {
+        respond(fd, "200 OK", "Content-Type: text/plain\r\n", "hello world");
+    } else if (!strcmp(path, "/cd")) {
+        respond(fd, "200 OK",
+                "Content-Type: application/pdf\r\nContent-Disposition: "
+                "attachment; filename=\"fallback.txt\"; "
+                "filename*=UTF-8''r%C3%A9sum%C3%A9.pdf\r\n",
+                "%PDF");
+    } else if (!strcmp(path, "/dir/na%20me.csv")) {
+        respond(fd, "200 OK", "", "a,b\n");
+    } else if (!strncmp(path, "/r/", 3)) {
+        n = (int)strtol(path + 3, NULL, 10) - 1;
+        if (n < 0) {
+            respond(fd, "200 OK", "", "done");
+        } else {
+            snprintf(loc, sizeof(loc), "Location: /r/%d\r\n", n);
+            respond(fd, "302 Found", loc, "moved");
+        }
+    } else if (!strcmp(path, "/away")) {
+        snprintf(loc, sizeof(loc), "Location: %s\r\n", s->redirect_to);
+        respond(fd, "302 Found", loc, "");
+    } else if (!strcmp(path, "/big")) {
+        big_body(fd, true);
+    } else if (!strcmp(path, "/big-stream")) {
+        big_body(fd, false);
+    } else if (!strcmp(path, "/drip")) {
+        const char *head = "HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\nx";
+        send_all(fd, head, strlen(head));
+        stall(s);
+    } else if (!strcmp(path, "/reset")) {
+        const char *head =
+            "HTTP/1.1 200 OK\r\nContent-Length: 100000\r\n\r\n0123456789";
+        struct linger lg = {1, 0};
+        send_all(fd, head, strlen(head));
+        /* Linger 0: close sends RST, not FIN. */
+        setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+        close(fd);
+        return false;
+    } else if (!strcmp(path, "/hook")) {
+        respond(fd, "200 OK", "", "ok");
+    } else if (!strcmp(path, "/hook-redirect")) {
+        respond(fd, "303 See Other", "Location: /elsewhere\r\n", "");
+    } else {
+        respond(fd, "404 Not Found", "", "nope");
+    }
+    return true;
+}
+
+static void *srv_main(void *arg)
+{
+    struct srv *s = arg;
+    for (;;) {
+        struct pollfd p[2] = {{s->lfd, POLLIN, 0}, {s->stop[0], POLLIN, 0}};
+        if (poll(p, 2, -1) < 0 && errno == EINTR)
+            continue;
+        if (p[1].revents)
+            break;
+        int fd = accept4(s->lfd, NULL, NULL, SOCK_CLOEXEC);
+        if (fd < 0)
+            continue;
+        s->conns++;
+        read_request(s, fd);
+        if (route(s, fd)) {
+            shutdown(fd, SHUT_WR);
+            close(fd);
+        }
+    }
+    return NULL;
+}
+
+static bool srv_start(struct srv *s, const char *ip)
+{
+    struct sockaddr_in a;
+    socklen_t alen = sizeof(a);
+    memset(s, 0, sizeof(*s));
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    inet_pton(AF_INET, ip, &a.sin_addr);
+    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) ||
+        listen(s->lfd, 16) ||
+        getsockname(s->lfd, (struct sockaddr *)&a, &alen) ||
+        pipe2(s->stop, O_CLOEXEC))
+        return false;
+    s->port = ntohs(a.sin_port);
+    return pthread_create(&s->th, NULL, srv_main, s) == 0;
+}
+
+static void srv_stop(struct srv *s)
+{
+    ssize_t n = write(s->stop[1], "x", 1);
+    (void)n;
+    pthread_join(s->th, NULL);
+    close(s->lfd);
+    close(s->stop[0]);
+    close(s->stop[1]);
+}
+
+/* ---- a sink that keeps everything ------------------------------------- */
+
+struct rec {
+    struct ipd_buf got;
+    int discards;
+    enum ipd_err fail_with;
+};
+
+static enum ipd_err rec_write(void *ctx, const void *data, size_t len)
+{
+    struct rec *r = ctx;
+    if (r->fail_with)
+        return r->fail_with;
+    return ipd_buf_add(&r->got, data, len);
+}
+
+static void rec_discard(void *ctx)
+{
+    struct rec *r = ctx;
+    r->discards++;
+}
+
+struct fx {
+    struct ipd_fetch_opts o;
+    struct ipd_fetch_allowlist *allow;
+    struct rec rec;
+    struct ipd_fetch_sink sink;
+    struct ipd_fetch_result res;
+    struct ipd_buf err;
+    char url[512];
+};
+
+static void fx_init(struct fx *f, const char *allow)
+{
+    memset(f, 0, sizeof(*f));
+    ipd_fetch_opts_init(&f->o);
+    f->o.connect_timeout_ms = 2000;
+    f->o.total_timeout_ms = 10000;
+    IPD_ASSERT(ipd_fetch_allowlist_parse(allow, &f->allow, NULL) == IPD_OK);
+    f->o.allow = f->allow;
+    ipd_buf_init(&f->rec.got, IPD_BUF_UNLIMITED);
+    f->sink.write = rec_write;
+    f->sink.discard = rec_discard;
+    f->sink.ctx = &f->rec;
+    ipd_fetch_result_init(&f->res);
+    ipd_buf_init(&f->err, 4096);
+}
+
+static void fx_release(struct fx *f)
+{
+    ipd_fetch_allowlist_free(f->allow);
+    ipd_buf_release(&f->rec.got);
+    ipd_fetch_result_release(&f->res);
+    ipd_buf_release(&f->err);
+}
+
+static enum ipd_err fx_get(struct fx *f, const char *fmt, ...) IPD_PRINTF(2, 3);
+
+static enum ipd_err fx_get(struct fx *f, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(f->url, sizeof(f->url), fmt, ap);
+    va_end(ap);
+    ipd_fetch_result_release(&f->res);
+    ipd_buf_reset(&f->err);
+    ipd_buf_reset(&f->rec.got);
+    f->rec.discards = 0;
+    return ipd_fetch_get(&f->o, f->url, &f->sink, &f->res, &f->err);
+}
+
+static bool ends_with(const char *s, const char *suffix)
+{
+    size_t a = s ? strlen(s) : 0, b = strlen(suffix);
+    return s && a >= b && !strcmp(s + a - b, suffix);
+}
+
+#define CHECK_HAS(hay, needle)                                                 \
+    do {                                                                       \
+        if (!strstr((hay), (needle))) {                                        \
+            fprintf(stderr, "%s:%d: \"%s\" does not contain \"%s\"\n",         \
+                    __FILE__, __LINE__, (hay), (needle));                      \
+            test__failed_checks++;                                             \
+        }                                                                      \
+    } while (0)
+
+/* ---- the guard without the network ------------------------------------ */
+
+static bool verdict(const char *ip, const struct ipd_fetch_allowlist *allow,
+                    char *why, size_t whysz)
+{
+    struct sockaddr_storage ss;
+    memset(&ss, 0, sizeof(ss));
+    struct sockaddr_in *in = (struct sockaddr_in *)&ss;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&ss;
+    if (inet_pton(AF_INET, ip, &in->sin_addr) == 1) {
+        in->sin_family = AF_INET;
+    } else {
+        IPD_ASSERT(inet_pton(AF_INET6, ip, &in6->sin6_addr) == 1);
+        in6->sin6_family = AF_INET6;
+    }
+    return ipd_fetch_address_allowed((struct sockaddr *)&ss, allow, why, whysz);
+}
+
+static void address_classes(void)
+{
+    static const struct {
+        const char *ip;
+        const char *why; /* NULL: allowed; else part of the reason */
+    } cases[] = {
+        {"127.0.0.1", "loopback"},
+        {"127.255.255.254", "loopback"},
+        {"10.0.0.1", "private"},
+        {"10.255.255.255", "private"},
+        {"172.16.0.1", "private"},
+        {"172.31.255.255", "private"},
+        {"172.15.255.255", NULL},
+        {"172.32.0.1", NULL},
+        {"192.168.1.1", "private"},
+        {"169.254.169.254", "link-local (cloud metadata)"},
+        {"169.254.1.1", "link-local"},
+        {"224.0.0.1", "multicast"},
+        {"239.255.255.250", "multicast"},
+        {"0.0.0.0", "unspecified"},
+        {"0.1.2.3", "unspecified"},
+        {"255.255.255.255", "broadcast"},
+        {"100.64.0.1", "carrier-grade NAT"},
+        {"100.127.255.255", "carrier-grade NAT"},
+        {"100.63.255.255", NULL},
+        {"100.128.0.1", NULL},
+        {"240.0.0.1", "reserved"},
+        {"250.1.2.3", "reserved"},
+        {"192.0.2.1", "reserved (documentation)"},
+        {"198.18.0.1", "reserved (benchmarking)"},
+        {"8.8.8.8", NULL},
+        {"1.1.1.1", NULL},
+        {"11.0.0.1", NULL},
+        {"::1", "loopback"},
+        {"::", "unspecified"},
+        {"::ffff:127.0.0.1", "loopback (IPv4-mapped)"},
+        {"::ffff:10.0.0.1", "private (IPv4-mapped)"},
+        {"::ffff:169.254.169.254", "cloud metadata"},
+        {"::ffff:0.0.0.0", "unspecified (IPv4-mapped)"},
+        {"::ffff:8.8.8.8", NULL},
+        {"::127.0.0.1", "loopback (IPv4-compatible)"},
+        {"::8.8.8.8", "reserved (IPv4-compatible)"},
+        {"::ffff:0:127.0.0.1", "loopback (IPv4-translated)"},
+        {"64:ff9b::127.0.0.1", "loopback (NAT64)"},
+        {"64:ff9b::a9fe:a9fe", "cloud metadata"},
+        {"64:ff9b::8.8.8.8", NULL},
+        {"64:ff9b:1::1", "private"},
+        {"2002:7f00:1::1", "loopback (6to4)"},
+        {"2002:a00:1::1", "private (6to4)"},
+        {"2002:808:808::1", NULL},
+        /* Teredo: server 65.54.227.120, client ~(127.0.0.1). */
+        {"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback (Teredo)"},
+        {"2001:0:7f00:1::", "loopback (Teredo server)"},
+        {"2001:0:4136:e378:8000:63bf:f7f7:f7f7", NULL}, /* client 8.8.8.8 */
+        {"fc00::1", "private"},
+        {"fd12:3456::1", "private"},
+        {"fe80::1", "link-local"},
+        {"febf::1", "link-local"},
+        {"fec0::1", "site-local"},
+        {"ff02::1", "multicast"},
+        {"ff0e::1", "multicast"},
+        {"2001:db8::1", "documentation"},
+        {"100::1", "reserved"},
+        {"4000::1", "reserved"},
+        {"2606:4700:4700::1111", NULL},
+        {"2001:4860:4860::8888", NULL},
+    };
+    char why[128];
+    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
+        bool ok = verdict(cases[i].ip, NULL, why, sizeof(why));
+        if (ok != !cases[i].why ||
+            (cases[i].why && !strstr(why, cases[i].why))) {
+            fprintf(stderr, "  %s: allowed=%d why=\"%s\", want %s\n",
+                    cases[i].ip, ok, why,
+                    cases[i].why ? cases[i].why : "allowed");
+            test__failed_checks++;
+        }
+        if (ok)
+            CHECK_STR(why, "");
+    }
+}
+
+static void allowlist(void)
+{
+    struct ipd_fetch_allowlist *a = NULL;
+    struct ipd_buf err;
+    char why[128];
+    ipd_buf_init(&err, 1024);
+
+    CHECK_INT(ipd_fetch_allowlist_parse(
+                  "127.0.0.1/32, 10.1.2.3/8 fd00::/8,,192.168.7.7", &a, &err),
+              IPD_OK);
+    REQUIRE(a);
+    CHECK(verdict("127.0.0.1", a, why, sizeof(why)));
+    CHECK(!verdict("127.0.0.2", a, why, sizeof(why)));
+    CHECK_STR(why, "loopback");
+    CHECK(verdict("10.200.0.1", a, why, sizeof(why))); /* host bits ignored */
+    CHECK(verdict("192.168.7.7", a, why, sizeof(why)));
+    CHECK(!verdict("192.168.7.8", a, why, sizeof(why)));
+    CHECK(verdict("::ffff:127.0.0.1", a, why, sizeof(why)));
+    CHECK(verdict("fd00::5", a, why, sizeof(why)));
+    CHECK(!verdict("fc00::1", a, why, sizeof(why)));
+    CHECK(!verdict("169.254.169.254", a, why, sizeof(why)));
+    CHECK(!verdict("::1", a, why, sizeof(why)));
+    CHECK(verdict("8.8.8.8", a, why, sizeof(why)));
+    ipd_fetch_allowlist_free(a);
+
+    CHECK_INT(ipd_fetch_allowlist_parse("", &a, &err), IPD_OK);
+    CHECK(!verdict("127.0.0.1", a, why, sizeof(why)));
+    ipd_fetch_allowlist_free(a);
+    CHECK_INT(ipd_fetch_allowlist_parse(NULL, &a, &err), IPD_OK);
+    ipd_fetch_allowlist_free(a);
+    CHECK_INT(ipd_fetch_allowlist_parse("::/0", &a, &err), IPD_OK);
+    CHECK(verdict("::1", a, why, sizeof(why)));
+    CHECK(!verdict("127.0.0.1", a, why, sizeof(why)));
+    ipd_fetch_allowlist_free(a);
+
+    static const char *bad[] = {"10.0.0.0/33", "abc",        "::1/129",
+                                "1.2.3.4/",    "1.2.3.4/-1", "1.2.3/8",
+                                "10.0.0.0/8;"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
+        ipd_buf_reset(&err);
+        a = (struct ipd_fetch_allowlist *)&err; /* must be reset to NULL */
+        CHECK_INT(ipd_fetch_allowlist_parse(bad[i], &a, &err), IPD_ERR_INVALID);
+        CHECK(a == NULL);
+        CHECK_HAS(err.buf, "bad allowlist entry");
+    }
+    ipd_buf_release(&err);
+}
+
+static void any_refused_address_refuses_all(void)
+{
+    struct sockaddr_in good, bad;
+    struct sockaddr_in6 good6;
+    struct ipd_buf err;
+    ipd_buf_init(&err, 1024);
+    memset(&good, 0, sizeof(good));
+    memset(&bad, 0, sizeof(bad));
+    memset(&good6, 0, sizeof(good6));
+    good.sin_family = bad.sin_family = AF_INET;
+    good6.sin6_family = AF_INET6;
+    inet_pton(AF_INET, "93.184.216.34", &good.sin_addr);
+    inet_pton(AF_INET, "127.0.0.1", &bad.sin_addr);
+    inet_pton(AF_INET6, "2606:4700:4700::1111", &good6.sin6_addr);
+    const struct sockaddr *mixed[] = {(struct sockaddr *)&good,
+                                      (struct sockaddr *)&good6,
+                                      (struct sockaddr *)&bad};
+    CHECK_INT(ipd_fetch_addresses_check("example", mixed, 3, NULL, &err),
+              IPD_ERR_INVALID);
+    CHECK_STR(err.buf,
+              "address 127.0.0.1 of host example is not allowed (loopback)");
+    ipd_buf_reset(&err);
+    CHECK_INT(ipd_fetch_addresses_check("example", mixed, 2, NULL, &err),
+              IPD_OK);
+    CHECK_INT(ipd_fetch_addresses_check("example", mixed, 0, NULL, &err),
+              IPD_ERR_UNAVAILABLE);
+    ipd_buf_release(&err);
+}
+
+static void content_disposition(void)
+{
+    static const struct {
+        const char *header;
+        enum ipd_err rc;
+        const char *want;
+    } cases[] = {
+        {"attachment; filename=\"a.txt\"", IPD_OK, "a.txt"},
+        {"attachment; filename=a.txt", IPD_OK, "a.txt"},
+        {"attachment;filename=a.txt  ; size=3", IPD_OK, "a.txt"},
+        {"ATTACHMENT; FILENAME=\"A.TXT\"", IPD_OK, "A.TXT"},
+        {"inline; filename=\"quo\\\"te\\\\d.txt\"", IPD_OK, "quo\"te\\d.txt"},
+        {"attachment; filename=\"semi;colon.txt\"", IPD_OK, "semi;colon.txt"},
+        {"attachment; filename=\"fallback.txt\"; "
+         "filename*=UTF-8''r%C3%A9sum%C3%A9.pdf",
+         IPD_OK, "r\xc3\xa9sum\xc3\xa9.pdf"},
+        {"attachment; filename*=utf-8'en'%E2%82%AC%20rates.txt; "
+         "filename=\"EUR rates.txt\"",
+         IPD_OK, "\xe2\x82\xac rates.txt"},
+        {"attachment; filename*=iso-8859-1''%E9t%E9.txt", IPD_OK,
+         "\xc3\xa9t\xc3\xa9.txt"},
+        /* Bad filename*: fall back to filename. */
+        {"attachment; filename*=UTF-8''bad%ZZ; filename=ok.txt", IPD_OK,
+         "ok.txt"},
+        {"attachment; filename*=UTF-8''nul%00.txt; filename=ok.txt", IPD_OK,
+         "ok.txt"},
+        {"attachment; filename*=UTF-8''%FF%FE; filename=ok.txt", IPD_OK,
+         "ok.txt"},
+        {"attachment; filename*=KOI8-R''%C1; filename=ok.txt", IPD_OK,
+         "ok.txt"},
+        {"attachment; filename*=noquotes; filename=ok.txt", IPD_OK, "ok.txt"},
+        {"attachment; filename*=UTF-8''bad%ZZ", IPD_ERR_INVALID, ""},
+        {"filename=bare.txt", IPD_OK, "bare.txt"},
+        {"attachment; filename=../../etc/passwd", IPD_OK, "../../etc/passwd"},
+        {"attachment", IPD_ERR_NOT_FOUND, ""},
+        {"", IPD_ERR_NOT_FOUND, ""},
+        {"attachment; filename=\"\"", IPD_ERR_NOT_FOUND, ""},
+        {"attachment; name=\"field\"", IPD_ERR_NOT_FOUND, ""},
+        {"attachment; filenamex=a.txt", IPD_ERR_NOT_FOUND, ""},
+        {"attachment; filename=\"unterminated", IPD_ERR_INVALID, ""},
+        {"attachment; junk; =x; filename=after-junk.txt", IPD_OK,
+         "after-junk.txt"},
+        {"attachment; filename=first.txt; filename=second.txt", IPD_OK,
+         "first.txt"},
+    };
+    char out[64];
+    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
+        enum ipd_err rc =
+            ipd_content_disposition_filename(cases[i].header, out, sizeof(out));
+        if (rc != cases[i].rc || strcmp(out, cases[i].want) != 0) {
+            fprintf(stderr, "  [%s]: rc=%d out=\"%s\", want %d \"%s\"\n",
+                    cases[i].header, rc, out, cases[i].rc, cases[i].want);
+            test__failed_checks++;
+        }
+    }
+    /* Too long for out. */
+    char small[6];
+    CHECK_INT(ipd_content_disposition_filename("a; filename=abcdef", small,
+                                               sizeof(small)),
+              IPD_ERR_TOO_LARGE);
+    CHECK_INT(ipd_content_disposition_filename("a; filename=abcde", small,
+                                               sizeof(small)),
+              IPD_OK);
+    CHECK_STR(small, "abcde");
+    CHECK_INT(
+        ipd_content_disposition_filename(
+            "a; filename*=UTF-8''%C3%A9%C3%A9%C3%A9", small, sizeof(small)),
+        IPD_ERR_TOO_LARGE);
+    CHECK_INT(ipd_content_disposition_filename(NULL, small, sizeof(small)),
+              IPD_ERR_NOT_FOUND);
+}
+
+static void refused_schemes(void)
+{
+    struct fx f;
+    fx_init(&f, "127.0.0.0/8");
+    static const char *urls[] = {
+        "file:///etc/passwd", "gopher://127.0.0.1:70/_x",
+        "ftp://127.0.0.1/x",  "dict://127.0.0.1:11211/stats",
+        "FILE:///etc/passwd", "javascript:alert(1)"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(urls); i++) {
+        CHECK_INT(fx_get(&f, "%s", urls[i]), IPD_ERR_INVALID);
+        CHECK_HAS(f.err.buf, "only http and https URLs can be fetched");
+        CHECK_INT(f.rec.discards, 1);
+    }
+    CHECK_INT(fx_get(&f, "not a url"), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "%s", ""), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://"), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://[fe80::1%%25eth0]/"), IPD_ERR_INVALID);
+    fx_release(&f);
+}
+
+/* ---- against the servers ---------------------------------------------- */
+
+static void plain_fetch(void)
+{
+    struct srv s;
+    struct fx f;
+    /* A proxy from the environment must not be used (port 1: nobody). */
+    setenv("http_proxy", "http://127.0.0.1:1", 1);
+    setenv("ALL_PROXY", "http://127.0.0.1:1", 1);
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    fx_init(&f, "127.0.0.1/32");
+
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/hello.txt", s.port), IPD_OK);
+    CHECK_STR(f.rec.got.buf, "hello world");
+    CHECK_INT(f.res.status, 200);
+    CHECK_INT(f.res.bytes, 11);
+    CHECK_INT(f.res.redirects, 0);
+    CHECK_STR(f.res.content_type, "text/plain");
+    CHECK_STR(f.res.filename, "hello.txt");
+    CHECK(ends_with(f.res.url, "/hello.txt"));
+    CHECK_INT(f.rec.discards, 0);
+    CHECK_STR(f.err.buf, "");
+
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/cd", s.port), IPD_OK);
+    CHECK_STR(f.res.filename, "r\xc3\xa9sum\xc3\xa9.pdf");
+    CHECK_STR(f.res.content_type, "application/pdf");
+    CHECK_STR(f.rec.got.buf, "%PDF");
+
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/dir/na%%20me.csv", s.port),
+              IPD_OK);
+    CHECK_STR(f.res.filename, "na me.csv");
+    CHECK(f.res.content_type == NULL);
+
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/", s.port), IPD_ERR_INVALID);
+    CHECK(f.res.filename == NULL);
+
+    srv_stop(&s);
+    unsetenv("http_proxy");
+    unsetenv("ALL_PROXY");
+    CHECK_INT(s.conns, 4);
+    CHECK_HAS(s.req, "User-Agent: interpd/");
+    fx_release(&f);
+}
+
+static void localhost_via_etc_hosts(void)
+{
+    struct srv s;
+    struct fx f;
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    /* ::1 too, in case this machine's /etc/hosts gives localhost both. */
+    fx_init(&f, "127.0.0.1/32, ::1/128");
+    CHECK_INT(fx_get(&f, "http://localhost:%d/hello.txt", s.port), IPD_OK);
+    CHECK_STR(f.rec.got.buf, "hello world");
+    CHECK_STR(f.err.buf, "");
+    fx_release(&f);
+
+    /* Without the allowlist, every way of writing loopback is refused
+     * before a connection is made. */
+    fx_init(&f, "");
+    CHECK_INT(fx_get(&f, "http://localhost:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "of host localhost is not allowed (loopback)");
+    CHECK_INT(fx_get(&f, "http://LocalHost:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "is not allowed (loopback)");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf,
+              "address 127.0.0.1 of host 127.0.0.1 is not allowed (loopback)");
+    CHECK_INT(fx_get(&f, "http://2130706433:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "(loopback)");
+    CHECK_INT(fx_get(&f, "http://0x7f.1:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "(loopback)");
+    CHECK_INT(fx_get(&f, "http://[::ffff:127.0.0.1]:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "loopback (IPv4-mapped)");
+    CHECK_INT(fx_get(&f, "http://0.0.0.0:%d/hello.txt", s.port),
+              IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "(unspecified)");
+    CHECK_INT(fx_get(&f, "http://[::]:%d/hello.txt", s.port), IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "(unspecified)");
+    CHECK_INT(f.rec.discards, 1);
+    fx_release(&f);
+
+    srv_stop(&s);
+    CHECK_INT(s.conns, 1);
+}
+
+static void redirects(void)
+{
+    struct srv s;
+    struct fx f;
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    fx_init(&f, "127.0.0.1/32");
+
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/2", s.port), IPD_OK);
+    CHECK_STR(f.rec.got.buf, "done");
+    CHECK_INT(f.res.redirects, 2);
+    CHECK(ends_with(f.res.url, "/r/0"));
+    CHECK_STR(f.res.filename, "0");
+
+    /* Three redirects is the limit; the fourth is refused. */
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/3", s.port), IPD_OK);
+    CHECK_INT(f.res.redirects, 3);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/4", s.port), IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf, "too many redirects (limit 3)");
+    CHECK_INT(f.res.status, 302);
+    CHECK_INT(f.rec.got.len, 0); /* no redirect body reaches the sink */
+    CHECK_INT(f.rec.discards, 1);
+
+    f.o.max_redirects = 0;
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/1", s.port), IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf, "too many redirects (limit 0)");
+
+    /* Off to another scheme. */
+    f.o.max_redirects = 3;
+    snprintf(s.redirect_to, sizeof(s.redirect_to), "file:///etc/passwd");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", s.port), IPD_ERR_INVALID);
+    CHECK_HAS(f.err.buf, "only http and https URLs can be fetched");
+
+    srv_stop(&s);
+    /* 3 + 4 + 4 + 1 + 1 requests; the 5th hop of /r/4 never went out. */
+    CHECK_INT(s.conns, 13);
+    fx_release(&f);
+}
+
+static void redirect_to_refused_address(void)
+{
+    struct srv a, b;
+    struct fx f;
+    char why[128];
+    REQUIRE(srv_start(&a, "127.0.0.1"));
+    REQUIRE(srv_start(&b, "127.0.0.2"));
+    fx_init(&f, "127.0.0.1/32");
+
+    snprintf(a.redirect_to, sizeof(a.redirect_to), "http://127.0.0.2:%d/x",
+             b.port);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf,
+              "address 127.0.0.2 of host 127.0.0.2 is not allowed (loopback)");
+    CHECK_INT(f.res.redirects, 1);
+
+    snprintf(a.redirect_to, sizeof(a.redirect_to), "http://[::1]:%d/x", b.port);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf, "address ::1 of host [::1] is not allowed (loopback)");
+
+    /* Off-machine targets: only when the classifier refuses them, so a
+     * broken guard can never send a packet there. */
+    if (!verdict("169.254.169.254", f.allow, why, sizeof(why)) &&
+        !verdict("10.0.0.1", f.allow, why, sizeof(why))) {
+        snprintf(a.redirect_to, sizeof(a.redirect_to),
+                 "http://169.254.169.254/latest/meta-data/");
+        CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
+                  IPD_ERR_INVALID);
+        CHECK_HAS(f.err.buf, "is not allowed (link-local (cloud metadata))");
+        snprintf(a.redirect_to, sizeof(a.redirect_to), "http://10.0.0.1/");
+        CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
+                  IPD_ERR_INVALID);
+        CHECK_HAS(f.err.buf, "address 10.0.0.1 of host 10.0.0.1");
+    } else {
+        test__failed_checks++;
+    }
+    fx_release(&f);
+
+    /* The control: allowed, the same redirect does reach b. */
+    fx_init(&f, "127.0.0.0/8");
+    snprintf(a.redirect_to, sizeof(a.redirect_to), "http://127.0.0.2:%d/x",
+             b.port);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf, "the URL answered 404");
+    CHECK_INT(f.res.status, 404);
+    CHECK_HAS(f.res.url, "http://127.0.0.2:");
+    fx_release(&f);
+
+    srv_stop(&a);
+    srv_stop(&b);
+    CHECK_INT(a.conns, 5);
+    CHECK_INT(b.conns, 1); /* only the allowed one */
+}
+
+static void error_status(void)
+{
+    struct srv s;
+    struct fx f;
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    fx_init(&f, "127.0.0.1/32");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/missing", s.port),
+              IPD_ERR_INVALID);
+    CHECK_STR(f.err.buf, "the URL answered 404");
+    CHECK_INT(f.res.status, 404);
+    CHECK_INT(f.rec.got.len, 0); /* the error page is not the file */
+    CHECK_INT(f.rec.discards, 1);
+
+    f.rec.fail_with = IPD_ERR_QUOTA;
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/hello.txt", s.port),
+              IPD_ERR_QUOTA);
+    CHECK_INT(f.rec.discards, 1);
+    srv_stop(&s);
+    fx_release(&f);
+}
+
+static void slow_drip_times_out(void)
+{
+    struct srv s;
+    struct fx f;
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    fx_init(&f, "127.0.0.1/32");
+    f.o.total_timeout_ms = 500;
+    int64_t t0 = ipd_mono_ms();
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/drip", s.port), IPD_ERR_TIMEOUT);
+    int64_t took = ipd_mono_ms() - t0;
+    CHECK(took >= 400 && took < 3000);
+    CHECK_HAS(f.err.buf, "timed out");
+    CHECK_INT(f.rec.discards, 1);
+    CHECK(f.rec.got.len <= 1);
+    srv_stop(&s); /* unblocks the stalled answer */
+    fx_release(&f);
+}
+
+static void body_over_limit(void)
+{
+    struct srv s;
+    struct fx f;
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    fx_init(&f, "127.0.0.1/32");
+
+    /* Content-Length says too much: nothing is written. */
+    f.o.max_bytes = 1000;
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/big", s.port), IPD_ERR_TOO_LARGE);
+    CHECK_INT(f.rec.got.len, 0);
+    CHECK_INT(f.rec.discards, 1);
+    CHECK_STR(f.err.buf, "the body is larger than the limit of 1000 bytes");
+
+    /* No Content-Length: cut while receiving, never past the limit. */
+    f.o.max_bytes = 100000;
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/big-stream", s.port),
+              IPD_ERR_TOO_LARGE);
+    CHECK(f.rec.got.len <= 100000);
+    CHECK(f.res.bytes == (int64_t)f.rec.got.len);
+    CHECK_INT(f.rec.discards, 1);
+
+    /* At the limit exactly it passes. */
+    f.o.max_bytes = 11;
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/hello.txt", s.port), IPD_OK);
+    f.o.max_bytes = 10;
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/hello.txt", s.port),
+              IPD_ERR_TOO_LARGE);
+    srv_stop(&s);
+    fx_release(&f);
+}
+
+static void connection_failures(void)
+{
+    struct srv s;
+    struct fx f;
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    fx_init(&f, "127.0.0.1/32");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/reset", s.port),
+              IPD_ERR_UNAVAILABLE);
+    CHECK_HAS(f.err.buf, "could not fetch: ");
+    CHECK_INT(f.rec.discards, 1);
+    CHECK(f.rec.got.len <= 10);
+    fprintf(stderr, "  (reset: %s)\n", f.err.buf);
+    srv_stop(&s);
+
+    /* A port nobody listens on: that server's, now closed. */
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/", s.port), IPD_ERR_UNAVAILABLE);
+    CHECK_STR(f.err.buf, "could not fetch: connection refused");
+    fx_release(&f);
+}
+
+static void post_callback(void)
+{
+    struct srv s;
+    struct ipd_fetch_opts o;
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_buf err;
+    char url[256];
+    int status = -1;
+    const char *body = "{\"execution_id\":\"exec_1\",\"status\":\"ok\"}";
+    const char *headers[] = {"X-Interpd-Signature: sha256=abc123", "X-Other: 1",
+                             NULL};
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    ipd_buf_init(&err, 1024);
+    ipd_fetch_opts_init(&o);
+    IPD_ASSERT(ipd_fetch_allowlist_parse("127.0.0.1", &allow, NULL) == 0);
+    o.allow = allow;
+
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/hook", s.port);
+    CHECK_INT(ipd_fetch_post(&o, url, "application/json", body, strlen(body),
+                             headers, &status, &err),
+              IPD_OK);
+    CHECK_INT(status, 200);
+    CHECK_STR(err.buf, "");
+    /* The request is complete once the handler ran: stop to read it. */
+    srv_stop(&s);
+    CHECK(!strncmp(s.req, "POST /hook HTTP/1.1\r\n", 21));
+    CHECK_HAS(s.req, "\r\nX-Interpd-Signature: sha256=abc123\r\n");
+    CHECK_HAS(s.req, "\r\nContent-Type: application/json\r\n");
+    CHECK(ends_with(s.req, body));
+    CHECK(!strcasestr(s.req, "Expect:"));
+
+    REQUIRE(srv_start(&s, "127.0.0.1"));
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/hook-redirect", s.port);
+    CHECK_INT(ipd_fetch_post(&o, url, "application/json", body, strlen(body),
+                             NULL, &status, &err),
+              IPD_ERR_INVALID);
+    CHECK_INT(status, 303);
+    CHECK_HAS(err.buf, "not followed");
+
+    ipd_buf_reset(&err);
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/nope", s.port);
+    CHECK_INT(ipd_fetch_post(&o, url, NULL, NULL, 0, NULL, &status, &err),
+              IPD_ERR_INVALID);
+    CHECK_INT(status, 404);
+    CHECK_STR(err.buf, "the URL answered 404");
+
+    /* Header injection and refused targets: no connection at all. */
+    const char *evil[] = {"X-A: 1\r\nX-Injected: 2", NULL};
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d/hook", s.port);
+    CHECK_INT(ipd_fetch_post(&o, url, "application/json", body, strlen(body),
+                             evil, &status, &err),
+              IPD_ERR_INVALID);
+    ipd_buf_reset(&err);
+    o.allow = NULL;
+    CHECK_INT(ipd_fetch_post(&o, url, "application/json", body, strlen(body),
+                             NULL, &status, &err),
+              IPD_ERR_INVALID);
+    CHECK_HAS(err.buf, "is not allowed (loopback)");
+    CHECK_INT(status, 0);
+    CHECK_INT(ipd_fetch_post(&o, "gopher://127.0.0.1/", NULL, NULL, 0, NULL,
+                             &status, &err),
+              IPD_ERR_INVALID);
+    srv_stop(&s);
+    CHECK_INT(s.conns, 2);
+    ipd_fetch_allowlist_free(allow);
+    ipd_buf_release(&err);
+}
+
+/* Runs first: IPD_FAIL_FETCH_AT is read at the first fetch. */
+static void injected_failure(void)
+{
+    struct fx f;
+    setenv("IPD_FAIL_FETCH_AT", "1", 1);
+    fx_init(&f, "127.0.0.1/32");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:1/"), IPD_ERR_UNAVAILABLE);
+    CHECK_STR(f.err.buf, "could not fetch: injected failure");
+    CHECK_INT(f.rec.discards, 1);
+    CHECK_INT(fx_get(&f, "gopher://x/"), IPD_ERR_INVALID); /* the 2nd */
+    fx_release(&f);
+    unsetenv("IPD_FAIL_FETCH_AT");
+}
+
+static void global_init_is_idempotent(void)
+{
+    CHECK_INT(ipd_fetch_global_init(), IPD_OK);
+    CHECK_INT(ipd_fetch_global_init(), IPD_OK);
+}
+
+TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(address_classes),
+          T(allowlist), T(any_refused_address_refuses_all),
+          T(content_disposition), T(refused_schemes), T(plain_fetch),
+          T(localhost_via_etc_hosts), T(redirects),
+          T(redirect_to_refused_address), T(error_status),
+          T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
+          T(post_callback))

@@ -1,0 +1,1312 @@
+/*
+ * venv.c - venv generations, serialised installs, rebuilds.  See venv.h
+ * for the layout and the guarantees.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <pthread.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include "../service/log.h"
+#include "../service/metrics.h"
+#include "../service/util.h"
+#include "requirement.h"
+#include "venv.h"
+
+#define GEN_PREFIX "gen-"
+#define TRASH_PREFIX "trash-"
+#define RECORD ".interpd.json"
+#define INUSE ".inuse"
+#define CMD_OUT_MAX (4 * 1024 * 1024) /* venv_check's JSON */
+#define CMD_ERR_MAX (64 * 1024)
+#define MESSAGE_MAX 480               /* a result's message */
+#define CREATE_TIMEOUT_MS (5 * 60 * 1000)
+#define CHECK_TIMEOUT_MS (2 * 60 * 1000)
+#define NAME_MAX_GEN 64
+
+struct ipd_venv {
+    char *root;
+    int root_fd;
+    char *base_python;
+    bool system_site;
+    char *index_url;
+    char *find_links;
+    char *tools_dir;
+    int64_t pip_timeout_ms;
+    int64_t max_age_ms;
+    bool link_clone;
+    bool allow_sdist;
+    uid_t owner_uid;
+    gid_t owner_gid;
+    const struct ipd_allowlist *allow;
+    struct ipd_venv_runner runner;
+    pthread_mutex_t lock;      /* one install in this process at a time */
+    pthread_mutex_t state_lock; /* the fields below */
+    char *last_rebuild_error;  /* NULL: none (or it succeeded since) */
+    int64_t last_rebuild_ms;
+    json_t *base_status;       /* check of the base interpreter, cached */
+    struct ipd_metrics *metrics; /* borrowed, may be NULL */
+};
+
+struct ipd_venv_gen {
+    char *dir;
+    int inuse_fd;
+};
+
+/* One requirement of an install request. */
+struct want {
+    char canon[IPD_REQ_FORMAT_MAX];   /* what pip is given */
+    char name[IPD_REQ_NAME_MAX + 1];  /* normalized distribution name */
+    json_t *result;                   /* borrowed from the results array */
+};
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static void set_result(json_t *res, const char *status, const char *version,
+                       const char *fmt, ...) IPD_PRINTF(4, 5);
+
+static void set_result(json_t *res, const char *status, const char *version,
+                       const char *fmt, ...)
+{
+    json_object_set_new(res, "status", json_string(status));
+    json_object_set_new(res, "version",
+                        version ? json_string(version) : json_null());
+    if (fmt) {
+        char msg[MESSAGE_MAX + 1];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        va_end(ap);
+        /* pip's messages are ASCII, but never let a stray byte make the
+         * result unserialisable. */
+        json_t *s = json_string(msg);
+        json_object_set_new(res, "message", s ? s : json_string("(message "
+                                                                "not UTF-8)"));
+    } else {
+        json_object_set_new(res, "message", json_null());
+    }
+}
+
+static bool has_prefix(const char *s, const char *p)
+{
+    return strncmp(s, p, strlen(p)) == 0;
+}
+
+/* The last non-empty line of pip's stderr that says something ("ERROR: No
+ * matching distribution found for x"), for a result's message. */
+static void pip_error_line(const struct ipd_buf *err, char *out, size_t outsz)
+{
+    const char *best = NULL;
+    size_t best_len = 0;
+    const char *p = err->buf, *end = err->buf + err->len;
+    while (p < end) {
+        const char *nl = memchr(p, '\n', (size_t)(end - p));
+        const char *e = nl ? nl : end;
+        size_t len = (size_t)(e - p);
+        if (len && (has_prefix(p, "ERROR:") || !best))
+            best = p, best_len = len;
+        p = nl ? nl + 1 : end;
+    }
+    if (!best) {
+        snprintf(out, outsz, "pip failed without a message");
+        return;
+    }
+    if (best_len >= outsz)
+        best_len = outsz - 1;
+    for (size_t i = 0; i < best_len; i++)
+        out[i] = (best[i] >= 0x20 && best[i] < 0x7f) ? best[i] : '?';
+    out[best_len] = '\0';
+}
+
+static enum ipd_err run_cmd(struct ipd_venv *v, struct ipd_venv_cmd *c)
+{
+    ipd_buf_reset(&c->out);
+    ipd_buf_reset(&c->err);
+    c->exit_code = -1;
+    c->timed_out = false;
+    return v->runner.run(v->runner.ctx, c);
+}
+
+static void cmd_init(struct ipd_venv_cmd *c)
+{
+    memset(c, 0, sizeof(*c));
+    ipd_buf_init(&c->out, CMD_OUT_MAX);
+    ipd_buf_init(&c->err, CMD_ERR_MAX);
+}
+
+static void cmd_release(struct ipd_venv_cmd *c)
+{
+    ipd_buf_release(&c->out);
+    ipd_buf_release(&c->err);
+}
+
+/* ---- trees --------------------------------------------------------------- */
+
+static int copy_file_at(int sfd, const char *name, int dfd, mode_t mode)
+{
+    int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int out = -1, rc = -1;
+    if (in < 0)
+        return -1;
+    out = openat(dfd, name, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                 mode & 07777);
+    if (out < 0)
+        goto done;
+    int64_t copied = 0;
+    if (ipd_copy_fd(in, out, &copied))
+        goto done;
+    rc = 0;
+done:
+    close(in);
+    if (out >= 0 && close(out))
+        rc = -1;
+    return rc;
+}
+
+/*
+ * Clone the tree src into dst (an existing empty dir): directories made
+ * afresh and given to the owner, regular files hard-linked (or copied),
+ * symlinks recreated.  The generation's bookkeeping files are not cloned.
+ */
+static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth)
+{
+    DIR *d = NULL;
+    struct dirent *e;
+    int rc = -1;
+    int dup_fd = dup(sfd);
+    if (dup_fd < 0 || depth > 64)
+        goto out;
+    d = fdopendir(dup_fd);
+    if (!d) {
+        close(dup_fd);
+        goto out;
+    }
+    rewinddir(d);
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        if (depth == 0 &&
+            (!strcmp(e->d_name, RECORD) || !strcmp(e->d_name, INUSE)))
+            continue;
+        if (fstatat(sfd, e->d_name, &st, AT_SYMLINK_NOFOLLOW))
+            goto out;
+        if (S_ISDIR(st.st_mode)) {
+            if (mkdirat(dfd, e->d_name, st.st_mode & 07777))
+                goto out;
+            if (v->owner_uid != (uid_t)-1)
+                (void)fchownat(dfd, e->d_name, v->owner_uid, v->owner_gid,
+                               AT_SYMLINK_NOFOLLOW);
+            int s2 = openat(sfd, e->d_name,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            int d2 = openat(dfd, e->d_name,
+                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            int r2 = (s2 >= 0 && d2 >= 0) ? clone_tree(v, s2, d2, depth + 1)
+                                          : -1;
+            if (s2 >= 0)
+                close(s2);
+            if (d2 >= 0)
+                close(d2);
+            if (r2)
+                goto out;
+        } else if (S_ISLNK(st.st_mode)) {
+            char target[PATH_MAX];
+            ssize_t n = readlinkat(sfd, e->d_name, target, sizeof(target) - 1);
+            if (n < 0)
+                goto out;
+            target[n] = '\0';
+            if (symlinkat(target, dfd, e->d_name))
+                goto out;
+            if (v->owner_uid != (uid_t)-1)
+                (void)fchownat(dfd, e->d_name, v->owner_uid, v->owner_gid,
+                               AT_SYMLINK_NOFOLLOW);
+        } else if (S_ISREG(st.st_mode)) {
+            if (v->link_clone) {
+                if (linkat(sfd, e->d_name, dfd, e->d_name, 0))
+                    goto out;
+            } else {
+                if (copy_file_at(sfd, e->d_name, dfd, st.st_mode))
+                    goto out;
+                if (v->owner_uid != (uid_t)-1)
+                    (void)fchownat(dfd, e->d_name, v->owner_uid,
+                                   v->owner_gid, AT_SYMLINK_NOFOLLOW);
+            }
+        }
+        /* Sockets, fifos, devices: nothing a venv needs. */
+    }
+    rc = 0;
+out:
+    if (d)
+        closedir(d);
+    return rc;
+}
+
+/* ---- generations ------------------------------------------------------- */
+
+/* current's target ("gen-..."), or false when there is none. */
+static bool read_current(struct ipd_venv *v, char *name, size_t size)
+{
+    ssize_t n = readlinkat(v->root_fd, "current", name, size - 1);
+    if (n <= 0 || (size_t)n >= size - 1)
+        return false;
+    name[n] = '\0';
+    return has_prefix(name, GEN_PREFIX) && !strchr(name, '/');
+}
+
+static char *gen_path(struct ipd_venv *v, const char *gen)
+{
+    struct ipd_buf b;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    ipd_buf_addf(&b, "%s/%s", v->root, gen);
+    return ipd_buf_detach(&b, NULL);
+}
+
+static json_t *read_record(struct ipd_venv *v, const char *gen)
+{
+    char path[PATH_MAX];
+    json_error_t jerr;
+    snprintf(path, sizeof(path), "%s/%s/%s", v->root, gen, RECORD);
+    json_t *j = json_load_file(path, 0, &jerr);
+    if (j && !json_is_object(j)) {
+        json_decref(j);
+        j = NULL;
+    }
+    return j;
+}
+
+static enum ipd_err write_record(struct ipd_venv *v, const char *gen,
+                                 json_t *rec)
+{
+    char tmp[PATH_MAX], path[PATH_MAX];
+    snprintf(tmp, sizeof(tmp), "%s/%s/%s.tmp", v->root, gen, RECORD);
+    snprintf(path, sizeof(path), "%s/%s/%s", v->root, gen, RECORD);
+    if (json_dump_file(rec, tmp, JSON_COMPACT | JSON_SORT_KEYS))
+        return IPD_ERR_IO;
+    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+        (void)fsync(fd);
+        close(fd);
+    }
+    return rename(tmp, path) ? IPD_ERR_IO : IPD_OK;
+}
+
+/* Make an empty generation dir with its .inuse file; name filled. */
+static enum ipd_err gen_create(struct ipd_venv *v, char *name, size_t size)
+{
+    unsigned char rnd[4];
+    char hex[9];
+    ipd_random_bytes(rnd, sizeof(rnd));
+    for (size_t i = 0; i < sizeof(rnd); i++)
+        snprintf(hex + 2 * i, 3, "%02x", rnd[i]);
+    snprintf(name, size, GEN_PREFIX "%lld-%s", (long long)ipd_now_ms(), hex);
+    if (mkdirat(v->root_fd, name, 0755))
+        return IPD_ERR_IO;
+    if (v->owner_uid != (uid_t)-1 &&
+        fchownat(v->root_fd, name, v->owner_uid, v->owner_gid, 0))
+        return IPD_ERR_IO;
+    char inuse[NAME_MAX_GEN + 16];
+    snprintf(inuse, sizeof(inuse), "%s/" INUSE, name);
+    int fd = openat(v->root_fd, inuse, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
+                    0644);
+    if (fd < 0)
+        return IPD_ERR_IO;
+    close(fd);
+    return IPD_OK;
+}
+
+static void gen_discard(struct ipd_venv *v, const char *name)
+{
+    if (name[0] && ipd_remove_tree_at(v->root_fd, name))
+        ipd_warn("venv: could not remove %s/%s: %s", v->root, name,
+                 strerror(errno));
+}
+
+static enum ipd_err switch_current(struct ipd_venv *v, const char *gen)
+{
+    char tmp[NAME_MAX_GEN + 32];
+    snprintf(tmp, sizeof(tmp), "current.tmp-%s", gen);
+    (void)unlinkat(v->root_fd, tmp, 0);
+    if (symlinkat(gen, v->root_fd, tmp))
+        return IPD_ERR_IO;
+    if (renameat(v->root_fd, tmp, v->root_fd, "current")) {
+        (void)unlinkat(v->root_fd, tmp, 0);
+        return IPD_ERR_IO;
+    }
+    (void)fsync(v->root_fd);
+    ipd_info("venv: current is now %s", gen);
+    return IPD_OK;
+}
+
+/*
+ * Remove generations nobody uses: not current, and no execution holding
+ * .inuse (shared flock).  Called with the install lock held, so no
+ * generation is being built meanwhile.  A generation is renamed to
+ * trash-* before its tree goes, so an acquirer that raced us fails to open
+ * its .inuse and looks at current again.
+ */
+static void gc(struct ipd_venv *v)
+{
+    char cur[NAME_MAX_GEN] = "";
+    int fd = dup(v->root_fd);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    (void)read_current(v, cur, sizeof(cur));
+    rewinddir(d);
+    while ((e = readdir(d)) != NULL) {
+        char inuse[NAME_MAX_GEN + 16], trash[NAME_MAX_GEN + 16];
+        if (has_prefix(e->d_name, "current.tmp-")) {
+            (void)unlinkat(v->root_fd, e->d_name, 0);
+            continue;
+        }
+        if (has_prefix(e->d_name, TRASH_PREFIX)) {
+            gen_discard(v, e->d_name);
+            continue;
+        }
+        if (!has_prefix(e->d_name, GEN_PREFIX) || !strcmp(e->d_name, cur) ||
+            strlen(e->d_name) >= NAME_MAX_GEN)
+            continue;
+        snprintf(inuse, sizeof(inuse), "%s/" INUSE, e->d_name);
+        int ifd = openat(v->root_fd, inuse, O_RDONLY | O_CLOEXEC);
+        if (ifd >= 0 && flock(ifd, LOCK_EX | LOCK_NB)) {
+            close(ifd); /* an execution still runs on it */
+            continue;
+        }
+        snprintf(trash, sizeof(trash), TRASH_PREFIX "%s",
+                 e->d_name + strlen(GEN_PREFIX));
+        if (!renameat(v->root_fd, e->d_name, v->root_fd, trash))
+            gen_discard(v, trash);
+        if (ifd >= 0)
+            close(ifd);
+    }
+    closedir(d);
+}
+
+enum ipd_err ipd_venv_acquire(struct ipd_venv *v, struct ipd_venv_gen **out)
+{
+    *out = NULL;
+    for (int attempt = 0; attempt < 20; attempt++) {
+        char cur[NAME_MAX_GEN], inuse[NAME_MAX_GEN + 16];
+        struct stat a, b;
+        if (!read_current(v, cur, sizeof(cur)))
+            return IPD_OK; /* no venv yet: the base interpreter */
+        snprintf(inuse, sizeof(inuse), "%s/" INUSE, cur);
+        int fd = openat(v->root_fd, inuse, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue; /* switched and collected meanwhile */
+        /* Non-blocking: the collector holds it exclusively only for the
+         * moment of the rename, and only for a generation that is no
+         * longer current. */
+        if (flock(fd, LOCK_SH | LOCK_NB) || fstat(fd, &a) ||
+            fstatat(v->root_fd, inuse, &b, 0) || a.st_ino != b.st_ino ||
+            a.st_dev != b.st_dev) {
+            close(fd);
+            continue;
+        }
+        struct ipd_venv_gen *g = ipd_xcalloc(1, sizeof(*g));
+        g->dir = gen_path(v, cur);
+        g->inuse_fd = fd;
+        *out = g;
+        return IPD_OK;
+    }
+    return IPD_ERR_UNAVAILABLE;
+}
+
+const char *ipd_venv_gen_dir(const struct ipd_venv_gen *g)
+{
+    return g ? g->dir : NULL;
+}
+
+void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g)
+{
+    (void)v;
+    if (!g)
+        return;
+    close(g->inuse_fd);
+    free(g->dir);
+    free(g);
+}
+
+/* ---- the install lock ---------------------------------------------------- */
+
+static int lock_take(struct ipd_venv *v)
+{
+    pthread_mutex_lock(&v->lock);
+    int fd = openat(v->root_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    while (fd >= 0 && flock(fd, LOCK_EX)) {
+        if (errno != EINTR) {
+            close(fd);
+            fd = -1;
+        }
+    }
+    if (fd < 0)
+        pthread_mutex_unlock(&v->lock);
+    return fd;
+}
+
+static void lock_drop(struct ipd_venv *v, int fd)
+{
+    close(fd); /* releases the flock */
+    pthread_mutex_unlock(&v->lock);
+}
+
+/* ---- site-packages --------------------------------------------------------- */
+
+/* {normalized name: version} of the distributions in a generation's own
+ * site-packages (lib/python3.X/site-packages/<name>-<version>.dist-info). */
+static json_t *scan_dists(struct ipd_venv *v, const char *gen)
+{
+    json_t *m = json_object();
+    char lib[PATH_MAX];
+    snprintf(lib, sizeof(lib), "%s/%s/lib", v->root, gen);
+    DIR *ld = opendir(lib);
+    struct dirent *e;
+    if (!ld)
+        return m;
+    while ((e = readdir(ld)) != NULL) {
+        if (!has_prefix(e->d_name, "python"))
+            continue;
+        char sp[PATH_MAX + 300];
+        snprintf(sp, sizeof(sp), "%s/%s/site-packages", lib, e->d_name);
+        DIR *sd = opendir(sp);
+        struct dirent *f;
+        if (!sd)
+            continue;
+        while ((f = readdir(sd)) != NULL) {
+            size_t len = strlen(f->d_name);
+            const char *suffix = ".dist-info";
+            size_t sl = strlen(suffix);
+            if (len <= sl || strcmp(f->d_name + len - sl, suffix))
+                continue;
+            const char *dash = strchr(f->d_name, '-');
+            if (!dash || (size_t)(dash - f->d_name) > IPD_REQ_NAME_MAX)
+                continue;
+            char raw[IPD_REQ_NAME_MAX + 1], name[IPD_REQ_NAME_MAX + 1];
+            memcpy(raw, f->d_name, (size_t)(dash - f->d_name));
+            raw[dash - f->d_name] = '\0';
+            ipd_package_name_normalize(raw, name, sizeof(name));
+            json_object_set_new(
+                m, name,
+                json_stringn(dash + 1, len - sl - (size_t)(dash + 1 - f->d_name)));
+        }
+        closedir(sd);
+    }
+    closedir(ld);
+    return m;
+}
+
+/* ---- sandboxed steps ----------------------------------------------------- */
+
+static enum ipd_err create_venv(struct ipd_venv *v, const char *gen,
+                                struct ipd_buf *why)
+{
+    char *dir = gen_path(v, gen);
+    const char *argv[6] = {v->base_python, "-m", "venv"};
+    size_t k = 3;
+    if (v->system_site)
+        argv[k++] = "--system-site-packages";
+    argv[k++] = IPD_VENV_MOUNT;
+    argv[k] = NULL;
+    struct ipd_venv_cmd c;
+    cmd_init(&c);
+    c.argv = argv;
+    c.gen_dir = dir;
+    c.gen_writable = true;
+    c.timeout_ms = CREATE_TIMEOUT_MS;
+    enum ipd_err rc = run_cmd(v, &c);
+    if (!rc && c.exit_code != 0) {
+        ipd_buf_addf(why, "creating the venv failed (exit %d): %.300s",
+                     c.exit_code, c.err.buf);
+        rc = IPD_ERR_INTERNAL;
+    } else if (rc) {
+        ipd_buf_addf(why, "the sandbox could not run venv: %.300s", c.err.buf);
+    }
+    cmd_release(&c);
+    free(dir);
+    return rc;
+}
+
+/* pip install reqs into gen.  IPD_OK when pip exited 0; else why says. */
+static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
+                                const char *const *reqs, size_t n,
+                                struct ipd_buf *why)
+{
+    const char *fixed[] = {IPD_VENV_MOUNT "/bin/python", "-m", "pip",
+                           "install", "--no-input",
+                           "--disable-pip-version-check",
+                           "--no-warn-script-location", "--progress-bar",
+                           "off", "--cache-dir", IPD_VENV_PIP_CACHE_MOUNT,
+                           "--timeout", "30"};
+    size_t k = 0, cap = IPD_ARRAY_LEN(fixed) + 6 + n + 1;
+    const char **argv = ipd_xcalloc(cap, sizeof(*argv));
+    char *dir = gen_path(v, gen), cache[PATH_MAX];
+    enum ipd_err rc;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(fixed); i++)
+        argv[k++] = fixed[i];
+    /* Wheels only unless the operator allows sdists: building one runs
+     * its setup code (still inside the sandbox, as the sandbox uid). */
+    if (!v->allow_sdist)
+        argv[k++] = "--only-binary=:all:";
+    if (v->index_url) {
+        argv[k++] = "--index-url";
+        argv[k++] = v->index_url;
+    }
+    if (v->find_links) {
+        argv[k++] = "--find-links";
+        argv[k++] = IPD_VENV_LINKS_MOUNT;
+    }
+    for (size_t i = 0; i < n; i++)
+        argv[k++] = reqs[i];
+    argv[k] = NULL;
+    snprintf(cache, sizeof(cache), "%s/pip-cache", v->root);
+
+    struct ipd_venv_cmd c;
+    cmd_init(&c);
+    c.argv = argv;
+    c.gen_dir = dir;
+    c.gen_writable = true;
+    c.network = true;
+    c.cache_dir = cache;
+    c.links_dir = v->find_links;
+    c.timeout_ms = v->pip_timeout_ms;
+    rc = run_cmd(v, &c);
+    if (rc) {
+        ipd_buf_addf(why, "the sandbox could not run pip: %.300s", c.err.buf);
+    } else if (c.timed_out) {
+        ipd_buf_addf(why, "pip did not finish within %lld s",
+                     (long long)(v->pip_timeout_ms / 1000));
+        rc = IPD_ERR_TIMEOUT;
+    } else if (c.exit_code != 0) {
+        char line[MESSAGE_MAX - 40];
+        pip_error_line(&c.err, line, sizeof(line));
+        ipd_buf_adds(why, line);
+        rc = IPD_ERR_INVALID;
+    }
+    if (rc)
+        ipd_info("venv: pip install failed: %.2000s", c.err.buf);
+    cmd_release(&c);
+    free(dir);
+    free((void *)argv);
+    return rc;
+}
+
+/* Run venv_check.py on gen (NULL: the base interpreter) for dists.  New
+ * reference to its JSON, or NULL with why set. */
+static json_t *import_check(struct ipd_venv *v, const char *gen,
+                            const char *const *dists, size_t n,
+                            struct ipd_buf *why)
+{
+    size_t k = 0;
+    const char **argv = ipd_xcalloc(n + 4, sizeof(*argv));
+    char *dir = gen ? gen_path(v, gen) : NULL;
+    json_t *out = NULL;
+    argv[k++] = gen ? IPD_VENV_MOUNT "/bin/python" : v->base_python;
+    argv[k++] = "-I";
+    argv[k++] = IPD_VENV_TOOLS_MOUNT "/venv_check.py";
+    for (size_t i = 0; i < n; i++)
+        argv[k++] = dists[i];
+    argv[k] = NULL;
+
+    struct ipd_venv_cmd c;
+    cmd_init(&c);
+    c.argv = argv;
+    c.gen_dir = dir;
+    c.tools_dir = v->tools_dir;
+    c.timeout_ms = CHECK_TIMEOUT_MS;
+    enum ipd_err rc = run_cmd(v, &c);
+    if (!rc && c.exit_code == 0) {
+        json_error_t jerr;
+        out = json_loadb(c.out.buf, c.out.len, 0, &jerr);
+        if (out && !json_is_object(json_object_get(out, "checked"))) {
+            json_decref(out);
+            out = NULL;
+        }
+    }
+    if (!out)
+        ipd_buf_addf(why, "the import check did not run (exit %d): %.300s",
+                     c.exit_code, c.err.buf);
+    cmd_release(&c);
+    free(dir);
+    free((void *)argv);
+    return out;
+}
+
+/* ---- installs ------------------------------------------------------------ */
+
+/*
+ * The first install finds no generation: make the base one (the venv
+ * alone, pip included), record it and make it current, so every install
+ * after that, including the retries of a split request, clones it instead
+ * of running venv again.  Called with the install lock held.
+ */
+static enum ipd_err ensure_base(struct ipd_venv *v, struct ipd_buf *why)
+{
+    char cur[NAME_MAX_GEN], gen[NAME_MAX_GEN] = "";
+    const char *none[] = {NULL};
+    json_t *check = NULL, *rec = NULL;
+    enum ipd_err rc;
+    if (read_current(v, cur, sizeof(cur)))
+        return IPD_OK;
+    rc = gen_create(v, gen, sizeof(gen));
+    if (rc) {
+        ipd_buf_addf(why, "cannot create a generation in %s: %s", v->root,
+                     strerror(errno));
+        goto out;
+    }
+    rc = create_venv(v, gen, why);
+    if (rc)
+        goto out;
+    check = import_check(v, gen, none, 0, why);
+    if (!check) {
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
+    int64_t now = ipd_now_ms();
+    rec = json_pack("{s:[], s:I, s:I, s:O, s:O}", "requirements",
+                    "created_at", (json_int_t)now, "venv_created_at",
+                    (json_int_t)now, "python_version",
+                    json_object_get(check, "python_version"), "installed",
+                    json_object_get(check, "installed"));
+    rc = rec ? write_record(v, gen, rec) : IPD_ERR_INTERNAL;
+    if (!rc)
+        rc = switch_current(v, gen);
+    if (rc)
+        ipd_buf_addf(why, "cannot switch to the new venv: %s",
+                     strerror(errno));
+    else
+        gen[0] = '\0';
+out:
+    if (gen[0])
+        gen_discard(v, gen);
+    json_decref(check);
+    json_decref(rec);
+    return rc;
+}
+
+/* The recorded requirements of rec with each of w's replacing the entry of
+ * the same distribution.  New reference. */
+static json_t *merge_requirements(const json_t *rec, struct want *const *w,
+                                  size_t n)
+{
+    json_t *out = json_array(), *old = json_object_get(rec, "requirements");
+    size_t i;
+    json_t *item;
+    json_array_foreach(old, i, item) {
+        struct ipd_requirement r;
+        const char *s = json_string_value(item);
+        bool replaced = false;
+        if (!s || ipd_requirement_parse(s, strlen(s), &r, NULL))
+            continue;
+        for (size_t k = 0; k < n && !replaced; k++)
+            replaced = !strcmp(r.normalized, w[k]->name);
+        if (!replaced)
+            json_array_append(out, item);
+    }
+    for (size_t k = 0; k < n; k++)
+        json_array_append_new(out, json_string(w[k]->canon));
+    return out;
+}
+
+/*
+ * Install w[0..n) as one step: clone current, pip, allowlist check of what
+ * changed, import check, switch.  On a failure that may belong to only
+ * some of several requirements, false is returned with no result set, and
+ * the caller retries them one by one.
+ */
+static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
+{
+    char cur[NAME_MAX_GEN] = "", gen[NAME_MAX_GEN] = "";
+    struct ipd_buf why;
+    json_t *before = NULL, *after = NULL, *check = NULL, *rec = NULL;
+    json_t *changed = json_array();
+    const char **reqs = ipd_xcalloc(n, sizeof(*reqs));
+    const char **names = NULL;
+    bool done = false, have_cur = read_current(v, cur, sizeof(cur));
+    int64_t venv_created = ipd_now_ms();
+    ipd_buf_init(&why, 4096);
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = w[i]->canon;
+
+    if (gen_create(v, gen, sizeof(gen))) {
+        ipd_buf_addf(&why, "cannot create a generation in %s: %s", v->root,
+                     strerror(errno));
+        goto fail_all;
+    }
+    if (have_cur) {
+        int sfd = openat(v->root_fd, cur,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int dfd = openat(v->root_fd, gen,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        int r = (sfd >= 0 && dfd >= 0) ? clone_tree(v, sfd, dfd, 0) : -1;
+        if (sfd >= 0)
+            close(sfd);
+        if (dfd >= 0)
+            close(dfd);
+        if (r) {
+            ipd_buf_addf(&why, "cannot clone %s: %s", cur, strerror(errno));
+            goto fail_all;
+        }
+        rec = read_record(v, cur);
+        json_t *vc = json_object_get(rec, "venv_created_at");
+        if (json_is_integer(vc))
+            venv_created = json_integer_value(vc);
+    } else {
+        ipd_buf_adds(&why, "no venv to install into");
+        goto fail_all;
+    }
+    if (!rec)
+        rec = json_object();
+
+    before = scan_dists(v, gen);
+    if (pip_install(v, gen, reqs, n, &why)) {
+        if (n > 1)
+            goto split;
+        set_result(w[0]->result, "failed", NULL, "%s", why.buf);
+        goto out;
+    }
+    after = scan_dists(v, gen);
+    const char *key;
+    json_t *ver;
+    json_object_foreach(after, key, ver) {
+        json_t *old = json_object_get(before, key);
+        if (old && json_equal(old, ver))
+            continue;
+        if (!ipd_allowlist_allows_dep(v->allow, key)) {
+            if (n > 1)
+                goto split;
+            set_result(w[0]->result, "not_allowed", NULL,
+                       "dependency %s is not on the allowlist (nor an allowed "
+                       "dependency); nothing was installed",
+                       key);
+            goto out;
+        }
+        json_array_append_new(changed, json_string(key));
+    }
+
+    /* Import what changed and what was asked for. */
+    size_t nc = json_array_size(changed), k = 0;
+    names = ipd_xcalloc(nc + n, sizeof(*names));
+    for (size_t i = 0; i < nc; i++)
+        names[k++] = json_string_value(json_array_get(changed, i));
+    for (size_t i = 0; i < n; i++)
+        names[k++] = w[i]->name;
+    check = import_check(v, gen, names, k, &why);
+    if (!check) {
+        for (size_t i = 0; i < n; i++)
+            set_result(w[i]->result, "failed", NULL, "%s", why.buf);
+        goto out;
+    }
+    json_t *checked = json_object_get(check, "checked");
+    for (size_t i = 0; i < k; i++) {
+        json_t *c = json_object_get(checked, names[i]);
+        if (json_is_true(json_object_get(c, "ok")))
+            continue;
+        if (n > 1)
+            goto split;
+        set_result(w[0]->result, "failed", NULL,
+                   "installed, but importing %s failed (%s); the venv was "
+                   "left unchanged",
+                   names[i], json_string_value(json_object_get(c, "error"))
+                                 ? json_string_value(
+                                       json_object_get(c, "error"))
+                                 : "no result");
+        goto out;
+    }
+
+    if (nc == 0) {
+        /* Everything was there already: keep current, drop the clone. */
+        for (size_t i = 0; i < n; i++)
+            set_result(w[i]->result, "already_installed",
+                       json_string_value(json_object_get(
+                           json_object_get(checked, w[i]->name), "version")),
+                       NULL);
+        done = true;
+        goto out;
+    }
+    json_object_set_new(rec, "requirements", merge_requirements(rec, w, n));
+    json_object_set_new(rec, "created_at", json_integer(ipd_now_ms()));
+    json_object_set_new(rec, "venv_created_at", json_integer(venv_created));
+    json_object_set(rec, "python_version",
+                    json_object_get(check, "python_version"));
+    json_object_set(rec, "installed", json_object_get(check, "installed"));
+    if (write_record(v, gen, rec) || switch_current(v, gen)) {
+        for (size_t i = 0; i < n; i++)
+            set_result(w[i]->result, "failed", NULL,
+                       "could not switch the venv: %s", strerror(errno));
+        goto out;
+    }
+    for (size_t i = 0; i < n; i++) {
+        json_t *c = json_object_get(checked, w[i]->name);
+        bool fresh = false;
+        for (size_t j = 0; j < nc && !fresh; j++)
+            fresh = !strcmp(json_string_value(json_array_get(changed, j)),
+                            w[i]->name);
+        set_result(w[i]->result, fresh ? "installed" : "already_installed",
+                   json_string_value(json_object_get(c, "version")), NULL);
+    }
+    gen[0] = '\0'; /* it is current now */
+    done = true;
+    goto out;
+
+fail_all:
+    for (size_t i = 0; i < n; i++)
+        set_result(w[i]->result, "failed", NULL, "%s", why.buf);
+    done = true;
+    goto out;
+split:
+    done = false;
+out:
+    if (gen[0])
+        gen_discard(v, gen);
+    json_decref(before);
+    json_decref(after);
+    json_decref(check);
+    json_decref(rec);
+    json_decref(changed);
+    free((void *)names);
+    free((void *)reqs);
+    ipd_buf_release(&why);
+    return done || n == 1;
+}
+
+enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
+                              size_t n, json_t **results)
+{
+    struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
+    struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
+    size_t np = 0;
+    struct ipd_buf why;
+    ipd_buf_init(&why, 1024);
+    *results = json_array();
+    for (size_t i = 0; i < n; i++) {
+        struct ipd_requirement r;
+        json_t *res = json_object();
+        /* Invalid UTF-8 can't be echoed as a JSON string: say so. */
+        json_t *pkg = json_string(reqs[i]);
+        json_object_set_new(res, "package",
+                            pkg ? pkg : json_string("(not UTF-8)"));
+        json_array_append_new(*results, res);
+        w[i].result = res;
+        ipd_buf_reset(&why);
+        if (ipd_requirement_parse(reqs[i], strlen(reqs[i]), &r, &why)) {
+            set_result(res, "invalid", NULL, "%s", why.buf);
+            continue;
+        }
+        if (!ipd_allowlist_allows(v->allow, r.normalized)) {
+            set_result(res, "not_allowed", NULL,
+                       "%s is not on this service's allowlist", r.normalized);
+            continue;
+        }
+        if (ipd_requirement_format(&r, w[i].canon, sizeof(w[i].canon))) {
+            set_result(res, "invalid", NULL, "requirement too long");
+            continue;
+        }
+        memcpy(w[i].name, r.normalized, sizeof(w[i].name));
+        /* The same distribution twice in one request: one install. */
+        bool dup = false;
+        for (size_t k = 0; k < np && !dup; k++)
+            dup = !strcmp(pending[k]->name, w[i].name);
+        if (dup) {
+            set_result(res, "invalid", NULL,
+                       "%s is named twice in this request", w[i].name);
+            continue;
+        }
+        pending[np++] = &w[i];
+    }
+    ipd_buf_release(&why);
+    if (np) {
+        int lfd = lock_take(v);
+        if (lfd < 0) {
+            for (size_t i = 0; i < np; i++)
+                set_result(pending[i]->result, "failed", NULL,
+                           "cannot take the install lock in %s: %s", v->root,
+                           strerror(errno));
+        } else {
+            struct ipd_buf bwhy;
+            ipd_buf_init(&bwhy, 4096);
+            if (ensure_base(v, &bwhy)) {
+                for (size_t i = 0; i < np; i++)
+                    set_result(pending[i]->result, "failed", NULL,
+                               "could not create the venv: %s", bwhy.buf);
+            } else if (!install_step(v, pending, np)) {
+                for (size_t i = 0; i < np; i++)
+                    install_step(v, &pending[i], 1);
+            }
+            ipd_buf_release(&bwhy);
+            gc(v);
+            lock_drop(v, lfd);
+        }
+    }
+    for (size_t i = 0; i < n; i++) {
+        const char *st =
+            json_string_value(json_object_get(w[i].result, "status"));
+        enum ipd_metrics_install_outcome o = IPD_METRICS_INSTALL_FAILED;
+        if (st && !strcmp(st, "installed"))
+            o = IPD_METRICS_INSTALL_INSTALLED;
+        else if (st && !strcmp(st, "already_installed"))
+            o = IPD_METRICS_INSTALL_ALREADY_INSTALLED;
+        else if (st && !strcmp(st, "not_allowed"))
+            o = IPD_METRICS_INSTALL_NOT_ALLOWED;
+        else if (st && !strcmp(st, "invalid"))
+            o = IPD_METRICS_INSTALL_INVALID;
+        ipd_metrics_install_observe(v->metrics, o);
+    }
+    free(pending);
+    free(w);
+    return IPD_OK;
+}
+
+void ipd_venv_set_metrics(struct ipd_venv *v, struct ipd_metrics *metrics)
+{
+    v->metrics = metrics;
+}
+
+enum ipd_err ipd_venv_ping(struct ipd_venv *v)
+{
+    char cur[NAME_MAX_GEN], py[PATH_MAX];
+    if (!read_current(v, cur, sizeof(cur)))
+        return access(v->base_python, X_OK) ? IPD_ERR_UNAVAILABLE : IPD_OK;
+    snprintf(py, sizeof(py), "%s/%s/bin/python", v->root, cur);
+    return access(py, X_OK) ? IPD_ERR_UNAVAILABLE : IPD_OK;
+}
+
+bool ipd_venv_allows(const struct ipd_venv *v, const char *name)
+{
+    return ipd_allowlist_allows(v->allow, name);
+}
+
+bool ipd_venv_dist_for_missing_module(struct ipd_venv *v, const char *module,
+                                      char dist[IPD_REQ_NAME_MAX + 1])
+{
+    char cur[NAME_MAX_GEN];
+    if (!ipd_allowlist_dist_for_import(v->allow, module, dist) ||
+        !ipd_allowlist_allows(v->allow, dist))
+        return false;
+    /* Installed already (the module name lies, or the import fails for
+     * another reason): installing again would not help. */
+    if (read_current(v, cur, sizeof(cur))) {
+        json_t *d = scan_dists(v, cur);
+        bool have = json_object_get(d, dist) != NULL;
+        json_decref(d);
+        if (have)
+            return false;
+    }
+    return true;
+}
+
+/* ---- rebuild ----------------------------------------------------------- */
+
+static void set_rebuild_error(struct ipd_venv *v, const char *msg)
+{
+    pthread_mutex_lock(&v->state_lock);
+    free(v->last_rebuild_error);
+    v->last_rebuild_error = msg ? ipd_xstrdup(msg) : NULL;
+    v->last_rebuild_ms = ipd_now_ms();
+    pthread_mutex_unlock(&v->state_lock);
+}
+
+static enum ipd_err rebuild_locked(struct ipd_venv *v)
+{
+    char cur[NAME_MAX_GEN], gen[NAME_MAX_GEN] = "";
+    json_t *rec = NULL, *check = NULL, *after = NULL;
+    const char **reqs = NULL, **names = NULL;
+    struct ipd_buf why;
+    enum ipd_err rc = IPD_OK;
+    ipd_buf_init(&why, 4096);
+    if (!read_current(v, cur, sizeof(cur)))
+        goto out; /* nothing installed: the base interpreter is current */
+    rec = read_record(v, cur);
+    json_t *rq = json_object_get(rec, "requirements");
+    size_t n = json_array_size(rq);
+    reqs = ipd_xcalloc(n + 1, sizeof(*reqs));
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = json_string_value(json_array_get(rq, i));
+    rc = gen_create(v, gen, sizeof(gen));
+    if (rc) {
+        ipd_buf_addf(&why, "cannot create a generation: %s", strerror(errno));
+        goto out;
+    }
+    rc = create_venv(v, gen, &why);
+    if (!rc && n)
+        rc = pip_install(v, gen, reqs, n, &why);
+    if (rc)
+        goto out;
+    after = scan_dists(v, gen);
+    size_t na = json_object_size(after), k = 0;
+    names = ipd_xcalloc(na + 1, sizeof(*names));
+    const char *key;
+    json_t *ver;
+    json_object_foreach(after, key, ver) {
+        /* pip and its own tools come with the venv itself. */
+        if (!strcmp(key, "pip") || !strcmp(key, "setuptools"))
+            continue;
+        if (!ipd_allowlist_allows_dep(v->allow, key)) {
+            ipd_buf_addf(&why, "dependency %s is no longer allowed", key);
+            rc = IPD_ERR_FORBIDDEN;
+            goto out;
+        }
+        names[k++] = key;
+    }
+    check = import_check(v, gen, names, k, &why);
+    if (!check) {
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
+    for (size_t i = 0; i < k; i++) {
+        json_t *c = json_object_get(json_object_get(check, "checked"), names[i]);
+        if (!json_is_true(json_object_get(c, "ok"))) {
+            ipd_buf_addf(&why, "importing %s failed: %s", names[i],
+                         json_string_value(json_object_get(c, "error")));
+            rc = IPD_ERR_INTERNAL;
+            goto out;
+        }
+    }
+    json_t *nrec = json_object();
+    int64_t now = ipd_now_ms();
+    json_object_set(nrec, "requirements", rq ? rq : json_array());
+    json_object_set_new(nrec, "created_at", json_integer(now));
+    json_object_set_new(nrec, "venv_created_at", json_integer(now));
+    json_object_set(nrec, "python_version",
+                    json_object_get(check, "python_version"));
+    json_object_set(nrec, "installed", json_object_get(check, "installed"));
+    rc = write_record(v, gen, nrec);
+    json_decref(nrec);
+    if (!rc)
+        rc = switch_current(v, gen);
+    if (rc) {
+        ipd_buf_addf(&why, "could not switch: %s", strerror(errno));
+        goto out;
+    }
+    gen[0] = '\0';
+out:
+    if (gen[0])
+        gen_discard(v, gen);
+    if (rc) {
+        ipd_warn("venv: rebuild failed, keeping %s: %s", cur, why.buf);
+        set_rebuild_error(v, why.buf);
+    } else {
+        set_rebuild_error(v, NULL);
+    }
+    json_decref(rec);
+    json_decref(check);
+    json_decref(after);
+    free((void *)reqs);
+    free((void *)names);
+    ipd_buf_release(&why);
+    return rc;
+}
+
+enum ipd_err ipd_venv_rebuild(struct ipd_venv *v)
+{
+    int lfd = lock_take(v);
+    if (lfd < 0)
+        return IPD_ERR_IO;
+    enum ipd_err rc = rebuild_locked(v);
+    gc(v);
+    lock_drop(v, lfd);
+    return rc;
+}
+
+enum ipd_err ipd_venv_maintain(struct ipd_venv *v)
+{
+    char cur[NAME_MAX_GEN];
+    enum ipd_err rc = IPD_OK;
+    int lfd = lock_take(v);
+    if (lfd < 0)
+        return IPD_ERR_IO;
+    if (read_current(v, cur, sizeof(cur))) {
+        json_t *rec = read_record(v, cur);
+        json_t *vc = json_object_get(rec, "venv_created_at");
+        int64_t born = json_is_integer(vc) ? json_integer_value(vc) : 0;
+        if (ipd_now_ms() - born >= v->max_age_ms) {
+            ipd_info("venv: %s is older than %lld s; rebuilding", cur,
+                     (long long)(v->max_age_ms / 1000));
+            rc = rebuild_locked(v);
+        }
+        json_decref(rec);
+    }
+    gc(v);
+    lock_drop(v, lfd);
+    return rc;
+}
+
+/* ---- status -------------------------------------------------------------- */
+
+json_t *ipd_venv_status(struct ipd_venv *v)
+{
+    char cur[NAME_MAX_GEN];
+    json_t *out = json_object(), *allowed = json_array(), *installed;
+    json_t *venv = json_object(), *rec = NULL;
+    bool have = read_current(v, cur, sizeof(cur));
+    for (size_t i = 0; i < ipd_allowlist_count(v->allow); i++)
+        json_array_append_new(allowed,
+                              json_string(ipd_allowlist_name(v->allow, i)));
+    if (have)
+        rec = read_record(v, cur);
+    if (!rec) {
+        /* The base interpreter: what it sees, checked once. */
+        pthread_mutex_lock(&v->state_lock);
+        if (!v->base_status) {
+            struct ipd_buf why;
+            ipd_buf_init(&why, 1024);
+            v->base_status = import_check(v, NULL, NULL, 0, &why);
+            if (!v->base_status)
+                ipd_warn("venv: cannot list the base interpreter's "
+                         "packages: %s", why.buf);
+            ipd_buf_release(&why);
+        }
+        rec = json_copy(v->base_status);
+        pthread_mutex_unlock(&v->state_lock);
+    }
+    installed = json_array();
+    size_t i;
+    json_t *item;
+    json_array_foreach(json_object_get(rec, "installed"), i, item)
+        json_array_append_new(
+            installed,
+            json_pack("{s:O, s:O}", "name", json_array_get(item, 0),
+                      "version", json_array_get(item, 1)));
+    json_t *pv = json_object_get(rec, "python_version");
+    json_object_set_new(venv, "python_version", pv ? json_copy(pv) : json_null());
+    json_t *vc = json_object_get(rec, "venv_created_at");
+    if (have && json_is_integer(vc)) {
+        char a[IPD_TIME_STR], b[IPD_TIME_STR];
+        ipd_time_format(json_integer_value(vc), a);
+        ipd_time_format(json_integer_value(vc) + v->max_age_ms, b);
+        json_object_set_new(venv, "created_at", json_string(a));
+        json_object_set_new(venv, "rebuild_at", json_string(b));
+    } else {
+        json_object_set_new(venv, "created_at", json_null());
+        json_object_set_new(venv, "rebuild_at", json_null());
+    }
+    json_object_set_new(venv, "exists", json_boolean(have));
+    json_object_set_new(venv, "generation", have ? json_string(cur)
+                                                 : json_null());
+    if (have) {
+        char *p = gen_path(v, cur);
+        struct ipd_buf py;
+        ipd_buf_init(&py, IPD_BUF_UNLIMITED);
+        ipd_buf_addf(&py, "%s/bin/python", p);
+        json_object_set_new(venv, "path", json_string(p));
+        json_object_set_new(venv, "python_path", json_string(py.buf));
+        ipd_buf_release(&py);
+        free(p);
+    } else {
+        json_object_set_new(venv, "path", json_null());
+        json_object_set_new(venv, "python_path", json_string(v->base_python));
+    }
+    pthread_mutex_lock(&v->state_lock);
+    json_object_set_new(venv, "last_rebuild_error",
+                        v->last_rebuild_error
+                            ? json_string(v->last_rebuild_error)
+                            : json_null());
+    pthread_mutex_unlock(&v->state_lock);
+    json_object_set_new(out, "allowed", allowed);
+    json_object_set_new(out, "installed", installed);
+    json_object_set_new(out, "venv", venv);
+    json_decref(rec);
+    return out;
+}
+
+/* ---- lifecycle ----------------------------------------------------------- */
+
+enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
+                          const struct ipd_venv_runner *runner,
+                          struct ipd_venv **out, struct ipd_buf *err)
+{
+    struct ipd_venv *v = NULL;
+    enum ipd_err rc = IPD_ERR_INVALID;
+    *out = NULL;
+    if (!opt->root || !opt->base_python || opt->base_python[0] != '/' ||
+        !opt->allow || !runner || !runner->run || !opt->tools_dir) {
+        ipd_buf_adds(err, "venv: root, an absolute base python, the "
+                          "allowlist and the tools dir are required");
+        goto out;
+    }
+    v = ipd_xcalloc(1, sizeof(*v));
+    v->root_fd = -1;
+    v->root = ipd_xstrdup(opt->root);
+    v->base_python = ipd_xstrdup(opt->base_python);
+    v->system_site = opt->system_site_packages;
+    v->index_url = opt->index_url && *opt->index_url
+                       ? ipd_xstrdup(opt->index_url) : NULL;
+    v->find_links = opt->find_links && *opt->find_links
+                        ? ipd_xstrdup(opt->find_links) : NULL;
+    v->tools_dir = ipd_xstrdup(opt->tools_dir);
+    v->pip_timeout_ms = opt->pip_timeout_ms > 0 ? opt->pip_timeout_ms
+                                                : 10 * 60 * 1000;
+    v->max_age_ms = opt->max_age_ms > 0 ? opt->max_age_ms
+                                        : 7LL * 24 * 3600 * 1000;
+    v->link_clone = opt->link_clone;
+    v->allow_sdist = opt->allow_sdist;
+    v->owner_uid = opt->owner_uid;
+    v->owner_gid = opt->owner_gid;
+    v->allow = opt->allow;
+    v->runner = *runner;
+    pthread_mutex_init(&v->lock, NULL);
+    pthread_mutex_init(&v->state_lock, NULL);
+    if (mkdir(v->root, 0711) && errno != EEXIST) {
+        ipd_buf_addf(err, "venv: cannot create %s: %s", v->root,
+                     strerror(errno));
+        rc = IPD_ERR_IO;
+        goto out;
+    }
+    v->root_fd = open(v->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (v->root_fd < 0) {
+        ipd_buf_addf(err, "venv: cannot open %s: %s", v->root,
+                     strerror(errno));
+        rc = IPD_ERR_IO;
+        goto out;
+    }
+    /* The sandbox (another uid when we are root) must reach generations
+     * and write pip's cache. */
+    (void)fchmod(v->root_fd, 0711);
+    if (mkdirat(v->root_fd, "pip-cache", 0700) && errno != EEXIST) {
+        ipd_buf_addf(err, "venv: cannot create %s/pip-cache: %s", v->root,
+                     strerror(errno));
+        rc = IPD_ERR_IO;
+        goto out;
+    }
+    if (v->owner_uid != (uid_t)-1)
+        (void)fchownat(v->root_fd, "pip-cache", v->owner_uid, v->owner_gid,
+                       0);
+    /* Leftovers of installs killed half-way. */
+    int lfd = lock_take(v);
+    if (lfd >= 0) {
+        gc(v);
+        lock_drop(v, lfd);
+    }
+    *out = v;
+    v = NULL;
+    rc = IPD_OK;
+out:
+    ipd_venv_free(v);
+    return rc;
+}
+
+void ipd_venv_free(struct ipd_venv *v)
+{
+    if (!v)
+        return;
+    if (v->root_fd >= 0)
+        close(v->root_fd);
+    free(v->root);
+    free(v->base_python);
+    free(v->index_url);
+    free(v->find_links);
+    free(v->tools_dir);
+    free(v->last_rebuild_error);
+    json_decref(v->base_status);
+    pthread_mutex_destroy(&v->lock);
+    pthread_mutex_destroy(&v->state_lock);
+    free(v);
+}
