@@ -8,6 +8,13 @@
  * service itself runs under.  Each run gets "<name>/run-<pid>-<n>" in
  * each hierarchy, removed when the run is over and empty.
  *
+ * Leftovers: a service killed with SIGKILL never removes its run dirs
+ * (PDEATHSIG empties them), and pids are reused (pid_max is often 32768),
+ * so a later process may be handed the same pid and meet its
+ * predecessor's "run-<pid>-<n>".  Creation therefore takes over such a
+ * dir when it holds no process, and skips to the next <n> when it does;
+ * and the probe removes the empty run dirs of pids that are gone.
+ *
  * Choice of mechanism, per resource:
  *   memory  v2 memory.max (+ memory.swap.max 0) if the controller is
  *           delegated to the parent, else v1 memory.limit_in_bytes (+
@@ -27,6 +34,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "sandbox.h"
 
 #define CG_PATH 512
@@ -38,9 +46,8 @@ struct ipd__cgroups {
     bool memsw;            /* v1 memory.memsw.* exists */
     char pids[CG_PATH];    /* v1 pids parent, or "" */
     char cpuacct[CG_PATH]; /* v1 cpuacct parent, or "" */
+    atomic_uint counter;   /* <n> of the next run-<pid>-<n> */
 };
-
-static atomic_uint run_counter;
 
 static enum ipd_err write_file(const char *path, const char *s)
 {
@@ -252,9 +259,46 @@ static bool has_word(const char *s, const char *word)
     }
 }
 
+/*
+ * cgroup v2's "no internal processes" rule: a cgroup that holds processes
+ * (ours holds interpd, and in a container also its init) cannot enable
+ * controllers for its children: writing +memory to its subtree_control
+ * fails with EBUSY.  So, when our own cgroup has memory or pids delegated
+ * (cgroup.controllers lists them) but cannot pass them on, move every
+ * process of it into a leaf "<own>/service" (as systemd does for
+ * Delegate=yes units) and try again.  Returns true when it moved them.
+ */
+static bool move_to_leaf(const char *own_dir)
+{
+    char leaf[CG_PATH], procs[CG_PATH], dst[CG_PATH], list[16384];
+    ssize_t n;
+    bool moved = false;
+
+    if (!path_join(leaf, own_dir, "/service", "") ||
+        !path_join(procs, own_dir, "/cgroup.procs", "") ||
+        !path_join(dst, leaf, "/cgroup.procs", ""))
+        return false;
+    if (mkdir(leaf, 0755) != 0 && errno != EEXIST)
+        return false;
+    n = read_file(procs, list, sizeof list);
+    if (n <= 0)
+        return false;
+    for (char *p = list, *nl; *p; p = nl + 1) {
+        nl = strchr(p, '\n');
+        if (!nl)
+            break;
+        *nl = '\0';
+        /* One pid per write; a process that exited meanwhile is fine. */
+        if (write_file(dst, p) == IPD_OK)
+            moved = true;
+    }
+    return moved;
+}
+
 static void probe_v2(struct ipd__cgroups *cg, const char *name)
 {
-    char mnt[CG_PATH], own[CG_PATH], path[CG_PATH], ctl[256];
+    char mnt[CG_PATH], own[CG_PATH], own_dir[CG_PATH], path[CG_PATH];
+    char ctl[256], own_ctl[256];
 
     if (!make_parent(NULL, name, cg->v2)) {
         cg->v2[0] = '\0';
@@ -262,13 +306,31 @@ static void probe_v2(struct ipd__cgroups *cg, const char *name)
     }
     cg->v2_kill = exists(cg->v2, "cgroup.kill");
     /* Delegate memory and pids from our own cgroup to the parent, then
-     * from the parent to the runs.  Enabling in our own cgroup fails when
-     * it holds processes and is not the root ("no internal processes"):
-     * then the service manager must delegate (systemd Delegate=yes). */
+     * from the parent to the runs. */
     if (find_mount(NULL, mnt) && own_path(NULL, own) &&
-        path_join(path, mnt, own, "/cgroup.subtree_control")) {
-        (void)write_file(path, "+memory");
-        (void)write_file(path, "+pids");
+        path_join(own_dir, mnt, own, "") &&
+        path_join(path, own_dir, "/cgroup.subtree_control", "")) {
+        bool want_mem = false, want_pids = false;
+        char ctl_path[CG_PATH];
+        if (path_join(ctl_path, own_dir, "/cgroup.controllers", "") &&
+            read_file(ctl_path, own_ctl, sizeof own_ctl) >= 0) {
+            want_mem = has_word(own_ctl, "memory");
+            want_pids = has_word(own_ctl, "pids");
+        }
+        enum ipd_err m = want_mem ? write_file(path, "+memory") : IPD_OK;
+        int m_errno = errno;
+        enum ipd_err p = want_pids ? write_file(path, "+pids") : IPD_OK;
+        int p_errno = errno;
+        if (((m && m_errno == EBUSY) || (p && p_errno == EBUSY)) &&
+            move_to_leaf(own_dir)) {
+            ipd_info("sandbox: moved the service into %s/service so its "
+                     "cgroup can delegate memory and pids (cgroup v2 \"no "
+                     "internal processes\")", own_dir);
+            if (want_mem)
+                (void)write_file(path, "+memory");
+            if (want_pids)
+                (void)write_file(path, "+pids");
+        }
     }
     if (!path_join(path, cg->v2, "/cgroup.controllers", "") ||
         read_file(path, ctl, sizeof ctl) < 0)
@@ -279,6 +341,47 @@ static void probe_v2(struct ipd__cgroups *cg, const char *name)
         if (has_word(ctl, "pids"))
             cg->v2_pids = write_file(path, "+pids") == IPD_OK;
     }
+}
+
+static bool dir_empty(const char *dir)
+{
+    char path[CG_PATH], buf[64];
+
+    if (!dir[0] || !path_join(path, dir, "/cgroup.procs", ""))
+        return true;
+    if (read_file(path, buf, sizeof buf) < 0)
+        return errno == ENOENT;
+    return buf[0] == '\0';
+}
+
+/* Remove parent's empty run dirs whose pid is gone (see Leftovers); a
+ * dir of a live pid may be another service's run and is left alone. */
+static void reap_leftovers(const char *parent)
+{
+    DIR *d = parent[0] ? opendir(parent) : NULL;
+    struct dirent *e;
+    int reaped = 0;
+
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        char path[CG_PATH];
+        long pid;
+        unsigned n;
+        int end = 0;
+        if (sscanf(e->d_name, "run-%ld-%u%n", &pid, &n, &end) != 2 ||
+            e->d_name[end] != '\0' || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (kill((pid_t)pid, 0) == 0 || errno != ESRCH)
+            continue;
+        if (path_join(path, parent, "/", e->d_name) && dir_empty(path) &&
+            rmdir(path) == 0)
+            reaped++;
+    }
+    closedir(d);
+    if (reaped)
+        ipd_info("sandbox: removed %d leftover run cgroup(s) of ended "
+                 "processes under %s", reaped, parent);
 }
 
 enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
@@ -312,6 +415,10 @@ enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
                               "v1 pids not writable)");
         goto out;
     }
+    reap_leftovers(cg->v2);
+    reap_leftovers(cg->mem);
+    reap_leftovers(cg->pids);
+    reap_leftovers(cg->cpuacct);
     ret = IPD_OK;
 out:
     if (ret) {
@@ -341,16 +448,34 @@ static enum ipd_err set_value(const char *dir, const char *file, int64_t v,
     return IPD_OK;
 }
 
+/*
+ * mkdir parent/leaf.  A dir already there is a leftover of a dead process
+ * that had our pid (our own <n> never repeats): taken over when no
+ * process is in it; IPD_ERR_CONFLICT when one is, so the caller moves on
+ * to another name.
+ */
 static enum ipd_err make_run_dir(const char *parent, const char *leaf,
                                  char *out, char *err, size_t errlen)
 {
-    if (!path_join(out, parent, "/", leaf) || mkdir(out, 0755) != 0) {
-        snprintf(err, errlen, "cgroup: mkdir %s/%s: %s", parent, leaf,
-                 strerror(errno));
+    if (!path_join(out, parent, "/", leaf)) {
+        snprintf(err, errlen, "cgroup: path too long: %s/%s", parent, leaf);
         out[0] = '\0';
         return IPD_ERR_INTERNAL;
     }
-    return IPD_OK;
+    if (mkdir(out, 0755) == 0)
+        return IPD_OK;
+    if (errno == EEXIST) {
+        if (dir_empty(out) && rmdir(out) == 0 && mkdir(out, 0755) == 0) {
+            ipd_info("sandbox: took over the leftover cgroup %s", out);
+            return IPD_OK;
+        }
+        snprintf(err, errlen, "cgroup: %s exists and is in use", out);
+        out[0] = '\0';
+        return IPD_ERR_CONFLICT;
+    }
+    snprintf(err, errlen, "cgroup: mkdir %s: %s", out, strerror(errno));
+    out[0] = '\0';
+    return IPD_ERR_INTERNAL;
 }
 
 static enum ipd_err open_procs(const char *dir, int *fd, char *err,
@@ -368,21 +493,18 @@ static enum ipd_err open_procs(const char *dir, int *fd, char *err,
     return IPD_OK;
 }
 
-enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
-                                    int64_t memory_bytes, int64_t pids,
-                                    struct ipd__cgroup_run *run, char *err,
-                                    size_t errlen)
+static enum ipd_err try_create(const struct ipd__cgroups *cg,
+                               const char *leaf, int64_t memory_bytes,
+                               int64_t pids, struct ipd__cgroup_run *run,
+                               char *err, size_t errlen)
 {
     enum ipd_err rc = IPD_OK;
-    char leaf[64];
     size_t nfd = 0;
 
     memset(run, 0, sizeof *run);
     run->v2_fd = -1;
     for (size_t i = 0; i < IPD_ARRAY_LEN(run->procs_fd); i++)
         run->procs_fd[i] = -1;
-    snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(),
-             atomic_fetch_add(&run_counter, 1));
 
     if (cg->v2[0]) {
         rc = make_run_dir(cg->v2, leaf, run->v2, err, errlen);
@@ -456,6 +578,24 @@ out:
     return rc;
 }
 
+enum ipd_err ipd__cgroup_run_create(struct ipd__cgroups *cg,
+                                    int64_t memory_bytes, int64_t pids,
+                                    struct ipd__cgroup_run *run, char *err,
+                                    size_t errlen)
+{
+    enum ipd_err rc = IPD_ERR_CONFLICT;
+
+    /* Each name in use (by a live process of a reused pid) costs one
+     * more try; eight in a row would mean something else is wrong. */
+    for (int i = 0; i < 8 && rc == IPD_ERR_CONFLICT; i++) {
+        char leaf[64];
+        snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(),
+                 atomic_fetch_add(&cg->counter, 1));
+        rc = try_create(cg, leaf, memory_bytes, pids, run, err, errlen);
+    }
+    return rc == IPD_ERR_CONFLICT ? IPD_ERR_INTERNAL : rc;
+}
+
 /* Signal every pid listed in dir/cgroup.procs; returns how many. */
 static int kill_listed(const char *dir)
 {
@@ -496,17 +636,6 @@ void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run)
      * namespace with it; this pass is the second line. */
     if (!kill_listed(run->pids[0] ? run->pids : run->mem))
         kill_listed(run->cpuacct);
-}
-
-static bool dir_empty(const char *dir)
-{
-    char path[CG_PATH], buf[64];
-
-    if (!dir[0] || !path_join(path, dir, "/cgroup.procs", ""))
-        return true;
-    if (read_file(path, buf, sizeof buf) < 0)
-        return errno == ENOENT;
-    return buf[0] == '\0';
 }
 
 bool ipd__cgroup_run_empty(const struct ipd__cgroup_run *run)
