@@ -161,15 +161,17 @@ void ipd_blob_iter_free(struct ipd_blob_iter *it);
  * temporary files not written since then, GridFS chunks without an
  * fs.files document whose newest chunk is older.  A live upload writes
  * continuously (and the connection timeout ends a stalled one), so a
- * cut-off an hour back never touches one.  [out] *removed: uploads
- * removed. */
+ * cut-off an hour back never touches one.  (Opening a local store
+ * removes only temporary files no live writer, in any process, holds an
+ * flock on.)  [out] *removed: uploads removed. */
 enum ipd_err ipd_blobs_reap_incomplete(struct ipd_blobs *b,
                                        int64_t older_than_ms,
                                        int64_t *removed);
 /* Remove empty directories of the store (local: the two-character
  * directories blobs end up in; GridFS has none: *removed = 0).  Safe
- * against a commit into the same directory at the same time (the commit
- * makes it again).  [out] *removed: directories removed. */
+ * against commits into the same directory at the same time, in this
+ * process or another (local: an flock on the store keeps a commit's
+ * mkdir and rename together).  [out] *removed: directories removed. */
 enum ipd_err ipd_blobs_prune_dirs(struct ipd_blobs *b, int64_t *removed);
 
 #endif

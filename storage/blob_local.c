@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +72,63 @@ static enum ipd_err mkdir_at(int dirfd, const char *name)
     return IPD_OK;
 }
 
+/*
+ * Directory locks: an flock on a directory of the store, opened anew each
+ * time (flock belongs to the open file, so threads of one process exclude
+ * each other too), and holding across processes, such as `interpd
+ * cleanup` run from cron against a serving node.  Returns the fd to
+ * close, or -1.
+ *
+ *   blobs/      commits hold it shared from making their shard directory
+ *               to renaming the blob into it; pruning empty shard
+ *               directories holds it exclusive, so it never removes one
+ *               a commit has just made or found.
+ *   blobs/tmp/  writers hold it shared while they create their temporary
+ *               file and lock it (LOCK_EX, for as long as the writer
+ *               lives); opening the store removes stale temporary files
+ *               holding it exclusive, and only files nobody has locked:
+ *               those of a process that died, never a live upload of
+ *               another process.  (The age-based reaper needs no lock:
+ *               a file being created is new.)
+ */
+static int dir_lock(int dirfd, int op)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0)
+        return -1;
+    while (flock(fd, op)) {
+        if (errno != EINTR) {
+            int saved = errno;
+            close(fd);
+            errno = saved;
+            return -1;
+        }
+    }
+    return fd;
+}
+
+static void close_keep_errno(int fd)
+{
+    int saved = errno;
+    close(fd);
+    errno = saved;
+}
+
+/* Remove the temporary file name when no live writer holds it (see the
+ * directory locks; the caller holds blobs/tmp exclusive). */
+static bool remove_if_unlocked(int tmpfd, const char *name)
+{
+    int fd = openat(tmpfd, name,
+                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    bool removed = false;
+    if (fd < 0)
+        return false;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+        removed = unlinkat(tmpfd, name, 0) == 0;
+    close(fd);
+    return removed;
+}
+
 /* Call fn for each entry of the directory at dirfd (not . or ..). */
 static enum ipd_err each_entry(int dirfd,
                                int (*fn)(void *cls, const char *name),
@@ -97,8 +155,9 @@ static enum ipd_err each_entry(int dirfd,
 static int remove_stale(void *cls, const char *name)
 {
     struct local_blobs *b = cls;
-    /* Temporary files left by a crash or kill belong to no request now. */
-    if (unlinkat(b->tmpfd, name, 0) == 0)
+    /* Temporary files left by a crash or kill belong to no request now;
+     * one still locked is another live process's upload. */
+    if (remove_if_unlocked(b->tmpfd, name))
         ipd_info("removed stale temporary upload %s", name);
     return 0;
 }
@@ -127,7 +186,11 @@ enum ipd_err ipd_blobs_open_local(const char *data_dir,
         rc = IPD_ERR_IO;
         goto out;
     }
-    each_entry(b->tmpfd, remove_stale, b);
+    int lfd = dir_lock(b->tmpfd, LOCK_EX);
+    if (lfd >= 0) {
+        each_entry(b->tmpfd, remove_stale, b);
+        close(lfd);
+    }
 out:
     if (root >= 0)
         close(root);
@@ -168,8 +231,19 @@ static enum ipd_err local_writer_new(struct ipd_blobs *base,
     (void)file_id;
     ipd_id_new("up", id);
     snprintf(w->tmpname, sizeof(w->tmpname), "%s.part", id);
-    w->fd = openat(local(base)->tmpfd, w->tmpname,
-                   O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    int tmpfd = local(base)->tmpfd, lfd = dir_lock(tmpfd, LOCK_SH);
+    w->fd = lfd < 0 ? -1
+                    : openat(tmpfd, w->tmpname,
+                             O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC |
+                                 O_NOFOLLOW,
+                             0600);
+    if (w->fd >= 0 && flock(w->fd, LOCK_EX | LOCK_NB)) {
+        close_keep_errno(w->fd);
+        unlinkat(tmpfd, w->tmpname, 0);
+        w->fd = -1;
+    }
+    if (lfd >= 0)
+        close_keep_errno(lfd);
     if (w->fd < 0) {
         ipd_error("cannot create temporary upload: %s", strerror(errno));
         free(w);
@@ -338,6 +412,7 @@ static enum ipd_err local_commit(struct ipd_blob_writer *base)
     struct local_blobs *b = local(base->blobs);
     enum ipd_err rc = IPD_OK;
     char dir[3], path[IPD_ID_MAX + 4];
+    int lfd;
 
     rc = blob_path(base->file_id, dir, path);
     if (rc)
@@ -346,21 +421,17 @@ static enum ipd_err local_commit(struct ipd_blob_writer *base)
         rc = IPD_ERR_IO;
         goto out;
     }
-    /* The reconcile job removes empty directories (prune_dirs): ours may
-     * go between the mkdir and the rename, which then fails with ENOENT;
-     * make it again.  Twice in a row would need the prune to hit that
-     * window twice. */
-    for (int tries = 0;; tries++) {
-        rc = mkdir_at(b->dirfd, dir);
-        if (rc)
-            goto out;
-        if (!renameat(b->tmpfd, w->tmpname, b->dirfd, path))
-            break;
-        if (errno != ENOENT || tries == 3) {
-            rc = IPD_ERR_IO;
-            goto out;
-        }
+    lfd = dir_lock(b->dirfd, LOCK_SH);
+    if (lfd < 0) {
+        rc = IPD_ERR_IO;
+        goto out;
     }
+    rc = mkdir_at(b->dirfd, dir);
+    if (!rc && renameat(b->tmpfd, w->tmpname, b->dirfd, path))
+        rc = IPD_ERR_IO;
+    close_keep_errno(lfd);
+    if (rc)
+        goto out;
     w->tmpname[0] = '\0';
     /* The rename is durable only once the directory entry is. */
     rc = fsync_dir_at(b->dirfd, dir);
@@ -639,8 +710,8 @@ struct prune_ctx {
 static int prune_one(void *cls, const char *name)
 {
     struct prune_ctx *c = cls;
-    /* rmdir removes only an empty directory, atomically: a blob renamed
-     * in first keeps it (ENOTEMPTY), a commit after makes it again. */
+    /* Under blobs/ exclusive (dir_lock): no commit is between its mkdir
+     * and its rename; rmdir removes only an empty directory. */
     if (shard_name(name) && unlinkat(c->dirfd, name, AT_REMOVEDIR) == 0)
         c->removed++;
     return 0;
@@ -649,7 +720,14 @@ static int prune_one(void *cls, const char *name)
 static enum ipd_err local_prune_dirs(struct ipd_blobs *base, int64_t *removed)
 {
     struct prune_ctx c = {local(base)->dirfd, 0};
-    enum ipd_err rc = each_entry(c.dirfd, prune_one, &c);
+    int lfd = dir_lock(c.dirfd, LOCK_EX);
+    enum ipd_err rc = IPD_ERR_IO;
+
+    *removed = 0;
+    if (lfd < 0)
+        return rc;
+    rc = each_entry(c.dirfd, prune_one, &c);
+    close(lfd);
     *removed = c.removed;
     return rc;
 }
