@@ -117,7 +117,9 @@ static enum ipd_err job_sweep(void *ctx, struct ipd_job_run *run)
 }
 
 /* The venv age check: rebuild a venv older than venv-max-age, remove
- * generations no execution holds.  Per host (the venv is), no lease. */
+ * generations no execution holds; with no venv yet, list the base
+ * interpreter's packages for the status.  Per host (the venv is), no
+ * lease; first run at start. */
 static enum ipd_err job_venv(void *ctx, struct ipd_job_run *run)
 {
     struct jobs *j = ctx;
@@ -359,7 +361,7 @@ int ipd_serve(struct ipd_config *cfg)
                           ipd_reconcile_job, &jobs.reconcile, IPD_JOB_LEASE);
     if (app.venv)
         ipd_scheduler_add(sched, "venv", cfg->venv_check_interval_ms,
-                          job_venv, &jobs, 0);
+                          job_venv, &jobs, IPD_JOB_RUN_AT_START);
     if (ipd_scheduler_start(sched))
         ipd_error("scheduler: cannot start its threads; expired files are "
                   "only deleted by `interpd cleanup`");

@@ -1116,10 +1116,31 @@ enum ipd_err ipd_venv_rebuild(struct ipd_venv *v)
     return rc;
 }
 
+/* What the base interpreter sees (before the first install), listed once
+ * in the sandbox and cached: a new reference to a copy, or NULL. */
+static json_t *base_status(struct ipd_venv *v)
+{
+    json_t *rec;
+    pthread_mutex_lock(&v->state_lock);
+    if (!v->base_status) {
+        struct ipd_buf why;
+        ipd_buf_init(&why, 1024);
+        v->base_status = import_check(v, NULL, NULL, 0, &why);
+        if (!v->base_status)
+            ipd_warn("venv: cannot list the base interpreter's "
+                     "packages: %s", why.buf);
+        ipd_buf_release(&why);
+    }
+    rec = json_copy(v->base_status);
+    pthread_mutex_unlock(&v->state_lock);
+    return rec;
+}
+
 enum ipd_err ipd_venv_maintain(struct ipd_venv *v)
 {
     char cur[NAME_MAX_GEN];
     enum ipd_err rc = IPD_OK;
+    bool list_base = false;
     int lfd = lock_take(v);
     if (lfd < 0)
         return IPD_ERR_IO;
@@ -1133,9 +1154,16 @@ enum ipd_err ipd_venv_maintain(struct ipd_venv *v)
             rc = rebuild_locked(v);
         }
         json_decref(rec);
+    } else {
+        list_base = true;
     }
     gc(v);
     lock_drop(v, lfd);
+    /* No venv yet: list the base interpreter now, on the scheduler's
+     * thread (outside the install lock), rather than in the first GET
+     * /v1/packages or admin status on an HTTP thread. */
+    if (list_base)
+        json_decref(base_status(v));
     return rc;
 }
 
@@ -1152,21 +1180,8 @@ json_t *ipd_venv_status(struct ipd_venv *v)
                               json_string(ipd_allowlist_name(v->allow, i)));
     if (have)
         rec = read_record(v, cur);
-    if (!rec) {
-        /* The base interpreter: what it sees, checked once. */
-        pthread_mutex_lock(&v->state_lock);
-        if (!v->base_status) {
-            struct ipd_buf why;
-            ipd_buf_init(&why, 1024);
-            v->base_status = import_check(v, NULL, NULL, 0, &why);
-            if (!v->base_status)
-                ipd_warn("venv: cannot list the base interpreter's "
-                         "packages: %s", why.buf);
-            ipd_buf_release(&why);
-        }
-        rec = json_copy(v->base_status);
-        pthread_mutex_unlock(&v->state_lock);
-    }
+    if (!rec)
+        rec = base_status(v);
     installed = json_array();
     size_t i;
     json_t *item;

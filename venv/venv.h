@@ -144,7 +144,8 @@ bool ipd_venv_dist_for_missing_module(struct ipd_venv *v, const char *module,
  * remembered for ipd_venv_status. */
 enum ipd_err ipd_venv_rebuild(struct ipd_venv *v);
 /* Rebuild when the current venv is older than max_age (the scheduler's
- * venv age check); removes unused generations either way. */
+ * venv age check); removes unused generations either way; with no venv
+ * yet, lists (and caches) what the base interpreter sees. */
 enum ipd_err ipd_venv_maintain(struct ipd_venv *v);
 
 /* IPD_OK when executions can start an interpreter: the current
