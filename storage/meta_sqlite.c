@@ -290,8 +290,6 @@ static int bind_text(sqlite3_stmt *st, int idx, const char *s, size_t cap)
     return sqlite3_bind_text(st, idx, s, (int)n, SQLITE_STATIC);
 }
 
-/* A row limit as SQLite wants it: limit + 1 rows reveal whether another
- * page follows. */
 /* ?1 file id, ?2 tenant, ?3 user, ?4 now: one file in its owner's scope,
  * unexpired (S_FILE_GET, S_FILE_DELETE). */
 static int bind_file_scope(sqlite3_stmt *st, const char *file_id,
@@ -308,6 +306,8 @@ static int bind_file_scope(sqlite3_stmt *st, const char *file_id,
     return src;
 }
 
+/* A row limit as SQLite wants it: limit + 1 rows reveal whether another
+ * page follows. */
 static sqlite3_int64 fetch_limit(size_t limit)
 {
     if (limit >= (size_t)INT64_MAX)
@@ -607,29 +607,80 @@ out:
     return rc;
 }
 
+/*
+ * A read on a reader connection: rd_begin takes the connection and the
+ * prepared statement id, rd_bound turns the SQLite code of the caller's
+ * binds into ours, rd_one steps to the one row a lookup expects
+ * (IPD_ERR_NOT_FOUND without one), rd_end gives everything back and
+ * passes rc through.  Every step is a no-op after an error:
+ *
+ *     enum ipd_err rc = rd_begin(s, S_X, &r);
+ *     if (!rc)
+ *         rc = rd_one(&r, bind_text(r.st, 1, id, 0), "x");
+ *     if (!rc)
+ *         rc = row_to_file(r.st, out);
+ *     return rd_end(s, &r, rc);
+ */
+struct rd {
+    struct conn *c;
+    sqlite3_stmt *st;
+};
+
+static enum ipd_err rd_begin(struct meta_sqlite *s, enum stmt_id id,
+                             struct rd *r)
+{
+    enum ipd_err rc;
+
+    r->c = NULL;
+    r->st = NULL;
+    rc = reader_acquire(s, &r->c);
+    if (!rc)
+        rc = stmt_get(r->c, id, &r->st);
+    return rc;
+}
+
+static enum ipd_err rd_bound(struct rd *r, int bind_src, const char *what)
+{
+    char buf[64];
+
+    if (!bind_src)
+        return IPD_OK;
+    snprintf(buf, sizeof(buf), "%s bind", what);
+    return db_err(r->c, bind_src, buf);
+}
+
+static enum ipd_err rd_one(struct rd *r, int bind_src, const char *what)
+{
+    enum ipd_err rc = rd_bound(r, bind_src, what);
+    int src;
+
+    if (rc)
+        return rc;
+    src = sqlite3_step(r->st);
+    if (src == SQLITE_ROW)
+        return IPD_OK;
+    return src == SQLITE_DONE ? IPD_ERR_NOT_FOUND : db_err(r->c, src, what);
+}
+
+static enum ipd_err rd_end(struct meta_sqlite *s, struct rd *r,
+                           enum ipd_err rc)
+{
+    stmt_done(r->st);
+    reader_release(s, r->c);
+    return rc;
+}
+
 static void sq_free(struct ipd_meta *m);
 
 static enum ipd_err sq_ping(struct ipd_meta *m)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_PING, &r);
 
-    rc = reader_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_PING, &st);
-    if (rc)
-        goto out;
-    src = sqlite3_step(st);
-    if (src != SQLITE_ROW)
-        rc = db_err(c, src, "ping");
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+    if (!rc)
+        rc = rd_one(&r, SQLITE_OK, "ping");
+    return rd_end(s, &r, rc == IPD_ERR_NOT_FOUND ? IPD_ERR_INTERNAL : rc);
 }
 
 static enum ipd_err sq_file_insert(struct ipd_meta *m,
@@ -668,33 +719,15 @@ static enum ipd_err sq_file_get(struct ipd_meta *m, const char *tenant,
                                 int64_t now_ms, struct ipd_file_meta *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_FILE_GET, &r);
 
-    rc = reader_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_FILE_GET, &st);
-    if (rc)
-        goto out;
-    src = bind_file_scope(st, file_id, tenant, user_id, now_ms);
-    if (src) {
-        rc = db_err(c, src, "file_get bind");
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src == SQLITE_DONE)
-        rc = IPD_ERR_NOT_FOUND;
-    else if (src == SQLITE_ROW)
-        rc = row_to_file(st, out);
-    else
-        rc = db_err(c, src, "file_get");
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+    if (!rc)
+        rc = rd_one(&r, bind_file_scope(r.st, file_id, tenant, user_id, now_ms),
+                    "file_get");
+    if (!rc)
+        rc = row_to_file(r.st, out);
+    return rd_end(s, &r, rc);
 }
 
 /* Step st to the end, collecting up to limit rows into *out and setting
@@ -743,38 +776,29 @@ static enum ipd_err sq_file_list(struct ipd_meta *m, const char *tenant,
                                  struct ipd_file_list *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
+    struct rd r;
     enum ipd_err rc;
     int src;
 
     memset(out, 0, sizeof(*out));
-    rc = reader_acquire(s, &c);
+    rc = rd_begin(s, after ? S_FILE_LIST_AFTER : S_FILE_LIST_FIRST, &r);
     if (rc)
-        goto out;
-    rc = stmt_get(c, after ? S_FILE_LIST_AFTER : S_FILE_LIST_FIRST, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, tenant, 0);
+        return rd_end(s, &r, rc);
+    src = bind_text(r.st, 1, tenant, 0);
     if (!src)
-        src = bind_text(st, 2, user_id, 0);
+        src = bind_text(r.st, 2, user_id, 0);
     if (!src)
-        src = sqlite3_bind_int64(st, 3, now_ms);
+        src = sqlite3_bind_int64(r.st, 3, now_ms);
     if (!src)
-        src = sqlite3_bind_int64(st, 4, fetch_limit(limit));
+        src = sqlite3_bind_int64(r.st, 4, fetch_limit(limit));
     if (!src && after)
-        src = sqlite3_bind_int64(st, 5, after->created_at_ms);
+        src = sqlite3_bind_int64(r.st, 5, after->created_at_ms);
     if (!src && after)
-        src = bind_text(st, 6, after->file_id, sizeof(after->file_id));
-    if (src) {
-        rc = db_err(c, src, "file_list bind");
-        goto out;
-    }
-    rc = collect_files(c, st, limit, "file_list", out);
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+        src = bind_text(r.st, 6, after->file_id, sizeof(after->file_id));
+    rc = rd_bound(&r, src, "file_list");
+    if (!rc)
+        rc = collect_files(r.c, r.st, limit, "file_list", out);
+    return rd_end(s, &r, rc);
 }
 
 static enum ipd_err sq_file_delete(struct ipd_meta *m, const char *tenant,
@@ -858,30 +882,21 @@ static enum ipd_err sq_file_list_expired(struct ipd_meta *m, int64_t now_ms,
                                          struct ipd_file_list *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
+    struct rd r;
     enum ipd_err rc;
     int src;
 
     memset(out, 0, sizeof(*out));
-    rc = reader_acquire(s, &c);
+    rc = rd_begin(s, S_FILE_LIST_EXPIRED, &r);
     if (rc)
-        goto out;
-    rc = stmt_get(c, S_FILE_LIST_EXPIRED, &st);
-    if (rc)
-        goto out;
-    src = sqlite3_bind_int64(st, 1, now_ms);
+        return rd_end(s, &r, rc);
+    src = sqlite3_bind_int64(r.st, 1, now_ms);
     if (!src)
-        src = sqlite3_bind_int64(st, 2, fetch_limit(limit));
-    if (src) {
-        rc = db_err(c, src, "file_list_expired bind");
-        goto out;
-    }
-    rc = collect_files(c, st, limit, "file_list_expired", out);
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+        src = sqlite3_bind_int64(r.st, 2, fetch_limit(limit));
+    rc = rd_bound(&r, src, "file_list_expired");
+    if (!rc)
+        rc = collect_files(r.c, r.st, limit, "file_list_expired", out);
+    return rd_end(s, &r, rc);
 }
 
 /* One write statement binding a text (?1) and optionally an integer (?2),
@@ -941,27 +956,14 @@ static enum ipd_err sq_file_totals(struct ipd_meta *m, int64_t now_ms,
                                    int64_t *count, int64_t *bytes)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_FILE_TOTALS, &r);
 
-    rc = reader_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_FILE_TOTALS, &st);
-    if (rc)
-        goto out;
-    src = sqlite3_bind_int64(st, 1, now_ms);
-    if (src) {
-        rc = db_err(c, src, "file_totals bind");
-        goto out;
-    }
-    rc = step_count_sum(c, st, "file_totals", count, bytes);
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+    if (!rc)
+        rc = rd_bound(&r, sqlite3_bind_int64(r.st, 1, now_ms), "file_totals");
+    if (!rc)
+        rc = step_count_sum(r.c, r.st, "file_totals", count, bytes);
+    return rd_end(s, &r, rc);
 }
 
 static enum ipd_err sq_key_insert(struct ipd_meta *m, const struct ipd_key *k)
@@ -1021,74 +1023,45 @@ static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                         struct ipd_key *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_KEY_FIND, &r);
 
-    rc = reader_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_KEY_FIND, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, hash, 0);
-    if (src) {
-        rc = db_err(c, src, "key_find_by_hash bind");
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src == SQLITE_DONE)
-        rc = IPD_ERR_NOT_FOUND;
-    else if (src == SQLITE_ROW)
-        rc = row_to_key(st, out);
-    else
-        rc = db_err(c, src, "key_find_by_hash");
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+    if (!rc)
+        rc = rd_one(&r, bind_text(r.st, 1, hash, 0), "key_find_by_hash");
+    if (!rc)
+        rc = row_to_key(r.st, out);
+    return rd_end(s, &r, rc);
 }
 
 static enum ipd_err sq_key_list(struct ipd_meta *m, struct ipd_key_list *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
+    struct rd r;
     size_t alloc = 0;
     enum ipd_err rc;
     int src;
 
     memset(out, 0, sizeof(*out));
-    rc = reader_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_KEY_LIST, &st);
-    if (rc)
-        goto out;
-    for (;;) {
-        src = sqlite3_step(st);
+    rc = rd_begin(s, S_KEY_LIST, &r);
+    while (!rc) {
+        src = sqlite3_step(r.st);
         if (src == SQLITE_DONE)
             break;
         if (src != SQLITE_ROW) {
-            rc = db_err(c, src, "key_list");
-            goto out;
+            rc = db_err(r.c, src, "key_list");
+            break;
         }
         if (out->n == alloc) {
             alloc = alloc ? alloc * 2 : 16;
             out->items = ipd_xrealloc(out->items, alloc * sizeof(*out->items));
         }
-        rc = row_to_key(st, &out->items[out->n]);
-        if (rc)
-            goto out;
-        out->n++;
+        rc = row_to_key(r.st, &out->items[out->n]);
+        if (!rc)
+            out->n++;
     }
-out:
     if (rc)
         ipd_key_list_release(out);
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+    return rd_end(s, &r, rc);
 }
 
 static enum ipd_err sq_key_revoke(struct ipd_meta *m, const char *key_id,
@@ -1103,63 +1076,35 @@ static enum ipd_err sq_file_get_by_id(struct ipd_meta *m, const char *file_id,
                                       struct ipd_file_meta *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_FILE_GET_BY_ID, &r);
 
-    rc = reader_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_FILE_GET_BY_ID, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, file_id, 0);
-    if (src) {
-        rc = db_err(c, src, "file_get_by_id bind");
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src == SQLITE_DONE)
-        rc = IPD_ERR_NOT_FOUND;
-    else if (src == SQLITE_ROW)
-        rc = row_to_file(st, out);
-    else
-        rc = db_err(c, src, "file_get_by_id");
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+    if (!rc)
+        rc = rd_one(&r, bind_text(r.st, 1, file_id, 0), "file_get_by_id");
+    if (!rc)
+        rc = row_to_file(r.st, out);
+    return rd_end(s, &r, rc);
 }
 
 static enum ipd_err sq_file_scan(struct ipd_meta *m, const char *after,
                                  size_t limit, struct ipd_file_list *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
+    struct rd r;
     enum ipd_err rc;
     int src;
 
     memset(out, 0, sizeof(*out));
-    rc = reader_acquire(s, &c);
+    rc = rd_begin(s, S_FILE_SCAN, &r);
     if (rc)
-        goto out;
-    rc = stmt_get(c, S_FILE_SCAN, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, after, 0);
+        return rd_end(s, &r, rc);
+    src = bind_text(r.st, 1, after, 0);
     if (!src)
-        src = sqlite3_bind_int64(st, 2, fetch_limit(limit));
-    if (src) {
-        rc = db_err(c, src, "file_scan bind");
-        goto out;
-    }
-    rc = collect_files(c, st, limit, "file_scan", out);
-out:
-    stmt_done(st);
-    reader_release(s, c);
-    return rc;
+        src = sqlite3_bind_int64(r.st, 2, fetch_limit(limit));
+    rc = rd_bound(&r, src, "file_scan");
+    if (!rc)
+        rc = collect_files(r.c, r.st, limit, "file_scan", out);
+    return rd_end(s, &r, rc);
 }
 
 /* Run the lease statement id with ?1 name, ?2 owner, ?3 until and (acquire
