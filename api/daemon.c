@@ -14,6 +14,7 @@
 #include "../service/log.h"
 #include "../service/util.h"
 #include "../service/metrics.h"
+#include "../service/workq.h"
 #include "http.h"
 
 struct ipd_daemon {
@@ -405,9 +406,9 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
     if (d->app->exec || d->app->pkgs || d->app->bg) {
         ipd_exec_pool_free(d->app->exec);
         d->app->exec = NULL;
-        ipd_bg_pool_free(d->app->pkgs);
+        ipd_workq_free(d->app->pkgs);
         d->app->pkgs = NULL;
-        ipd_bg_pool_free(d->app->bg);
+        ipd_workq_free(d->app->bg);
         d->app->bg = NULL;
         wait_idle(d, 2000);
     }

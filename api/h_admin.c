@@ -10,6 +10,7 @@
 #include "../service/metrics.h"
 #include "../service/util.h"
 #include "../venv/venv.h"
+#include "../service/workq.h"
 #include "http.h"
 
 void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
@@ -119,8 +120,8 @@ static void admin_status(struct ipd_req *r)
     /* The venv's own details (generation, rebuild times and errors). */
     json_object_set_new(st, "venv", vinfo ? json_copy(vinfo) : json_null());
     unsigned ir = 0, iq = 0, fr = 0, fq = 0;
-    ipd_bg_pool_counts(app->pkgs, &ir, &iq);
-    ipd_bg_pool_counts(app->bg, &fr, &fq);
+    ipd_workq_counts(app->pkgs, &ir, &iq);
+    ipd_workq_counts(app->bg, &fr, &fq);
     json_object_set_new(st, "installs",
                         json_pack("{s:I, s:I}", "running", (json_int_t)ir,
                                   "queued", (json_int_t)iq));

@@ -19,6 +19,7 @@
 #include "../service/log.h"
 #include "../service/metrics.h"
 #include "../service/util.h"
+#include "../service/workq.h"
 #include "http.h"
 
 #define CODE_MAX (1024 * 1024)           /* CONTRACT.md: code at most 1 MiB */
@@ -28,7 +29,7 @@
 #define CALLBACK_URL_MAX 2048
 
 struct job {
-    struct job *next;
+    struct ipd_exec_pool *pool;
     struct ipd_req *r;               /* suspended while queued or running */
     char tenant[IPD_TENANT_MAX];
     char user_id[IPD_USER_ID_MAX];
@@ -66,15 +67,10 @@ struct async_entry {
 struct ipd_exec_pool {
     struct ipd_executor *ex;
     struct ipd_metrics *metrics; /* borrowed, may be NULL */
+    struct ipd_workq *q;         /* the slots and the queue */
+    pthread_mutex_t lock;
     /* Outcomes since start (under lock): the admin status. */
     uint64_t n_total, n_success, n_error, n_timeout, n_oom, n_failed;
-    pthread_t *threads;
-    unsigned slots, started, queue_max;
-    pthread_mutex_t lock;
-    pthread_cond_t work;
-    struct job *head, *tail;
-    unsigned queued, running;
-    bool stop;
     struct async_entry *async;       /* under lock */
     size_t n_async;
     int64_t result_ttl_ms;
@@ -232,47 +228,31 @@ static void run_job(struct ipd_exec_pool *p, struct job *j)
     pthread_mutex_unlock(&p->lock);
 }
 
-static void *worker(void *arg)
+/* A worker runs one job; jobs that had not started at shutdown are
+ * answered 503. */
+static void exec_work(void *arg, bool stopping)
 {
-    struct ipd_exec_pool *p = arg;
-    pthread_mutex_lock(&p->lock);
-    for (;;) {
-        while (!p->head && !p->stop)
-            pthread_cond_wait(&p->work, &p->lock);
-        if (!p->head)
-            break; /* stopping, and nothing left */
-        struct job *j = p->head;
-        p->head = j->next;
-        if (!p->head)
-            p->tail = NULL;
-        p->queued--;
-        p->running++;
-        bool stopping = p->stop;
-        if (j->async) {
-            struct async_entry *e = async_find(p, j->exec_id);
-            if (e)
-                e->status = "running";
-        }
-        pthread_mutex_unlock(&p->lock);
-        if (stopping) {
-            j->rc = IPD_ERR_UNAVAILABLE;
-            ipd_buf_adds(&j->detail, "the service is shutting down");
-        } else {
-            run_job(p, j);
-        }
+    struct job *j = arg;
+    struct ipd_exec_pool *p = j->pool;
+    if (j->async) {
         pthread_mutex_lock(&p->lock);
-        p->running--;
+        struct async_entry *e = async_find(p, j->exec_id);
+        if (e && !stopping)
+            e->status = "running";
         pthread_mutex_unlock(&p->lock);
-        if (j->async) {
-            async_done(p, j);
-            job_free(j);
-        } else {
-            job_finish(p, j);
-        }
-        pthread_mutex_lock(&p->lock);
     }
-    pthread_mutex_unlock(&p->lock);
-    return NULL;
+    if (stopping) {
+        j->rc = IPD_ERR_UNAVAILABLE;
+        ipd_buf_adds(&j->detail, "the service is shutting down");
+    } else {
+        run_job(p, j);
+    }
+    if (j->async) {
+        async_done(p, j);
+        job_free(j);
+    } else {
+        job_finish(p, j);
+    }
 }
 
 enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
@@ -280,24 +260,15 @@ enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
                                struct ipd_exec_pool **out)
 {
     struct ipd_exec_pool *p = ipd_xcalloc(1, sizeof(*p));
-    unsigned slots = o->slots, queue = o->queue;
     p->ex = ex;
     p->metrics = o->metrics;
     p->callbacks = o->callbacks;
     p->result_ttl_ms = o->result_ttl_ms > 0 ? o->result_ttl_ms : 3600000;
-    p->slots = slots ? slots : 1;
-    p->queue_max = queue;
     pthread_mutex_init(&p->lock, NULL);
-    pthread_cond_init(&p->work, NULL);
-    p->threads = ipd_xcalloc(p->slots, sizeof(*p->threads));
-    for (unsigned i = 0; i < p->slots; i++) {
-        if (pthread_create(&p->threads[i], NULL, worker, p)) {
-            ipd_error("cannot start execution worker %u", i);
-            ipd_exec_pool_free(p);
-            *out = NULL;
-            return IPD_ERR_INTERNAL;
-        }
-        p->started++;
+    if (ipd_workq_new(o->slots, o->queue, &p->q)) {
+        ipd_exec_pool_free(p);
+        *out = NULL;
+        return IPD_ERR_INTERNAL;
     }
     *out = p;
     return IPD_OK;
@@ -307,14 +278,10 @@ void ipd_exec_pool_free(struct ipd_exec_pool *p)
 {
     if (!p)
         return;
-    /* Queued jobs are answered 503 by the workers (stop is set), running
-     * ones finish: their time is bounded by the policy's timeout. */
-    pthread_mutex_lock(&p->lock);
-    p->stop = true;
-    pthread_cond_broadcast(&p->work);
-    pthread_mutex_unlock(&p->lock);
-    for (unsigned i = 0; i < p->started; i++)
-        pthread_join(p->threads[i], NULL);
+    /* Queued jobs are answered 503 (the queue hands them over stopping),
+     * running ones finish: their time is bounded by the policy's
+     * timeout. */
+    ipd_workq_free(p->q);
     while (p->async) {
         struct async_entry *e = p->async;
         p->async = e->next;
@@ -322,23 +289,24 @@ void ipd_exec_pool_free(struct ipd_exec_pool *p)
         free(e);
     }
     pthread_mutex_destroy(&p->lock);
-    pthread_cond_destroy(&p->work);
-    free(p->threads);
     free(p);
 }
 
 json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
 {
+    unsigned running, queued;
     if (!p)
         return json_null();
+    ipd_workq_counts(p->q, &running, &queued);
     pthread_mutex_lock(&p->lock);
     json_t *j = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "slots",
-        (json_int_t)p->slots, "queue", (json_int_t)p->queue_max, "running",
-        (json_int_t)p->running, "queued", (json_int_t)p->queued, "total",
-        (json_int_t)p->n_total, "success", (json_int_t)p->n_success, "error",
-        (json_int_t)p->n_error, "timeout", (json_int_t)p->n_timeout, "oom",
-        (json_int_t)p->n_oom, "failed_to_start", (json_int_t)p->n_failed);
+        (json_int_t)ipd_workq_threads(p->q), "queue",
+        (json_int_t)ipd_workq_queue_max(p->q), "running", (json_int_t)running,
+        "queued", (json_int_t)queued, "total", (json_int_t)p->n_total,
+        "success", (json_int_t)p->n_success, "error", (json_int_t)p->n_error,
+        "timeout", (json_int_t)p->n_timeout, "oom", (json_int_t)p->n_oom,
+        "failed_to_start", (json_int_t)p->n_failed);
     pthread_mutex_unlock(&p->lock);
     return j;
 }
@@ -346,10 +314,7 @@ json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
 void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
                           unsigned *queued)
 {
-    pthread_mutex_lock(&p->lock);
-    *running = p->running;
-    *queued = p->queued;
-    pthread_mutex_unlock(&p->lock);
+    ipd_workq_counts(p->q, running, queued);
 }
 
 /* ---- the handler ------------------------------------------------------- */
@@ -553,6 +518,42 @@ out:
     return j;
 }
 
+/* Admission, under the queue's lock before a worker can see the job. */
+static enum ipd_err admit_sync(void *arg)
+{
+    struct job *j = arg;
+    /* Suspended before a worker can resume it. */
+    j->r->state = j;
+    j->r->suspended = true;
+    MHD_suspend_connection(j->r->conn);
+    return IPD_OK;
+}
+
+/* An asynchronous job gets its entry (status "queued"); at most
+ * ASYNC_MAX results are held (IPD_ERR_QUOTA: 429). */
+static enum ipd_err admit_async(void *arg)
+{
+    struct job *j = arg;
+    struct ipd_exec_pool *p = j->pool;
+    enum ipd_err rc = IPD_OK;
+    pthread_mutex_lock(&p->lock);
+    async_prune(p, ipd_now_ms());
+    if (p->n_async >= ASYNC_MAX) {
+        rc = IPD_ERR_QUOTA;
+    } else {
+        struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
+        memcpy(e->id, j->exec_id, sizeof(e->id));
+        snprintf(e->tenant, sizeof(e->tenant), "%s", j->tenant);
+        snprintf(e->user_id, sizeof(e->user_id), "%s", j->user_id);
+        e->status = "queued";
+        e->next = p->async;
+        p->async = e;
+        p->n_async++;
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
 static void executions_finish(struct ipd_req *r)
 {
     struct ipd_exec_pool *p = r->app->exec;
@@ -572,69 +573,40 @@ static void executions_finish(struct ipd_req *r)
     j = parse_job(r);
     if (!j)
         return;
-    pthread_mutex_lock(&p->lock);
-    /* Room for every slot plus queue_max waiting: idle workers take
-     * queued jobs at once. */
-    if (p->stop || p->queued + p->running >= p->slots + p->queue_max) {
-        bool stopping = p->stop;
-        pthread_mutex_unlock(&p->lock);
-        job_free(j);
-        if (stopping)
-            ipd_reply_error(r, IPD_HE_UNAVAILABLE,
-                            "the service is shutting down");
-        else
-            ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
-                            "all %u execution slots are busy and %u requests "
-                            "are waiting; retry later",
-                            p->slots, p->queued);
-        return;
-    }
+    j->pool = p;
+    j->r = r;
+    /* The job is the worker's once queued (an async one may be over and
+     * freed before submit returns): its id is kept here. */
+    char id[IPD_ID_MAX] = "";
     if (j->async) {
-        int64_t now = ipd_now_ms();
-        async_prune(p, now);
-        if (p->n_async >= ASYNC_MAX) {
-            pthread_mutex_unlock(&p->lock);
-            job_free(j);
-            ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
-                            "%d asynchronous results are held; retry later",
-                            ASYNC_MAX);
-            return;
-        }
-        struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
-        ipd_id_new("exec", e->id);
-        memcpy(j->exec_id, e->id, sizeof(e->id));
-        snprintf(e->tenant, sizeof(e->tenant), "%s", j->tenant);
-        snprintf(e->user_id, sizeof(e->user_id), "%s", j->user_id);
-        e->status = "queued";
-        e->next = p->async;
-        p->async = e;
-        p->n_async++;
-        if (p->tail)
-            p->tail->next = j;
-        else
-            p->head = j;
-        p->tail = j;
-        p->queued++;
-        pthread_cond_signal(&p->work);
-        pthread_mutex_unlock(&p->lock);
-        ipd_reply_json(r, MHD_HTTP_ACCEPTED,
-                       json_pack("{s:s, s:s}", "execution_id", e->id,
-                                 "status", "queued"));
+        ipd_id_new("exec", j->exec_id);
+        memcpy(id, j->exec_id, sizeof(id));
+    }
+    enum ipd_err rc = ipd_workq_submit(p->q, exec_work, j,
+                                       j->async ? admit_async : admit_sync);
+    if (rc == IPD_OK) {
+        if (id[0])
+            ipd_reply_json(r, MHD_HTTP_ACCEPTED,
+                           json_pack("{s:s, s:s}", "execution_id", id,
+                                     "status", "queued"));
         return;
     }
-    /* Suspend before a worker can see the job: its resume must never come
-     * first. */
-    r->state = j;
-    r->suspended = true;
-    MHD_suspend_connection(r->conn);
-    if (p->tail)
-        p->tail->next = j;
-    else
-        p->head = j;
-    p->tail = j;
-    p->queued++;
-    pthread_cond_signal(&p->work);
-    pthread_mutex_unlock(&p->lock);
+    r->state = NULL;
+    job_free(j);
+    if (rc == IPD_ERR_UNAVAILABLE) {
+        ipd_reply_error(r, IPD_HE_UNAVAILABLE, "the service is shutting down");
+    } else if (rc == IPD_ERR_QUOTA) {
+        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+                        "%d asynchronous results are held; retry later",
+                        ASYNC_MAX);
+    } else {
+        unsigned running, queued;
+        ipd_workq_counts(p->q, &running, &queued);
+        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+                        "all %u execution slots are busy and %u requests are "
+                        "waiting; retry later",
+                        ipd_workq_threads(p->q), queued);
+    }
 }
 
 static void executions_cleanup(struct ipd_req *r)

@@ -37,7 +37,7 @@
 /* Service-wide state; handlers borrow it. */
 struct ipd_exec_pool;
 struct ipd_fetch_opts;
-struct ipd_bg_pool;
+struct ipd_workq;
 struct ipd_scheduler;
 struct ipd_venv;
 
@@ -48,10 +48,10 @@ struct ipd_app {
     struct ipd_filetype *ft;
     struct ipd_exec_pool *exec; /* NULL when executions are unavailable */
     struct ipd_venv *venv;      /* NULL when packages are unavailable */
-    struct ipd_bg_pool *pkgs;   /* the installer thread, with venv */
+    struct ipd_workq *pkgs;     /* the installer thread, with venv */
     struct ipd_metrics *metrics; /* NULL: no metrics (observes are no-ops) */
     const struct ipd_fetch_opts *fetch; /* URL ingest's limits and guard */
-    struct ipd_bg_pool *bg;     /* threads for blocking request work */
+    struct ipd_workq *bg;       /* threads for blocking request work */
     struct ipd_scheduler *sched; /* the periodic jobs, or NULL */
     const char *sandbox;        /* what isolation is active, or NULL */
     pthread_mutex_t status_lock; /* last_cleanup */
@@ -194,22 +194,15 @@ bool ipd_packages_check(struct ipd_req *r, const json_t *list);
 /* POST /v1/packages runs on a bg pool of one thread with this queue. */
 #define IPD_INSTALL_QUEUE_MAX 16
 
-/* Threads for request work that blocks on the network (bg.c): threads
- * workers, at most queue waiting.  Free it while the daemon still runs. */
-enum ipd_err ipd_bg_pool_new(unsigned threads, unsigned queue,
-                             struct ipd_bg_pool **out);
-void ipd_bg_pool_free(struct ipd_bg_pool *p); /* NULL is fine */
-/* Suspend r and run fn(r, stopping) on a worker, then resume r: the
- * handler's finish runs again and replies from r->state (fn must not
- * reply).  stopping: the service is shutting down and the work had not
- * started; fn should only record that (a 503).  false (r not suspended)
- * when the queue is full or p is NULL. */
-bool ipd_bg_submit(struct ipd_bg_pool *p, struct ipd_req *r,
+/* Request work that blocks (bg.c), on a worker queue (service/workq.h;
+ * free it while the daemon still runs).  Suspend r and run fn(r,
+ * stopping) on a worker, then resume r: the handler's finish runs again
+ * and replies from r->state (fn must not reply).  stopping: the service
+ * is shutting down and the work had not started; fn should only record
+ * that (a 503).  false (r not suspended) when the queue is full or
+ * stopping, or q is NULL. */
+bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
                    void (*fn)(struct ipd_req *r, bool stopping));
-/* Jobs running and waiting (0 and 0 for NULL). */
-void ipd_bg_pool_counts(struct ipd_bg_pool *p, unsigned *running,
-                        unsigned *queued);
-
 
 /* The execution workers (h_executions.c): slots threads running the
  * executor, and a queue of at most queue waiting requests (beyond: 429).

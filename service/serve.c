@@ -25,6 +25,7 @@
 #include "metrics.h"
 #include "serve.h"
 #include "util.h"
+#include "workq.h"
 
 static enum ipd_err open_meta(const struct ipd_config *cfg,
                               struct ipd_stores *s)
@@ -272,7 +273,7 @@ int ipd_serve(struct ipd_config *cfg)
     fetch_opts.max_bytes = cfg->max_file_size;
     fetch_opts.allow = fetch_allow;
     app.fetch = &fetch_opts;
-    if (ipd_bg_pool_new(4, 64, &app.bg))
+    if (ipd_workq_new(4, 64, &app.bg))
         ipd_error("URL ingest is unavailable: no background threads");
     if (ipd_callbacks_new(&fetch_opts, cfg->callback_retry_delay_ms,
                           &callbacks))
@@ -318,7 +319,7 @@ int ipd_serve(struct ipd_config *cfg)
         if (open_venv(cfg, executor, &allow, &app.venv))
             ipd_error("package installs are unavailable (see above); "
                       "executions use %s as it is", cfg->python);
-        else if (ipd_bg_pool_new(1, IPD_INSTALL_QUEUE_MAX, &app.pkgs))
+        else if (ipd_workq_new(1, IPD_INSTALL_QUEUE_MAX, &app.pkgs))
             ipd_error("package installs are unavailable: no installer "
                       "thread");
         ipd_executor_set_venv(executor, app.venv, cfg->auto_install != 0);
@@ -388,10 +389,10 @@ out:
     ipd_scheduler_free(sched);
     app.sched = NULL;
     ipd_exec_pool_free(app.exec);
-    ipd_bg_pool_free(app.bg);
+    ipd_workq_free(app.bg);
     ipd_callbacks_free(callbacks);
     ipd_fetch_allowlist_free(fetch_allow);
-    ipd_bg_pool_free(app.pkgs);
+    ipd_workq_free(app.pkgs);
     ipd_venv_free(app.venv);
     ipd_allowlist_free(allow);
     ipd_executor_free(executor);

@@ -4,6 +4,8 @@
  * requests, and executions not blocking the rest of the API.
  */
 #include <pthread.h>
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -274,6 +276,71 @@ static void executions_do_not_block(void)
     itest_stop(s);
 }
 
+struct exec_ctx {
+    struct itest_server *s;
+    const char *code;
+    struct itest_resp r;
+};
+
+static void *exec_thread(void *arg)
+{
+    struct exec_ctx *c = arg;
+    run_code(c->s, "u1", code_only(c->code), &c->r);
+    return NULL;
+}
+
+/* Bounded poll of the admin status until executions.<field> == want. */
+static bool wait_exec_count(struct itest_server *s, const char *field,
+                            long want)
+{
+    char path[64];
+    snprintf(path, sizeof(path), "executions.%s", field);
+    for (double end = itest_now() + 30; itest_now() < end;) {
+        struct itest_resp r;
+        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                      NULL, 0, NULL, &r);
+        long n = (long)json_integer_value(itest_json_get(r.json, path));
+        itest_resp_release(&r);
+        if (n == want)
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
+}
+
+/* SIGTERM with one execution running and one queued, past the shutdown
+ * timeout: the running one finishes (200), the queued one is answered
+ * 503 without running, and the service exits 0. */
+static void queued_execution_at_shutdown(void)
+{
+    const char *args[] = {"--exec-slots", "1", "--exec-queue", "1",
+                          "--shutdown-timeout", "1s", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    struct exec_ctx a = {s, "import time\ntime.sleep(6)\nprint('done')", {0}};
+    struct exec_ctx b = {s, "print('never')", {0}};
+    pthread_t ta, tb;
+    REQUIRE(pthread_create(&ta, NULL, exec_thread, &a) == 0);
+    CHECK(wait_exec_count(s, "running", 1));
+    REQUIRE(pthread_create(&tb, NULL, exec_thread, &b) == 0);
+    CHECK(wait_exec_count(s, "queued", 1));
+    itest_signal(s, SIGTERM);
+    CHECK(itest_wait_log_line(s, 30000, "still running after", NULL));
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECKF(a.r.status == 200 && strstr(a.r.body, "done"),
+           "the running execution answered %ld: %s", a.r.status, a.r.body);
+    CHECK_ERROR(&b.r, 503, "unavailable");
+    CHECK(strstr(b.r.body, "never") == NULL);
+    itest_resp_release(&a.r);
+    itest_resp_release(&b.r);
+    int status = 0;
+    CHECK(itest_wait_exit(s, 60000, &status));
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    itest_stop(s);
+}
+
 /* Each key has an execution policy; a request may tighten it, never
  * loosen it, and the result names the policy that applied. */
 static void policies_per_key(void)
@@ -399,4 +466,5 @@ static void operator_policies(void)
 
 TEST_MAIN(T(prints_and_exits), T(policies_per_key), T(operator_policies), T(exception_has_user_line),
           T(files_in_and_out), T(timeout_is_enforced), T(isolation_basics),
-          T(bad_requests), T(executions_do_not_block))
+          T(bad_requests), T(executions_do_not_block),
+          T(queued_execution_at_shutdown))

@@ -1,0 +1,44 @@
+/*
+ * workq.h - a fixed set of worker threads taking jobs from one FIFO.
+ *
+ * Used for the execution slots and for request work that blocks (URL
+ * ingest, package installs).  Capacity is threads + queue_max jobs,
+ * running or waiting; beyond that submit refuses.  Freeing stops it: jobs
+ * that had not started are still handed to their fn, told `stopping`
+ * (they only record a refusal), running ones finish.
+ */
+#ifndef IPD_WORKQ_H
+#define IPD_WORKQ_H
+
+#include <stdbool.h>
+
+#include "ipd.h"
+
+struct ipd_workq;
+
+/* The job; runs on a worker.  stopping: the queue was stopped before the
+ * job started. */
+typedef void (*ipd_workq_fn)(void *arg, bool stopping);
+/* Called under the queue's lock once the job has room, before any worker
+ * can see it (suspend a connection, register the job); a non-OK answer
+ * refuses the job and is what submit returns.  NULL: nothing to do. */
+typedef enum ipd_err (*ipd_workq_admit_fn)(void *arg);
+
+enum ipd_err ipd_workq_new(unsigned threads, unsigned queue_max,
+                           struct ipd_workq **out);
+/* Stop, hand every waiting job to its fn (stopping), wait for the running
+ * ones, join the workers, free.  NULL is fine. */
+void ipd_workq_free(struct ipd_workq *q);
+/* Queue fn(arg).  IPD_OK: queued (fn will run exactly once);
+ * IPD_ERR_UNAVAILABLE: stopping; IPD_ERR_CONFLICT: full; or admit's
+ * refusal.  Unless IPD_OK, nothing was queued and arg is the caller's. */
+enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
+                              void *arg, ipd_workq_admit_fn admit);
+/* Jobs running and waiting (0 and 0 for NULL). */
+void ipd_workq_counts(struct ipd_workq *q, unsigned *running,
+                      unsigned *queued);
+/* The threads and the waiting room it was made with (0 for NULL). */
+unsigned ipd_workq_threads(const struct ipd_workq *q);
+unsigned ipd_workq_queue_max(const struct ipd_workq *q);
+
+#endif
