@@ -877,26 +877,37 @@ out:
     return rc;
 }
 
-static enum ipd_err sq_file_list_expired(struct ipd_meta *m, int64_t now_ms,
-                                         size_t limit,
-                                         struct ipd_file_list *out)
+/* A page of files by statement id binding ?1 (text1, or int1 when text1
+ * is NULL) and ?2 the row limit. */
+static enum ipd_err read_page(struct meta_sqlite *s, enum stmt_id id,
+                              const char *what, const char *text1,
+                              int64_t int1, size_t limit,
+                              struct ipd_file_list *out)
 {
-    struct meta_sqlite *s = (struct meta_sqlite *)m;
     struct rd r;
     enum ipd_err rc;
     int src;
 
     memset(out, 0, sizeof(*out));
-    rc = rd_begin(s, S_FILE_LIST_EXPIRED, &r);
+    rc = rd_begin(s, id, &r);
     if (rc)
         return rd_end(s, &r, rc);
-    src = sqlite3_bind_int64(r.st, 1, now_ms);
+    src = text1 ? bind_text(r.st, 1, text1, 0)
+                : sqlite3_bind_int64(r.st, 1, int1);
     if (!src)
         src = sqlite3_bind_int64(r.st, 2, fetch_limit(limit));
-    rc = rd_bound(&r, src, "file_list_expired");
+    rc = rd_bound(&r, src, what);
     if (!rc)
-        rc = collect_files(r.c, r.st, limit, "file_list_expired", out);
+        rc = collect_files(r.c, r.st, limit, what, out);
     return rd_end(s, &r, rc);
+}
+
+static enum ipd_err sq_file_list_expired(struct ipd_meta *m, int64_t now_ms,
+                                         size_t limit,
+                                         struct ipd_file_list *out)
+{
+    return read_page((struct meta_sqlite *)m, S_FILE_LIST_EXPIRED,
+                     "file_list_expired", NULL, now_ms, limit, out);
 }
 
 /* One write statement binding a text (?1) and optionally an integer (?2),
@@ -1089,22 +1100,8 @@ static enum ipd_err sq_file_get_by_id(struct ipd_meta *m, const char *file_id,
 static enum ipd_err sq_file_scan(struct ipd_meta *m, const char *after,
                                  size_t limit, struct ipd_file_list *out)
 {
-    struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct rd r;
-    enum ipd_err rc;
-    int src;
-
-    memset(out, 0, sizeof(*out));
-    rc = rd_begin(s, S_FILE_SCAN, &r);
-    if (rc)
-        return rd_end(s, &r, rc);
-    src = bind_text(r.st, 1, after, 0);
-    if (!src)
-        src = sqlite3_bind_int64(r.st, 2, fetch_limit(limit));
-    rc = rd_bound(&r, src, "file_scan");
-    if (!rc)
-        rc = collect_files(r.c, r.st, limit, "file_scan", out);
-    return rd_end(s, &r, rc);
+    return read_page((struct meta_sqlite *)m, S_FILE_SCAN, "file_scan", after,
+                     0, limit, out);
 }
 
 /* Run the lease statement id with ?1 name, ?2 owner, ?3 until and (acquire
