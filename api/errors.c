@@ -168,3 +168,14 @@ void ipd_reply_err(struct ipd_req *r, enum ipd_err err, const char *what)
     ipd_reply_error(r, IPD_HE_INTERNAL_ERROR, "internal error while %s (%s)",
                     what, ipd_err_name(err));
 }
+
+json_t *ipd_req_json_body(struct ipd_req *r)
+{
+    json_error_t jerr;
+    json_t *doc = json_loadb(r->body.buf, r->body.len,
+                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
+    if (!doc)
+        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
+                        jerr.text, jerr.line);
+    return doc;
+}

@@ -400,15 +400,10 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
  * a bad request. */
 static struct job *parse_job(struct ipd_req *r)
 {
-    json_error_t jerr;
     struct job *j = NULL;
-    json_t *doc = json_loadb(r->body.buf, r->body.len,
-                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (!doc) {
-        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
-                        jerr.text, jerr.line);
+    json_t *doc = ipd_req_json_body(r);
+    if (!doc)
         return NULL;
-    }
     json_t *code = json_object_get(doc, "code");
     json_t *files = json_object_get(doc, "files");
     json_t *timeout = json_object_get(doc, "timeout");

@@ -532,19 +532,14 @@ out:
 
 static void upload_json(struct ipd_req *r)
 {
-    json_error_t jerr;
     if (r->body_too_large) {
         ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
                         "JSON body over %d bytes", IPD_JSON_BODY_MAX);
         return;
     }
-    json_t *doc = json_loadb(r->body.buf, r->body.len,
-                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (!doc) {
-        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
-                        jerr.text, jerr.line);
+    json_t *doc = ipd_req_json_body(r);
+    if (!doc)
         return;
-    }
     struct upload *u = r->state;
     json_t *url = json_object_get(doc, "url");
     json_t *name = json_object_get(doc, "filename");

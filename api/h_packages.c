@@ -97,15 +97,10 @@ const struct ipd_handler ipd_h_packages_list = {
 
 static struct pkg_job *parse_job(struct ipd_req *r)
 {
-    json_error_t jerr;
     struct pkg_job *j = NULL;
-    json_t *doc = json_loadb(r->body.buf, r->body.len,
-                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (!doc) {
-        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
-                        jerr.text, jerr.line);
+    json_t *doc = ipd_req_json_body(r);
+    if (!doc)
         return NULL;
-    }
     json_t *pk = json_object_get(doc, "packages");
     size_t n = json_array_size(pk);
     if (!json_is_object(doc) || !json_is_array(pk) || n == 0 ||

@@ -141,6 +141,9 @@ void ipd_reply_json_buf(struct ipd_req *r, unsigned status,
 /* Reply with the contract's error body; the message is printf-style. */
 void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
                      const char *fmt, ...) IPD_PRINTF(3, 4);
+/* The request body parsed as JSON (duplicate keys refused), a new
+ * reference; NULL after replying 400 invalid_json. */
+json_t *ipd_req_json_body(struct ipd_req *r);
 /* Map a storage error to the contract's error and reply (the one place
  * that turns enum ipd_err into HTTP).  what names the operation for the
  * message and log ("reading the file list"). */
