@@ -787,7 +787,7 @@ static void slow_drip_times_out(void)
     int64_t t0 = ipd_mono_ms();
     CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/drip", s.port), IPD_ERR_TIMEOUT);
     int64_t took = ipd_mono_ms() - t0;
-    CHECK(took >= 400 && took < 3000);
+    CHECK(took >= 400 && took < 6000); /* bounded, loosely */
     CHECK_HAS(f.err.buf, "timed out");
     CHECK_INT(f.rec.discards, 1);
     CHECK(f.rec.got.len <= 1);

@@ -458,10 +458,10 @@ static void unreachable(void)
     int64_t took = ipd_mono_ms() - t0;
     CHECK(mg == NULL);
     /* It retried for the whole bound, and not much longer. */
-    if (took < 900 || took > 2500)
+    if (took < 900 || took > 5000)
         fprintf(stderr, "unreachable: took %lld ms\n", (long long)took);
     CHECK(took >= 900);
-    CHECK(took <= 2500);
+    CHECK(took <= 5000); /* bounded; loose for loaded CI machines */
     ipd_mongo_free(mg);
 }
 
@@ -560,11 +560,11 @@ static void quota_lock(void)
     t0 = ipd_mono_ms();
     CHECK_INT(ipd_meta_file_insert(m, &g, &q, MC_NOW), IPD_ERR_UNAVAILABLE);
     int64_t took = ipd_mono_ms() - t0;
-    if (took < 4500 || took > 8000)
+    if (took < 4500 || took > 15000)
         fprintf(stderr, "quota_lock: busy lock took %lld ms\n",
                 (long long)took);
     CHECK(took >= 4500);
-    CHECK(took <= 8000);
+    CHECK(took <= 15000); /* bounded; loose for loaded CI machines */
     /* The other holder's lock is untouched; other scopes and inserts
      * without a quota go on. */
     bson_t *left = raw_find_one(c, db, "quota_locks", "_id", "t/busy");
