@@ -1339,7 +1339,11 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
         cmd->exit_code = r.exit_code;
         cmd->timed_out = r.timed_out;
         ipd_buf_add(&cmd->out, r.out.buf, r.out.len);
-        ipd_buf_add(&cmd->err, r.err.buf, r.err.len);
+        /* Past the cap, the end of stderr: pip's ERROR line is there. */
+        size_t skip = cmd->err.max && r.err.len > cmd->err.max - cmd->err.len
+                          ? r.err.len - (cmd->err.max - cmd->err.len)
+                          : 0;
+        ipd_buf_add(&cmd->err, r.err.buf + skip, r.err.len - skip);
     }
     ipd_sandbox_result_release(&r);
     return rc;

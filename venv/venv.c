@@ -50,6 +50,7 @@ struct ipd_venv {
     char *last_rebuild_error;  /* NULL: none (or it succeeded since) */
     int64_t last_rebuild_ms;
     json_t *base_status;       /* check of the base interpreter, cached */
+    int64_t base_failed_ms;    /* last failed base check (mono), or 0 */
     struct ipd_metrics *metrics; /* borrowed, may be NULL */
 };
 
@@ -101,16 +102,31 @@ static bool has_prefix(const char *s, const char *p)
  * matching distribution found for x"), for a result's message. */
 static void pip_error_line(const struct ipd_buf *err, char *out, size_t outsz)
 {
-    const char *best = NULL;
-    size_t best_len = 0;
+    const char *best = NULL, *build = NULL;
+    size_t best_len = 0, build_len = 0;
+    bool in_output = false;
     const char *p = err->buf, *end = err->buf + err->len;
     while (p < end) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *e = nl ? nl : end;
         size_t len = (size_t)(e - p);
+        const char *t = p;
+        while (t < e && (*t == ' ' || (unsigned char)*t >= 0x80))
+            t++; /* indentation and pip's box-drawing characters */
         if (len && (has_prefix(p, "ERROR:") || !best))
             best = p, best_len = len;
+        /* A failed build: the first line the build printed, inside pip's
+         * "[N lines of output]" block, says why. */
+        if (in_output && !build && t < e) {
+            build = t;
+            build_len = (size_t)(e - t);
+        }
+        in_output = memmem(p, len, "lines of output]", 16) != NULL;
         p = nl ? nl + 1 : end;
+    }
+    if (build && (!best || !has_prefix(best, "ERROR:"))) {
+        best = build;
+        best_len = build_len;
     }
     if (!best) {
         snprintf(out, outsz, "pip failed without a message");
@@ -178,8 +194,8 @@ static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth)
     DIR *d = NULL;
     struct dirent *e;
     int rc = -1;
-    int dup_fd = dup(sfd);
-    if (dup_fd < 0 || depth > 64)
+    int dup_fd = depth > 64 ? -1 : dup(sfd);
+    if (dup_fd < 0)
         goto out;
     d = fdopendir(dup_fd);
     if (!d) {
@@ -226,7 +242,10 @@ static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth)
                 (void)fchownat(dfd, e->d_name, v->owner_uid, v->owner_gid,
                                AT_SYMLINK_NOFOLLOW);
         } else if (S_ISREG(st.st_mode)) {
-            if (v->link_clone) {
+            /* Hard links share the inode with current: only while nothing
+             * but pip writes in the sandbox (wheels); sdist builds run
+             * code there, which could write through a link. */
+            if (v->link_clone && !v->allow_sdist) {
                 if (linkat(sfd, e->d_name, dfd, e->d_name, 0))
                     goto out;
             } else {
@@ -285,14 +304,56 @@ static enum ipd_err write_record(struct ipd_venv *v, const char *gen,
     char tmp[PATH_MAX], path[PATH_MAX];
     snprintf(tmp, sizeof(tmp), "%s/%s/%s.tmp", v->root, gen, RECORD);
     snprintf(path, sizeof(path), "%s/%s/%s", v->root, gen, RECORD);
-    if (json_dump_file(rec, tmp, JSON_COMPACT | JSON_SORT_KEYS))
+    /* The sandbox could write in the generation (pip ran there): never
+     * follow a name it may have planted. */
+    (void)unlink(tmp);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                  0644);
+    if (fd < 0)
         return IPD_ERR_IO;
-    int fd = open(tmp, O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-        (void)fsync(fd);
+    if (json_dumpfd(rec, fd, JSON_COMPACT | JSON_SORT_KEYS) || fsync(fd)) {
         close(fd);
+        (void)unlink(tmp);
+        return IPD_ERR_IO;
     }
+    close(fd);
     return rename(tmp, path) ? IPD_ERR_IO : IPD_OK;
+}
+
+/* (Re)make gen's .inuse as a fresh regular file of ours.  Called again
+ * after the sandbox steps and before the switch: pip and the import check
+ * run with the generation writable and could have replaced it (a symlink
+ * to a fifo would hang acquire; a missing one would refuse every run). */
+static enum ipd_err make_inuse(struct ipd_venv *v, const char *gen)
+{
+    char inuse[NAME_MAX_GEN + 16];
+    snprintf(inuse, sizeof(inuse), "%s/" INUSE, gen);
+    if (unlinkat(v->root_fd, inuse, 0) && errno != ENOENT &&
+        unlinkat(v->root_fd, inuse, AT_REMOVEDIR))
+        return IPD_ERR_IO;
+    int fd = openat(v->root_fd, inuse,
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd < 0)
+        return IPD_ERR_IO;
+    close(fd);
+    return IPD_OK;
+}
+
+/* Open gen's .inuse for a flock: never a symlink or anything but a regular
+ * file, never blocking.  -1 with errno. */
+static int open_inuse(struct ipd_venv *v, const char *gen)
+{
+    char inuse[NAME_MAX_GEN + 16];
+    struct stat st;
+    snprintf(inuse, sizeof(inuse), "%s/" INUSE, gen);
+    int fd = openat(v->root_fd, inuse,
+                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (fd >= 0 && (fstat(fd, &st) || !S_ISREG(st.st_mode))) {
+        close(fd);
+        errno = EINVAL;
+        fd = -1;
+    }
+    return fd;
 }
 
 /* Make an empty generation dir with its .inuse file; name filled. */
@@ -309,14 +370,7 @@ static enum ipd_err gen_create(struct ipd_venv *v, char *name, size_t size)
     if (v->owner_uid != (uid_t)-1 &&
         fchownat(v->root_fd, name, v->owner_uid, v->owner_gid, 0))
         return IPD_ERR_IO;
-    char inuse[NAME_MAX_GEN + 16];
-    snprintf(inuse, sizeof(inuse), "%s/" INUSE, name);
-    int fd = openat(v->root_fd, inuse, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC,
-                    0644);
-    if (fd < 0)
-        return IPD_ERR_IO;
-    close(fd);
-    return IPD_OK;
+    return make_inuse(v, name);
 }
 
 static void gen_discard(struct ipd_venv *v, const char *name)
@@ -363,7 +417,7 @@ static void gc(struct ipd_venv *v)
     (void)read_current(v, cur, sizeof(cur));
     rewinddir(d);
     while ((e = readdir(d)) != NULL) {
-        char inuse[NAME_MAX_GEN + 16], trash[NAME_MAX_GEN + 16];
+        char trash[NAME_MAX_GEN + 16];
         if (has_prefix(e->d_name, "current.tmp-")) {
             (void)unlinkat(v->root_fd, e->d_name, 0);
             continue;
@@ -375,8 +429,9 @@ static void gc(struct ipd_venv *v)
         if (!has_prefix(e->d_name, GEN_PREFIX) || !strcmp(e->d_name, cur) ||
             strlen(e->d_name) >= NAME_MAX_GEN)
             continue;
-        snprintf(inuse, sizeof(inuse), "%s/" INUSE, e->d_name);
-        int ifd = openat(v->root_fd, inuse, O_RDONLY | O_CLOEXEC);
+        int ifd = open_inuse(v, e->d_name);
+        if (ifd < 0 && errno != ENOENT)
+            continue; /* cannot tell whether an execution holds it */
         if (ifd >= 0 && flock(ifd, LOCK_EX | LOCK_NB)) {
             close(ifd); /* an execution still runs on it */
             continue;
@@ -400,7 +455,7 @@ enum ipd_err ipd_venv_acquire(struct ipd_venv *v, struct ipd_venv_gen **out)
         if (!read_current(v, cur, sizeof(cur)))
             return IPD_OK; /* no venv yet: the base interpreter */
         snprintf(inuse, sizeof(inuse), "%s/" INUSE, cur);
-        int fd = openat(v->root_fd, inuse, O_RDONLY | O_CLOEXEC);
+        int fd = open_inuse(v, cur);
         if (fd < 0)
             continue; /* switched and collected meanwhile */
         /* Non-blocking: the collector holds it exclusively only for the
@@ -756,6 +811,12 @@ static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
             goto fail_all;
         }
         rec = read_record(v, cur);
+        if (!rec) {
+            /* Going on would drop every recorded requirement. */
+            ipd_buf_addf(&why, "cannot read the record of %s/%s: %s", v->root,
+                         cur, strerror(errno));
+            goto fail_all;
+        }
         json_t *vc = json_object_get(rec, "venv_created_at");
         if (json_is_integer(vc))
             venv_created = json_integer_value(vc);
@@ -763,9 +824,6 @@ static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
         ipd_buf_adds(&why, "no venv to install into");
         goto fail_all;
     }
-    if (!rec)
-        rec = json_object();
-
     before = scan_dists(v, gen);
     if (pip_install(v, gen, reqs, n, &why)) {
         if (n > 1)
@@ -800,11 +858,8 @@ static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
     for (size_t i = 0; i < n; i++)
         names[k++] = w[i]->name;
     check = import_check(v, gen, names, k, &why);
-    if (!check) {
-        for (size_t i = 0; i < n; i++)
-            set_result(w[i]->result, "failed", NULL, "%s", why.buf);
-        goto out;
-    }
+    if (!check)
+        goto fail_all; /* the check itself failed: no package to blame */
     json_t *checked = json_object_get(check, "checked");
     for (size_t i = 0; i < k; i++) {
         json_t *c = json_object_get(checked, names[i]);
@@ -838,11 +893,11 @@ static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
     json_object_set(rec, "python_version",
                     json_object_get(check, "python_version"));
     json_object_set(rec, "installed", json_object_get(check, "installed"));
-    if (write_record(v, gen, rec) || switch_current(v, gen)) {
-        for (size_t i = 0; i < n; i++)
-            set_result(w[i]->result, "failed", NULL,
-                       "could not switch the venv: %s", strerror(errno));
-        goto out;
+    if (make_inuse(v, gen) || write_record(v, gen, rec) ||
+        switch_current(v, gen)) {
+        ipd_buf_reset(&why);
+        ipd_buf_addf(&why, "could not switch the venv: %s", strerror(errno));
+        goto fail_all;
     }
     for (size_t i = 0; i < n; i++) {
         json_t *c = json_object_get(checked, w[i]->name);
@@ -1025,6 +1080,13 @@ static enum ipd_err rebuild_locked(struct ipd_venv *v)
     if (!read_current(v, cur, sizeof(cur)))
         goto out; /* nothing installed: the base interpreter is current */
     rec = read_record(v, cur);
+    if (!rec) {
+        /* A rebuild from nothing would drop every installed package. */
+        ipd_buf_addf(&why, "cannot read the record of %s: %s", cur,
+                     strerror(errno));
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
     json_t *rq = json_object_get(rec, "requirements");
     size_t n = json_array_size(rq);
     reqs = ipd_xcalloc(n + 1, sizeof(*reqs));
@@ -1072,13 +1134,16 @@ static enum ipd_err rebuild_locked(struct ipd_venv *v)
     }
     json_t *nrec = json_object();
     int64_t now = ipd_now_ms();
-    json_object_set(nrec, "requirements", rq ? rq : json_array());
+    json_object_set_new(nrec, "requirements",
+                        rq ? json_incref(rq) : json_array());
     json_object_set_new(nrec, "created_at", json_integer(now));
     json_object_set_new(nrec, "venv_created_at", json_integer(now));
     json_object_set(nrec, "python_version",
                     json_object_get(check, "python_version"));
     json_object_set(nrec, "installed", json_object_get(check, "installed"));
-    rc = write_record(v, gen, nrec);
+    rc = make_inuse(v, gen);
+    if (!rc)
+        rc = write_record(v, gen, nrec);
     json_decref(nrec);
     if (!rc)
         rc = switch_current(v, gen);
@@ -1122,13 +1187,18 @@ static json_t *base_status(struct ipd_venv *v)
 {
     json_t *rec;
     pthread_mutex_lock(&v->state_lock);
-    if (!v->base_status) {
+    /* A failure is retried at most once a minute, so status requests do
+     * not queue up behind repeated sandbox runs. */
+    if (!v->base_status &&
+        (!v->base_failed_ms || ipd_mono_ms() - v->base_failed_ms >= 60000)) {
         struct ipd_buf why;
         ipd_buf_init(&why, 1024);
         v->base_status = import_check(v, NULL, NULL, 0, &why);
-        if (!v->base_status)
+        if (!v->base_status) {
+            v->base_failed_ms = ipd_mono_ms();
             ipd_warn("venv: cannot list the base interpreter's "
                      "packages: %s", why.buf);
+        }
         ipd_buf_release(&why);
     }
     rec = json_copy(v->base_status);
@@ -1148,7 +1218,13 @@ enum ipd_err ipd_venv_maintain(struct ipd_venv *v)
         json_t *rec = read_record(v, cur);
         json_t *vc = json_object_get(rec, "venv_created_at");
         int64_t born = json_is_integer(vc) ? json_integer_value(vc) : 0;
-        if (ipd_now_ms() - born >= v->max_age_ms) {
+        if (!rec) {
+            /* Rebuilding from an unreadable record would drop every
+             * installed package: say so and leave it. */
+            ipd_warn("venv: cannot read the record of %s: %s; not "
+                     "rebuilding", cur, strerror(errno));
+            rc = IPD_ERR_INTERNAL;
+        } else if (ipd_now_ms() - born >= v->max_age_ms) {
             ipd_info("venv: %s is older than %lld s; rebuilding", cur,
                      (long long)(v->max_age_ms / 1000));
             rc = rebuild_locked(v);

@@ -196,7 +196,8 @@ static bool index_setup(void)
                                 "ipdtest-alpha\nipdtest-withdep\n"
                                 "ipdtest-baddep\nipdtest-broken\n"
                                 "ipdtest-mapped\nipdtest-big\n"
-                                "ipdtest-sdistonly\n";
+                                "ipdtest-sdistonly\nipdtest-evil\n"
+                                "ipdtest-tamper\n";
     static const char deps[] = "ipdtest-dep\n";
     static const char names[] = "ipdmapped ipdtest-mapped\n";
     ok = ok && write_text(ix.allow, allow, strlen(allow)) &&
@@ -687,11 +688,12 @@ static void install_and_list(void)
     REQUIRE(st);
     static const char *const allowed[] = {
         "ipdtest-alpha",  "ipdtest-baddep",    "ipdtest-big",
-        "ipdtest-broken", "ipdtest-mapped",    "ipdtest-sdistonly",
-        "ipdtest-withdep"};
+        "ipdtest-broken", "ipdtest-evil",      "ipdtest-mapped",
+        "ipdtest-sdistonly", "ipdtest-tamper", "ipdtest-withdep"};
+    const size_t n_allowed = sizeof(allowed) / sizeof(allowed[0]);
     json_t *al = json_object_get(st, "allowed");
-    bool same = json_array_size(al) == 7;
-    for (size_t i = 0; same && i < 7; i++) {
+    bool same = json_array_size(al) == n_allowed;
+    for (size_t i = 0; same && i < n_allowed; i++) {
         const char *a = json_string_value(json_array_get(al, i));
         same = a && !strcmp(a, allowed[i]);
     }
@@ -1375,6 +1377,40 @@ static void sdist_allowed(void)
     itest_stop(s);
 }
 
+/* Build code of an allowed sdist runs in the sandbox with the new
+ * generation writable.  It must reach neither the host (a planted symlink
+ * where the service writes the generation's record) nor the generation
+ * executions use (writing through hard links of the clone), nor stall
+ * executions (.inuse replaced by a fifo).  Regression for a review
+ * finding. */
+static void sdist_build_stays_in_its_generation(void)
+{
+    struct srv_opts so;
+    const char *extra[] = {"--pip-allow-sdist", "1", NULL};
+    struct itest_resp r;
+    REQUIRE(index_setup());
+    (void)unlink("/tmp/ipdtest-evil-written");
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    CHECK_INSTALL(s, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    CHECK_INSTALL(s, "ipdtest-tamper", "failed", NULL, "failing on purpose");
+    run_code(s, NULL,
+             "import ipdtest_alpha\n"
+             "print(hasattr(ipdtest_alpha, 'TAMPERED'))\n",
+             &r);
+    CHECK_EXEC(&r, true, "False\n");
+    itest_resp_release(&r);
+    CHECK_INSTALL(s, "ipdtest-evil", "installed", "1.0", NULL);
+    CHECKF(access("/tmp/ipdtest-evil-written", F_OK) != 0,
+           "the service wrote through a symlink the build planted");
+    run_code(s, NULL, "import ipdtest_evil, ipdtest_alpha\nprint('ok')\n",
+             &r);
+    CHECK_EXEC(&r, true, "ok\n");
+    itest_resp_release(&r);
+    itest_stop(s);
+}
+
 /* A rebuild that fails (the index is gone) keeps the old generation,
  * executions keep working on it, and the admin status says why. */
 static void rebuild_failure_keeps_current(void)
@@ -1440,5 +1476,6 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(concurrent_installs), T(sigkill_during_install),
           T(execution_across_switch), T(rebuild_switches),
           T(rebuild_failure_keeps_current), T(sdist_allowed),
+          T(sdist_build_stays_in_its_generation),
           T(sigterm_with_queued_install),
           T(stop_servers))

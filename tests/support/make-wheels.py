@@ -28,6 +28,16 @@ Source distribution only:
                           $IPDTEST_SDIST_MARKER (default /tmp/ipdtest-sdist-ran)
                           before anything else.  --only-binary=:all: must
                           refuse it, so the marker must never appear.
+  ipdtest-evil 1.0        an sdist whose build (allowed with
+                          --pip-allow-sdist 1) attacks the generation it is
+                          built into, at /opt/venv in the sandbox: plants
+                          .interpd.json.tmp as a symlink to the host path
+                          /tmp/ipdtest-evil-written and replaces .inuse by
+                          a fifo.  Installs fine otherwise.
+  ipdtest-tamper 1.0      an sdist whose build appends "TAMPERED = True" to
+                          every ipdtest_alpha/__init__.py in /opt/venv (in
+                          place: through a hard link it would reach the
+                          current generation), then fails the build.
 """
 
 import base64
@@ -116,20 +126,45 @@ def write_wheel(outdir, dist, version, files, summary, requires=()):
     return filename
 
 
-def write_sdist(outdir, dist, version, summary):
+EVIL_BUILD = """\
+import os
+root = '/opt/venv'
+try:
+    os.unlink(os.path.join(root, '.interpd.json.tmp'))
+except FileNotFoundError:
+    pass
+os.symlink('/tmp/ipdtest-evil-written', os.path.join(root, '.interpd.json.tmp'))
+os.unlink(os.path.join(root, '.inuse'))
+os.mkfifo(os.path.join(root, '.inuse'))
+"""
+
+TAMPER_BUILD = """\
+import glob
+for path in glob.glob('/opt/venv/lib/python3*/site-packages/ipdtest_alpha/__init__.py'):
+    with open(path, 'a') as f:
+        f.write('TAMPERED = True\\n')
+raise SystemExit('ipdtest-tamper: failing on purpose after tampering')
+"""
+
+
+def write_sdist(outdir, dist, version, summary, build_code=None):
     base = "%s-%s" % (wheel_name_part(dist), version)
     module = wheel_name_part(dist)
     pkg_info = metadata_text(dist, version, summary, ()).encode()
+    if build_code is None:
+        build_code = (
+            "# Executing this file proves a source build ran: it must never\n"
+            "# happen under --only-binary=:all:.\n"
+            "import os\n"
+            "marker = os.environ.get('IPDTEST_SDIST_MARKER', "
+            "'/tmp/ipdtest-sdist-ran')\n"
+            "with open(marker, 'w') as f:\n"
+            "    f.write('setup.py of %s %s ran\\n')\n" % (dist, version))
     setup_py = (
-        "# Executing this file proves a source build ran: it must never happen\n"
-        "# under --only-binary=:all:.\n"
-        "import os\n"
-        "marker = os.environ.get('IPDTEST_SDIST_MARKER', '/tmp/ipdtest-sdist-ran')\n"
-        "with open(marker, 'w') as f:\n"
-        "    f.write('setup.py of %s %s ran\\n')\n"
+        build_code +
         "from setuptools import setup\n"
         "setup(name=%r, version=%r, py_modules=[%r])\n"
-        % (dist, version, dist, version, module)
+        % (dist, version, module)
     ).encode()
     module_src = ('VERSION = "%s"\n' % version).encode()
     members = [
@@ -213,6 +248,12 @@ def build(outdir):
     ], "interpd test package with a 5 MiB incompressible data file"))
     made.append(write_sdist(outdir, "ipdtest-sdistonly", "1.0",
                             "interpd test package published only as an sdist"))
+    made.append(write_sdist(outdir, "ipdtest-evil", "1.0",
+                            "interpd test sdist attacking its generation",
+                            EVIL_BUILD))
+    made.append(write_sdist(outdir, "ipdtest-tamper", "1.0",
+                            "interpd test sdist writing through hard links",
+                            TAMPER_BUILD))
     return made
 
 

@@ -59,7 +59,7 @@ dist="$work/dist"
 for f in "$dist"/*; do
   cmp -s "$f" "$work/dist2/$(basename "$f")" || fail "rebuild of $(basename "$f") is not byte-identical"
 done
-[ "$(ls "$dist" | wc -l)" -eq 10 ] || fail "expected 10 files in $dist, got: $(ls "$dist" | tr '\n' ' ')"
+[ "$(ls "$dist" | wc -l)" -eq 12 ] || fail "expected 12 files in $dist, got: $(ls "$dist" | tr '\n' ' ')"
 rm -rf "$work/dist2"
 ok "make-wheels.py built 9 wheels + 1 sdist, byte-identical on rebuild"
 
@@ -112,7 +112,7 @@ index, d = sys.argv[1], sys.argv[2]
 get = lambda u: urllib.request.urlopen(u, timeout=10).read().decode()
 root = get(index)
 projects = set(re.findall(r'href="/simple/([^/"]+)/"', root))
-assert projects == {"ipdtest-" + p for p in "alpha baddep big broken dep forbidden mapped sdistonly withdep".split()}, projects
+assert projects == {"ipdtest-" + p for p in "alpha baddep big broken dep evil forbidden mapped sdistonly tamper withdep".split()}, projects
 page = get(index + "IPDTest_.Alpha/")   # any spelling normalises, no redirect
 links = dict(re.findall(r'href="/files/([^"#]+)#sha256=([0-9a-f]{64})"', page))
 assert set(links) == {"ipdtest_alpha-1.0-py3-none-any.whl", "ipdtest_alpha-2.0-py3-none-any.whl"}, links
