@@ -17,13 +17,15 @@ void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
                         enum ipd_err rc, int64_t at_ms)
 {
     char at[IPD_TIME_STR];
-    json_t *j = rc ? json_pack("{s:s}", "error", ipd_err_name(rc))
-                   : ipd_sweep_json(res);
+    /* A sweep that stopped (lost lease, shutdown, reconcile refused) did
+     * delete what it counted: keep those with the error. */
+    json_t *j = ipd_sweep_json(res);
+    if (rc)
+        json_object_set_new(j, "error", json_string(ipd_err_name(rc)));
     ipd_time_format(at_ms, at);
     json_object_set_new(j, "at", json_string(at));
-    ipd_metrics_sweep_observe(app->metrics, rc == IPD_OK,
-                              rc ? 0 : res->deleted_files,
-                              rc ? 0 : res->freed_bytes);
+    ipd_metrics_sweep_observe(app->metrics, rc == IPD_OK, res->deleted_files,
+                              res->freed_bytes);
     pthread_mutex_lock(&app->status_lock);
     json_decref(app->last_cleanup);
     app->last_cleanup = j;

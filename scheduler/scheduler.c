@@ -146,6 +146,13 @@ out:
     return rc;
 }
 
+/* a + b for a time and an interval, saturating: an interval of "never"
+ * (INT64_MAX) must not wrap into the past and run the job back to back. */
+static int64_t due_after(int64_t a, int64_t b)
+{
+    return b > INT64_MAX - a ? INT64_MAX : a + b;
+}
+
 /* Take the job's lease for run.  [out] *got */
 static enum ipd_err lease_take(struct job *j, struct ipd_job_run *run,
                                bool *got)
@@ -210,8 +217,11 @@ static void record(struct job *j, enum ipd_err rc, bool ran, int64_t start_ms)
     j->st.last_start_ms = start_ms;
     j->st.last_end_ms = ipd_now_ms();
     j->st.last_result = rc;
-    /* A run cut short by stop is not a failure of the job. */
-    if (rc && !(s->stopping && rc == IPD_ERR_UNAVAILABLE)) {
+    /* A run cut short by stop is not a failure of the job, nor is a lease
+     * that expired during a long batch and went to another process (it
+     * goes on with the work; ipd_job_continue said so in the log). */
+    if (rc && !(s->stopping && rc == IPD_ERR_UNAVAILABLE) &&
+        !(rc == IPD_ERR_CONFLICT && (j->flags & IPD_JOB_LEASE))) {
         j->st.failures++;
         ipd_warn("job %s failed: %s (%lld of %lld runs failed); it runs "
                  "again at its next tick",
@@ -271,7 +281,7 @@ static void *job_thread(void *arg)
         record(j, rc, ran, start_ms);
         /* One interval after this run started; a run longer than that is
          * followed by one more at once, not by the ticks it missed. */
-        j->due_mono = start_mono + j->interval_ms;
+        j->due_mono = due_after(start_mono, j->interval_ms);
         pthread_cond_broadcast(&s->cond);
     }
     pthread_mutex_unlock(&s->lock);
@@ -304,8 +314,9 @@ enum ipd_err ipd_scheduler_start(struct ipd_scheduler *s)
     }
     s->state = S_RUNNING;
     for (struct job *j = s->jobs; j; j = j->next)
-        j->due_mono = j->flags & IPD_JOB_RUN_AT_START ? now
-                                                      : now + j->interval_ms;
+        j->due_mono = j->flags & IPD_JOB_RUN_AT_START
+                          ? now
+                          : due_after(now, j->interval_ms);
     pthread_mutex_unlock(&s->lock);
     for (struct job *j = s->jobs; j && !rc; j = j->next) {
         if (pthread_create(&j->thread, NULL, job_thread, j)) {
@@ -446,7 +457,7 @@ static void status_of(struct job *j, struct ipd_job_status *out)
     out->next_run_ms = 0;
     if (j->s->state == S_RUNNING && !j->s->stopping) {
         int64_t left = j->due_mono - ipd_mono_ms();
-        out->next_run_ms = ipd_now_ms() + (left > 0 ? left : 0);
+        out->next_run_ms = due_after(ipd_now_ms(), left > 0 ? left : 0);
     }
 }
 

@@ -360,7 +360,7 @@ int ipd_serve(struct ipd_config *cfg)
     if (cfg->reconcile_interval_ms != IPD_TIME_NEVER)
         ipd_scheduler_add(sched, "reconcile", cfg->reconcile_interval_ms,
                           ipd_reconcile_job, &jobs.reconcile, IPD_JOB_LEASE);
-    if (app.venv)
+    if (app.venv && cfg->venv_check_interval_ms != IPD_TIME_NEVER)
         ipd_scheduler_add(sched, "venv", cfg->venv_check_interval_ms,
                           job_venv, &jobs, IPD_JOB_RUN_AT_START);
     if (ipd_scheduler_start(sched))

@@ -1220,15 +1220,23 @@ static enum ipd_err lease_insert(struct meta_mongo *s, const char *name,
     return rc;
 }
 
-/* Delete one generation by its _id (an expired one, or ours); gone or
- * not, the caller looks again. */
-static enum ipd_err lease_drop(struct meta_mongo *s, const char *id)
+/* Delete one generation by its _id: ours (expired_at_or_before < 0), or
+ * one that has expired by then, checked in the same filter: a holder that
+ * renewed it after we read it keeps it.  Gone or not, the caller looks
+ * again. */
+static enum ipd_err lease_drop(struct meta_mongo *s, const char *id,
+                               int64_t expired_at_or_before)
 {
     struct op op = {0};
-    bson_t filter = BSON_INITIALIZER;
+    bson_t filter = BSON_INITIALIZER, cmp;
     enum ipd_err rc;
 
     BSON_APPEND_UTF8(&filter, "_id", id);
+    if (expired_at_or_before >= 0) {
+        bson_append_document_begin(&filter, "expires_at", -1, &cmp);
+        BSON_APPEND_DATE_TIME(&cmp, "$lte", expired_at_or_before);
+        bson_append_document_end(&filter, &cmp);
+    }
     op_begin(s, COLL_LEASES, &op);
     rc = delete_one(op.coll, &filter, "lease delete");
     op_end(s, &op);
@@ -1268,7 +1276,7 @@ static enum ipd_err mg_lease_acquire(struct ipd_meta *m, const char *name,
          * the next one; the unique name lets exactly one win. */
         ipd_info("meta_mongo: lease %s of %s expired; taking it over", name,
                  cur.owner);
-        rc = lease_drop(s, cur.id);
+        rc = lease_drop(s, cur.id, now_ms);
         if (rc)
             break;
     }
@@ -1309,7 +1317,7 @@ static enum ipd_err mg_lease_release(struct ipd_meta *m, const char *name,
         return rc;
     /* By generation: a release can never delete a lease taken over after
      * ours expired, whatever the server does between query and delete. */
-    return lease_drop(s, cur.id);
+    return lease_drop(s, cur.id, -1);
 }
 
 static void mg_free(struct ipd_meta *m)
