@@ -1,5 +1,5 @@
 /*
- * callbacks.c - the delivery thread of callbacks.h.
+ * callbacks.c - the delivery threads of callbacks.h.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -23,12 +23,13 @@ struct delivery {
 struct ipd_callbacks {
     struct ipd_fetch_opts opts;
     int64_t retry_delay_ms;
-    pthread_t thread;
-    bool started;
+    pthread_t threads[IPD_CALLBACK_THREADS];
+    unsigned started;
     pthread_mutex_t lock;
     pthread_cond_t wake;  /* CLOCK_MONOTONIC */
     struct delivery *queue; /* unordered; small */
     size_t queued;
+    size_t queued_bytes;    /* bodies waiting or being tried */
     bool stop;
 };
 
@@ -101,6 +102,7 @@ static void *deliver(void *arg)
             if (!ok)
                 ipd_error("callback to %.200s dropped after %d attempts",
                           d->url, d->attempts);
+            cb->queued_bytes -= d->len;
             delivery_free(d);
             continue;
         }
@@ -130,13 +132,24 @@ enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&cb->wake, &ca);
     pthread_condattr_destroy(&ca);
-    if (ipd_fetch_global_init() ||
-        pthread_create(&cb->thread, NULL, deliver, cb)) {
+    /* Its own short total timeout: a receiver that accepts and never
+     * answers holds a delivery thread this long per attempt. */
+    if (cb->opts.total_timeout_ms <= 0 ||
+        cb->opts.total_timeout_ms > IPD_CALLBACK_TIMEOUT_MS)
+        cb->opts.total_timeout_ms = IPD_CALLBACK_TIMEOUT_MS;
+    if (ipd_fetch_global_init()) {
         ipd_callbacks_free(cb);
         *out = NULL;
         return IPD_ERR_INTERNAL;
     }
-    cb->started = true;
+    for (unsigned i = 0; i < IPD_CALLBACK_THREADS; i++) {
+        if (pthread_create(&cb->threads[i], NULL, deliver, cb)) {
+            ipd_callbacks_free(cb);
+            *out = NULL;
+            return IPD_ERR_INTERNAL;
+        }
+        cb->started++;
+    }
     *out = cb;
     return IPD_OK;
 }
@@ -149,8 +162,8 @@ void ipd_callbacks_free(struct ipd_callbacks *cb)
     cb->stop = true;
     pthread_cond_broadcast(&cb->wake);
     pthread_mutex_unlock(&cb->lock);
-    if (cb->started)
-        pthread_join(cb->thread, NULL);
+    for (unsigned i = 0; i < cb->started; i++)
+        pthread_join(cb->threads[i], NULL);
     if (cb->queued)
         ipd_warn("shutdown: %zu callbacks not delivered", cb->queued);
     while (cb->queue) {
@@ -177,15 +190,19 @@ void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
     ipd_callback_signature(secret, body, len, d->signature);
     d->due_ms = ipd_mono_ms();
     pthread_mutex_lock(&cb->lock);
-    if (cb->stop || cb->queued >= IPD_CALLBACK_QUEUE_MAX) {
+    if (cb->stop || cb->queued >= IPD_CALLBACK_QUEUE_MAX ||
+        len > IPD_CALLBACK_QUEUE_BYTES - cb->queued_bytes) {
         pthread_mutex_unlock(&cb->lock);
-        ipd_error("callback to %.200s dropped: the queue is full", url);
+        ipd_error("callback to %.200s dropped: the queue is full (%zu "
+                  "callbacks, %zu bytes)",
+                  url, cb->queued, cb->queued_bytes);
         delivery_free(d);
         return;
     }
     d->next = cb->queue;
     cb->queue = d;
     cb->queued++;
+    cb->queued_bytes += len;
     pthread_cond_signal(&cb->wake);
     pthread_mutex_unlock(&cb->lock);
 }

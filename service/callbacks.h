@@ -2,7 +2,12 @@
  * callbacks.h - deliver asynchronous execution results to the caller's
  * callback_url (CONTRACT.md, Asynchronous executions).
  *
- * One delivery thread.  Each callback is a POST of the result JSON with
+ * IPD_CALLBACK_THREADS delivery threads, so one slow receiver does not
+ * hold up the others' callbacks; each attempt ends after at most
+ * IPD_CALLBACK_TIMEOUT_MS (or the fetch timeout when shorter).  At most
+ * IPD_CALLBACK_QUEUE_MAX callbacks and IPD_CALLBACK_QUEUE_BYTES of bodies
+ * wait; beyond, a callback is dropped and logged (the result stays
+ * readable by polling).  Each callback is a POST of the result JSON with
  * `X-Interpd-Signature: sha256=<hex HMAC-SHA256 of the body>` keyed by the
  * tenant's callback secret, through the SSRF guard of fetch.h (no
  * redirects).  A failed attempt (no answer, a non-2xx answer, a refused
@@ -23,6 +28,9 @@
 
 #define IPD_CALLBACK_ATTEMPTS 3
 #define IPD_CALLBACK_QUEUE_MAX 10000 /* beyond: dropped and logged */
+#define IPD_CALLBACK_QUEUE_BYTES ((size_t)256 << 20)
+#define IPD_CALLBACK_THREADS 4
+#define IPD_CALLBACK_TIMEOUT_MS 15000
 
 struct ipd_callbacks;
 
@@ -30,7 +38,7 @@ struct ipd_callbacks;
 enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
                                int64_t retry_delay_ms,
                                struct ipd_callbacks **out);
-/* Stop the thread (an attempt in progress finishes) and free. */
+/* Stop the threads (attempts in progress finish) and free. */
 void ipd_callbacks_free(struct ipd_callbacks *cb); /* NULL is fine */
 
 /* Queue one callback; url, body and secret are copied. */

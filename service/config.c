@@ -608,19 +608,26 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
         rc = IPD_ERR_INVALID;
         goto out;
     }
+    /* Timeouts and delays are added to clock readings: bounded, so no
+     * "never" can wrap them. */
+    const int64_t day = 86400000;
     if (c->fetch_connect_timeout_ms <= 0 || c->fetch_timeout_ms <= 0 ||
+        c->fetch_connect_timeout_ms > day || c->fetch_timeout_ms > day ||
         c->fetch_max_redirects < 0 || c->fetch_max_redirects > 20 ||
-        c->result_ttl_ms <= 0 || c->callback_retry_delay_ms < 0) {
-        ipd_buf_adds(err, "fetch-connect-timeout, fetch-timeout and "
-                          "result-ttl must be positive, fetch-max-redirects "
-                          "0 to 20");
+        c->result_ttl_ms <= 0 || c->callback_retry_delay_ms < 0 ||
+        c->callback_retry_delay_ms > day) {
+        ipd_buf_adds(err, "fetch-connect-timeout and fetch-timeout must be "
+                          "positive and at most 1d, result-ttl positive, "
+                          "callback-retry-delay at most 1d, "
+                          "fetch-max-redirects 0 to 20");
         rc = IPD_ERR_INVALID;
         goto out;
     }
     if (c->venv_max_age_ms <= 0 || c->pip_timeout_ms <= 0 ||
-        c->venv_check_interval_ms <= 0) {
-        ipd_buf_adds(err, "venv-max-age, venv-check-interval and pip-timeout "
-                          "must be positive");
+        c->pip_timeout_ms > day || c->venv_check_interval_ms <= 0) {
+        ipd_buf_adds(err, "venv-max-age and venv-check-interval must be "
+                          "positive (or never), pip-timeout positive and at "
+                          "most 1d");
         rc = IPD_ERR_INVALID;
         goto out;
     }

@@ -1272,9 +1272,13 @@ json_t *ipd_venv_status(struct ipd_venv *v)
     if (have && json_is_integer(vc)) {
         char a[IPD_TIME_STR], b[IPD_TIME_STR];
         ipd_time_format(json_integer_value(vc), a);
-        ipd_time_format(json_integer_value(vc) + v->max_age_ms, b);
         json_object_set_new(venv, "created_at", json_string(a));
-        json_object_set_new(venv, "rebuild_at", json_string(b));
+        if (v->max_age_ms == IPD_TIME_NEVER) {
+            json_object_set_new(venv, "rebuild_at", json_null());
+        } else {
+            ipd_time_format(json_integer_value(vc) + v->max_age_ms, b);
+            json_object_set_new(venv, "rebuild_at", json_string(b));
+        }
     } else {
         json_object_set_new(venv, "created_at", json_null());
         json_object_set_new(venv, "rebuild_at", json_null());

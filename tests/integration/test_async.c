@@ -373,5 +373,52 @@ static void callback_guarded(void)
     itest_stop(s);
 }
 
+/* A receiver that accepts and never answers holds one delivery thread;
+ * another callback still arrives meanwhile.  Regression: with one
+ * delivery thread every tenant's callbacks waited behind it for the
+ * whole fetch timeout (here 120 s, longer than the receiver waits). */
+static void slow_receiver_does_not_block_others(void)
+{
+    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
+                          "--callback-retry-delay", "1s",
+                          "--fetch-timeout", "120s", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    struct receiver hang, rc;
+    REQUIRE(s);
+    /* Listening, never accepting: the kernel completes the connection,
+     * the request sits in the backlog unanswered. */
+    REQUIRE(receiver_bind(&hang));
+    REQUIRE(listen(hang.fd, 8) == 0);
+    REQUIRE(receiver_bind(&rc));
+    REQUIRE(receiver_start(&rc));
+    char *slow = itest_fmt("http://127.0.0.1:%d/slow", hang.port);
+    char *fast = itest_fmt("http://127.0.0.1:%d/fast", rc.port);
+    char *a = submit(s, "u1",
+                     json_pack("{s:s, s:s}", "code", "print('a')",
+                               "callback_url", slow),
+                     202);
+    /* Bounded wait until the slow callback's connection is pending. */
+    struct pollfd pfd = {.fd = hang.fd, .events = POLLIN};
+    CHECK(poll(&pfd, 1, 60000) == 1);
+    char *b = submit(s, "u1",
+                     json_pack("{s:s, s:s}", "code", "print('b')",
+                               "callback_url", fast),
+                     202);
+    REQUIRE(a && b);
+    receiver_finish(&rc); /* the fast one's request, or 60 s without */
+    CHECKF(rc.request && strstr(rc.request, "POST /fast ") == rc.request,
+           "the second callback did not arrive while the first hung");
+    CHECK(request_body(&rc) && strstr(request_body(&rc), b));
+    free(rc.request);
+    receiver_finish(&hang);
+    free(slow);
+    free(fast);
+    free(a);
+    free(b);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(poll_to_completion), T(results_expire), T(callback_signed),
-          T(callback_retried), T(callback_guarded))
+          T(callback_retried), T(callback_guarded),
+          T(slow_receiver_does_not_block_others))

@@ -236,6 +236,43 @@ static void policies(void)
     ipd_buf_release(&err);
 }
 
+/* Timeouts and delays added to clock readings refuse "never" (they would
+ * wrap); intervals and ages accept it.  Regression for a review finding:
+ * fetch-timeout never made every fetch time out at once. */
+static void never_only_where_it_means_something(void)
+{
+    static const char *const refused[] = {
+        "--fetch-timeout=never",  "--fetch-connect-timeout=never",
+        "--pip-timeout=never",    "--callback-retry-delay=never",
+        "--fetch-timeout=2d",
+    };
+    static const char *const accepted[] = {
+        "--venv-check-interval=never", "--venv-max-age=never",
+        "--sweep-interval=never",      "--reconcile-interval=never",
+    };
+    struct ipd_config c;
+    struct ipd_buf err;
+    ipd_buf_init(&err, 4096);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(refused); i++) {
+        ipd_config_init(&c);
+        ipd_buf_reset(&err);
+        const char *one[] = {refused[i]};
+        CHECK_INT(ipd_config_load(&c, 1, one, NULL, NULL, &err),
+                  IPD_ERR_INVALID);
+        CHECK(strstr(err.buf, "at most 1d") != NULL);
+        ipd_config_release(&c);
+    }
+    for (size_t i = 0; i < IPD_ARRAY_LEN(accepted); i++) {
+        ipd_config_init(&c);
+        ipd_buf_reset(&err);
+        const char *one[] = {accepted[i]};
+        CHECK_INT(ipd_config_load(&c, 1, one, NULL, NULL, &err), IPD_OK);
+        ipd_config_release(&c);
+    }
+    ipd_buf_release(&err);
+}
+
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
           T(command_args_pass_through), T(never_ttl_and_redaction),
+          T(never_only_where_it_means_something),
           T(policies))
