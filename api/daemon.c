@@ -402,14 +402,13 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
                  "closing them", left, (long long)timeout_ms);
     /* Executions still queued are answered 503 and running ones finish
      * (bounded by their timeouts): libmicrohttpd must not be stopped with
-     * connections suspended. */
+     * connections suspended.  Stopped, not freed: a keep-alive connection
+     * can still bring a request that reaches them (it gets a 503); the
+     * owner frees them after the daemon is gone. */
     if (d->app->exec || d->app->pkgs || d->app->bg) {
-        ipd_exec_pool_free(d->app->exec);
-        d->app->exec = NULL;
-        ipd_workq_free(d->app->pkgs);
-        d->app->pkgs = NULL;
-        ipd_workq_free(d->app->bg);
-        d->app->bg = NULL;
+        ipd_exec_pool_stop(d->app->exec);
+        ipd_workq_stop(d->app->pkgs);
+        ipd_workq_stop(d->app->bg);
         wait_idle(d, 2000);
     }
     MHD_stop_daemon(d->mhd);

@@ -143,13 +143,11 @@ static void async_done(struct ipd_exec_pool *p, struct job *j)
 {
     json_t *result = j->rc == IPD_OK ? json_incref(j->result)
                                      : failure_result(j);
-    if (j->callback_url && p->callbacks) {
-        char *body = json_dumps(result, JSON_COMPACT);
-        if (body)
-            ipd_callbacks_send(p->callbacks, j->callback_url, body,
-                               strlen(body), j->secret);
-        free(body);
-    }
+    char *body = j->callback_url && p->callbacks
+                     ? json_dumps(result, JSON_COMPACT)
+                     : NULL;
+    /* Stored before the callback goes out: a bot that polls as soon as
+     * it is called back finds the result. */
     pthread_mutex_lock(&p->lock);
     struct async_entry *e = async_find(p, j->exec_id);
     if (e) {
@@ -160,6 +158,10 @@ static void async_done(struct ipd_exec_pool *p, struct job *j)
     }
     pthread_mutex_unlock(&p->lock);
     json_decref(result);
+    if (body)
+        ipd_callbacks_send(p->callbacks, j->callback_url, body, strlen(body),
+                           j->secret);
+    free(body);
 }
 
 /* The job is over: let libmicrohttpd call the handler again. */
@@ -272,6 +274,12 @@ enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
     }
     *out = p;
     return IPD_OK;
+}
+
+void ipd_exec_pool_stop(struct ipd_exec_pool *p)
+{
+    if (p)
+        ipd_workq_stop(p->q);
 }
 
 void ipd_exec_pool_free(struct ipd_exec_pool *p)

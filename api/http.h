@@ -223,10 +223,12 @@ struct ipd_exec_pool_options {
 enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
                                const struct ipd_exec_pool_options *o,
                                struct ipd_exec_pool **out);
-/* Stop taking work, answer queued requests 503, wait for running ones,
- * join the workers and free.  Call while the HTTP daemon still runs (the
- * answers resume suspended connections). */
-void ipd_exec_pool_free(struct ipd_exec_pool *p);
+/* Stop taking work (later submits: 503), answer queued requests 503, wait
+ * for running ones, join the workers.  Call while the HTTP daemon still
+ * runs (the answers resume suspended connections); the pool stays valid
+ * for handlers until ipd_exec_pool_free, after the daemon stopped. */
+void ipd_exec_pool_stop(struct ipd_exec_pool *p);
+void ipd_exec_pool_free(struct ipd_exec_pool *p); /* stops first; NULL ok */
 /* Running and queued executions (status, metrics). */
 void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
                           unsigned *queued);

@@ -211,10 +211,11 @@ struct ipd__cgroup_run {   /* one run's cgroups */
 enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
                                 unsigned *mech, char *err, size_t errlen);
 void ipd__cgroups_free(struct ipd__cgroups *cg);
-/* Create the run's cgroups "run-<pid>-<n>" (n counts per probe, from 0)
- * and set limits; fds are O_CLOEXEC.  A leftover dir of that name is
- * taken over when empty, else the next n is tried. */
-enum ipd_err ipd__cgroup_run_create(struct ipd__cgroups *cg,
+/* Create the run's cgroups "run-<pid>-<n>" (n counts per process) and
+ * set limits; fds are O_CLOEXEC.  A leftover dir of that name (a dead
+ * process's with our pid) is taken over when empty, else the next n is
+ * tried. */
+enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
                                     int64_t memory_bytes, int64_t pids,
                                     struct ipd__cgroup_run *run, char *err,
                                     size_t errlen);

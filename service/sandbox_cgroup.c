@@ -46,8 +46,12 @@ struct ipd__cgroups {
     bool memsw;            /* v1 memory.memsw.* exists */
     char pids[CG_PATH];    /* v1 pids parent, or "" */
     char cpuacct[CG_PATH]; /* v1 cpuacct parent, or "" */
-    atomic_uint counter;   /* <n> of the next run-<pid>-<n> */
 };
+
+/* <n> of the next run-<pid>-<n>: one counter per process, whatever the
+ * number of probes, so a name repeats only for another process that got
+ * our pid after us (Leftovers). */
+static atomic_uint run_counter;
 
 static enum ipd_err write_file(const char *path, const char *s)
 {
@@ -578,7 +582,7 @@ out:
     return rc;
 }
 
-enum ipd_err ipd__cgroup_run_create(struct ipd__cgroups *cg,
+enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
                                     int64_t memory_bytes, int64_t pids,
                                     struct ipd__cgroup_run *run, char *err,
                                     size_t errlen)
@@ -590,7 +594,7 @@ enum ipd_err ipd__cgroup_run_create(struct ipd__cgroups *cg,
     for (int i = 0; i < 8 && rc == IPD_ERR_CONFLICT; i++) {
         char leaf[64];
         snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(),
-                 atomic_fetch_add(&cg->counter, 1));
+                 atomic_fetch_add(&run_counter, 1));
         rc = try_create(cg, leaf, memory_bytes, pids, run, err, errlen);
     }
     return rc == IPD_ERR_CONFLICT ? IPD_ERR_INTERNAL : rc;

@@ -21,6 +21,7 @@ struct ipd_workq {
     struct wq_job *head, *tail; /* under lock */
     unsigned queued, running;   /* under lock */
     bool stop;                  /* under lock */
+    bool joined;                /* workers joined (by ipd_workq_stop) */
 };
 
 static void *worker(void *arg)
@@ -71,23 +72,40 @@ enum ipd_err ipd_workq_new(unsigned threads, unsigned queue_max,
     return IPD_OK;
 }
 
-void ipd_workq_free(struct ipd_workq *q)
+void ipd_workq_stop(struct ipd_workq *q)
 {
     if (!q)
         return;
     pthread_mutex_lock(&q->lock);
+    bool joined = q->joined;
     q->stop = true;
+    q->joined = true;
     pthread_cond_broadcast(&q->work);
     pthread_mutex_unlock(&q->lock);
+    if (joined)
+        return;
     for (unsigned i = 0; i < q->started; i++)
         pthread_join(q->threads[i], NULL);
     /* Only if no worker ever started: nobody else will run these. */
+    pthread_mutex_lock(&q->lock);
     while (q->head) {
         struct wq_job *j = q->head;
         q->head = j->next;
+        q->queued--;
+        pthread_mutex_unlock(&q->lock);
         j->fn(j->arg, true);
         free(j);
+        pthread_mutex_lock(&q->lock);
     }
+    q->tail = NULL;
+    pthread_mutex_unlock(&q->lock);
+}
+
+void ipd_workq_free(struct ipd_workq *q)
+{
+    if (!q)
+        return;
+    ipd_workq_stop(q);
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->work);
     free(q->threads);

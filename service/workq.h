@@ -26,8 +26,13 @@ typedef enum ipd_err (*ipd_workq_admit_fn)(void *arg);
 
 enum ipd_err ipd_workq_new(unsigned threads, unsigned queue_max,
                            struct ipd_workq **out);
-/* Stop, hand every waiting job to its fn (stopping), wait for the running
- * ones, join the workers, free.  NULL is fine. */
+/* Stop: hand every waiting job to its fn (stopping), wait for the
+ * running ones, join the workers.  The queue stays valid: submit answers
+ * IPD_ERR_UNAVAILABLE and counts still work, so threads that may still
+ * hold it (HTTP handlers on keep-alive connections) are safe until free.
+ * Idempotent; NULL is fine. */
+void ipd_workq_stop(struct ipd_workq *q);
+/* Stop (if not yet) and free.  NULL is fine. */
 void ipd_workq_free(struct ipd_workq *q);
 /* Queue fn(arg).  IPD_OK: queued (fn will run exactly once);
  * IPD_ERR_UNAVAILABLE: stopping; IPD_ERR_CONFLICT: full; or admit's

@@ -161,9 +161,10 @@ void ipd_blob_iter_free(struct ipd_blob_iter *it);
  * temporary files not written since then, GridFS chunks without an
  * fs.files document whose newest chunk is older.  A live upload writes
  * continuously (and the connection timeout ends a stalled one), so a
- * cut-off an hour back never touches one.  (Opening a local store
- * removes only temporary files no live writer, in any process, holds an
- * flock on.)  [out] *removed: uploads removed. */
+ * cut-off an hour back never touches one.  Locally, a temporary file
+ * whose writer is alive (in any process: it holds an flock) is never
+ * removed, old or not, and neither by opening the store.  [out] *removed:
+ * uploads removed. */
 enum ipd_err ipd_blobs_reap_incomplete(struct ipd_blobs *b,
                                        int64_t older_than_ms,
                                        int64_t *removed);

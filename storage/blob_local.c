@@ -88,8 +88,9 @@ static enum ipd_err mkdir_at(int dirfd, const char *name)
  *               lives); opening the store removes stale temporary files
  *               holding it exclusive, and only files nobody has locked:
  *               those of a process that died, never a live upload of
- *               another process.  (The age-based reaper needs no lock:
- *               a file being created is new.)
+ *               another process.  The age-based reaper also removes
+ *               only unlocked files (it needs no directory lock: a file
+ *               being created is new).
  */
 static int dir_lock(int dirfd, int op)
 {
@@ -426,15 +427,20 @@ static enum ipd_err local_commit(struct ipd_blob_writer *base)
         rc = IPD_ERR_IO;
         goto out;
     }
-    rc = mkdir_at(b->dirfd, dir);
+    bool made = mkdirat(b->dirfd, dir, 0700) == 0;
+    if (!made && errno != EEXIST)
+        rc = IPD_ERR_IO;
     if (!rc && renameat(b->tmpfd, w->tmpname, b->dirfd, path))
         rc = IPD_ERR_IO;
     close_keep_errno(lfd);
     if (rc)
         goto out;
     w->tmpname[0] = '\0';
-    /* The rename is durable only once the directory entry is. */
+    /* The rename is durable only once the directory entry is, and a shard
+     * directory made just now only once blobs/ has its entry. */
     rc = fsync_dir_at(b->dirfd, dir);
+    if (!rc && made && fsync(b->dirfd))
+        rc = IPD_ERR_IO;
     if (rc)
         unlinkat(b->dirfd, path, 0);
 out:
@@ -685,7 +691,9 @@ static int reap_one(void *cls, const char *name)
     if (fstatat(c->tmpfd, name, &st, AT_SYMLINK_NOFOLLOW) ||
         mtime_ms(&st) >= c->older_than_ms)
         return 0;
-    if (unlinkat(c->tmpfd, name, 0) == 0) {
+    /* Old is not enough: a live writer (a slow URL ingest) holds its
+     * flock and keeps its file. */
+    if (remove_if_unlocked(c->tmpfd, name)) {
         ipd_info("removed abandoned temporary upload %s", name);
         c->removed++;
     }

@@ -38,6 +38,13 @@ static size_t run_parents(const struct ipd__cgroup_run *run,
     return n;
 }
 
+/* <n> of a run dir ".../run-<pid>-<n>" */
+static unsigned run_n(const struct ipd__cgroup_run *run)
+{
+    const char *dash = strrchr(run->mem, '-');
+    return dash ? (unsigned)strtoul(dash + 1, NULL, 10) : 0;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -104,7 +111,7 @@ static void test_run_takes_over_or_skips_leftovers(void)
 {
     struct ipd__cgroups *cg = NULL;
     struct ipd__cgroup_run a, b, c;
-    char parents[4][512], leaf[64], err[256] = "";
+    char parents[4][512], leaf[64], busy_leaf[64], err[256] = "";
     unsigned mech = 0;
     size_t n;
     long me = (long)getpid();
@@ -114,45 +121,46 @@ static void test_run_takes_over_or_skips_leftovers(void)
     snprintf(cg_name, sizeof cg_name, "ipd-cgtest-%ld", me);
     REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) ==
             IPD_OK);
-    /* run-<pid>-0: tells where the parents are */
+    /* A first run tells where the parents are and which <n> is next (the
+     * counter is per process; this test is its only user meanwhile). */
     REQUIRE(ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) ==
             IPD_OK);
-    snprintf(leaf, sizeof leaf, "/run-%ld-0", me);
+    unsigned k = run_n(&a);
+    snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k);
     CHECK(ends_with(a.mem, leaf));
     n = run_parents(&a, parents);
     REQUIRE(n > 0);
     CHECK_INT(ipd__cgroup_run_destroy(&a), IPD_OK);
 
-    /* run-<pid>-1 left empty by "an earlier process": taken over */
-    snprintf(leaf, sizeof leaf, "run-%ld-1", me);
+    /* run-<pid>-<k+1> left empty by "an earlier process": taken over */
+    snprintf(leaf, sizeof leaf, "run-%ld-%u", me, k + 1);
     make_dirs(parents, n, leaf);
-    /* run-<pid>-2 with a live process in it: not touched, skipped */
-    snprintf(leaf, sizeof leaf, "run-%ld-2", me);
-    make_dirs(parents, n, leaf);
-    child = park_child(parents, n, leaf);
+    /* run-<pid>-<k+2> with a live process in it: not touched, skipped */
+    snprintf(busy_leaf, sizeof busy_leaf, "run-%ld-%u", me, k + 2);
+    make_dirs(parents, n, busy_leaf);
+    child = park_child(parents, n, busy_leaf);
     REQUIRE(child > 0);
 
     err[0] = '\0';
     CHECK_INT(ipd__cgroup_run_create(cg, 64 << 20, 16, &b, err, sizeof err),
               IPD_OK);
     CHECK_STR(err, "");
-    snprintf(leaf, sizeof leaf, "/run-%ld-1", me);
+    snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k + 1);
     CHECK(ends_with(b.mem, leaf));
     CHECK_INT(ipd__cgroup_run_create(cg, 64 << 20, 16, &c, err, sizeof err),
               IPD_OK);
-    snprintf(leaf, sizeof leaf, "/run-%ld-3", me);
+    snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k + 3);
     CHECK(ends_with(c.mem, leaf));
     CHECK(kill(child, 0) == 0);
     CHECK(waitpid(child, &status, WNOHANG) == 0);
     CHECK_INT(ipd__cgroup_run_destroy(&b), IPD_OK);
     CHECK_INT(ipd__cgroup_run_destroy(&c), IPD_OK);
-    snprintf(leaf, sizeof leaf, "run-%ld-2", me);
     for (size_t i = 0; i < n; i++)
-        CHECK(dir_exists(parents[i], leaf));
+        CHECK(dir_exists(parents[i], busy_leaf));
 
     kill(child, SIGKILL);
     CHECK(waitpid(child, &status, 0) == child);
-    remove_dirs(parents, n, leaf);
+    remove_dirs(parents, n, busy_leaf);
     ipd__cgroups_free(cg);
 }
 
@@ -223,10 +231,12 @@ static void test_sandbox_runs_through_leftovers(void)
     REQUIRE(ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) ==
             IPD_OK);
     n = run_parents(&a, parents);
+    unsigned first = run_n(&a) + 1;
     CHECK_INT(ipd__cgroup_run_destroy(&a), IPD_OK);
     ipd__cgroups_free(cg);
-    for (int k = 0; k < 6; k++) {
-        snprintf(leaf, sizeof leaf, "run-%ld-%d", (long)getpid(), k);
+    /* The very names the probe's dry runs and the runs below will take. */
+    for (unsigned k = first; k < first + 6; k++) {
+        snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(), k);
         make_dirs(parents, n, leaf);
     }
 
@@ -252,8 +262,8 @@ static void test_sandbox_runs_through_leftovers(void)
         ipd_sandbox_result_release(&r);
     }
     ipd_sandbox_config_release(&c);
-    for (int k = 0; k < 12; k++) {
-        snprintf(leaf, sizeof leaf, "run-%ld-%d", (long)getpid(), k);
+    for (unsigned k = 0; k < first + 12; k++) {
+        snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(), k);
         remove_dirs(parents, n, leaf);
         for (size_t i = 0; i < n; i++)
             CHECK(!dir_exists(parents[i], leaf));

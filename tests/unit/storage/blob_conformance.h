@@ -302,12 +302,20 @@ static void bc_reap_incomplete(struct ipd_blobs *b)
               IPD_OK);
     CHECK_INT(removed, 0);
     CHECK_INT(bc_incomplete(b), 1);
-    /* A cut-off in the future: everything is older, so it goes (as if
-     * the uploader had died an hour ago). */
+    /* A cut-off in the future: everything is older.  The local store
+     * still sees the writer alive (its flock) and keeps the file; GridFS
+     * has no such signal and reaps it (as if the uploader had died an
+     * hour ago). */
+    bool local = !strcmp(ipd_blobs_backend(b), "local");
     CHECK_INT(ipd_blobs_reap_incomplete(b, ipd_now_ms() + 3600000, &removed),
               IPD_OK);
-    CHECK_INT(removed, 1);
-    CHECK_INT(bc_incomplete(b), 0);
+    CHECK_INT(removed, local ? 0 : 1);
+    CHECK_INT(bc_incomplete(b), local ? 1 : 0);
+    if (local) {
+        ipd_blob_writer_abort(w);
+        w = NULL;
+        CHECK_INT(bc_incomplete(b), 0);
+    }
     /* Committed blobs are never "incomplete". */
     CHECK_INT(ipd_blob_stat(b, kept, &(struct ipd_blob_info){0}), IPD_OK);
     CHECK_INT(ipd_blobs_reap_incomplete(b, ipd_now_ms() + 3600000, &removed),
