@@ -145,4 +145,26 @@ static void capacity_admission_and_stop(void)
     CHECK_INT(atomic_load(&refused_ran), 0); /* refused jobs never ran */
 }
 
-TEST_MAIN(T(each_job_runs_once), T(capacity_admission_and_stop))
+/* Stopped but not freed (the daemon stops the pools before libmicrohttpd
+ * and frees them after): submit says unavailable, counts still answer,
+ * stop again is harmless.  Regression: the pools were freed while a
+ * keep-alive connection could still bring a request to them. */
+static void stopped_queue_stays_usable(void)
+{
+    struct ipd_workq *q = NULL;
+    unsigned running = 9, queued = 9;
+    atomic_store(&refused_ran, 0);
+    REQUIRE(ipd_workq_new(2, 4, &q) == IPD_OK);
+    ipd_workq_stop(q);
+    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL),
+              IPD_ERR_UNAVAILABLE);
+    ipd_workq_counts(q, &running, &queued);
+    CHECK_INT(running, 0);
+    CHECK_INT(queued, 0);
+    ipd_workq_stop(q);
+    ipd_workq_free(q);
+    CHECK_INT(atomic_load(&refused_ran), 0);
+}
+
+TEST_MAIN(T(each_job_runs_once), T(capacity_admission_and_stop),
+          T(stopped_queue_stays_usable))
