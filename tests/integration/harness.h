@@ -127,6 +127,12 @@ char *itest_read_log(const struct itest_server *s);
  * the NULL-terminated needles.  No event says "the log line is written"
  * (servers often log after sending the response), hence the poll. */
 bool itest_wait_log_line(const struct itest_server *s, int timeout_ms, ...);
+/* Poll GET /v1/admin/status (bounded by timeout_ms) until the scheduled
+ * job `name` has finished a run ("jobs.<name>.runs" >= 1).  Start-up
+ * work (the venv job runs at start and may start a sandbox) is over
+ * then.  false at the timeout, or when there is no such job. */
+bool itest_wait_job_ran(struct itest_server *s, const char *name,
+                        int timeout_ms);
 
 /* ---- HTTP ---- */
 

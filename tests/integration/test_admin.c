@@ -279,22 +279,12 @@ static void scheduled_sweep(void)
     itest_resp_release(&r);
     CHECK(swept);
     /* The venv job runs at start (its interval is an hour): it lists the
-     * base interpreter off the HTTP threads.  Bounded poll for its end. */
-    bool venv_ran = false;
-    for (int i = 0; i < 300 && !venv_ran; i++) {
-        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                      NULL, 0, NULL, &r);
-        venv_ran =
-            json_integer_value(itest_json_get(r.json, "jobs.venv.runs")) >= 1;
-        if (venv_ran)
-            CHECK_STR(json_string_value(
-                          itest_json_get(r.json, "jobs.venv.last_result")),
-                      "ok");
-        itest_resp_release(&r);
-        if (!venv_ran)
-            usleep(100 * 1000);
-    }
-    CHECK(venv_ran);
+     * base interpreter off the HTTP threads. */
+    CHECK(itest_wait_job_ran(s, "venv", 30000));
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                  NULL, 0, NULL, &r);
+    CHECK_STR(itest_json_str(r.json, "jobs.venv.last_result"), "ok");
+    itest_resp_release(&r);
     itest_stop(s);
 }
 

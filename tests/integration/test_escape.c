@@ -165,6 +165,9 @@ static void start_server(void)
     struct itest_opts o = {.args = args, .env = env};
     srv = itest_start(&o);
     REQUIRE(srv);
+    /* The venv job lists the base interpreter in the sandbox at start:
+     * once it is done, nothing runs as the sandbox uid. */
+    CHECK(itest_wait_job_ran(srv, "venv", 60000));
     CHECK_INT(count_uid(sbx_uid), 0);
 }
 

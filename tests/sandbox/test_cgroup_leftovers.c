@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#define SBX_HOST_UID 201300 /* its own, like the other suites that run code */
 #include "sandbox_test.h"
 
 static char cg_name[64];
