@@ -955,25 +955,38 @@ char *itest_read_log(const struct itest_server *s)
     return itest_read_file(s->log_path, NULL);
 }
 
-bool itest_wait_job_ran(struct itest_server *s, const char *name,
-                        int timeout_ms)
+/* Poll the admin status until ok(value at path) or the deadline. */
+static bool wait_status(struct itest_server *s, const char *path,
+                        long long want, bool at_least, int timeout_ms)
 {
-    char path[128];
-    snprintf(path, sizeof(path), "jobs.%s.runs", name);
     int64_t deadline = mono_ms() + scaled(timeout_ms);
     for (;;) {
         struct itest_resp r;
         itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
                       NULL, 0, NULL, &r);
-        bool ran = r.status == 200 &&
-                   json_integer_value(itest_json_get(r.json, path)) >= 1;
+        json_t *v = r.status == 200 ? itest_json_get(r.json, path) : NULL;
+        long long n = json_is_integer(v) ? json_integer_value(v) : -1;
         itest_resp_release(&r);
-        if (ran)
+        if (at_least ? n >= want : n == want)
             return true;
         if (mono_ms() >= deadline)
             return false;
         sleep_ms(50);
     }
+}
+
+bool itest_wait_job_ran(struct itest_server *s, const char *name,
+                        int timeout_ms)
+{
+    char path[128];
+    snprintf(path, sizeof(path), "jobs.%s.runs", name);
+    return wait_status(s, path, 1, true, timeout_ms);
+}
+
+bool itest_wait_status_int(struct itest_server *s, const char *path,
+                           long long want, int timeout_ms)
+{
+    return wait_status(s, path, want, false, timeout_ms);
 }
 
 bool itest_wait_log_line(const struct itest_server *s, int timeout_ms, ...)

@@ -133,6 +133,10 @@ bool itest_wait_log_line(const struct itest_server *s, int timeout_ms, ...);
  * then.  false at the timeout, or when there is no such job. */
 bool itest_wait_job_ran(struct itest_server *s, const char *name,
                         int timeout_ms);
+/* Poll GET /v1/admin/status (bounded by timeout_ms) until the integer at
+ * path (as itest_json_get) equals want. */
+bool itest_wait_status_int(struct itest_server *s, const char *path,
+                           long long want, int timeout_ms);
 
 /* ---- HTTP ---- */
 

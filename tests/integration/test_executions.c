@@ -289,25 +289,6 @@ static void *exec_thread(void *arg)
     return NULL;
 }
 
-/* Bounded poll of the admin status until executions.<field> == want. */
-static bool wait_exec_count(struct itest_server *s, const char *field,
-                            long want)
-{
-    char path[64];
-    snprintf(path, sizeof(path), "executions.%s", field);
-    for (double end = itest_now() + 30; itest_now() < end;) {
-        struct itest_resp r;
-        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                      NULL, 0, NULL, &r);
-        long n = (long)json_integer_value(itest_json_get(r.json, path));
-        itest_resp_release(&r);
-        if (n == want)
-            return true;
-        usleep(50 * 1000);
-    }
-    return false;
-}
-
 /* SIGTERM with one execution running and one queued, past the shutdown
  * timeout: the running one finishes (200), the queued one is answered
  * 503 without running, and the service exits 0. */
@@ -322,9 +303,9 @@ static void queued_execution_at_shutdown(void)
     struct exec_ctx b = {s, "print('never')", {0}};
     pthread_t ta, tb;
     REQUIRE(pthread_create(&ta, NULL, exec_thread, &a) == 0);
-    CHECK(wait_exec_count(s, "running", 1));
+    CHECK(itest_wait_status_int(s, "executions.running", 1, 30000));
     REQUIRE(pthread_create(&tb, NULL, exec_thread, &b) == 0);
-    CHECK(wait_exec_count(s, "queued", 1));
+    CHECK(itest_wait_status_int(s, "executions.queued", 1, 30000));
     itest_signal(s, SIGTERM);
     CHECK(itest_wait_log_line(s, 30000, "still running after", NULL));
     pthread_join(ta, NULL);

@@ -1309,7 +1309,6 @@ static void rebuild_switches(void)
 static void sigterm_with_queued_install(void)
 {
     struct srv_opts so;
-    struct itest_resp r;
     const char *extra[] = {"--shutdown-timeout", "1s", NULL};
     REQUIRE(index_setup());
     make_opts(&so, extra);
@@ -1322,20 +1321,11 @@ static void sigterm_with_queued_install(void)
     CHECKF(held, "the download of %s never reached the gate", BIG_WHEEL);
     struct bg b = {.s = s, .pkg = "ipdtest-alpha==2.0"};
     bg_start(&b);
-    /* Bounded wait until the second install sits in the queue. */
-    bool queued = false;
-    double deadline = itest_now() + 30.0 * scale();
-    while (held && !queued && itest_now() < deadline) {
-        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                      NULL, 0, NULL, &r);
-        queued = json_integer_value(itest_json_get(r.json, "installs.queued")) ==
-                     1 &&
-                 json_integer_value(itest_json_get(r.json, "installs.running")) ==
-                     1;
-        itest_resp_release(&r);
-        if (!queued)
-            pause_ms(50);
-    }
+    /* Bounded wait until the second install sits in the queue (the first
+     * is held at the gate, so running stays 1). */
+    bool queued = held && itest_wait_status_int(s, "installs.queued", 1,
+                                                30000) &&
+                  itest_wait_status_int(s, "installs.running", 1, 1000);
     CHECKF(queued, "the second install never showed as queued");
     itest_signal(s, SIGTERM);
     /* Past the 1 s for in-flight requests the workers are stopped: from

@@ -46,6 +46,30 @@ static unsigned run_n(const struct ipd__cgroup_run *run)
     return dash ? (unsigned)strtoul(dash + 1, NULL, 10) : 0;
 }
 
+/* Probe cg_name and make one run: the parents it lives in, and the <n>
+ * the next run will take.  Returns how many parents (0 on failure). */
+static size_t find_parents(char parents[4][512], unsigned *next_n)
+{
+    struct ipd__cgroups *cg = NULL;
+    struct ipd__cgroup_run a;
+    char err[256] = "";
+    unsigned mech = 0;
+    size_t n;
+
+    if (ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) != IPD_OK)
+        return 0;
+    if (ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) !=
+        IPD_OK) {
+        ipd__cgroups_free(cg);
+        return 0;
+    }
+    n = run_parents(&a, parents);
+    *next_n = run_n(&a) + 1;
+    CHECK_INT(ipd__cgroup_run_destroy(&a), IPD_OK);
+    ipd__cgroups_free(cg);
+    return n;
+}
+
 static bool ends_with(const char *s, const char *suffix)
 {
     size_t a = strlen(s), b = strlen(suffix);
@@ -168,21 +192,15 @@ static void test_run_takes_over_or_skips_leftovers(void)
 static void test_probe_reaps_dead_pids_only(void)
 {
     struct ipd__cgroups *cg = NULL;
-    struct ipd__cgroup_run a;
     char parents[4][512], dead_leaf[64], live_leaf[64], err[256] = "";
-    unsigned mech = 0;
+    unsigned mech = 0, next;
     size_t n;
     pid_t dead, live;
     int status;
 
     REQUIRE(cg_name[0]);
-    REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) ==
-            IPD_OK);
-    REQUIRE(ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) ==
-            IPD_OK);
-    n = run_parents(&a, parents);
-    CHECK_INT(ipd__cgroup_run_destroy(&a), IPD_OK);
-    ipd__cgroups_free(cg);
+    n = find_parents(parents, &next);
+    REQUIRE(n > 0);
 
     dead = fork();
     if (dead == 0)
@@ -217,24 +235,16 @@ static void test_probe_reaps_dead_pids_only(void)
  * next runs will pick; every run still succeeds. */
 static void test_sandbox_runs_through_leftovers(void)
 {
-    struct ipd__cgroups *cg = NULL;
-    struct ipd__cgroup_run a;
     struct ipd_sandbox_config c;
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
-    char parents[4][512], leaf[64], err[256] = "";
-    unsigned mech = 0;
+    char parents[4][512], leaf[64];
+    unsigned first;
     size_t n;
 
     REQUIRE(cg_name[0]);
-    REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) ==
-            IPD_OK);
-    REQUIRE(ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) ==
-            IPD_OK);
-    n = run_parents(&a, parents);
-    unsigned first = run_n(&a) + 1;
-    CHECK_INT(ipd__cgroup_run_destroy(&a), IPD_OK);
-    ipd__cgroups_free(cg);
+    n = find_parents(parents, &first);
+    REQUIRE(n > 0);
     /* The very names the probe's dry runs and the runs below will take. */
     for (unsigned k = first; k < first + 6; k++) {
         snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(), k);
