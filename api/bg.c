@@ -35,6 +35,12 @@ static void bg_run(void *arg, bool stopping)
 {
     struct bg_job *j = arg;
     j->fn(j->r, stopping);
+}
+
+/* After the job stopped counting as running: the handler replies. */
+static void bg_done(void *arg)
+{
+    struct bg_job *j = arg;
     MHD_resume_connection(j->r->conn);
     free(j);
 }
@@ -47,7 +53,7 @@ bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
     struct bg_job *j = ipd_xcalloc(1, sizeof(*j));
     j->r = r;
     j->fn = fn;
-    if (ipd_workq_submit(q, bg_run, j, bg_admit)) {
+    if (ipd_workq_submit(q, bg_run, bg_done, j, bg_admit)) {
         free(j);
         return false;
     }

@@ -249,11 +249,19 @@ static void exec_work(void *arg, bool stopping)
     } else {
         run_job(p, j);
     }
+}
+
+/* Once the job no longer counts as running: the reply (or the stored
+ * result and the callback), so a client that then asks for the status
+ * does not see it running. */
+static void exec_done(void *arg)
+{
+    struct job *j = arg;
     if (j->async) {
-        async_done(p, j);
+        async_done(j->pool, j);
         job_free(j);
     } else {
-        job_finish(p, j);
+        job_finish(j->pool, j);
     }
 }
 
@@ -585,7 +593,7 @@ static void executions_finish(struct ipd_req *r)
         ipd_id_new("exec", j->exec_id);
         memcpy(id, j->exec_id, sizeof(id));
     }
-    enum ipd_err rc = ipd_workq_submit(p->q, exec_work, j,
+    enum ipd_err rc = ipd_workq_submit(p->q, exec_work, exec_done, j,
                                        j->async ? admit_async : admit_sync);
     if (rc == IPD_OK) {
         if (id[0])

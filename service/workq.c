@@ -10,6 +10,7 @@
 struct wq_job {
     struct wq_job *next;
     ipd_workq_fn fn;
+    ipd_workq_done_fn done;
     void *arg;
 };
 
@@ -42,9 +43,13 @@ static void *worker(void *arg)
         bool stopping = q->stop;
         pthread_mutex_unlock(&q->lock);
         j->fn(j->arg, stopping);
-        free(j);
         pthread_mutex_lock(&q->lock);
         q->running--;
+        pthread_mutex_unlock(&q->lock);
+        if (j->done)
+            j->done(j->arg);
+        free(j);
+        pthread_mutex_lock(&q->lock);
     }
     pthread_mutex_unlock(&q->lock);
     return NULL;
@@ -94,6 +99,8 @@ void ipd_workq_stop(struct ipd_workq *q)
         q->queued--;
         pthread_mutex_unlock(&q->lock);
         j->fn(j->arg, true);
+        if (j->done)
+            j->done(j->arg);
         free(j);
         pthread_mutex_lock(&q->lock);
     }
@@ -113,11 +120,13 @@ void ipd_workq_free(struct ipd_workq *q)
 }
 
 enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
-                              void *arg, ipd_workq_admit_fn admit)
+                              ipd_workq_done_fn done, void *arg,
+                              ipd_workq_admit_fn admit)
 {
     enum ipd_err rc = IPD_OK;
     struct wq_job *j = ipd_xcalloc(1, sizeof(*j));
     j->fn = fn;
+    j->done = done;
     j->arg = arg;
     pthread_mutex_lock(&q->lock);
     if (q->stop)

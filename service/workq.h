@@ -19,6 +19,10 @@ struct ipd_workq;
 /* The job; runs on a worker.  stopping: the queue was stopped before the
  * job started. */
 typedef void (*ipd_workq_fn)(void *arg, bool stopping);
+/* Runs on the worker after fn, once the job no longer counts as running:
+ * where to tell the world it is over (resume a connection, publish a
+ * result), so that whoever hears of it sees the counts without it. */
+typedef void (*ipd_workq_done_fn)(void *arg);
 /* Called under the queue's lock once the job has room, before any worker
  * can see it (suspend a connection, register the job); a non-OK answer
  * refuses the job and is what submit returns.  NULL: nothing to do. */
@@ -34,11 +38,13 @@ enum ipd_err ipd_workq_new(unsigned threads, unsigned queue_max,
 void ipd_workq_stop(struct ipd_workq *q);
 /* Stop (if not yet) and free.  NULL is fine. */
 void ipd_workq_free(struct ipd_workq *q);
-/* Queue fn(arg).  IPD_OK: queued (fn will run exactly once);
- * IPD_ERR_UNAVAILABLE: stopping; IPD_ERR_CONFLICT: full; or admit's
- * refusal.  Unless IPD_OK, nothing was queued and arg is the caller's. */
+/* Queue fn(arg), then done(arg) (done may be NULL).  IPD_OK: queued (fn
+ * and done will run exactly once); IPD_ERR_UNAVAILABLE: stopping;
+ * IPD_ERR_CONFLICT: full; or admit's refusal.  Unless IPD_OK, nothing was
+ * queued and arg is the caller's. */
 enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
-                              void *arg, ipd_workq_admit_fn admit);
+                              ipd_workq_done_fn done, void *arg,
+                              ipd_workq_admit_fn admit);
 /* Jobs running and waiting (0 and 0 for NULL). */
 void ipd_workq_counts(struct ipd_workq *q, unsigned *running,
                       unsigned *queued);

@@ -30,7 +30,8 @@ static void each_job_runs_once(void)
     CHECK_INT(ipd_workq_threads(q), 4);
     CHECK_INT(ipd_workq_queue_max(q), N_JOBS);
     for (int i = 0; i < N_JOBS; i++)
-        CHECK_INT(ipd_workq_submit(q, count_job, (void *)(intptr_t)i, NULL),
+        CHECK_INT(ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)i,
+                                   NULL),
                   IPD_OK);
     ipd_workq_free(q); /* drains: every queued job is handed over */
     for (int i = 0; i < N_JOBS; i++)
@@ -113,17 +114,19 @@ static void capacity_admission_and_stop(void)
     for (int i = 0; i < 3; i++)
         atomic_store(&ran[i], 0);
     REQUIRE(ipd_workq_new(1, 2, &q) == IPD_OK);
-    REQUIRE(ipd_workq_submit(q, gate_job, &g, NULL) == IPD_OK);
+    REQUIRE(ipd_workq_submit(q, gate_job, NULL, &g, NULL) == IPD_OK);
     gate_wait_entered(&g);
     /* Admission can refuse: nothing queued, fn never called. */
-    CHECK_INT(ipd_workq_submit(q, never_runs, &refuse, admit), IPD_ERR_QUOTA);
+    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, &refuse, admit),
+              IPD_ERR_QUOTA);
     CHECK_INT(refuse.calls, 1);
     /* One running + two waiting, then full. */
-    CHECK_INT(ipd_workq_submit(q, count_job, (void *)(intptr_t)0, NULL),
+    CHECK_INT(ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)0, NULL),
               IPD_OK);
-    CHECK_INT(ipd_workq_submit(q, count_job, (void *)(intptr_t)1, NULL),
+    CHECK_INT(ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)1, NULL),
               IPD_OK);
-    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL), IPD_ERR_CONFLICT);
+    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL, NULL),
+              IPD_ERR_CONFLICT);
     unsigned running = 9, queued = 9;
     ipd_workq_counts(q, &running, &queued);
     CHECK_INT(running, 1);
@@ -133,7 +136,7 @@ static void capacity_admission_and_stop(void)
      * shows the stop has begun. */
     REQUIRE(pthread_create(&t, NULL, free_queue, q) == 0);
     do
-        rc = ipd_workq_submit(q, never_runs, NULL, NULL);
+        rc = ipd_workq_submit(q, never_runs, NULL, NULL, NULL);
     while (rc == IPD_ERR_CONFLICT);
     CHECK_INT(rc, IPD_ERR_UNAVAILABLE);
     gate_open(&g);
@@ -156,7 +159,7 @@ static void stopped_queue_stays_usable(void)
     atomic_store(&refused_ran, 0);
     REQUIRE(ipd_workq_new(2, 4, &q) == IPD_OK);
     ipd_workq_stop(q);
-    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL),
+    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL, NULL),
               IPD_ERR_UNAVAILABLE);
     ipd_workq_counts(q, &running, &queued);
     CHECK_INT(running, 0);
@@ -166,5 +169,51 @@ static void stopped_queue_stays_usable(void)
     CHECK_INT(atomic_load(&refused_ran), 0);
 }
 
+struct seen {
+    struct ipd_workq *q;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool done;
+    unsigned running_at_done, queued_at_done;
+};
+
+static void nothing(void *arg, bool stopping)
+{
+    (void)arg;
+    (void)stopping;
+}
+
+static void note_counts(void *arg)
+{
+    struct seen *x = arg;
+    unsigned running, queued;
+    ipd_workq_counts(x->q, &running, &queued);
+    pthread_mutex_lock(&x->lock);
+    x->running_at_done = running;
+    x->queued_at_done = queued;
+    x->done = true;
+    pthread_cond_broadcast(&x->cond);
+    pthread_mutex_unlock(&x->lock);
+}
+
+/* done runs once the job no longer counts as running: whoever it tells
+ * (a client whose connection it resumes) and who then asks for the
+ * status sees running 0.  Regression: the admin status said one execution
+ * was running right after both had answered. */
+static void done_sees_job_no_longer_running(void)
+{
+    struct seen x = {NULL, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                     false, 9, 9};
+    REQUIRE(ipd_workq_new(1, 4, &x.q) == IPD_OK);
+    CHECK_INT(ipd_workq_submit(x.q, nothing, note_counts, &x, NULL), IPD_OK);
+    pthread_mutex_lock(&x.lock);
+    while (!x.done)
+        pthread_cond_wait(&x.cond, &x.lock);
+    pthread_mutex_unlock(&x.lock);
+    CHECK_INT(x.running_at_done, 0);
+    CHECK_INT(x.queued_at_done, 0);
+    ipd_workq_free(x.q);
+}
+
 TEST_MAIN(T(each_job_runs_once), T(capacity_admission_and_stop),
-          T(stopped_queue_stays_usable))
+          T(stopped_queue_stays_usable), T(done_sees_job_no_longer_running))
