@@ -351,38 +351,37 @@ static void make_opts(struct srv_opts *so, const char *const *extra)
     so->o.args = so->args;
 }
 
-/* The server most cases share (auto-install on), started once. */
-static struct srv_opts main_opts;
-static struct itest_server *main_srv;
-static bool main_tried;
+/* A server started on first use and shared by several cases. */
+struct shared_server {
+    struct srv_opts opts;
+    struct itest_server *s;
+    bool tried;
+};
+
+static struct itest_server *shared_server(struct shared_server *sh)
+{
+    if (sh->tried)
+        return sh->s;
+    sh->tried = true;
+    if (!index_setup())
+        return NULL;
+    make_opts(&sh->opts, NULL);
+    sh->s = itest_start(&sh->opts.o);
+    return sh->s;
+}
+
+/* The server most cases share (auto-install on), and the one of the
+ * concurrency, SIGKILL and generation-switch cases. */
+static struct shared_server main_shared, gen_shared;
 
 static struct itest_server *main_server(void)
 {
-    if (main_tried)
-        return main_srv;
-    main_tried = true;
-    if (!index_setup())
-        return NULL;
-    make_opts(&main_opts, NULL);
-    main_srv = itest_start(&main_opts.o);
-    return main_srv;
+    return shared_server(&main_shared);
 }
-
-/* The one of the concurrency, SIGKILL and generation-switch cases. */
-static struct srv_opts gen_opts;
-static struct itest_server *gen_srv;
-static bool gen_tried;
 
 static struct itest_server *gen_server(void)
 {
-    if (gen_tried)
-        return gen_srv;
-    gen_tried = true;
-    if (!index_setup())
-        return NULL;
-    make_opts(&gen_opts, NULL);
-    gen_srv = itest_start(&gen_opts.o);
-    return gen_srv;
+    return shared_server(&gen_shared);
 }
 
 /* A key of the networked policy (its code reaches the index on
@@ -1117,9 +1116,9 @@ static void sigkill_during_install(void)
 
     /* A restarted server removes the leftover generation and keeps
      * current. */
-    gen_srv = NULL; /* until it is up again */
-    REQUIRE(itest_restart(s, &gen_opts.o));
-    gen_srv = s;
+    gen_shared.s = NULL; /* until it is up again */
+    REQUIRE(itest_restart(s, &gen_shared.opts.o));
+    gen_shared.s = s;
     int ngen, nstray;
     char names[1024];
     venv_entries(s, &ngen, &nstray, names, sizeof(names));
@@ -1450,12 +1449,12 @@ static void rebuild_failure_keeps_current(void)
 
 static void stop_servers(void)
 {
-    if (main_srv)
-        itest_stop(main_srv);
-    main_srv = NULL;
-    if (gen_srv)
-        itest_stop(gen_srv);
-    gen_srv = NULL;
+    if (main_shared.s)
+        itest_stop(main_shared.s);
+    main_shared.s = NULL;
+    if (gen_shared.s)
+        itest_stop(gen_shared.s);
+    gen_shared.s = NULL;
     index_stop();
 }
 

@@ -59,24 +59,32 @@ struct test_case {
     void (*fn)(void);
 };
 
+/* Run the cases in order, print ok/FAIL for each and a total; the exit
+ * status for main.  For a main that does more first (TEST_MAIN below is
+ * the usual way). */
+static inline int test_run(const struct test_case *cases, size_t n)
+{
+    int passed = 0, failed = 0;
+    for (size_t i = 0; i < n; i++) {
+        int before = test__failed_checks;
+        cases[i].fn();
+        if (test__failed_checks == before) {
+            passed++;
+            printf("ok   %s\n", cases[i].name);
+        } else {
+            failed++;
+            printf("FAIL %s\n", cases[i].name);
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
+
 #define TEST_MAIN(...)                                                         \
     int main(void)                                                             \
     {                                                                          \
         static const struct test_case cases[] = {__VA_ARGS__};                 \
-        int passed = 0, failed = 0;                                            \
-        for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {        \
-            int before = test__failed_checks;                                  \
-            cases[i].fn();                                                     \
-            if (test__failed_checks == before) {                               \
-                passed++;                                                      \
-                printf("ok   %s\n", cases[i].name);                            \
-            } else {                                                           \
-                failed++;                                                      \
-                printf("FAIL %s\n", cases[i].name);                            \
-            }                                                                  \
-        }                                                                      \
-        printf("%d passed, %d failed\n", passed, failed);                      \
-        return failed ? 1 : 0;                                                 \
+        return test_run(cases, sizeof(cases) / sizeof(cases[0]));              \
     }
 
 #define T(fn) {#fn, fn}

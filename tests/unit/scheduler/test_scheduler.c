@@ -557,18 +557,5 @@ int main(void)
         T(lease_skips_while_held), T(lost_lease_stops_run),
         T(cleanup),
     };
-    int passed = 0, failed = 0;
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int before = test__failed_checks;
-        cases[i].fn();
-        if (test__failed_checks == before) {
-            passed++;
-            printf("ok   %s\n", cases[i].name);
-        } else {
-            failed++;
-            printf("FAIL %s\n", cases[i].name);
-        }
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_run(cases, sizeof(cases) / sizeof(cases[0]));
 }

@@ -64,18 +64,5 @@ int main(void)
     mongo_env_load("test_blob_mongo_gridfs");
     static const struct test_case cases[] = {T(conformance),
                                              T(abort_leaves_no_chunks)};
-    int passed = 0, failed = 0;
-    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        int before = test__failed_checks;
-        cases[i].fn();
-        if (test__failed_checks == before) {
-            passed++;
-            printf("ok   %s\n", cases[i].name);
-        } else {
-            failed++;
-            printf("FAIL %s\n", cases[i].name);
-        }
-    }
-    printf("%d passed, %d failed\n", passed, failed);
-    return failed ? 1 : 0;
+    return test_run(cases, sizeof(cases) / sizeof(cases[0]));
 }
