@@ -236,19 +236,19 @@ static void exec_work(void *arg, bool stopping)
 {
     struct job *j = arg;
     struct ipd_exec_pool *p = j->pool;
-    if (j->async) {
-        pthread_mutex_lock(&p->lock);
-        struct async_entry *e = async_find(p, j->exec_id);
-        if (e && !stopping)
-            e->status = "running";
-        pthread_mutex_unlock(&p->lock);
-    }
     if (stopping) {
         j->rc = IPD_ERR_UNAVAILABLE;
         ipd_buf_adds(&j->detail, "the service is shutting down");
-    } else {
-        run_job(p, j);
+        return;
     }
+    if (j->async) {
+        pthread_mutex_lock(&p->lock);
+        struct async_entry *e = async_find(p, j->exec_id);
+        if (e)
+            e->status = "running";
+        pthread_mutex_unlock(&p->lock);
+    }
+    run_job(p, j);
 }
 
 /* Once the job no longer counts as running: the reply (or the stored
