@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "../service/log.h"
+#include "../service/util.h"
+#include "json_out.h"
 #include "http.h"
 
 static const struct {
@@ -61,10 +63,17 @@ static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
 
 void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
 {
-    char *text = json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII |
-                                      JSON_REAL_PRECISION(12));
+    char *text = json ? json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII |
+                                             JSON_REAL_PRECISION(12))
+                      : NULL;
     json_decref(json);
-    IPD_ASSERT(text);
+    if (!text) {
+        /* A value that could not be built or encoded is our bug, never a
+         * reason to stop serving. */
+        ipd_reply_error(r, IPD_HE_INTERNAL_ERROR,
+                        "the reply could not be encoded");
+        return;
+    }
     reply_json_text(r, status, text, strlen(text));
 }
 
@@ -87,23 +96,42 @@ void ipd_reply_empty(struct ipd_req *r, unsigned status)
 void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
                      const char *fmt, ...)
 {
-    char msg[1024];
+    char raw[1024], msg[1024];
+    struct ipd_buf b;
+    size_t len;
     va_list ap;
+    int n;
+
     va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
+    n = vsnprintf(raw, sizeof(raw), fmt, ap);
     va_end(ap);
+    /* Messages carry request bytes (a path, a filename): whatever they
+     * hold, the body is valid UTF-8, cut on a character boundary. */
+    ipd_utf8_lossy(msg, sizeof(msg), raw,
+                   n < 0 ? 0 : strnlen(raw, sizeof(raw)));
 
     unsigned status = http_errors[e].status;
-    json_t *err = json_pack("{s:s, s:s, s:s}", "code", http_errors[e].code,
-                            "message", msg, "request_id", r->request_id);
-    IPD_ASSERT(err);
     r->error_code = http_errors[e].code;
-    json_t *doc = json_pack("{s:o}", "error", err);
-    IPD_ASSERT(doc);
-    char *text = json_dumps(doc, JSON_COMPACT | JSON_ENSURE_ASCII);
-    json_decref(doc);
-    IPD_ASSERT(text);
-    size_t len = strlen(text);
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    enum ipd_err wrc = ipd_buf_adds(&b, "{\"error\":{\"code\":");
+    if (!wrc)
+        wrc = ipd_jw_str(&b, http_errors[e].code);
+    if (!wrc)
+        wrc = ipd_buf_adds(&b, ",\"message\":");
+    if (!wrc)
+        wrc = ipd_jw_str(&b, msg);
+    if (!wrc)
+        wrc = ipd_buf_adds(&b, ",\"request_id\":");
+    if (!wrc)
+        wrc = ipd_jw_str(&b, r->request_id);
+    if (!wrc)
+        wrc = ipd_buf_adds(&b, "}}");
+    char *text = ipd_buf_detach(&b, &len);
+    if (wrc) { /* an unlimited buffer only grows; never a reason to stop */
+        free(text);
+        text = ipd_xstrdup("{\"error\":{\"code\":\"internal_error\"}}");
+        len = strlen(text);
+    }
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         len, text, MHD_RESPMEM_MUST_FREE);
     IPD_ASSERT(resp);

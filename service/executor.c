@@ -672,20 +672,6 @@ out:
 
 /* ---- result ---------------------------------------------------------- */
 
-/* UTF-8 sequence length for a lead byte, 0 for an invalid lead. */
-static size_t utf8_len(unsigned char c)
-{
-    if (c < 0x80)
-        return 1;
-    if (c >= 0xc2 && c <= 0xdf)
-        return 2;
-    if (c >= 0xe0 && c <= 0xef)
-        return 3;
-    if (c >= 0xf0 && c <= 0xf4)
-        return 4;
-    return 0;
-}
-
 /* Program output as a JSON string: invalid UTF-8 (binary output, a cut
  * at the cap in the middle of a character) becomes U+FFFD.  New ref. */
 static json_t *lossy_string(const char *s, size_t len)
@@ -698,8 +684,8 @@ static json_t *lossy_string(const char *s, size_t len)
         return json_stringn(s, len);
     ipd_buf_init(&b, IPD_BUF_UNLIMITED);
     while (i < len) {
-        size_t n = utf8_len((unsigned char)s[i]);
-        if (n && i + n <= len && ipd_utf8_valid(s + i, n)) {
+        size_t n = ipd_utf8_char(s + i, len - i);
+        if (n) {
             IPD_ASSERT(!ipd_buf_add(&b, s + i, n));
             i += n;
         } else {

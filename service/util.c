@@ -247,43 +247,72 @@ bool ipd_tenant_valid(const char *s)
     return all_in(s, 64, "_.-");
 }
 
-bool ipd_utf8_valid(const char *str, size_t len)
+size_t ipd_utf8_char(const char *str, size_t len)
 {
     const unsigned char *s = (const unsigned char *)str;
+    size_t n;
+    uint32_t cp;
+    if (!len)
+        return 0;
+    if (s[0] < 0x80)
+        return 1;
+    if ((s[0] & 0xE0) == 0xC0) {
+        n = 1;
+        cp = s[0] & 0x1F;
+    } else if ((s[0] & 0xF0) == 0xE0) {
+        n = 2;
+        cp = s[0] & 0x0F;
+    } else if ((s[0] & 0xF8) == 0xF0) {
+        n = 3;
+        cp = s[0] & 0x07;
+    } else {
+        return 0;
+    }
+    if (len <= n)
+        return 0;
+    for (size_t k = 1; k <= n; k++) {
+        if ((s[k] & 0xC0) != 0x80)
+            return 0;
+        cp = (cp << 6) | (s[k] & 0x3F);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
+        (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
+        (cp >= 0xD800 && cp <= 0xDFFF))
+        return 0;
+    return n + 1;
+}
+
+bool ipd_utf8_valid(const char *s, size_t len)
+{
     size_t i = 0;
     while (i < len) {
-        unsigned char c = s[i];
-        size_t n;
-        uint32_t cp;
-        if (c < 0x80) {
-            i++;
-            continue;
-        } else if ((c & 0xE0) == 0xC0) {
-            n = 1;
-            cp = c & 0x1F;
-        } else if ((c & 0xF0) == 0xE0) {
-            n = 2;
-            cp = c & 0x0F;
-        } else if ((c & 0xF8) == 0xF0) {
-            n = 3;
-            cp = c & 0x07;
-        } else {
+        size_t n = ipd_utf8_char(s + i, len - i);
+        if (!n)
             return false;
-        }
-        if (len - i <= n)
-            return false;
-        for (size_t k = 1; k <= n; k++) {
-            if ((s[i + k] & 0xC0) != 0x80)
-                return false;
-            cp = (cp << 6) | (s[i + k] & 0x3F);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) ||
-            (n == 3 && cp < 0x10000) || cp > 0x10FFFF ||
-            (cp >= 0xD800 && cp <= 0xDFFF))
-            return false;
-        i += n + 1;
+        i += n;
     }
     return true;
+}
+
+size_t ipd_utf8_lossy(char *dst, size_t dstsz, const char *src, size_t len)
+{
+    static const char repl[] = "\xef\xbf\xbd"; /* U+FFFD */
+    size_t i = 0, o = 0;
+    IPD_ASSERT(dstsz > 0);
+    while (i < len) {
+        size_t n = ipd_utf8_char(src + i, len - i);
+        const char *from = n ? src + i : repl;
+        size_t k = n ? n : sizeof(repl) - 1;
+        if (n == 1 && src[i] == '\0')
+            from = repl, k = sizeof(repl) - 1;
+        if (o + k >= dstsz)
+            break; /* cut on a character boundary */
+        memcpy(dst + o, from, k);
+        o += k;
+        i += n ? n : 1;
+    }
+    dst[o] = '\0';
+    return o;
 }
 
 void ipd_hex(const void *data, size_t n, char *out)

@@ -53,6 +53,14 @@ bool ipd_user_id_valid(const char *s);
 bool ipd_tenant_valid(const char *s);
 /* True when s[0..len) is well-formed UTF-8 (no overlongs, no surrogates). */
 bool ipd_utf8_valid(const char *s, size_t len);
+/* Length (1-4) of the well-formed UTF-8 character at s[0..len), 0 when
+ * s[0] starts none (or len is 0). */
+size_t ipd_utf8_char(const char *s, size_t len);
+/* src[0..len) into dst as well-formed UTF-8 for people and JSON: every
+ * byte that starts no well-formed character, and NUL, becomes U+FFFD;
+ * when dst (dstsz > 0 bytes) is full the copy stops on a character
+ * boundary.  Always NUL-terminated; returns the bytes written. */
+size_t ipd_utf8_lossy(char *dst, size_t dstsz, const char *src, size_t len);
 
 /* Lowercase hex of n bytes into out (2n+1 bytes, NUL-terminated). */
 void ipd_hex(const void *data, size_t n, char *out);

@@ -526,8 +526,77 @@ static void oversized_default_limit(void)
     itest_stop(s);
 }
 
+/* Regression (hardening item 17): a request whose bytes reach an error
+ * message as invalid UTF-8, or as a message cut in the middle of a
+ * character, aborted the process.  Every such reply is a JSON 4xx with a
+ * well-formed message, and the service keeps serving. */
+static void check_utf8_error(struct itest_resp *r, long status,
+                             const char *code, const char *what)
+{
+    CHECK_ERROR(r, status, code);
+    const char *msg = itest_json_str(r->json, "error.message");
+    CHECKF(msg && *msg, "%s: no message: %s", what, r->body);
+    CHECKF(r->json != NULL, "%s: the body is not valid JSON (UTF-8)", what);
+}
+
+static void error_messages_stay_utf8(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    struct itest_resp r;
+
+    /* A path that decodes to bytes that are no UTF-8, without a key. */
+    const char *paths[] = {"/%ff%fe", "/%c3", "/v1/%80abc", "/%ed%a0%80",
+                           "/%f4%90%80%80", "/a%00b"};
+    for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
+        itest_request(s, "GET", paths[i], NULL, NULL, NULL, NULL, 0, NULL,
+                      &r);
+        check_utf8_error(&r, 404, "not_found", paths[i]);
+        itest_resp_release(&r);
+    }
+    const char *msg;
+    itest_request(s, "GET", "/%ff", NULL, NULL, NULL, NULL, 0, NULL, &r);
+    msg = itest_json_str(r.json, "error.message");
+    CHECKF(msg && strstr(msg, "\xef\xbf\xbd"),
+           "a bad byte is shown as U+FFFD: %s", r.body);
+    itest_resp_release(&r);
+
+    /* A message longer than the cap, cut in the middle of a character:
+     * both parities of the cut. */
+    for (int shift = 0; shift < 2; shift++) {
+        char path[8192];
+        size_t n = (size_t)snprintf(path, sizeof(path), "/%s",
+                                    shift ? "x" : "");
+        for (int k = 0; k < 700; k++)
+            n += (size_t)snprintf(path + n, sizeof(path) - n, "%%C3%%A9");
+        itest_request(s, "GET", path, NULL, NULL, NULL, NULL, 0, NULL, &r);
+        check_utf8_error(&r, 404, "not_found", "a long path");
+        itest_resp_release(&r);
+    }
+
+    /* A file id in an execution request, long enough to be cut. */
+    char body[8192];
+    size_t n = (size_t)snprintf(body, sizeof(body), "{\"code\":\"1\","
+                                                    "\"files\":[\"");
+    for (int k = 0; k < 1500 && n + 8 < sizeof(body); k++)
+        n += (size_t)snprintf(body + n, sizeof(body) - n, "\xc3\xa9");
+    n += (size_t)snprintf(body + n, sizeof(body) - n, "\"]}");
+    itest_request(s, "POST", "/v1/executions", key, "u1", "application/json",
+                  body, n, NULL, &r);
+    check_utf8_error(&r, 404, "not_found", "a long file id");
+    itest_resp_release(&r);
+
+    itest_request(s, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    free(key);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(multipart_without_boundary), T(multipart_truncated),
           T(multipart_without_file_part), T(json_body),
           T(raw_without_filename), T(filename_paths), T(filename_controls),
           T(filename_lengths), T(filename_dots_empty_utf8), T(filename_bidi),
-          T(bad_user_ids), T(oversized_default_limit))
+          T(bad_user_ids), T(oversized_default_limit),
+          T(error_messages_stay_utf8))

@@ -142,6 +142,32 @@ static void utf8(void)
     CHECK(!ipd_utf8_valid("\xff", 1));
 }
 
+/* Lossy copies for messages people read: bad bytes and NUL become U+FFFD,
+ * a full destination cuts on a character boundary. */
+static void utf8_lossy(void)
+{
+    char out[16];
+    CHECK(ipd_utf8_lossy(out, sizeof(out), "ok", 2) == 2);
+    CHECK_STR(out, "ok");
+    ipd_utf8_lossy(out, sizeof(out), "a\xff" "b", 3);
+    CHECK_STR(out, "a\xef\xbf\xbd" "b");
+    ipd_utf8_lossy(out, sizeof(out), "\xc3", 1); /* truncated character */
+    CHECK_STR(out, "\xef\xbf\xbd");
+    ipd_utf8_lossy(out, sizeof(out), "a\0b", 3);
+    CHECK_STR(out, "a\xef\xbf\xbd" "b");
+    /* 15 bytes of room: 7 two-byte characters fit, the 8th does not. */
+    CHECK(ipd_utf8_lossy(out, sizeof(out),
+                         "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
+                         "\xc3\xa9\xc3\xa9",
+                         16) == 14);
+    CHECK(ipd_utf8_valid(out, strlen(out)));
+    /* A replacement that does not fit is left out whole. */
+    CHECK(ipd_utf8_lossy(out, 4, "ab\xff", 3) == 2);
+    CHECK_STR(out, "ab");
+    CHECK(ipd_utf8_lossy(out, 1, "abc", 3) == 0);
+    CHECK_STR(out, "");
+}
+
 static void sha256_and_hmac(void)
 {
     char hex[IPD_SHA256_HEX];
@@ -191,4 +217,5 @@ static void buffer(void)
 
 TEST_MAIN(T(ids_have_shape_and_differ), T(ids_are_random_enough),
           T(time_format_and_parse), T(durations), T(sizes), T(ints),
-          T(user_ids_and_tenants), T(utf8), T(sha256_and_hmac), T(buffer))
+          T(user_ids_and_tenants), T(utf8), T(utf8_lossy),
+          T(sha256_and_hmac), T(buffer))
