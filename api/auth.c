@@ -6,7 +6,7 @@
 #include <strings.h>
 
 #include "../service/keys.h"
-#include "../service/util.h"
+#include "../service/common/util.h"
 #include "http.h"
 
 bool ipd_auth_key(struct ipd_req *r)

@@ -10,7 +10,7 @@
  */
 #include <stdlib.h>
 
-#include "../service/workq.h"
+#include "../service/common/workq.h"
 #include "http.h"
 
 struct bg_job {

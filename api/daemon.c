@@ -11,10 +11,10 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../service/log.h"
-#include "../service/util.h"
-#include "../service/metrics.h"
-#include "../service/workq.h"
+#include "../service/common/log.h"
+#include "../service/common/util.h"
+#include "../service/common/metrics.h"
+#include "../service/common/workq.h"
 #include "http.h"
 
 struct ipd_daemon {

@@ -7,8 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../service/log.h"
-#include "../service/util.h"
+#include "../service/common/log.h"
+#include "../service/common/util.h"
 #include "json_out.h"
 #include "http.h"
 

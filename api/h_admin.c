@@ -7,10 +7,10 @@
 
 #include "../scheduler/scheduler.h"
 #include "../scheduler/sweep.h"
-#include "../service/metrics.h"
-#include "../service/util.h"
+#include "../service/common/metrics.h"
+#include "../service/common/util.h"
 #include "../venv/venv.h"
-#include "../service/workq.h"
+#include "../service/common/workq.h"
 #include "http.h"
 
 void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,

@@ -13,13 +13,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../service/callbacks.h"
-#include "../service/crypto.h"
-#include "../service/executor.h"
-#include "../service/log.h"
-#include "../service/metrics.h"
-#include "../service/util.h"
-#include "../service/workq.h"
+#include "../service/exec/callbacks.h"
+#include "../service/common/crypto.h"
+#include "../service/exec/executor.h"
+#include "../service/common/log.h"
+#include "../service/common/metrics.h"
+#include "../service/common/util.h"
+#include "../service/common/workq.h"
 #include "http.h"
 
 #define CODE_MAX (1024 * 1024)           /* CONTRACT.md: code at most 1 MiB */

@@ -19,10 +19,10 @@
 #include <strings.h>
 #include <unistd.h>
 
-#include "../service/log.h"
-#include "../service/util.h"
+#include "../service/common/log.h"
+#include "../service/common/util.h"
 #include "http.h"
-#include "../service/fetch.h"
+#include "../service/fetch/fetch.h"
 #include "json_out.h"
 
 #define LIST_DEFAULT 50

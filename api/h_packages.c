@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../service/log.h"
+#include "../service/common/log.h"
 #include "../venv/requirement.h"
 #include "../venv/venv.h"
 #include "http.h"

@@ -25,7 +25,7 @@
 #include <jansson.h>
 #include <microhttpd.h>
 
-#include "../service/buf.h"
+#include "../service/common/buf.h"
 #include "../service/config.h"
 #include "../storage/blob.h"
 #include "../storage/filetype.h"

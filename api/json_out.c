@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../service/util.h"
+#include "../service/common/util.h"
 #include "json_out.h"
 
 enum ipd_err ipd_jw_str(struct ipd_buf *b, const char *s)

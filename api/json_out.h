@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "../service/buf.h"
+#include "../service/common/buf.h"
 #include "../storage/meta.h"
 
 /* A JSON string for the UTF-8 text s: quotes, backslashes, control

@@ -25,7 +25,7 @@ N_PLOT=${2:-15}
 DURATION=${3:-10}
 WARMUP=5
 CLIENT="$PY $BENCH_ROOT/bench/exec_client.py"
-PRELUDE_DIR=$BENCH_ROOT/service/python
+PRELUDE_DIR=$BENCH_ROOT/service/exec/python
 COST=$BENCH_ROOT/build-bench/tests/sandbox/sandbox_test_cost
 
 bench_setup exec_latency

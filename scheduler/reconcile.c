@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../service/log.h"
-#include "../service/util.h"
+#include "../service/common/log.h"
+#include "../service/common/util.h"
 #include "reconcile.h"
 
 #define DEFAULT_BATCH 500

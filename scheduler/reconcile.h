@@ -41,7 +41,7 @@
 
 #include <stdint.h>
 
-#include "../service/ipd.h"
+#include "../service/common/ipd.h"
 #include "../storage/blob.h"
 #include "../storage/meta.h"
 #include "scheduler.h"

@@ -15,8 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../service/log.h"
-#include "../service/util.h"
+#include "../service/common/log.h"
+#include "../service/common/util.h"
 #include "scheduler.h"
 
 enum sched_state { S_NEW, S_RUNNING, S_STOPPED };

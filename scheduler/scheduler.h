@@ -40,7 +40,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../service/ipd.h"
+#include "../service/common/ipd.h"
 #include "../storage/meta.h"
 
 #define IPD_JOB_NAME_MAX 48 /* job names (and their lease names), NUL included */

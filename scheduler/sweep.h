@@ -13,7 +13,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "../service/ipd.h"
+#include "../service/common/ipd.h"
 #include "../storage/blob.h"
 #include "../storage/meta.h"
 #include "scheduler.h"

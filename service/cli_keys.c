@@ -6,11 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "executor.h"
+#include "exec/executor.h"
 #include "keys.h"
-#include "log.h"
+#include "common/log.h"
 #include "serve.h"
-#include "util.h"
+#include "common/util.h"
 
 static json_t *time_or_null(int64_t ms)
 {

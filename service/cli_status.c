@@ -10,9 +10,9 @@
 
 #include <jansson.h>
 
-#include "fetch.h"
+#include "fetch/fetch.h"
 #include "serve.h"
-#include "util.h"
+#include "common/util.h"
 
 #define KEY_MAX 256
 

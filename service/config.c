@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "util.h"
+#include "common/util.h"
 
 enum opt_type { OPT_STRING, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_FD };
 
@@ -653,25 +653,6 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
 out:
     free((void *)pos);
     return rc;
-}
-
-char *ipd_redact_uri(const char *uri)
-{
-    struct ipd_buf b;
-    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
-    const char *scheme = strstr(uri, "://");
-    const char *start = scheme ? scheme + 3 : uri;
-    const char *at = strchr(start, '@');
-    const char *slash = strchr(start, '/');
-    const char *colon = strchr(start, ':');
-    if (at && (!slash || at < slash) && colon && colon < at) {
-        ipd_buf_add(&b, uri, (size_t)(colon - uri + 1));
-        ipd_buf_adds(&b, "****");
-        ipd_buf_adds(&b, at);
-    } else {
-        ipd_buf_adds(&b, uri);
-    }
-    return ipd_buf_detach(&b, NULL);
 }
 
 static void print_value(const struct ipd_config *c, const struct opt *o,

@@ -13,8 +13,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "buf.h"
-#include "ipd.h"
+#include "common/buf.h"
+#include "common/ipd.h"
 
 /*
  * A named execution capability policy (CONTRACT.md Executions; the API
@@ -135,8 +135,5 @@ void ipd_config_print(const struct ipd_config *c, FILE *out);
 
 /* Usage text for the options. */
 void ipd_config_usage(FILE *out);
-
-/* A URI with its password replaced by "****".  New string, free(). */
-char *ipd_redact_uri(const char *uri);
 
 #endif

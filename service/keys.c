@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include "keys.h"
-#include "log.h"
-#include "util.h"
+#include "common/log.h"
+#include "common/util.h"
 
 #define KEY_PREFIX "ipd_"
 #define KEY_HEX 64

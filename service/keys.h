@@ -9,7 +9,7 @@
 #include <stdbool.h>
 
 #include "../storage/meta.h"
-#include "ipd.h"
+#include "common/ipd.h"
 
 #define IPD_KEY_PLAIN_MAX 80
 

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "config.h"
-#include "log.h"
+#include "common/log.h"
 #include "serve.h"
 
 static void usage(FILE *out)

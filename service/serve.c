@@ -17,15 +17,15 @@
 #include "../storage/mongo.h"
 #include "../venv/allowlist.h"
 #include "../venv/venv.h"
-#include "executor.h"
+#include "exec/executor.h"
 #include "keys.h"
-#include "callbacks.h"
-#include "fetch.h"
-#include "log.h"
-#include "metrics.h"
+#include "exec/callbacks.h"
+#include "fetch/fetch.h"
+#include "common/log.h"
+#include "common/metrics.h"
 #include "serve.h"
-#include "util.h"
-#include "workq.h"
+#include "common/util.h"
+#include "common/workq.h"
 
 static enum ipd_err open_meta(const struct ipd_config *cfg,
                               struct ipd_stores *s)

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../service/log.h"
+#include "../service/common/log.h"
 #include "blob_internal.h"
 #include "meta.h"
 

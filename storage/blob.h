@@ -19,9 +19,9 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "../service/crypto.h"
-#include "../service/ipd.h"
-#include "../service/util.h"
+#include "../service/common/crypto.h"
+#include "../service/common/ipd.h"
+#include "../service/common/util.h"
 
 /* How much of an upload's beginning a writer keeps for content sniffing. */
 #define IPD_BLOB_HEAD_MAX (256 * 1024)

@@ -24,7 +24,7 @@
 
 #include "mongo_internal.h"
 
-#include "../service/log.h"
+#include "../service/common/log.h"
 #include "blob_internal.h"
 
 #define BUCKET "fs"

@@ -4,7 +4,7 @@
 #ifndef IPD_BLOB_INTERNAL_H
 #define IPD_BLOB_INTERNAL_H
 
-#include "../service/util.h"
+#include "../service/common/util.h"
 #include "blob.h"
 
 struct ipd_blobs_ops {

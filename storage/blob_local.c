@@ -16,8 +16,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../service/log.h"
-#include "../service/util.h"
+#include "../service/common/log.h"
+#include "../service/common/util.h"
 #include "blob_internal.h"
 
 /* Start writeback every this many bytes, so the final fsync of a large

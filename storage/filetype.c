@@ -53,7 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../service/util.h"
+#include "../service/common/util.h"
 #include "filetype.h"
 
 #define OCTET_STREAM "application/octet-stream"

@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-#include "../service/ipd.h"
+#include "../service/common/ipd.h"
 #include "meta.h"
 
 struct ipd_filetype;

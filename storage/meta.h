@@ -30,9 +30,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../service/crypto.h"
-#include "../service/ipd.h"
-#include "../service/util.h"
+#include "../service/common/crypto.h"
+#include "../service/common/ipd.h"
+#include "../service/common/util.h"
 
 #define IPD_TENANT_MAX 65     /* 64 characters and the NUL */
 #define IPD_USER_ID_MAX 129   /* 128 characters and the NUL */

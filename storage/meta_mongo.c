@@ -107,7 +107,7 @@
 
 #include "mongo_internal.h"
 
-#include "../service/log.h"
+#include "../service/common/log.h"
 
 #define COLL_FILES "user_files"
 #define COLL_KEYS "api_keys"

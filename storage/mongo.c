@@ -35,8 +35,7 @@
 
 #include "mongo_internal.h"
 
-#include "../service/config.h"
-#include "../service/log.h"
+#include "../service/common/log.h"
 
 #define DEFAULT_DB "interpd"
 #define DEFAULT_OP_TIMEOUT_MS 5000

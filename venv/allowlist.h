@@ -30,8 +30,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../service/buf.h"
-#include "../service/ipd.h"
+#include "../service/common/buf.h"
+#include "../service/common/ipd.h"
 #include "requirement.h"
 
 #define IPD_ALLOWLIST_FILE_MAX (1024 * 1024) /* bytes per file */

@@ -66,8 +66,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
-#include "../service/buf.h"
-#include "../service/ipd.h"
+#include "../service/common/buf.h"
+#include "../service/common/ipd.h"
 
 #define IPD_REQ_MAX 200      /* longest accepted requirement, bytes */
 #define IPD_REQ_NAME_MAX 100 /* longest package name, characters */

@@ -12,9 +12,9 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "../service/log.h"
-#include "../service/metrics.h"
-#include "../service/util.h"
+#include "../service/common/log.h"
+#include "../service/common/metrics.h"
+#include "../service/common/util.h"
 #include "requirement.h"
 #include "venv.h"
 

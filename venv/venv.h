@@ -43,8 +43,8 @@
 
 #include <jansson.h>
 
-#include "../service/buf.h"
-#include "../service/ipd.h"
+#include "../service/common/buf.h"
+#include "../service/common/ipd.h"
 #include "allowlist.h"
 
 /* Where a generation appears inside the sandbox. */

@@ -8,7 +8,7 @@
  */
 #include <stdint.h>
 
-#include "service/fetch.h"
+#include "service/fetch/fetch.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -4,7 +4,7 @@
  */
 #include <stdint.h>
 
-#include "service/util.h"
+#include "service/common/util.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,7 +5,7 @@
  */
 #include <stdint.h>
 
-#include "service/util.h"
+#include "service/common/util.h"
 #include "storage/filetype.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -6,7 +6,7 @@
  */
 #include <stdint.h>
 
-#include "service/buf.h"
+#include "service/common/buf.h"
 #include "venv/requirement.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Tests of service/python/prelude.py, the Python side of an execution.
+"""Tests of service/exec/python/prelude.py, the Python side of an execution.
 
 Each test runs the prelude as the executor does (/usr/bin/python3 -u -I -B
 prelude.py, a clean environment, cwd = the output dir) on a job in temp

@@ -14,7 +14,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "service/sandbox.h"
+#include "service/sandbox/sandbox.h"
 #include "test.h"
 
 static struct ipd_sandbox_config sbx_cfg;

@@ -8,7 +8,7 @@
 #include <sys/wait.h>
 
 #include "sandbox_test.h"
-#include "service/util.h"
+#include "service/common/util.h"
 
 #define ROUNDS 40
 

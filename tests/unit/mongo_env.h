@@ -11,7 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "service/util.h"
+#include "service/common/util.h"
 
 static char mongo_env_base[512];
 static char mongo_env_tag[16]; /* random per run: database names */

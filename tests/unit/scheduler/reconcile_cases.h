@@ -18,7 +18,7 @@
 
 #include "scheduler/reconcile.h"
 #include "scheduler/sweep.h"
-#include "service/util.h"
+#include "service/common/util.h"
 
 #define RC_HOUR INT64_C(3600000)
 

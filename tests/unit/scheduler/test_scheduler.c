@@ -18,7 +18,7 @@
 #include "test.h"
 
 #include "scheduler/scheduler.h"
-#include "service/util.h"
+#include "service/common/util.h"
 
 #define WAIT_MS 10000 /* bound on every wait for something to happen */
 

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #include "scheduler/sweep.h"
-#include "service/util.h"
+#include "service/common/util.h"
 #include "test.h"
 
 #define NOW INT64_C(1800000000000)

@@ -18,7 +18,7 @@
 #include "test.h"
 
 #include "scheduler/sweep.h"
-#include "service/util.h"
+#include "service/common/util.h"
 
 #define WAIT_MS 120000
 

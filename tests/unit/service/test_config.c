@@ -4,7 +4,7 @@
 #include <unistd.h>
 
 #include "service/config.h"
-#include "service/util.h"
+#include "service/common/util.h"
 #include "test.h"
 
 static char *write_file(const char *text)

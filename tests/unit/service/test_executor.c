@@ -1,7 +1,7 @@
 /*
  * test_executor.c - the executor end to end: the real sandbox, the SQLite
  * store and the local blob store in a temporary data dir, and the real
- * prelude (service/python/prelude.py).  While the prelude is not in the
+ * prelude (service/exec/python/prelude.py).  While the prelude is not in the
  * tree yet, a small stand-in with the same contract is written to a
  * temporary dir instead (said on stderr).  Needs root (namespaces,
  * cgroups), like the sandbox suite.
@@ -12,8 +12,8 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "service/executor.h"
-#include "service/util.h"
+#include "service/exec/executor.h"
+#include "service/common/util.h"
 #include "test.h"
 
 /* Its own host uid: the sandbox suite counts processes of 200000. */
@@ -49,7 +49,7 @@ static const char stand_in_prelude[] =
     "          open('/mnt/output/.interpd/result.json', 'w'))\n"
     "sys.exit(1 if err else 0)\n";
 
-/* <source root>/service/python, from this file's path. */
+/* <source root>/service/exec/python, from this file's path. */
 static bool find_real_prelude(char *out, size_t n)
 {
     char path[512];
@@ -58,7 +58,7 @@ static bool find_real_prelude(char *out, size_t n)
     const char *p = strstr(f, "/tests/unit/service/");
     if (f[0] != '/' || !p)
         return false;
-    snprintf(out, n, "%.*s/service/python", (int)(p - f), f);
+    snprintf(out, n, "%.*s/service/exec/python", (int)(p - f), f);
     snprintf(path, sizeof(path), "%s/prelude.py", out);
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
@@ -83,7 +83,7 @@ static bool setup(void)
     IPD_ASSERT(mkdir(data_dir, 0700) == 0);
     real_prelude = find_real_prelude(prelude_dir, sizeof(prelude_dir));
     if (!real_prelude) {
-        fprintf(stderr, "NOTE: service/python/prelude.py is missing; using "
+        fprintf(stderr, "NOTE: service/exec/python/prelude.py is missing; using "
                         "a stand-in prelude\n");
         snprintf(prelude_dir, sizeof(prelude_dir), "%s/prelude", base);
         IPD_ASSERT(mkdir(prelude_dir, 0755) == 0);

@@ -13,9 +13,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "service/buf.h"
-#include "service/fetch.h"
-#include "service/util.h"
+#include "service/common/buf.h"
+#include "service/fetch/fetch.h"
+#include "service/common/util.h"
 #include "test.h"
 
 /* ---- a scripted HTTP server ------------------------------------------- */

@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "service/buf.h"
-#include "service/metrics.h"
+#include "service/common/buf.h"
+#include "service/common/metrics.h"
 #include "test.h"
 
 #define PYTHON "/usr/bin/python3"

@@ -1,9 +1,9 @@
 /*
  * test_util.c - ids, times, durations, sizes, validators, the buffer.
  */
-#include "service/buf.h"
-#include "service/crypto.h"
-#include "service/util.h"
+#include "service/common/buf.h"
+#include "service/common/crypto.h"
+#include "service/common/util.h"
 #include "test.h"
 
 static void ids_have_shape_and_differ(void)

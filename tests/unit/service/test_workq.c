@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "service/workq.h"
+#include "service/common/workq.h"
 #include "test.h"
 
 #define N_JOBS 2000

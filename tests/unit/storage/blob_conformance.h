@@ -16,7 +16,7 @@
 
 #include "test.h"
 
-#include "service/util.h"
+#include "service/common/util.h"
 #include "storage/blob.h"
 
 

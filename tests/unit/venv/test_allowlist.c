@@ -10,7 +10,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "service/buf.h"
+#include "service/common/buf.h"
 #include "venv/allowlist.h"
 #include "venv/requirement.h"
 #include "test.h"

@@ -6,7 +6,7 @@
 #include <stdbool.h>
 #include <string.h>
 
-#include "service/buf.h"
+#include "service/common/buf.h"
 #include "venv/requirement.h"
 #include "test.h"
 

@@ -23,8 +23,8 @@
 
 #include <stdint.h>
 
-#include "fetch.h"
-#include "ipd.h"
+#include "../fetch/fetch.h"
+#include "../common/ipd.h"
 
 #define IPD_CALLBACK_ATTEMPTS 3
 #define IPD_CALLBACK_QUEUE_MAX 10000 /* beyond: dropped and logged */

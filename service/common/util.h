@@ -82,4 +82,7 @@ enum ipd_err ipd_copy_fd(int in, int out, int64_t *copied);
 #define IPD_REMOVE_TREE_DEPTH 128
 int ipd_remove_tree_at(int dirfd, const char *name);
 
+/* A URI with its password replaced by "****".  New string, free(). */
+char *ipd_redact_uri(const char *uri);
+
 #endif

@@ -26,12 +26,12 @@
 
 #include <jansson.h>
 
-#include "../storage/blob.h"
-#include "../storage/filetype.h"
-#include "../storage/meta.h"
-#include "buf.h"
-#include "config.h"
-#include "ipd.h"
+#include "../../storage/blob.h"
+#include "../../storage/filetype.h"
+#include "../../storage/meta.h"
+#include "../common/buf.h"
+#include "../config.h"
+#include "../common/ipd.h"
 
 struct ipd_executor;
 

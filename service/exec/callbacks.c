@@ -6,9 +6,9 @@
 #include <time.h>
 
 #include "callbacks.h"
-#include "crypto.h"
-#include "log.h"
-#include "util.h"
+#include "../common/crypto.h"
+#include "../common/log.h"
+#include "../common/util.h"
 
 struct delivery {
     struct delivery *next;

@@ -60,9 +60,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "../common/log.h"
 #include "sandbox.h"
-#include "util.h"
+#include "../common/util.h"
 
 #define DEFAULT_HOST_ID 200000
 #define DEFAULT_INNER_ID 1000

@@ -34,7 +34,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "log.h"
+#include "../common/log.h"
 #include "sandbox.h"
 
 #define CG_PATH 512

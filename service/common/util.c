@@ -17,6 +17,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include "buf.h"
 #include "util.h"
 
 void ipd_random_bytes(void *buf, size_t n)
@@ -437,3 +438,21 @@ enum ipd_err ipd_listen_parse(const char *s, struct sockaddr_storage *ss,
     return IPD_OK;
 }
 
+char *ipd_redact_uri(const char *uri)
+{
+    struct ipd_buf b;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    const char *scheme = strstr(uri, "://");
+    const char *start = scheme ? scheme + 3 : uri;
+    const char *at = strchr(start, '@');
+    const char *slash = strchr(start, '/');
+    const char *colon = strchr(start, ':');
+    if (at && (!slash || at < slash) && colon && colon < at) {
+        ipd_buf_add(&b, uri, (size_t)(colon - uri + 1));
+        ipd_buf_adds(&b, "****");
+        ipd_buf_adds(&b, at);
+    } else {
+        ipd_buf_adds(&b, uri);
+    }
+    return ipd_buf_detach(&b, NULL);
+}

@@ -21,7 +21,7 @@
 #include <curl/curl.h>
 
 #include "fetch.h"
-#include "util.h"
+#include "../common/util.h"
 
 #ifndef IPD_VERSION
 #define IPD_VERSION "0"

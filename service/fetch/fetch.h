@@ -52,8 +52,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
-#include "ipd.h"
+#include "../common/buf.h"
+#include "../common/ipd.h"
 
 struct sockaddr;
 

@@ -40,8 +40,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "buf.h"
-#include "ipd.h"
+#include "../common/buf.h"
+#include "../common/ipd.h"
 
 /* Mechanisms found by ipd_sandbox_probe. */
 enum ipd_sandbox_mech {

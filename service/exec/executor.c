@@ -34,12 +34,12 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "../venv/requirement.h"
-#include "../venv/venv.h"
+#include "../../venv/requirement.h"
+#include "../../venv/venv.h"
 #include "executor.h"
-#include "log.h"
-#include "sandbox.h"
-#include "util.h"
+#include "../common/log.h"
+#include "../sandbox/sandbox.h"
+#include "../common/util.h"
 
 #define CODE_MAX (1024 * 1024)       /* CONTRACT.md: code at most 1 MiB */
 #define FILES_MAX 100                /* input files per execution */
