@@ -9,7 +9,7 @@
 
 #include "../service/common/log.h"
 #include "../service/common/util.h"
-#include "json_out.h"
+#include "../service/common/json_out.h"
 #include "http.h"
 
 static const struct {

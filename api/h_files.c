@@ -23,7 +23,7 @@
 #include "../service/common/util.h"
 #include "http.h"
 #include "../service/fetch/fetch.h"
-#include "json_out.h"
+#include "../service/common/json_out.h"
 
 #define LIST_DEFAULT 50
 #define LIST_MAX 1000

@@ -143,9 +143,7 @@ static enum ipd_err each_entry(int dirfd,
             close(fd);
         return IPD_ERR_IO;
     }
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
+    while ((e = ipd_readdir(d))) {
         if (fn(cls, e->d_name))
             break;
     }

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../service/common/json_out.h"
 #include "meta.h"
 
 void ipd_file_list_release(struct ipd_file_list *l)
@@ -201,4 +202,46 @@ enum ipd_err ipd_meta_lease_release(struct ipd_meta *m, const char *name,
     if (!lease_args_ok(name, owner))
         return IPD_ERR_INVALID;
     return m->ops->lease_release(m, name, owner);
+}
+
+enum ipd_err ipd_jw_file(struct ipd_buf *b, const struct ipd_file_meta *f)
+{
+    enum ipd_err rc = ipd_buf_adds(b, "{\"file_id\":");
+    if (!rc)
+        rc = ipd_jw_str(b, f->file_id);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"filename\":");
+    if (!rc)
+        rc = ipd_jw_str(b, f->filename);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"size\":");
+    if (!rc)
+        rc = ipd_jw_int(b, f->size);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"mime_type\":");
+    if (!rc)
+        rc = ipd_jw_str(b, f->mime_type);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"file_type\":");
+    if (!rc)
+        rc = ipd_jw_str(b, f->file_type);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"sha256\":");
+    if (!rc)
+        rc = ipd_jw_str(b, f->sha256);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"source\":");
+    if (!rc)
+        rc = ipd_jw_str(b, f->source);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"created_at\":");
+    if (!rc)
+        rc = ipd_jw_time(b, f->created_at_ms);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"expires_at\":");
+    if (!rc)
+        rc = ipd_jw_time(b, f->expires_at_ms);
+    if (!rc)
+        rc = ipd_buf_addch(b, '}');
+    return rc;
 }

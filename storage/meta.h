@@ -32,6 +32,7 @@
 
 #include "../service/common/crypto.h"
 #include "../service/common/ipd.h"
+#include "../service/common/buf.h"
 #include "../service/common/util.h"
 
 #define IPD_TENANT_MAX 65     /* 64 characters and the NUL */
@@ -289,5 +290,9 @@ enum ipd_err ipd_meta_lease_renew(struct ipd_meta *m, const char *name,
                                   int64_t ttl_ms, bool *held);
 enum ipd_err ipd_meta_lease_release(struct ipd_meta *m, const char *name,
                                     const char *owner);
+
+/* The File object of CONTRACT.md as JSON text, appended to b (the one
+ * writer of it: file replies, lists and execution results). */
+enum ipd_err ipd_jw_file(struct ipd_buf *b, const struct ipd_file_meta *f);
 
 #endif

@@ -203,10 +203,8 @@ static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth)
         goto out;
     }
     rewinddir(d);
-    while ((e = readdir(d)) != NULL) {
+    while ((e = ipd_readdir(d)) != NULL) {
         struct stat st;
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
         if (depth == 0 &&
             (!strcmp(e->d_name, RECORD) || !strcmp(e->d_name, INUSE)))
             continue;

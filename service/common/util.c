@@ -345,9 +345,7 @@ static int remove_tree(int dirfd, const char *name, int depth)
         return -1;
     }
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
+    while ((e = ipd_readdir(d)) != NULL) {
         if (remove_tree(fd, e->d_name, depth + 1))
             rc = -1;
     }
@@ -455,4 +453,28 @@ char *ipd_redact_uri(const char *uri)
         ipd_buf_adds(&b, uri);
     }
     return ipd_buf_detach(&b, NULL);
+}
+
+struct dirent *ipd_readdir(DIR *d)
+{
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, ".."))
+            break;
+    return e;
+}
+
+enum ipd_err ipd_write_all(int fd, const void *data, size_t len)
+{
+    const char *p = data;
+    while (len) {
+        ssize_t n = write(fd, p, len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return IPD_ERR_IO;
+        p += n;
+        len -= (size_t)n;
+    }
+    return IPD_OK;
 }

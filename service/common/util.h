@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
+#include <dirent.h>
+
 #include "ipd.h"
 
 /* "never" for expiry times: compares after every real time. */
@@ -81,6 +83,14 @@ enum ipd_err ipd_copy_fd(int in, int out, int64_t *copied);
  * (errno of the last failure). */
 #define IPD_REMOVE_TREE_DEPTH 128
 int ipd_remove_tree_at(int dirfd, const char *name);
+
+/* readdir without "." and "..": the next entry, NULL at the end (or on
+ * an error, errno set as readdir sets it). */
+struct dirent *ipd_readdir(DIR *d);
+
+/* Write all of data[0..len) to fd, retrying short writes and EINTR.
+ * Allocates nothing: safe in a forked child. */
+enum ipd_err ipd_write_all(int fd, const void *data, size_t len);
 
 /* A URI with its password replaced by "****".  New string, free(). */
 char *ipd_redact_uri(const char *uri);

@@ -121,21 +121,6 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
-static enum ipd_err write_all(int fd, const void *data, size_t len)
-{
-    const char *p = data;
-    while (len) {
-        ssize_t n = write(fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return IPD_ERR_IO;
-        p += n;
-        len -= (size_t)n;
-    }
-    return IPD_OK;
-}
-
 /* Create name in dirfd (must not exist), mode 0644 whatever the umask. */
 static enum ipd_err write_file_at(int dirfd, const char *name,
                                   const void *data, size_t len)
@@ -148,7 +133,7 @@ static enum ipd_err write_file_at(int dirfd, const char *name,
         goto out;
     if (fchmod(fd, 0644))
         goto out;
-    rc = write_all(fd, data, len);
+    rc = ipd_write_all(fd, data, len);
 out:
     if (fd >= 0)
         close(fd);
@@ -180,9 +165,7 @@ static void clear_dir(int root_fd)
             close(fd);
         return;
     }
-    while ((e = readdir(d)) != NULL) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
+    while ((e = ipd_readdir(d)) != NULL) {
         ipd_info("executor: removing stale work dir %s", e->d_name);
         (void)ipd_remove_tree_at(root_fd, e->d_name);
     }
@@ -544,7 +527,7 @@ static enum ipd_err copy_reader(struct ipd_blob_reader *rd, int ofd,
         if (*copied > limit)
             goto out;
         ipd_sha256_update(h, buf, (size_t)n);
-        if (write_all(ofd, buf, (size_t)n))
+        if (ipd_write_all(ofd, buf, (size_t)n))
             goto out;
     }
     ipd_sha256_final(h, hex);
@@ -851,11 +834,9 @@ static void collect_dir(struct collect *c, int fd, const char *prefix,
         close(fd);
         return;
     }
-    while ((e = readdir(d)) != NULL && c->scanned < SCAN_MAX) {
+    while ((e = ipd_readdir(d)) != NULL && c->scanned < SCAN_MAX) {
         struct stat st;
         char rel[PATH_MAX];
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
-            continue;
         if (depth == 0 && !strcmp(e->d_name, ".interpd"))
             continue; /* the prelude's own results */
         c->scanned++;

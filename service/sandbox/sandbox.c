@@ -170,19 +170,6 @@ IPD_NORETURN static void fail(const struct plan *pl, const char *step,
     _exit(SETUP_FAIL_EXIT);
 }
 
-static bool write_all(int fd, const char *s, size_t len)
-{
-    while (len) {
-        ssize_t n = write(fd, s, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            return false;
-        s += n;
-        len -= (size_t)n;
-    }
-    return true;
-}
 
 static int write_path(const char *path, const char *s, int flags)
 {
@@ -191,7 +178,7 @@ static int write_path(const char *path, const char *s, int flags)
 
     if (fd < 0)
         return errno;
-    if (!write_all(fd, s, strlen(s)))
+    if (ipd_write_all(fd, s, strlen(s)))
         err = errno ? errno : EIO;
     close(fd);
     return err;

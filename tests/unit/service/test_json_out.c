@@ -4,7 +4,8 @@
  */
 #include <jansson.h>
 
-#include "api/json_out.h"
+#include "service/common/json_out.h"
+#include "storage/meta.h"
 #include "test.h"
 
 static void check_roundtrip(const char *s)

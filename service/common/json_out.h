@@ -9,8 +9,7 @@
 
 #include <stdint.h>
 
-#include "../service/common/buf.h"
-#include "../storage/meta.h"
+#include "buf.h"
 
 /* A JSON string for the UTF-8 text s: quotes, backslashes, control
  * characters and U+2028/U+2029 escaped; other UTF-8 passes through. */
@@ -19,7 +18,7 @@ enum ipd_err ipd_jw_str(struct ipd_buf *b, const char *s);
 enum ipd_err ipd_jw_key(struct ipd_buf *b, const char *key);
 /* An RFC 3339 time string, or null for IPD_TIME_NEVER. */
 enum ipd_err ipd_jw_time(struct ipd_buf *b, int64_t ms);
-/* The File object of CONTRACT.md. */
-enum ipd_err ipd_jw_file(struct ipd_buf *b, const struct ipd_file_meta *f);
+/* A decimal integer. */
+enum ipd_err ipd_jw_int(struct ipd_buf *b, int64_t v);
 
 #endif

@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "../service/common/util.h"
+#include "util.h"
 #include "json_out.h"
 
 enum ipd_err ipd_jw_str(struct ipd_buf *b, const char *s)
@@ -74,7 +74,7 @@ enum ipd_err ipd_jw_time(struct ipd_buf *b, int64_t ms)
     return ipd_buf_add(b, t, n + 1);
 }
 
-static enum ipd_err add_int(struct ipd_buf *b, int64_t v)
+enum ipd_err ipd_jw_int(struct ipd_buf *b, int64_t v)
 {
     char d[24], *p = d + sizeof(d);
     uint64_t u = v < 0 ? (uint64_t)0 - (uint64_t)v : (uint64_t)v;
@@ -85,46 +85,4 @@ static enum ipd_err add_int(struct ipd_buf *b, int64_t v)
     if (v < 0)
         *--p = '-';
     return ipd_buf_add(b, p, (size_t)(d + sizeof(d) - p));
-}
-
-enum ipd_err ipd_jw_file(struct ipd_buf *b, const struct ipd_file_meta *f)
-{
-    enum ipd_err rc = ipd_buf_adds(b, "{\"file_id\":");
-    if (!rc)
-        rc = ipd_jw_str(b, f->file_id);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"filename\":");
-    if (!rc)
-        rc = ipd_jw_str(b, f->filename);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"size\":");
-    if (!rc)
-        rc = add_int(b, f->size);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"mime_type\":");
-    if (!rc)
-        rc = ipd_jw_str(b, f->mime_type);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"file_type\":");
-    if (!rc)
-        rc = ipd_jw_str(b, f->file_type);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"sha256\":");
-    if (!rc)
-        rc = ipd_jw_str(b, f->sha256);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"source\":");
-    if (!rc)
-        rc = ipd_jw_str(b, f->source);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"created_at\":");
-    if (!rc)
-        rc = ipd_jw_time(b, f->created_at_ms);
-    if (!rc)
-        rc = ipd_buf_adds(b, ",\"expires_at\":");
-    if (!rc)
-        rc = ipd_jw_time(b, f->expires_at_ms);
-    if (!rc)
-        rc = ipd_buf_addch(b, '}');
-    return rc;
 }
