@@ -13,12 +13,12 @@ bool ipd_auth_key(struct ipd_req *r)
 {
     const char *h = ipd_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h) {
-        ipd_reply_error(r, IPD_HE_UNAUTHORIZED,
+        ipd_reply_code(r, IPD_HE_UNAUTHORIZED,
                         "missing Authorization: Bearer <api key>");
         return false;
     }
     if (strncasecmp(h, "Bearer ", 7) != 0) {
-        ipd_reply_error(r, IPD_HE_UNAUTHORIZED,
+        ipd_reply_code(r, IPD_HE_UNAUTHORIZED,
                         "Authorization must use the Bearer scheme");
         return false;
     }
@@ -27,12 +27,12 @@ bool ipd_auth_key(struct ipd_req *r)
         key++;
     enum ipd_err rc = ipd_keys_authenticate(r->app->meta, key, &r->key);
     if (rc == IPD_ERR_UNAUTHORIZED) {
-        ipd_reply_error(r, IPD_HE_UNAUTHORIZED,
+        ipd_reply_code(r, IPD_HE_UNAUTHORIZED,
                         "invalid or revoked API key");
         return false;
     }
     if (rc) {
-        ipd_reply_err(r, rc, "checking the API key");
+        ipd_reply_failure(r, rc, NULL, "checking the API key");
         return false;
     }
     r->authed = true;
@@ -43,12 +43,12 @@ bool ipd_auth_user(struct ipd_req *r)
 {
     const char *u = ipd_req_header(r, "X-User-Id");
     if (!u) {
-        ipd_reply_error(r, IPD_HE_INVALID_USER_ID,
+        ipd_reply_code(r, IPD_HE_INVALID_USER_ID,
                         "missing X-User-Id header naming the end user");
         return false;
     }
     if (!ipd_user_id_valid(u)) {
-        ipd_reply_error(r, IPD_HE_INVALID_USER_ID,
+        ipd_reply_code(r, IPD_HE_INVALID_USER_ID,
                         "X-User-Id must be 1-128 characters of "
                         "[A-Za-z0-9_.@:-]");
         return false;

@@ -33,25 +33,6 @@ static int64_t now_us(void)
     return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
 }
 
-const char *ipd_req_header(struct ipd_req *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
-}
-
-const char *ipd_req_query(struct ipd_req *r, const char *name)
-{
-    return MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, name);
-}
-
-const char *ipd_req_query_n(struct ipd_req *r, const char *name, size_t *len)
-{
-    const char *v = NULL;
-    if (MHD_lookup_connection_value_n(r->conn, MHD_GET_ARGUMENT_KIND, name,
-                                      strlen(name), &v, len) != MHD_YES)
-        return NULL;
-    return v;
-}
-
 /* A client's X-Request-Id is echoed when it is short and plain; anything
  * else could smuggle text into logs, so we make our own. */
 static void set_request_id(struct ipd_req *r)
@@ -92,22 +73,6 @@ static const char *allowed_origin(struct ipd_req *r)
     return NULL;
 }
 
-void ipd__add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
-{
-    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
-    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
-    if (r->allow)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
-    if (r->origin) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin",
-                                r->origin);
-        MHD_add_response_header(resp, "Vary", "Origin");
-        MHD_add_response_header(
-            resp, "Access-Control-Expose-Headers",
-            "X-Request-Id, ETag, Content-Disposition, Retry-After");
-    }
-}
-
 static void reply_preflight(struct ipd_req *r, const char *allow)
 {
     struct MHD_Response *resp =
@@ -136,13 +101,13 @@ static void start_request(struct ipd_req *r)
     }
     if (!r->handler && allow) {
         r->allow = allow;
-        ipd_reply_error(r, IPD_HE_METHOD_NOT_ALLOWED,
+        ipd_reply_code(r, IPD_HE_METHOD_NOT_ALLOWED,
                         "%s is not allowed on %s; allowed: %s", r->method,
                         r->path, allow);
         return;
     }
     if (!r->handler) {
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such route: %s", r->path);
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such route: %s", r->path);
         return;
     }
     if (r->handler->body_max)
@@ -150,7 +115,7 @@ static void start_request(struct ipd_req *r)
     if ((r->handler->flags & IPD_H_AUTH) && !ipd_auth_key(r))
         return;
     if ((r->handler->flags & IPD_H_ADMIN) && !r->key.admin) {
-        ipd_reply_error(r, IPD_HE_FORBIDDEN, "this endpoint needs an admin key");
+        ipd_reply_code(r, IPD_HE_FORBIDDEN, "this endpoint needs an admin key");
         return;
     }
     if ((r->handler->flags & IPD_H_USER) && !ipd_auth_user(r))
@@ -243,13 +208,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     if (!r->status) {
         r->suspended = false;
         if (r->body_too_large)
-            ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+            ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
                             "request body over %zu bytes", r->body.max);
         else
             r->handler->finish(r);
     }
     if (!r->status && !r->suspended)
-        ipd_reply_error(r, IPD_HE_INTERNAL_ERROR, "the handler did not reply");
+        ipd_reply_code(r, IPD_HE_INTERNAL_ERROR, "the handler did not reply");
     return MHD_YES;
 }
 

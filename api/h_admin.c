@@ -44,7 +44,7 @@ static void admin_cleanup(struct ipd_req *r)
     enum ipd_err rc = ipd_sweep_run(r->app->meta, r->app->blobs, now, &o, &res);
     ipd_app_note_sweep(r->app, &res, rc, now);
     if (rc) {
-        ipd_reply_err(r, rc, "sweeping expired files");
+        ipd_reply_failure(r, rc, NULL, "sweeping expired files");
         return;
     }
     ipd_reply_json(r, MHD_HTTP_OK, ipd_sweep_json(&res));
@@ -150,7 +150,7 @@ static void metrics(struct ipd_req *r)
     enum ipd_err rc = ipd_metrics_render(r->app->metrics, &b);
     if (rc) {
         ipd_buf_release(&b);
-        ipd_reply_err(r, rc, "rendering the metrics");
+        ipd_reply_failure(r, rc, NULL, "rendering the metrics");
         return;
     }
     size_t len = b.len;

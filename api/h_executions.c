@@ -20,6 +20,7 @@
 #include "../service/common/metrics.h"
 #include "../service/common/util.h"
 #include "../service/common/workq.h"
+#include "../venv/requirement.h"
 #include "http.h"
 
 #define CODE_MAX (1024 * 1024)           /* CONTRACT.md: code at most 1 MiB */
@@ -344,23 +345,23 @@ static void reply_result(struct ipd_req *r, struct job *j)
         j->result = NULL;
         return;
     case IPD_ERR_NOT_FOUND:
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "%s", msg ? msg : "no such file");
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "%s", msg ? msg : "no such file");
         return;
     case IPD_ERR_INVALID:
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST, "%s",
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s",
                         msg ? msg : "invalid execution request");
         return;
     case IPD_ERR_TOO_LARGE:
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE, "%s",
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE, "%s",
                         msg ? msg : "request too large");
         return;
     default:
         break;
     }
     if (msg && j->rc == IPD_ERR_UNAVAILABLE)
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE, "%s", msg);
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE, "%s", msg);
     else
-        ipd_reply_err(r, j->rc, "running the code");
+        ipd_reply_failure(r, j->rc, NULL, "running the code");
 }
 
 /* Check the optional fields (packages, async, callback_url, variables);
@@ -370,16 +371,19 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
 {
     json_t *v = json_object_get(doc, "packages");
     if (v && !json_is_null(v) && !json_is_array(v)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"packages\" must be an array of requirement "
                         "strings");
         return true;
     }
-    if (!ipd_packages_check(r, v))
+    char why[128];
+    if (!ipd_requirement_list_ok(v, why, sizeof(why))) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s", why);
         return true;
+    }
     v = json_object_get(doc, "async");
     if (v && !json_is_boolean(v) && !json_is_null(v)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"async\" must be true or false");
         return true;
     }
@@ -390,7 +394,7 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
             strlen(u) != json_string_length(v) ||
             (strncmp(u, "http://", 7) != 0 &&
              strncmp(u, "https://", 8) != 0)) {
-            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                             "\"callback_url\" must be an http or https URL "
                             "of at most %d bytes",
                             CALLBACK_URL_MAX);
@@ -399,13 +403,13 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
     }
     v = json_object_get(doc, "session_id");
     if (v && !json_is_null(v)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "sessions are not available on this server yet");
         return true;
     }
     v = json_object_get(doc, "variables");
     if (v && !json_is_null(v) && !json_is_object(v)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"variables\" must be an object of name: value");
         return true;
     }
@@ -424,19 +428,19 @@ static struct job *parse_job(struct ipd_req *r)
     json_t *files = json_object_get(doc, "files");
     json_t *timeout = json_object_get(doc, "timeout");
     if (!json_is_object(doc) || !json_is_string(code)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "the body must be an object with a string \"code\"");
         goto out;
     }
     if (json_string_length(code) > CODE_MAX) {
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
                         "code is %zu bytes; at most %d are allowed",
                         json_string_length(code), CODE_MAX);
         goto out;
     }
     if (files && !json_is_null(files) &&
         (!json_is_array(files) || json_array_size(files) > FILES_MAX)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"files\" must be an array of at most %d file ids",
                         FILES_MAX);
         goto out;
@@ -444,7 +448,7 @@ static struct job *parse_job(struct ipd_req *r)
     if (timeout && !json_is_null(timeout) &&
         (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
          json_number_value(timeout) > 86400)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"timeout\" must be a positive number of seconds");
         goto out;
     }
@@ -457,7 +461,7 @@ static struct job *parse_job(struct ipd_req *r)
     if (!kp) {
         /* The operator removed the policy this key names from the config:
          * never fall back to another one. */
-        ipd_reply_error(r, IPD_HE_FORBIDDEN,
+        ipd_reply_code(r, IPD_HE_FORBIDDEN,
                         "this key's policy %s is not configured on the "
                         "server; ask an administrator",
                         policy);
@@ -468,14 +472,14 @@ static struct job *parse_job(struct ipd_req *r)
         const struct ipd_policy *wp =
             name ? ipd_config_policy(r->app->cfg, name) : NULL;
         if (!wp) {
-            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                             "\"policy\" must name a configured policy "
                             "(strict, standard, networked, or one the "
                             "operator defined)");
             goto out;
         }
         if (!ipd_policy_within(wp, kp)) {
-            ipd_reply_error(r, IPD_HE_FORBIDDEN,
+            ipd_reply_code(r, IPD_HE_FORBIDDEN,
                             "policy %s is less strict than this key's "
                             "policy %s; a request can only tighten it",
                             name, policy);
@@ -515,7 +519,7 @@ static struct job *parse_job(struct ipd_req *r)
         json_t *id = json_array_get(files, i);
         /* An id of the wrong shape can't be one of the caller's files. */
         if (!json_is_string(id) || !ipd_id_valid("file", json_string_value(id))) {
-            ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file: %s",
+            ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file: %s",
                             json_is_string(id) ? json_string_value(id)
                                                : "(not a string)");
             job_free(j);
@@ -576,7 +580,7 @@ static void executions_finish(struct ipd_req *r)
     }
     IPD_ASSERT(!j);
     if (!p) {
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                         "executions are unavailable on this server: the "
                         "sandbox could not be set up (see the server log)");
         return;
@@ -605,15 +609,15 @@ static void executions_finish(struct ipd_req *r)
     r->state = NULL;
     job_free(j);
     if (rc == IPD_ERR_UNAVAILABLE) {
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE, "the service is shutting down");
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE, "the service is shutting down");
     } else if (rc == IPD_ERR_QUOTA) {
-        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
                         "%d asynchronous results are held; retry later",
                         ASYNC_MAX);
     } else {
         unsigned running, queued;
         ipd_workq_counts(p->q, &running, &queued);
-        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
                         "all %u execution slots are busy and %u requests are "
                         "waiting; retry later",
                         ipd_workq_threads(p->q), queued);
@@ -639,7 +643,7 @@ static void executions_get(struct ipd_req *r)
     struct ipd_exec_pool *p = r->app->exec;
     json_t *out = NULL;
     if (!p) {
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such execution");
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such execution");
         return;
     }
     pthread_mutex_lock(&p->lock);
@@ -651,7 +655,7 @@ static void executions_get(struct ipd_req *r)
                         e->status, "result", e->result);
     pthread_mutex_unlock(&p->lock);
     if (!out) {
-        ipd_reply_error(r, IPD_HE_NOT_FOUND,
+        ipd_reply_code(r, IPD_HE_NOT_FOUND,
                         "no such execution (results are kept for a limited "
                         "time)");
         return;

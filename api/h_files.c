@@ -70,8 +70,7 @@ struct upload {
     int64_t ttl_ms;
     bool ingest_submitted, ingest_done;
     enum ipd_err ingest_rc;        /* IPD_OK: f holds the stored file */
-    bool ingest_client;            /* the failure is the URL's: 4xx */
-    enum ipd_http_error ingest_he; /* with ingest_client */
+    bool ingest_detail;            /* errmsg is the message, not a "what" */
     struct ipd_file_meta f;
 };
 
@@ -231,7 +230,7 @@ static void upload_begin(struct ipd_req *r)
     /* Refuse early what can't succeed, before the client sends the body. */
     int64_t overhead = u->kind == UP_MULTIPART ? MULTIPART_OVERHEAD : 0;
     if (length > cfg->max_file_size + overhead) {
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
                         "upload of %lld bytes is over the limit of %lld bytes",
                         (long long)length, (long long)cfg->max_file_size);
         return;
@@ -240,26 +239,26 @@ static void upload_begin(struct ipd_req *r)
                                           r->user_id, ipd_now_ms(), &count,
                                           &bytes);
     if (rc) {
-        ipd_reply_err(r, rc, "checking the quota");
+        ipd_reply_failure(r, rc, NULL, "checking the quota");
         return;
     }
     /* The size is known early only for a raw body with Content-Length. */
     struct ipd_quota q = {cfg->quota_files, cfg->quota_bytes};
     if (ipd_quota_exceeded(&q, count, bytes,
                            u->kind == UP_RAW && length > 0 ? length : 0)) {
-        ipd_reply_err(r, IPD_ERR_QUOTA, "uploading");
+        ipd_reply_failure(r, IPD_ERR_QUOTA, NULL, "uploading");
         return;
     }
     if (u->kind == UP_MULTIPART) {
         u->pp = MHD_create_post_processor(r->conn, PP_BUFFER, on_part, r);
         if (!u->pp)
-            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                             "multipart/form-data needs a boundary parameter");
         return;
     }
     size_t nlen = 0;
     if (!ipd_req_query_n(r, "filename", &nlen)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "a raw upload needs ?filename=NAME (or send "
                         "multipart/form-data with a `file` part)");
         return;
@@ -267,7 +266,7 @@ static void upload_begin(struct ipd_req *r)
     rc = ipd_blob_writer_new(r->app->blobs, u->file_id, cfg->max_file_size,
                              &u->w);
     if (rc)
-        ipd_reply_err(r, rc, "storing the upload");
+        ipd_reply_failure(r, rc, NULL, "storing the upload");
 }
 
 static void upload_data(struct ipd_req *r, const char *data, size_t size)
@@ -290,7 +289,7 @@ static void upload_data(struct ipd_req *r, const char *data, size_t size)
     /* Past twice the limit, stop reading: answer now and let the
      * connection close. */
     if (u->too_large && u->drained > r->app->cfg->max_file_size)
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
                         "upload is over the limit of %lld bytes",
                         (long long)r->app->cfg->max_file_size);
 }
@@ -354,12 +353,12 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
     enum ipd_err rc = ipd_filename_sanitize(name ? name : "", nlen,
                                             f->filename);
     if (rc == IPD_ERR_TOO_LARGE) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "filename is longer than 255 bytes");
         return false;
     }
     if (rc) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         nlen || u->kind == UP_RAW
                             ? "filename must be valid UTF-8 and not empty, "
                               "\".\" or \"..\""
@@ -369,7 +368,7 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
     }
     *ttl_ms = r->app->cfg->file_ttl_ms;
     if (ttl && (ttl_bad || !parse_ttl(ttl, *ttl_ms, ttl_ms))) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "ttl_hours must be a positive number of hours");
         return false;
     }
@@ -441,12 +440,10 @@ static enum ipd_err ingest_write(void *ctx, const void *data, size_t len)
     return ipd_blob_writer_write(u->w, data, len);
 }
 
-static void ingest_fail(struct upload *u, enum ipd_err rc,
-                        enum ipd_http_error he, const char *msg)
+static void ingest_fail(struct upload *u, enum ipd_err rc, const char *msg)
 {
     u->ingest_rc = rc ? rc : IPD_ERR_INVALID;
-    u->ingest_client = true;
-    u->ingest_he = he;
+    u->ingest_detail = true;
     snprintf(u->errmsg, sizeof(u->errmsg), "%s", msg);
 }
 
@@ -464,7 +461,7 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     ipd_buf_init(&err, 512);
     u->ingest_done = true;
     if (stopping) {
-        ingest_fail(u, IPD_ERR_UNAVAILABLE, IPD_HE_UNAVAILABLE,
+        ingest_fail(u, IPD_ERR_UNAVAILABLE,
                     "the service is shutting down; nothing was fetched");
         goto out;
     }
@@ -488,16 +485,18 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     if (rc) {
         ipd_blob_writer_abort(u->w);
         u->w = NULL;
+        /* A URL that cannot be fetched (refused, timed out, gone) is
+         * the request's problem: invalid; our own storage failing is
+         * not. */
         if (rc == IPD_ERR_TOO_LARGE)
-            ingest_fail(u, rc, IPD_HE_PAYLOAD_TOO_LARGE,
+            ingest_fail(u, rc,
                         "the URL's body is over the limit of the upload "
                         "size; nothing was stored");
         else if (rc == IPD_ERR_TIMEOUT)
-            ingest_fail(u, rc, IPD_HE_INVALID_REQUEST,
-                        "fetching the URL timed out");
+            ingest_fail(u, IPD_ERR_INVALID, "fetching the URL timed out");
         else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UNAVAILABLE ||
                  rc == IPD_ERR_FORBIDDEN)
-            ingest_fail(u, rc, IPD_HE_INVALID_REQUEST,
+            ingest_fail(u, IPD_ERR_INVALID,
                         err.len ? err.buf : "the URL could not be fetched");
         else
             u->ingest_rc = rc; /* our own storage failed */
@@ -513,7 +512,7 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     if (rc && u->name) {
         ipd_blob_writer_abort(u->w);
         u->w = NULL;
-        ingest_fail(u, IPD_ERR_INVALID, IPD_HE_INVALID_REQUEST,
+        ingest_fail(u, IPD_ERR_INVALID,
                     "filename must be valid UTF-8 of at most 255 bytes and "
                     "not empty, \".\" or \"..\"");
         goto out;
@@ -533,7 +532,7 @@ out:
 static void upload_json(struct ipd_req *r)
 {
     if (r->body_too_large) {
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
                         "JSON body over %d bytes", IPD_JSON_BODY_MAX);
         return;
     }
@@ -547,7 +546,7 @@ static void upload_json(struct ipd_req *r)
     char ttlbuf[64];
     bool ttl_bad = false;
     if (!json_is_object(doc) || !json_is_string(url)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "a JSON body must be {\"url\": \"https://...\"}; to "
                         "upload a JSON file, send it as multipart/form-data "
                         "or with another Content-Type (e.g. "
@@ -556,7 +555,7 @@ static void upload_json(struct ipd_req *r)
     }
     if (json_string_length(url) > 8192 ||
         strlen(json_string_value(url)) != json_string_length(url)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"url\" must be at most 8192 bytes without NUL");
         goto out;
     }
@@ -564,7 +563,7 @@ static void upload_json(struct ipd_req *r)
         (!json_is_string(name) ||
          strlen(json_string_value(name)) != json_string_length(name) ||
          json_string_length(name) > 1024)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "\"filename\" must be a string");
         goto out;
     }
@@ -577,7 +576,7 @@ static void upload_json(struct ipd_req *r)
         ttl_bad = ttl && !json_is_null(ttl);
     if (ttl_bad || ((json_is_number(ttl) || json_is_string(ttl)) &&
                     !parse_ttl(ttlbuf, u->ttl_ms, &u->ttl_ms))) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "ttl_hours must be a positive number of hours");
         goto out;
     }
@@ -586,7 +585,7 @@ static void upload_json(struct ipd_req *r)
         char tmp[IPD_FILENAME_MAX];
         if (ipd_filename_sanitize(json_string_value(name),
                                   json_string_length(name), tmp)) {
-            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                             "filename must be valid UTF-8 of at most 255 "
                             "bytes and not empty, \".\" or \"..\"");
             goto out;
@@ -594,14 +593,14 @@ static void upload_json(struct ipd_req *r)
         u->name = ipd_xstrdup(json_string_value(name));
     }
     if (!r->app->fetch) {
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                         "URL ingest is unavailable on this server");
         goto out;
     }
     u->url = ipd_xstrdup(json_string_value(url));
     u->ingest_submitted = ipd_bg_submit(r->app->bg, r, ingest_run);
     if (!u->ingest_submitted)
-        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
                         "too many URL fetches are waiting; retry later");
 out:
     json_decref(doc);
@@ -612,11 +611,10 @@ static void ingest_reply(struct ipd_req *r, struct upload *u)
 {
     if (u->ingest_rc == IPD_OK)
         reply_file(r, MHD_HTTP_CREATED, &u->f);
-    else if (u->ingest_client)
-        ipd_reply_error(r, u->ingest_he, "%s", u->errmsg);
     else
-        ipd_reply_err(r, u->ingest_rc,
-                      u->errmsg[0] ? u->errmsg : "fetching the URL");
+        ipd_reply_failure(r, u->ingest_rc,
+                          u->ingest_detail ? u->errmsg : NULL,
+                          u->errmsg[0] ? u->errmsg : "fetching the URL");
 }
 
 static void upload_finish(struct ipd_req *r)
@@ -644,16 +642,16 @@ static void upload_finish(struct ipd_req *r)
                         "multipart body has no `file` part");
     }
     if (u->too_large) {
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE,
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
                         "upload is over the limit of %lld bytes",
                         (long long)r->app->cfg->max_file_size);
         return;
     }
     if (u->failed) {
         if (u->io_err)
-            ipd_reply_err(r, u->io_err, "storing the upload");
+            ipd_reply_failure(r, u->io_err, NULL, "storing the upload");
         else
-            ipd_reply_error(r, u->err, "%s", u->errmsg);
+            ipd_reply_code(r, u->err, "%s", u->errmsg);
         return;
     }
     memset(&f, 0, sizeof(f));
@@ -662,7 +660,7 @@ static void upload_finish(struct ipd_req *r)
     const char *what = NULL;
     rc = store_upload(r, &u->w, u->file_id, "upload", ttl_ms, &f, &what);
     if (rc) {
-        ipd_reply_err(r, rc, what);
+        ipd_reply_failure(r, rc, NULL, what);
         return;
     }
     reply_file(r, MHD_HTTP_CREATED, &f);
@@ -689,17 +687,17 @@ static void files_list(struct ipd_req *r)
 
     /* A NUL inside a value would cut it short: never let that pass. */
     if ((ls && strlen(ls) != lsn) || (cs && strlen(cs) != csn)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "query values must not contain NUL bytes");
         return;
     }
     if (ls && ipd_int_parse(ls, 1, LIST_MAX, &limit)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "limit must be a whole number from 1 to %d", LIST_MAX);
         return;
     }
     if (cs && *cs && !ipd_cursor_parse(cs, &cursor)) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "cursor is not one this server gave out");
         return;
     }
@@ -707,7 +705,7 @@ static void files_list(struct ipd_req *r)
         r->app->meta, r->key.tenant, r->user_id, ipd_now_ms(),
         cs && *cs ? &cursor : NULL, (size_t)limit, &list);
     if (rc) {
-        ipd_reply_err(r, rc, "listing files");
+        ipd_reply_failure(r, rc, NULL, "listing files");
         return;
     }
     /* Written straight into one buffer: building a jansson tree for 50
@@ -749,15 +747,15 @@ const struct ipd_handler ipd_h_files_list = {
 static bool lookup(struct ipd_req *r, struct ipd_file_meta *f)
 {
     if (!ipd_id_valid("file", r->param)) {
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return false;
     }
     enum ipd_err rc = ipd_meta_file_get(r->app->meta, r->key.tenant,
                                         r->user_id, r->param, ipd_now_ms(), f);
     if (rc == IPD_ERR_NOT_FOUND)
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
     else if (rc)
-        ipd_reply_err(r, rc, "reading the file record");
+        ipd_reply_failure(r, rc, NULL, "reading the file record");
     return rc == IPD_OK;
 }
 
@@ -805,8 +803,8 @@ static void files_content(struct ipd_req *r)
         /* Metadata without bytes is our fault, not the client's. */
         ipd_error("request_id=%s file %s has metadata but no bytes (%s)",
                   r->request_id, f.file_id, ipd_err_name(rc));
-        ipd_reply_err(r, rc == IPD_ERR_NOT_FOUND ? IPD_ERR_INTERNAL : rc,
-                      "reading the file");
+        ipd_reply_failure(r, rc == IPD_ERR_NOT_FOUND ? IPD_ERR_INTERNAL : rc,
+                          NULL, "reading the file");
         return;
     }
     /* A local file goes out with sendfile (libmicrohttpd closes the
@@ -825,7 +823,7 @@ static void files_content(struct ipd_req *r)
             ipd_blob_reader_free(reader);
     }
     if (!resp) {
-        ipd_reply_err(r, IPD_ERR_INTERNAL, "sending the file");
+        ipd_reply_failure(r, IPD_ERR_INTERNAL, NULL, "sending the file");
         return;
     }
     char *cd = ipd_content_disposition(f.filename);
@@ -849,18 +847,18 @@ static void files_delete(struct ipd_req *r)
 {
     struct ipd_file_meta f;
     if (!ipd_id_valid("file", r->param)) {
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return;
     }
     enum ipd_err rc = ipd_meta_file_delete(r->app->meta, r->key.tenant,
                                            r->user_id, r->param, ipd_now_ms(),
                                            &f);
     if (rc == IPD_ERR_NOT_FOUND) {
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "no such file");
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return;
     }
     if (rc) {
-        ipd_reply_err(r, rc, "deleting the file");
+        ipd_reply_failure(r, rc, NULL, "deleting the file");
         return;
     }
     /* Metadata first, then bytes: a crash between leaves an orphan blob,

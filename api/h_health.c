@@ -34,7 +34,7 @@ static void readyz(struct ipd_req *r)
         return;
     }
     json_decref(checks);
-    ipd_reply_error(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s%s",
+    ipd_reply_code(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s%s",
                     meta ? " metadata store" : "", blobs ? " blob store" : "",
                     exec ? "" : " executions (no sandbox)",
                     venv ? "" : " venv");

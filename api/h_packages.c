@@ -48,30 +48,12 @@ static void install_run(struct ipd_req *r, bool stopping)
                      &j->results);
 }
 
-bool ipd_packages_check(struct ipd_req *r, const json_t *list)
-{
-    for (size_t i = 0; i < json_array_size(list); i++) {
-        const json_t *s = json_array_get(list, i);
-        /* Length is the requirement parser's business (an "invalid"
-         * result), but nothing absurd gets queued. */
-        if (!json_is_string(s) || json_string_length(s) > 4096 ||
-            strlen(json_string_value(s)) != json_string_length(s)) {
-            ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
-                            "packages[%zu] must be a string without NUL of "
-                            "at most 4096 bytes",
-                            i);
-            return false;
-        }
-    }
-    return true;
-}
-
 /* ---- GET ------------------------------------------------------------- */
 
 static void packages_list(struct ipd_req *r)
 {
     if (!r->app->venv) {
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                         "packages are unavailable on this server (see the "
                         "server log)");
         return;
@@ -98,6 +80,7 @@ const struct ipd_handler ipd_h_packages_list = {
 static struct pkg_job *parse_job(struct ipd_req *r)
 {
     struct pkg_job *j = NULL;
+    char why[128];
     json_t *doc = ipd_req_json_body(r);
     if (!doc)
         return NULL;
@@ -105,14 +88,16 @@ static struct pkg_job *parse_job(struct ipd_req *r)
     size_t n = json_array_size(pk);
     if (!json_is_object(doc) || !json_is_array(pk) || n == 0 ||
         n > PACKAGES_MAX) {
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST,
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "the body must be {\"packages\": [...]} with 1 to "
                         "%d requirement strings",
                         PACKAGES_MAX);
         goto out;
     }
-    if (!ipd_packages_check(r, pk))
+    if (!ipd_requirement_list_ok(pk, why, sizeof(why))) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s", why);
         goto out;
+    }
     j = ipd_xcalloc(1, sizeof(*j));
     j->reqs = ipd_xcalloc(n, sizeof(*j->reqs));
     for (size_t i = 0; i < n; i++)
@@ -127,7 +112,7 @@ static void packages_install(struct ipd_req *r)
     struct pkg_job *j = r->state;
     if (j && j->submitted) {
         if (!j->results)
-            ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+            ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                             "the service is shutting down; nothing was "
                             "installed");
         else
@@ -137,7 +122,7 @@ static void packages_install(struct ipd_req *r)
     }
     IPD_ASSERT(!j);
     if (!r->app->pkgs || !r->app->venv) {
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                         "package installs are unavailable on this server "
                         "(see the server log)");
         return;
@@ -148,7 +133,7 @@ static void packages_install(struct ipd_req *r)
     r->state = j;
     j->submitted = ipd_bg_submit(r->app->pkgs, r, install_run);
     if (!j->submitted)
-        ipd_reply_error(r, IPD_HE_TOO_MANY_REQUESTS,
+        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
                         "%d install requests are waiting; retry later",
                         IPD_INSTALL_QUEUE_MAX);
 }

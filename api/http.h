@@ -59,8 +59,8 @@ struct ipd_app {
     int64_t started_ms;
 };
 
-/* The error codes of CONTRACT.md; ipd_reply_error maps each to its status
- * in one table (errors.c). */
+/* The error codes of CONTRACT.md; reply.c maps each to its status in one
+ * table. */
 enum ipd_http_error {
     IPD_HE_INVALID_REQUEST,
     IPD_HE_INVALID_JSON,
@@ -138,30 +138,34 @@ void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json);
  * b's storage and leaves b empty. */
 void ipd_reply_json_buf(struct ipd_req *r, unsigned status,
                         struct ipd_buf *b);
-/* Reply with the contract's error body; the message is printf-style. */
-void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
-                     const char *fmt, ...) IPD_PRINTF(3, 4);
-/* The request body parsed as JSON (duplicate keys refused), a new
- * reference; NULL after replying 400 invalid_json. */
-json_t *ipd_req_json_body(struct ipd_req *r);
-/* Map a storage error to the contract's error and reply (the one place
- * that turns enum ipd_err into HTTP).  what names the operation for the
- * message and log ("reading the file list"). */
-void ipd_reply_err(struct ipd_req *r, enum ipd_err err, const char *what);
+/* Reply with the contract's error code e (its status from the table in
+ * reply.c); the message is printf-style. */
+void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
+                    const char *fmt, ...) IPD_PRINTF(3, 4);
+/* The contract's error for err: the one place an enum ipd_err becomes an
+ * HTTP status. */
+enum ipd_http_error ipd_http_error_of(enum ipd_err err);
+/* Reply with the contract's error for err.  The message is detail when
+ * given, else made from what, which names the operation ("reading the
+ * file list"). */
+void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
+                       const char *detail, const char *what);
 /* Reply with an MHD response built by the caller (takes ownership). */
 void ipd_reply_response(struct ipd_req *r, unsigned status,
                         struct MHD_Response *resp, uint64_t body_len);
 /* Reply with no body (204, 304). */
 void ipd_reply_empty(struct ipd_req *r, unsigned status);
-/* Add X-Request-Id, CORS and caching headers to a response. */
-void ipd__add_common_headers(struct ipd_req *r, struct MHD_Response *resp);
 
-/* Header and query lookups (borrowed strings, NULL when absent). */
+/* request.c: header and query lookups (borrowed strings, NULL when
+ * absent), and the JSON body. */
 const char *ipd_req_header(struct ipd_req *r, const char *name);
 const char *ipd_req_query(struct ipd_req *r, const char *name);
 /* Query value with its length (may contain NUL bytes). */
 const char *ipd_req_query_n(struct ipd_req *r, const char *name,
                             size_t *len);
+/* The request body parsed as JSON (duplicate keys refused), a new
+ * reference; NULL after replying 400 invalid_json. */
+json_t *ipd_req_json_body(struct ipd_req *r);
 
 /* Authenticate the Authorization header into r->key; replies 401 and
  * returns false on failure. */
@@ -188,11 +192,6 @@ extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;
 struct ipd_sweep_result;
 void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
                         enum ipd_err rc, int64_t at_ms);
-
-/* The elements of a "packages" list (POST /v1/packages, executions):
- * strings without NUL of at most 4096 bytes; otherwise replies 400 naming
- * the first bad one and returns false.  Not a list: nothing checked. */
-bool ipd_packages_check(struct ipd_req *r, const json_t *list);
 
 /* POST /v1/packages runs on a bg pool of one thread with this queue. */
 #define IPD_INSTALL_QUEUE_MAX 16

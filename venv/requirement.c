@@ -500,3 +500,21 @@ enum ipd_err ipd_requirement_format(const struct ipd_requirement *r, char *out,
     }
     return IPD_OK;
 }
+
+bool ipd_requirement_list_ok(const json_t *list, char *why, size_t whysz)
+{
+    for (size_t i = 0; i < json_array_size(list); i++) {
+        const json_t *s = json_array_get(list, i);
+        /* Length is the requirement parser's business (an "invalid"
+         * result), but nothing absurd gets queued. */
+        if (!json_is_string(s) || json_string_length(s) > 4096 ||
+            strlen(json_string_value(s)) != json_string_length(s)) {
+            snprintf(why, whysz,
+                     "packages[%zu] must be a string without NUL of at most "
+                     "4096 bytes",
+                     i);
+            return false;
+        }
+    }
+    return true;
+}

@@ -66,6 +66,8 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#include <jansson.h>
+
 #include "../service/common/buf.h"
 #include "../service/common/ipd.h"
 
@@ -122,5 +124,10 @@ void ipd_package_name_normalize(const char *in, char *out, size_t outsz);
  * and last a letter or digit) of 1 to IPD_REQ_NAME_MAX characters.
  */
 bool ipd_package_name_valid(const char *s);
+
+/* The elements of a "packages" list (POST /v1/packages, executions):
+ * strings without NUL of at most 4096 bytes.  false with why naming the
+ * first bad one; a list that is not an array has nothing to check. */
+bool ipd_requirement_list_ok(const json_t *list, char *why, size_t whysz);
 
 #endif

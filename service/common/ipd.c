@@ -25,6 +25,7 @@ const char *ipd_err_name(enum ipd_err err)
     case IPD_ERR_FORBIDDEN: return "forbidden";
     case IPD_ERR_MEDIA_TYPE: return "unsupported_media_type";
     case IPD_ERR_TIMEOUT: return "timeout";
+    case IPD_ERR_BUSY: return "busy";
     }
     return "unknown";
 }

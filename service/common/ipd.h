@@ -36,6 +36,7 @@ enum ipd_err {
     IPD_ERR_FORBIDDEN = 11,    /* key valid but not allowed here */
     IPD_ERR_MEDIA_TYPE = 12,   /* unsupported Content-Type */
     IPD_ERR_TIMEOUT = 13,      /* an operation ran out of time */
+    IPD_ERR_BUSY = 14,         /* a queue or table is full; retry later */
 };
 
 /* A short stable name for an error ("not_found"); never NULL, static. */

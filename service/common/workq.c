@@ -132,7 +132,7 @@ enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
     if (q->stop)
         rc = IPD_ERR_UNAVAILABLE;
     else if (q->queued + q->running >= q->n + q->queue_max)
-        rc = IPD_ERR_CONFLICT;
+        rc = IPD_ERR_BUSY;
     else if (admit)
         rc = admit(arg);
     if (!rc) {

@@ -40,7 +40,7 @@ void ipd_workq_stop(struct ipd_workq *q);
 void ipd_workq_free(struct ipd_workq *q);
 /* Queue fn(arg), then done(arg) (done may be NULL).  IPD_OK: queued (fn
  * and done will run exactly once); IPD_ERR_UNAVAILABLE: stopping;
- * IPD_ERR_CONFLICT: full; or admit's refusal.  Unless IPD_OK, nothing was
+ * IPD_ERR_BUSY: full; or admit's refusal.  Unless IPD_OK, nothing was
  * queued and arg is the caller's. */
 enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
                               ipd_workq_done_fn done, void *arg,

@@ -126,7 +126,7 @@ static void capacity_admission_and_stop(void)
     CHECK_INT(ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)1, NULL),
               IPD_OK);
     CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL, NULL),
-              IPD_ERR_CONFLICT);
+              IPD_ERR_BUSY);
     unsigned running = 9, queued = 9;
     ipd_workq_counts(q, &running, &queued);
     CHECK_INT(running, 1);
@@ -137,7 +137,7 @@ static void capacity_admission_and_stop(void)
     REQUIRE(pthread_create(&t, NULL, free_queue, q) == 0);
     do
         rc = ipd_workq_submit(q, never_runs, NULL, NULL, NULL);
-    while (rc == IPD_ERR_CONFLICT);
+    while (rc == IPD_ERR_BUSY);
     CHECK_INT(rc, IPD_ERR_UNAVAILABLE);
     gate_open(&g);
     pthread_join(t, NULL);

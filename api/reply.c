@@ -1,6 +1,7 @@
 /*
- * errors.c - replies: JSON bodies, the contract's error body, and the one
- * mapping from internal errors to HTTP statuses.
+ * reply.c - replies: JSON bodies, the contract's error body, the common
+ * headers, and the one mapping from internal errors to HTTP statuses
+ * (ipd_http_error_of).
  */
 #include <stdarg.h>
 #include <stdio.h>
@@ -34,12 +35,28 @@ static const struct {
     [IPD_HE_QUOTA_EXCEEDED] = {507, "quota_exceeded"},
 };
 
+static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
+{
+    MHD_add_response_header(resp, "X-Request-Id", r->request_id);
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (r->allow)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->origin) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin",
+                                r->origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+        MHD_add_response_header(
+            resp, "Access-Control-Expose-Headers",
+            "X-Request-Id, ETag, Content-Disposition, Retry-After");
+    }
+}
+
 void ipd_reply_response(struct ipd_req *r, unsigned status,
                         struct MHD_Response *resp, uint64_t body_len)
 {
     IPD_ASSERT(!r->status);
     IPD_ASSERT(resp);
-    ipd__add_common_headers(r, resp);
+    add_common_headers(r, resp);
     r->status = status;
     r->bytes_out = body_len;
     if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
@@ -70,7 +87,7 @@ void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
     if (!text) {
         /* A value that could not be built or encoded is our bug, never a
          * reason to stop serving. */
-        ipd_reply_error(r, IPD_HE_INTERNAL_ERROR,
+        ipd_reply_code(r, IPD_HE_INTERNAL_ERROR,
                         "the reply could not be encoded");
         return;
     }
@@ -93,7 +110,7 @@ void ipd_reply_empty(struct ipd_req *r, unsigned status)
     ipd_reply_response(r, status, resp, 0);
 }
 
-void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
+void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
                      const char *fmt, ...)
 {
     char raw[1024], msg[1024];
@@ -153,39 +170,68 @@ void ipd_reply_error(struct ipd_req *r, enum ipd_http_error e,
     ipd_reply_response(r, status, resp, len);
 }
 
-void ipd_reply_err(struct ipd_req *r, enum ipd_err err, const char *what)
+enum ipd_http_error ipd_http_error_of(enum ipd_err err)
 {
     switch (err) {
+    case IPD_ERR_NOT_FOUND: return IPD_HE_NOT_FOUND;
+    case IPD_ERR_INVALID: return IPD_HE_INVALID_REQUEST;
+    case IPD_ERR_CONFLICT: return IPD_HE_CONFLICT;
+    case IPD_ERR_TOO_LARGE: return IPD_HE_PAYLOAD_TOO_LARGE;
+    case IPD_ERR_QUOTA: return IPD_HE_QUOTA_EXCEEDED;
+    case IPD_ERR_BUSY: return IPD_HE_TOO_MANY_REQUESTS;
+    case IPD_ERR_UNAUTHORIZED: return IPD_HE_UNAUTHORIZED;
+    case IPD_ERR_FORBIDDEN: return IPD_HE_FORBIDDEN;
+    case IPD_ERR_MEDIA_TYPE: return IPD_HE_UNSUPPORTED_MEDIA_TYPE;
+    case IPD_ERR_UNAVAILABLE:
+    case IPD_ERR_TIMEOUT: return IPD_HE_UNAVAILABLE;
+    case IPD_OK: /* replying a failure without one is our bug */
+    case IPD_ERR_NOMEM:
+    case IPD_ERR_IO:
+    case IPD_ERR_INTERNAL: break;
+    }
+    return IPD_HE_INTERNAL_ERROR;
+}
+
+void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
+                       const char *detail, const char *what)
+{
+    enum ipd_http_error he = ipd_http_error_of(err);
+    if (detail && *detail) {
+        ipd_reply_code(r, he, "%s", detail);
+        return;
+    }
+    switch (err) {
     case IPD_ERR_NOT_FOUND:
-        ipd_reply_error(r, IPD_HE_NOT_FOUND, "not found");
+        ipd_reply_code(r, he, "not found");
         return;
     case IPD_ERR_INVALID:
-        ipd_reply_error(r, IPD_HE_INVALID_REQUEST, "invalid %s", what);
+        ipd_reply_code(r, he, "invalid %s", what);
         return;
     case IPD_ERR_CONFLICT:
-        ipd_reply_error(r, IPD_HE_CONFLICT, "conflict while %s", what);
+        ipd_reply_code(r, he, "conflict while %s", what);
         return;
     case IPD_ERR_TOO_LARGE:
-        ipd_reply_error(r, IPD_HE_PAYLOAD_TOO_LARGE, "%s: too large", what);
+        ipd_reply_code(r, he, "%s: too large", what);
         return;
     case IPD_ERR_QUOTA:
-        ipd_reply_error(r, IPD_HE_QUOTA_EXCEEDED,
-                        "the user's storage quota is exhausted");
+        ipd_reply_code(r, he, "the user's storage quota is exhausted");
+        return;
+    case IPD_ERR_BUSY:
+        ipd_reply_code(r, he, "too busy while %s; retry later", what);
         return;
     case IPD_ERR_UNAUTHORIZED:
-        ipd_reply_error(r, IPD_HE_UNAUTHORIZED, "invalid API key");
+        ipd_reply_code(r, he, "invalid API key");
         return;
     case IPD_ERR_FORBIDDEN:
-        ipd_reply_error(r, IPD_HE_FORBIDDEN, "not allowed");
+        ipd_reply_code(r, he, "not allowed");
         return;
     case IPD_ERR_MEDIA_TYPE:
-        ipd_reply_error(r, IPD_HE_UNSUPPORTED_MEDIA_TYPE,
-                        "unsupported content type");
+        ipd_reply_code(r, he, "unsupported content type");
         return;
     case IPD_ERR_UNAVAILABLE:
     case IPD_ERR_TIMEOUT:
-        ipd_reply_error(r, IPD_HE_UNAVAILABLE,
-                        "storage is unavailable while %s; retry later", what);
+        ipd_reply_code(r, he, "storage is unavailable while %s; retry later",
+                       what);
         return;
     case IPD_OK:
     case IPD_ERR_NOMEM:
@@ -193,17 +239,6 @@ void ipd_reply_err(struct ipd_req *r, enum ipd_err err, const char *what)
     case IPD_ERR_INTERNAL:
         break;
     }
-    ipd_reply_error(r, IPD_HE_INTERNAL_ERROR, "internal error while %s (%s)",
-                    what, ipd_err_name(err));
-}
-
-json_t *ipd_req_json_body(struct ipd_req *r)
-{
-    json_error_t jerr;
-    json_t *doc = json_loadb(r->body.buf, r->body.len,
-                             JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
-    if (!doc)
-        ipd_reply_error(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
-                        jerr.text, jerr.line);
-    return doc;
+    ipd_reply_code(r, he, "internal error while %s (%s)", what,
+                   ipd_err_name(err));
 }
