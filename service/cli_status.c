@@ -44,9 +44,66 @@ static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX])
     return ok && out[0];
 }
 
+/* The server's own address from --listen, with the parser it listens
+ * with; a wildcard address is reached on loopback.  host is the URL's
+ * form ("[::1]"), addr the bare address. */
+static bool server_address(const struct ipd_config *cfg, char *host,
+                           size_t hostsz, char addr[INET6_ADDRSTRLEN],
+                           unsigned *port)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    bool v6 = false;
+    if (ipd_listen_parse(cfg->listen, &ss, &sslen, &v6)) {
+        fprintf(stderr, "interpd status: invalid --listen %s\n", cfg->listen);
+        return false;
+    }
+    if (v6) {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr))
+            a->sin6_addr = in6addr_loopback;
+        inet_ntop(AF_INET6, &a->sin6_addr, addr, INET6_ADDRSTRLEN);
+        *port = ntohs(a->sin6_port);
+        snprintf(host, hostsz, "[%s]", addr);
+    } else {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        if (a->sin_addr.s_addr == htonl(INADDR_ANY))
+            a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        inet_ntop(AF_INET, &a->sin_addr, addr, INET6_ADDRSTRLEN);
+        *port = ntohs(a->sin_port);
+        snprintf(host, hostsz, "%s", addr);
+    }
+    if (!*port) {
+        fprintf(stderr, "interpd status: --listen %s does not name the "
+                        "running server's port\n",
+                cfg->listen);
+        return false;
+    }
+    return true;
+}
+
+/* The answer, pretty-printed on stdout. */
+static bool print_json(const struct ipd_buf *body)
+{
+    json_error_t jerr;
+    json_t *doc = json_loadb(body->buf, body->len, 0, &jerr);
+    if (!doc) {
+        fprintf(stderr, "interpd status: the answer is not JSON\n");
+        return false;
+    }
+    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS);
+    if (text)
+        puts(text);
+    free(text);
+    json_decref(doc);
+    return true;
+}
+
 int ipd_cli_status(struct ipd_config *cfg)
 {
     char key[KEY_MAX], host[256], auth[KEY_MAX + 32], allow_spec[300];
+    char addr[INET6_ADDRSTRLEN];
+    unsigned port = 0;
     struct ipd_fetch_allowlist *allow = NULL;
     struct ipd_fetch_opts o;
     struct ipd_fetch_result res;
@@ -57,39 +114,8 @@ int ipd_cli_status(struct ipd_config *cfg)
     ipd_buf_init(&url, 1024);
     ipd_fetch_result_init(&res);
 
-    /* The server's own address, from the same parser it listens with;
-     * a wildcard address is reached on loopback. */
-    struct sockaddr_storage ss;
-    socklen_t sslen = 0;
-    bool v6 = false;
-    char addr[INET6_ADDRSTRLEN];
-    unsigned port = 0;
-    if (ipd_listen_parse(cfg->listen, &ss, &sslen, &v6)) {
-        fprintf(stderr, "interpd status: invalid --listen %s\n", cfg->listen);
-        goto out;
-    }
-    if (v6) {
-        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
-        if (IN6_IS_ADDR_UNSPECIFIED(&a->sin6_addr))
-            a->sin6_addr = in6addr_loopback;
-        inet_ntop(AF_INET6, &a->sin6_addr, addr, sizeof(addr));
-        port = ntohs(a->sin6_port);
-        snprintf(host, sizeof(host), "[%s]", addr);
-    } else {
-        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
-        if (a->sin_addr.s_addr == htonl(INADDR_ANY))
-            a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        inet_ntop(AF_INET, &a->sin_addr, addr, sizeof(addr));
-        port = ntohs(a->sin_port);
-        snprintf(host, sizeof(host), "%s", addr);
-    }
-    if (!port) {
-        fprintf(stderr, "interpd status: --listen %s does not name the "
-                        "running server's port\n",
-                cfg->listen);
-        goto out;
-    }
-    if (!admin_key(cfg, key))
+    if (!server_address(cfg, host, sizeof(host), addr, &port) ||
+        !admin_key(cfg, key))
         goto out;
     /* Our own server may be on a private address: let the guard through
      * to that one address only. */
@@ -114,18 +140,8 @@ int ipd_cli_status(struct ipd_config *cfg)
                 err.len ? err.buf : ipd_err_name(rc));
         goto out;
     }
-    json_error_t jerr;
-    json_t *doc = json_loadb(body.buf, body.len, 0, &jerr);
-    if (!doc) {
-        fprintf(stderr, "interpd status: the answer is not JSON\n");
-        goto out;
-    }
-    char *text = json_dumps(doc, JSON_INDENT(2) | JSON_SORT_KEYS);
-    if (text)
-        puts(text);
-    free(text);
-    json_decref(doc);
-    code = 0;
+    if (print_json(&body))
+        code = 0;
 out:
     ipd_fetch_allowlist_free(allow);
     ipd_fetch_result_release(&res);

@@ -494,123 +494,126 @@ static const struct opt *parse_flag(int argc, const char *const *argv, int *i,
     return o;
 }
 
-enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
-                             const char *const *argv, const char ***rest,
-                             size_t *nrest, struct ipd_buf *err)
+/* --config wins over INTERPD_CONFIG; the file comes first in precedence
+ * order, so it is found before anything else is read. */
+static const char *config_file(int argc, const char *const *argv)
 {
-    enum ipd_err rc = IPD_OK;
     const char *file = getenv("INTERPD_CONFIG");
-    const char **pos = ipd_xcalloc((size_t)argc + 1, sizeof(*pos));
-    size_t npos = 0;
-    const char *value = NULL;
-
-    /* The config file comes first in precedence order, so find it first. */
     for (int i = 0; i < argc; i++) {
         if (!strcmp(argv[i], "--config") && i + 1 < argc)
             file = argv[i + 1];
         else if (!strncmp(argv[i], "--config=", 9))
             file = argv[i] + 9;
     }
-    if (file) {
-        rc = ipd_config_set(c, "config", file, "flag", err);
-        if (!rc)
-            rc = load_file(c, file, err);
-        if (rc)
-            goto out;
+    return file;
+}
+
+/* --policy.<name>.<key> VALUE or =VALUE at argv[*i]; advances *i past a
+ * separate value. */
+static enum ipd_err policy_flag(struct ipd_config *c, int argc,
+                                const char *const *argv, int *i, size_t nlen,
+                                struct ipd_buf *err)
+{
+    const char *arg = argv[*i], *value;
+    char key[128];
+    if (nlen >= sizeof(key)) {
+        ipd_buf_addf(err, "option %s is too long", arg);
+        return IPD_ERR_INVALID;
     }
-    rc = load_env(c, err);
-    if (rc)
-        goto out;
+    memcpy(key, arg + 2, nlen);
+    key[nlen] = '\0';
+    if (arg[2 + nlen] == '=') {
+        value = arg + 2 + nlen + 1;
+    } else if (*i + 1 < argc) {
+        value = argv[++*i];
+    } else {
+        ipd_buf_addf(err, "option --%s needs a value", key);
+        return IPD_ERR_INVALID;
+    }
+    return set_policy(c, key, value, "flag", err);
+}
+
+/* The command line over what the file and the environment set.  Words
+ * that are not options (and, with rest wanted, options we don't know) go
+ * to pos. */
+static enum ipd_err load_flags(struct ipd_config *c, int argc,
+                               const char *const *argv, bool want_rest,
+                               const char **pos, size_t *npos,
+                               struct ipd_buf *err)
+{
+    const char *value = NULL;
+    enum ipd_err rc;
     for (int i = 0; i < argc; i++) {
         if (strncmp(argv[i], "--", 2) != 0 || !argv[i][2]) {
-            pos[npos++] = argv[i];
+            pos[(*npos)++] = argv[i];
             continue;
         }
         size_t nlen = strcspn(argv[i] + 2, "=");
         if (is_policy_key(argv[i] + 2, nlen)) {
-            char key[128];
-            if (nlen >= sizeof(key)) {
-                ipd_buf_addf(err, "option %s is too long", argv[i]);
-                rc = IPD_ERR_INVALID;
-                goto out;
-            }
-            memcpy(key, argv[i] + 2, nlen);
-            key[nlen] = '\0';
-            if (argv[i][2 + nlen] == '=') {
-                value = argv[i] + 2 + nlen + 1;
-            } else if (i + 1 < argc) {
-                value = argv[++i];
-            } else {
-                ipd_buf_addf(err, "option --%s needs a value", key);
-                rc = IPD_ERR_INVALID;
-                goto out;
-            }
-            rc = set_policy(c, key, value, "flag", err);
+            rc = policy_flag(c, argc, argv, &i, nlen, err);
             if (rc)
-                goto out;
+                return rc;
             continue;
         }
-        /* With rest wanted, flags we don't know belong to the command. */
-        if (rest && !find_opt(argv[i] + 2, nlen)) {
-            pos[npos++] = argv[i];
+        if (want_rest && !find_opt(argv[i] + 2, nlen)) {
+            pos[(*npos)++] = argv[i];
             continue;
         }
         const struct opt *o = parse_flag(argc, argv, &i, &value, err);
-        if (!o) {
-            rc = IPD_ERR_INVALID;
-            goto out;
-        }
+        if (!o)
+            return IPD_ERR_INVALID;
         rc = set_opt(c, o, value, "flag", err);
         if (rc)
-            goto out;
+            return rc;
     }
-    if (!rest && npos) {
-        ipd_buf_addf(err, "unexpected argument \"%s\"", pos[0]);
-        rc = IPD_ERR_INVALID;
-        goto out;
-    }
+    return IPD_OK;
+}
+
+/* Stores, sizes and the venv's clone mode. */
+static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
+{
     if (!c->data_dir) {
         ipd_buf_adds(err, "data-dir must not be empty");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
     if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1 ||
         c->exec_slots < 0 || c->exec_queue < 0) {
         ipd_buf_adds(err, "max-file-size and max-connections must be "
                           "positive; threads, exec-slots and exec-queue 0 "
                           "or more");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
     if (!c->blob_store || (strcmp(c->blob_store, "local") != 0 &&
                            strcmp(c->blob_store, "gridfs") != 0)) {
         ipd_buf_adds(err, "blob-store must be local or gridfs");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
     if (!strcmp(c->blob_store, "gridfs") && !c->mongo_uri) {
         ipd_buf_adds(err, "blob-store gridfs needs mongo-uri");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
     if (!c->venv_clone || (strcmp(c->venv_clone, "link") != 0 &&
                            strcmp(c->venv_clone, "copy") != 0)) {
         ipd_buf_adds(err, "venv-clone must be link or copy");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
+    return true;
+}
+
+/* The background jobs' intervals, timeouts and ages.  Timeouts and
+ * delays are added to clock readings: bounded, so no "never" can wrap
+ * them. */
+static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
+{
+    const int64_t day = 86400000;
     if (c->sweep_interval_ms <= 0 || c->reconcile_interval_ms <= 0 ||
         c->orphan_min_age_ms <= 0 || c->orphan_min_age_ms == IPD_TIME_NEVER ||
         c->lease_ttl_ms < 1000 || c->lease_ttl_ms == IPD_TIME_NEVER) {
         ipd_buf_adds(err, "sweep-interval and reconcile-interval must be "
                           "positive (or never), orphan-min-age positive, "
                           "lease-ttl at least 1s");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
-    /* Timeouts and delays are added to clock readings: bounded, so no
-     * "never" can wrap them. */
-    const int64_t day = 86400000;
     if (c->fetch_connect_timeout_ms <= 0 || c->fetch_timeout_ms <= 0 ||
         c->fetch_connect_timeout_ms > day || c->fetch_timeout_ms > day ||
         c->fetch_max_redirects < 0 || c->fetch_max_redirects > 20 ||
@@ -620,30 +623,66 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
                           "positive and at most 1d, result-ttl positive, "
                           "callback-retry-delay at most 1d, "
                           "fetch-max-redirects 0 to 20");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
     if (c->venv_max_age_ms <= 0 || c->pip_timeout_ms <= 0 ||
         c->pip_timeout_ms > day || c->venv_check_interval_ms <= 0) {
         ipd_buf_adds(err, "venv-max-age and venv-check-interval must be "
                           "positive (or never), pip-timeout positive and at "
                           "most 1d");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
     if (c->file_ttl_ms <= 0) {
         ipd_buf_adds(err, "file-ttl must be positive or \"never\"");
-        rc = IPD_ERR_INVALID;
-        goto out;
+        return false;
     }
+    return true;
+}
+
+/* Each execution policy's timeouts. */
+static bool check_policies(const struct ipd_config *c, struct ipd_buf *err)
+{
     for (size_t i = 0; i < c->n_policies; i++) {
         const struct ipd_policy *p = &c->policies[i];
         if (p->timeout_ms > p->max_timeout_ms) {
             ipd_buf_addf(err, "policy %s: timeout is longer than its "
                               "max-timeout", p->name);
-            rc = IPD_ERR_INVALID;
-            goto out;
+            return false;
         }
+    }
+    return true;
+}
+
+enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
+                             const char *const *argv, const char ***rest,
+                             size_t *nrest, struct ipd_buf *err)
+{
+    enum ipd_err rc = IPD_OK;
+    const char *file = config_file(argc, argv);
+    const char **pos = ipd_xcalloc((size_t)argc + 1, sizeof(*pos));
+    size_t npos = 0;
+
+    if (file) {
+        rc = ipd_config_set(c, "config", file, "flag", err);
+        if (!rc)
+            rc = load_file(c, file, err);
+        if (rc)
+            goto out;
+    }
+    rc = load_env(c, err);
+    if (!rc)
+        rc = load_flags(c, argc, argv, rest != NULL, pos, &npos, err);
+    if (rc)
+        goto out;
+    if (!rest && npos) {
+        ipd_buf_addf(err, "unexpected argument \"%s\"", pos[0]);
+        rc = IPD_ERR_INVALID;
+        goto out;
+    }
+    if (!check_storage(c, err) || !check_times(c, err) ||
+        !check_policies(c, err)) {
+        rc = IPD_ERR_INVALID;
+        goto out;
     }
     if (rest) {
         *rest = pos;
