@@ -65,9 +65,8 @@ void ipd_reply_response(struct ipd_req *r, unsigned status,
     MHD_destroy_response(resp);
 }
 
-/* A JSON body we own (malloc'd text of len bytes). */
-static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
-                            size_t len)
+/* A response for a JSON body we own (malloc'd text of len bytes). */
+static struct MHD_Response *json_response(char *text, size_t len)
 {
     struct MHD_Response *resp = MHD_create_response_from_buffer(
         len, text, MHD_RESPMEM_MUST_FREE);
@@ -75,7 +74,13 @@ static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             "application/json");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
-    ipd_reply_response(r, status, resp, len);
+    return resp;
+}
+
+static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
+                            size_t len)
+{
+    ipd_reply_response(r, status, json_response(text, len), len);
 }
 
 void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
@@ -149,12 +154,7 @@ void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
         text = ipd_xstrdup("{\"error\":{\"code\":\"internal_error\"}}");
         len = strlen(text);
     }
-    struct MHD_Response *resp = MHD_create_response_from_buffer(
-        len, text, MHD_RESPMEM_MUST_FREE);
-    IPD_ASSERT(resp);
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
-                            "application/json");
-    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    struct MHD_Response *resp = json_response(text, len);
     if (e == IPD_HE_UNAUTHORIZED)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer");
@@ -170,75 +170,58 @@ void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
     ipd_reply_response(r, status, resp, len);
 }
 
+/* The one place an enum ipd_err becomes an HTTP status: its contract
+ * error, and the message when the caller has no detail: pre, then the
+ * operation ("what") unless post is NULL, then post.  Errors not listed
+ * (IPD_OK included: a failure without one is our bug) are
+ * internal_error. */
+static const struct {
+    bool set;
+    enum ipd_http_error he;
+    const char *pre, *post;
+} failures[] = {
+    [IPD_ERR_NOT_FOUND] = {true, IPD_HE_NOT_FOUND, "not found", NULL},
+    [IPD_ERR_INVALID] = {true, IPD_HE_INVALID_REQUEST, "invalid ", ""},
+    [IPD_ERR_CONFLICT] = {true, IPD_HE_CONFLICT, "conflict while ", ""},
+    [IPD_ERR_TOO_LARGE] = {true, IPD_HE_PAYLOAD_TOO_LARGE, "", ": too large"},
+    [IPD_ERR_QUOTA] = {true, IPD_HE_QUOTA_EXCEEDED,
+                       "the user's storage quota is exhausted", NULL},
+    [IPD_ERR_BUSY] = {true, IPD_HE_TOO_MANY_REQUESTS, "too busy while ",
+                      "; retry later"},
+    [IPD_ERR_UNAUTHORIZED] = {true, IPD_HE_UNAUTHORIZED, "invalid API key",
+                              NULL},
+    [IPD_ERR_FORBIDDEN] = {true, IPD_HE_FORBIDDEN, "not allowed", NULL},
+    [IPD_ERR_MEDIA_TYPE] = {true, IPD_HE_UNSUPPORTED_MEDIA_TYPE,
+                            "unsupported content type", NULL},
+    [IPD_ERR_UNAVAILABLE] = {true, IPD_HE_UNAVAILABLE,
+                             "storage is unavailable while ",
+                             "; retry later"},
+    [IPD_ERR_TIMEOUT] = {true, IPD_HE_UNAVAILABLE,
+                         "storage is unavailable while ", "; retry later"},
+};
+
+static bool listed(enum ipd_err err)
+{
+    return (size_t)err < IPD_ARRAY_LEN(failures) && failures[err].set;
+}
+
 enum ipd_http_error ipd_http_error_of(enum ipd_err err)
 {
-    switch (err) {
-    case IPD_ERR_NOT_FOUND: return IPD_HE_NOT_FOUND;
-    case IPD_ERR_INVALID: return IPD_HE_INVALID_REQUEST;
-    case IPD_ERR_CONFLICT: return IPD_HE_CONFLICT;
-    case IPD_ERR_TOO_LARGE: return IPD_HE_PAYLOAD_TOO_LARGE;
-    case IPD_ERR_QUOTA: return IPD_HE_QUOTA_EXCEEDED;
-    case IPD_ERR_BUSY: return IPD_HE_TOO_MANY_REQUESTS;
-    case IPD_ERR_UNAUTHORIZED: return IPD_HE_UNAUTHORIZED;
-    case IPD_ERR_FORBIDDEN: return IPD_HE_FORBIDDEN;
-    case IPD_ERR_MEDIA_TYPE: return IPD_HE_UNSUPPORTED_MEDIA_TYPE;
-    case IPD_ERR_UNAVAILABLE:
-    case IPD_ERR_TIMEOUT: return IPD_HE_UNAVAILABLE;
-    case IPD_OK: /* replying a failure without one is our bug */
-    case IPD_ERR_NOMEM:
-    case IPD_ERR_IO:
-    case IPD_ERR_INTERNAL: break;
-    }
-    return IPD_HE_INTERNAL_ERROR;
+    return listed(err) ? failures[err].he : IPD_HE_INTERNAL_ERROR;
 }
 
 void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
                        const char *detail, const char *what)
 {
     enum ipd_http_error he = ipd_http_error_of(err);
-    if (detail && *detail) {
+    if (detail && *detail)
         ipd_reply_code(r, he, "%s", detail);
-        return;
-    }
-    switch (err) {
-    case IPD_ERR_NOT_FOUND:
-        ipd_reply_code(r, he, "not found");
-        return;
-    case IPD_ERR_INVALID:
-        ipd_reply_code(r, he, "invalid %s", what);
-        return;
-    case IPD_ERR_CONFLICT:
-        ipd_reply_code(r, he, "conflict while %s", what);
-        return;
-    case IPD_ERR_TOO_LARGE:
-        ipd_reply_code(r, he, "%s: too large", what);
-        return;
-    case IPD_ERR_QUOTA:
-        ipd_reply_code(r, he, "the user's storage quota is exhausted");
-        return;
-    case IPD_ERR_BUSY:
-        ipd_reply_code(r, he, "too busy while %s; retry later", what);
-        return;
-    case IPD_ERR_UNAUTHORIZED:
-        ipd_reply_code(r, he, "invalid API key");
-        return;
-    case IPD_ERR_FORBIDDEN:
-        ipd_reply_code(r, he, "not allowed");
-        return;
-    case IPD_ERR_MEDIA_TYPE:
-        ipd_reply_code(r, he, "unsupported content type");
-        return;
-    case IPD_ERR_UNAVAILABLE:
-    case IPD_ERR_TIMEOUT:
-        ipd_reply_code(r, he, "storage is unavailable while %s; retry later",
-                       what);
-        return;
-    case IPD_OK:
-    case IPD_ERR_NOMEM:
-    case IPD_ERR_IO:
-    case IPD_ERR_INTERNAL:
-        break;
-    }
-    ipd_reply_code(r, he, "internal error while %s (%s)", what,
-                   ipd_err_name(err));
+    else if (!listed(err))
+        ipd_reply_code(r, he, "internal error while %s (%s)", what,
+                       ipd_err_name(err));
+    else if (!failures[err].post)
+        ipd_reply_code(r, he, "%s", failures[err].pre);
+    else
+        ipd_reply_code(r, he, "%s%s%s", failures[err].pre, what,
+                       failures[err].post);
 }
