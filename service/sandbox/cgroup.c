@@ -1,5 +1,5 @@
 /*
- * sandbox_cgroup.c - per-run cgroups for the sandbox: memory and process
+ * cgroup.c - per-run cgroups for the sandbox: memory and process
  * limits, OOM and CPU counters, and killing a whole tree.
  *
  * Layout: at probe time a parent cgroup "<name>" is created (once, and
@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
-#include "sandbox.h"
+#include "sandbox_internal.h"
 
 #define CG_PATH 512
 

@@ -61,7 +61,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
-#include "sandbox.h"
+#include "sandbox_internal.h"
 #include "../common/util.h"
 
 #define DEFAULT_HOST_ID 200000
