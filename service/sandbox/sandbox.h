@@ -1,7 +1,7 @@
 /*
  * sandbox.h - run one program in a fresh, locked-down process tree.
  *
- * Isolation model (details in sandbox.c):
+ * Isolation model (details in child.c):
  *   - new user, pid, mount, IPC, UTS and cgroup namespaces, plus an empty
  *     network namespace unless the policy allows network;
  *   - uid/gid inside (default 1000) map to ONE unprivileged host uid/gid
