@@ -456,9 +456,46 @@ IPD_NORETURN static void c2_main(struct plan *pl)
     fail(pl, "execve", pl->argv[0], errno);
 }
 
-IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
+/* C1 is a copy of P: its /proc/1/cmdline (world-readable in the
+ * namespace) would show the service's command line.  Wipe the copy's
+ * argv and environment areas. */
+static void wipe_cmdline(const struct plan *pl)
+{
+    if (pl->st->arg_end > pl->st->arg_start)
+        memset((void *)pl->st->arg_start, 0,
+               pl->st->arg_end - pl->st->arg_start);
+    if (pl->st->env_end > pl->st->env_start)
+        memset((void *)pl->st->env_start, 0,
+               pl->st->env_end - pl->st->env_start);
+}
+
+/* Init: reap everything until the program itself (c2) is gone, send P
+ * its wait status and exit. */
+IPD_NORETURN static void init_loop(const struct plan *pl, pid_t c2)
 {
     struct ctl_msg m;
+
+    memset(&m, 0, sizeof m);
+    m.kind = MSG_STATUS;
+    for (;;) {
+        int status = 0;
+        pid_t w = (pid_t)wait4(-1, &status, __WALL, NULL);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w < 0)
+            _exit(SETUP_FAIL_EXIT); /* cannot happen: c2 not yet reaped */
+        if (w == c2) {
+            m.status = status;
+            break;
+        }
+    }
+    (void)getrusage(RUSAGE_CHILDREN, &m.ru_all);
+    send_msg(pl->ctl, &m);
+    _exit(0); /* the kernel now kills the rest of the namespace */
+}
+
+IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
+{
     pid_t c2;
     char byte = 0;
     ssize_t n;
@@ -488,16 +525,7 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
         syscall(SYS_setfsuid, pl->inner_uid) < 0)
         fail(pl, "setfsuid", NULL, errno);
 
-    /* C1 is a copy of P: its /proc/1/cmdline (world-readable in the
-     * namespace) would show the service's command line.  Wipe the copy's
-     * argv and environment areas. */
-    if (pl->st->arg_end > pl->st->arg_start)
-        memset((void *)pl->st->arg_start, 0,
-               pl->st->arg_end - pl->st->arg_start);
-    if (pl->st->env_end > pl->st->env_start)
-        memset((void *)pl->st->env_start, 0,
-               pl->st->env_end - pl->st->env_start);
-
+    wipe_cmdline(pl);
     build_root(pl);
     if (sethostname("sandbox", 7) != 0)
         fail(pl, "sethostname", NULL, errno);
@@ -521,24 +549,7 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
     if (pl->in_r >= 0)
         close(pl->in_r);
 
-    /* Init: reap everything until the program itself is gone. */
-    memset(&m, 0, sizeof m);
-    m.kind = MSG_STATUS;
-    for (;;) {
-        int status = 0;
-        pid_t w = (pid_t)wait4(-1, &status, __WALL, NULL);
-        if (w < 0 && errno == EINTR)
-            continue;
-        if (w < 0)
-            _exit(SETUP_FAIL_EXIT); /* cannot happen: c2 not yet reaped */
-        if (w == c2) {
-            m.status = status;
-            break;
-        }
-    }
-    (void)getrusage(RUSAGE_CHILDREN, &m.ru_all);
-    send_msg(pl->ctl, &m);
-    _exit(0); /* the kernel now kills the rest of the namespace */
+    init_loop(pl, c2);
 }
 
 static void write_maps(const struct plan *pl, pid_t c1)
