@@ -579,6 +579,174 @@ static void close_fd(int *fd)
     *fd = -1;
 }
 
+/* The stdio pipes and the control socket of one run until the clone.
+ * out, err: C2 writes [1], P reads [0]; in: P writes [1] (only with stdin
+ * data); ctl: P holds [0], the children [1]. */
+struct pipes {
+    int out[2], err[2], in[2], ctl[2];
+};
+
+/* What every way out of a run leaves initialised, and the run's state. */
+static void run_init(struct run *r, struct ipd_sandbox_result *out)
+{
+    memset(out, 0, sizeof *out);
+    memset(r, 0, sizeof *r);
+    out->output_dirfd = -1;
+    out->exit_code = -1;
+    r->out = out;
+    r->out_r = r->err_r = r->in_w = r->ctl = r->pidfd = r->c1fd = -1;
+    ipd_buf_init(&out->out, IPD_BUF_UNLIMITED);
+    ipd_buf_init(&out->err, IPD_BUF_UNLIMITED);
+}
+
+/* Create the pipes and the control socket; the children's ends and the
+ * v1 cgroup.procs fds go into the plan. */
+static enum ipd_err open_pipes(struct pipes *pp, struct plan *pl,
+                               const struct ipd_sandbox_spec *spec,
+                               const struct ipd__cgroup_run *cgr, char *err,
+                               size_t errlen)
+{
+    if (pipe2(pp->out, O_CLOEXEC) || pipe2(pp->err, O_CLOEXEC) ||
+        (spec->stdin_data && pipe2(pp->in, O_CLOEXEC)) ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pp->ctl)) {
+        snprintf(err, errlen, "pipes: %s", strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    pl->out_w = pp->out[1];
+    pl->err_w = pp->err[1];
+    pl->in_r = pp->in[0];
+    pl->ctl = pp->ctl[1];
+    for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++)
+        pl->procs_fd[i] = cgr->procs_fd[i];
+    return IPD_OK;
+}
+
+/* clone3 C0 straight into the run's v2 cgroup (if any), with a pidfd in
+ * *pidfd.  Returns in P only; C0 goes on in child.c. */
+static enum ipd_err start_c0(struct plan *pl,
+                             const struct ipd__cgroup_run *cgr, int *pidfd,
+                             char *err, size_t errlen)
+{
+    struct clone_args ca;
+    long pid;
+
+    memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_PIDFD | (cgr->v2_fd >= 0 ? CLONE_INTO_CGROUP : 0);
+    ca.pidfd = (uint64_t)(uintptr_t)pidfd;
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = cgr->v2_fd >= 0 ? (uint64_t)cgr->v2_fd : 0;
+    pid = syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid < 0) {
+        snprintf(err, errlen, "clone3: %s", strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    if (pid == 0)
+        ipd__sandbox_c0_main(pl);
+    return IPD_OK;
+}
+
+/* After the clone: close the children's ends; P's ends move to the run,
+ * non-blocking.  A failure here kills the tree (supervise then ends). */
+static void take_ends(struct run *r, struct pipes *pp,
+                      const struct ipd_sandbox_spec *spec,
+                      const struct ipd__cgroup_run *cgr)
+{
+    close_fd(&pp->out[1]);
+    close_fd(&pp->err[1]);
+    close_fd(&pp->in[0]);
+    close_fd(&pp->ctl[1]);
+    r->out_r = pp->out[0];
+    r->err_r = pp->err[0];
+    r->in_w = pp->in[1];
+    r->ctl = pp->ctl[0];
+    pp->out[0] = pp->err[0] = pp->in[1] = pp->ctl[0] = -1;
+    r->in_data = spec->stdin_data;
+    r->in_len = spec->stdin_len;
+    if (set_nonblock(r->out_r) || set_nonblock(r->err_r) ||
+        (r->in_w >= 0 && set_nonblock(r->in_w))) {
+        snprintf(r->out->error, sizeof r->out->error, "fcntl: %s",
+                 strerror(errno));
+        kill_tree(r, cgr);
+    }
+    if (r->in_w >= 0 && r->in_len == 0)
+        close_fd(&r->in_w);
+}
+
+/* The result of a supervised run, from C1's report, the cgroup's
+ * counters (-1: unknown) and C1's rusage.  IPD_ERR_INTERNAL when the
+ * setup failed or the init ended without a status. */
+static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
+                                int64_t peak)
+{
+    struct ipd_sandbox_result *out = r->out;
+
+    out->oom_killed = oom > 0;
+    out->timed_out = r->timed_out;
+    out->memory_peak_bytes = peak > 0 ? peak : 0;
+    if (r->got_status) {
+        out->max_rss_kib = r->ru_all.ru_maxrss;
+        if (WIFEXITED(r->status)) {
+            out->exit_code = WEXITSTATUS(r->status);
+        } else if (WIFSIGNALED(r->status)) {
+            out->term_signal = WTERMSIG(r->status);
+        }
+    } else if (r->timed_out || out->oom_killed) {
+        out->term_signal = SIGKILL; /* the tree was killed */
+    }
+    if (cpu >= 0)
+        out->cpu_seconds = (double)cpu / 1e6;
+    else
+        out->cpu_seconds =
+            (double)(r->ru_c1.ru_utime.tv_sec + r->ru_c1.ru_stime.tv_sec) +
+            (double)(r->ru_c1.ru_utime.tv_usec + r->ru_c1.ru_stime.tv_usec) /
+                1e6;
+    if (r->setup_error)
+        return IPD_ERR_INTERNAL;
+    if (!r->got_status && !r->timed_out && !out->oom_killed) {
+        snprintf(out->error, sizeof out->error,
+                 "sandbox: init ended without a status");
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+/* However the run went: kill and reap what is left, remove the cgroups
+ * (a survivor turns IPD_OK into IPD_ERR_INTERNAL), close P's ends.
+ * Returns rc, or the cgroup's error. */
+static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
+                            bool cg_made, enum ipd_err rc)
+{
+    if ((r->pidfd >= 0 && !r->c0_done) || (r->c1 > 0 && !r->c1_done)) {
+        kill_tree(r, cgr);
+        reap(r, true);
+    }
+    close_fd(&r->pidfd);
+    close_fd(&r->c1fd);
+    if (cg_made) {
+        enum ipd_err drc = ipd__cgroup_run_destroy(cgr);
+        if (drc && !rc) {
+            snprintf(r->out->error, sizeof r->out->error,
+                     "sandbox: a process of the run survived the kill");
+            rc = drc;
+        }
+    }
+    close_fd(&r->out_r);
+    close_fd(&r->err_r);
+    close_fd(&r->in_w);
+    close_fd(&r->ctl);
+    return rc;
+}
+
+static void close_pipes(struct pipes *pp)
+{
+    for (int i = 0; i < 2; i++) {
+        close_fd(&pp->out[i]);
+        close_fd(&pp->err[i]);
+        close_fd(&pp->in[i]);
+        close_fd(&pp->ctl[i]);
+    }
+}
+
 enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
                               const struct ipd_sandbox_policy *policy,
                               const struct ipd_sandbox_spec *spec,
@@ -589,24 +757,14 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     struct plan pl;
     struct run r;
     struct ipd__cgroup_run cgr;
-    int outp[2] = {-1, -1}, errp[2] = {-1, -1}, inp[2] = {-1, -1},
-        ctl[2] = {-1, -1};
+    struct pipes pp = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
     bool cg_made = false;
     int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
-    struct clone_args ca;
-    long pid;
 
-    memset(out, 0, sizeof *out);
-    memset(&r, 0, sizeof r);
+    run_init(&r, out);
     memset(&cgr, 0, sizeof cgr);
     cgr.v2_fd = -1;
     memset(&pl, 0, sizeof pl);
-    out->output_dirfd = -1;
-    out->exit_code = -1;
-    r.out = out;
-    r.out_r = r.err_r = r.in_w = r.ctl = r.pidfd = r.c1fd = -1;
-    ipd_buf_init(&out->out, IPD_BUF_UNLIMITED);
-    ipd_buf_init(&out->err, IPD_BUF_UNLIMITED);
     rc = validate(cfg, policy, spec, out->error, sizeof out->error);
     if (rc)
         goto out;
@@ -622,114 +780,22 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (rc)
         goto out;
     cg_made = true;
-    rc = IPD_ERR_INTERNAL;
-    if (pipe2(outp, O_CLOEXEC) || pipe2(errp, O_CLOEXEC) ||
-        (spec->stdin_data && pipe2(inp, O_CLOEXEC)) ||
-        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl)) {
-        snprintf(out->error, sizeof out->error, "pipes: %s", strerror(errno));
+    rc = open_pipes(&pp, &pl, spec, &cgr, out->error, sizeof out->error);
+    if (rc)
         goto out;
-    }
-    pl.out_w = outp[1];
-    pl.err_w = errp[1];
-    pl.in_r = inp[0];
-    pl.ctl = ctl[1];
-    for (size_t i = 0; i < IPD_ARRAY_LEN(pl.procs_fd); i++)
-        pl.procs_fd[i] = cgr.procs_fd[i];
-
-    memset(&ca, 0, sizeof ca);
-    ca.flags = CLONE_PIDFD | (cgr.v2_fd >= 0 ? CLONE_INTO_CGROUP : 0);
-    ca.pidfd = (uint64_t)(uintptr_t)&r.pidfd;
-    ca.exit_signal = SIGCHLD;
-    ca.cgroup = cgr.v2_fd >= 0 ? (uint64_t)cgr.v2_fd : 0;
-    pid = syscall(SYS_clone3, &ca, sizeof ca);
-    if (pid < 0) {
-        snprintf(out->error, sizeof out->error, "clone3: %s",
-                 strerror(errno));
+    rc = start_c0(&pl, &cgr, &r.pidfd, out->error, sizeof out->error);
+    if (rc)
         goto out;
-    }
-    if (pid == 0)
-        ipd__sandbox_c0_main(&pl);
-
-    close_fd(&outp[1]);
-    close_fd(&errp[1]);
-    close_fd(&inp[0]);
-    close_fd(&ctl[1]);
-    r.out_r = outp[0];
-    r.err_r = errp[0];
-    r.in_w = inp[1];
-    r.ctl = ctl[0];
-    outp[0] = errp[0] = inp[1] = ctl[0] = -1;
-    r.in_data = spec->stdin_data;
-    r.in_len = spec->stdin_len;
-    if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
-        (r.in_w >= 0 && set_nonblock(r.in_w))) {
-        snprintf(out->error, sizeof out->error, "fcntl: %s", strerror(errno));
-        kill_tree(&r, &cgr);
-    }
-    if (r.in_w >= 0 && r.in_len == 0)
-        close_fd(&r.in_w);
-
+    take_ends(&r, &pp, spec, &cgr);
     rc = supervise(&r, &cgr, start, p.wall_timeout_ms);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     ipd__cgroup_run_stats(&cgr, &oom, &cpu, &peak);
     if (rc)
         goto out;
-    out->oom_killed = oom > 0;
-    out->timed_out = r.timed_out;
-    out->memory_peak_bytes = peak > 0 ? peak : 0;
-    if (r.got_status) {
-        out->max_rss_kib = r.ru_all.ru_maxrss;
-        if (WIFEXITED(r.status)) {
-            out->exit_code = WEXITSTATUS(r.status);
-        } else if (WIFSIGNALED(r.status)) {
-            out->term_signal = WTERMSIG(r.status);
-        }
-    } else if (r.timed_out || out->oom_killed) {
-        out->term_signal = SIGKILL; /* the tree was killed */
-    }
-    if (cpu >= 0)
-        out->cpu_seconds = (double)cpu / 1e6;
-    else
-        out->cpu_seconds =
-            (double)(r.ru_c1.ru_utime.tv_sec + r.ru_c1.ru_stime.tv_sec) +
-            (double)(r.ru_c1.ru_utime.tv_usec + r.ru_c1.ru_stime.tv_usec) /
-                1e6;
-    if (r.setup_error) {
-        rc = IPD_ERR_INTERNAL;
-        goto out;
-    }
-    if (!r.got_status && !r.timed_out && !out->oom_killed) {
-        snprintf(out->error, sizeof out->error,
-                 "sandbox: init ended without a status");
-        rc = IPD_ERR_INTERNAL;
-        goto out;
-    }
-    rc = IPD_OK;
+    rc = fill_result(&r, oom, cpu, peak);
 out:
-    if ((r.pidfd >= 0 && !r.c0_done) || (r.c1 > 0 && !r.c1_done)) {
-        kill_tree(&r, &cgr);
-        reap(&r, true);
-    }
-    close_fd(&r.pidfd);
-    close_fd(&r.c1fd);
-    if (cg_made) {
-        enum ipd_err drc = ipd__cgroup_run_destroy(&cgr);
-        if (drc && !rc) {
-            snprintf(out->error, sizeof out->error,
-                     "sandbox: a process of the run survived the kill");
-            rc = drc;
-        }
-    }
-    close_fd(&r.out_r);
-    close_fd(&r.err_r);
-    close_fd(&r.in_w);
-    close_fd(&r.ctl);
-    for (int i = 0; i < 2; i++) {
-        close_fd(&outp[i]);
-        close_fd(&errp[i]);
-        close_fd(&inp[i]);
-        close_fd(&ctl[i]);
-    }
+    rc = end_run(&r, &cgr, cg_made, rc);
+    close_pipes(&pp);
     plan_release(&pl);
     return rc;
 }
