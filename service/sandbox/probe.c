@@ -129,15 +129,14 @@ static enum ipd_err dry_run(struct ipd_sandbox_config *cfg, char *err,
     return rc;
 }
 
-enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg)
+/* Fill the config's zero fields with the defaults and refuse host ids
+ * that cannot (not root: only the own ones) or must not (root) be
+ * mapped.  IPD_ERR_UNAVAILABLE with the reason in err. */
+static enum ipd_err config_complete(struct ipd_sandbox_config *cfg, char *err,
+                                    size_t errlen)
 {
-    enum ipd_err rc = IPD_ERR_UNAVAILABLE;
-    struct ipd_sandbox_state *st = NULL;
-    char err[400] = "";
     uid_t euid = geteuid();
 
-    cfg->mechanisms = 0;
-    cfg->state = NULL;
     if (!cfg->inner_uid)
         cfg->inner_uid = DEFAULT_INNER_ID;
     if (!cfg->inner_gid)
@@ -156,39 +155,80 @@ enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg)
         if (!cfg->host_gid)
             cfg->host_gid = getegid();
         if (cfg->host_uid != euid || cfg->host_gid != getegid()) {
-            snprintf(err, sizeof err,
+            snprintf(err, errlen,
                      "host uid/gid %u/%u: only the own ids %u/%u can be "
                      "mapped when not running as root",
                      (unsigned)cfg->host_uid, (unsigned)cfg->host_gid,
                      (unsigned)euid, (unsigned)getegid());
-            goto out;
+            return IPD_ERR_UNAVAILABLE;
         }
     }
     if (cfg->host_uid == 0 || cfg->host_gid == 0) {
-        snprintf(err, sizeof err, "refusing to map the sandbox to host root");
-        goto out;
+        snprintf(err, errlen, "refusing to map the sandbox to host root");
+        return IPD_ERR_UNAVAILABLE;
     }
     if (strchr(cfg->cgroup_name, '/') || cfg->cgroup_name[0] == '.' ||
         !cfg->cgroup_name[0]) {
-        snprintf(err, sizeof err, "bad cgroup name");
-        goto out;
+        snprintf(err, errlen, "bad cgroup name");
+        return IPD_ERR_UNAVAILABLE;
     }
-    st = ipd_xcalloc(1, sizeof *st);
+    return IPD_OK;
+}
+
+/* Accepts NULL. */
+static void state_free(struct ipd_sandbox_state *st)
+{
+    if (!st)
+        return;
+    ipd__sandbox_bpf_release(&st->bpf_nonet);
+    ipd__sandbox_bpf_release(&st->bpf_net);
+    ipd__cgroups_free(st->cg);
+    free(st);
+}
+
+/* What every run shares: the capability count, P's argv and environment
+ * areas, both filters and the parent cgroups (their mechanisms are added
+ * to *mech).  *out is new (state_free), or NULL on failure. */
+static enum ipd_err state_new(const char *cgroup_name, unsigned *mech,
+                              struct ipd_sandbox_state **out, char *err,
+                              size_t errlen)
+{
+    enum ipd_err rc;
+    struct ipd_sandbox_state *st = ipd_xcalloc(1, sizeof *st);
+
     st->cap_last = read_cap_last();
     read_mm_areas(st);
     st->cgroupns = true;
-    rc = ipd__sandbox_seccomp_compile(false, &st->bpf_nonet, err, sizeof err);
+    rc = ipd__sandbox_seccomp_compile(false, &st->bpf_nonet, err, errlen);
     if (rc)
         goto out;
-    rc = ipd__sandbox_seccomp_compile(true, &st->bpf_net, err, sizeof err);
+    rc = ipd__sandbox_seccomp_compile(true, &st->bpf_net, err, errlen);
     if (rc)
         goto out;
-    rc = ipd__cgroups_probe(cfg->cgroup_name, &st->cg, &cfg->mechanisms, err,
-                            sizeof err);
+    rc = ipd__cgroups_probe(cgroup_name, &st->cg, mech, err, errlen);
+out:
+    if (rc) {
+        state_free(st);
+        st = NULL;
+    }
+    *out = st;
+    return rc;
+}
+
+enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg)
+{
+    enum ipd_err rc;
+    char err[400] = "";
+
+    cfg->mechanisms = 0;
+    cfg->state = NULL;
+    rc = config_complete(cfg, err, sizeof err);
     if (rc)
         goto out;
-    cfg->state = st;
-    st = NULL;
+    rc = state_new(cfg->cgroup_name, &cfg->mechanisms, &cfg->state, err,
+                   sizeof err);
+    if (rc)
+        goto out;
     rc = dry_run(cfg, err, sizeof err);
     if (rc) {
         /* NEWCGROUP is optional: retry without it. */
@@ -203,32 +243,19 @@ enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg)
     if (cfg->state->cgroupns)
         cfg->mechanisms |= IPD_SANDBOX_CGROUPNS;
     describe(cfg);
-    rc = IPD_OK;
 out:
     if (rc) {
         snprintf(cfg->status, sizeof cfg->status, "sandbox: unavailable: %s",
                  err);
         ipd_warn("%s", cfg->status);
     }
-    if (st) {
-        ipd__sandbox_bpf_release(&st->bpf_nonet);
-        ipd__sandbox_bpf_release(&st->bpf_net);
-        ipd__cgroups_free(st->cg);
-        free(st);
-    }
     return rc;
 }
 
 void ipd_sandbox_config_release(struct ipd_sandbox_config *cfg)
 {
-    struct ipd_sandbox_state *st;
-
     if (!cfg || !cfg->state)
         return;
-    st = cfg->state;
-    ipd__sandbox_bpf_release(&st->bpf_nonet);
-    ipd__sandbox_bpf_release(&st->bpf_net);
-    ipd__cgroups_free(st->cg);
-    free(st);
+    state_free(cfg->state);
     cfg->state = NULL;
 }
