@@ -53,8 +53,6 @@ enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
 /* Kill everything in the run's cgroups (cgroup.kill; v1: signal each
  * listed pid).  Safe to call repeatedly. */
 void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run);
-/* True when no process is left in any of the run's cgroups. */
-bool ipd__cgroup_run_empty(const struct ipd__cgroup_run *run);
 /* Read counters: OOM kills, cpu usec, memory peak (-1 when unknown). */
 void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
                            int64_t *oom_kills, int64_t *cpu_usec,
