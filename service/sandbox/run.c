@@ -623,9 +623,8 @@ static enum ipd_err open_pipes(struct pipes *pp, struct plan *pl,
 
 /* clone3 C0 straight into the run's v2 cgroup (if any), with a pidfd in
  * *pidfd.  Returns in P only; C0 goes on in child.c. */
-static enum ipd_err start_c0(struct plan *pl,
-                             const struct ipd__cgroup_run *cgr, int *pidfd,
-                             char *err, size_t errlen)
+static enum ipd_err start_c0(struct plan *pl, const struct ipd__cgroup_run *cgr,
+                             int *pidfd, char *err, size_t errlen)
 {
     struct clone_args ca;
     long pid;
@@ -749,8 +748,8 @@ static void close_pipes(struct pipes *pp)
 
 enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
                               const struct ipd_sandbox_policy *policy,
-                              const struct ipd_sandbox_spec *spec,
-                              bool dry_run, struct ipd_sandbox_result *out)
+                              const struct ipd_sandbox_spec *spec, bool dry_run,
+                              struct ipd_sandbox_result *out)
 {
     enum ipd_err rc;
     struct ipd_sandbox_policy p;

@@ -123,7 +123,7 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl);
  * exits 0 instead of exec (the probe's trial run). */
 enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
                               const struct ipd_sandbox_policy *policy,
-                              const struct ipd_sandbox_spec *spec,
-                              bool dry_run, struct ipd_sandbox_result *out);
+                              const struct ipd_sandbox_spec *spec, bool dry_run,
+                              struct ipd_sandbox_result *out);
 
 #endif
