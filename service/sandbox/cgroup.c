@@ -1,5 +1,5 @@
 /*
- * sandbox_cgroup.c - per-run cgroups for the sandbox: memory and process
+ * cgroup.c - per-run cgroups for the sandbox: memory and process
  * limits, OOM and CPU counters, and killing a whole tree.
  *
  * Layout: at probe time a parent cgroup "<name>" is created (once, and
@@ -35,7 +35,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
-#include "sandbox.h"
+#include "sandbox_internal.h"
 
 #define CG_PATH 512
 
@@ -642,7 +642,8 @@ void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run)
         kill_listed(run->cpuacct);
 }
 
-bool ipd__cgroup_run_empty(const struct ipd__cgroup_run *run)
+/* True when no process is left in any of the run's cgroups. */
+static bool run_empty(const struct ipd__cgroup_run *run)
 {
     return dir_empty(run->v2) && dir_empty(run->mem) &&
            dir_empty(run->pids) && dir_empty(run->cpuacct);
@@ -687,11 +688,11 @@ enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run)
                      run->pids_is_v2 ? NULL : run->pids, run->cpuacct};
 
     /* Bounded: about 2 s, killing again each round. */
-    for (int i = 0; i < 400 && !ipd__cgroup_run_empty(run); i++) {
+    for (int i = 0; i < 400 && !run_empty(run); i++) {
         ipd__cgroup_run_kill(run);
         usleep(i < 20 ? 500 : 5000);
     }
-    if (!ipd__cgroup_run_empty(run))
+    if (!run_empty(run))
         ret = IPD_ERR_INTERNAL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(dirs); i++) {
         if (!dirs[i] || !dirs[i][0])

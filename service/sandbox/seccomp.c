@@ -1,5 +1,5 @@
 /*
- * sandbox_seccomp.c - the sandbox's seccomp filter (the only file that
+ * seccomp.c - the sandbox's seccomp filter (the only file that
  * knows libseccomp).
  *
  * The filter is compiled once per network setting at probe time and
@@ -27,7 +27,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "sandbox.h"
+#include "sandbox_internal.h"
 
 /* EPERM, whatever the arguments.  Names unknown to this libseccomp are
  * skipped (they resolve to __NR_SCMP_ERROR); the number range rule below

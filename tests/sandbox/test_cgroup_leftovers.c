@@ -18,6 +18,7 @@
 
 #define SBX_HOST_UID 201300 /* its own, like the other suites that run code */
 #include "sandbox_test.h"
+#include "service/sandbox/sandbox_internal.h" /* ipd__cgroup_* */
 
 static char cg_name[64];
 

@@ -1,0 +1,836 @@
+/*
+ * run.c - one sandboxed run seen from the calling thread (P): the policy
+ * and the plan the children follow, the clone of C0, and the supervision
+ * (stdin, output pumping under a cap, the wall timeout, killing and
+ * reaping the tree) down to the result.  The process tree is described
+ * in child.c.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/openat2.h>
+#include <linux/sched.h>
+#include <poll.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../common/util.h"
+#include "sandbox_internal.h"
+
+#define MAX_MOUNTS 64
+#define MAX_ENV 128
+#define KILL_GRACE_MS 5000 /* after SIGKILL, the tree must be gone */
+
+void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p)
+{
+    memset(p, 0, sizeof *p);
+    p->name = "default";
+    p->wall_timeout_ms = 30000;
+    p->cpu_seconds = 30;
+    p->memory_bytes = 512LL << 20;
+    p->max_processes = 64;
+    p->output_cap_bytes = 100 << 10;
+    p->tmp_bytes = 64LL << 20;
+    p->tmp_inodes = 4096;
+    p->output_dir_bytes = 64LL << 20;
+    p->output_dir_inodes = 4096;
+    p->fsize_bytes = 64LL << 20;
+    p->nofile = 256;
+    p->network = false;
+}
+
+/* Fill zero fields of *p from the defaults. */
+static void policy_complete(const struct ipd_sandbox_policy *in,
+                            struct ipd_sandbox_policy *p)
+{
+    struct ipd_sandbox_policy d;
+
+    ipd_sandbox_policy_default(&d);
+    *p = *in;
+    if (!p->name)
+        p->name = d.name;
+#define DEF(f)                                                                 \
+    if (p->f <= 0)                                                             \
+    p->f = d.f
+    DEF(wall_timeout_ms);
+    DEF(cpu_seconds);
+    DEF(memory_bytes);
+    DEF(max_processes);
+    DEF(tmp_bytes);
+    DEF(tmp_inodes);
+    DEF(output_dir_bytes);
+    DEF(output_dir_inodes);
+    DEF(fsize_bytes);
+    DEF(nofile);
+#undef DEF
+    if (!p->output_cap_bytes)
+        p->output_cap_bytes = d.output_cap_bytes;
+}
+
+static bool sandbox_path_ok(const char *p)
+{
+    static const char *const reserved[] = {"/", "/proc", "/dev", "/tmp",
+                                           "/mnt/output", "/etc/passwd",
+                                           "/etc/group", "/etc/hosts",
+                                           "/etc/nsswitch.conf",
+                                           "/etc/hostname"};
+    size_t len;
+
+    if (!p || p[0] != '/')
+        return false;
+    len = strlen(p);
+    if (len + sizeof "/newroot" > PATH_MAX || strstr(p, "/../") ||
+        strstr(p, "/./") || strstr(p, "//") ||
+        (len >= 3 && strcmp(p + len - 3, "/..") == 0) ||
+        (len >= 2 && strcmp(p + len - 2, "/.") == 0) || p[len - 1] == '/')
+        return false;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(reserved); i++) {
+        size_t rl = strlen(reserved[i]);
+        if (strcmp(p, reserved[i]) == 0)
+            return false;
+        /* nothing may be mounted inside the special trees */
+        if (rl > 1 && strncmp(p, reserved[i], rl) == 0 && p[rl] == '/')
+            return false;
+    }
+    return true;
+}
+
+static int cmp_mount(const void *a, const void *b)
+{
+    const struct plan_mount *x = a, *y = b;
+    return strcmp(x->dst, y->dst);
+}
+
+static enum ipd_err plan_mounts(struct plan *pl,
+                                const struct ipd_sandbox_spec *spec,
+                                char *err, size_t errlen)
+{
+    enum ipd_err rc = IPD_OK;
+
+    if (spec->n_mounts > MAX_MOUNTS) {
+        snprintf(err, errlen, "too many mounts (%zu > %d)", spec->n_mounts,
+                 MAX_MOUNTS);
+        return IPD_ERR_INVALID;
+    }
+    pl->mounts = ipd_xcalloc(spec->n_mounts ? spec->n_mounts : 1,
+                             sizeof *pl->mounts);
+    pl->n_mounts = spec->n_mounts;
+    for (size_t i = 0; i < spec->n_mounts; i++) {
+        const struct ipd_sandbox_mount *m = &spec->mounts[i];
+        struct plan_mount *pm = &pl->mounts[i];
+        char real[PATH_MAX];
+        struct stat sb;
+
+        if (!m->host_path || m->host_path[0] != '/' ||
+            !sandbox_path_ok(m->sandbox_path)) {
+            snprintf(err, errlen, "bad mount %s -> %s",
+                     m->host_path ? m->host_path : "(null)",
+                     m->sandbox_path ? m->sandbox_path : "(null)");
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+        snprintf(pm->dst, sizeof pm->dst, "/newroot%s", m->sandbox_path);
+        pm->writable = m->writable;
+        if (lstat(m->host_path, &sb) != 0) {
+            snprintf(err, errlen, "mount source %s: %s", m->host_path,
+                     strerror(errno));
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+        if (S_ISLNK(sb.st_mode)) {
+            ssize_t n = readlink(m->host_path, pm->link, sizeof pm->link - 1);
+            if (n < 0) {
+                snprintf(err, errlen, "readlink %s: %s", m->host_path,
+                         strerror(errno));
+                rc = IPD_ERR_INVALID;
+                goto out;
+            }
+            pm->link[n] = '\0';
+            pm->is_link = true;
+            continue;
+        }
+        if (!realpath(m->host_path, real) || stat(real, &sb) != 0) {
+            snprintf(err, errlen, "mount source %s: %s", m->host_path,
+                     strerror(errno));
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+        pm->is_dir = S_ISDIR(sb.st_mode);
+        if (!pm->is_dir && !S_ISREG(sb.st_mode)) {
+            snprintf(err, errlen, "mount source %s: not a file or directory",
+                     m->host_path);
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+        if ((size_t)snprintf(pm->src, sizeof pm->src, "/oldroot%s", real) >=
+            sizeof pm->src) {
+            snprintf(err, errlen, "mount source %s: path too long",
+                     m->host_path);
+            rc = IPD_ERR_INVALID;
+            goto out;
+        }
+    }
+    /* Parents before children: "/usr" sorts before "/usr/lib". */
+    qsort(pl->mounts, pl->n_mounts, sizeof *pl->mounts, cmp_mount);
+out:
+    return rc;
+}
+
+static const char *const default_env[] = {
+    "PATH=/usr/local/bin:/usr/bin:/bin",
+    "HOME=/tmp",
+    "LANG=C.UTF-8",
+    "TMPDIR=/tmp",
+    "PYTHONUNBUFFERED=1",
+    "PYTHONDONTWRITEBYTECODE=1",
+    "OPENBLAS_NUM_THREADS=1",
+    "OMP_NUM_THREADS=1",
+    "MKL_NUM_THREADS=1",
+    "NUMEXPR_NUM_THREADS=1",
+    "MPLBACKEND=Agg",
+    "MPLCONFIGDIR=/tmp/matplotlib",
+};
+
+static bool same_key(const char *a, const char *b)
+{
+    const char *ea = strchr(a, '='), *eb = strchr(b, '=');
+    return ea && eb && ea - a == eb - b &&
+           memcmp(a, b, (size_t)(ea - a)) == 0;
+}
+
+/* envp: borrowed strings in an owned array (free() the array only). */
+static enum ipd_err plan_env(struct plan *pl,
+                             const struct ipd_sandbox_spec *spec, char *err,
+                             size_t errlen)
+{
+    size_t n = 0, extra = 0;
+
+    while (spec->env && spec->env[extra])
+        extra++;
+    if (extra > MAX_ENV) {
+        snprintf(err, errlen, "too many environment variables");
+        return IPD_ERR_INVALID;
+    }
+    pl->envp = ipd_xcalloc(IPD_ARRAY_LEN(default_env) + extra + 1,
+                           sizeof *pl->envp);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(default_env); i++) {
+        bool overridden = false;
+        for (size_t j = 0; j < extra; j++)
+            overridden = overridden || same_key(default_env[i], spec->env[j]);
+        if (!overridden)
+            pl->envp[n++] = (char *)(uintptr_t)default_env[i];
+    }
+    for (size_t j = 0; j < extra; j++) {
+        if (!strchr(spec->env[j], '=') || spec->env[j][0] == '=') {
+            snprintf(err, errlen, "bad environment entry");
+            return IPD_ERR_INVALID;
+        }
+        pl->envp[n++] = (char *)(uintptr_t)spec->env[j];
+    }
+    return IPD_OK;
+}
+
+static void plan_release(struct plan *pl)
+{
+    free(pl->mounts);
+    free(pl->envp);
+    pl->mounts = NULL;
+    pl->envp = NULL;
+}
+
+static enum ipd_err plan_build(struct plan *pl,
+                               const struct ipd_sandbox_config *cfg,
+                               const struct ipd_sandbox_policy *p,
+                               const struct ipd_sandbox_spec *spec,
+                               char *err, size_t errlen)
+{
+    enum ipd_err rc;
+    const struct ipd_sandbox_state *st = cfg->state;
+
+    memset(pl, 0, sizeof *pl);
+    pl->ctl = pl->out_w = pl->err_w = pl->in_r = -1;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++)
+        pl->procs_fd[i] = -1;
+    pl->st = st;
+    pl->bpf = p->network ? &st->bpf_net : &st->bpf_nonet;
+    pl->argv = (char *const *)(uintptr_t)spec->argv;
+    pl->cwd = spec->cwd ? spec->cwd : "/mnt/output";
+    pl->inner_uid = cfg->inner_uid;
+    pl->inner_gid = cfg->inner_gid;
+    snprintf(pl->uid_map, sizeof pl->uid_map, "%u %u 1\n",
+             (unsigned)cfg->inner_uid, (unsigned)cfg->host_uid);
+    snprintf(pl->gid_map, sizeof pl->gid_map, "%u %u 1\n",
+             (unsigned)cfg->inner_gid, (unsigned)cfg->host_gid);
+    snprintf(pl->tmp_opts, sizeof pl->tmp_opts,
+             "mode=1777,size=%lld,nr_inodes=%lld", (long long)p->tmp_bytes,
+             (long long)p->tmp_inodes);
+    snprintf(pl->out_opts, sizeof pl->out_opts,
+             "mode=0755,uid=%u,gid=%u,size=%lld,nr_inodes=%lld",
+             (unsigned)cfg->inner_uid, (unsigned)cfg->inner_gid,
+             (long long)p->output_dir_bytes, (long long)p->output_dir_inodes);
+    snprintf(pl->passwd, sizeof pl->passwd,
+             "root:x:0:0:root:/root:/usr/sbin/nologin\n"
+             "sandbox:x:%u:%u:sandbox:/tmp:/usr/sbin/nologin\n"
+             "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n",
+             (unsigned)cfg->inner_uid, (unsigned)cfg->inner_gid);
+    snprintf(pl->group, sizeof pl->group,
+             "root:x:0:\nsandbox:x:%u:\nnogroup:x:65534:\n",
+             (unsigned)cfg->inner_gid);
+    /* RLIMIT_CPU: SIGXCPU at the soft limit, SIGKILL a second later. */
+    pl->rl_cpu.rlim_cur = (rlim_t)p->cpu_seconds;
+    pl->rl_cpu.rlim_max = (rlim_t)p->cpu_seconds + 1;
+    pl->rl_fsize.rlim_cur = pl->rl_fsize.rlim_max = (rlim_t)p->fsize_bytes;
+    pl->rl_nofile.rlim_cur = pl->rl_nofile.rlim_max = (rlim_t)p->nofile;
+    pl->ns_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
+                   CLONE_NEWUTS | (p->network ? 0 : CLONE_NEWNET) |
+                   (st->cgroupns ? CLONE_NEWCGROUP : 0);
+    pl->parent_pid = getpid();
+    rc = plan_mounts(pl, spec, err, errlen);
+    if (rc)
+        return rc;
+    return plan_env(pl, spec, err, errlen);
+}
+
+static enum ipd_err validate(const struct ipd_sandbox_config *cfg,
+                             const struct ipd_sandbox_policy *p,
+                             const struct ipd_sandbox_spec *spec, char *err,
+                             size_t errlen)
+{
+    if (!cfg->state) {
+        snprintf(err, errlen, "sandbox not probed");
+        return IPD_ERR_INTERNAL;
+    }
+    if (!spec->argv || !spec->argv[0] || spec->argv[0][0] != '/') {
+        snprintf(err, errlen, "argv[0] must be an absolute path");
+        return IPD_ERR_INVALID;
+    }
+    if (spec->cwd && spec->cwd[0] != '/') {
+        snprintf(err, errlen, "cwd must be absolute");
+        return IPD_ERR_INVALID;
+    }
+    if (p->cpu_seconds < 0 || p->memory_bytes < 0 || p->max_processes < 0 ||
+        p->wall_timeout_ms < 0 || p->nofile < 0 || p->nofile > 1 << 20) {
+        snprintf(err, errlen, "bad policy %s", p->name ? p->name : "");
+        return IPD_ERR_INVALID;
+    }
+    return IPD_OK;
+}
+
+/* Supervision state of one run in P. */
+struct run {
+    struct ipd_sandbox_result *out;
+    size_t cap;
+    int out_r, err_r, in_w, ctl;
+    int pidfd;    /* C0 */
+    pid_t c1;     /* the namespace's init, P's child; 0 until known */
+    int c1fd;     /* its pidfd */
+    const unsigned char *in_data;
+    size_t in_len, in_off;
+    bool c0_done, c1_done, got_status, setup_error, timed_out, killed;
+    int status;
+    struct rusage ru_all; /* C1's report: its reaped descendants */
+    struct rusage ru_c1;  /* wait4 on C1: the whole tree, even if killed */
+};
+
+static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc)
+{
+    char chunk[65536];
+    /* A few reads per wakeup, so one chatty stream does not starve the
+     * other or the deadline. */
+    for (int i = 0; i < 16; i++) {
+        ssize_t n = read(*fd, chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n <= 0) {
+            close(*fd);
+            *fd = -1;
+            return;
+        }
+        size_t room = r->cap > b->len ? r->cap - b->len : 0;
+        size_t take = (size_t)n < room ? (size_t)n : room;
+        if (take && ipd_buf_add(b, chunk, take))
+            take = 0;
+        if (take < (size_t)n)
+            *trunc = true; /* keep draining: never kill for printing */
+    }
+}
+
+static void feed_stdin(struct run *r)
+{
+    while (r->in_off < r->in_len) {
+        size_t len = r->in_len - r->in_off;
+        ssize_t n = write(r->in_w, r->in_data + r->in_off,
+                          len > 65536 ? 65536 : len);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && errno == EAGAIN)
+            return;
+        if (n < 0)
+            break; /* EPIPE: the program closed stdin */
+        r->in_off += (size_t)n;
+    }
+    close(r->in_w);
+    r->in_w = -1;
+}
+
+static void read_ctl(struct run *r)
+{
+    struct ctl_msg m;
+    struct iovec iov = {&m, sizeof m};
+    union {
+        char buf[CMSG_SPACE(sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh;
+    ssize_t n;
+
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = u.buf;
+    mh.msg_controllen = sizeof u.buf;
+    n = recvmsg(r->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    if (n <= 0) {
+        close(r->ctl);
+        r->ctl = -1;
+        return;
+    }
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            int fd;
+            memcpy(&fd, CMSG_DATA(c), sizeof fd);
+            if (m.kind == MSG_OUTDIR && r->out->output_dirfd < 0 &&
+                (size_t)n == sizeof m)
+                r->out->output_dirfd = fd;
+            else
+                close(fd);
+        }
+    }
+    if ((size_t)n != sizeof m)
+        return;
+    if (m.kind == MSG_ERROR && !r->setup_error) {
+        r->setup_error = true;
+        m.text[sizeof m.text - 1] = '\0';
+        snprintf(r->out->error, sizeof r->out->error, "sandbox setup: %s",
+                 m.text);
+    } else if (m.kind == MSG_INIT && r->c1 == 0 && m.status > 0) {
+        /* C1 is our unreaped child: the pid cannot be recycled. */
+        r->c1 = (pid_t)m.status;
+        r->c1fd = (int)syscall(SYS_pidfd_open, r->c1, 0);
+        if (r->c1fd < 0) {
+            snprintf(r->out->error, sizeof r->out->error,
+                     "pidfd_open: %s", strerror(errno));
+            r->setup_error = true;
+            kill(r->c1, SIGKILL);
+        }
+    } else if (m.kind == MSG_STATUS) {
+        r->got_status = true;
+        r->status = m.status;
+        r->ru_all = m.ru_all;
+    }
+}
+
+static void kill_tree(struct run *r, const struct ipd__cgroup_run *cgr)
+{
+    ipd__cgroup_run_kill(cgr);
+    if (r->c1fd >= 0 && !r->c1_done)
+        (void)syscall(SYS_pidfd_send_signal, r->c1fd, SIGKILL, NULL, 0);
+    else if (r->c1 > 0 && !r->c1_done)
+        kill(r->c1, SIGKILL);
+    if (r->pidfd >= 0 && !r->c0_done)
+        (void)syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+    r->killed = true;
+}
+
+static void reap(struct run *r, bool block)
+{
+    int flags = __WALL | (block ? 0 : WNOHANG);
+
+    if (!r->c0_done && r->pidfd >= 0) {
+        siginfo_t si;
+        memset(&si, 0, sizeof si);
+        if (waitid((idtype_t)P_PIDFD, (id_t)r->pidfd, &si, WEXITED | flags) ==
+                0 &&
+            si.si_pid != 0)
+            r->c0_done = true;
+    }
+    if (!r->c1_done && r->c1 > 0) {
+        int st;
+        if (wait4(r->c1, &st, flags, &r->ru_c1) == r->c1)
+            r->c1_done = true;
+    }
+}
+
+/* True while a process of ours may still write or must be reaped. */
+static bool running(const struct run *r)
+{
+    return !r->c0_done || (r->c1 > 0 && !r->c1_done) || r->out_r >= 0 ||
+           r->err_r >= 0 || r->ctl >= 0;
+}
+
+/* Poll until C0 and C1 are reaped and every pipe is at EOF; the deadline
+ * kills the tree, after which everything must end within KILL_GRACE_MS. */
+static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
+                              int64_t start_ms, int64_t timeout_ms)
+{
+    int64_t deadline = start_ms + timeout_ms, hard = 0;
+
+    while (running(r)) {
+        struct pollfd pfd[6];
+        nfds_t n = 0;
+        int64_t now = ipd_mono_ms(), wait_ms;
+        int idx_out = -1, idx_err = -1, idx_in = -1, idx_ctl = -1,
+            idx_c0 = -1, idx_c1 = -1;
+
+        if (!r->killed && now >= deadline) {
+            r->timed_out = true;
+            kill_tree(r, cgr);
+            hard = now + KILL_GRACE_MS;
+        }
+        if (!r->killed && r->c1_done) {
+            /* The init is gone, so is its namespace; only buffered data
+             * is left, and C0 if it failed.  Bound that too. */
+            kill_tree(r, cgr);
+            hard = now + KILL_GRACE_MS;
+        }
+        if (!r->killed && r->c0_done && r->c1 == 0 && r->ctl < 0) {
+            /* C0 failed before creating the namespace. */
+            kill_tree(r, cgr);
+            hard = now + KILL_GRACE_MS;
+        }
+        if (r->killed && now >= hard) {
+            snprintf(r->out->error, sizeof r->out->error,
+                     "sandbox: tree did not end %d ms after SIGKILL",
+                     KILL_GRACE_MS);
+            return IPD_ERR_INTERNAL;
+        }
+        wait_ms = (r->killed ? hard : deadline) - now;
+        if (r->out_r >= 0) {
+            idx_out = (int)n;
+            pfd[n++] = (struct pollfd){r->out_r, POLLIN, 0};
+        }
+        if (r->err_r >= 0) {
+            idx_err = (int)n;
+            pfd[n++] = (struct pollfd){r->err_r, POLLIN, 0};
+        }
+        if (r->in_w >= 0) {
+            idx_in = (int)n;
+            pfd[n++] = (struct pollfd){r->in_w, POLLOUT, 0};
+        }
+        if (r->ctl >= 0) {
+            idx_ctl = (int)n;
+            pfd[n++] = (struct pollfd){r->ctl, POLLIN, 0};
+        }
+        if (!r->c0_done) {
+            idx_c0 = (int)n;
+            pfd[n++] = (struct pollfd){r->pidfd, POLLIN, 0};
+        }
+        if (r->c1fd >= 0 && !r->c1_done) {
+            idx_c1 = (int)n;
+            pfd[n++] = (struct pollfd){r->c1fd, POLLIN, 0};
+        }
+        if (poll(pfd, n, (int)(wait_ms > 0 ? wait_ms : 0)) < 0) {
+            if (errno == EINTR)
+                continue;
+            snprintf(r->out->error, sizeof r->out->error, "poll: %s",
+                     strerror(errno));
+            kill_tree(r, cgr);
+            return IPD_ERR_INTERNAL;
+        }
+        if (idx_out >= 0 && pfd[idx_out].revents)
+            drain(r, &r->out_r, &r->out->out, &r->out->out_truncated);
+        if (idx_err >= 0 && pfd[idx_err].revents)
+            drain(r, &r->err_r, &r->out->err, &r->out->err_truncated);
+        if (idx_in >= 0 && pfd[idx_in].revents)
+            feed_stdin(r);
+        if (idx_ctl >= 0 && pfd[idx_ctl].revents)
+            read_ctl(r);
+        if ((idx_c0 >= 0 && pfd[idx_c0].revents) ||
+            (idx_c1 >= 0 && pfd[idx_c1].revents))
+            reap(r, false);
+        if (r->c1 > 0 && r->c1fd < 0 && !r->c1_done)
+            reap(r, false); /* no pidfd: poll the child */
+    }
+    return IPD_OK;
+}
+
+static int set_nonblock(int fd)
+{
+    int fl = fcntl(fd, F_GETFL);
+    return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
+}
+
+static void close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
+/* The stdio pipes and the control socket of one run until the clone.
+ * out, err: C2 writes [1], P reads [0]; in: P writes [1] (only with stdin
+ * data); ctl: P holds [0], the children [1]. */
+struct pipes {
+    int out[2], err[2], in[2], ctl[2];
+};
+
+/* What every way out of a run leaves initialised, and the run's state. */
+static void run_init(struct run *r, struct ipd_sandbox_result *out)
+{
+    memset(out, 0, sizeof *out);
+    memset(r, 0, sizeof *r);
+    out->output_dirfd = -1;
+    out->exit_code = -1;
+    r->out = out;
+    r->out_r = r->err_r = r->in_w = r->ctl = r->pidfd = r->c1fd = -1;
+    ipd_buf_init(&out->out, IPD_BUF_UNLIMITED);
+    ipd_buf_init(&out->err, IPD_BUF_UNLIMITED);
+}
+
+/* Create the pipes and the control socket; the children's ends and the
+ * v1 cgroup.procs fds go into the plan. */
+static enum ipd_err open_pipes(struct pipes *pp, struct plan *pl,
+                               const struct ipd_sandbox_spec *spec,
+                               const struct ipd__cgroup_run *cgr, char *err,
+                               size_t errlen)
+{
+    if (pipe2(pp->out, O_CLOEXEC) || pipe2(pp->err, O_CLOEXEC) ||
+        (spec->stdin_data && pipe2(pp->in, O_CLOEXEC)) ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, pp->ctl)) {
+        snprintf(err, errlen, "pipes: %s", strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    pl->out_w = pp->out[1];
+    pl->err_w = pp->err[1];
+    pl->in_r = pp->in[0];
+    pl->ctl = pp->ctl[1];
+    for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++)
+        pl->procs_fd[i] = cgr->procs_fd[i];
+    return IPD_OK;
+}
+
+/* clone3 C0 straight into the run's v2 cgroup (if any), with a pidfd in
+ * *pidfd.  Returns in P only; C0 goes on in child.c. */
+static enum ipd_err start_c0(struct plan *pl, const struct ipd__cgroup_run *cgr,
+                             int *pidfd, char *err, size_t errlen)
+{
+    struct clone_args ca;
+    long pid;
+
+    memset(&ca, 0, sizeof ca);
+    ca.flags = CLONE_PIDFD | (cgr->v2_fd >= 0 ? CLONE_INTO_CGROUP : 0);
+    ca.pidfd = (uint64_t)(uintptr_t)pidfd;
+    ca.exit_signal = SIGCHLD;
+    ca.cgroup = cgr->v2_fd >= 0 ? (uint64_t)cgr->v2_fd : 0;
+    pid = syscall(SYS_clone3, &ca, sizeof ca);
+    if (pid < 0) {
+        snprintf(err, errlen, "clone3: %s", strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    if (pid == 0)
+        ipd__sandbox_c0_main(pl);
+    return IPD_OK;
+}
+
+/* After the clone: close the children's ends; P's ends move to the run,
+ * non-blocking.  A failure here kills the tree (supervise then ends). */
+static void take_ends(struct run *r, struct pipes *pp,
+                      const struct ipd_sandbox_spec *spec,
+                      const struct ipd__cgroup_run *cgr)
+{
+    close_fd(&pp->out[1]);
+    close_fd(&pp->err[1]);
+    close_fd(&pp->in[0]);
+    close_fd(&pp->ctl[1]);
+    r->out_r = pp->out[0];
+    r->err_r = pp->err[0];
+    r->in_w = pp->in[1];
+    r->ctl = pp->ctl[0];
+    pp->out[0] = pp->err[0] = pp->in[1] = pp->ctl[0] = -1;
+    r->in_data = spec->stdin_data;
+    r->in_len = spec->stdin_len;
+    if (set_nonblock(r->out_r) || set_nonblock(r->err_r) ||
+        (r->in_w >= 0 && set_nonblock(r->in_w))) {
+        snprintf(r->out->error, sizeof r->out->error, "fcntl: %s",
+                 strerror(errno));
+        kill_tree(r, cgr);
+    }
+    if (r->in_w >= 0 && r->in_len == 0)
+        close_fd(&r->in_w);
+}
+
+/* The result of a supervised run, from C1's report, the cgroup's
+ * counters (-1: unknown) and C1's rusage.  IPD_ERR_INTERNAL when the
+ * setup failed or the init ended without a status. */
+static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
+                                int64_t peak)
+{
+    struct ipd_sandbox_result *out = r->out;
+
+    out->oom_killed = oom > 0;
+    out->timed_out = r->timed_out;
+    out->memory_peak_bytes = peak > 0 ? peak : 0;
+    if (r->got_status) {
+        out->max_rss_kib = r->ru_all.ru_maxrss;
+        if (WIFEXITED(r->status)) {
+            out->exit_code = WEXITSTATUS(r->status);
+        } else if (WIFSIGNALED(r->status)) {
+            out->term_signal = WTERMSIG(r->status);
+        }
+    } else if (r->timed_out || out->oom_killed) {
+        out->term_signal = SIGKILL; /* the tree was killed */
+    }
+    if (cpu >= 0)
+        out->cpu_seconds = (double)cpu / 1e6;
+    else
+        out->cpu_seconds =
+            (double)(r->ru_c1.ru_utime.tv_sec + r->ru_c1.ru_stime.tv_sec) +
+            (double)(r->ru_c1.ru_utime.tv_usec + r->ru_c1.ru_stime.tv_usec) /
+                1e6;
+    if (r->setup_error)
+        return IPD_ERR_INTERNAL;
+    if (!r->got_status && !r->timed_out && !out->oom_killed) {
+        snprintf(out->error, sizeof out->error,
+                 "sandbox: init ended without a status");
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+/* However the run went: kill and reap what is left, remove the cgroups
+ * (a survivor turns IPD_OK into IPD_ERR_INTERNAL), close P's ends.
+ * Returns rc, or the cgroup's error. */
+static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
+                            bool cg_made, enum ipd_err rc)
+{
+    if ((r->pidfd >= 0 && !r->c0_done) || (r->c1 > 0 && !r->c1_done)) {
+        kill_tree(r, cgr);
+        reap(r, true);
+    }
+    close_fd(&r->pidfd);
+    close_fd(&r->c1fd);
+    if (cg_made) {
+        enum ipd_err drc = ipd__cgroup_run_destroy(cgr);
+        if (drc && !rc) {
+            snprintf(r->out->error, sizeof r->out->error,
+                     "sandbox: a process of the run survived the kill");
+            rc = drc;
+        }
+    }
+    close_fd(&r->out_r);
+    close_fd(&r->err_r);
+    close_fd(&r->in_w);
+    close_fd(&r->ctl);
+    return rc;
+}
+
+static void close_pipes(struct pipes *pp)
+{
+    for (int i = 0; i < 2; i++) {
+        close_fd(&pp->out[i]);
+        close_fd(&pp->err[i]);
+        close_fd(&pp->in[i]);
+        close_fd(&pp->ctl[i]);
+    }
+}
+
+enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
+                              const struct ipd_sandbox_policy *policy,
+                              const struct ipd_sandbox_spec *spec, bool dry_run,
+                              struct ipd_sandbox_result *out)
+{
+    enum ipd_err rc;
+    struct ipd_sandbox_policy p;
+    struct plan pl;
+    struct run r;
+    struct ipd__cgroup_run cgr;
+    struct pipes pp = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
+    bool cg_made = false;
+    int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
+
+    run_init(&r, out);
+    memset(&cgr, 0, sizeof cgr);
+    cgr.v2_fd = -1;
+    memset(&pl, 0, sizeof pl);
+    rc = validate(cfg, policy, spec, out->error, sizeof out->error);
+    if (rc)
+        goto out;
+    policy_complete(policy, &p);
+    r.cap = p.output_cap_bytes;
+    rc = plan_build(&pl, cfg, &p, spec, out->error, sizeof out->error);
+    if (rc)
+        goto out;
+    pl.dry_run = dry_run;
+    rc = ipd__cgroup_run_create(cfg->state->cg, p.memory_bytes,
+                                p.max_processes, &cgr, out->error,
+                                sizeof out->error);
+    if (rc)
+        goto out;
+    cg_made = true;
+    rc = open_pipes(&pp, &pl, spec, &cgr, out->error, sizeof out->error);
+    if (rc)
+        goto out;
+    rc = start_c0(&pl, &cgr, &r.pidfd, out->error, sizeof out->error);
+    if (rc)
+        goto out;
+    take_ends(&r, &pp, spec, &cgr);
+    rc = supervise(&r, &cgr, start, p.wall_timeout_ms);
+    out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
+    ipd__cgroup_run_stats(&cgr, &oom, &cpu, &peak);
+    if (rc)
+        goto out;
+    rc = fill_result(&r, oom, cpu, peak);
+out:
+    rc = end_run(&r, &cgr, cg_made, rc);
+    close_pipes(&pp);
+    plan_release(&pl);
+    return rc;
+}
+
+enum ipd_err ipd_sandbox_run(const struct ipd_sandbox_config *cfg,
+                             const struct ipd_sandbox_policy *p,
+                             const struct ipd_sandbox_spec *spec,
+                             struct ipd_sandbox_result *out)
+{
+    return ipd__sandbox_run(cfg, p, spec, false, out);
+}
+
+void ipd_sandbox_result_release(struct ipd_sandbox_result *r)
+{
+    if (!r)
+        return;
+    ipd_buf_release(&r->out);
+    ipd_buf_release(&r->err);
+    if (r->output_dirfd >= 0)
+        close(r->output_dirfd);
+    r->output_dirfd = -1;
+}
+
+int ipd_sandbox_output_open(const struct ipd_sandbox_result *r,
+                            const char *relpath, int flags)
+{
+    struct open_how how;
+
+    if (!r || r->output_dirfd < 0 || !relpath) {
+        errno = EBADF;
+        return -1;
+    }
+    memset(&how, 0, sizeof how);
+    how.flags = (uint64_t)(flags | O_CLOEXEC | O_NOFOLLOW);
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS |
+                  RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
+    return (int)syscall(SYS_openat2, r->output_dirfd, relpath, &how,
+                        sizeof how);
+}

@@ -1,0 +1,129 @@
+/*
+ * sandbox_internal.h - what the files of service/sandbox/ share.
+ *
+ * Private to the sandbox library: nothing outside service/sandbox/
+ * includes it (tests aside); the rest of the program uses sandbox.h.
+ */
+#ifndef IPD_SANDBOX_INTERNAL_H
+#define IPD_SANDBOX_INTERNAL_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include "sandbox.h"
+
+/* The seccomp filter as raw BPF (seccomp.c). */
+struct ipd__sandbox_bpf {
+    void *filter; /* struct sock_filter[len], owned */
+    unsigned short len;
+};
+/* Compile the filter for network on/off once; IPD_ERR_INTERNAL on
+ * failure with a reason in err. */
+enum ipd_err ipd__sandbox_seccomp_compile(bool network,
+                                          struct ipd__sandbox_bpf *out,
+                                          char *err, size_t errlen);
+void ipd__sandbox_bpf_release(struct ipd__sandbox_bpf *b);
+
+/* cgroups (cgroup.c) */
+struct ipd__cgroups;       /* parents found at probe */
+struct ipd__cgroup_run {   /* one run's cgroups */
+    char v2[512];          /* run dir under cgroup2 or "" */
+    char mem[512];         /* run dir holding the memory limit or "" */
+    char pids[512];        /* run dir holding the pids limit or "" */
+    char cpuacct[512];     /* v1 cpuacct run dir or "" */
+    int v2_fd;             /* O_DIRECTORY fd of v2 (CLONE_INTO_CGROUP) */
+    int procs_fd[3];       /* v1 cgroup.procs fds to join, -1 unused */
+    bool mem_is_v2, pids_is_v2;
+};
+enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
+                                unsigned *mech, char *err, size_t errlen);
+void ipd__cgroups_free(struct ipd__cgroups *cg);
+/* Create the run's cgroups "run-<pid>-<n>" (n counts per process) and
+ * set limits; fds are O_CLOEXEC.  A leftover dir of that name (a dead
+ * process's with our pid) is taken over when empty, else the next n is
+ * tried. */
+enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
+                                    int64_t memory_bytes, int64_t pids,
+                                    struct ipd__cgroup_run *run, char *err,
+                                    size_t errlen);
+/* Kill everything in the run's cgroups (cgroup.kill; v1: signal each
+ * listed pid).  Safe to call repeatedly. */
+void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run);
+/* Read counters: OOM kills, cpu usec, memory peak (-1 when unknown). */
+void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
+                           int64_t *oom_kills, int64_t *cpu_usec,
+                           int64_t *mem_peak);
+/* Remove the run's cgroups (waiting, bounded, for them to empty) and
+ * close the fds.  IPD_ERR_INTERNAL if a process survived. */
+enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run);
+
+/* What the probe prepares once for every run (cfg->state; probe.c). */
+struct ipd_sandbox_state {
+    struct ipd__sandbox_bpf bpf_nonet; /* network denied */
+    struct ipd__sandbox_bpf bpf_net;   /* network allowed */
+    struct ipd__cgroups *cg;
+    int cap_last;                      /* /proc/sys/kernel/cap_last_cap */
+    uintptr_t arg_start, arg_end;      /* P's argv and environment areas, */
+    uintptr_t env_start, env_end;      /* wiped in C1 (/proc/1/cmdline) */
+    bool cgroupns;
+};
+
+/* The control socket (SOCK_SEQPACKET, one message per datagram) from
+ * the children to P: setup errors, the output dir's fd, C1's pid and
+ * C2's final wait status. */
+enum msg_kind { MSG_ERROR = 1, MSG_OUTDIR = 2, MSG_STATUS = 3, MSG_INIT = 4 };
+
+struct ctl_msg {
+    uint32_t kind;
+    int32_t status;       /* MSG_STATUS: C2's wait status; MSG_INIT:
+                             C1's host pid */
+    struct rusage ru_all; /* MSG_STATUS: C1's RUSAGE_CHILDREN */
+    char text[200];       /* MSG_ERROR */
+};
+
+struct plan_mount {
+    char src[PATH_MAX];  /* "/oldroot" + realpath(host_path) */
+    char dst[PATH_MAX];  /* "/newroot" + sandbox_path */
+    char link[PATH_MAX]; /* target when host_path is a symlink */
+    bool is_link, is_dir, writable;
+};
+
+/* Everything the children need, prepared by P. */
+struct plan {
+    const struct ipd_sandbox_state *st;
+    const struct ipd__sandbox_bpf *bpf;
+    struct plan_mount *mounts;
+    size_t n_mounts;
+    char *const *argv;
+    char **envp;
+    const char *cwd;
+    char uid_map[64], gid_map[64];
+    uid_t inner_uid;
+    gid_t inner_gid;
+    char tmp_opts[160], out_opts[160];
+    char passwd[512], group[256];
+    struct rlimit rl_cpu, rl_fsize, rl_nofile;
+    unsigned long ns_flags;
+    pid_t parent_pid;
+    bool dry_run; /* probe: full setup, then C2 exits 0 instead of exec */
+    /* descriptors (child ends) */
+    int ctl, out_w, err_w, in_r;
+    int procs_fd[3];
+};
+
+/* C0, in the clone3 child P just made (child.c): build the tree and
+ * exit.  Never returns; allocates nothing. */
+IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl);
+
+/* ipd_sandbox_run (run.c); with dry_run the whole setup happens but C2
+ * exits 0 instead of exec (the probe's trial run). */
+enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
+                              const struct ipd_sandbox_policy *policy,
+                              const struct ipd_sandbox_spec *spec, bool dry_run,
+                              struct ipd_sandbox_result *out);
+
+#endif
