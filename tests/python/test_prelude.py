@@ -497,17 +497,37 @@ class TestFilesAndVariables(PreludeCase):
         r = self.run_code("""
             print(FILES["id_a"])
             print(FILES["id_b"])
-            print(FILES["notes.txt"])
+            print("notes.txt" in FILES)
             print(open(FILES["other.txt"]).read())
-            print(load_file("id_a"), load_file("id_b"), load_file("notes.txt"),
-                  load_file(FILES["other.txt"]))
+            print(load_file("id_a"), load_file("id_b"),
+                  load_file(FILES["other.txt"]), load_file(FILES["id_a"]))
             print(len(FILES))
         """)
         self.assert_ok(r)
         self.assertEqual(r.stdout.splitlines(), [
-            a["path"], b["path"], b["path"], "third",
-            "first second second third", "5"])
+            a["path"], b["path"], "False", "third",
+            "first second third first", "4"])
         self.assertTrue(c["path"].startswith(self.data))
+
+    def test_shared_filename_fails_listing_the_ids(self):
+        # Two files named alike: neither load_file nor FILES guesses.
+        self.add_file("sales.csv", "a\n1\n", "csv", file_id="f_one")
+        self.add_file("sales.csv", "a\n2\n", "csv", file_id="f_two")
+        r = self.run_code("""
+            try:
+                FILES["sales.csv"]
+            except KeyError as e:
+                print(type(e).__name__, e)
+            load_file("sales.csv")
+        """)
+        self.assertEqual(r.rc, 1, r)
+        self.assertIn("AmbiguousFileError", r.stdout)
+        self.assertIn("f_one, f_two", r.stdout)
+        self.assertEqual(r.error["type"], "AmbiguousFileError")
+        self.assertIn("2 files are named 'sales.csv'", r.error["message"])
+        self.assertIn("f_one, f_two", r.error["message"])
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(5, "<module>")])
 
     def test_unknown_file_lists_available_names(self):
         self.add_file("sales.csv", "a\n1\n", "csv", file_id="f_sales")
@@ -782,6 +802,21 @@ class TestFigures(PreludeCase):
         self.assertTrue(self.figure_bytes("figure_1.png")
                         .startswith(PNG_SIGNATURE))
         self.assertEqual(r.stderr, "")
+
+    def test_saved_figure_keeps_labels_outside_the_axes(self):
+        # A label placed left of the canvas (a long y label does the same)
+        # is inside the saved image: the box is tight, so the image grows
+        # past the default 640 px instead of cutting it off.
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots()
+            ax.plot([1, 2, 3])
+            fig.text(-0.4, 0.5, "a label far left of the canvas")
+        """)
+        self.assert_ok(r)
+        png = self.figure_bytes("figure_1.png")
+        width = int.from_bytes(png[16:20], "big")
+        self.assertGreater(width, 700, "the far-left label was cut off")
 
     def test_user_file_not_overwritten_and_show_saves(self):
         r = self.run_code("""

@@ -77,6 +77,30 @@ _MAX_TRACEBACK = 64 * 1024
 
 _SOURCE_LINES = []  # the code's lines, for linecache
 _ENTRIES = {}       # file_id, filename and path -> files.json entry
+_AMBIGUOUS = {}     # a filename several files share -> their ids
+
+
+class AmbiguousFileError(KeyError):
+    """A filename that several of the execution's files share (a KeyError,
+    as for any name FILES does not hold)."""
+
+    def __str__(self):
+        return str(self.args[0]) if self.args else ""
+
+
+def _ambiguous(label, name):
+    return AmbiguousFileError(
+        "%s: %d files are named %r; use one of their ids: %s"
+        % (label, len(_AMBIGUOUS[name]), name, ", ".join(_AMBIGUOUS[name])))
+
+
+class _Files(dict):
+    """FILES: file ids and unambiguous filenames -> paths."""
+
+    def __missing__(self, key):
+        if isinstance(key, str) and key in _AMBIGUOUS:
+            raise _ambiguous("FILES[%r]" % (key,), key)
+        raise KeyError(key)
 _FIGURES = []       # figure files saved so far
 
 
@@ -271,7 +295,7 @@ def main():
     mod = type(sys)("__main__")
     ns = mod.__dict__
     ns["__builtins__"] = sys.modules["builtins"]
-    ns["FILES"] = {}
+    ns["FILES"] = _Files()
     ns["load_file"] = load_file
     try:
         os.chdir(_OUTPUT)
@@ -350,12 +374,19 @@ def _apply_job(ns, files_raw, variables_raw):
                                "filename or path string")
     if not isinstance(variables, dict):
         raise PreludeError("variables.json: not an object")
-    # A later file wins a filename; ids always work.
+    # Ids always work; a filename that two files share names neither:
+    # FILES[name] and load_file(name) fail, listing the ids to use.
     paths = ns["FILES"]
+    by_name = {}
     for f in files:
-        paths[f["filename"]] = f["path"]
-        _ENTRIES[f["filename"]] = f
+        by_name.setdefault(f["filename"], []).append(f)
         _ENTRIES[f["path"]] = f
+    for name, same in by_name.items():
+        if len(same) == 1:
+            paths[name] = same[0]["path"]
+            _ENTRIES[name] = same[0]
+        else:
+            _AMBIGUOUS[name] = [f["file_id"] for f in same]
     for f in files:
         paths[f["file_id"]] = f["path"]
         _ENTRIES[f["file_id"]] = f
@@ -634,6 +665,8 @@ def _read_image(path, data, label):
 def _load_file(name, kwargs):
     key = name if isinstance(name, str) else os.fspath(name)
     entry = _ENTRIES.get(key) if isinstance(key, str) else None
+    if entry is None and isinstance(key, str) and key in _AMBIGUOUS:
+        raise _ambiguous("load_file(%r)" % (key,), key)
     if entry is None:
         seen = []
         for e in _ENTRIES.values():
@@ -708,7 +741,9 @@ def _save_figures():
             continue
         name = _figure_name()
         try:
-            fig.savefig(os.path.join(_OUTPUT, name), format="png")
+            # A tight box keeps axis labels and legends inside the image.
+            fig.savefig(os.path.join(_OUTPUT, name), format="png",
+                        bbox_inches="tight")
             _FIGURES.append(name)
         except Exception as e:
             try:
