@@ -55,7 +55,8 @@
 
 #include "../common/buf.h"
 #include "../common/ipd.h"
-#include "guard.h" /* the address verdicts and the allowlist */
+#include "filename.h" /* the Content-Disposition parser */
+#include "guard.h"    /* the address verdicts and the allowlist */
 
 struct ipd_fetch_opts {
     int64_t connect_timeout_ms; /* per connection, DNS included; > 0 */
@@ -150,19 +151,5 @@ enum ipd_err ipd_fetch_post(const struct ipd_fetch_opts *opts, const char *url,
                             const char *content_type, const void *body,
                             size_t len, const char *const *extra_headers,
                             int *status, struct ipd_buf *err);
-
-/*
- * The filename of a Content-Disposition header value (RFC 6266): the
- * RFC 5987 filename*= (UTF-8 or ISO-8859-1, percent-decoded, converted to
- * UTF-8) when present and valid, else filename= (token or quoted-string,
- * backslash escapes undone).  The result is raw: sanitise it.
- * @param out  [out] NUL-terminated name, outsz bytes at most
- * @return IPD_OK; IPD_ERR_NOT_FOUND when there is no (non-empty)
- *         filename; IPD_ERR_INVALID when it is malformed (unterminated
- *         quote, NUL); IPD_ERR_TOO_LARGE when it (or the header, over
- *         16 KiB) doesn't fit.
- */
-enum ipd_err ipd_content_disposition_filename(const char *header, char *out,
-                                              size_t outsz);
 
 #endif
