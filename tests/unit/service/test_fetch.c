@@ -3,7 +3,8 @@
  * servers run on threads of this program (raw sockets on 127.0.0.1 and
  * 127.0.0.2, ephemeral ports, scripted answers).  No mocks, no sleeps: a
  * stalled server waits on a pipe that the test writes when it is done.
- * The guard's verdicts on addresses alone are test_fetch_guard.c's.
+ * The guard's verdicts on addresses alone are test_fetch_guard.c's, the
+ * suggested filename's parsing test_fetch_filename.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -321,78 +322,6 @@ static bool verdict(const char *ip, const struct ipd_fetch_allowlist *allow,
         in6->sin6_family = AF_INET6;
     }
     return ipd_fetch_address_allowed((struct sockaddr *)&ss, allow, why, whysz);
-}
-
-static void content_disposition(void)
-{
-    static const struct {
-        const char *header;
-        enum ipd_err rc;
-        const char *want;
-    } cases[] = {
-        {"attachment; filename=\"a.txt\"", IPD_OK, "a.txt"},
-        {"attachment; filename=a.txt", IPD_OK, "a.txt"},
-        {"attachment;filename=a.txt  ; size=3", IPD_OK, "a.txt"},
-        {"ATTACHMENT; FILENAME=\"A.TXT\"", IPD_OK, "A.TXT"},
-        {"inline; filename=\"quo\\\"te\\\\d.txt\"", IPD_OK, "quo\"te\\d.txt"},
-        {"attachment; filename=\"semi;colon.txt\"", IPD_OK, "semi;colon.txt"},
-        {"attachment; filename=\"fallback.txt\"; "
-         "filename*=UTF-8''r%C3%A9sum%C3%A9.pdf",
-         IPD_OK, "r\xc3\xa9sum\xc3\xa9.pdf"},
-        {"attachment; filename*=utf-8'en'%E2%82%AC%20rates.txt; "
-         "filename=\"EUR rates.txt\"",
-         IPD_OK, "\xe2\x82\xac rates.txt"},
-        {"attachment; filename*=iso-8859-1''%E9t%E9.txt", IPD_OK,
-         "\xc3\xa9t\xc3\xa9.txt"},
-        /* Bad filename*: fall back to filename. */
-        {"attachment; filename*=UTF-8''bad%ZZ; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=UTF-8''nul%00.txt; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=UTF-8''%FF%FE; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=KOI8-R''%C1; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=noquotes; filename=ok.txt", IPD_OK, "ok.txt"},
-        {"attachment; filename*=UTF-8''bad%ZZ", IPD_ERR_INVALID, ""},
-        {"filename=bare.txt", IPD_OK, "bare.txt"},
-        {"attachment; filename=../../etc/passwd", IPD_OK, "../../etc/passwd"},
-        {"attachment", IPD_ERR_NOT_FOUND, ""},
-        {"", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; filename=\"\"", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; name=\"field\"", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; filenamex=a.txt", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; filename=\"unterminated", IPD_ERR_INVALID, ""},
-        {"attachment; junk; =x; filename=after-junk.txt", IPD_OK,
-         "after-junk.txt"},
-        {"attachment; filename=first.txt; filename=second.txt", IPD_OK,
-         "first.txt"},
-    };
-    char out[64];
-    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
-        enum ipd_err rc =
-            ipd_content_disposition_filename(cases[i].header, out, sizeof(out));
-        if (rc != cases[i].rc || strcmp(out, cases[i].want) != 0) {
-            fprintf(stderr, "  [%s]: rc=%d out=\"%s\", want %d \"%s\"\n",
-                    cases[i].header, rc, out, cases[i].rc, cases[i].want);
-            test__failed_checks++;
-        }
-    }
-    /* Too long for out. */
-    char small[6];
-    CHECK_INT(ipd_content_disposition_filename("a; filename=abcdef", small,
-                                               sizeof(small)),
-              IPD_ERR_TOO_LARGE);
-    CHECK_INT(ipd_content_disposition_filename("a; filename=abcde", small,
-                                               sizeof(small)),
-              IPD_OK);
-    CHECK_STR(small, "abcde");
-    CHECK_INT(
-        ipd_content_disposition_filename(
-            "a; filename*=UTF-8''%C3%A9%C3%A9%C3%A9", small, sizeof(small)),
-        IPD_ERR_TOO_LARGE);
-    CHECK_INT(ipd_content_disposition_filename(NULL, small, sizeof(small)),
-              IPD_ERR_NOT_FOUND);
 }
 
 static void refused_schemes(void)
@@ -776,9 +705,8 @@ static void global_init_is_idempotent(void)
     CHECK_INT(ipd_fetch_global_init(), IPD_OK);
 }
 
-TEST_MAIN(T(injected_failure), T(global_init_is_idempotent),
-          T(content_disposition), T(refused_schemes), T(plain_fetch),
-          T(localhost_via_etc_hosts), T(redirects),
+TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(refused_schemes),
+          T(plain_fetch), T(localhost_via_etc_hosts), T(redirects),
           T(redirect_to_refused_address), T(error_status),
           T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
           T(post_callback))
