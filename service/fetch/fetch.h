@@ -1,7 +1,8 @@
 /*
  * fetch.h - outbound HTTP(S) with an SSRF guard: URL ingest
  * (POST /v1/files {"url": ...}) and execution callbacks.  libcurl sits
- * behind it in service/fetch_curl.c; its types never appear here.
+ * behind it in service/fetch/fetch_curl.c; its types never appear here.
+ * The verdict on an address and the allowlist are guard.h's (included).
  *
  * The guard, for every hop (the first URL and each redirect):
  *   - only http and https URLs;
@@ -54,11 +55,8 @@
 
 #include "../common/buf.h"
 #include "../common/ipd.h"
-
-struct sockaddr;
-
-/* Operator CIDRs that may be fetched although the guard refuses them. */
-struct ipd_fetch_allowlist;
+#include "filename.h" /* the Content-Disposition parser */
+#include "guard.h"    /* the address verdicts and the allowlist */
 
 struct ipd_fetch_opts {
     int64_t connect_timeout_ms; /* per connection, DNS included; > 0 */
@@ -153,63 +151,5 @@ enum ipd_err ipd_fetch_post(const struct ipd_fetch_opts *opts, const char *url,
                             const char *content_type, const void *body,
                             size_t len, const char *const *extra_headers,
                             int *status, struct ipd_buf *err);
-
-/*
- * Parse an allowlist: comma- or space-separated CIDRs, IPv4 or IPv6
- * ("127.0.0.1/32, 10.0.0.0/8, fd00::/8"); a bare address is a /32 or /128;
- * host bits are ignored.  NULL or "" gives an empty list.  An IPv4 entry
- * also covers that address written IPv4-mapped (::ffff:a.b.c.d).
- * @param out  [out] a new list, owned by the caller:
- *             ipd_fetch_allowlist_free; NULL on failure
- * @return IPD_OK, or IPD_ERR_INVALID with a message in err.
- */
-enum ipd_err ipd_fetch_allowlist_parse(const char *spec,
-                                       struct ipd_fetch_allowlist **out,
-                                       struct ipd_buf *err);
-void ipd_fetch_allowlist_free(struct ipd_fetch_allowlist *a); /* NULL ok */
-
-/*
- * The guard's verdict on one address (AF_INET or AF_INET6; the port is
- * ignored).  Refused unless allowlisted: loopback, private (RFC 1918,
- * fc00::/7, fec0::/10), link-local (169.254/16 with the cloud metadata
- * address, fe80::/10), multicast, unspecified (0/8, ::), broadcast,
- * carrier-grade NAT (100.64/10), reserved (240/4, documentation and
- * benchmarking ranges, IPv6 outside 2000::/3), and any refused IPv4
- * address embedded in IPv6: IPv4-mapped, -compatible and -translated,
- * NAT64 (64:ff9b::/96), 6to4 (2002::/16), Teredo (2001::/32).
- * @param allow  may be NULL
- * @param why    [out] on refusal the reason ("loopback", "private (IPv4-
- *               mapped)"), else ""; may be NULL
- * @return true when a connection to sa is allowed.
- */
-bool ipd_fetch_address_allowed(const struct sockaddr *sa,
-                               const struct ipd_fetch_allowlist *allow,
-                               char *why, size_t whysz);
-
-/*
- * Check every address host resolved to (addrs[0..n)); any refused one
- * refuses them all: IPD_ERR_INVALID with "address A of host H is not
- * allowed (why)" in err.  n == 0 is IPD_ERR_UNAVAILABLE.  The fetches use
- * it for every hop; exported for tests.
- */
-enum ipd_err ipd_fetch_addresses_check(const char *host,
-                                       const struct sockaddr *const *addrs,
-                                       size_t n,
-                                       const struct ipd_fetch_allowlist *allow,
-                                       struct ipd_buf *err);
-
-/*
- * The filename of a Content-Disposition header value (RFC 6266): the
- * RFC 5987 filename*= (UTF-8 or ISO-8859-1, percent-decoded, converted to
- * UTF-8) when present and valid, else filename= (token or quoted-string,
- * backslash escapes undone).  The result is raw: sanitise it.
- * @param out  [out] NUL-terminated name, outsz bytes at most
- * @return IPD_OK; IPD_ERR_NOT_FOUND when there is no (non-empty)
- *         filename; IPD_ERR_INVALID when it is malformed (unterminated
- *         quote, NUL); IPD_ERR_TOO_LARGE when it (or the header, over
- *         16 KiB) doesn't fit.
- */
-enum ipd_err ipd_content_disposition_filename(const char *header, char *out,
-                                              size_t outsz);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * fetch_curl.c - fetch.h on libcurl: outbound GET/POST behind the SSRF
- * guard, the address classifier, the allowlist and the Content-Disposition
- * parser.  The only file that sees libcurl's types.
+ * guard (whose verdicts are guard.c's) and the threaded resolver; the
+ * suggested filename is parsed in filename.c.  The only file that sees
+ * libcurl's types.
  *
  * One hop is one easy handle: parse the URL (CURLU), resolve its host
  * here, check every address, hand curl the checked addresses with
@@ -22,14 +23,11 @@
 
 #include "fetch.h"
 #include "../common/util.h"
+#include "fetch_internal.h"
 
 #ifndef IPD_VERSION
 #define IPD_VERSION "0"
 #endif
-
-#define CD_HEADER_MAX (16 * 1024) /* longer Content-Disposition: refused */
-#define FILENAME_MAX_BYTES 1024   /* a longer suggested name is dropped */
-#define WHY_MAX 96
 
 /* ---- process-wide state ----------------------------------------------- */
 
@@ -96,558 +94,6 @@ void ipd_fetch_result_release(struct ipd_fetch_result *r)
     free(r->content_type);
     free(r->filename);
     ipd_fetch_result_init(r);
-}
-
-/* ---- address classification ------------------------------------------- */
-
-struct range4 {
-    uint32_t net;
-    unsigned bits;
-    const char *why;
-};
-
-/* First match wins, so the narrow ranges come before the wide ones. */
-static const struct range4 refused4[] = {
-    {0xffffffffu, 32, "broadcast"},
-    {0xa9fea9feu, 32, "link-local (cloud metadata)"},
-    {0x00000000u, 8, "unspecified"},
-    {0x0a000000u, 8, "private"},
-    {0x64400000u, 10, "carrier-grade NAT"},
-    {0x7f000000u, 8, "loopback"},
-    {0xa9fe0000u, 16, "link-local"},
-    {0xac100000u, 12, "private"},
-    {0xc0000000u, 24, "reserved"},
-    {0xc0000200u, 24, "reserved (documentation)"},
-    {0xc0586300u, 24, "reserved (6to4 relay)"},
-    {0xc0a80000u, 16, "private"},
-    {0xc6120000u, 15, "reserved (benchmarking)"},
-    {0xc6336400u, 24, "reserved (documentation)"},
-    {0xcb007100u, 24, "reserved (documentation)"},
-    {0xe0000000u, 4, "multicast"},
-    {0xf0000000u, 4, "reserved"},
-};
-
-static const char *class4(uint32_t a)
-{
-    for (size_t i = 0; i < IPD_ARRAY_LEN(refused4); i++) {
-        uint32_t mask = ~0u << (32 - refused4[i].bits);
-        if ((a & mask) == refused4[i].net)
-            return refused4[i].why;
-    }
-    return NULL;
-}
-
-struct range6 {
-    uint8_t net[16];
-    unsigned bits;
-    const char *why;
-};
-
-/* Ranges with nothing embedded; checked after the embedding forms. */
-static const struct range6 refused6[] = {
-    {{0x20, 0x01, 0x0d, 0xb8}, 32, "reserved (documentation)"},
-    {{0x3f, 0xff}, 20, "reserved (documentation)"},
-    {{0x20, 0x01, 0x00, 0x10}, 28, "reserved (ORCHID)"},
-    {{0x20, 0x01, 0x00, 0x20}, 28, "reserved (ORCHID)"},
-    {{0x00, 0x64, 0xff, 0x9b, 0x00, 0x01}, 48, "private (local NAT64)"},
-    {{0x01, 0x00}, 64, "reserved (discard)"},
-    {{0xfc}, 7, "private"},
-    {{0xfe, 0x80}, 10, "link-local"},
-    {{0xfe, 0xc0}, 10, "private (site-local)"},
-    {{0xff}, 8, "multicast"},
-};
-
-static bool prefix_match(const uint8_t *a, const uint8_t *net, unsigned bits)
-{
-    unsigned full = bits / 8, rest = bits % 8;
-    if (memcmp(a, net, full) != 0)
-        return false;
-    if (!rest)
-        return true;
-    uint8_t mask = (uint8_t)(0xff << (8 - rest));
-    return (a[full] & mask) == (net[full] & mask);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 |
-           (uint32_t)p[3];
-}
-
-static bool say(char *why, size_t whysz, const char *fmt, ...) IPD_PRINTF(3, 4);
-
-static bool say(char *why, size_t whysz, const char *fmt, ...)
-{
-    if (why && whysz) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(why, whysz, fmt, ap);
-        va_end(ap);
-    }
-    return true;
-}
-
-/* An IPv4 address carried inside IPv6 reaches that IPv4 host (mapped,
- * NAT64, 6to4, Teredo), so it is refused for the same reasons.  Forms with
- * no legitimate outbound use are refused even when the IPv4 is public. */
-static bool embedded(uint32_t v4, const char *kind, bool always, char *why,
-                     size_t whysz)
-{
-    const char *r = class4(v4);
-    if (r)
-        return say(why, whysz, "%s (%s)", r, kind);
-    if (always)
-        return say(why, whysz, "reserved (%s)", kind);
-    return false;
-}
-
-/* True when the IPv6 address b is refused; the reason goes to why. */
-static bool class6(const uint8_t *b, char *why, size_t whysz)
-{
-    static const uint8_t zero[16];
-    static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
-                                       0, 0, 0, 0, 0xff, 0xff};
-    static const uint8_t translated[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-    static const uint8_t nat64[12] = {0x00, 0x64, 0xff, 0x9b};
-    static const uint8_t teredo[4] = {0x20, 0x01, 0x00, 0x00};
-
-    if (!memcmp(b, zero, 16))
-        return say(why, whysz, "unspecified");
-    if (!memcmp(b, zero, 15) && b[15] == 1)
-        return say(why, whysz, "loopback");
-    if (!memcmp(b, mapped, 12))
-        return embedded(get32(b + 12), "IPv4-mapped", false, why, whysz);
-    if (!memcmp(b, zero, 12))
-        return embedded(get32(b + 12), "IPv4-compatible", true, why, whysz);
-    if (!memcmp(b, translated, 12))
-        return embedded(get32(b + 12), "IPv4-translated", true, why, whysz);
-    if (!memcmp(b, nat64, 12))
-        return embedded(get32(b + 12), "NAT64", false, why, whysz);
-    if (b[0] == 0x20 && b[1] == 0x02)
-        return embedded(get32(b + 2), "6to4", false, why, whysz);
-    if (!memcmp(b, teredo, 4)) {
-        /* Teredo: the server's IPv4, then the client's, inverted. */
-        if (embedded(get32(b + 4), "Teredo server", false, why, whysz))
-            return true;
-        return embedded(~get32(b + 12), "Teredo", false, why, whysz);
-    }
-    for (size_t i = 0; i < IPD_ARRAY_LEN(refused6); i++)
-        if (prefix_match(b, refused6[i].net, refused6[i].bits))
-            return say(why, whysz, "%s", refused6[i].why);
-    /* Only 2000::/3 is allocated as global unicast. */
-    if ((b[0] & 0xe0) != 0x20)
-        return say(why, whysz, "reserved");
-    return false;
-}
-
-/* ---- allowlist -------------------------------------------------------- */
-
-struct cidr {
-    int family; /* AF_INET: net[0..4) */
-    uint8_t net[16];
-    unsigned bits;
-};
-
-struct ipd_fetch_allowlist {
-    struct cidr *v; /* owned */
-    size_t n;
-};
-
-void ipd_fetch_allowlist_free(struct ipd_fetch_allowlist *a)
-{
-    if (!a)
-        return;
-    free(a->v);
-    free(a);
-}
-
-static enum ipd_err parse_cidr(const char *s, size_t len, struct cidr *c,
-                               struct ipd_buf *err)
-{
-    char tmp[INET6_ADDRSTRLEN + 8];
-    int64_t bits = -1;
-    if (len >= sizeof(tmp))
-        goto bad;
-    memcpy(tmp, s, len);
-    tmp[len] = 0;
-    char *slash = strchr(tmp, '/');
-    if (slash)
-        *slash = 0;
-    memset(c, 0, sizeof(*c));
-    if (inet_pton(AF_INET, tmp, c->net) == 1)
-        c->family = AF_INET;
-    else if (inet_pton(AF_INET6, tmp, c->net) == 1)
-        c->family = AF_INET6;
-    else
-        goto bad;
-    int64_t max = c->family == AF_INET ? 32 : 128;
-    if (!slash)
-        bits = max;
-    else if (ipd_int_parse(slash + 1, 0, max, &bits) != IPD_OK)
-        goto bad;
-    c->bits = (unsigned)bits;
-    /* Clear the host bits so matching compares prefixes only. */
-    for (unsigned i = 0; i < 16; i++) {
-        unsigned keep = c->bits > i * 8 ? c->bits - i * 8 : 0;
-        if (keep < 8)
-            c->net[i] &= (uint8_t)(0xff00 >> keep);
-    }
-    return IPD_OK;
-bad:
-    return fail(err, IPD_ERR_INVALID,
-                "bad allowlist entry \"%.*s\": expected an IPv4 or IPv6 "
-                "address or CIDR",
-                (int)(len > 64 ? 64 : len), s);
-}
-
-enum ipd_err ipd_fetch_allowlist_parse(const char *spec,
-                                       struct ipd_fetch_allowlist **out,
-                                       struct ipd_buf *err)
-{
-    struct ipd_fetch_allowlist *a = ipd_xcalloc(1, sizeof(*a));
-    enum ipd_err rc = IPD_OK;
-    size_t alloc = 0;
-    const char *p = spec ? spec : "";
-
-    *out = NULL;
-    for (;;) {
-        p += strspn(p, ", \t\n");
-        if (!*p)
-            break;
-        size_t len = strcspn(p, ", \t\n");
-        if (a->n == alloc) {
-            alloc = alloc ? alloc * 2 : 8;
-            a->v = ipd_xrealloc(a->v, alloc * sizeof(*a->v));
-        }
-        rc = parse_cidr(p, len, &a->v[a->n], err);
-        if (rc)
-            goto out;
-        a->n++;
-        p += len;
-    }
-    *out = a;
-    a = NULL;
-out:
-    ipd_fetch_allowlist_free(a);
-    return rc;
-}
-
-static bool allow_match(const struct ipd_fetch_allowlist *allow, int family,
-                        const uint8_t *addr)
-{
-    if (!allow)
-        return false;
-    for (size_t i = 0; i < allow->n; i++)
-        if (allow->v[i].family == family &&
-            prefix_match(addr, allow->v[i].net, allow->v[i].bits))
-            return true;
-    return false;
-}
-
-bool ipd_fetch_address_allowed(const struct sockaddr *sa,
-                               const struct ipd_fetch_allowlist *allow,
-                               char *why, size_t whysz)
-{
-    char reason[WHY_MAX] = "";
-    if (why && whysz)
-        why[0] = 0;
-    if (sa->sa_family == AF_INET) {
-        struct sockaddr_in in;
-        uint8_t b[4];
-        memcpy(&in, sa, sizeof(in));
-        memcpy(b, &in.sin_addr, 4);
-        const char *r = class4(get32(b));
-        if (!r || allow_match(allow, AF_INET, b))
-            return true;
-        say(why, whysz, "%s", r);
-        return false;
-    }
-    if (sa->sa_family == AF_INET6) {
-        struct sockaddr_in6 in6;
-        uint8_t b[16];
-        memcpy(&in6, sa, sizeof(in6));
-        memcpy(b, &in6.sin6_addr, 16);
-        if (!class6(b, reason, sizeof(reason)))
-            return true;
-        if (allow_match(allow, AF_INET6, b))
-            return true;
-        /* ::ffff:a.b.c.d is a.b.c.d itself: its IPv4 entry covers it. */
-        static const uint8_t mapped[12] = {0, 0, 0, 0, 0,    0,
-                                           0, 0, 0, 0, 0xff, 0xff};
-        if (!memcmp(b, mapped, 12) && allow_match(allow, AF_INET, b + 12))
-            return true;
-        say(why, whysz, "%s", reason);
-        return false;
-    }
-    say(why, whysz, "not an IP address");
-    return false;
-}
-
-static void addr_str(const struct sockaddr *sa, char *out, size_t outsz)
-{
-    const void *src = NULL;
-    const char *r = NULL;
-    if (sa->sa_family == AF_INET)
-        src = &((const struct sockaddr_in *)(const void *)sa)->sin_addr;
-    else if (sa->sa_family == AF_INET6)
-        src = &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr;
-    if (src)
-        r = inet_ntop(sa->sa_family, src, out, (socklen_t)outsz);
-    if (!r)
-        snprintf(out, outsz, "(family %d)", (int)sa->sa_family);
-}
-
-enum ipd_err ipd_fetch_addresses_check(const char *host,
-                                       const struct sockaddr *const *addrs,
-                                       size_t n,
-                                       const struct ipd_fetch_allowlist *allow,
-                                       struct ipd_buf *err)
-{
-    char why[WHY_MAX], a[INET6_ADDRSTRLEN];
-    if (!n)
-        return fail(err, IPD_ERR_UNAVAILABLE,
-                    "could not fetch: host %s has no address", host);
-    for (size_t i = 0; i < n; i++) {
-        if (ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)))
-            continue;
-        addr_str(addrs[i], a, sizeof(a));
-        return fail(err, IPD_ERR_INVALID,
-                    "address %s of host %s is not allowed (%s)", a, host, why);
-    }
-    return IPD_OK;
-}
-
-/* ---- Content-Disposition ---------------------------------------------- */
-
-static bool is_tchar(unsigned char c)
-{
-    return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
-           (c >= 'A' && c <= 'Z') || (c && strchr("!#$%&'*+-.^_`|~", c));
-}
-
-static const char *skip_ows(const char *p)
-{
-    while (*p == ' ' || *p == '\t')
-        p++;
-    return p;
-}
-
-/*
- * Read one parameter value at p: a quoted-string (escapes undone) or,
- * leniently as browsers do, everything up to ';' less trailing blanks.
- * Copies into dst when dst is not NULL; *end is set after the value.
- */
-static enum ipd_err cd_value(const char *p, char *dst, size_t dstsz,
-                             const char **end)
-{
-    enum ipd_err rc = IPD_OK;
-    size_t n = 0;
-    const char *s, *e;
-    if (*p == '"') {
-        for (p++; *p != '"'; p++) {
-            if (!*p) {
-                rc = IPD_ERR_INVALID; /* unterminated quoted-string */
-                break;
-            }
-            if (*p == '\\' && p[1])
-                p++;
-            if (dst && n + 1 < dstsz)
-                dst[n++] = *p;
-            else if (dst)
-                rc = IPD_ERR_TOO_LARGE;
-        }
-        if (*p == '"')
-            p++;
-    } else {
-        s = p;
-        p += strcspn(p, ";");
-        for (e = p; e > s && (e[-1] == ' ' || e[-1] == '\t');)
-            e--;
-        for (; s < e; s++) {
-            if (dst && n + 1 < dstsz)
-                dst[n++] = *s;
-            else if (dst)
-                rc = IPD_ERR_TOO_LARGE;
-        }
-    }
-    if (dst && dstsz)
-        dst[n] = 0;
-    *end = p;
-    return rc;
-}
-
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
-/* Append one byte, growing nothing: TOO_LARGE when out is full. */
-static enum ipd_err put(char *out, size_t outsz, size_t *n, unsigned char c)
-{
-    if (*n + 1 >= outsz)
-        return IPD_ERR_TOO_LARGE;
-    out[(*n)++] = (char)c;
-    return IPD_OK;
-}
-
-/* RFC 5987 ext-value: charset'language'pct-encoded, into UTF-8. */
-static enum ipd_err cd_ext(const char *val, size_t hlen, char *out,
-                           size_t outsz)
-{
-    char *raw = ipd_xmalloc(hlen + 1);
-    const char *end, *p, *q;
-    size_t n = 0;
-    bool latin1 = false;
-    enum ipd_err rc = cd_value(val, raw, hlen + 1, &end);
-    if (rc)
-        goto out;
-    p = strchr(raw, '\'');
-    q = p ? strchr(p + 1, '\'') : NULL;
-    if (!q) {
-        rc = IPD_ERR_INVALID;
-        goto out;
-    }
-    if ((size_t)(p - raw) == 10 && !strncasecmp(raw, "ISO-8859-1", 10))
-        latin1 = true;
-    else if ((size_t)(p - raw) != 5 || strncasecmp(raw, "UTF-8", 5) != 0) {
-        rc = IPD_ERR_INVALID; /* a charset we don't convert */
-        goto out;
-    }
-    for (p = q + 1; *p && !rc; p++) {
-        unsigned char c = (unsigned char)*p;
-        if (c == '%') {
-            int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
-            if (lo < 0 || (hi | lo) == 0) {
-                rc = IPD_ERR_INVALID; /* bad escape, or NUL */
-                break;
-            }
-            c = (unsigned char)(hi << 4 | lo);
-            p += 2;
-        }
-        if (latin1 && c >= 0x80) {
-            rc = put(out, outsz, &n, (unsigned char)(0xc0 | c >> 6));
-            if (!rc)
-                rc = put(out, outsz, &n, (unsigned char)(0x80 | (c & 0x3f)));
-        } else {
-            rc = put(out, outsz, &n, c);
-        }
-    }
-    if (rc)
-        goto out;
-    out[n] = 0;
-    if (!n)
-        rc = IPD_ERR_NOT_FOUND;
-    else if (!ipd_utf8_valid(out, n))
-        rc = IPD_ERR_INVALID;
-out:
-    if (rc && outsz)
-        out[0] = 0;
-    free(raw);
-    return rc;
-}
-
-enum ipd_err ipd_content_disposition_filename(const char *header, char *out,
-                                              size_t outsz)
-{
-    const char *p, *q, *plain = NULL, *ext = NULL;
-    enum ipd_err rc = IPD_ERR_NOT_FOUND, bad_plain = IPD_OK;
-    size_t hlen;
-
-    if (!outsz)
-        return IPD_ERR_TOO_LARGE;
-    out[0] = 0;
-    if (!header)
-        return IPD_ERR_NOT_FOUND;
-    hlen = strlen(header);
-    if (hlen > CD_HEADER_MAX)
-        return IPD_ERR_TOO_LARGE;
-
-    /* The disposition type, unless the value starts with a parameter. */
-    p = skip_ows(header);
-    for (q = p; is_tchar((unsigned char)*q);)
-        q++;
-    if (*skip_ows(q) != '=')
-        p = q;
-
-    while (*p) {
-        p = skip_ows(p);
-        if (*p == ';') {
-            p++;
-            continue;
-        }
-        if (!*p)
-            break;
-        const char *name = p;
-        while (is_tchar((unsigned char)*p))
-            p++;
-        size_t nlen = (size_t)(p - name);
-        p = skip_ows(p);
-        if (!nlen || *p != '=') {
-            /* Junk: skip to the next parameter. */
-            p += strcspn(p, ";");
-            continue;
-        }
-        p = skip_ows(p + 1);
-        const char *val = p;
-        enum ipd_err vrc = cd_value(p, NULL, 0, &p);
-        if (nlen == 8 && !strncasecmp(name, "filename", 8) && !plain) {
-            plain = val;
-            bad_plain = vrc;
-        } else if (nlen == 9 && !strncasecmp(name, "filename*", 9) && !ext) {
-            ext = val;
-        }
-    }
-
-    if (ext) {
-        rc = cd_ext(ext, hlen, out, outsz);
-        if (!rc)
-            return IPD_OK;
-    }
-    if (plain) {
-        const char *end;
-        rc = bad_plain ? bad_plain : cd_value(plain, out, outsz, &end);
-        if (!rc && !out[0])
-            rc = IPD_ERR_NOT_FOUND;
-        if (rc)
-            out[0] = 0;
-    }
-    return rc;
-}
-
-/* Percent-decode the last segment of a URL path; NULL when empty.
- * Lenient: a '%' that starts no escape stays as it is. */
-static char *path_filename(const char *path)
-{
-    const char *seg = strrchr(path, '/');
-    seg = seg ? seg + 1 : path;
-    size_t len = strlen(seg);
-    char *out;
-    size_t n = 0;
-    if (!len || len > FILENAME_MAX_BYTES)
-        return NULL;
-    out = ipd_xmalloc(len + 1);
-    for (const char *p = seg; *p; p++) {
-        int hi = *p == '%' ? hexval(p[1]) : -1;
-        int lo = hi < 0 ? -1 : hexval(p[2]);
-        if (lo >= 0) {
-            if (!(hi | lo)) { /* %00 */
-                free(out);
-                return NULL;
-            }
-            out[n++] = (char)(hi << 4 | lo);
-            p += 2;
-        } else {
-            out[n++] = *p;
-        }
-    }
-    out[n] = 0;
-    return out;
 }
 
 /* ---- resolving, bounded by a timeout ---------------------------------- */
@@ -893,7 +339,7 @@ static curl_socket_t on_socket(void *ud, curlsocktype purpose,
 {
     struct hop *x = ud;
     struct sockaddr_storage ss;
-    char why[WHY_MAX], s[INET6_ADDRSTRLEN];
+    char why[IPD__FETCH_WHY_MAX], s[INET6_ADDRSTRLEN];
     bool pinned = false;
 
     if (purpose != CURLSOCKTYPE_IPCXN || a->addrlen > sizeof(ss) ||
@@ -906,7 +352,7 @@ static curl_socket_t on_socket(void *ud, curlsocktype purpose,
     memcpy(&ss, &a->addr, a->addrlen);
     for (size_t i = 0; i < x->n_ok && !pinned; i++)
         pinned = same_addr(&ss, &x->ok[i]);
-    addr_str((const struct sockaddr *)&ss, s, sizeof(s));
+    ipd__fetch_addr_str((const struct sockaddr *)&ss, s, sizeof(s));
     if (!pinned) {
         snprintf(x->refused, sizeof(x->refused),
                  "address %s of host %s was not the checked one", s, x->host);
@@ -1071,7 +517,7 @@ static struct curl_slist *resolve_list(const struct hop *x, bool *oom)
     ipd_buf_init(&b, IPD_BUF_UNLIMITED);
     ipd_buf_init(&name, IPD_BUF_UNLIMITED);
     for (size_t i = 0; i < x->n_ok; i++) {
-        addr_str((const struct sockaddr *)&x->ok[i], s, sizeof(s));
+        ipd__fetch_addr_str((const struct sockaddr *)&x->ok[i], s, sizeof(s));
         ipd_buf_addf(&b, x->ok[i].ss_family == AF_INET6 ? "%s[%s]" : "%s%s",
                      i ? "," : "", s);
     }
@@ -1323,13 +769,13 @@ static void set_str(char **dst, const char *s)
  * URL's last path segment. */
 static char *suggested_name(CURL *h, CURLU *u)
 {
-    char name[FILENAME_MAX_BYTES + 1], *path = NULL, *r = NULL;
+    char name[IPD__FETCH_FILENAME_MAX + 1], *path = NULL, *r = NULL;
     const char *cd = header(h, "Content-Disposition");
     if (cd &&
         ipd_content_disposition_filename(cd, name, sizeof(name)) == IPD_OK)
         return ipd_xstrdup(name);
     if (curl_url_get(u, CURLUPART_PATH, &path, 0) == CURLUE_OK)
-        r = path_filename(path);
+        r = ipd__fetch_path_filename(path);
     curl_free(path);
     return r;
 }
@@ -1419,7 +865,7 @@ static bool header_ok(const char *h)
     if (!colon || colon == h || strpbrk(h, "\r\n"))
         return false;
     for (const char *p = h; p < colon; p++)
-        if (!is_tchar((unsigned char)*p))
+        if (!ipd__fetch_is_tchar((unsigned char)*p))
             return false;
     return true;
 }

@@ -8,7 +8,7 @@
  */
 #include <stdint.h>
 
-#include "service/fetch/fetch.h"
+#include "service/fetch/filename.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -3,6 +3,8 @@
  * servers run on threads of this program (raw sockets on 127.0.0.1 and
  * 127.0.0.2, ephemeral ports, scripted answers).  No mocks, no sleeps: a
  * stalled server waits on a pipe that the test writes when it is done.
+ * The guard's verdicts on addresses alone are test_fetch_guard.c's, the
+ * suggested filename's parsing test_fetch_filename.c's.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -305,8 +307,7 @@ static bool ends_with(const char *s, const char *suffix)
         }                                                                      \
     } while (0)
 
-/* ---- the guard without the network ------------------------------------ */
-
+/* The guard's verdict on an address (its own tests: test_fetch_guard.c). */
 static bool verdict(const char *ip, const struct ipd_fetch_allowlist *allow,
                     char *why, size_t whysz)
 {
@@ -321,237 +322,6 @@ static bool verdict(const char *ip, const struct ipd_fetch_allowlist *allow,
         in6->sin6_family = AF_INET6;
     }
     return ipd_fetch_address_allowed((struct sockaddr *)&ss, allow, why, whysz);
-}
-
-static void address_classes(void)
-{
-    static const struct {
-        const char *ip;
-        const char *why; /* NULL: allowed; else part of the reason */
-    } cases[] = {
-        {"127.0.0.1", "loopback"},
-        {"127.255.255.254", "loopback"},
-        {"10.0.0.1", "private"},
-        {"10.255.255.255", "private"},
-        {"172.16.0.1", "private"},
-        {"172.31.255.255", "private"},
-        {"172.15.255.255", NULL},
-        {"172.32.0.1", NULL},
-        {"192.168.1.1", "private"},
-        {"169.254.169.254", "link-local (cloud metadata)"},
-        {"169.254.1.1", "link-local"},
-        {"224.0.0.1", "multicast"},
-        {"239.255.255.250", "multicast"},
-        {"0.0.0.0", "unspecified"},
-        {"0.1.2.3", "unspecified"},
-        {"255.255.255.255", "broadcast"},
-        {"100.64.0.1", "carrier-grade NAT"},
-        {"100.127.255.255", "carrier-grade NAT"},
-        {"100.63.255.255", NULL},
-        {"100.128.0.1", NULL},
-        {"240.0.0.1", "reserved"},
-        {"250.1.2.3", "reserved"},
-        {"192.0.2.1", "reserved (documentation)"},
-        {"198.18.0.1", "reserved (benchmarking)"},
-        {"8.8.8.8", NULL},
-        {"1.1.1.1", NULL},
-        {"11.0.0.1", NULL},
-        {"::1", "loopback"},
-        {"::", "unspecified"},
-        {"::ffff:127.0.0.1", "loopback (IPv4-mapped)"},
-        {"::ffff:10.0.0.1", "private (IPv4-mapped)"},
-        {"::ffff:169.254.169.254", "cloud metadata"},
-        {"::ffff:0.0.0.0", "unspecified (IPv4-mapped)"},
-        {"::ffff:8.8.8.8", NULL},
-        {"::127.0.0.1", "loopback (IPv4-compatible)"},
-        {"::8.8.8.8", "reserved (IPv4-compatible)"},
-        {"::ffff:0:127.0.0.1", "loopback (IPv4-translated)"},
-        {"64:ff9b::127.0.0.1", "loopback (NAT64)"},
-        {"64:ff9b::a9fe:a9fe", "cloud metadata"},
-        {"64:ff9b::8.8.8.8", NULL},
-        {"64:ff9b:1::1", "private"},
-        {"2002:7f00:1::1", "loopback (6to4)"},
-        {"2002:a00:1::1", "private (6to4)"},
-        {"2002:808:808::1", NULL},
-        /* Teredo: server 65.54.227.120, client ~(127.0.0.1). */
-        {"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback (Teredo)"},
-        {"2001:0:7f00:1::", "loopback (Teredo server)"},
-        {"2001:0:4136:e378:8000:63bf:f7f7:f7f7", NULL}, /* client 8.8.8.8 */
-        {"fc00::1", "private"},
-        {"fd12:3456::1", "private"},
-        {"fe80::1", "link-local"},
-        {"febf::1", "link-local"},
-        {"fec0::1", "site-local"},
-        {"ff02::1", "multicast"},
-        {"ff0e::1", "multicast"},
-        {"2001:db8::1", "documentation"},
-        {"100::1", "reserved"},
-        {"4000::1", "reserved"},
-        {"2606:4700:4700::1111", NULL},
-        {"2001:4860:4860::8888", NULL},
-    };
-    char why[128];
-    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
-        bool ok = verdict(cases[i].ip, NULL, why, sizeof(why));
-        if (ok != !cases[i].why ||
-            (cases[i].why && !strstr(why, cases[i].why))) {
-            fprintf(stderr, "  %s: allowed=%d why=\"%s\", want %s\n",
-                    cases[i].ip, ok, why,
-                    cases[i].why ? cases[i].why : "allowed");
-            test__failed_checks++;
-        }
-        if (ok)
-            CHECK_STR(why, "");
-    }
-}
-
-static void allowlist(void)
-{
-    struct ipd_fetch_allowlist *a = NULL;
-    struct ipd_buf err;
-    char why[128];
-    ipd_buf_init(&err, 1024);
-
-    CHECK_INT(ipd_fetch_allowlist_parse(
-                  "127.0.0.1/32, 10.1.2.3/8 fd00::/8,,192.168.7.7", &a, &err),
-              IPD_OK);
-    REQUIRE(a);
-    CHECK(verdict("127.0.0.1", a, why, sizeof(why)));
-    CHECK(!verdict("127.0.0.2", a, why, sizeof(why)));
-    CHECK_STR(why, "loopback");
-    CHECK(verdict("10.200.0.1", a, why, sizeof(why))); /* host bits ignored */
-    CHECK(verdict("192.168.7.7", a, why, sizeof(why)));
-    CHECK(!verdict("192.168.7.8", a, why, sizeof(why)));
-    CHECK(verdict("::ffff:127.0.0.1", a, why, sizeof(why)));
-    CHECK(verdict("fd00::5", a, why, sizeof(why)));
-    CHECK(!verdict("fc00::1", a, why, sizeof(why)));
-    CHECK(!verdict("169.254.169.254", a, why, sizeof(why)));
-    CHECK(!verdict("::1", a, why, sizeof(why)));
-    CHECK(verdict("8.8.8.8", a, why, sizeof(why)));
-    ipd_fetch_allowlist_free(a);
-
-    CHECK_INT(ipd_fetch_allowlist_parse("", &a, &err), IPD_OK);
-    CHECK(!verdict("127.0.0.1", a, why, sizeof(why)));
-    ipd_fetch_allowlist_free(a);
-    CHECK_INT(ipd_fetch_allowlist_parse(NULL, &a, &err), IPD_OK);
-    ipd_fetch_allowlist_free(a);
-    CHECK_INT(ipd_fetch_allowlist_parse("::/0", &a, &err), IPD_OK);
-    CHECK(verdict("::1", a, why, sizeof(why)));
-    CHECK(!verdict("127.0.0.1", a, why, sizeof(why)));
-    ipd_fetch_allowlist_free(a);
-
-    static const char *bad[] = {"10.0.0.0/33", "abc",        "::1/129",
-                                "1.2.3.4/",    "1.2.3.4/-1", "1.2.3/8",
-                                "10.0.0.0/8;"};
-    for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
-        ipd_buf_reset(&err);
-        a = (struct ipd_fetch_allowlist *)&err; /* must be reset to NULL */
-        CHECK_INT(ipd_fetch_allowlist_parse(bad[i], &a, &err), IPD_ERR_INVALID);
-        CHECK(a == NULL);
-        CHECK_HAS(err.buf, "bad allowlist entry");
-    }
-    ipd_buf_release(&err);
-}
-
-static void any_refused_address_refuses_all(void)
-{
-    struct sockaddr_in good, bad;
-    struct sockaddr_in6 good6;
-    struct ipd_buf err;
-    ipd_buf_init(&err, 1024);
-    memset(&good, 0, sizeof(good));
-    memset(&bad, 0, sizeof(bad));
-    memset(&good6, 0, sizeof(good6));
-    good.sin_family = bad.sin_family = AF_INET;
-    good6.sin6_family = AF_INET6;
-    inet_pton(AF_INET, "93.184.216.34", &good.sin_addr);
-    inet_pton(AF_INET, "127.0.0.1", &bad.sin_addr);
-    inet_pton(AF_INET6, "2606:4700:4700::1111", &good6.sin6_addr);
-    const struct sockaddr *mixed[] = {(struct sockaddr *)&good,
-                                      (struct sockaddr *)&good6,
-                                      (struct sockaddr *)&bad};
-    CHECK_INT(ipd_fetch_addresses_check("example", mixed, 3, NULL, &err),
-              IPD_ERR_INVALID);
-    CHECK_STR(err.buf,
-              "address 127.0.0.1 of host example is not allowed (loopback)");
-    ipd_buf_reset(&err);
-    CHECK_INT(ipd_fetch_addresses_check("example", mixed, 2, NULL, &err),
-              IPD_OK);
-    CHECK_INT(ipd_fetch_addresses_check("example", mixed, 0, NULL, &err),
-              IPD_ERR_UNAVAILABLE);
-    ipd_buf_release(&err);
-}
-
-static void content_disposition(void)
-{
-    static const struct {
-        const char *header;
-        enum ipd_err rc;
-        const char *want;
-    } cases[] = {
-        {"attachment; filename=\"a.txt\"", IPD_OK, "a.txt"},
-        {"attachment; filename=a.txt", IPD_OK, "a.txt"},
-        {"attachment;filename=a.txt  ; size=3", IPD_OK, "a.txt"},
-        {"ATTACHMENT; FILENAME=\"A.TXT\"", IPD_OK, "A.TXT"},
-        {"inline; filename=\"quo\\\"te\\\\d.txt\"", IPD_OK, "quo\"te\\d.txt"},
-        {"attachment; filename=\"semi;colon.txt\"", IPD_OK, "semi;colon.txt"},
-        {"attachment; filename=\"fallback.txt\"; "
-         "filename*=UTF-8''r%C3%A9sum%C3%A9.pdf",
-         IPD_OK, "r\xc3\xa9sum\xc3\xa9.pdf"},
-        {"attachment; filename*=utf-8'en'%E2%82%AC%20rates.txt; "
-         "filename=\"EUR rates.txt\"",
-         IPD_OK, "\xe2\x82\xac rates.txt"},
-        {"attachment; filename*=iso-8859-1''%E9t%E9.txt", IPD_OK,
-         "\xc3\xa9t\xc3\xa9.txt"},
-        /* Bad filename*: fall back to filename. */
-        {"attachment; filename*=UTF-8''bad%ZZ; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=UTF-8''nul%00.txt; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=UTF-8''%FF%FE; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=KOI8-R''%C1; filename=ok.txt", IPD_OK,
-         "ok.txt"},
-        {"attachment; filename*=noquotes; filename=ok.txt", IPD_OK, "ok.txt"},
-        {"attachment; filename*=UTF-8''bad%ZZ", IPD_ERR_INVALID, ""},
-        {"filename=bare.txt", IPD_OK, "bare.txt"},
-        {"attachment; filename=../../etc/passwd", IPD_OK, "../../etc/passwd"},
-        {"attachment", IPD_ERR_NOT_FOUND, ""},
-        {"", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; filename=\"\"", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; name=\"field\"", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; filenamex=a.txt", IPD_ERR_NOT_FOUND, ""},
-        {"attachment; filename=\"unterminated", IPD_ERR_INVALID, ""},
-        {"attachment; junk; =x; filename=after-junk.txt", IPD_OK,
-         "after-junk.txt"},
-        {"attachment; filename=first.txt; filename=second.txt", IPD_OK,
-         "first.txt"},
-    };
-    char out[64];
-    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
-        enum ipd_err rc =
-            ipd_content_disposition_filename(cases[i].header, out, sizeof(out));
-        if (rc != cases[i].rc || strcmp(out, cases[i].want) != 0) {
-            fprintf(stderr, "  [%s]: rc=%d out=\"%s\", want %d \"%s\"\n",
-                    cases[i].header, rc, out, cases[i].rc, cases[i].want);
-            test__failed_checks++;
-        }
-    }
-    /* Too long for out. */
-    char small[6];
-    CHECK_INT(ipd_content_disposition_filename("a; filename=abcdef", small,
-                                               sizeof(small)),
-              IPD_ERR_TOO_LARGE);
-    CHECK_INT(ipd_content_disposition_filename("a; filename=abcde", small,
-                                               sizeof(small)),
-              IPD_OK);
-    CHECK_STR(small, "abcde");
-    CHECK_INT(
-        ipd_content_disposition_filename(
-            "a; filename*=UTF-8''%C3%A9%C3%A9%C3%A9", small, sizeof(small)),
-        IPD_ERR_TOO_LARGE);
-    CHECK_INT(ipd_content_disposition_filename(NULL, small, sizeof(small)),
-              IPD_ERR_NOT_FOUND);
 }
 
 static void refused_schemes(void)
@@ -935,10 +705,8 @@ static void global_init_is_idempotent(void)
     CHECK_INT(ipd_fetch_global_init(), IPD_OK);
 }
 
-TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(address_classes),
-          T(allowlist), T(any_refused_address_refuses_all),
-          T(content_disposition), T(refused_schemes), T(plain_fetch),
-          T(localhost_via_etc_hosts), T(redirects),
+TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(refused_schemes),
+          T(plain_fetch), T(localhost_via_etc_hosts), T(redirects),
           T(redirect_to_refused_address), T(error_status),
           T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
           T(post_callback))
