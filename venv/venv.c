@@ -1017,15 +1017,14 @@ static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
     return e != STEP_SPLIT;
 }
 
-enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
-                              size_t n, json_t **results)
+/* Parse and check reqs[0..n): each gets its result in results and w[i];
+ * the ones left to install go to pending.  Their number. */
+static size_t want_parse(struct ipd_venv *v, const char *const *reqs, size_t n,
+                         struct want *w, struct want **pending, json_t *results)
 {
-    struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
-    struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
     size_t np = 0;
     struct ipd_buf why;
     ipd_buf_init(&why, 1024);
-    *results = json_array();
     for (size_t i = 0; i < n; i++) {
         struct ipd_requirement r;
         json_t *res = json_object();
@@ -1033,7 +1032,7 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
         json_t *pkg = json_string(reqs[i]);
         json_object_set_new(res, "package",
                             pkg ? pkg : json_string("(not UTF-8)"));
-        json_array_append_new(*results, res);
+        json_array_append_new(results, res);
         w[i].result = res;
         ipd_buf_reset(&why);
         if (ipd_requirement_parse(reqs[i], strlen(reqs[i]), &r, &why)) {
@@ -1062,43 +1061,65 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
         pending[np++] = &w[i];
     }
     ipd_buf_release(&why);
-    if (np) {
-        int lfd = lock_take(v);
-        if (lfd < 0) {
-            for (size_t i = 0; i < np; i++)
-                set_result(pending[i]->result, "failed", NULL,
-                           "cannot take the install lock in %s: %s", v->root,
-                           strerror(errno));
-        } else {
-            struct ipd_buf bwhy;
-            ipd_buf_init(&bwhy, 4096);
-            if (ensure_base(v, &bwhy)) {
-                for (size_t i = 0; i < np; i++)
-                    set_result(pending[i]->result, "failed", NULL,
-                               "could not create the venv: %s", bwhy.buf);
-            } else if (!install_step(v, pending, np)) {
-                for (size_t i = 0; i < np; i++)
-                    install_step(v, &pending[i], 1);
-            }
-            ipd_buf_release(&bwhy);
-            gc(v);
-            lock_drop(v, lfd);
-        }
+    return np;
+}
+
+/* Install pending[0..np) under the install lock: the base venv first if
+ * there is none yet, then all of them in one step, or one by one when
+ * that step failed for one of them. */
+static void install_pending(struct ipd_venv *v, struct want **pending,
+                            size_t np)
+{
+    struct ipd_buf bwhy;
+    int lfd = lock_take(v);
+    if (lfd < 0) {
+        for (size_t i = 0; i < np; i++)
+            set_result(pending[i]->result, "failed", NULL,
+                       "cannot take the install lock in %s: %s", v->root,
+                       strerror(errno));
+        return;
     }
-    for (size_t i = 0; i < n; i++) {
-        const char *st =
-            json_string_value(json_object_get(w[i].result, "status"));
-        enum ipd_metrics_install_outcome o = IPD_METRICS_INSTALL_FAILED;
-        if (st && !strcmp(st, "installed"))
-            o = IPD_METRICS_INSTALL_INSTALLED;
-        else if (st && !strcmp(st, "already_installed"))
-            o = IPD_METRICS_INSTALL_ALREADY_INSTALLED;
-        else if (st && !strcmp(st, "not_allowed"))
-            o = IPD_METRICS_INSTALL_NOT_ALLOWED;
-        else if (st && !strcmp(st, "invalid"))
-            o = IPD_METRICS_INSTALL_INVALID;
-        ipd_metrics_install_observe(v->metrics, o);
+    ipd_buf_init(&bwhy, 4096);
+    if (ensure_base(v, &bwhy)) {
+        for (size_t i = 0; i < np; i++)
+            set_result(pending[i]->result, "failed", NULL,
+                       "could not create the venv: %s", bwhy.buf);
+    } else if (!install_step(v, pending, np)) {
+        for (size_t i = 0; i < np; i++)
+            install_step(v, &pending[i], 1);
     }
+    ipd_buf_release(&bwhy);
+    gc(v);
+    lock_drop(v, lfd);
+}
+
+/* The metrics' outcome of an install result. */
+static enum ipd_metrics_install_outcome install_outcome(const json_t *res)
+{
+    const char *st = json_string_value(json_object_get(res, "status"));
+    if (st && !strcmp(st, "installed"))
+        return IPD_METRICS_INSTALL_INSTALLED;
+    if (st && !strcmp(st, "already_installed"))
+        return IPD_METRICS_INSTALL_ALREADY_INSTALLED;
+    if (st && !strcmp(st, "not_allowed"))
+        return IPD_METRICS_INSTALL_NOT_ALLOWED;
+    if (st && !strcmp(st, "invalid"))
+        return IPD_METRICS_INSTALL_INVALID;
+    return IPD_METRICS_INSTALL_FAILED;
+}
+
+enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
+                              size_t n, json_t **results)
+{
+    struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
+    struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
+    size_t np;
+    *results = json_array();
+    np = want_parse(v, reqs, n, w, pending, *results);
+    if (np)
+        install_pending(v, pending, np);
+    for (size_t i = 0; i < n; i++)
+        ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
     free(pending);
     free(w);
     return IPD_OK;
