@@ -1174,11 +1174,72 @@ static void set_rebuild_error(struct ipd_venv *v, const char *msg)
     pthread_mutex_unlock(&v->state_lock);
 }
 
+/* A new generation (named in gen even when this fails, for the caller to
+ * discard) with a fresh venv and the requirements rq installed by pip. */
+static enum ipd_err rebuild_install(struct ipd_venv *v, const json_t *rq,
+                                    char *gen, size_t size, struct ipd_buf *why)
+{
+    size_t n = json_array_size(rq);
+    const char **reqs = ipd_xcalloc(n + 1, sizeof(*reqs));
+    enum ipd_err rc;
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = json_string_value(json_array_get(rq, i));
+    rc = gen_create(v, gen, size);
+    if (rc)
+        ipd_buf_addf(why, "cannot create a generation: %s", strerror(errno));
+    if (!rc)
+        rc = create_venv(v, gen, why);
+    if (!rc && n)
+        rc = pip_install(v, gen, reqs, n, why);
+    free((void *)reqs);
+    return rc;
+}
+
+/* The dependency and import checks of everything pip put in gen.  *check
+ * is a new reference to the import check's answer (NULL when it did not
+ * run). */
+static enum ipd_err rebuild_check(struct ipd_venv *v, const char *gen,
+                                  json_t **check, struct ipd_buf *why)
+{
+    json_t *after = scan_dists(v, gen), *ver, *c;
+    size_t k = 0;
+    const char **names =
+        ipd_xcalloc(json_object_size(after) + 1, sizeof(*names));
+    const char *key, *bad;
+    enum ipd_err rc = IPD_OK;
+    *check = NULL;
+    json_object_foreach(after, key, ver) {
+        /* pip and its own tools come with the venv itself. */
+        if (!strcmp(key, "pip") || !strcmp(key, "setuptools"))
+            continue;
+        if (!ipd_allowlist_allows_dep(v->allow, key)) {
+            ipd_buf_addf(why, "dependency %s is no longer allowed", key);
+            rc = IPD_ERR_FORBIDDEN;
+            goto out;
+        }
+        names[k++] = key;
+    }
+    *check = import_check(v, gen, names, k, why);
+    if (!*check) {
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
+    bad = import_failed(*check, names, k, &c);
+    if (bad) {
+        ipd_buf_addf(why, "importing %s failed: %s", bad,
+                     json_string_value(json_object_get(c, "error")));
+        rc = IPD_ERR_INTERNAL;
+    }
+out:
+    json_decref(after);
+    free((void *)names);
+    return rc;
+}
+
 static enum ipd_err rebuild_locked(struct ipd_venv *v)
 {
     char cur[NAME_MAX_GEN], gen[NAME_MAX_GEN] = "";
-    json_t *rec = NULL, *check = NULL, *after = NULL;
-    const char **reqs = NULL, **names = NULL;
+    json_t *rec = NULL, *check = NULL, *nrec = NULL, *rq;
     struct ipd_buf why;
     enum ipd_err rc = IPD_OK;
     ipd_buf_init(&why, 4096);
@@ -1192,66 +1253,16 @@ static enum ipd_err rebuild_locked(struct ipd_venv *v)
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
-    json_t *rq = json_object_get(rec, "requirements");
-    size_t n = json_array_size(rq);
-    reqs = ipd_xcalloc(n + 1, sizeof(*reqs));
-    for (size_t i = 0; i < n; i++)
-        reqs[i] = json_string_value(json_array_get(rq, i));
-    rc = gen_create(v, gen, sizeof(gen));
-    if (rc) {
-        ipd_buf_addf(&why, "cannot create a generation: %s", strerror(errno));
-        goto out;
-    }
-    rc = create_venv(v, gen, &why);
-    if (!rc && n)
-        rc = pip_install(v, gen, reqs, n, &why);
+    rq = json_object_get(rec, "requirements");
+    rc = rebuild_install(v, rq, gen, sizeof(gen), &why);
+    if (!rc)
+        rc = rebuild_check(v, gen, &check, &why);
     if (rc)
         goto out;
-    after = scan_dists(v, gen);
-    size_t na = json_object_size(after), k = 0;
-    names = ipd_xcalloc(na + 1, sizeof(*names));
-    const char *key;
-    json_t *ver;
-    json_object_foreach(after, key, ver) {
-        /* pip and its own tools come with the venv itself. */
-        if (!strcmp(key, "pip") || !strcmp(key, "setuptools"))
-            continue;
-        if (!ipd_allowlist_allows_dep(v->allow, key)) {
-            ipd_buf_addf(&why, "dependency %s is no longer allowed", key);
-            rc = IPD_ERR_FORBIDDEN;
-            goto out;
-        }
-        names[k++] = key;
-    }
-    check = import_check(v, gen, names, k, &why);
-    if (!check) {
-        rc = IPD_ERR_INTERNAL;
-        goto out;
-    }
-    for (size_t i = 0; i < k; i++) {
-        json_t *c = json_object_get(json_object_get(check, "checked"), names[i]);
-        if (!json_is_true(json_object_get(c, "ok"))) {
-            ipd_buf_addf(&why, "importing %s failed: %s", names[i],
-                         json_string_value(json_object_get(c, "error")));
-            rc = IPD_ERR_INTERNAL;
-            goto out;
-        }
-    }
-    json_t *nrec = json_object();
     int64_t now = ipd_now_ms();
-    json_object_set_new(nrec, "requirements",
-                        rq ? json_incref(rq) : json_array());
-    json_object_set_new(nrec, "created_at", json_integer(now));
-    json_object_set_new(nrec, "venv_created_at", json_integer(now));
-    json_object_set(nrec, "python_version",
-                    json_object_get(check, "python_version"));
-    json_object_set(nrec, "installed", json_object_get(check, "installed"));
-    rc = make_inuse(v, gen);
-    if (!rc)
-        rc = write_record(v, gen, nrec);
-    json_decref(nrec);
-    if (!rc)
-        rc = switch_current(v, gen);
+    nrec = json_object();
+    record_fill(nrec, rq ? json_incref(rq) : json_array(), now, now, check);
+    rc = gen_promote(v, gen, nrec);
     if (rc) {
         ipd_buf_addf(&why, "could not switch: %s", strerror(errno));
         goto out;
@@ -1268,9 +1279,7 @@ out:
     }
     json_decref(rec);
     json_decref(check);
-    json_decref(after);
-    free((void *)reqs);
-    free((void *)names);
+    json_decref(nrec);
     ipd_buf_release(&why);
     return rc;
 }
