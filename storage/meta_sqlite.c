@@ -624,8 +624,7 @@ static int bind_key_row(sqlite3_stmt *st, const struct ipd_key *k)
     if (!src)
         src = bind_text(st, 7, k->secret, sizeof(k->secret));
     if (!src)
-        src = bind_text(st, 8, k->policy[0] ? k->policy : "standard",
-                        sizeof(k->policy));
+        src = bind_text(st, 8, k->policy, sizeof(k->policy));
     return src;
 }
 
