@@ -134,7 +134,14 @@ enum ipd_err ipd_meta_file_totals(struct ipd_meta *m, int64_t now_ms,
 
 enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k)
 {
-    return m->ops->key_insert(m, k);
+    struct ipd_key named;
+
+    if (k->policy[0])
+        return m->ops->key_insert(m, k);
+    /* A key without a policy is stored with the default, by every backend. */
+    named = *k;
+    memcpy(named.policy, "standard", sizeof("standard"));
+    return m->ops->key_insert(m, &named);
 }
 
 enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,

@@ -225,7 +225,8 @@ enum ipd_err ipd_meta_file_delete_by_id(struct ipd_meta *m,
 enum ipd_err ipd_meta_file_totals(struct ipd_meta *m, int64_t now_ms,
                                   int64_t *count, int64_t *bytes);
 
-/* IPD_ERR_CONFLICT when the id or the hash exists. */
+/* IPD_ERR_CONFLICT when the id or the hash exists.  A key without a policy
+ * is stored with "standard" (backends are never given an empty one). */
 enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k);
 /* The key with that hash, revoked or not (the caller checks
  * revoked_at_ms).  [out] out */

@@ -214,8 +214,7 @@ static enum ipd_err key_to_doc(const struct ipd_key *k, bson_t *b)
         BSON_APPEND_DATE_TIME(b, "revoked_at", k->revoked_at_ms);
     rc = put_str(b, "secret", k->secret, sizeof(k->secret));
     if (!rc)
-        rc = put_str(b, "policy", k->policy[0] ? k->policy : "standard",
-                     sizeof(k->policy));
+        rc = put_str(b, "policy", k->policy, sizeof(k->policy));
 out:
     return rc;
 }

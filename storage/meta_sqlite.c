@@ -498,6 +498,17 @@ static void tx_rollback(struct conn *c)
         exec_stmt(c, S_ROLLBACK);
 }
 
+/* End c's transaction: COMMIT while rc is IPD_OK, then roll back what is
+ * still open (rc was an error, or COMMIT failed).  Passes rc through, or
+ * COMMIT's error. */
+static enum ipd_err tx_end(struct conn *c, enum ipd_err rc)
+{
+    if (!rc)
+        rc = exec_stmt(c, S_COMMIT);
+    tx_rollback(c);
+    return rc;
+}
+
 /* Run a one-row count/sum query already bound on st. */
 static enum ipd_err step_count_sum(struct conn *c, sqlite3_stmt *st,
                                    const char *what, int64_t *count,
@@ -561,16 +572,11 @@ out:
     return rc;
 }
 
-static enum ipd_err insert_row(struct conn *c, const struct ipd_file_meta *f)
+/* Bind f to S_FILE_INSERT; the SQLite code of the first bind that fails. */
+static int bind_file_row(sqlite3_stmt *st, const struct ipd_file_meta *f)
 {
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    int src = bind_text(st, 1, f->file_id, sizeof(f->file_id));
 
-    rc = stmt_get(c, S_FILE_INSERT, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, f->file_id, sizeof(f->file_id));
     if (!src)
         src = bind_text(st, 2, f->tenant, sizeof(f->tenant));
     if (!src)
@@ -595,16 +601,61 @@ static enum ipd_err insert_row(struct conn *c, const struct ipd_file_meta *f)
         src = sqlite3_bind_null(st, 12);
     else if (!src)
         src = sqlite3_bind_int64(st, 12, f->expires_at_ms);
-    if (src) {
-        rc = db_err(c, src, "file_insert bind");
-        goto out;
-    }
+    return src;
+}
+
+/* Bind k to S_KEY_INSERT; the SQLite code of the first bind that fails. */
+static int bind_key_row(sqlite3_stmt *st, const struct ipd_key *k)
+{
+    int src = bind_text(st, 1, k->key_id, sizeof(k->key_id));
+
+    if (!src)
+        src = bind_text(st, 2, k->tenant, sizeof(k->tenant));
+    if (!src)
+        src = bind_text(st, 3, k->hash, sizeof(k->hash));
+    if (!src)
+        src = sqlite3_bind_int(st, 4, k->admin ? 1 : 0);
+    if (!src)
+        src = sqlite3_bind_int64(st, 5, k->created_at_ms);
+    if (!src && k->revoked_at_ms == 0)
+        src = sqlite3_bind_null(st, 6);
+    else if (!src)
+        src = sqlite3_bind_int64(st, 6, k->revoked_at_ms);
+    if (!src)
+        src = bind_text(st, 7, k->secret, sizeof(k->secret));
+    if (!src)
+        src = bind_text(st, 8, k->policy, sizeof(k->policy));
+    return src;
+}
+
+/* The SQLite code of a caller's binds turned into ours (logged as "<what>
+ * bind"). */
+static enum ipd_err bind_err(struct conn *c, int bind_src, const char *what)
+{
+    char buf[64];
+
+    if (!bind_src)
+        return IPD_OK;
+    snprintf(buf, sizeof(buf), "%s bind", what);
+    return db_err(c, bind_src, buf);
+}
+
+/* After the caller's binds (bind_src), step st once, expecting want:
+ * SQLITE_ROW (IPD_ERR_NOT_FOUND when there is no row) or SQLITE_DONE. */
+static enum ipd_err step_one(struct conn *c, sqlite3_stmt *st, int bind_src,
+                             int want, const char *what)
+{
+    enum ipd_err rc = bind_err(c, bind_src, what);
+    int src;
+
+    if (rc)
+        return rc;
     src = sqlite3_step(st);
-    if (src != SQLITE_DONE)
-        rc = db_err(c, src, "file_insert");
-out:
-    stmt_done(st);
-    return rc;
+    if (src == want)
+        return IPD_OK;
+    if (want == SQLITE_ROW && src == SQLITE_DONE)
+        return IPD_ERR_NOT_FOUND;
+    return db_err(c, src, what);
 }
 
 /*
@@ -641,25 +692,12 @@ static enum ipd_err rd_begin(struct meta_sqlite *s, enum stmt_id id,
 
 static enum ipd_err rd_bound(struct rd *r, int bind_src, const char *what)
 {
-    char buf[64];
-
-    if (!bind_src)
-        return IPD_OK;
-    snprintf(buf, sizeof(buf), "%s bind", what);
-    return db_err(r->c, bind_src, buf);
+    return bind_err(r->c, bind_src, what);
 }
 
 static enum ipd_err rd_one(struct rd *r, int bind_src, const char *what)
 {
-    enum ipd_err rc = rd_bound(r, bind_src, what);
-    int src;
-
-    if (rc)
-        return rc;
-    src = sqlite3_step(r->st);
-    if (src == SQLITE_ROW)
-        return IPD_OK;
-    return src == SQLITE_DONE ? IPD_ERR_NOT_FOUND : db_err(r->c, src, what);
+    return step_one(r->c, r->st, bind_src, SQLITE_ROW, what);
 }
 
 static enum ipd_err rd_end(struct meta_sqlite *s, struct rd *r,
@@ -667,6 +705,59 @@ static enum ipd_err rd_end(struct meta_sqlite *s, struct rd *r,
 {
     stmt_done(r->st);
     reader_release(s, r->c);
+    return rc;
+}
+
+/*
+ * A write, in one BEGIN IMMEDIATE transaction on the writer connection:
+ * wr_begin takes the writer (waiting at most the busy timeout), begins
+ * and takes the prepared statement id; wr_step turns the SQLite code of
+ * the caller's binds into ours and steps to the row (SQLITE_ROW;
+ * IPD_ERR_NOT_FOUND without one) or to the end (SQLITE_DONE) the caller
+ * expects, and may be called again; wr_end commits while rc is IPD_OK,
+ * rolls back otherwise, gives the writer back and passes rc (or COMMIT's
+ * error) through.  Other statements of the same transaction run on w.c
+ * (file_insert's quota count).  As with rd, each step runs while rc is
+ * IPD_OK, and wr_end always:
+ *
+ *     enum ipd_err rc = wr_begin(s, S_X, &w);
+ *     if (!rc)
+ *         rc = wr_step(&w, bind_text(w.st, 1, id, 0), SQLITE_DONE, "x");
+ *     return wr_end(s, &w, rc);
+ */
+struct wr {
+    struct conn *c;
+    sqlite3_stmt *st;
+};
+
+static enum ipd_err wr_begin(struct meta_sqlite *s, enum stmt_id id,
+                             struct wr *w)
+{
+    enum ipd_err rc;
+
+    w->c = NULL;
+    w->st = NULL;
+    rc = writer_acquire(s, &w->c);
+    if (!rc)
+        rc = exec_stmt(w->c, S_BEGIN);
+    if (!rc)
+        rc = stmt_get(w->c, id, &w->st);
+    return rc;
+}
+
+static enum ipd_err wr_step(struct wr *w, int bind_src, int want,
+                            const char *what)
+{
+    return step_one(w->c, w->st, bind_src, want, what);
+}
+
+static enum ipd_err wr_end(struct meta_sqlite *s, struct wr *w, enum ipd_err rc)
+{
+    /* Reset first: COMMIT fails while a statement is still running. */
+    stmt_done(w->st);
+    if (w->c)
+        rc = tx_end(w->c, rc);
+    writer_release(s, w->c);
     return rc;
 }
 
@@ -689,29 +780,14 @@ static enum ipd_err sq_file_insert(struct ipd_meta *m,
                                    int64_t now_ms)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    enum ipd_err rc;
+    struct wr w;
+    enum ipd_err rc = wr_begin(s, S_FILE_INSERT, &w);
 
-    rc = writer_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = exec_stmt(c, S_BEGIN);
-    if (rc)
-        goto out;
-    if (quota) {
-        rc = quota_check(c, f, quota, now_ms);
-        if (rc)
-            goto out;
-    }
-    rc = insert_row(c, f);
-    if (rc)
-        goto out;
-    rc = exec_stmt(c, S_COMMIT);
-out:
-    if (c)
-        tx_rollback(c);
-    writer_release(s, c);
-    return rc;
+    if (!rc && quota)
+        rc = quota_check(w.c, f, quota, now_ms);
+    if (!rc)
+        rc = wr_step(&w, bind_file_row(w.st, f), SQLITE_DONE, "file_insert");
+    return wr_end(s, &w, rc);
 }
 
 static enum ipd_err sq_file_get(struct ipd_meta *m, const char *tenant,
@@ -806,57 +882,23 @@ static enum ipd_err sq_file_delete(struct ipd_meta *m, const char *tenant,
                                    int64_t now_ms, struct ipd_file_meta *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
     struct ipd_file_meta rec;
-    enum ipd_err rc;
-    int src;
+    struct wr w;
+    enum ipd_err rc = wr_begin(s, S_FILE_DELETE, &w);
 
-    rc = writer_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = exec_stmt(c, S_BEGIN);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_FILE_DELETE, &st);
-    if (rc)
-        goto out;
-    src = bind_file_scope(st, file_id, tenant, user_id, now_ms);
-    if (src) {
-        rc = db_err(c, src, "file_delete bind");
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src == SQLITE_DONE) {
-        rc = IPD_ERR_NOT_FOUND;
-        goto out;
-    }
-    if (src != SQLITE_ROW) {
-        rc = db_err(c, src, "file_delete");
-        goto out;
-    }
-    rc = row_to_file(st, &rec);
-    if (rc)
-        goto out;
+    if (!rc)
+        rc =
+            wr_step(&w, bind_file_scope(w.st, file_id, tenant, user_id, now_ms),
+                    SQLITE_ROW, "file_delete");
+    if (!rc)
+        rc = row_to_file(w.st, &rec);
     /* file_id is the primary key: one row at most.  Step to the end so
      * the DELETE completes before COMMIT. */
-    src = sqlite3_step(st);
-    if (src != SQLITE_DONE) {
-        rc = db_err(c, src, "file_delete");
-        goto out;
-    }
-    stmt_done(st);
-    st = NULL;
-    rc = exec_stmt(c, S_COMMIT);
-    if (rc)
-        goto out;
-    if (out)
+    if (!rc)
+        rc = wr_step(&w, SQLITE_OK, SQLITE_DONE, "file_delete");
+    rc = wr_end(s, &w, rc);
+    if (!rc && out)
         *out = rec;
-out:
-    stmt_done(st);
-    if (c)
-        tx_rollback(c);
-    writer_release(s, c);
     return rc;
 }
 
@@ -916,44 +958,20 @@ static enum ipd_err write_one(struct meta_sqlite *s, enum stmt_id id,
                               const char *what, const char *text,
                               const int64_t *num)
 {
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
+    struct wr w;
+    enum ipd_err rc = wr_begin(s, id, &w);
     int src;
 
-    rc = writer_acquire(s, &c);
     if (rc)
-        goto out;
-    rc = exec_stmt(c, S_BEGIN);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, id, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, text, 0);
+        return wr_end(s, &w, rc);
+    src = bind_text(w.st, 1, text, 0);
     if (!src && num)
-        src = sqlite3_bind_int64(st, 2, *num);
-    if (src) {
-        rc = db_err(c, src, what);
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src != SQLITE_DONE) {
-        rc = db_err(c, src, what);
-        goto out;
-    }
+        src = sqlite3_bind_int64(w.st, 2, *num);
+    rc = wr_step(&w, src, SQLITE_DONE, what);
     /* changes() counts matched rows, also where an update kept a value. */
-    if (sqlite3_changes(c->db) == 0) {
+    if (!rc && sqlite3_changes(w.c->db) == 0)
         rc = IPD_ERR_NOT_FOUND;
-        goto out;
-    }
-    rc = exec_stmt(c, S_COMMIT);
-out:
-    stmt_done(st);
-    if (c)
-        tx_rollback(c);
-    writer_release(s, c);
-    return rc;
+    return wr_end(s, &w, rc);
 }
 
 static enum ipd_err sq_file_delete_by_id(struct ipd_meta *m,
@@ -980,54 +998,12 @@ static enum ipd_err sq_file_totals(struct ipd_meta *m, int64_t now_ms,
 static enum ipd_err sq_key_insert(struct ipd_meta *m, const struct ipd_key *k)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
-    enum ipd_err rc;
-    int src;
+    struct wr w;
+    enum ipd_err rc = wr_begin(s, S_KEY_INSERT, &w);
 
-    rc = writer_acquire(s, &c);
-    if (rc)
-        goto out;
-    rc = exec_stmt(c, S_BEGIN);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, S_KEY_INSERT, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, k->key_id, sizeof(k->key_id));
-    if (!src)
-        src = bind_text(st, 2, k->tenant, sizeof(k->tenant));
-    if (!src)
-        src = bind_text(st, 3, k->hash, sizeof(k->hash));
-    if (!src)
-        src = sqlite3_bind_int(st, 4, k->admin ? 1 : 0);
-    if (!src)
-        src = sqlite3_bind_int64(st, 5, k->created_at_ms);
-    if (!src && k->revoked_at_ms == 0)
-        src = sqlite3_bind_null(st, 6);
-    else if (!src)
-        src = sqlite3_bind_int64(st, 6, k->revoked_at_ms);
-    if (!src)
-        src = bind_text(st, 7, k->secret, sizeof(k->secret));
-    if (!src)
-        src = bind_text(st, 8, k->policy[0] ? k->policy : "standard",
-                        sizeof(k->policy));
-    if (src) {
-        rc = db_err(c, src, "key_insert bind");
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src != SQLITE_DONE) {
-        rc = db_err(c, src, "key_insert");
-        goto out;
-    }
-    rc = exec_stmt(c, S_COMMIT);
-out:
-    stmt_done(st);
-    if (c)
-        tx_rollback(c);
-    writer_release(s, c);
-    return rc;
+    if (!rc)
+        rc = wr_step(&w, bind_key_row(w.st, k), SQLITE_DONE, "key_insert");
+    return wr_end(s, &w, rc);
 }
 
 static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
@@ -1113,49 +1089,28 @@ static enum ipd_err lease_write(struct meta_sqlite *s, enum stmt_id id,
                                 const int64_t *until, const int64_t *now,
                                 bool *changed)
 {
-    struct conn *c = NULL;
-    sqlite3_stmt *st = NULL;
+    struct wr w;
     bool done = false;
     enum ipd_err rc;
     int src;
 
     *changed = false;
-    rc = writer_acquire(s, &c);
+    rc = wr_begin(s, id, &w);
     if (rc)
-        goto out;
-    rc = exec_stmt(c, S_BEGIN);
-    if (rc)
-        goto out;
-    rc = stmt_get(c, id, &st);
-    if (rc)
-        goto out;
-    src = bind_text(st, 1, name, IPD_LEASE_NAME_MAX);
+        return wr_end(s, &w, rc);
+    src = bind_text(w.st, 1, name, IPD_LEASE_NAME_MAX);
     if (!src)
-        src = bind_text(st, 2, owner, IPD_LEASE_OWNER_MAX);
+        src = bind_text(w.st, 2, owner, IPD_LEASE_OWNER_MAX);
     if (!src && until)
-        src = sqlite3_bind_int64(st, 3, *until);
+        src = sqlite3_bind_int64(w.st, 3, *until);
     if (!src && now)
-        src = sqlite3_bind_int64(st, 4, *now);
-    if (src) {
-        rc = db_err(c, src, stmt_sql[id]);
-        goto out;
-    }
-    src = sqlite3_step(st);
-    if (src != SQLITE_DONE) {
-        rc = db_err(c, src, stmt_sql[id]);
-        goto out;
-    }
-    done = sqlite3_changes(c->db) > 0;
-    stmt_done(st);
-    st = NULL;
-    rc = exec_stmt(c, S_COMMIT);
+        src = sqlite3_bind_int64(w.st, 4, *now);
+    rc = wr_step(&w, src, SQLITE_DONE, stmt_sql[id]);
+    if (!rc)
+        done = sqlite3_changes(w.c->db) > 0;
+    rc = wr_end(s, &w, rc);
     if (!rc)
         *changed = done;
-out:
-    stmt_done(st);
-    if (c)
-        tx_rollback(c);
-    writer_release(s, c);
     return rc;
 }
 
@@ -1361,10 +1316,8 @@ static enum ipd_err migrate(struct conn *c)
         if (rc)
             goto out;
     }
-    rc = exec_stmt(c, S_COMMIT);
 out:
-    tx_rollback(c);
-    return rc;
+    return tx_end(c, rc);
 }
 
 /* Open and configure the writer: WAL, then the schema. */

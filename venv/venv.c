@@ -184,6 +184,25 @@ done:
     return rc;
 }
 
+static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth);
+
+/* Clone the directory sname under sfd into dname under dfd, an existing
+ * empty directory (clone_tree).  -1 with errno when it fails. */
+static int clone_at(struct ipd_venv *v, int sfd, const char *sname, int dfd,
+                    const char *dname, int depth)
+{
+    int s2 =
+        openat(sfd, sname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int d2 =
+        openat(dfd, dname, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int r = (s2 >= 0 && d2 >= 0) ? clone_tree(v, s2, d2, depth) : -1;
+    if (s2 >= 0)
+        close(s2);
+    if (d2 >= 0)
+        close(d2);
+    return r;
+}
+
 /*
  * Clone the tree src into dst (an existing empty dir): directories made
  * afresh and given to the owner, regular files hard-linked (or copied),
@@ -216,17 +235,7 @@ static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth)
             if (v->owner_uid != (uid_t)-1)
                 (void)fchownat(dfd, e->d_name, v->owner_uid, v->owner_gid,
                                AT_SYMLINK_NOFOLLOW);
-            int s2 = openat(sfd, e->d_name,
-                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            int d2 = openat(dfd, e->d_name,
-                            O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            int r2 = (s2 >= 0 && d2 >= 0) ? clone_tree(v, s2, d2, depth + 1)
-                                          : -1;
-            if (s2 >= 0)
-                close(s2);
-            if (d2 >= 0)
-                close(d2);
-            if (r2)
+            if (clone_at(v, sfd, e->d_name, dfd, e->d_name, depth + 1))
                 goto out;
         } else if (S_ISLNK(st.st_mode)) {
             char target[PATH_MAX];
@@ -392,6 +401,20 @@ static enum ipd_err switch_current(struct ipd_venv *v, const char *gen)
     (void)fsync(v->root_fd);
     ipd_info("venv: current is now %s", gen);
     return IPD_OK;
+}
+
+/* Make gen current with rec as its record.  The sandbox steps ran with gen
+ * writable, so its .inuse is made afresh first (make_inuse).  On failure
+ * errno is as the failing call left it. */
+static enum ipd_err gen_promote(struct ipd_venv *v, const char *gen,
+                                json_t *rec)
+{
+    enum ipd_err rc = make_inuse(v, gen);
+    if (!rc)
+        rc = write_record(v, gen, rec);
+    if (!rc)
+        rc = switch_current(v, gen);
+    return rc;
 }
 
 /*
@@ -769,6 +792,197 @@ static json_t *merge_requirements(const json_t *rec, struct want *const *w,
     return out;
 }
 
+/* Fill rec, the record of a generation about to become current: its
+ * requirements (stolen), created_at, when its venv was created, and the
+ * python version and distributions its import check found. */
+static void record_fill(json_t *rec, json_t *requirements, int64_t now,
+                        int64_t venv_created, const json_t *check)
+{
+    json_object_set_new(rec, "requirements", requirements);
+    json_object_set_new(rec, "created_at", json_integer(now));
+    json_object_set_new(rec, "venv_created_at", json_integer(venv_created));
+    json_object_set(rec, "python_version",
+                    json_object_get(check, "python_version"));
+    json_object_set(rec, "installed", json_object_get(check, "installed"));
+}
+
+/* The first of names[0..n) that the import check did not pass, or NULL;
+ * *entry is its entry in check's "checked" (borrowed, may be NULL). */
+static const char *import_failed(const json_t *check, const char *const *names,
+                                 size_t n, json_t **entry)
+{
+    json_t *checked = json_object_get(check, "checked");
+    for (size_t i = 0; i < n; i++) {
+        *entry = json_object_get(checked, names[i]);
+        if (!json_is_true(json_object_get(*entry, "ok")))
+            return names[i];
+    }
+    *entry = NULL;
+    return NULL;
+}
+
+/* What install_step carries from one step to the next. */
+struct step {
+    struct want *const *w; /* the requirements, n of them */
+    size_t n;
+    char gen[NAME_MAX_GEN]; /* the new generation; "" once it is current */
+    json_t *rec;            /* its record, current's until the switch */
+    int64_t venv_created;   /* when current's venv was created */
+    json_t *before, *after; /* {name: version} before and after pip */
+    json_t *changed;        /* names pip added or changed */
+    json_t *check;          /* the import check's answer */
+    struct ipd_buf why;     /* what went wrong, for the results */
+};
+
+/* How a step of install_step ends. */
+enum step_end {
+    STEP_NEXT,     /* go on with the next step */
+    STEP_DONE,     /* the results are set */
+    STEP_FAIL_ALL, /* every requirement failed, for the reason in why */
+    STEP_SPLIT,    /* one of several failed: retry them one by one */
+};
+
+/* A new generation, a clone of current, with current's record. */
+static enum step_end step_clone(struct ipd_venv *v, struct step *s)
+{
+    char cur[NAME_MAX_GEN] = "";
+    bool have_cur = read_current(v, cur, sizeof(cur));
+    s->venv_created = ipd_now_ms();
+    if (gen_create(v, s->gen, sizeof(s->gen))) {
+        ipd_buf_addf(&s->why, "cannot create a generation in %s: %s", v->root,
+                     strerror(errno));
+        return STEP_FAIL_ALL;
+    }
+    if (!have_cur) {
+        ipd_buf_adds(&s->why, "no venv to install into");
+        return STEP_FAIL_ALL;
+    }
+    if (clone_at(v, v->root_fd, cur, v->root_fd, s->gen, 0)) {
+        ipd_buf_addf(&s->why, "cannot clone %s: %s", cur, strerror(errno));
+        return STEP_FAIL_ALL;
+    }
+    s->rec = read_record(v, cur);
+    if (!s->rec) {
+        /* Going on would drop every recorded requirement. */
+        ipd_buf_addf(&s->why, "cannot read the record of %s/%s: %s", v->root,
+                     cur, strerror(errno));
+        return STEP_FAIL_ALL;
+    }
+    json_t *vc = json_object_get(s->rec, "venv_created_at");
+    if (json_is_integer(vc))
+        s->venv_created = json_integer_value(vc);
+    return STEP_NEXT;
+}
+
+/* pip install the requirements into the clone. */
+static enum step_end step_pip(struct ipd_venv *v, struct step *s)
+{
+    const char **reqs = ipd_xcalloc(s->n, sizeof(*reqs));
+    enum ipd_err rc;
+    for (size_t i = 0; i < s->n; i++)
+        reqs[i] = s->w[i]->canon;
+    s->before = scan_dists(v, s->gen);
+    rc = pip_install(v, s->gen, reqs, s->n, &s->why);
+    free((void *)reqs);
+    if (!rc)
+        return STEP_NEXT;
+    if (s->n > 1)
+        return STEP_SPLIT;
+    set_result(s->w[0]->result, "failed", NULL, "%s", s->why.buf);
+    return STEP_DONE;
+}
+
+/* The dependency check: every distribution pip added or changed must be
+ * on the allowlist or an allowed dependency. */
+static enum step_end step_deps(struct ipd_venv *v, struct step *s)
+{
+    const char *key;
+    json_t *ver;
+    s->after = scan_dists(v, s->gen);
+    json_object_foreach(s->after, key, ver) {
+        json_t *old = json_object_get(s->before, key);
+        if (old && json_equal(old, ver))
+            continue;
+        if (!ipd_allowlist_allows_dep(v->allow, key)) {
+            if (s->n > 1)
+                return STEP_SPLIT;
+            set_result(s->w[0]->result, "not_allowed", NULL,
+                       "dependency %s is not on the allowlist (nor an allowed "
+                       "dependency); nothing was installed",
+                       key);
+            return STEP_DONE;
+        }
+        json_array_append_new(s->changed, json_string(key));
+    }
+    return STEP_NEXT;
+}
+
+/* The import check of what changed and what was asked for. */
+static enum step_end step_imports(struct ipd_venv *v, struct step *s)
+{
+    size_t nc = json_array_size(s->changed), k = 0;
+    const char **names = ipd_xcalloc(nc + s->n, sizeof(*names));
+    const char *bad = NULL;
+    json_t *c = NULL;
+    enum step_end e = STEP_NEXT;
+    for (size_t i = 0; i < nc; i++)
+        names[k++] = json_string_value(json_array_get(s->changed, i));
+    for (size_t i = 0; i < s->n; i++)
+        names[k++] = s->w[i]->name;
+    s->check = import_check(v, s->gen, names, k, &s->why);
+    if (!s->check)
+        e = STEP_FAIL_ALL; /* the check itself failed: no package to blame */
+    else
+        bad = import_failed(s->check, names, k, &c);
+    if (bad && s->n > 1) {
+        e = STEP_SPLIT;
+    } else if (bad) {
+        const char *err = json_string_value(json_object_get(c, "error"));
+        set_result(s->w[0]->result, "failed", NULL,
+                   "installed, but importing %s failed (%s); the venv was "
+                   "left unchanged",
+                   bad, err ? err : "no result");
+        e = STEP_DONE;
+    }
+    free((void *)names);
+    return e;
+}
+
+/* Record the clone's requirements and make it current; or keep current
+ * when pip changed nothing.  Sets every result. */
+static enum step_end step_switch(struct ipd_venv *v, struct step *s)
+{
+    json_t *checked = json_object_get(s->check, "checked");
+    size_t nc = json_array_size(s->changed);
+    if (nc == 0) {
+        /* Everything was there already: keep current, drop the clone. */
+        for (size_t i = 0; i < s->n; i++)
+            set_result(s->w[i]->result, "already_installed",
+                       json_string_value(json_object_get(
+                           json_object_get(checked, s->w[i]->name), "version")),
+                       NULL);
+        return STEP_DONE;
+    }
+    record_fill(s->rec, merge_requirements(s->rec, s->w, s->n), ipd_now_ms(),
+                s->venv_created, s->check);
+    if (gen_promote(v, s->gen, s->rec)) {
+        ipd_buf_reset(&s->why);
+        ipd_buf_addf(&s->why, "could not switch the venv: %s", strerror(errno));
+        return STEP_FAIL_ALL;
+    }
+    for (size_t i = 0; i < s->n; i++) {
+        json_t *c = json_object_get(checked, s->w[i]->name);
+        bool fresh = false;
+        for (size_t j = 0; j < nc && !fresh; j++)
+            fresh = !strcmp(json_string_value(json_array_get(s->changed, j)),
+                            s->w[i]->name);
+        set_result(s->w[i]->result, fresh ? "installed" : "already_installed",
+                   json_string_value(json_object_get(c, "version")), NULL);
+    }
+    s->gen[0] = '\0'; /* it is current now */
+    return STEP_DONE;
+}
+
 /*
  * Install w[0..n) as one step: clone current, pip, allowlist check of what
  * changed, import check, switch.  On a failure that may belong to only
@@ -777,169 +991,40 @@ static json_t *merge_requirements(const json_t *rec, struct want *const *w,
  */
 static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
 {
-    char cur[NAME_MAX_GEN] = "", gen[NAME_MAX_GEN] = "";
-    struct ipd_buf why;
-    json_t *before = NULL, *after = NULL, *check = NULL, *rec = NULL;
-    json_t *changed = json_array();
-    const char **reqs = ipd_xcalloc(n, sizeof(*reqs));
-    const char **names = NULL;
-    bool done = false, have_cur = read_current(v, cur, sizeof(cur));
-    int64_t venv_created = ipd_now_ms();
-    ipd_buf_init(&why, 4096);
-    for (size_t i = 0; i < n; i++)
-        reqs[i] = w[i]->canon;
-
-    if (gen_create(v, gen, sizeof(gen))) {
-        ipd_buf_addf(&why, "cannot create a generation in %s: %s", v->root,
-                     strerror(errno));
-        goto fail_all;
-    }
-    if (have_cur) {
-        int sfd = openat(v->root_fd, cur,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int dfd = openat(v->root_fd, gen,
-                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        int r = (sfd >= 0 && dfd >= 0) ? clone_tree(v, sfd, dfd, 0) : -1;
-        if (sfd >= 0)
-            close(sfd);
-        if (dfd >= 0)
-            close(dfd);
-        if (r) {
-            ipd_buf_addf(&why, "cannot clone %s: %s", cur, strerror(errno));
-            goto fail_all;
-        }
-        rec = read_record(v, cur);
-        if (!rec) {
-            /* Going on would drop every recorded requirement. */
-            ipd_buf_addf(&why, "cannot read the record of %s/%s: %s", v->root,
-                         cur, strerror(errno));
-            goto fail_all;
-        }
-        json_t *vc = json_object_get(rec, "venv_created_at");
-        if (json_is_integer(vc))
-            venv_created = json_integer_value(vc);
-    } else {
-        ipd_buf_adds(&why, "no venv to install into");
-        goto fail_all;
-    }
-    before = scan_dists(v, gen);
-    if (pip_install(v, gen, reqs, n, &why)) {
-        if (n > 1)
-            goto split;
-        set_result(w[0]->result, "failed", NULL, "%s", why.buf);
-        goto out;
-    }
-    after = scan_dists(v, gen);
-    const char *key;
-    json_t *ver;
-    json_object_foreach(after, key, ver) {
-        json_t *old = json_object_get(before, key);
-        if (old && json_equal(old, ver))
-            continue;
-        if (!ipd_allowlist_allows_dep(v->allow, key)) {
-            if (n > 1)
-                goto split;
-            set_result(w[0]->result, "not_allowed", NULL,
-                       "dependency %s is not on the allowlist (nor an allowed "
-                       "dependency); nothing was installed",
-                       key);
-            goto out;
-        }
-        json_array_append_new(changed, json_string(key));
-    }
-
-    /* Import what changed and what was asked for. */
-    size_t nc = json_array_size(changed), k = 0;
-    names = ipd_xcalloc(nc + n, sizeof(*names));
-    for (size_t i = 0; i < nc; i++)
-        names[k++] = json_string_value(json_array_get(changed, i));
-    for (size_t i = 0; i < n; i++)
-        names[k++] = w[i]->name;
-    check = import_check(v, gen, names, k, &why);
-    if (!check)
-        goto fail_all; /* the check itself failed: no package to blame */
-    json_t *checked = json_object_get(check, "checked");
-    for (size_t i = 0; i < k; i++) {
-        json_t *c = json_object_get(checked, names[i]);
-        if (json_is_true(json_object_get(c, "ok")))
-            continue;
-        if (n > 1)
-            goto split;
-        set_result(w[0]->result, "failed", NULL,
-                   "installed, but importing %s failed (%s); the venv was "
-                   "left unchanged",
-                   names[i], json_string_value(json_object_get(c, "error"))
-                                 ? json_string_value(
-                                       json_object_get(c, "error"))
-                                 : "no result");
-        goto out;
-    }
-
-    if (nc == 0) {
-        /* Everything was there already: keep current, drop the clone. */
+    struct step s = {.w = w, .n = n, .changed = json_array()};
+    enum step_end e;
+    ipd_buf_init(&s.why, 4096);
+    e = step_clone(v, &s);
+    if (e == STEP_NEXT)
+        e = step_pip(v, &s);
+    if (e == STEP_NEXT)
+        e = step_deps(v, &s);
+    if (e == STEP_NEXT)
+        e = step_imports(v, &s);
+    if (e == STEP_NEXT)
+        e = step_switch(v, &s);
+    if (e == STEP_FAIL_ALL)
         for (size_t i = 0; i < n; i++)
-            set_result(w[i]->result, "already_installed",
-                       json_string_value(json_object_get(
-                           json_object_get(checked, w[i]->name), "version")),
-                       NULL);
-        done = true;
-        goto out;
-    }
-    json_object_set_new(rec, "requirements", merge_requirements(rec, w, n));
-    json_object_set_new(rec, "created_at", json_integer(ipd_now_ms()));
-    json_object_set_new(rec, "venv_created_at", json_integer(venv_created));
-    json_object_set(rec, "python_version",
-                    json_object_get(check, "python_version"));
-    json_object_set(rec, "installed", json_object_get(check, "installed"));
-    if (make_inuse(v, gen) || write_record(v, gen, rec) ||
-        switch_current(v, gen)) {
-        ipd_buf_reset(&why);
-        ipd_buf_addf(&why, "could not switch the venv: %s", strerror(errno));
-        goto fail_all;
-    }
-    for (size_t i = 0; i < n; i++) {
-        json_t *c = json_object_get(checked, w[i]->name);
-        bool fresh = false;
-        for (size_t j = 0; j < nc && !fresh; j++)
-            fresh = !strcmp(json_string_value(json_array_get(changed, j)),
-                            w[i]->name);
-        set_result(w[i]->result, fresh ? "installed" : "already_installed",
-                   json_string_value(json_object_get(c, "version")), NULL);
-    }
-    gen[0] = '\0'; /* it is current now */
-    done = true;
-    goto out;
-
-fail_all:
-    for (size_t i = 0; i < n; i++)
-        set_result(w[i]->result, "failed", NULL, "%s", why.buf);
-    done = true;
-    goto out;
-split:
-    done = false;
-out:
-    if (gen[0])
-        gen_discard(v, gen);
-    json_decref(before);
-    json_decref(after);
-    json_decref(check);
-    json_decref(rec);
-    json_decref(changed);
-    free((void *)names);
-    free((void *)reqs);
-    ipd_buf_release(&why);
-    return done || n == 1;
+            set_result(w[i]->result, "failed", NULL, "%s", s.why.buf);
+    if (s.gen[0])
+        gen_discard(v, s.gen);
+    json_decref(s.before);
+    json_decref(s.after);
+    json_decref(s.check);
+    json_decref(s.rec);
+    json_decref(s.changed);
+    ipd_buf_release(&s.why);
+    return e != STEP_SPLIT;
 }
 
-enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
-                              size_t n, json_t **results)
+/* Parse and check reqs[0..n): each gets its result in results and w[i];
+ * the ones left to install go to pending.  Their number. */
+static size_t want_parse(struct ipd_venv *v, const char *const *reqs, size_t n,
+                         struct want *w, struct want **pending, json_t *results)
 {
-    struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
-    struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
     size_t np = 0;
     struct ipd_buf why;
     ipd_buf_init(&why, 1024);
-    *results = json_array();
     for (size_t i = 0; i < n; i++) {
         struct ipd_requirement r;
         json_t *res = json_object();
@@ -947,7 +1032,7 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
         json_t *pkg = json_string(reqs[i]);
         json_object_set_new(res, "package",
                             pkg ? pkg : json_string("(not UTF-8)"));
-        json_array_append_new(*results, res);
+        json_array_append_new(results, res);
         w[i].result = res;
         ipd_buf_reset(&why);
         if (ipd_requirement_parse(reqs[i], strlen(reqs[i]), &r, &why)) {
@@ -976,43 +1061,65 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
         pending[np++] = &w[i];
     }
     ipd_buf_release(&why);
-    if (np) {
-        int lfd = lock_take(v);
-        if (lfd < 0) {
-            for (size_t i = 0; i < np; i++)
-                set_result(pending[i]->result, "failed", NULL,
-                           "cannot take the install lock in %s: %s", v->root,
-                           strerror(errno));
-        } else {
-            struct ipd_buf bwhy;
-            ipd_buf_init(&bwhy, 4096);
-            if (ensure_base(v, &bwhy)) {
-                for (size_t i = 0; i < np; i++)
-                    set_result(pending[i]->result, "failed", NULL,
-                               "could not create the venv: %s", bwhy.buf);
-            } else if (!install_step(v, pending, np)) {
-                for (size_t i = 0; i < np; i++)
-                    install_step(v, &pending[i], 1);
-            }
-            ipd_buf_release(&bwhy);
-            gc(v);
-            lock_drop(v, lfd);
-        }
+    return np;
+}
+
+/* Install pending[0..np) under the install lock: the base venv first if
+ * there is none yet, then all of them in one step, or one by one when
+ * that step failed for one of them. */
+static void install_pending(struct ipd_venv *v, struct want **pending,
+                            size_t np)
+{
+    struct ipd_buf bwhy;
+    int lfd = lock_take(v);
+    if (lfd < 0) {
+        for (size_t i = 0; i < np; i++)
+            set_result(pending[i]->result, "failed", NULL,
+                       "cannot take the install lock in %s: %s", v->root,
+                       strerror(errno));
+        return;
     }
-    for (size_t i = 0; i < n; i++) {
-        const char *st =
-            json_string_value(json_object_get(w[i].result, "status"));
-        enum ipd_metrics_install_outcome o = IPD_METRICS_INSTALL_FAILED;
-        if (st && !strcmp(st, "installed"))
-            o = IPD_METRICS_INSTALL_INSTALLED;
-        else if (st && !strcmp(st, "already_installed"))
-            o = IPD_METRICS_INSTALL_ALREADY_INSTALLED;
-        else if (st && !strcmp(st, "not_allowed"))
-            o = IPD_METRICS_INSTALL_NOT_ALLOWED;
-        else if (st && !strcmp(st, "invalid"))
-            o = IPD_METRICS_INSTALL_INVALID;
-        ipd_metrics_install_observe(v->metrics, o);
+    ipd_buf_init(&bwhy, 4096);
+    if (ensure_base(v, &bwhy)) {
+        for (size_t i = 0; i < np; i++)
+            set_result(pending[i]->result, "failed", NULL,
+                       "could not create the venv: %s", bwhy.buf);
+    } else if (!install_step(v, pending, np)) {
+        for (size_t i = 0; i < np; i++)
+            install_step(v, &pending[i], 1);
     }
+    ipd_buf_release(&bwhy);
+    gc(v);
+    lock_drop(v, lfd);
+}
+
+/* The metrics' outcome of an install result. */
+static enum ipd_metrics_install_outcome install_outcome(const json_t *res)
+{
+    const char *st = json_string_value(json_object_get(res, "status"));
+    if (st && !strcmp(st, "installed"))
+        return IPD_METRICS_INSTALL_INSTALLED;
+    if (st && !strcmp(st, "already_installed"))
+        return IPD_METRICS_INSTALL_ALREADY_INSTALLED;
+    if (st && !strcmp(st, "not_allowed"))
+        return IPD_METRICS_INSTALL_NOT_ALLOWED;
+    if (st && !strcmp(st, "invalid"))
+        return IPD_METRICS_INSTALL_INVALID;
+    return IPD_METRICS_INSTALL_FAILED;
+}
+
+enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
+                              size_t n, json_t **results)
+{
+    struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
+    struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
+    size_t np;
+    *results = json_array();
+    np = want_parse(v, reqs, n, w, pending, *results);
+    if (np)
+        install_pending(v, pending, np);
+    for (size_t i = 0; i < n; i++)
+        ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
     free(pending);
     free(w);
     return IPD_OK;
@@ -1067,11 +1174,72 @@ static void set_rebuild_error(struct ipd_venv *v, const char *msg)
     pthread_mutex_unlock(&v->state_lock);
 }
 
+/* A new generation (named in gen even when this fails, for the caller to
+ * discard) with a fresh venv and the requirements rq installed by pip. */
+static enum ipd_err rebuild_install(struct ipd_venv *v, const json_t *rq,
+                                    char *gen, size_t size, struct ipd_buf *why)
+{
+    size_t n = json_array_size(rq);
+    const char **reqs = ipd_xcalloc(n + 1, sizeof(*reqs));
+    enum ipd_err rc;
+    for (size_t i = 0; i < n; i++)
+        reqs[i] = json_string_value(json_array_get(rq, i));
+    rc = gen_create(v, gen, size);
+    if (rc)
+        ipd_buf_addf(why, "cannot create a generation: %s", strerror(errno));
+    if (!rc)
+        rc = create_venv(v, gen, why);
+    if (!rc && n)
+        rc = pip_install(v, gen, reqs, n, why);
+    free((void *)reqs);
+    return rc;
+}
+
+/* The dependency and import checks of everything pip put in gen.  *check
+ * is a new reference to the import check's answer (NULL when it did not
+ * run). */
+static enum ipd_err rebuild_check(struct ipd_venv *v, const char *gen,
+                                  json_t **check, struct ipd_buf *why)
+{
+    json_t *after = scan_dists(v, gen), *ver, *c;
+    size_t k = 0;
+    const char **names =
+        ipd_xcalloc(json_object_size(after) + 1, sizeof(*names));
+    const char *key, *bad;
+    enum ipd_err rc = IPD_OK;
+    *check = NULL;
+    json_object_foreach(after, key, ver) {
+        /* pip and its own tools come with the venv itself. */
+        if (!strcmp(key, "pip") || !strcmp(key, "setuptools"))
+            continue;
+        if (!ipd_allowlist_allows_dep(v->allow, key)) {
+            ipd_buf_addf(why, "dependency %s is no longer allowed", key);
+            rc = IPD_ERR_FORBIDDEN;
+            goto out;
+        }
+        names[k++] = key;
+    }
+    *check = import_check(v, gen, names, k, why);
+    if (!*check) {
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
+    bad = import_failed(*check, names, k, &c);
+    if (bad) {
+        ipd_buf_addf(why, "importing %s failed: %s", bad,
+                     json_string_value(json_object_get(c, "error")));
+        rc = IPD_ERR_INTERNAL;
+    }
+out:
+    json_decref(after);
+    free((void *)names);
+    return rc;
+}
+
 static enum ipd_err rebuild_locked(struct ipd_venv *v)
 {
     char cur[NAME_MAX_GEN], gen[NAME_MAX_GEN] = "";
-    json_t *rec = NULL, *check = NULL, *after = NULL;
-    const char **reqs = NULL, **names = NULL;
+    json_t *rec = NULL, *check = NULL, *nrec = NULL, *rq;
     struct ipd_buf why;
     enum ipd_err rc = IPD_OK;
     ipd_buf_init(&why, 4096);
@@ -1085,66 +1253,16 @@ static enum ipd_err rebuild_locked(struct ipd_venv *v)
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
-    json_t *rq = json_object_get(rec, "requirements");
-    size_t n = json_array_size(rq);
-    reqs = ipd_xcalloc(n + 1, sizeof(*reqs));
-    for (size_t i = 0; i < n; i++)
-        reqs[i] = json_string_value(json_array_get(rq, i));
-    rc = gen_create(v, gen, sizeof(gen));
-    if (rc) {
-        ipd_buf_addf(&why, "cannot create a generation: %s", strerror(errno));
-        goto out;
-    }
-    rc = create_venv(v, gen, &why);
-    if (!rc && n)
-        rc = pip_install(v, gen, reqs, n, &why);
+    rq = json_object_get(rec, "requirements");
+    rc = rebuild_install(v, rq, gen, sizeof(gen), &why);
+    if (!rc)
+        rc = rebuild_check(v, gen, &check, &why);
     if (rc)
         goto out;
-    after = scan_dists(v, gen);
-    size_t na = json_object_size(after), k = 0;
-    names = ipd_xcalloc(na + 1, sizeof(*names));
-    const char *key;
-    json_t *ver;
-    json_object_foreach(after, key, ver) {
-        /* pip and its own tools come with the venv itself. */
-        if (!strcmp(key, "pip") || !strcmp(key, "setuptools"))
-            continue;
-        if (!ipd_allowlist_allows_dep(v->allow, key)) {
-            ipd_buf_addf(&why, "dependency %s is no longer allowed", key);
-            rc = IPD_ERR_FORBIDDEN;
-            goto out;
-        }
-        names[k++] = key;
-    }
-    check = import_check(v, gen, names, k, &why);
-    if (!check) {
-        rc = IPD_ERR_INTERNAL;
-        goto out;
-    }
-    for (size_t i = 0; i < k; i++) {
-        json_t *c = json_object_get(json_object_get(check, "checked"), names[i]);
-        if (!json_is_true(json_object_get(c, "ok"))) {
-            ipd_buf_addf(&why, "importing %s failed: %s", names[i],
-                         json_string_value(json_object_get(c, "error")));
-            rc = IPD_ERR_INTERNAL;
-            goto out;
-        }
-    }
-    json_t *nrec = json_object();
     int64_t now = ipd_now_ms();
-    json_object_set_new(nrec, "requirements",
-                        rq ? json_incref(rq) : json_array());
-    json_object_set_new(nrec, "created_at", json_integer(now));
-    json_object_set_new(nrec, "venv_created_at", json_integer(now));
-    json_object_set(nrec, "python_version",
-                    json_object_get(check, "python_version"));
-    json_object_set(nrec, "installed", json_object_get(check, "installed"));
-    rc = make_inuse(v, gen);
-    if (!rc)
-        rc = write_record(v, gen, nrec);
-    json_decref(nrec);
-    if (!rc)
-        rc = switch_current(v, gen);
+    nrec = json_object();
+    record_fill(nrec, rq ? json_incref(rq) : json_array(), now, now, check);
+    rc = gen_promote(v, gen, nrec);
     if (rc) {
         ipd_buf_addf(&why, "could not switch: %s", strerror(errno));
         goto out;
@@ -1161,9 +1279,7 @@ out:
     }
     json_decref(rec);
     json_decref(check);
-    json_decref(after);
-    free((void *)reqs);
-    free((void *)names);
+    json_decref(nrec);
     ipd_buf_release(&why);
     return rc;
 }
