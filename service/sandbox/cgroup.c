@@ -600,6 +600,42 @@ enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
     return rc == IPD_ERR_CONFLICT ? IPD_ERR_INTERNAL : rc;
 }
 
+/* VmHWM of /proc/<pid>/status in KiB, 0 when unreadable. */
+static long pid_hwm_kib(long pid)
+{
+    char path[64], buf[4096];
+    snprintf(path, sizeof path, "/proc/%ld/status", pid);
+    if (read_file(path, buf, sizeof buf) < 0)
+        return 0;
+    const char *p = strstr(buf, "\nVmHWM:");
+    return p ? strtol(p + 8, NULL, 10) : 0;
+}
+
+long ipd__cgroup_run_hwm_kib(const struct ipd__cgroup_run *run)
+{
+    char path[CG_PATH], buf[16384];
+    const char *dir = run->v2[0] ? run->v2 : run->pids[0] ? run->pids : run->mem;
+    const char *p = buf;
+    long max = 0;
+
+    if (!dir[0] || !path_join(path, dir, "/cgroup.procs", "") ||
+        read_file(path, buf, sizeof buf) < 0)
+        return 0;
+    while (*p) {
+        char *end;
+        long pid = strtol(p, &end, 10), kib;
+        if (end == p)
+            break;
+        kib = pid > 0 ? pid_hwm_kib(pid) : 0;
+        if (kib > max)
+            max = kib;
+        p = end;
+        while (*p == '\n')
+            p++;
+    }
+    return max;
+}
+
 /* Signal every pid listed in dir/cgroup.procs; returns how many. */
 static int kill_listed(const char *dir)
 {

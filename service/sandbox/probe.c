@@ -77,7 +77,7 @@ static void describe(struct ipd_sandbox_config *cfg)
     const struct ipd_sandbox_state *st = cfg->state;
 
     snprintf(cfg->status, sizeof cfg->status,
-             "sandbox: user namespace (uid %u->%u, gid %u->%u, setgroups "
+             "user namespace (uid %u->%u, gid %u->%u, setgroups "
              "denied), pid/mount/ipc/uts%s namespaces, network namespace "
              "unless the policy allows network, seccomp %s (%u/%u "
              "instructions), memory: %s, pids: %s, kill: %s, cpu: %s",
@@ -245,9 +245,8 @@ enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg)
     describe(cfg);
 out:
     if (rc) {
-        snprintf(cfg->status, sizeof cfg->status, "sandbox: unavailable: %s",
-                 err);
-        ipd_warn("%s", cfg->status);
+        snprintf(cfg->status, sizeof cfg->status, "unavailable: %s", err);
+        ipd_warn("sandbox: %s", cfg->status);
     }
     return rc;
 }

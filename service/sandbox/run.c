@@ -338,6 +338,8 @@ struct run {
     int status;
     struct rusage ru_all; /* C1's report: its reaped descendants */
     struct rusage ru_c1;  /* wait4 on C1: the whole tree, even if killed */
+    long hwm_kib;         /* peak RSS of the tree's largest process, read
+                             just before a timeout kill (0: unknown) */
 };
 
 static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc)
@@ -495,7 +497,10 @@ static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
             idx_c0 = -1, idx_c1 = -1;
 
         if (!r->killed && now >= deadline) {
+            /* The init reports no rusage when killed: read the peaks
+             * while the processes still exist. */
             r->timed_out = true;
+            r->hwm_kib = ipd__cgroup_run_hwm_kib(cgr);
             kill_tree(r, cgr);
             hard = now + KILL_GRACE_MS;
         }
@@ -691,6 +696,9 @@ static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
         }
     } else if (r->timed_out || out->oom_killed) {
         out->term_signal = SIGKILL; /* the tree was killed */
+        out->max_rss_kib = r->hwm_kib > r->ru_c1.ru_maxrss
+                               ? r->hwm_kib
+                               : r->ru_c1.ru_maxrss;
     }
     if (cpu >= 0)
         out->cpu_seconds = (double)cpu / 1e6;

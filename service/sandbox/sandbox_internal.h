@@ -53,6 +53,9 @@ enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
 /* Kill everything in the run's cgroups (cgroup.kill; v1: signal each
  * listed pid).  Safe to call repeatedly. */
 void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run);
+/* The largest VmHWM (peak resident set, KiB) of the processes in the
+ * run's cgroup, 0 when there is none or no cgroup lists them. */
+long ipd__cgroup_run_hwm_kib(const struct ipd__cgroup_run *run);
 /* Read counters: OOM kills, cpu usec, memory peak (-1 when unknown). */
 void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
                            int64_t *oom_kills, int64_t *cpu_usec,

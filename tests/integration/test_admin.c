@@ -90,6 +90,8 @@ static void status_fields_and_counts(void)
     CHECKF(sandbox && strstr(sandbox, "cgroup"),
            "sandbox should say which cgroup version is used: %s",
            sandbox ? sandbox : "(null)");
+    CHECKF(sandbox && strncmp(sandbox, "sandbox", 7) != 0,
+           "the sandbox field repeats its name: %s", sandbox ? sandbox : "");
     /* No install yet: the base interpreter, which sees Debian's stack. */
     CHECK(json_is_false(itest_json_get(r.json, "venv_exists")));
     CHECK_STR(itest_json_str(r.json, "python_path"), "/usr/bin/python3");

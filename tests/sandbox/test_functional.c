@@ -15,7 +15,9 @@ static void test_probe(void)
     CHECK(sbx_cfg.mechanisms &
           (IPD_SANDBOX_CG2_MEMORY | IPD_SANDBOX_CG1_MEMORY));
     CHECK(sbx_cfg.mechanisms & (IPD_SANDBOX_CG2_PIDS | IPD_SANDBOX_CG1_PIDS));
-    CHECK(strstr(sbx_cfg.status, "sandbox: user namespace") != NULL);
+    /* The status is the value of admin status's "sandbox" field: it
+     * does not repeat the word (issue 12). */
+    CHECK(strncmp(sbx_cfg.status, "user namespace", 14) == 0);
 }
 
 static void test_stdout_stderr(void)
@@ -107,6 +109,30 @@ static void test_timeout_keeps_output(void)
     CHECK_STR(r.out.buf, "before\n");
     CHECK(r.wall_seconds >= 0.9 && r.wall_seconds < 3.0);
     CHECK(r.cpu_seconds > 0.5);
+    ipd_sandbox_result_release(&r);
+}
+
+/* Issue 12: a timed-out run reported max_rss_kib 0 (the killed init
+ * reports no rusage).  The peak of a process that touched 64 MiB shows. */
+static void test_timeout_reports_peak_rss(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.wall_timeout_ms = 1500;
+    CHECK_INT(sbx_run(&p,
+                      "b = bytearray(64 << 20)\n"
+                      "print('held', flush=True)\n"
+                      "while True: pass\n",
+                      &r),
+              IPD_OK);
+    CHECK(r.timed_out);
+    CHECK_STR(r.out.buf, "held\n");
+    if (r.max_rss_kib < 64 * 1024)
+        fprintf(stderr, "max_rss_kib %ld\n", (long)r.max_rss_kib);
+    CHECK(r.max_rss_kib >= 64 * 1024);
     ipd_sandbox_result_release(&r);
 }
 
@@ -302,7 +328,8 @@ static void test_teardown(void)
 }
 
 TEST_MAIN(T(test_probe), T(test_stdout_stderr), T(test_exit_codes),
-          T(test_stdin), T(test_timeout_keeps_output), T(test_cpu_limit),
+          T(test_stdin), T(test_timeout_keeps_output),
+          T(test_timeout_reports_peak_rss), T(test_cpu_limit),
           T(test_environment), T(test_identity),
           T(test_setup_failure_is_an_error),
           T(test_probe_refuses_root_mapping), T(test_output_dir_handle),
