@@ -485,20 +485,26 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     if (rc) {
         ipd_blob_writer_abort(u->w);
         u->w = NULL;
-        /* A URL that cannot be fetched (refused, timed out, gone) is
-         * the request's problem: invalid; our own storage failing is
-         * not. */
-        if (rc == IPD_ERR_TOO_LARGE)
+        /* The fetch's own code says whose fault it was: the URL's
+         * (invalid, 400), the guard's (a refused address: 400 naming the
+         * option that allows it), the remote server's (502, 504).  Our
+         * own storage failing is none of those. */
+        if (rc == IPD_ERR_FORBIDDEN) {
+            char msg[sizeof(u->errmsg)];
+            snprintf(msg, sizeof(msg),
+                     "%s; an operator can allow such addresses with "
+                     "--fetch-allow (CIDRs)",
+                     err.len ? err.buf : "the address is not allowed");
+            ingest_fail(u, IPD_ERR_INVALID, msg);
+        } else if (rc == IPD_ERR_TOO_LARGE) {
             ingest_fail(u, rc,
                         "the URL's body is over the limit of the upload "
                         "size; nothing was stored");
-        else if (rc == IPD_ERR_TIMEOUT)
-            ingest_fail(u, IPD_ERR_INVALID, "fetching the URL timed out");
-        else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UNAVAILABLE ||
-                 rc == IPD_ERR_FORBIDDEN)
-            ingest_fail(u, IPD_ERR_INVALID,
+        } else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UPSTREAM ||
+                   rc == IPD_ERR_UPSTREAM_TIMEOUT) {
+            ingest_fail(u, rc,
                         err.len ? err.buf : "the URL could not be fetched");
-        else
+        } else
             u->ingest_rc = rc; /* our own storage failed */
         goto out;
     }

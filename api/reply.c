@@ -31,7 +31,9 @@ static const struct {
     [IPD_HE_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type"},
     [IPD_HE_TOO_MANY_REQUESTS] = {429, "too_many_requests"},
     [IPD_HE_INTERNAL_ERROR] = {500, "internal_error"},
+    [IPD_HE_UPSTREAM_ERROR] = {502, "upstream_error"},
     [IPD_HE_UNAVAILABLE] = {503, "unavailable"},
+    [IPD_HE_UPSTREAM_TIMEOUT] = {504, "upstream_timeout"},
     [IPD_HE_QUOTA_EXCEEDED] = {507, "quota_exceeded"},
 };
 
@@ -198,6 +200,10 @@ static const struct {
                              "; retry later"},
     [IPD_ERR_TIMEOUT] = {true, IPD_HE_UNAVAILABLE,
                          "storage is unavailable while ", "; retry later"},
+    [IPD_ERR_UPSTREAM] = {true, IPD_HE_UPSTREAM_ERROR,
+                          "the remote server failed while ", ""},
+    [IPD_ERR_UPSTREAM_TIMEOUT] = {true, IPD_HE_UPSTREAM_TIMEOUT,
+                                  "the remote server timed out while ", ""},
 };
 
 static bool listed(enum ipd_err err)

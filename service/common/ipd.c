@@ -26,6 +26,8 @@ const char *ipd_err_name(enum ipd_err err)
     case IPD_ERR_MEDIA_TYPE: return "unsupported_media_type";
     case IPD_ERR_TIMEOUT: return "timeout";
     case IPD_ERR_BUSY: return "busy";
+    case IPD_ERR_UPSTREAM: return "upstream_error";
+    case IPD_ERR_UPSTREAM_TIMEOUT: return "upstream_timeout";
     }
     return "unknown";
 }

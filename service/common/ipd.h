@@ -37,6 +37,8 @@ enum ipd_err {
     IPD_ERR_MEDIA_TYPE = 12,   /* unsupported Content-Type */
     IPD_ERR_TIMEOUT = 13,      /* an operation ran out of time */
     IPD_ERR_BUSY = 14,         /* a queue or table is full; retry later */
+    IPD_ERR_UPSTREAM = 15,     /* a remote server failed or answered non-2xx */
+    IPD_ERR_UPSTREAM_TIMEOUT = 16, /* a remote server ran out of time */
 };
 
 /* A short stable name for an error ("not_found"); never NULL, static. */

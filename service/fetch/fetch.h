@@ -17,20 +17,19 @@
  *     one checked like the first URL.  POST never follows a redirect.
  *
  * Errors.  Every function appends a one-line message for the client to err
- * (when err is not NULL); the caller picks the HTTP status.  For URL ingest
- * every one of these is the client's problem (a 4xx), including network
- * failures: "could not fetch: connection reset".
- *   IPD_ERR_INVALID      malformed URL, scheme other than http/https,
- *                        refused address ("address 127.0.0.1 of host
- *                        example is not allowed (loopback)"), too many
- *                        redirects, a redirect answered to a POST, bad
- *                        Location, or a final status that is not 2xx
- *                        ("the URL answered 404"; then status is non-zero
- *                        and not 2xx: that is how to tell this case apart)
- *   IPD_ERR_UNAVAILABLE  could not resolve, connect, or finish the
- *                        transfer (refused, reset, closed early, TLS
- *                        failure, garbage reply); a callback may retry
- *   IPD_ERR_TIMEOUT      connect timeout, or the total timeout (which
+ * (when err is not NULL); the code says whose fault it is, and the caller
+ * picks the HTTP status from it (URL ingest: 400, 400, 502, 504, 413).
+ *   IPD_ERR_INVALID      malformed URL or scheme other than http/https
+ *   IPD_ERR_FORBIDDEN    the guard refused an address ("address 127.0.0.1
+ *                        of host example is not allowed (loopback)"),
+ *                        for the first URL or a redirect; never retried
+ *   IPD_ERR_UPSTREAM     the remote side failed: could not resolve,
+ *                        connect or finish the transfer (refused, reset,
+ *                        closed early, TLS failure, garbage reply), too
+ *                        many redirects, a redirect answered to a POST, or
+ *                        a final status that is not 2xx ("the URL answered
+ *                        404"; then status is non-zero and not 2xx)
+ *   IPD_ERR_UPSTREAM_TIMEOUT  connect timeout, or the total timeout (which
  *                        covers DNS, every hop, and slow-drip bodies)
  *   IPD_ERR_TOO_LARGE    the body is over max_bytes (by Content-Length, or
  *                        while receiving: the transfer is aborted)
@@ -43,7 +42,8 @@
  * parsing and can be shared by any number of threads.
  *
  * Failure injection: IPD_FAIL_FETCH_AT=N makes the Nth ipd_fetch_get or
- * ipd_fetch_post of the process fail with IPD_ERR_UNAVAILABLE before any
+ * ipd_fetch_post of the process fail with IPD_ERR_UNAVAILABLE (our own
+ * failure, not the remote's) before any
  * connection ("could not fetch: injected failure").
  */
 #ifndef IPD_FETCH_H
@@ -138,7 +138,7 @@ enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
 /*
  * POST body (len bytes, borrowed, may be NULL when len is 0) to url under
  * the same guard, for callbacks.  Redirects are not followed: a 3xx answer
- * is IPD_ERR_INVALID.  Only the answer's status counts: its body is not
+ * is IPD_ERR_UPSTREAM.  Only the answer's status counts: its body is not
  * read (the transfer stops at its first byte).
  * @param content_type   the Content-Type header value (NULL:
  *                       application/octet-stream)

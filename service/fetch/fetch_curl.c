@@ -194,7 +194,7 @@ static enum ipd_err resolve(const char *host, const char *port, bool literal,
     pthread_attr_destroy(&ta);
     if (rc) {
         job_free(j);
-        return fail(err, IPD_ERR_UNAVAILABLE,
+        return fail(err, IPD_ERR_INTERNAL,
                     "could not fetch: no thread to resolve %s", host);
     }
 
@@ -216,14 +216,14 @@ static enum ipd_err resolve(const char *host, const char *port, bool literal,
     pthread_mutex_unlock(&j->mu);
     job_unref(j);
     if (!done)
-        return fail(err, IPD_ERR_TIMEOUT,
+        return fail(err, IPD_ERR_UPSTREAM_TIMEOUT,
                     "could not fetch: resolving %s timed out (limit %lld ms)",
                     host, (long long)timeout_ms);
 done:
     if (rc == EAI_MEMORY)
         return fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
     if (rc)
-        return fail(err, IPD_ERR_UNAVAILABLE,
+        return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: could not resolve host %s (%s)", host,
                     gai_strerror(rc));
     return IPD_OK;
@@ -611,38 +611,38 @@ static enum ipd_err map_curl(struct hop *x, CURLcode cc, int64_t total_ms,
     switch (cc) {
     case CURLE_OPERATION_TIMEDOUT:
         if (!connected)
-            return fail(err, IPD_ERR_TIMEOUT,
+            return fail(err, IPD_ERR_UPSTREAM_TIMEOUT,
                         "could not fetch: connecting timed out");
-        return fail(err, IPD_ERR_TIMEOUT,
+        return fail(err, IPD_ERR_UPSTREAM_TIMEOUT,
                     "could not fetch: timed out (limit %lld ms)",
                     (long long)total_ms);
     case CURLE_COULDNT_CONNECT:
         if (x->refused[0])
-            return fail(err, IPD_ERR_INVALID, "%s", x->refused);
+            return fail(err, IPD_ERR_FORBIDDEN, "%s", x->refused);
         if (os == ECONNREFUSED)
-            return fail(err, IPD_ERR_UNAVAILABLE,
+            return fail(err, IPD_ERR_UPSTREAM,
                         "could not fetch: connection refused");
         if (os == ENETUNREACH || os == EHOSTUNREACH)
-            return fail(err, IPD_ERR_UNAVAILABLE,
+            return fail(err, IPD_ERR_UPSTREAM,
                         "could not fetch: host unreachable");
-        return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: %s", detail);
+        return fail(err, IPD_ERR_UPSTREAM, "could not fetch: %s", detail);
     case CURLE_RECV_ERROR:
     case CURLE_SEND_ERROR:
         if (os == ECONNRESET || os == EPIPE)
-            return fail(err, IPD_ERR_UNAVAILABLE,
+            return fail(err, IPD_ERR_UPSTREAM,
                         "could not fetch: connection reset");
-        return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: %s", detail);
+        return fail(err, IPD_ERR_UPSTREAM, "could not fetch: %s", detail);
     case CURLE_PARTIAL_FILE:
-        return fail(err, IPD_ERR_UNAVAILABLE,
+        return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: the connection closed before the "
                     "whole body arrived");
     case CURLE_GOT_NOTHING:
-        return fail(err, IPD_ERR_UNAVAILABLE,
+        return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: the server sent no reply");
     case CURLE_OUT_OF_MEMORY:
         return fail(err, IPD_ERR_NOMEM, "could not fetch: out of memory");
     case CURLE_COULDNT_RESOLVE_HOST:
-        return fail(err, IPD_ERR_UNAVAILABLE,
+        return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: could not resolve host %s", x->host);
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
@@ -654,9 +654,9 @@ static enum ipd_err map_curl(struct hop *x, CURLcode cc, int64_t total_ms,
         cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_CIPHER ||
         cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_ISSUER_ERROR ||
         cc == CURLE_SSL_ENGINE_INITFAILED)
-        return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: TLS: %s",
+        return fail(err, IPD_ERR_UPSTREAM, "could not fetch: TLS: %s",
                     detail);
-    return fail(err, IPD_ERR_UNAVAILABLE, "could not fetch: %s", detail);
+    return fail(err, IPD_ERR_UPSTREAM, "could not fetch: %s", detail);
 }
 
 /*
@@ -678,7 +678,7 @@ static enum ipd_err hop_run(struct hop *x, CURLU *u,
     x->sink = sink;
     x->max_bytes = o->max_bytes;
     if (remaining <= 0) {
-        rc = fail(err, IPD_ERR_TIMEOUT,
+        rc = fail(err, IPD_ERR_UPSTREAM_TIMEOUT,
                   "could not fetch: timed out (limit "
                   "%lld ms)",
                   (long long)o->total_timeout_ms);
@@ -699,7 +699,7 @@ static enum ipd_err hop_run(struct hop *x, CURLU *u,
     }
     remaining = deadline - ipd_mono_ms();
     if (remaining <= 0) {
-        rc = fail(err, IPD_ERR_TIMEOUT,
+        rc = fail(err, IPD_ERR_UPSTREAM_TIMEOUT,
                   "could not fetch: timed out (limit "
                   "%lld ms)",
                   (long long)o->total_timeout_ms);
@@ -828,7 +828,7 @@ enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
         const char *location = header(x.h, "Location");
         if (is_redirect(x.status) && location) {
             if (res->redirects >= opts->max_redirects) {
-                rc = fail(err, IPD_ERR_INVALID, "too many redirects (limit %d)",
+                rc = fail(err, IPD_ERR_UPSTREAM, "too many redirects (limit %d)",
                           opts->max_redirects);
                 break;
             }
@@ -841,7 +841,7 @@ enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
             continue;
         }
         if (!is_2xx(x.status)) {
-            rc = fail(err, IPD_ERR_INVALID, "the URL answered %d", x.status);
+            rc = fail(err, IPD_ERR_UPSTREAM, "the URL answered %d", x.status);
             break;
         }
         const char *type = NULL;
@@ -923,12 +923,12 @@ enum ipd_err ipd_fetch_post(const struct ipd_fetch_opts *opts, const char *url,
     if (rc)
         goto out;
     if (is_redirect(x.status))
-        rc = fail(err, IPD_ERR_INVALID,
+        rc = fail(err, IPD_ERR_UPSTREAM,
                   "the URL answered %d, a redirect, which is not followed "
                   "for a POST",
                   x.status);
     else if (!is_2xx(x.status))
-        rc = fail(err, IPD_ERR_INVALID, "the URL answered %d", x.status);
+        rc = fail(err, IPD_ERR_UPSTREAM, "the URL answered %d", x.status);
 out:
     hop_release(&x);
     curl_slist_free_all(post.headers);

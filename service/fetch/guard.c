@@ -332,13 +332,13 @@ enum ipd_err ipd_fetch_addresses_check(const char *host,
 {
     char why[IPD__FETCH_WHY_MAX], a[INET6_ADDRSTRLEN];
     if (!n)
-        return fail(err, IPD_ERR_UNAVAILABLE,
+        return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: host %s has no address", host);
     for (size_t i = 0; i < n; i++) {
         if (ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)))
             continue;
         ipd__fetch_addr_str(addrs[i], a, sizeof(a));
-        return fail(err, IPD_ERR_INVALID,
+        return fail(err, IPD_ERR_FORBIDDEN,
                     "address %s of host %s is not allowed (%s)", a, host, why);
     }
     return IPD_OK;

@@ -56,8 +56,8 @@ bool ipd_fetch_address_allowed(const struct sockaddr *sa,
 
 /*
  * Check every address host resolved to (addrs[0..n)); any refused one
- * refuses them all: IPD_ERR_INVALID with "address A of host H is not
- * allowed (why)" in err.  n == 0 is IPD_ERR_UNAVAILABLE.  The fetches use
+ * refuses them all: IPD_ERR_FORBIDDEN with "address A of host H is not
+ * allowed (why)" in err.  n == 0 is IPD_ERR_UPSTREAM.  The fetches use
  * it for every hop; exported for tests.
  */
 enum ipd_err ipd_fetch_addresses_check(const char *host,

@@ -273,7 +273,8 @@ static void redirects_and_guard(void)
     free(url);
     url = itest_fmt("http://127.0.0.1:%d/r/4", o.port);
     ingest_url(s, url, &r);
-    CHECK_ERROR(&r, 400, "invalid_request");
+    /* Issue 12: the remote server's failure is 502 upstream_error. */
+    CHECK_ERROR(&r, 502, "upstream_error");
     CHECK(strstr(itest_json_str(r.json, "error.message"), "redirects"));
     itest_resp_release(&r);
     free(url);
@@ -284,6 +285,8 @@ static void redirects_and_guard(void)
     ingest_url(s, url, &r);
     CHECK_ERROR(&r, 400, "invalid_request");
     CHECK(strstr(itest_json_str(r.json, "error.message"), "not allowed"));
+    /* ... naming the option that allows it (issue 12). */
+    CHECK(strstr(itest_json_str(r.json, "error.message"), "--fetch-allow"));
     itest_resp_release(&r);
     CHECK_INT(atomic_load(&other.connections), 0);
     free(url);
@@ -299,7 +302,7 @@ static void redirects_and_guard(void)
     }
     url = itest_fmt("http://127.0.0.1:%d/missing", o.port);
     ingest_url(s, url, &r);
-    CHECK_ERROR(&r, 400, "invalid_request");
+    CHECK_ERROR(&r, 502, "upstream_error");
     CHECK(strstr(itest_json_str(r.json, "error.message"), "404"));
     itest_resp_release(&r);
     free(url);
@@ -319,6 +322,7 @@ static void redirects_and_guard(void)
     ingest_url(s, url, &r);
     CHECK_ERROR(&r, 400, "invalid_request");
     CHECK(strstr(itest_json_str(r.json, "error.message"), "loopback"));
+    CHECK(strstr(itest_json_str(r.json, "error.message"), "--fetch-allow"));
     itest_resp_release(&r);
     free(url);
     ingest_url(s, "http://169.254.169.254/latest/meta-data/", &r);
@@ -350,13 +354,13 @@ static void limits_and_broken_servers(void)
     free(url);
     url = itest_fmt("http://127.0.0.1:%d/drip", o.port);
     ingest_url(s, url, &r);
-    CHECK_ERROR(&r, 400, "invalid_request");
+    CHECK_ERROR(&r, 504, "upstream_timeout");
     CHECK(strstr(itest_json_str(r.json, "error.message"), "timed out"));
     itest_resp_release(&r);
     free(url);
     url = itest_fmt("http://127.0.0.1:%d/reset", o.port);
     ingest_url(s, url, &r);
-    CHECK_ERROR(&r, 400, "invalid_request");
+    CHECK_ERROR(&r, 502, "upstream_error");
     itest_resp_release(&r);
     free(url);
     /* Nothing of the three stayed on disk or in the store, and the

@@ -377,7 +377,7 @@ static void plain_fetch(void)
     CHECK_STR(f.res.filename, "na me.csv");
     CHECK(f.res.content_type == NULL);
 
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/", s.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/", s.port), IPD_ERR_UPSTREAM);
     CHECK(f.res.filename == NULL);
 
     srv_stop(&s);
@@ -404,28 +404,28 @@ static void localhost_via_etc_hosts(void)
      * before a connection is made. */
     fx_init(&f, "");
     CHECK_INT(fx_get(&f, "http://localhost:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "of host localhost is not allowed (loopback)");
     CHECK_INT(fx_get(&f, "http://LocalHost:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "is not allowed (loopback)");
     CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(f.err.buf,
               "address 127.0.0.1 of host 127.0.0.1 is not allowed (loopback)");
     CHECK_INT(fx_get(&f, "http://2130706433:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "(loopback)");
     CHECK_INT(fx_get(&f, "http://0x7f.1:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "(loopback)");
     CHECK_INT(fx_get(&f, "http://[::ffff:127.0.0.1]:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "loopback (IPv4-mapped)");
     CHECK_INT(fx_get(&f, "http://0.0.0.0:%d/hello.txt", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "(unspecified)");
-    CHECK_INT(fx_get(&f, "http://[::]:%d/hello.txt", s.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://[::]:%d/hello.txt", s.port), IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "(unspecified)");
     CHECK_INT(f.rec.discards, 1);
     fx_release(&f);
@@ -450,14 +450,14 @@ static void redirects(void)
     /* Three redirects is the limit; the fourth is refused. */
     CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/3", s.port), IPD_OK);
     CHECK_INT(f.res.redirects, 3);
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/4", s.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/4", s.port), IPD_ERR_UPSTREAM);
     CHECK_STR(f.err.buf, "too many redirects (limit 3)");
     CHECK_INT(f.res.status, 302);
     CHECK_INT(f.rec.got.len, 0); /* no redirect body reaches the sink */
     CHECK_INT(f.rec.discards, 1);
 
     f.o.max_redirects = 0;
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/1", s.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/r/1", s.port), IPD_ERR_UPSTREAM);
     CHECK_STR(f.err.buf, "too many redirects (limit 0)");
 
     /* Off to another scheme. */
@@ -483,13 +483,13 @@ static void redirect_to_refused_address(void)
 
     snprintf(a.redirect_to, sizeof(a.redirect_to), "http://127.0.0.2:%d/x",
              b.port);
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_FORBIDDEN);
     CHECK_STR(f.err.buf,
               "address 127.0.0.2 of host 127.0.0.2 is not allowed (loopback)");
     CHECK_INT(f.res.redirects, 1);
 
     snprintf(a.redirect_to, sizeof(a.redirect_to), "http://[::1]:%d/x", b.port);
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_FORBIDDEN);
     CHECK_STR(f.err.buf, "address ::1 of host [::1] is not allowed (loopback)");
 
     /* Off-machine targets: only when the classifier refuses them, so a
@@ -499,11 +499,11 @@ static void redirect_to_refused_address(void)
         snprintf(a.redirect_to, sizeof(a.redirect_to),
                  "http://169.254.169.254/latest/meta-data/");
         CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
-                  IPD_ERR_INVALID);
+                  IPD_ERR_FORBIDDEN);
         CHECK_HAS(f.err.buf, "is not allowed (link-local (cloud metadata))");
         snprintf(a.redirect_to, sizeof(a.redirect_to), "http://10.0.0.1/");
         CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
-                  IPD_ERR_INVALID);
+                  IPD_ERR_FORBIDDEN);
         CHECK_HAS(f.err.buf, "address 10.0.0.1 of host 10.0.0.1");
     } else {
         test__failed_checks++;
@@ -514,7 +514,7 @@ static void redirect_to_refused_address(void)
     fx_init(&f, "127.0.0.0/8");
     snprintf(a.redirect_to, sizeof(a.redirect_to), "http://127.0.0.2:%d/x",
              b.port);
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_INVALID);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_UPSTREAM);
     CHECK_STR(f.err.buf, "the URL answered 404");
     CHECK_INT(f.res.status, 404);
     CHECK_HAS(f.res.url, "http://127.0.0.2:");
@@ -533,7 +533,7 @@ static void error_status(void)
     REQUIRE(srv_start(&s, "127.0.0.1"));
     fx_init(&f, "127.0.0.1/32");
     CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/missing", s.port),
-              IPD_ERR_INVALID);
+              IPD_ERR_UPSTREAM);
     CHECK_STR(f.err.buf, "the URL answered 404");
     CHECK_INT(f.res.status, 404);
     CHECK_INT(f.rec.got.len, 0); /* the error page is not the file */
@@ -555,7 +555,7 @@ static void slow_drip_times_out(void)
     fx_init(&f, "127.0.0.1/32");
     f.o.total_timeout_ms = 500;
     int64_t t0 = ipd_mono_ms();
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/drip", s.port), IPD_ERR_TIMEOUT);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/drip", s.port), IPD_ERR_UPSTREAM_TIMEOUT);
     int64_t took = ipd_mono_ms() - t0;
     CHECK(took >= 400 && took < 6000); /* bounded, loosely */
     CHECK_HAS(f.err.buf, "timed out");
@@ -604,7 +604,7 @@ static void connection_failures(void)
     REQUIRE(srv_start(&s, "127.0.0.1"));
     fx_init(&f, "127.0.0.1/32");
     CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/reset", s.port),
-              IPD_ERR_UNAVAILABLE);
+              IPD_ERR_UPSTREAM);
     CHECK_HAS(f.err.buf, "could not fetch: ");
     CHECK_INT(f.rec.discards, 1);
     CHECK(f.rec.got.len <= 10);
@@ -612,7 +612,7 @@ static void connection_failures(void)
     srv_stop(&s);
 
     /* A port nobody listens on: that server's, now closed. */
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/", s.port), IPD_ERR_UNAVAILABLE);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/", s.port), IPD_ERR_UPSTREAM);
     CHECK_STR(f.err.buf, "could not fetch: connection refused");
     fx_release(&f);
 }
@@ -652,14 +652,14 @@ static void post_callback(void)
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/hook-redirect", s.port);
     CHECK_INT(ipd_fetch_post(&o, url, "application/json", body, strlen(body),
                              NULL, &status, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_UPSTREAM);
     CHECK_INT(status, 303);
     CHECK_HAS(err.buf, "not followed");
 
     ipd_buf_reset(&err);
     snprintf(url, sizeof(url), "http://127.0.0.1:%d/nope", s.port);
     CHECK_INT(ipd_fetch_post(&o, url, NULL, NULL, 0, NULL, &status, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_UPSTREAM);
     CHECK_INT(status, 404);
     CHECK_STR(err.buf, "the URL answered 404");
 
@@ -673,7 +673,7 @@ static void post_callback(void)
     o.allow = NULL;
     CHECK_INT(ipd_fetch_post(&o, url, "application/json", body, strlen(body),
                              NULL, &status, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(err.buf, "is not allowed (loopback)");
     CHECK_INT(status, 0);
     CHECK_INT(ipd_fetch_post(&o, "gopher://127.0.0.1/", NULL, NULL, 0, NULL,

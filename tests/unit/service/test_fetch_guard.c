@@ -193,14 +193,14 @@ static void any_refused_address_refuses_all(void)
                                       (struct sockaddr *)&good6,
                                       (struct sockaddr *)&bad};
     CHECK_INT(ipd_fetch_addresses_check("example", mixed, 3, NULL, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(err.buf,
               "address 127.0.0.1 of host example is not allowed (loopback)");
     ipd_buf_reset(&err);
     CHECK_INT(ipd_fetch_addresses_check("example", mixed, 2, NULL, &err),
               IPD_OK);
     CHECK_INT(ipd_fetch_addresses_check("example", mixed, 0, NULL, &err),
-              IPD_ERR_UNAVAILABLE);
+              IPD_ERR_UPSTREAM);
     ipd_buf_release(&err);
 }
 
@@ -504,21 +504,21 @@ static void addresses_check_messages(void)
 
     /* The first refused address is the one named. */
     CHECK_INT(ipd_fetch_addresses_check("h", list, 4, NULL, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(err.buf, "address 10.0.0.1 of host h is not allowed (private)");
     ipd_buf_reset(&err);
     CHECK_INT(ipd_fetch_addresses_check("h", list + 3, 1, NULL, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(err.buf, "address fe80::1 of host h is not allowed (link-local)");
     ipd_buf_reset(&err);
     sa_make("::ffff:127.0.0.1", &ss[0]);
     CHECK_INT(ipd_fetch_addresses_check("h", list, 1, NULL, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(err.buf, "address ::ffff:127.0.0.1 of host h is not allowed "
                        "(loopback (IPv4-mapped))");
     ipd_buf_reset(&err);
     CHECK_INT(ipd_fetch_addresses_check("example", list, 0, NULL, &err),
-              IPD_ERR_UNAVAILABLE);
+              IPD_ERR_UPSTREAM);
     CHECK_STR(err.buf, "could not fetch: host example has no address");
 
     /* Allowlisted: nothing refused, nothing said. */
@@ -528,14 +528,14 @@ static void addresses_check_messages(void)
     CHECK_INT(ipd_fetch_addresses_check("h", list + 2, 1, lo, &err), IPD_OK);
     CHECK_STR(err.buf, "");
     CHECK_INT(ipd_fetch_addresses_check("h", list + 1, 2, lo, NULL),
-              IPD_ERR_INVALID); /* err may be NULL */
+              IPD_ERR_FORBIDDEN); /* err may be NULL */
     ipd_fetch_allowlist_free(lo);
 
     memset(&un, 0, sizeof(un));
     un.sun_family = AF_UNIX;
     list[0] = (const struct sockaddr *)&un;
     CHECK_INT(ipd_fetch_addresses_check("h", list, 1, NULL, &err),
-              IPD_ERR_INVALID);
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(
         err.buf,
         "address (family 1) of host h is not allowed (not an IP address)");
