@@ -6,7 +6,6 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/executor.h"
 #include "keys.h"
 #include "common/log.h"
 #include "serve.h"

@@ -80,6 +80,39 @@ void ipd_stores_close(struct ipd_stores *s)
     memset(s, 0, sizeof(*s));
 }
 
+void ipd_serve_executor_options(const struct ipd_config *cfg,
+                                struct ipd_executor_options *o)
+{
+    _Static_assert(IPD_EXEC_POLICIES_MAX >= IPD_POLICIES_MAX &&
+                       IPD_EXEC_POLICY_NAME_MAX >= IPD_POLICY_NAME_MAX,
+                   "the executor holds every configured policy");
+    ipd_executor_options_default(o);
+    o->data_dir = cfg->data_dir;
+    o->max_file_size = cfg->max_file_size;
+    o->file_ttl_ms = cfg->file_ttl_ms;
+    o->quota.max_files = cfg->quota_files;
+    o->quota.max_bytes = cfg->quota_bytes;
+    for (size_t i = 0; i < cfg->n_policies; i++) {
+        const struct ipd_policy *p = &cfg->policies[i];
+        struct ipd_exec_policy *e = &o->policies[i];
+        memcpy(e->name, p->name, sizeof(p->name));
+        e->timeout_ms = p->timeout_ms;
+        e->max_timeout_ms = p->max_timeout_ms;
+        e->memory_bytes = p->memory_bytes;
+        e->max_processes = p->max_processes;
+        e->output_bytes = p->output_bytes;
+        e->tmp_bytes = p->tmp_bytes;
+        e->output_dir_bytes = p->output_dir_bytes;
+        e->network = p->network;
+    }
+    o->n_policies = cfg->n_policies;
+    o->python = cfg->python;
+    o->prelude_dir = cfg->prelude_dir;
+    o->sandbox_uid = (uid_t)cfg->sandbox_uid;
+    o->max_generated_files = cfg->max_generated_files;
+    o->inline_image_max = cfg->inline_image_max;
+}
+
 /* Tell whoever started us which port we got (tests use port 0). */
 static void notify_ready(const struct ipd_config *cfg, uint16_t port)
 {
@@ -300,14 +333,8 @@ int ipd_serve(struct ipd_config *cfg)
     /* Executions need the sandbox; without it the service still serves
      * files, answers executions 503 and is not ready. */
     struct ipd_executor_options eo;
-    ipd_executor_options_default(&eo);
-    eo.python = cfg->python;
-    eo.prelude_dir = cfg->prelude_dir;
-    eo.sandbox_uid = (uid_t)cfg->sandbox_uid;
-    eo.max_generated_files = cfg->max_generated_files;
-    eo.inline_image_max = cfg->inline_image_max;
-    if (ipd_executor_new_with(cfg, app.meta, app.blobs, app.ft, &eo,
-                              &executor)) {
+    ipd_serve_executor_options(cfg, &eo);
+    if (ipd_executor_new(app.meta, app.blobs, app.ft, &eo, &executor)) {
         ipd_error("executions are unavailable: the sandbox could not be "
                   "set up");
     } else {

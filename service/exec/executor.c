@@ -72,7 +72,7 @@ struct ipd_executor {
     struct ipd_quota quota;
     size_t max_generated;
     int64_t inline_max;
-    struct ipd_policy policies[IPD_POLICIES_MAX]; /* copied from config */
+    struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX]; /* copied */
     size_t n_policies;
     struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
     bool auto_install;         /* install a missing allowlisted module and
@@ -81,7 +81,7 @@ struct ipd_executor {
 
 /* ---- policy ---------------------------------------------------------- */
 
-static const struct ipd_policy *policy_find(const struct ipd_executor *ex,
+static const struct ipd_exec_policy *policy_find(const struct ipd_executor *ex,
                                             const char *name)
 {
     if (!name)
@@ -92,7 +92,7 @@ static const struct ipd_policy *policy_find(const struct ipd_executor *ex,
     return NULL;
 }
 
-static void policy_to_sandbox(const struct ipd_policy *ep,
+static void policy_to_sandbox(const struct ipd_exec_policy *ep,
                               int64_t timeout_ms,
                               struct ipd_sandbox_policy *p)
 {
@@ -177,6 +177,10 @@ static void clear_dir(int root_fd)
 void ipd_executor_options_default(struct ipd_executor_options *o)
 {
     memset(o, 0, sizeof(*o));
+    o->max_file_size = 50 * 1024 * 1024;
+    o->file_ttl_ms = IPD_TIME_NEVER;
+    o->quota.max_files = -1;
+    o->quota.max_bytes = -1;
     o->python = "/usr/bin/python3";
     o->prelude_dir = NULL;
     o->max_generated_files = 20;
@@ -402,14 +406,11 @@ out:
     ipd_buf_release(&path);
 }
 
-enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
-                                   struct ipd_meta *meta,
-                                   struct ipd_blobs *blobs,
-                                   struct ipd_filetype *ft,
-                                   const struct ipd_executor_options *opt,
-                                   struct ipd_executor **out)
+enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
+                              struct ipd_filetype *ft,
+                              const struct ipd_executor_options *opt,
+                              struct ipd_executor **out)
 {
-    struct ipd_executor_options defaults;
     struct ipd_executor *ex = ipd_xcalloc(1, sizeof(*ex));
     pthread_mutex_init(&ex->mpl_lock, NULL);
     enum ipd_err rc;
@@ -417,19 +418,17 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
     char prelude[PATH_MAX];
 
     *out = NULL;
-    if (!opt) {
-        ipd_executor_options_default(&defaults);
-        opt = &defaults;
-    }
     ex->meta = meta;
     ex->blobs = blobs;
     ex->ft = ft;
-    ex->max_file_size = cfg->max_file_size;
-    memcpy(ex->policies, cfg->policies, sizeof(ex->policies));
-    ex->n_policies = cfg->n_policies;
-    ex->file_ttl_ms = cfg->file_ttl_ms;
-    ex->quota.max_files = cfg->quota_files;
-    ex->quota.max_bytes = cfg->quota_bytes;
+    ex->max_file_size = opt->max_file_size;
+    ex->n_policies = opt->n_policies < IPD_EXEC_POLICIES_MAX
+                         ? opt->n_policies
+                         : IPD_EXEC_POLICIES_MAX;
+    memcpy(ex->policies, opt->policies,
+           ex->n_policies * sizeof(ex->policies[0]));
+    ex->file_ttl_ms = opt->file_ttl_ms;
+    ex->quota = opt->quota;
     ex->max_generated =
         opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
     ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;
@@ -443,6 +442,10 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
                             S_ISREG(st.st_mode);
 
     rc = IPD_ERR_INVALID;
+    if (!opt->data_dir) {
+        ipd_error("executor: no data dir");
+        goto out;
+    }
     if (ex->python[0] != '/') {
         ipd_error("executor: python path %s is not absolute", ex->python);
         goto out;
@@ -466,25 +469,17 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
         rc = IPD_ERR_UNAVAILABLE;
         goto out;
     }
-    rc = prepare_work_root(ex, cfg->data_dir);
+    rc = prepare_work_root(ex, opt->data_dir);
     if (rc)
         goto out;
     /* The font cache is built on the first execution, not here: a server
      * that never runs code shouldn't pay a second of start-up for it. */
-    ex->data_dir = ipd_xstrdup(cfg->data_dir);
+    ex->data_dir = ipd_xstrdup(opt->data_dir);
     *out = ex;
     ex = NULL;
 out:
     ipd_executor_free(ex);
     return rc;
-}
-
-enum ipd_err ipd_executor_new(const struct ipd_config *cfg,
-                              struct ipd_meta *meta, struct ipd_blobs *blobs,
-                              struct ipd_filetype *ft,
-                              struct ipd_executor **out)
-{
-    return ipd_executor_new_with(cfg, meta, blobs, ft, NULL, out);
 }
 
 void ipd_executor_free(struct ipd_executor *ex)
@@ -1116,7 +1111,7 @@ struct installs {
 static json_t *build_result(struct ipd_executor *ex,
                             const struct ipd_exec_request *rq,
                             const char *exec_id,
-                            const struct ipd_policy *ep, int64_t timeout_ms,
+                            const struct ipd_exec_policy *ep, int64_t timeout_ms,
                             const struct ipd_sandbox_result *r,
                             const struct installs *ins)
 {
@@ -1334,7 +1329,7 @@ void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
 
 static enum ipd_err check_request(const struct ipd_executor *ex,
                                   const struct ipd_exec_request *rq,
-                                  const struct ipd_policy **ep,
+                                  const struct ipd_exec_policy **ep,
                                   int64_t *timeout_ms, struct ipd_buf *detail)
 {
     enum ipd_err rc = IPD_ERR_INVALID;
@@ -1411,7 +1406,7 @@ static void work_remove(struct work *wk)
 }
 
 static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
-                                const struct ipd_policy *ep,
+                                const struct ipd_exec_policy *ep,
                                 int64_t timeout_ms, const char *gen_dir,
                                 struct ipd_sandbox_result *r)
 {
@@ -1465,7 +1460,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
 {
-    const struct ipd_policy *ep = NULL;
+    const struct ipd_exec_policy *ep = NULL;
     int64_t timeout_ms = 0;
     struct work wk;
     struct ipd_sandbox_result r;
