@@ -18,6 +18,7 @@
 #include "../venv/allowlist.h"
 #include "../venv/venv.h"
 #include "exec/executor.h"
+#include "exec/pool.h"
 #include "keys.h"
 #include "exec/callbacks.h"
 #include "fetch/fetch.h"
