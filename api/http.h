@@ -27,6 +27,9 @@
 
 #include "../service/common/buf.h"
 #include "../service/config.h"
+/* The execution pool (struct ipd_app's exec): the daemon stops it, the
+ * admin status reads its counters. */
+#include "../service/exec/pool.h"
 #include "../storage/blob.h"
 #include "../storage/filetype.h"
 #include "../storage/meta.h"
@@ -207,36 +210,6 @@ void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
  * stopping, or q is NULL. */
 bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
                    void (*fn)(struct ipd_req *r, bool stopping));
-
-/* The execution workers (h_executions.c): slots threads running the
- * executor, and a queue of at most queue waiting requests (beyond: 429).
- * Borrows ex. */
-struct ipd_executor;
-struct ipd_metrics;
-struct ipd_callbacks;
-struct ipd_exec_pool_options {
-    unsigned slots;                  /* worker threads (0: 1) */
-    unsigned queue;                  /* waiting requests beyond the slots */
-    struct ipd_metrics *metrics;     /* borrowed, may be NULL */
-    int64_t result_ttl_ms;           /* async results kept (0: 1 h) */
-    struct ipd_callbacks *callbacks; /* borrowed; NULL: no callbacks sent */
-};
-enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
-                               const struct ipd_exec_pool_options *o,
-                               struct ipd_exec_pool **out);
-/* Stop taking work (later submits: 503), answer queued requests 503, wait
- * for running ones, join the workers.  Call while the HTTP daemon still
- * runs (the answers resume suspended connections); the pool stays valid
- * for handlers until ipd_exec_pool_free, after the daemon stopped. */
-void ipd_exec_pool_stop(struct ipd_exec_pool *p);
-void ipd_exec_pool_free(struct ipd_exec_pool *p); /* stops first; NULL ok */
-/* Running and queued executions (status, metrics). */
-void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
-                          unsigned *queued);
-/* {slots, queue, running, queued, total, success, error, timeout, oom,
- * failed}: the admin status's execution counters.  New reference. */
-json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p);
-
 
 /* The HTTP daemon. */
 struct ipd_daemon;

@@ -6,20 +6,11 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "exec/executor.h"
+#include "common/json_out.h"
 #include "keys.h"
 #include "common/log.h"
 #include "serve.h"
 #include "common/util.h"
-
-static json_t *time_or_null(int64_t ms)
-{
-    char t[IPD_TIME_STR];
-    if (!ms)
-        return json_null();
-    ipd_time_format(ms, t);
-    return json_string(t);
-}
 
 static void print_json(json_t *j)
 {
@@ -92,12 +83,14 @@ static int keys_list(struct ipd_meta *m)
     json_t *arr = json_array();
     for (size_t i = 0; i < l.n; i++) {
         const struct ipd_key *k = &l.items[i];
+        /* A key never revoked has revoked_at_ms 0. */
+        int64_t revoked = k->revoked_at_ms ? k->revoked_at_ms : IPD_TIME_NEVER;
         json_array_append_new(
             arr, json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:s}", "key_id",
                            k->key_id, "tenant", k->tenant, "admin", k->admin,
                            "policy", k->policy,
-                           "created_at", time_or_null(k->created_at_ms),
-                           "revoked_at", time_or_null(k->revoked_at_ms),
+                           "created_at", ipd_json_time(k->created_at_ms),
+                           "revoked_at", ipd_json_time(revoked),
                            "secret", k->secret));
     }
     ipd_key_list_release(&l);

@@ -18,6 +18,7 @@
 #include "../venv/allowlist.h"
 #include "../venv/venv.h"
 #include "exec/executor.h"
+#include "exec/pool.h"
 #include "keys.h"
 #include "exec/callbacks.h"
 #include "fetch/fetch.h"
@@ -78,6 +79,39 @@ void ipd_stores_close(struct ipd_stores *s)
     ipd_meta_free(s->meta);
     ipd_mongo_free(s->mongo);
     memset(s, 0, sizeof(*s));
+}
+
+void ipd_serve_executor_options(const struct ipd_config *cfg,
+                                struct ipd_executor_options *o)
+{
+    _Static_assert(IPD_EXEC_POLICIES_MAX >= IPD_POLICIES_MAX &&
+                       IPD_EXEC_POLICY_NAME_MAX >= IPD_POLICY_NAME_MAX,
+                   "the executor holds every configured policy");
+    ipd_executor_options_default(o);
+    o->data_dir = cfg->data_dir;
+    o->max_file_size = cfg->max_file_size;
+    o->file_ttl_ms = cfg->file_ttl_ms;
+    o->quota.max_files = cfg->quota_files;
+    o->quota.max_bytes = cfg->quota_bytes;
+    for (size_t i = 0; i < cfg->n_policies; i++) {
+        const struct ipd_policy *p = &cfg->policies[i];
+        struct ipd_exec_policy *e = &o->policies[i];
+        memcpy(e->name, p->name, sizeof(p->name));
+        e->timeout_ms = p->timeout_ms;
+        e->max_timeout_ms = p->max_timeout_ms;
+        e->memory_bytes = p->memory_bytes;
+        e->max_processes = p->max_processes;
+        e->output_bytes = p->output_bytes;
+        e->tmp_bytes = p->tmp_bytes;
+        e->output_dir_bytes = p->output_dir_bytes;
+        e->network = p->network;
+    }
+    o->n_policies = cfg->n_policies;
+    o->python = cfg->python;
+    o->prelude_dir = cfg->prelude_dir;
+    o->sandbox_uid = (uid_t)cfg->sandbox_uid;
+    o->max_generated_files = cfg->max_generated_files;
+    o->inline_image_max = cfg->inline_image_max;
 }
 
 /* Tell whoever started us which port we got (tests use port 0). */
@@ -220,187 +254,257 @@ out:
     return rc;
 }
 
+/* What `interpd serve` runs, in the order it is opened; closed in
+ * reverse (serve_close). */
+struct server {
+    const struct ipd_config *cfg;
+    struct ipd_app app;
+    struct ipd_fetch_allowlist *fetch_allow;
+    struct ipd_fetch_opts fetch_opts;  /* app.fetch points here */
+    struct ipd_callbacks *callbacks;
+    struct ipd_stores stores;
+    struct ipd_executor *executor;     /* NULL: executions unavailable */
+    struct ipd_allowlist *allow;
+    struct jobs jobs;
+    struct ipd_daemon *d;
+};
+
+/* Outbound HTTP (URL ingest, callbacks) under the SSRF guard, the
+ * threads for blocking request work and the callback delivery.  Only a
+ * bad fetch-allow is fatal. */
+static enum ipd_err open_outbound(struct server *sv)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    struct ipd_buf ferr;
+    ipd_buf_init(&ferr, 1024);
+    enum ipd_err rc = ipd_fetch_global_init();
+    if (!rc)
+        rc = ipd_fetch_allowlist_parse(cfg->fetch_allow, &sv->fetch_allow,
+                                       &ferr);
+    if (rc) {
+        ipd_error("fetch-allow: %s", ferr.len ? ferr.buf : ipd_err_name(rc));
+        goto out;
+    }
+    ipd_fetch_opts_init(&sv->fetch_opts);
+    sv->fetch_opts.connect_timeout_ms = cfg->fetch_connect_timeout_ms;
+    sv->fetch_opts.total_timeout_ms = cfg->fetch_timeout_ms;
+    sv->fetch_opts.max_redirects = (int)cfg->fetch_max_redirects;
+    sv->fetch_opts.max_bytes = cfg->max_file_size;
+    sv->fetch_opts.allow = sv->fetch_allow;
+    sv->app.fetch = &sv->fetch_opts;
+    if (ipd_workq_new(4, 64, &sv->app.bg))
+        ipd_error("URL ingest is unavailable: no background threads");
+    if (ipd_callbacks_new(&sv->fetch_opts, cfg->callback_retry_delay_ms,
+                          &sv->callbacks))
+        ipd_error("execution callbacks are unavailable: no delivery thread");
+out:
+    ipd_buf_release(&ferr);
+    return rc;
+}
+
+/* The stores, the file type detector and, on an empty key store, the
+ * first admin key. */
+static enum ipd_err open_stores(struct server *sv)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    bool created = false;
+    enum ipd_err rc = ipd_stores_open(cfg, true, &sv->stores);
+    sv->app.meta = sv->stores.meta;
+    sv->app.blobs = sv->stores.blobs;
+    if (rc)
+        return rc;
+    rc = ipd_filetype_new(&sv->app.ft);
+    if (rc) {
+        ipd_error("cannot load the libmagic database");
+        return rc;
+    }
+    rc = ipd_keys_bootstrap_admin(sv->app.meta, cfg->data_dir, &created);
+    if (rc) {
+        ipd_error("cannot create the first admin key: %s", ipd_err_name(rc));
+        return rc;
+    }
+    if (created)
+        ipd_info("created the first admin key; it is in %s/admin.key "
+                 "(mode 0600)", cfg->data_dir);
+    return IPD_OK;
+}
+
+/* The venv and its installer thread on top of the executor; without them
+ * executions run on the base interpreter. */
+static void open_packages(struct server *sv)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    if (open_venv(cfg, sv->executor, &sv->allow, &sv->app.venv))
+        ipd_error("package installs are unavailable (see above); "
+                  "executions use %s as it is", cfg->python);
+    else if (ipd_workq_new(1, IPD_INSTALL_QUEUE_MAX, &sv->app.pkgs))
+        ipd_error("package installs are unavailable: no installer "
+                  "thread");
+    ipd_executor_set_venv(sv->executor, sv->app.venv, cfg->auto_install != 0);
+    if (sv->app.venv)
+        ipd_venv_set_metrics(sv->app.venv, sv->app.metrics);
+}
+
+/* The executor, the packages and the execution pool.  Executions need
+ * the sandbox; without it the service still serves files, answers
+ * executions 503 and is not ready. */
+static void open_executions(struct server *sv)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    struct ipd_executor_options eo;
+    ipd_serve_executor_options(cfg, &eo);
+    if (ipd_executor_new(sv->app.meta, sv->app.blobs, sv->app.ft, &eo,
+                         &sv->executor)) {
+        ipd_error("executions are unavailable: the sandbox could not be "
+                  "set up");
+        return;
+    }
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    unsigned slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
+                                     : (unsigned)(cores < 1 ? 1 : cores);
+    sv->app.sandbox = ipd_executor_sandbox_status(sv->executor);
+    ipd_info("sandbox: %s", sv->app.sandbox);
+    open_packages(sv);
+    struct ipd_exec_pool_options po = {
+        .slots = slots,
+        .queue = (unsigned)cfg->exec_queue,
+        .metrics = sv->app.metrics,
+        .result_ttl_ms = cfg->result_ttl_ms,
+        .callbacks = sv->callbacks,
+    };
+    if (ipd_exec_pool_new(sv->executor, &po, &sv->app.exec))
+        ipd_error("executions are unavailable: no worker threads");
+    else
+        ipd_info("executions: %u slots, queue of %lld", slots,
+                 (long long)cfg->exec_queue);
+}
+
+/* Scheduled jobs: the sweep and the reconcile under a lease (one node at
+ * a time on a shared MongoDB), the venv check per host. */
+static void start_jobs(struct server *sv)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    struct ipd_app *app = &sv->app;
+    sv->jobs.app = app;
+    sv->jobs.orphan_min_age_ms = cfg->orphan_min_age_ms;
+    sv->jobs.reconcile = (struct ipd_reconcile_job){
+        app->meta, app->blobs, cfg->orphan_min_age_ms};
+    app->sched = ipd_scheduler_new(app->meta, cfg->lease_ttl_ms, NULL);
+    if (cfg->sweep_interval_ms != IPD_TIME_NEVER)
+        ipd_scheduler_add(app->sched, "sweep", cfg->sweep_interval_ms,
+                          job_sweep, &sv->jobs,
+                          IPD_JOB_LEASE | IPD_JOB_RUN_AT_START);
+    if (cfg->reconcile_interval_ms != IPD_TIME_NEVER)
+        ipd_scheduler_add(app->sched, "reconcile", cfg->reconcile_interval_ms,
+                          ipd_reconcile_job, &sv->jobs.reconcile,
+                          IPD_JOB_LEASE);
+    if (app->venv && cfg->venv_check_interval_ms != IPD_TIME_NEVER)
+        ipd_scheduler_add(app->sched, "venv", cfg->venv_check_interval_ms,
+                          job_venv, &sv->jobs, IPD_JOB_RUN_AT_START);
+    if (ipd_scheduler_start(app->sched))
+        ipd_error("scheduler: cannot start its threads; expired files are "
+                  "only deleted by `interpd cleanup`");
+}
+
+/* Gauges read at scrape time. */
+static void set_gauges(struct ipd_app *app)
+{
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_EXEC_QUEUE_DEPTH,
+                             gauge_queued, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_EXEC_RUNNING,
+                             gauge_running, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_FILES_STORED,
+                             gauge_files, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_BYTES_STORED,
+                             gauge_bytes, app);
+}
+
+/* Listen until SIGTERM or SIGINT, then finish the requests in flight
+ * within the shutdown timeout (the daemon stops the pools first). */
+static enum ipd_err serve_until_signal(struct server *sv,
+                                       const sigset_t *sigs)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    int sig = 0;
+    enum ipd_err rc = ipd_daemon_start(&sv->app, &sv->d);
+    if (rc)
+        return rc;
+    ipd_info("listening on %s (port %u), metadata=%s blobs=%s",
+             cfg->listen, ipd_daemon_port(sv->d),
+             ipd_meta_backend(sv->app.meta),
+             ipd_blobs_backend(sv->app.blobs));
+    notify_ready(cfg, ipd_daemon_port(sv->d));
+
+    while (sigwait(sigs, &sig) == EINTR)
+        ;
+    ipd_info("received %s; finishing in-flight requests (at most %lld ms)",
+             sig == SIGTERM ? "SIGTERM" : "SIGINT",
+             (long long)cfg->shutdown_timeout_ms);
+    unsigned left = ipd_daemon_shutdown(sv->d, cfg->shutdown_timeout_ms);
+    sv->d = NULL;
+    ipd_info("stopped%s", left ? " with requests cut off" : " cleanly");
+    return IPD_OK;
+}
+
+/* The shutdown order: libmicrohttpd stops after the pools stopped (the
+ * daemon stops them while it still runs), the pools are freed after it;
+ * the scheduled jobs borrow the stores and the venv, so they stop before
+ * either goes. */
+static void serve_close(struct server *sv)
+{
+    ipd_daemon_shutdown(sv->d, 0); /* also stops the execution workers */
+    sv->d = NULL;
+    ipd_scheduler_free(sv->app.sched);
+    sv->app.sched = NULL;
+    ipd_exec_pool_free(sv->app.exec);
+    ipd_workq_free(sv->app.bg);
+    ipd_callbacks_free(sv->callbacks);
+    ipd_fetch_allowlist_free(sv->fetch_allow);
+    ipd_workq_free(sv->app.pkgs);
+    ipd_venv_free(sv->app.venv);
+    ipd_allowlist_free(sv->allow);
+    ipd_executor_free(sv->executor);
+    ipd_metrics_free(sv->app.metrics);
+    json_decref(sv->app.last_cleanup);
+    pthread_mutex_destroy(&sv->app.status_lock);
+    ipd_filetype_free(sv->app.ft);
+    ipd_stores_close(&sv->stores);
+}
+
 int ipd_serve(struct ipd_config *cfg)
 {
-    struct ipd_app app = {0};
-    struct ipd_stores stores = {0};
-    struct ipd_daemon *d = NULL;
-    struct ipd_executor *executor = NULL;
-    struct ipd_allowlist *allow = NULL;
-    struct ipd_scheduler *sched = NULL;
-    struct jobs jobs;
-    struct ipd_fetch_allowlist *fetch_allow = NULL;
-    struct ipd_fetch_opts fetch_opts;
-    struct ipd_callbacks *callbacks = NULL;
+    struct server sv;
     sigset_t sigs;
-    int sig = 0, code = 1;
-    bool created = false;
-    enum ipd_err rc;
+    int code = 1;
 
-    app.cfg = cfg;
-    app.started_ms = ipd_now_ms();
-    memset(&jobs, 0, sizeof(jobs));
-    pthread_mutex_init(&app.status_lock, NULL);
-    if (ipd_metrics_new(IPD_VERSION, &app.metrics))
+    memset(&sv, 0, sizeof(sv));
+    sv.cfg = cfg;
+    sv.app.cfg = cfg;
+    sv.app.started_ms = ipd_now_ms();
+    pthread_mutex_init(&sv.app.status_lock, NULL);
+    if (ipd_metrics_new(IPD_VERSION, &sv.app.metrics))
         ipd_warn("metrics are unavailable");
     ipd_info("interpd %s starting", IPD_VERSION);
     ipd_config_print(cfg, stderr);
 
     /* Block the stop signals before any thread exists, so every thread
-     * inherits the mask and only sigwait below sees them. */
+     * inherits the mask and only sigwait sees them. */
     sigemptyset(&sigs);
     sigaddset(&sigs, SIGTERM);
     sigaddset(&sigs, SIGINT);
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    /* Outbound HTTP (URL ingest, callbacks) under the SSRF guard. */
-    struct ipd_buf ferr;
-    ipd_buf_init(&ferr, 1024);
-    rc = ipd_fetch_global_init();
-    if (!rc)
-        rc = ipd_fetch_allowlist_parse(cfg->fetch_allow, &fetch_allow, &ferr);
-    if (rc) {
-        ipd_error("fetch-allow: %s", ferr.len ? ferr.buf : ipd_err_name(rc));
-        ipd_buf_release(&ferr);
+    if (open_outbound(&sv) || open_stores(&sv))
         goto out;
-    }
-    ipd_buf_release(&ferr);
-    ipd_fetch_opts_init(&fetch_opts);
-    fetch_opts.connect_timeout_ms = cfg->fetch_connect_timeout_ms;
-    fetch_opts.total_timeout_ms = cfg->fetch_timeout_ms;
-    fetch_opts.max_redirects = (int)cfg->fetch_max_redirects;
-    fetch_opts.max_bytes = cfg->max_file_size;
-    fetch_opts.allow = fetch_allow;
-    app.fetch = &fetch_opts;
-    if (ipd_workq_new(4, 64, &app.bg))
-        ipd_error("URL ingest is unavailable: no background threads");
-    if (ipd_callbacks_new(&fetch_opts, cfg->callback_retry_delay_ms,
-                          &callbacks))
-        ipd_error("execution callbacks are unavailable: no delivery thread");
-
-    rc = ipd_stores_open(cfg, true, &stores);
-    app.meta = stores.meta;
-    app.blobs = stores.blobs;
-    if (rc)
+    open_executions(&sv);
+    set_gauges(&sv.app);
+    start_jobs(&sv);
+    if (serve_until_signal(&sv, &sigs))
         goto out;
-    rc = ipd_filetype_new(&app.ft);
-    if (rc) {
-        ipd_error("cannot load the libmagic database");
-        goto out;
-    }
-    rc = ipd_keys_bootstrap_admin(app.meta, cfg->data_dir, &created);
-    if (rc) {
-        ipd_error("cannot create the first admin key: %s", ipd_err_name(rc));
-        goto out;
-    }
-    if (created)
-        ipd_info("created the first admin key; it is in %s/admin.key "
-                 "(mode 0600)", cfg->data_dir);
-    /* Executions need the sandbox; without it the service still serves
-     * files, answers executions 503 and is not ready. */
-    struct ipd_executor_options eo;
-    ipd_executor_options_default(&eo);
-    eo.python = cfg->python;
-    eo.prelude_dir = cfg->prelude_dir;
-    eo.sandbox_uid = (uid_t)cfg->sandbox_uid;
-    eo.max_generated_files = cfg->max_generated_files;
-    eo.inline_image_max = cfg->inline_image_max;
-    if (ipd_executor_new_with(cfg, app.meta, app.blobs, app.ft, &eo,
-                              &executor)) {
-        ipd_error("executions are unavailable: the sandbox could not be "
-                  "set up");
-    } else {
-        long cores = sysconf(_SC_NPROCESSORS_ONLN);
-        unsigned slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
-                                         : (unsigned)(cores < 1 ? 1 : cores);
-        app.sandbox = ipd_executor_sandbox_status(executor);
-        ipd_info("sandbox: %s", app.sandbox);
-        if (open_venv(cfg, executor, &allow, &app.venv))
-            ipd_error("package installs are unavailable (see above); "
-                      "executions use %s as it is", cfg->python);
-        else if (ipd_workq_new(1, IPD_INSTALL_QUEUE_MAX, &app.pkgs))
-            ipd_error("package installs are unavailable: no installer "
-                      "thread");
-        ipd_executor_set_venv(executor, app.venv, cfg->auto_install != 0);
-        if (app.venv)
-            ipd_venv_set_metrics(app.venv, app.metrics);
-        struct ipd_exec_pool_options po = {
-            .slots = slots,
-            .queue = (unsigned)cfg->exec_queue,
-            .metrics = app.metrics,
-            .result_ttl_ms = cfg->result_ttl_ms,
-            .callbacks = callbacks,
-        };
-        if (ipd_exec_pool_new(executor, &po, &app.exec))
-            ipd_error("executions are unavailable: no worker threads");
-        else
-            ipd_info("executions: %u slots, queue of %lld", slots,
-                     (long long)cfg->exec_queue);
-    }
-    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_EXEC_QUEUE_DEPTH,
-                             gauge_queued, &app);
-    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_EXEC_RUNNING,
-                             gauge_running, &app);
-    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_FILES_STORED,
-                             gauge_files, &app);
-    ipd_metrics_set_gauge_fn(app.metrics, IPD_METRICS_BYTES_STORED,
-                             gauge_bytes, &app);
-    /* Scheduled jobs: the sweep and the reconcile under a lease (one node
-     * at a time on a shared MongoDB), the venv check per host. */
-    jobs.app = &app;
-    jobs.orphan_min_age_ms = cfg->orphan_min_age_ms;
-    jobs.reconcile = (struct ipd_reconcile_job){app.meta, app.blobs,
-                                                cfg->orphan_min_age_ms};
-    sched = ipd_scheduler_new(app.meta, cfg->lease_ttl_ms, NULL);
-    app.sched = sched;
-    if (cfg->sweep_interval_ms != IPD_TIME_NEVER)
-        ipd_scheduler_add(sched, "sweep", cfg->sweep_interval_ms, job_sweep,
-                          &jobs, IPD_JOB_LEASE | IPD_JOB_RUN_AT_START);
-    if (cfg->reconcile_interval_ms != IPD_TIME_NEVER)
-        ipd_scheduler_add(sched, "reconcile", cfg->reconcile_interval_ms,
-                          ipd_reconcile_job, &jobs.reconcile, IPD_JOB_LEASE);
-    if (app.venv && cfg->venv_check_interval_ms != IPD_TIME_NEVER)
-        ipd_scheduler_add(sched, "venv", cfg->venv_check_interval_ms,
-                          job_venv, &jobs, IPD_JOB_RUN_AT_START);
-    if (ipd_scheduler_start(sched))
-        ipd_error("scheduler: cannot start its threads; expired files are "
-                  "only deleted by `interpd cleanup`");
-    rc = ipd_daemon_start(&app, &d);
-    if (rc)
-        goto out;
-    ipd_info("listening on %s (port %u), metadata=%s blobs=%s",
-             cfg->listen, ipd_daemon_port(d), ipd_meta_backend(app.meta),
-             ipd_blobs_backend(app.blobs));
-    notify_ready(cfg, ipd_daemon_port(d));
-
-    while (sigwait(&sigs, &sig) == EINTR)
-        ;
-    ipd_info("received %s; finishing in-flight requests (at most %lld ms)",
-             sig == SIGTERM ? "SIGTERM" : "SIGINT",
-             (long long)cfg->shutdown_timeout_ms);
-    unsigned left = ipd_daemon_shutdown(d, cfg->shutdown_timeout_ms);
-    d = NULL;
-    ipd_info("stopped%s", left ? " with requests cut off" : " cleanly");
     code = 0;
 out:
-    ipd_daemon_shutdown(d, 0); /* also stops the execution workers */
-    /* The jobs borrow the stores and the venv: stop them first. */
-    ipd_scheduler_free(sched);
-    app.sched = NULL;
-    ipd_exec_pool_free(app.exec);
-    ipd_workq_free(app.bg);
-    ipd_callbacks_free(callbacks);
-    ipd_fetch_allowlist_free(fetch_allow);
-    ipd_workq_free(app.pkgs);
-    ipd_venv_free(app.venv);
-    ipd_allowlist_free(allow);
-    ipd_executor_free(executor);
-    ipd_metrics_free(app.metrics);
-    json_decref(app.last_cleanup);
-    pthread_mutex_destroy(&app.status_lock);
-    ipd_filetype_free(app.ft);
-    ipd_stores_close(&stores);
+    serve_close(&sv);
     return code;
 }
 

@@ -24,6 +24,15 @@ int ipd_cli_status(struct ipd_config *cfg);
  * Returns the process exit code. */
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs);
 
+struct ipd_executor_options;
+
+/* The executor's options from the config (data-dir, max-file-size,
+ * file-ttl, the quotas, the policies, python, prelude-dir,
+ * max-generated-files, inline-image-max, sandbox-uid); o's strings are
+ * borrowed from cfg. */
+void ipd_serve_executor_options(const struct ipd_config *cfg,
+                                struct ipd_executor_options *o);
+
 struct ipd_mongo;
 struct ipd_blobs;
 

@@ -74,6 +74,15 @@ enum ipd_err ipd_jw_time(struct ipd_buf *b, int64_t ms)
     return ipd_buf_add(b, t, n + 1);
 }
 
+json_t *ipd_json_time(int64_t ms)
+{
+    char t[IPD_TIME_STR];
+    if (ms == IPD_TIME_NEVER)
+        return json_null();
+    ipd_time_format(ms, t);
+    return json_string(t);
+}
+
 enum ipd_err ipd_jw_int(struct ipd_buf *b, int64_t v)
 {
     char d[24], *p = d + sizeof(d);

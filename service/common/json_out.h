@@ -9,6 +9,8 @@
 
 #include <stdint.h>
 
+#include <jansson.h>
+
 #include "buf.h"
 
 /* A JSON string for the UTF-8 text s: quotes, backslashes, control
@@ -18,6 +20,9 @@ enum ipd_err ipd_jw_str(struct ipd_buf *b, const char *s);
 enum ipd_err ipd_jw_key(struct ipd_buf *b, const char *key);
 /* An RFC 3339 time string, or null for IPD_TIME_NEVER. */
 enum ipd_err ipd_jw_time(struct ipd_buf *b, int64_t ms);
+/* The same time as a jansson value: a string, or null for
+ * IPD_TIME_NEVER.  New reference. */
+json_t *ipd_json_time(int64_t ms);
 /* A decimal integer. */
 enum ipd_err ipd_jw_int(struct ipd_buf *b, int64_t v);
 

@@ -1,7 +1,7 @@
 /*
- * executor.c - one execution: stage the job, run the prelude in the
- * sandbox, turn what happened into the contract's result, store what the
- * code wrote.
+ * executor.c - one execution: stage the job, install its packages, run
+ * the prelude in the sandbox (once more after an automatic install); the
+ * result object and the generated files are result.c's.
  *
  * Work dirs: <data-dir>/exec/<execution_id>/{job,data}, created by the
  * service (root-owned, world-traversable 0711/0755, files 0644: the
@@ -15,12 +15,6 @@
  * 0600 root, unreadable to the sandbox uid; making them readable would
  * change the store's own files.  GridFS blobs (no fd) are copied through
  * the reader and checked against the metadata's sha256.
- *
- * Generated files are found by walking the sandbox's /mnt/output tmpfs
- * through the directory fd the sandbox handed over, one component at a
- * time (openat O_NOFOLLOW, fstatat AT_SYMLINK_NOFOLLOW): symlinks, fifos
- * and devices are skipped and reported, never followed.  By the time we
- * walk, every process of the run is dead, so nothing changes under us.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -34,54 +28,17 @@
 #include <sys/types.h>
 #include <unistd.h>
 
-#include "../../venv/requirement.h"
 #include "../../venv/venv.h"
-#include "executor.h"
 #include "../common/log.h"
-#include "../sandbox/sandbox.h"
 #include "../common/util.h"
+#include "exec_internal.h"
 
 #define CODE_MAX (1024 * 1024)       /* CONTRACT.md: code at most 1 MiB */
 #define FILES_MAX 100                /* input files per execution */
-#define RESULT_JSON_MAX (1024 * 1024) /* the prelude's result.json */
-#define ERROR_FIELD_MAX (64 * 1024)  /* error.message / error.traceback */
-#define ERROR_TYPE_MAX 256
-#define SCAN_MAX 10000               /* output entries looked at */
-#define SCAN_DEPTH_MAX 16            /* output subfolder depth */
-#define SKIPPED_LIST_MAX 20          /* entries of generated_files_skipped */
-#define COPY_CHUNK (64 * 1024)
-
-struct ipd_executor {
-    struct ipd_meta *meta;     /* borrowed */
-    struct ipd_blobs *blobs;   /* borrowed */
-    struct ipd_filetype *ft;   /* borrowed */
-    struct ipd_sandbox_config sbx; /* probed once, shared by every run */
-    char *work_root;           /* owned; <data-dir>/exec */
-    char *python;              /* owned; absolute path inside the sandbox */
-    char *prelude_dir;         /* owned; host dir holding prelude.py */
-    char *mplcache;            /* owned; host dir of matplotlib's prepared
-                                  font cache, or NULL (under mpl_lock) */
-    char *data_dir;            /* owned; where mplcache is made */
-    pthread_mutex_t mpl_lock;
-    bool mpl_tried;            /* the cache was built or tried (mpl_lock) */
-    bool have_lib64;
-    bool have_alternatives;
-    bool have_matplotlibrc;
-    int64_t max_file_size;
-    int64_t file_ttl_ms;
-    struct ipd_quota quota;
-    size_t max_generated;
-    int64_t inline_max;
-    struct ipd_policy policies[IPD_POLICIES_MAX]; /* copied from config */
-    size_t n_policies;
-    struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
-    bool auto_install;         /* install a missing allowlisted module and
-                                  run once more */
-};
 
 /* ---- policy ---------------------------------------------------------- */
 
-static const struct ipd_policy *policy_find(const struct ipd_executor *ex,
+static const struct ipd_exec_policy *policy_find(const struct ipd_executor *ex,
                                             const char *name)
 {
     if (!name)
@@ -92,7 +49,7 @@ static const struct ipd_policy *policy_find(const struct ipd_executor *ex,
     return NULL;
 }
 
-static void policy_to_sandbox(const struct ipd_policy *ep,
+static void policy_to_sandbox(const struct ipd_exec_policy *ep,
                               int64_t timeout_ms,
                               struct ipd_sandbox_policy *p)
 {
@@ -177,6 +134,10 @@ static void clear_dir(int root_fd)
 void ipd_executor_options_default(struct ipd_executor_options *o)
 {
     memset(o, 0, sizeof(*o));
+    o->max_file_size = 50 * 1024 * 1024;
+    o->file_ttl_ms = IPD_TIME_NEVER;
+    o->quota.max_files = -1;
+    o->quota.max_bytes = -1;
     o->python = "/usr/bin/python3";
     o->prelude_dir = NULL;
     o->max_generated_files = 20;
@@ -402,14 +363,11 @@ out:
     ipd_buf_release(&path);
 }
 
-enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
-                                   struct ipd_meta *meta,
-                                   struct ipd_blobs *blobs,
-                                   struct ipd_filetype *ft,
-                                   const struct ipd_executor_options *opt,
-                                   struct ipd_executor **out)
+enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
+                              struct ipd_filetype *ft,
+                              const struct ipd_executor_options *opt,
+                              struct ipd_executor **out)
 {
-    struct ipd_executor_options defaults;
     struct ipd_executor *ex = ipd_xcalloc(1, sizeof(*ex));
     pthread_mutex_init(&ex->mpl_lock, NULL);
     enum ipd_err rc;
@@ -417,19 +375,17 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
     char prelude[PATH_MAX];
 
     *out = NULL;
-    if (!opt) {
-        ipd_executor_options_default(&defaults);
-        opt = &defaults;
-    }
     ex->meta = meta;
     ex->blobs = blobs;
     ex->ft = ft;
-    ex->max_file_size = cfg->max_file_size;
-    memcpy(ex->policies, cfg->policies, sizeof(ex->policies));
-    ex->n_policies = cfg->n_policies;
-    ex->file_ttl_ms = cfg->file_ttl_ms;
-    ex->quota.max_files = cfg->quota_files;
-    ex->quota.max_bytes = cfg->quota_bytes;
+    ex->max_file_size = opt->max_file_size;
+    ex->n_policies = opt->n_policies < IPD_EXEC_POLICIES_MAX
+                         ? opt->n_policies
+                         : IPD_EXEC_POLICIES_MAX;
+    memcpy(ex->policies, opt->policies,
+           ex->n_policies * sizeof(ex->policies[0]));
+    ex->file_ttl_ms = opt->file_ttl_ms;
+    ex->quota = opt->quota;
     ex->max_generated =
         opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
     ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;
@@ -443,6 +399,10 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
                             S_ISREG(st.st_mode);
 
     rc = IPD_ERR_INVALID;
+    if (!opt->data_dir) {
+        ipd_error("executor: no data dir");
+        goto out;
+    }
     if (ex->python[0] != '/') {
         ipd_error("executor: python path %s is not absolute", ex->python);
         goto out;
@@ -466,25 +426,17 @@ enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
         rc = IPD_ERR_UNAVAILABLE;
         goto out;
     }
-    rc = prepare_work_root(ex, cfg->data_dir);
+    rc = prepare_work_root(ex, opt->data_dir);
     if (rc)
         goto out;
     /* The font cache is built on the first execution, not here: a server
      * that never runs code shouldn't pay a second of start-up for it. */
-    ex->data_dir = ipd_xstrdup(cfg->data_dir);
+    ex->data_dir = ipd_xstrdup(opt->data_dir);
     *out = ex;
     ex = NULL;
 out:
     ipd_executor_free(ex);
     return rc;
-}
-
-enum ipd_err ipd_executor_new(const struct ipd_config *cfg,
-                              struct ipd_meta *meta, struct ipd_blobs *blobs,
-                              struct ipd_filetype *ft,
-                              struct ipd_executor **out)
-{
-    return ipd_executor_new_with(cfg, meta, blobs, ft, NULL, out);
 }
 
 void ipd_executor_free(struct ipd_executor *ex)
@@ -513,7 +465,7 @@ static enum ipd_err copy_reader(struct ipd_blob_reader *rd, int ofd,
                                 int64_t limit, int64_t *copied,
                                 char hex[IPD_SHA256_HEX])
 {
-    char buf[COPY_CHUNK];
+    char buf[IPD__COPY_CHUNK];
     struct ipd_sha256 *h = ipd_sha256_new();
     enum ipd_err rc = IPD_ERR_IO;
     *copied = 0;
@@ -653,510 +605,6 @@ out:
     return rc;
 }
 
-/* ---- result ---------------------------------------------------------- */
-
-/* Program output as a JSON string: invalid UTF-8 (binary output, a cut
- * at the cap in the middle of a character) becomes U+FFFD.  New ref. */
-static json_t *lossy_string(const char *s, size_t len)
-{
-    struct ipd_buf b;
-    json_t *j;
-    size_t i = 0;
-
-    if (ipd_utf8_valid(s, len))
-        return json_stringn(s, len);
-    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
-    while (i < len) {
-        size_t n = ipd_utf8_char(s + i, len - i);
-        if (n) {
-            IPD_ASSERT(!ipd_buf_add(&b, s + i, n));
-            i += n;
-        } else {
-            IPD_ASSERT(!ipd_buf_adds(&b, "\xef\xbf\xbd"));
-            i++;
-        }
-    }
-    j = json_stringn(b.buf, b.len);
-    ipd_buf_release(&b);
-    return j;
-}
-
-/* A string field of the prelude's error, bounded at a character
- * boundary.  New ref. */
-static json_t *bounded_field(const json_t *obj, const char *key, size_t max)
-{
-    const json_t *v = json_object_get(obj, key);
-    const char *s;
-    size_t n;
-    if (!json_is_string(v))
-        return json_string("");
-    s = json_string_value(v);
-    n = json_string_length(v);
-    if (n > max) {
-        n = max;
-        while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
-            n--;
-    }
-    return json_stringn(s, n);
-}
-
-/* The prelude's result.json, read through the output dir handle (the
- * code could have replaced it with anything: a symlink, a fifo, a huge
- * file; it only ever fools its own result).  New ref or NULL. */
-static json_t *read_prelude_result(const struct ipd_sandbox_result *r)
-{
-    json_t *doc = NULL;
-    struct stat st;
-    char *text = NULL;
-    size_t got = 0;
-    int fd = ipd_sandbox_output_open(r, ".interpd/result.json",
-                                     O_RDONLY | O_NONBLOCK);
-    if (fd < 0)
-        goto out;
-    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
-        st.st_size > RESULT_JSON_MAX)
-        goto out;
-    text = ipd_xmalloc((size_t)st.st_size);
-    while (got < (size_t)st.st_size) {
-        ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-    }
-    doc = json_loadb(text, got, 0, NULL);
-    if (doc && !json_is_object(doc)) {
-        json_decref(doc);
-        doc = NULL;
-    }
-out:
-    if (fd >= 0)
-        close(fd);
-    free(text);
-    return doc;
-}
-
-/* error: timeout and OOM first (the prelude never got to report), then
- * what the prelude reported, then a signal or a bare exit code. New ref. */
-static json_t *build_error(const struct ipd_sandbox_result *r,
-                           const json_t *prelude, int64_t timeout_ms)
-{
-    const json_t *e = prelude ? json_object_get(prelude, "error") : NULL;
-    char msg[128];
-
-    if (r->timed_out) {
-        snprintf(msg, sizeof(msg), "execution exceeded %lld seconds",
-                 (long long)((timeout_ms + 999) / 1000));
-        return json_pack("{s:s, s:s, s:s}", "type", "Timeout", "message", msg,
-                         "traceback", "");
-    }
-    if (r->oom_killed)
-        return json_pack("{s:s, s:s, s:s}", "type", "MemoryLimit", "message",
-                         "the code used more memory than its policy allows",
-                         "traceback", "");
-    if (json_is_object(e))
-        return json_pack("{s:o, s:o, s:o}", "type",
-                         bounded_field(e, "type", ERROR_TYPE_MAX), "message",
-                         bounded_field(e, "message", ERROR_FIELD_MAX),
-                         "traceback",
-                         bounded_field(e, "traceback", ERROR_FIELD_MAX));
-    if (r->term_signal) {
-        snprintf(msg, sizeof(msg), "signal %d", r->term_signal);
-        return json_pack("{s:s, s:s, s:s}", "type", "Killed", "message", msg,
-                         "traceback", "");
-    }
-    if (r->exit_code != 0) {
-        snprintf(msg, sizeof(msg), "exited with status %d", r->exit_code);
-        return json_pack("{s:s, s:s, s:s}", "type", "SystemExit", "message",
-                         msg, "traceback", "");
-    }
-    return json_null();
-}
-
-/* Milliseconds are plenty (and libm is not linked). */
-static double round3(double x)
-{
-    if (!(x > 0) || x > 1e12)
-        return 0.0;
-    return (double)(int64_t)(x * 1000.0 + 0.5) / 1000.0;
-}
-
-/* ---- generated files ------------------------------------------------- */
-
-struct out_entry {
-    char *rel;     /* owned; path below /mnt/output */
-    int depth;
-};
-
-struct collect {
-    struct out_entry *items; /* owned */
-    size_t n, alloc;
-    size_t scanned;
-    json_t *skipped;         /* borrowed: generated_files_skipped */
-    size_t n_skipped;        /* all skips, listed or not */
-};
-
-static void note_skipped(struct collect *c, const char *rel,
-                         const char *reason)
-{
-    char name[IPD_FILENAME_MAX];
-    c->n_skipped++;
-    if (json_array_size(c->skipped) >= SKIPPED_LIST_MAX)
-        return;
-    /* Shown to people: the sanitised form of the name. */
-    if (ipd_filename_sanitize(rel, strlen(rel), name))
-        snprintf(name, sizeof(name), "(unreadable name)");
-    json_array_append_new(c->skipped, json_pack("{s:s, s:s}", "filename",
-                                                name, "reason", reason));
-}
-
-static void collect_add(struct collect *c, const char *rel, int depth)
-{
-    if (c->n == c->alloc) {
-        c->alloc = c->alloc ? c->alloc * 2 : 32;
-        c->items = ipd_xrealloc(c->items, c->alloc * sizeof(*c->items));
-    }
-    c->items[c->n].rel = ipd_xstrdup(rel);
-    c->items[c->n].depth = depth;
-    c->n++;
-}
-
-/* Walk fd (owned: closed here).  Regular files are collected,
- * directories descended (never through a symlink), the rest skipped. */
-static void collect_dir(struct collect *c, int fd, const char *prefix,
-                        int depth)
-{
-    DIR *d = fdopendir(fd);
-    struct dirent *e;
-
-    if (!d) {
-        close(fd);
-        return;
-    }
-    while ((e = ipd_readdir(d)) != NULL && c->scanned < SCAN_MAX) {
-        struct stat st;
-        char rel[PATH_MAX];
-        if (depth == 0 && !strcmp(e->d_name, ".interpd"))
-            continue; /* the prelude's own results */
-        c->scanned++;
-        if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", prefix,
-                             prefix[0] ? "/" : "", e->d_name) >= sizeof(rel))
-            continue;
-        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW))
-            continue;
-        if (S_ISREG(st.st_mode)) {
-            collect_add(c, rel, depth);
-        } else if (S_ISDIR(st.st_mode) && depth < SCAN_DEPTH_MAX) {
-            int sub = openat(fd, e->d_name,
-                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-            if (sub >= 0)
-                collect_dir(c, sub, rel, depth + 1);
-        } else if (!S_ISDIR(st.st_mode)) {
-            note_skipped(c, rel,
-                         S_ISLNK(st.st_mode) ? "symlink" : "not_a_regular_file");
-        }
-    }
-    closedir(d);
-}
-
-/* Top-level files first, then by path: stable whatever readdir does. */
-static int cmp_entry(const void *a, const void *b)
-{
-    const struct out_entry *x = a, *y = b;
-    if (x->depth != y->depth)
-        return x->depth < y->depth ? -1 : 1;
-    return strcmp(x->rel, y->rel);
-}
-
-/*
- * The stored name of a generated file: its path below /mnt/output with
- * '/' turned into '_' ("plots/a.png" -> "plots_a.png", so files of the
- * same name in different folders stay apart), then ipd_filename_sanitize
- * (controls such as newlines become '_').  Too long: the last component
- * alone; not UTF-8 or still too long: "generated_<n><ext>".
- */
-static void generated_name(const char *rel, size_t n,
-                           char out[IPD_FILENAME_MAX])
-{
-    char joined[PATH_MAX], ext[IPD_FILENAME_MAX];
-    const char *last = strrchr(rel, '/');
-    const char *dot;
-    size_t len = strlen(rel);
-    enum ipd_err rc;
-
-    IPD_ASSERT(len < sizeof(joined));
-    for (size_t i = 0; i <= len; i++)
-        joined[i] = rel[i] == '/' ? '_' : rel[i];
-    rc = ipd_filename_sanitize(joined, len, out);
-    if (rc == IPD_ERR_TOO_LARGE && last)
-        rc = ipd_filename_sanitize(last + 1, strlen(last + 1), out);
-    if (!rc)
-        return;
-    dot = strrchr(last ? last + 1 : rel, '.');
-    if (dot && strlen(dot) <= 10 && ipd_utf8_valid(dot, strlen(dot)) &&
-        !ipd_filename_sanitize(dot, strlen(dot), ext) && ext[0] == '.')
-        snprintf(out, IPD_FILENAME_MAX, "generated_%zu%.10s", n + 1, ext);
-    else
-        snprintf(out, IPD_FILENAME_MAX, "generated_%zu", n + 1);
-}
-
-static const char b64[] =
-    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-
-/* New ref: a JSON string of the base64 of data. */
-static json_t *base64_string(const unsigned char *data, size_t len)
-{
-    size_t olen = (len + 2) / 3 * 4;
-    char *o = ipd_xmalloc(olen + 1);
-    size_t j = 0;
-    json_t *s;
-    for (size_t i = 0; i < len; i += 3) {
-        uint32_t v = (uint32_t)data[i] << 16;
-        if (i + 1 < len)
-            v |= (uint32_t)data[i + 1] << 8;
-        if (i + 2 < len)
-            v |= data[i + 2];
-        o[j++] = b64[(v >> 18) & 63];
-        o[j++] = b64[(v >> 12) & 63];
-        o[j++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
-        o[j++] = i + 2 < len ? b64[v & 63] : '=';
-    }
-    o[j] = '\0';
-    s = json_stringn(o, j);
-    free(o);
-    return s;
-}
-
-static json_t *time_json(int64_t ms)
-{
-    char t[IPD_TIME_STR];
-    if (ms == IPD_TIME_NEVER)
-        return json_null();
-    ipd_time_format(ms, t);
-    return json_string(t);
-}
-
-/* The File object of CONTRACT.md.  New ref. */
-static json_t *file_object(const struct ipd_file_meta *f)
-{
-    return json_pack("{s:s, s:s, s:I, s:s, s:s, s:s, s:s, s:o, s:o}",
-                     "file_id", f->file_id, "filename", f->filename, "size",
-                     (json_int_t)f->size, "mime_type", f->mime_type,
-                     "file_type", f->file_type, "sha256", f->sha256, "source",
-                     f->source, "created_at", time_json(f->created_at_ms),
-                     "expires_at", time_json(f->expires_at_ms));
-}
-
-/*
- * Store one output file as the user's file.  Returns IPD_OK and a new
- * File object in *obj, or a reason string in *why (static) when the file
- * is skipped: too large, over the quota, unreadable, a store failure.
- */
-static enum ipd_err store_generated(struct ipd_executor *ex,
-                                    const struct ipd_exec_request *rq,
-                                    const struct ipd_sandbox_result *r,
-                                    const struct out_entry *oe, size_t n,
-                                    json_t **obj, const char **why)
-{
-    struct ipd_blob_writer *w = NULL;
-    struct ipd_file_meta f;
-    struct ipd_quota q = ex->quota;
-    unsigned char *copy = NULL; /* kept for data_base64 */
-    size_t copied = 0;
-    char buf[COPY_CHUNK];
-    const void *head = NULL, *tail = NULL;
-    size_t head_len = 0;
-    struct stat st;
-    enum ipd_err rc = IPD_ERR_IO;
-    int fd = ipd_sandbox_output_open(r, oe->rel, O_RDONLY | O_NONBLOCK);
-
-    *obj = NULL;
-    *why = "unreadable";
-    memset(&f, 0, sizeof(f));
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
-        goto out;
-    if (st.st_size > ex->max_file_size) {
-        *why = "too_large";
-        rc = IPD_ERR_TOO_LARGE;
-        goto out;
-    }
-    generated_name(oe->rel, n, f.filename);
-    ipd_id_new("file", f.file_id);
-    *why = "storage_error";
-    rc = ipd_blob_writer_new(ex->blobs, f.file_id, ex->max_file_size, &w);
-    if (rc)
-        goto out;
-    if (st.st_size <= ex->inline_max)
-        copy = ipd_xmalloc((size_t)st.st_size + 1);
-    for (;;) {
-        ssize_t got = read(fd, buf, sizeof(buf));
-        if (got < 0 && errno == EINTR)
-            continue;
-        if (got < 0) {
-            rc = IPD_ERR_IO;
-            *why = "unreadable";
-            goto out;
-        }
-        if (got == 0)
-            break;
-        rc = ipd_blob_writer_write(w, buf, (size_t)got);
-        if (rc == IPD_ERR_TOO_LARGE)
-            *why = "too_large";
-        if (rc)
-            goto out;
-        if (copy && copied + (size_t)got <= (size_t)st.st_size)
-            memcpy(copy + copied, buf, (size_t)got);
-        copied += (size_t)got;
-    }
-    f.size = ipd_blob_writer_size(w);
-    rc = ipd_blob_writer_sha256(w, f.sha256);
-    if (rc)
-        goto out;
-    ipd_blob_writer_sample(w, &head, &head_len, &tail);
-    rc = ipd_filetype_detect_buf(ex->ft, head, head_len, tail, f.size,
-                                 f.filename, f.mime_type, f.file_type);
-    if (rc)
-        goto out;
-    snprintf(f.tenant, sizeof(f.tenant), "%s", rq->tenant);
-    snprintf(f.user_id, sizeof(f.user_id), "%s", rq->user_id);
-    snprintf(f.source, sizeof(f.source), "generated");
-    snprintf(f.blob, sizeof(f.blob), "%s", ipd_blobs_backend(ex->blobs));
-    f.created_at_ms = ipd_now_ms();
-    f.expires_at_ms = ex->file_ttl_ms == IPD_TIME_NEVER
-                          ? IPD_TIME_NEVER
-                          : f.created_at_ms + ex->file_ttl_ms;
-    rc = ipd_blob_writer_commit(w);
-    w = NULL;
-    if (rc)
-        goto out;
-    rc = ipd_meta_file_insert(ex->meta, &f, &q, f.created_at_ms);
-    if (rc) {
-        /* No metadata, no bytes. */
-        ipd_blob_undo_insert(ex->blobs, ex->meta, f.file_id, rc);
-        if (rc == IPD_ERR_QUOTA)
-            *why = "quota_exceeded";
-        goto out;
-    }
-    *obj = file_object(&f);
-    if (copy && copied == (size_t)f.size && !strcmp(f.file_type, "image"))
-        json_object_set_new(*obj, "data_base64", base64_string(copy, copied));
-    *why = NULL;
-out:
-    if (rc && rc != IPD_ERR_TOO_LARGE && rc != IPD_ERR_QUOTA)
-        ipd_warn("executor: generated file %s not stored: %s", f.file_id,
-                 ipd_err_name(rc));
-    ipd_blob_writer_abort(w);
-    free(copy);
-    if (fd >= 0)
-        close(fd);
-    return rc;
-}
-
-static void collect_release(struct collect *c)
-{
-    for (size_t i = 0; i < c->n; i++)
-        free(c->items[i].rel);
-    free(c->items);
-}
-
-/* generated_files, generated_files_truncated, generated_files_skipped. */
-static void collect_generated(struct ipd_executor *ex,
-                              const struct ipd_exec_request *rq,
-                              const struct ipd_sandbox_result *r,
-                              json_t *result)
-{
-    struct collect c;
-    json_t *files = json_array();
-    size_t stored = 0, dropped = 0;
-    int fd;
-
-    memset(&c, 0, sizeof(c));
-    c.skipped = json_array();
-    fd = r->output_dirfd >= 0
-             ? openat(r->output_dirfd, ".",
-                      O_RDONLY | O_DIRECTORY | O_CLOEXEC)
-             : -1;
-    if (fd >= 0)
-        collect_dir(&c, fd, "", 0);
-    if (c.n)
-        qsort(c.items, c.n, sizeof(*c.items), cmp_entry);
-    for (size_t i = 0; i < c.n; i++) {
-        json_t *obj = NULL;
-        const char *why = NULL;
-        if (stored >= ex->max_generated) {
-            dropped++;
-            continue;
-        }
-        if (store_generated(ex, rq, r, &c.items[i], i, &obj, &why)) {
-            note_skipped(&c, c.items[i].rel, why ? why : "storage_error");
-            continue;
-        }
-        json_array_append_new(files, obj);
-        stored++;
-    }
-    json_object_set_new(result, "generated_files", files);
-    json_object_set_new(result, "generated_files_truncated",
-                        json_boolean(dropped > 0 || c.scanned >= SCAN_MAX));
-    json_object_set_new(result, "generated_files_dropped",
-                        json_integer((json_int_t)dropped));
-    json_object_set_new(result, "generated_files_skipped", c.skipped);
-    collect_release(&c);
-}
-
-/* What the run installed first: the request's packages and, after a
- * missing module, the automatic install. */
-struct installs {
-    json_t *results;   /* array of CONTRACT.md package results */
-    double seconds;    /* install_time */
-    char auto_dist[IPD_REQ_NAME_MAX + 1]; /* installed after a
-                                             ModuleNotFoundError, or "" */
-};
-
-static json_t *build_result(struct ipd_executor *ex,
-                            const struct ipd_exec_request *rq,
-                            const char *exec_id,
-                            const struct ipd_policy *ep, int64_t timeout_ms,
-                            const struct ipd_sandbox_result *r,
-                            const struct installs *ins)
-{
-    json_t *prelude = read_prelude_result(r);
-    json_t *error = build_error(r, prelude, timeout_ms);
-    bool success = r->exit_code == 0 && !r->timed_out && !r->oom_killed &&
-                   json_is_null(error);
-    json_t *res = json_object();
-
-    json_object_set_new(res, "execution_id", json_string(exec_id));
-    json_object_set_new(res, "success", json_boolean(success));
-    json_object_set_new(res, "exit_code", json_integer(r->exit_code));
-    json_object_set_new(res, "timed_out", json_boolean(r->timed_out));
-    json_object_set_new(res, "stdout", lossy_string(r->out.buf, r->out.len));
-    json_object_set_new(res, "stderr", lossy_string(r->err.buf, r->err.len));
-    json_object_set_new(res, "stdout_truncated",
-                        json_boolean(r->out_truncated));
-    json_object_set_new(res, "stderr_truncated",
-                        json_boolean(r->err_truncated));
-    json_object_set_new(res, "execution_time",
-                        json_real(round3(r->wall_seconds)));
-    json_object_set_new(res, "install_time", json_real(round3(ins->seconds)));
-    json_object_set_new(res, "error", error);
-    collect_generated(ex, rq, r, res);
-    json_object_set(res, "installed_packages", ins->results);
-    /* Beyond the contract: the code ran twice because a module it
-     * imported was installed for it. */
-    json_object_set_new(res, "auto_installed",
-                        ins->auto_dist[0] ? json_string(ins->auto_dist)
-                                          : json_null());
-    json_object_set_new(
-        res, "resources",
-        json_pack("{s:f, s:I, s:b, s:s}", "cpu_time",
-                  round3(r->cpu_seconds), "max_rss_kb",
-                  (json_int_t)r->max_rss_kib, "oom_killed",
-                  (int)r->oom_killed, "policy", ep->name));
-    json_decref(prelude);
-    return res;
-}
-
 /* ---- packages ---------------------------------------------------------- */
 
 /* A request's packages are checked before anything runs: a malformed or
@@ -1206,14 +654,14 @@ static enum ipd_err check_packages(const struct ipd_executor *ex,
  * install it.  True when it was installed and the code should run again. */
 static bool auto_install_once(struct ipd_executor *ex,
                               const struct ipd_sandbox_result *r,
-                              struct installs *ins)
+                              struct ipd__installs *ins)
 {
     char module[IPD_REQ_NAME_MAX + 1], dist[IPD_REQ_NAME_MAX + 1];
     const char *pre = "No module named '";
     bool again = false;
     if (!ex->venv || !ex->auto_install || r->timed_out || r->oom_killed)
         return false;
-    json_t *prelude = read_prelude_result(r);
+    json_t *prelude = ipd__read_prelude_result(r);
     json_t *e = json_object_get(prelude, "error");
     const char *type = json_string_value(json_object_get(e, "type"));
     const char *msg = json_string_value(json_object_get(e, "message"));
@@ -1334,7 +782,7 @@ void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
 
 static enum ipd_err check_request(const struct ipd_executor *ex,
                                   const struct ipd_exec_request *rq,
-                                  const struct ipd_policy **ep,
+                                  const struct ipd_exec_policy **ep,
                                   int64_t *timeout_ms, struct ipd_buf *detail)
 {
     enum ipd_err rc = IPD_ERR_INVALID;
@@ -1411,7 +859,7 @@ static void work_remove(struct work *wk)
 }
 
 static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
-                                const struct ipd_policy *ep,
+                                const struct ipd_exec_policy *ep,
                                 int64_t timeout_ms, const char *gen_dir,
                                 struct ipd_sandbox_result *r)
 {
@@ -1465,11 +913,11 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
 {
-    const struct ipd_policy *ep = NULL;
+    const struct ipd_exec_policy *ep = NULL;
     int64_t timeout_ms = 0;
     struct work wk;
     struct ipd_sandbox_result r;
-    struct installs ins;
+    struct ipd__installs ins;
     bool ran = false;
     enum ipd_err rc;
 
@@ -1537,7 +985,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
-    *result = build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins);
+    *result = ipd__build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins);
 out:
     if (ran)
         ipd_sandbox_result_release(&r);

@@ -30,7 +30,6 @@
 #include "../../storage/filetype.h"
 #include "../../storage/meta.h"
 #include "../common/buf.h"
-#include "../config.h"
 #include "../common/ipd.h"
 
 struct ipd_executor;
@@ -58,16 +57,45 @@ struct ipd_exec_request {
 };
 
 /*
- * Settings the service fills from its config (python, prelude-dir,
- * max-generated-files, inline-image-max, sandbox-uid: serve.c); tests
- * give them directly.
+ * An execution policy's limits (CONTRACT.md Executions: the API key names
+ * one, a request may only tighten it).  The service copies the config's
+ * policies here (serve.c).
+ */
+#define IPD_EXEC_POLICY_NAME_MAX 32 /* with the NUL */
+#define IPD_EXEC_POLICIES_MAX 16
+
+struct ipd_exec_policy {
+    char name[IPD_EXEC_POLICY_NAME_MAX];
+    int64_t timeout_ms;         /* wall timeout when the request gives none */
+    int64_t max_timeout_ms;     /* a request can only ask for less */
+    int64_t memory_bytes;       /* cgroup memory limit of the tree */
+    int64_t max_processes;      /* cgroup pids limit of the tree */
+    int64_t output_bytes;       /* stdout and stderr, each */
+    int64_t tmp_bytes;          /* /tmp tmpfs */
+    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
+    bool network;               /* host network and sockets */
+};
+
+/*
+ * Settings the service fills from its config (data-dir, max-file-size,
+ * file-ttl, the quotas, the policies, python, prelude-dir,
+ * max-generated-files, inline-image-max, sandbox-uid:
+ * ipd_serve_executor_options in serve.c); tests do the same and change
+ * what they need.
  */
 struct ipd_executor_options {
+    const char *data_dir;        /* borrowed; the work root is
+                                    <data_dir>/exec (required) */
+    int64_t max_file_size;       /* a generated file's size limit */
+    int64_t file_ttl_ms;         /* generated files' ttl (IPD_TIME_NEVER) */
+    struct ipd_quota quota;      /* per user, for generated files */
+    struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX];
+    size_t n_policies;           /* a request names one of these */
     const char *python;          /* borrowed; absolute path of the
                                     interpreter (default /usr/bin/python3) */
     const char *prelude_dir;     /* borrowed; host dir holding prelude.py
                                     (NULL: IPD_PRELUDE_DIR, else the source
-                                    tree's service/python) */
+                                    tree's service/exec/python) */
     int64_t max_generated_files; /* returned per execution (default 20) */
     int64_t inline_image_max;    /* data_base64 for images up to this many
                                     bytes (default 1 MiB; 0: never) */
@@ -76,31 +104,27 @@ struct ipd_executor_options {
                                     200000) */
 };
 
-/* Fill o with the defaults above. */
+/* Fill o with the defaults above; besides: no data dir and no policies
+ * (both the caller's to give), max_file_size 50 MiB, file_ttl_ms
+ * IPD_TIME_NEVER, no quota (-1). */
 void ipd_executor_options_default(struct ipd_executor_options *o);
 
 /*
  * Probe the sandbox (fails when isolation isn't available: the service must
  * not run code less isolated), find the Python interpreter and the prelude,
  * prepare the work root under <data-dir>/exec.  Borrows meta, blobs and ft
- * (they must outlive the executor).  *out is new: ipd_executor_free.
+ * (they must outlive the executor); opt is borrowed during the call only
+ * (its strings and policies are copied).  *out is new: ipd_executor_free.
+ * Fails with IPD_ERR_INVALID when prelude.py is missing or opt has no data
+ * dir, IPD_ERR_UNAVAILABLE when the sandbox probe fails, IPD_ERR_INTERNAL
+ * when the work root can't be prepared (reasons are logged).  Running as
+ * root, a data dir without group bits is given to the sandbox's host group
+ * with search permission only (0710) so the sandbox can bind work dirs.
  */
-enum ipd_err ipd_executor_new(const struct ipd_config *cfg,
-                              struct ipd_meta *meta, struct ipd_blobs *blobs,
+enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
                               struct ipd_filetype *ft,
+                              const struct ipd_executor_options *opt,
                               struct ipd_executor **out);
-/* The same with explicit options (opt borrowed during the call; NULL:
- * the defaults).  Fails with IPD_ERR_INVALID when prelude.py is missing,
- * IPD_ERR_UNAVAILABLE when the sandbox probe fails, IPD_ERR_INTERNAL when
- * the work root can't be prepared (reasons are logged).  Running as root,
- * a data dir without group bits is given to the sandbox's host group with
- * search permission only (0710) so the sandbox can bind work dirs. */
-enum ipd_err ipd_executor_new_with(const struct ipd_config *cfg,
-                                   struct ipd_meta *meta,
-                                   struct ipd_blobs *blobs,
-                                   struct ipd_filetype *ft,
-                                   const struct ipd_executor_options *opt,
-                                   struct ipd_executor **out);
 void ipd_executor_free(struct ipd_executor *ex); /* NULL is fine */
 
 struct ipd_venv;

@@ -14,6 +14,7 @@
 
 #include "service/exec/executor.h"
 #include "service/common/util.h"
+#include "service/serve.h"
 #include "test.h"
 
 /* Its own host uid: the sandbox suite counts processes of 200000. */
@@ -63,6 +64,15 @@ static bool find_real_prelude(char *out, size_t n)
     return stat(path, &st) == 0 && S_ISREG(st.st_mode);
 }
 
+/* The service's options from cfg (as serve.c makes them), with this
+ * suite's prelude and sandbox uid. */
+static void exec_options(struct ipd_executor_options *opt)
+{
+    ipd_serve_executor_options(&cfg, opt);
+    opt->prelude_dir = prelude_dir;
+    opt->sandbox_uid = TEST_SANDBOX_UID;
+}
+
 static bool setup(void)
 {
     struct ipd_executor_options opt;
@@ -104,12 +114,10 @@ static bool setup(void)
     IPD_ASSERT(ipd_meta_sqlite_open(path, 5000, &meta) == IPD_OK);
     IPD_ASSERT(ipd_blobs_open_local(data_dir, &blobs) == IPD_OK);
     IPD_ASSERT(ipd_filetype_new(&ft) == IPD_OK);
-    ipd_executor_options_default(&opt);
-    opt.prelude_dir = prelude_dir;
-    opt.sandbox_uid = TEST_SANDBOX_UID;
-    rc = ipd_executor_new_with(&cfg, meta, blobs, ft, &opt, &ex);
+    exec_options(&opt);
+    rc = ipd_executor_new(meta, blobs, ft, &opt, &ex);
     if (rc)
-        fprintf(stderr, "ipd_executor_new_with: %s\n", ipd_err_name(rc));
+        fprintf(stderr, "ipd_executor_new: %s\n", ipd_err_name(rc));
     else
         fprintf(stderr, "%s\n", ipd_executor_sandbox_status(ex));
     return rc == IPD_OK;
@@ -574,11 +582,8 @@ static void test_quota(void)
     /* setup() again with the new quota, same data dir */
     {
         struct ipd_executor_options opt;
-        ipd_executor_options_default(&opt);
-        opt.prelude_dir = prelude_dir;
-        opt.sandbox_uid = TEST_SANDBOX_UID;
-        REQUIRE(ipd_executor_new_with(&cfg, meta, blobs, ft, &opt, &ex) ==
-                IPD_OK);
+        exec_options(&opt);
+        REQUIRE(ipd_executor_new(meta, blobs, ft, &opt, &ex) == IPD_OK);
     }
     res = run_files("quota-user",
                     "for n in 'abc':\n    open(n + '.txt', 'w').write(n)\n",
@@ -605,11 +610,8 @@ static void test_stale_work_dirs_removed(void)
     snprintf(path, sizeof(path), "%s/exec/exec_stale/job", data_dir);
     REQUIRE(mkdir(path, 0755) == 0);
     CHECK_INT(work_dirs_left(), 1);
-    ipd_executor_options_default(&opt);
-    opt.prelude_dir = prelude_dir;
-    opt.sandbox_uid = TEST_SANDBOX_UID;
-    REQUIRE(ipd_executor_new_with(&cfg, meta, blobs, ft, &opt, &ex2) ==
-            IPD_OK);
+    exec_options(&opt);
+    REQUIRE(ipd_executor_new(meta, blobs, ft, &opt, &ex2) == IPD_OK);
     CHECK_INT(work_dirs_left(), 0);
     ipd_executor_free(ex2);
 }

@@ -1,0 +1,75 @@
+/*
+ * exec_internal.h - what the files of one execution share (executor.c:
+ * staging, the prelude, packages and auto-install; result.c: the result
+ * object and the generated files).  Not for use outside service/exec/.
+ */
+#ifndef IPD_EXEC_INTERNAL_H
+#define IPD_EXEC_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "../../venv/requirement.h"
+#include "../sandbox/sandbox.h"
+#include "executor.h"
+
+#define IPD__COPY_CHUNK (64 * 1024) /* read and write unit for file bytes */
+
+struct ipd_executor {
+    struct ipd_meta *meta;     /* borrowed */
+    struct ipd_blobs *blobs;   /* borrowed */
+    struct ipd_filetype *ft;   /* borrowed */
+    struct ipd_sandbox_config sbx; /* probed once, shared by every run */
+    char *work_root;           /* owned; <data-dir>/exec */
+    char *python;              /* owned; absolute path inside the sandbox */
+    char *prelude_dir;         /* owned; host dir holding prelude.py */
+    char *mplcache;            /* owned; host dir of matplotlib's prepared
+                                  font cache, or NULL (under mpl_lock) */
+    char *data_dir;            /* owned; where mplcache is made */
+    pthread_mutex_t mpl_lock;
+    bool mpl_tried;            /* the cache was built or tried (mpl_lock) */
+    bool have_lib64;
+    bool have_alternatives;
+    bool have_matplotlibrc;
+    int64_t max_file_size;
+    int64_t file_ttl_ms;
+    struct ipd_quota quota;
+    size_t max_generated;
+    int64_t inline_max;
+    struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX]; /* copied */
+    size_t n_policies;
+    struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
+    bool auto_install;         /* install a missing allowlisted module and
+                                  run once more */
+};
+
+/* What the run installed first: the request's packages and, after a
+ * missing module, the automatic install. */
+struct ipd__installs {
+    json_t *results;   /* array of CONTRACT.md package results */
+    double seconds;    /* install_time */
+    char auto_dist[IPD_REQ_NAME_MAX + 1]; /* installed after a
+                                             ModuleNotFoundError, or "" */
+};
+
+/* result.c: the prelude's result.json, read through the output dir
+ * handle (the code could have replaced it with anything: a symlink, a
+ * fifo, a huge file; it only ever fools its own result).  New reference,
+ * or NULL when there is none or it is not an object. */
+json_t *ipd__read_prelude_result(const struct ipd_sandbox_result *r);
+
+/* result.c: the result object of CONTRACT.md for the run r of rq under
+ * the policy ep (executor.h, ipd_executor_run), with the files the code
+ * wrote stored as the user's generated files.  New reference. */
+json_t *ipd__build_result(struct ipd_executor *ex,
+                          const struct ipd_exec_request *rq,
+                          const char *exec_id,
+                          const struct ipd_exec_policy *ep,
+                          int64_t timeout_ms,
+                          const struct ipd_sandbox_result *r,
+                          const struct ipd__installs *ins);
+
+#endif

@@ -1,0 +1,491 @@
+/*
+ * pool.c - the execution workers, the asynchronous result table, the
+ * outcome counters and the callbacks (see pool.h).
+ */
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/log.h"
+#include "../common/metrics.h"
+#include "../common/workq.h"
+#include "callbacks.h"
+#include "executor.h"
+#include "pool.h"
+
+/* A power of two above IPD_EXEC_ASYNC_MAX: chains stay short. */
+#define ASYNC_BUCKETS 16384
+
+/* An asynchronous execution's state, kept result_ttl after it is done. */
+struct async_entry {
+    struct async_entry *next;        /* in its bucket */
+    struct async_entry *done_next;   /* the done list, oldest first */
+    char id[IPD_ID_MAX];
+    char tenant[IPD_TENANT_MAX];
+    char user_id[IPD_USER_ID_MAX];
+    const char *status;              /* "queued", "running", "done" */
+    json_t *result;                  /* new reference once done */
+    int64_t done_ms;
+};
+
+/* By id; expiry walks the done list from its oldest end, never the
+ * whole table. */
+struct async_table {
+    struct async_entry **buckets;    /* owned, ASYNC_BUCKETS of them */
+    size_t n;                        /* entries, done or not */
+    struct async_entry *done_head;   /* done entries in the order they
+                                        finished: the first expires first */
+    struct async_entry **done_tail;
+};
+
+struct ipd_exec_pool {
+    struct ipd_executor *ex;
+    struct ipd_metrics *metrics; /* borrowed, may be NULL */
+    struct ipd_workq *q;         /* the slots and the queue */
+    pthread_mutex_t lock;
+    /* Outcomes since start (under lock): the admin status. */
+    uint64_t n_total, n_success, n_error, n_timeout, n_oom, n_failed;
+    struct async_table async;        /* under lock */
+    int64_t result_ttl_ms;
+    struct ipd_callbacks *callbacks; /* borrowed, may be NULL */
+};
+
+/* A job on the queue: the caller's job and how to tell the caller. */
+struct pool_job {
+    struct ipd_exec_pool *pool;
+    struct ipd_exec_job *job;  /* a synchronous job's is borrowed, an
+                                  asynchronous job's owned */
+    bool async;
+    ipd_exec_admit_fn admit;   /* synchronous jobs' hooks */
+    ipd_exec_done_fn done;
+    void *ctx;
+    bool table_full;           /* admission refused: the result table */
+};
+
+struct ipd_exec_job *ipd_exec_job_new(void)
+{
+    struct ipd_exec_job *j = ipd_xcalloc(1, sizeof(*j));
+    ipd_buf_init(&j->detail, 1024);
+    return j;
+}
+
+void ipd_exec_job_free(struct ipd_exec_job *j)
+{
+    if (!j)
+        return;
+    free(j->code);
+    for (size_t i = 0; i < j->n_files; i++)
+        free(j->file_ids[i]);
+    free(j->file_ids);
+    json_decref(j->result);
+    json_decref(j->variables);
+    for (size_t i = 0; i < j->n_packages; i++)
+        free(j->packages[i]);
+    free(j->packages);
+    free(j->callback_url);
+    ipd_buf_release(&j->detail);
+    free(j);
+}
+
+const char *ipd_exec_error_type(enum ipd_err err)
+{
+    switch (err) {
+    case IPD_ERR_NOT_FOUND:
+        return "NotFound";
+    case IPD_ERR_INVALID:
+    case IPD_ERR_TOO_LARGE:
+        return "InvalidRequest";
+    default:
+        return "ServiceError";
+    }
+}
+
+/* ---- the asynchronous result table (every function under the lock) ---- */
+
+/* FNV-1a: ids are random already, this only spreads them. */
+static struct async_entry **async_bucket(struct async_table *t,
+                                         const char *id)
+{
+    uint64_t h = 1469598103934665603ULL;
+    for (const unsigned char *s = (const unsigned char *)id; *s; s++)
+        h = (h ^ *s) * 1099511628211ULL;
+    return &t->buckets[h & (ASYNC_BUCKETS - 1)];
+}
+
+static struct async_entry *async_find(struct async_table *t, const char *id)
+{
+    for (struct async_entry *e = *async_bucket(t, id); e; e = e->next)
+        if (!strcmp(e->id, id))
+            return e;
+    return NULL;
+}
+
+static void async_add(struct async_table *t, struct async_entry *e)
+{
+    struct async_entry **b = async_bucket(t, e->id);
+    e->next = *b;
+    *b = e;
+    t->n++;
+}
+
+/* e is done: it joins the done list, where it expires in turn. */
+static void async_done_add(struct async_table *t, struct async_entry *e)
+{
+    e->done_next = NULL;
+    *t->done_tail = e;
+    t->done_tail = &e->done_next;
+}
+
+/* Drop the results older than the ttl: the done list's oldest ones. */
+static void async_prune(struct async_table *t, int64_t ttl_ms, int64_t now)
+{
+    while (t->done_head && now - t->done_head->done_ms >= ttl_ms) {
+        struct async_entry *e = t->done_head;
+        t->done_head = e->done_next;
+        if (!t->done_head)
+            t->done_tail = &t->done_head;
+        struct async_entry **pp = async_bucket(t, e->id);
+        while (*pp != e)
+            pp = &(*pp)->next;
+        *pp = e->next;
+        json_decref(e->result);
+        free(e);
+        t->n--;
+    }
+}
+
+static void async_init(struct async_table *t)
+{
+    t->buckets = ipd_xcalloc(ASYNC_BUCKETS, sizeof(*t->buckets));
+    t->n = 0;
+    t->done_head = NULL;
+    t->done_tail = &t->done_head;
+}
+
+static void async_release(struct async_table *t)
+{
+    for (size_t i = 0; t->buckets && i < ASYNC_BUCKETS; i++) {
+        while (t->buckets[i]) {
+            struct async_entry *e = t->buckets[i];
+            t->buckets[i] = e->next;
+            json_decref(e->result);
+            free(e);
+        }
+    }
+    free(t->buckets);
+    t->buckets = NULL;
+}
+
+/* The result of an asynchronous job that did not produce one: the same
+ * object shape, success false, the reason in error. */
+static json_t *failure_result(const struct ipd_exec_job *j)
+{
+    return json_pack("{s:s, s:b, s:n, s:b, s:s, s:s, s:{s:s, s:s, s:s}}",
+                     "execution_id", j->exec_id, "success", 0, "exit_code",
+                     "timed_out", 0, "stdout", "", "stderr", "", "error",
+                     "type", ipd_exec_error_type(j->rc), "message",
+                     j->detail.len ? j->detail.buf : ipd_err_name(j->rc),
+                     "traceback", "");
+}
+
+/* An asynchronous job ended: keep its result, send the callback. */
+static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
+{
+    json_t *result = j->rc == IPD_OK ? json_incref(j->result)
+                                     : failure_result(j);
+    char *body = j->callback_url && p->callbacks
+                     ? json_dumps(result, JSON_COMPACT)
+                     : NULL;
+    /* Stored before the callback goes out: a bot that polls as soon as
+     * it is called back finds the result. */
+    pthread_mutex_lock(&p->lock);
+    struct async_entry *e = async_find(&p->async, j->exec_id);
+    if (e) {
+        e->status = "done";
+        e->result = result;
+        e->done_ms = ipd_now_ms();
+        async_done_add(&p->async, e);
+        result = NULL;
+    }
+    pthread_mutex_unlock(&p->lock);
+    json_decref(result);
+    if (body)
+        ipd_callbacks_send(p->callbacks, j->callback_url, body, strlen(body),
+                           j->secret);
+    free(body);
+}
+
+/* ---- running a job ---------------------------------------------------- */
+
+/* Outcomes of code that ran, plus runs the service failed to start; a
+ * client's bad request (unknown file, bad package) is neither (false). */
+static bool outcome_of(const struct ipd_exec_job *j,
+                       enum ipd_metrics_exec_outcome *o, double *secs)
+{
+    if (j->rc == IPD_OK) {
+        json_t *res = json_object_get(j->result, "resources");
+        json_t *et = json_object_get(j->result, "execution_time");
+        if (json_is_number(et))
+            *secs = json_number_value(et);
+        if (json_is_true(json_object_get(j->result, "timed_out")))
+            *o = IPD_METRICS_EXEC_TIMEOUT;
+        else if (json_is_true(json_object_get(res, "oom_killed")))
+            *o = IPD_METRICS_EXEC_OOM;
+        else if (json_is_true(json_object_get(j->result, "success")))
+            *o = IPD_METRICS_EXEC_SUCCESS;
+        else
+            *o = IPD_METRICS_EXEC_ERROR;
+        return true;
+    }
+    *o = IPD_METRICS_EXEC_FAILED_TO_START;
+    return j->rc == IPD_ERR_INTERNAL || j->rc == IPD_ERR_UNAVAILABLE;
+}
+
+static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
+{
+    struct ipd_exec_request rq = {
+        .tenant = j->tenant,
+        .user_id = j->user_id,
+        .code = j->code,
+        .code_len = j->code_len,
+        .file_ids = (const char *const *)j->file_ids,
+        .n_files = j->n_files,
+        .timeout_ms = j->timeout_ms,
+        .variables = j->variables,
+        .policy = j->policy,
+        .packages = (const char *const *)j->packages,
+        .n_packages = j->n_packages,
+        .execution_id = j->exec_id[0] ? j->exec_id : NULL,
+    };
+    enum ipd_metrics_exec_outcome o;
+    int64_t t0 = ipd_now_ms();
+    j->rc = ipd_executor_run(p->ex, &rq, &j->result, &j->detail);
+    double secs = (double)(ipd_now_ms() - t0) / 1000.0;
+    if (!outcome_of(j, &o, &secs))
+        return;
+    ipd_metrics_exec_observe(p->metrics, o, secs);
+    pthread_mutex_lock(&p->lock);
+    p->n_total++;
+    switch (o) {
+    case IPD_METRICS_EXEC_SUCCESS: p->n_success++; break;
+    case IPD_METRICS_EXEC_ERROR: p->n_error++; break;
+    case IPD_METRICS_EXEC_TIMEOUT: p->n_timeout++; break;
+    case IPD_METRICS_EXEC_OOM: p->n_oom++; break;
+    default: p->n_failed++; break;
+    }
+    pthread_mutex_unlock(&p->lock);
+}
+
+/* A worker runs one job; jobs that had not started at shutdown are
+ * refused (503). */
+static void exec_work(void *arg, bool stopping)
+{
+    struct pool_job *pj = arg;
+    struct ipd_exec_pool *p = pj->pool;
+    if (stopping) {
+        pj->job->rc = IPD_ERR_UNAVAILABLE;
+        ipd_buf_adds(&pj->job->detail, "the service is shutting down");
+        return;
+    }
+    if (pj->async) {
+        pthread_mutex_lock(&p->lock);
+        struct async_entry *e = async_find(&p->async, pj->job->exec_id);
+        if (e)
+            e->status = "running";
+        pthread_mutex_unlock(&p->lock);
+    }
+    run_job(p, pj->job);
+}
+
+/* Once the job no longer counts as running: the stored result and the
+ * callback, or the caller's done hook, so a client that then asks for the
+ * status does not see it running. */
+static void exec_done(void *arg)
+{
+    struct pool_job *pj = arg;
+    struct ipd_exec_pool *p = pj->pool;
+    if (pj->async) {
+        async_finish(p, pj->job);
+        ipd_exec_job_free(pj->job);
+    } else {
+        pthread_mutex_lock(&p->lock);
+        pj->job->finished = true;
+        pthread_mutex_unlock(&p->lock);
+        /* The job is the caller's again from here on. */
+        pj->done(pj->ctx);
+    }
+    free(pj);
+}
+
+/* ---- submitting ------------------------------------------------------- */
+
+/* Under the queue's lock, before a worker can see the job. */
+static enum ipd_err admit_sync(void *arg)
+{
+    struct pool_job *pj = arg;
+    if (pj->admit)
+        pj->admit(pj->ctx);
+    return IPD_OK;
+}
+
+/* An asynchronous job gets its entry (status "queued"); at most
+ * IPD_EXEC_ASYNC_MAX results are held. */
+static enum ipd_err admit_async(void *arg)
+{
+    struct pool_job *pj = arg;
+    struct ipd_exec_pool *p = pj->pool;
+    enum ipd_err rc = IPD_OK;
+    pthread_mutex_lock(&p->lock);
+    async_prune(&p->async, p->result_ttl_ms, ipd_now_ms());
+    if (p->async.n >= IPD_EXEC_ASYNC_MAX) {
+        pj->table_full = true;
+        rc = IPD_ERR_BUSY;
+    } else {
+        struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
+        memcpy(e->id, pj->job->exec_id, sizeof(e->id));
+        snprintf(e->tenant, sizeof(e->tenant), "%s", pj->job->tenant);
+        snprintf(e->user_id, sizeof(e->user_id), "%s", pj->job->user_id);
+        e->status = "queued";
+        async_add(&p->async, e);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return rc;
+}
+
+/* Queue pj; on a refusal free it and say why. */
+static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
+                           struct ipd_buf *why)
+{
+    enum ipd_err rc = ipd_workq_submit(p->q, exec_work, exec_done, pj,
+                                       pj->async ? admit_async : admit_sync);
+    if (rc == IPD_OK)
+        return rc;
+    if (rc == IPD_ERR_UNAVAILABLE) {
+        ipd_buf_adds(why, "the service is shutting down");
+    } else if (pj->table_full) {
+        ipd_buf_addf(why, "%d asynchronous results are held; retry later",
+                     IPD_EXEC_ASYNC_MAX);
+    } else {
+        unsigned running, queued;
+        ipd_workq_counts(p->q, &running, &queued);
+        ipd_buf_addf(why,
+                     "all %u execution slots are busy and %u requests are "
+                     "waiting; retry later",
+                     ipd_workq_threads(p->q), queued);
+    }
+    free(pj);
+    return rc;
+}
+
+enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
+                                  struct ipd_exec_job *j,
+                                  ipd_exec_admit_fn admit,
+                                  ipd_exec_done_fn done, void *ctx,
+                                  struct ipd_buf *why)
+{
+    struct pool_job *pj = ipd_xcalloc(1, sizeof(*pj));
+    IPD_ASSERT(done);
+    pj->pool = p;
+    pj->job = j;
+    pj->admit = admit;
+    pj->done = done;
+    pj->ctx = ctx;
+    return submit(p, pj, why);
+}
+
+enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
+                                        struct ipd_exec_job *j,
+                                        char id[IPD_ID_MAX],
+                                        struct ipd_buf *why)
+{
+    struct pool_job *pj = ipd_xcalloc(1, sizeof(*pj));
+    pj->pool = p;
+    pj->job = j;
+    pj->async = true;
+    /* The job is the worker's once queued (it may be over and freed
+     * before submit returns): its id is copied out first. */
+    ipd_id_new("exec", j->exec_id);
+    memcpy(id, j->exec_id, IPD_ID_MAX);
+    return submit(p, pj, why);
+}
+
+json_t *ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
+                             const char *tenant, const char *user_id)
+{
+    json_t *out = NULL;
+    pthread_mutex_lock(&p->lock);
+    async_prune(&p->async, p->result_ttl_ms, ipd_now_ms());
+    struct async_entry *e = async_find(&p->async, id);
+    if (e && !strcmp(e->tenant, tenant) && !strcmp(e->user_id, user_id))
+        out = json_pack("{s:s, s:s, s:O?}", "execution_id", e->id, "status",
+                        e->status, "result", e->result);
+    pthread_mutex_unlock(&p->lock);
+    return out;
+}
+
+/* ---- the pool ---------------------------------------------------------- */
+
+enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
+                               const struct ipd_exec_pool_options *o,
+                               struct ipd_exec_pool **out)
+{
+    struct ipd_exec_pool *p = ipd_xcalloc(1, sizeof(*p));
+    p->ex = ex;
+    p->metrics = o->metrics;
+    p->callbacks = o->callbacks;
+    p->result_ttl_ms = o->result_ttl_ms > 0 ? o->result_ttl_ms : 3600000;
+    pthread_mutex_init(&p->lock, NULL);
+    async_init(&p->async);
+    if (ipd_workq_new(o->slots, o->queue, &p->q)) {
+        ipd_exec_pool_free(p);
+        *out = NULL;
+        return IPD_ERR_INTERNAL;
+    }
+    *out = p;
+    return IPD_OK;
+}
+
+void ipd_exec_pool_stop(struct ipd_exec_pool *p)
+{
+    if (p)
+        ipd_workq_stop(p->q);
+}
+
+void ipd_exec_pool_free(struct ipd_exec_pool *p)
+{
+    if (!p)
+        return;
+    /* Queued jobs are refused (the queue hands them over stopping),
+     * running ones finish: their time is bounded by the policy's
+     * timeout. */
+    ipd_workq_free(p->q);
+    async_release(&p->async);
+    pthread_mutex_destroy(&p->lock);
+    free(p);
+}
+
+json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
+{
+    unsigned running, queued;
+    if (!p)
+        return json_null();
+    ipd_workq_counts(p->q, &running, &queued);
+    pthread_mutex_lock(&p->lock);
+    json_t *j = json_pack(
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "slots",
+        (json_int_t)ipd_workq_threads(p->q), "queue",
+        (json_int_t)ipd_workq_queue_max(p->q), "running", (json_int_t)running,
+        "queued", (json_int_t)queued, "total", (json_int_t)p->n_total,
+        "success", (json_int_t)p->n_success, "error", (json_int_t)p->n_error,
+        "timeout", (json_int_t)p->n_timeout, "oom", (json_int_t)p->n_oom,
+        "failed_to_start", (json_int_t)p->n_failed);
+    pthread_mutex_unlock(&p->lock);
+    return j;
+}
+
+void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
+                          unsigned *queued)
+{
+    ipd_workq_counts(p->q, running, queued);
+}

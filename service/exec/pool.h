@@ -1,0 +1,144 @@
+/*
+ * pool.h - the execution workers, the asynchronous results and their
+ * callbacks.
+ *
+ * Executions never run on the HTTP event threads: `slots` long-lived
+ * worker threads (service/common/workq.h) run them through the executor,
+ * and at most `queue` more wait; beyond that submit refuses with
+ * IPD_ERR_BUSY.  The pool knows nothing of HTTP: whoever waits for a
+ * synchronous job (a suspended connection) is told through its admit and
+ * done hooks, the way workq's own hooks work.
+ *
+ * An asynchronous job has an execution id and an entry in the pool's
+ * result table, looked up by that id: "queued", "running", then "done"
+ * with its result, kept result_ttl after it is done (at most
+ * IPD_EXEC_ASYNC_MAX entries at once).  The result is stored before the
+ * callback to its callback_url is sent (service/exec/callbacks.h), so a
+ * client that polls as soon as it is called back finds it.
+ *
+ * Thread-safety: every function may be called from any thread.
+ */
+#ifndef IPD_EXEC_POOL_H
+#define IPD_EXEC_POOL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <jansson.h>
+
+#include "../../storage/meta.h"
+#include "../common/buf.h"
+#include "../common/crypto.h"
+#include "../common/ipd.h"
+#include "../common/util.h"
+
+#define IPD_EXEC_ASYNC_MAX 10000 /* asynchronous results held at once */
+
+struct ipd_exec_pool;
+struct ipd_executor;
+struct ipd_metrics;
+struct ipd_callbacks;
+
+struct ipd_exec_pool_options {
+    unsigned slots;                  /* worker threads (0: 1) */
+    unsigned queue;                  /* waiting jobs beyond the slots */
+    struct ipd_metrics *metrics;     /* borrowed, may be NULL */
+    int64_t result_ttl_ms;           /* async results kept (0: 1 h) */
+    struct ipd_callbacks *callbacks; /* borrowed; NULL: no callbacks sent */
+};
+
+/* One execution: what to run (ipd_executor_run's request, owned here)
+ * and, for a synchronous job, what came of it. */
+struct ipd_exec_job {
+    char tenant[IPD_TENANT_MAX];
+    char user_id[IPD_USER_ID_MAX];
+    char *code;                      /* owned */
+    size_t code_len;
+    char **file_ids;                 /* owned array of owned strings */
+    size_t n_files;
+    int64_t timeout_ms;              /* 0: the policy's */
+    char policy[IPD_POLICY_MAX];
+    json_t *variables;               /* new reference or NULL */
+    char **packages;                 /* owned array of owned strings */
+    size_t n_packages;
+    char *callback_url;              /* owned, or NULL (async only) */
+    char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
+    char exec_id[IPD_ID_MAX];        /* OUT: async, set by submit */
+    enum ipd_err rc;                 /* OUT: the executor's answer */
+    json_t *result;                  /* OUT: new reference when rc == OK */
+    struct ipd_buf detail;           /* OUT: a message for rc, or empty */
+    bool finished;                   /* OUT: set before done runs */
+};
+
+/* A new empty job (detail initialised): ipd_exec_job_free. */
+struct ipd_exec_job *ipd_exec_job_new(void);
+void ipd_exec_job_free(struct ipd_exec_job *j); /* NULL is fine */
+
+/* Start the workers.  Borrows ex (it must outlive the pool).  *out is
+ * new: ipd_exec_pool_free. */
+enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
+                               const struct ipd_exec_pool_options *o,
+                               struct ipd_exec_pool **out);
+/* Stop taking work (later submits: IPD_ERR_UNAVAILABLE), hand every
+ * queued job over at once as refused (rc IPD_ERR_UNAVAILABLE, "the
+ * service is shutting down"; a synchronous one's done runs), wait for the
+ * running ones, join the workers.  Call while the HTTP daemon still runs
+ * (the done hooks resume suspended connections); the pool stays valid for
+ * handlers until ipd_exec_pool_free, after the daemon stopped.
+ * Idempotent; NULL is fine. */
+void ipd_exec_pool_stop(struct ipd_exec_pool *p);
+void ipd_exec_pool_free(struct ipd_exec_pool *p); /* stops first; NULL ok */
+
+/* Called under the queue's lock once the job has room, before any worker
+ * can see it (suspend the connection): done can never come first. */
+typedef void (*ipd_exec_admit_fn)(void *ctx);
+/* Called on the worker once the job no longer counts as running (so whoever
+ * then asks for the counts does not see it), after j->finished was set:
+ * j's rc, result and detail are final (resume the connection). */
+typedef void (*ipd_exec_done_fn)(void *ctx);
+
+/*
+ * Queue a synchronous job.  IPD_OK: queued; j stays the caller's but the
+ * pool uses it until done(ctx) has run (admit(ctx) first, exactly once
+ * each; admit may be NULL).  Otherwise nothing was queued, neither hook
+ * runs, and why says why: IPD_ERR_BUSY (every slot busy and the queue
+ * full), IPD_ERR_UNAVAILABLE (stopping).
+ */
+enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
+                                  struct ipd_exec_job *j,
+                                  ipd_exec_admit_fn admit,
+                                  ipd_exec_done_fn done, void *ctx,
+                                  struct ipd_buf *why);
+/*
+ * Queue an asynchronous job under a new execution id (copied to id and
+ * j->exec_id), with its entry in the result table ("queued").  IPD_OK:
+ * the job is the pool's (it may be over and freed before this returns).
+ * Otherwise j is still the caller's and why says why: IPD_ERR_BUSY (the
+ * queue is full, or IPD_EXEC_ASYNC_MAX results are held),
+ * IPD_ERR_UNAVAILABLE (stopping).
+ */
+enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
+                                        struct ipd_exec_job *j,
+                                        char id[IPD_ID_MAX],
+                                        struct ipd_buf *why);
+/* The asynchronous execution id of tenant's user: {execution_id, status,
+ * result (when done)}, a new reference; NULL when there is none (never
+ * was, someone else's, or its result expired). */
+json_t *ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
+                             const char *tenant, const char *user_id);
+
+/* Running and queued executions (status, metrics). */
+void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
+                          unsigned *queued);
+/* {slots, queue, running, queued, total, success, error, timeout, oom,
+ * failed_to_start}: the admin status's execution counters.  New
+ * reference (null for NULL). */
+json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p);
+
+/* The error.type of an asynchronous result whose execution did not run
+ * (the executor's or the pool's err): "NotFound", "InvalidRequest" or
+ * "ServiceError" (CONTRACT.md, Asynchronous executions).  Static. */
+const char *ipd_exec_error_type(enum ipd_err err);
+
+#endif

@@ -1,0 +1,550 @@
+/*
+ * result.c - what an execution produced, as the contract's result object
+ * (CONTRACT.md, Executions): the prelude's report, the error, the output
+ * streams, and the files the code wrote to /mnt/output, stored as the
+ * user's generated files.
+ *
+ * Generated files are found by walking the sandbox's /mnt/output tmpfs
+ * through the directory fd the sandbox handed over, one component at a
+ * time (openat O_NOFOLLOW, fstatat AT_SYMLINK_NOFOLLOW): symlinks, fifos
+ * and devices are skipped and reported, never followed.  By the time we
+ * walk, every process of the run is dead, so nothing changes under us.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../../storage/meta.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "exec_internal.h"
+
+#define RESULT_JSON_MAX (1024 * 1024) /* the prelude's result.json */
+#define ERROR_FIELD_MAX (64 * 1024)  /* error.message / error.traceback */
+#define ERROR_TYPE_MAX 256
+#define SCAN_MAX 10000               /* output entries looked at */
+#define SCAN_DEPTH_MAX 16            /* output subfolder depth */
+#define SKIPPED_LIST_MAX 20          /* entries of generated_files_skipped */
+
+/* ---- the result object ------------------------------------------------- */
+
+/* Program output as a JSON string: invalid UTF-8 (binary output, a cut
+ * at the cap in the middle of a character) becomes U+FFFD.  New ref. */
+static json_t *lossy_string(const char *s, size_t len)
+{
+    struct ipd_buf b;
+    json_t *j;
+    size_t i = 0;
+
+    if (ipd_utf8_valid(s, len))
+        return json_stringn(s, len);
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    while (i < len) {
+        size_t n = ipd_utf8_char(s + i, len - i);
+        if (n) {
+            IPD_ASSERT(!ipd_buf_add(&b, s + i, n));
+            i += n;
+        } else {
+            IPD_ASSERT(!ipd_buf_adds(&b, "\xef\xbf\xbd"));
+            i++;
+        }
+    }
+    j = json_stringn(b.buf, b.len);
+    ipd_buf_release(&b);
+    return j;
+}
+
+/* A string field of the prelude's error, bounded at a character
+ * boundary.  New ref. */
+static json_t *bounded_field(const json_t *obj, const char *key, size_t max)
+{
+    const json_t *v = json_object_get(obj, key);
+    const char *s;
+    size_t n;
+    if (!json_is_string(v))
+        return json_string("");
+    s = json_string_value(v);
+    n = json_string_length(v);
+    if (n > max) {
+        n = max;
+        while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
+            n--;
+    }
+    return json_stringn(s, n);
+}
+
+json_t *ipd__read_prelude_result(const struct ipd_sandbox_result *r)
+{
+    json_t *doc = NULL;
+    struct stat st;
+    char *text = NULL;
+    size_t got = 0;
+    int fd = ipd_sandbox_output_open(r, ".interpd/result.json",
+                                     O_RDONLY | O_NONBLOCK);
+    if (fd < 0)
+        goto out;
+    if (fstat(fd, &st) || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
+        st.st_size > RESULT_JSON_MAX)
+        goto out;
+    text = ipd_xmalloc((size_t)st.st_size);
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, text + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    doc = json_loadb(text, got, 0, NULL);
+    if (doc && !json_is_object(doc)) {
+        json_decref(doc);
+        doc = NULL;
+    }
+out:
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    return doc;
+}
+
+/* error: timeout and OOM first (the prelude never got to report), then
+ * what the prelude reported, then a signal or a bare exit code. New ref. */
+static json_t *build_error(const struct ipd_sandbox_result *r,
+                           const json_t *prelude, int64_t timeout_ms)
+{
+    const json_t *e = prelude ? json_object_get(prelude, "error") : NULL;
+    char msg[128];
+
+    if (r->timed_out) {
+        snprintf(msg, sizeof(msg), "execution exceeded %lld seconds",
+                 (long long)((timeout_ms + 999) / 1000));
+        return json_pack("{s:s, s:s, s:s}", "type", "Timeout", "message", msg,
+                         "traceback", "");
+    }
+    if (r->oom_killed)
+        return json_pack("{s:s, s:s, s:s}", "type", "MemoryLimit", "message",
+                         "the code used more memory than its policy allows",
+                         "traceback", "");
+    if (json_is_object(e))
+        return json_pack("{s:o, s:o, s:o}", "type",
+                         bounded_field(e, "type", ERROR_TYPE_MAX), "message",
+                         bounded_field(e, "message", ERROR_FIELD_MAX),
+                         "traceback",
+                         bounded_field(e, "traceback", ERROR_FIELD_MAX));
+    if (r->term_signal) {
+        snprintf(msg, sizeof(msg), "signal %d", r->term_signal);
+        return json_pack("{s:s, s:s, s:s}", "type", "Killed", "message", msg,
+                         "traceback", "");
+    }
+    if (r->exit_code != 0) {
+        snprintf(msg, sizeof(msg), "exited with status %d", r->exit_code);
+        return json_pack("{s:s, s:s, s:s}", "type", "SystemExit", "message",
+                         msg, "traceback", "");
+    }
+    return json_null();
+}
+
+/* Milliseconds are plenty (and libm is not linked). */
+static double round3(double x)
+{
+    if (!(x > 0) || x > 1e12)
+        return 0.0;
+    return (double)(int64_t)(x * 1000.0 + 0.5) / 1000.0;
+}
+
+/* ---- generated files ------------------------------------------------- */
+
+struct out_entry {
+    char *rel;     /* owned; path below /mnt/output */
+    int depth;
+};
+
+struct collect {
+    struct out_entry *items; /* owned */
+    size_t n, alloc;
+    size_t scanned;
+    json_t *skipped;         /* borrowed: generated_files_skipped */
+    size_t n_skipped;        /* all skips, listed or not */
+};
+
+static void note_skipped(struct collect *c, const char *rel,
+                         const char *reason)
+{
+    char name[IPD_FILENAME_MAX];
+    c->n_skipped++;
+    if (json_array_size(c->skipped) >= SKIPPED_LIST_MAX)
+        return;
+    /* Shown to people: the sanitised form of the name. */
+    if (ipd_filename_sanitize(rel, strlen(rel), name))
+        snprintf(name, sizeof(name), "(unreadable name)");
+    json_array_append_new(c->skipped, json_pack("{s:s, s:s}", "filename",
+                                                name, "reason", reason));
+}
+
+static void collect_add(struct collect *c, const char *rel, int depth)
+{
+    if (c->n == c->alloc) {
+        c->alloc = c->alloc ? c->alloc * 2 : 32;
+        c->items = ipd_xrealloc(c->items, c->alloc * sizeof(*c->items));
+    }
+    c->items[c->n].rel = ipd_xstrdup(rel);
+    c->items[c->n].depth = depth;
+    c->n++;
+}
+
+/* Walk fd (owned: closed here).  Regular files are collected,
+ * directories descended (never through a symlink), the rest skipped. */
+static void collect_dir(struct collect *c, int fd, const char *prefix,
+                        int depth)
+{
+    DIR *d = fdopendir(fd);
+    struct dirent *e;
+
+    if (!d) {
+        close(fd);
+        return;
+    }
+    while ((e = ipd_readdir(d)) != NULL && c->scanned < SCAN_MAX) {
+        struct stat st;
+        char rel[PATH_MAX];
+        if (depth == 0 && !strcmp(e->d_name, ".interpd"))
+            continue; /* the prelude's own results */
+        c->scanned++;
+        if ((size_t)snprintf(rel, sizeof(rel), "%s%s%s", prefix,
+                             prefix[0] ? "/" : "", e->d_name) >= sizeof(rel))
+            continue;
+        if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW))
+            continue;
+        if (S_ISREG(st.st_mode)) {
+            collect_add(c, rel, depth);
+        } else if (S_ISDIR(st.st_mode) && depth < SCAN_DEPTH_MAX) {
+            int sub = openat(fd, e->d_name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0)
+                collect_dir(c, sub, rel, depth + 1);
+        } else if (!S_ISDIR(st.st_mode)) {
+            note_skipped(c, rel,
+                         S_ISLNK(st.st_mode) ? "symlink" : "not_a_regular_file");
+        }
+    }
+    closedir(d);
+}
+
+/* Top-level files first, then by path: stable whatever readdir does. */
+static int cmp_entry(const void *a, const void *b)
+{
+    const struct out_entry *x = a, *y = b;
+    if (x->depth != y->depth)
+        return x->depth < y->depth ? -1 : 1;
+    return strcmp(x->rel, y->rel);
+}
+
+/*
+ * The stored name of a generated file: its path below /mnt/output with
+ * '/' turned into '_' ("plots/a.png" -> "plots_a.png", so files of the
+ * same name in different folders stay apart), then ipd_filename_sanitize
+ * (controls such as newlines become '_').  Too long: the last component
+ * alone; not UTF-8 or still too long: "generated_<n><ext>".
+ */
+static void generated_name(const char *rel, size_t n,
+                           char out[IPD_FILENAME_MAX])
+{
+    char joined[PATH_MAX], ext[IPD_FILENAME_MAX];
+    const char *last = strrchr(rel, '/');
+    const char *dot;
+    size_t len = strlen(rel);
+    enum ipd_err rc;
+
+    IPD_ASSERT(len < sizeof(joined));
+    for (size_t i = 0; i <= len; i++)
+        joined[i] = rel[i] == '/' ? '_' : rel[i];
+    rc = ipd_filename_sanitize(joined, len, out);
+    if (rc == IPD_ERR_TOO_LARGE && last)
+        rc = ipd_filename_sanitize(last + 1, strlen(last + 1), out);
+    if (!rc)
+        return;
+    dot = strrchr(last ? last + 1 : rel, '.');
+    if (dot && strlen(dot) <= 10 && ipd_utf8_valid(dot, strlen(dot)) &&
+        !ipd_filename_sanitize(dot, strlen(dot), ext) && ext[0] == '.')
+        snprintf(out, IPD_FILENAME_MAX, "generated_%zu%.10s", n + 1, ext);
+    else
+        snprintf(out, IPD_FILENAME_MAX, "generated_%zu", n + 1);
+}
+
+static const char b64[] =
+    "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+
+/* New ref: a JSON string of the base64 of data. */
+static json_t *base64_string(const unsigned char *data, size_t len)
+{
+    size_t olen = (len + 2) / 3 * 4;
+    char *o = ipd_xmalloc(olen + 1);
+    size_t j = 0;
+    json_t *s;
+    for (size_t i = 0; i < len; i += 3) {
+        uint32_t v = (uint32_t)data[i] << 16;
+        if (i + 1 < len)
+            v |= (uint32_t)data[i + 1] << 8;
+        if (i + 2 < len)
+            v |= data[i + 2];
+        o[j++] = b64[(v >> 18) & 63];
+        o[j++] = b64[(v >> 12) & 63];
+        o[j++] = i + 1 < len ? b64[(v >> 6) & 63] : '=';
+        o[j++] = i + 2 < len ? b64[v & 63] : '=';
+    }
+    o[j] = '\0';
+    s = json_stringn(o, j);
+    free(o);
+    return s;
+}
+
+/* The File object of CONTRACT.md, written by its one writer
+ * (ipd_jw_file).  New ref, or NULL when it cannot be written. */
+static json_t *file_object(const struct ipd_file_meta *f)
+{
+    struct ipd_buf b;
+    json_t *obj = NULL;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    if (!ipd_jw_file(&b, f))
+        obj = json_loadb(b.buf, b.len, 0, NULL);
+    ipd_buf_release(&b);
+    return obj;
+}
+
+/* Copy fd's bytes into w, the first cap of them also into copy when
+ * given (kept for data_base64).  *copied: the bytes read; *why: the
+ * reason to report when it fails (static). */
+static enum ipd_err copy_to_blob(int fd, struct ipd_blob_writer *w,
+                                 unsigned char *copy, size_t cap,
+                                 size_t *copied, const char **why)
+{
+    char buf[IPD__COPY_CHUNK];
+    enum ipd_err rc = IPD_OK;
+    *copied = 0;
+    while (!rc) {
+        ssize_t got = read(fd, buf, sizeof(buf));
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0) {
+            rc = IPD_ERR_IO;
+            *why = "unreadable";
+            break;
+        }
+        if (got == 0)
+            break;
+        rc = ipd_blob_writer_write(w, buf, (size_t)got);
+        if (rc == IPD_ERR_TOO_LARGE)
+            *why = "too_large";
+        if (rc)
+            break;
+        if (copy && *copied + (size_t)got <= cap)
+            memcpy(copy + *copied, buf, (size_t)got);
+        *copied += (size_t)got;
+    }
+    return rc;
+}
+
+/* The record of a generated file whose bytes are all in w (not yet
+ * committed): size, sha256, type, owner, source, times.  f's name and id
+ * are set already. */
+static enum ipd_err describe_generated(const struct ipd_executor *ex,
+                                       const struct ipd_exec_request *rq,
+                                       struct ipd_blob_writer *w,
+                                       struct ipd_file_meta *f)
+{
+    const void *head = NULL, *tail = NULL;
+    size_t head_len = 0;
+    enum ipd_err rc;
+
+    f->size = ipd_blob_writer_size(w);
+    rc = ipd_blob_writer_sha256(w, f->sha256);
+    if (rc)
+        goto out;
+    ipd_blob_writer_sample(w, &head, &head_len, &tail);
+    rc = ipd_filetype_detect_buf(ex->ft, head, head_len, tail, f->size,
+                                 f->filename, f->mime_type, f->file_type);
+    if (rc)
+        goto out;
+    snprintf(f->tenant, sizeof(f->tenant), "%s", rq->tenant);
+    snprintf(f->user_id, sizeof(f->user_id), "%s", rq->user_id);
+    snprintf(f->source, sizeof(f->source), "generated");
+    snprintf(f->blob, sizeof(f->blob), "%s", ipd_blobs_backend(ex->blobs));
+    f->created_at_ms = ipd_now_ms();
+    f->expires_at_ms = ex->file_ttl_ms == IPD_TIME_NEVER
+                           ? IPD_TIME_NEVER
+                           : f->created_at_ms + ex->file_ttl_ms;
+out:
+    return rc;
+}
+
+/*
+ * Store one output file as the user's file.  Returns IPD_OK and a new
+ * File object in *obj, or a reason string in *why (static) when the file
+ * is skipped: too large, over the quota, unreadable, a store failure.
+ */
+static enum ipd_err store_generated(struct ipd_executor *ex,
+                                    const struct ipd_exec_request *rq,
+                                    const struct ipd_sandbox_result *r,
+                                    const struct out_entry *oe, size_t n,
+                                    json_t **obj, const char **why)
+{
+    struct ipd_blob_writer *w = NULL;
+    struct ipd_file_meta f;
+    struct ipd_quota q = ex->quota;
+    unsigned char *copy = NULL; /* kept for data_base64 */
+    size_t copied = 0;
+    struct stat st;
+    enum ipd_err rc = IPD_ERR_IO;
+    int fd = ipd_sandbox_output_open(r, oe->rel, O_RDONLY | O_NONBLOCK);
+
+    *obj = NULL;
+    *why = "unreadable";
+    memset(&f, 0, sizeof(f));
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
+        goto out;
+    if (st.st_size > ex->max_file_size) {
+        *why = "too_large";
+        rc = IPD_ERR_TOO_LARGE;
+        goto out;
+    }
+    generated_name(oe->rel, n, f.filename);
+    ipd_id_new("file", f.file_id);
+    *why = "storage_error";
+    rc = ipd_blob_writer_new(ex->blobs, f.file_id, ex->max_file_size, &w);
+    if (rc)
+        goto out;
+    if (st.st_size <= ex->inline_max)
+        copy = ipd_xmalloc((size_t)st.st_size + 1);
+    rc = copy_to_blob(fd, w, copy, (size_t)st.st_size, &copied, why);
+    if (!rc)
+        rc = describe_generated(ex, rq, w, &f);
+    if (rc)
+        goto out;
+    rc = ipd_blob_writer_commit(w);
+    w = NULL;
+    if (rc)
+        goto out;
+    rc = ipd_meta_file_insert(ex->meta, &f, &q, f.created_at_ms);
+    if (rc) {
+        /* No metadata, no bytes. */
+        ipd_blob_undo_insert(ex->blobs, ex->meta, f.file_id, rc);
+        if (rc == IPD_ERR_QUOTA)
+            *why = "quota_exceeded";
+        goto out;
+    }
+    *obj = file_object(&f);
+    if (copy && copied == (size_t)f.size && !strcmp(f.file_type, "image"))
+        json_object_set_new(*obj, "data_base64", base64_string(copy, copied));
+    *why = NULL;
+out:
+    if (rc && rc != IPD_ERR_TOO_LARGE && rc != IPD_ERR_QUOTA)
+        ipd_warn("executor: generated file %s not stored: %s", f.file_id,
+                 ipd_err_name(rc));
+    ipd_blob_writer_abort(w);
+    free(copy);
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+static void collect_release(struct collect *c)
+{
+    for (size_t i = 0; i < c->n; i++)
+        free(c->items[i].rel);
+    free(c->items);
+}
+
+/* generated_files, generated_files_truncated, generated_files_skipped. */
+static void collect_generated(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              const struct ipd_sandbox_result *r,
+                              json_t *result)
+{
+    struct collect c;
+    json_t *files = json_array();
+    size_t stored = 0, dropped = 0;
+    int fd;
+
+    memset(&c, 0, sizeof(c));
+    c.skipped = json_array();
+    fd = r->output_dirfd >= 0
+             ? openat(r->output_dirfd, ".",
+                      O_RDONLY | O_DIRECTORY | O_CLOEXEC)
+             : -1;
+    if (fd >= 0)
+        collect_dir(&c, fd, "", 0);
+    if (c.n)
+        qsort(c.items, c.n, sizeof(*c.items), cmp_entry);
+    for (size_t i = 0; i < c.n; i++) {
+        json_t *obj = NULL;
+        const char *why = NULL;
+        if (stored >= ex->max_generated) {
+            dropped++;
+            continue;
+        }
+        if (store_generated(ex, rq, r, &c.items[i], i, &obj, &why)) {
+            note_skipped(&c, c.items[i].rel, why ? why : "storage_error");
+            continue;
+        }
+        json_array_append_new(files, obj);
+        stored++;
+    }
+    json_object_set_new(result, "generated_files", files);
+    json_object_set_new(result, "generated_files_truncated",
+                        json_boolean(dropped > 0 || c.scanned >= SCAN_MAX));
+    json_object_set_new(result, "generated_files_dropped",
+                        json_integer((json_int_t)dropped));
+    json_object_set_new(result, "generated_files_skipped", c.skipped);
+    collect_release(&c);
+}
+
+json_t *ipd__build_result(struct ipd_executor *ex,
+                          const struct ipd_exec_request *rq,
+                          const char *exec_id,
+                          const struct ipd_exec_policy *ep,
+                          int64_t timeout_ms,
+                          const struct ipd_sandbox_result *r,
+                          const struct ipd__installs *ins)
+{
+    json_t *prelude = ipd__read_prelude_result(r);
+    json_t *error = build_error(r, prelude, timeout_ms);
+    bool success = r->exit_code == 0 && !r->timed_out && !r->oom_killed &&
+                   json_is_null(error);
+    json_t *res = json_object();
+
+    json_object_set_new(res, "execution_id", json_string(exec_id));
+    json_object_set_new(res, "success", json_boolean(success));
+    json_object_set_new(res, "exit_code", json_integer(r->exit_code));
+    json_object_set_new(res, "timed_out", json_boolean(r->timed_out));
+    json_object_set_new(res, "stdout", lossy_string(r->out.buf, r->out.len));
+    json_object_set_new(res, "stderr", lossy_string(r->err.buf, r->err.len));
+    json_object_set_new(res, "stdout_truncated",
+                        json_boolean(r->out_truncated));
+    json_object_set_new(res, "stderr_truncated",
+                        json_boolean(r->err_truncated));
+    json_object_set_new(res, "execution_time",
+                        json_real(round3(r->wall_seconds)));
+    json_object_set_new(res, "install_time", json_real(round3(ins->seconds)));
+    json_object_set_new(res, "error", error);
+    collect_generated(ex, rq, r, res);
+    json_object_set(res, "installed_packages", ins->results);
+    /* Beyond the contract: the code ran twice because a module it
+     * imported was installed for it. */
+    json_object_set_new(res, "auto_installed",
+                        ins->auto_dist[0] ? json_string(ins->auto_dist)
+                                          : json_null());
+    json_object_set_new(
+        res, "resources",
+        json_pack("{s:f, s:I, s:b, s:s}", "cpu_time",
+                  round3(r->cpu_seconds), "max_rss_kb",
+                  (json_int_t)r->max_rss_kib, "oom_killed",
+                  (int)r->oom_killed, "policy", ep->name));
+    json_decref(prelude);
+    return res;
+}
