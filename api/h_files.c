@@ -447,6 +447,32 @@ static void ingest_fail(struct upload *u, enum ipd_err rc, const char *msg)
     snprintf(u->errmsg, sizeof(u->errmsg), "%s", msg);
 }
 
+/* The fetch's own code says whose fault it was: the URL's (invalid, 400),
+ * the guard's (a refused address: 400 naming the option that allows it),
+ * the remote server's (502, 504).  Our own storage failing is none of
+ * those. */
+static void ingest_fetch_failed(struct upload *u, enum ipd_err rc,
+                                const struct ipd_buf *err)
+{
+    if (rc == IPD_ERR_FORBIDDEN) {
+        char msg[sizeof(u->errmsg)];
+        snprintf(msg, sizeof(msg),
+                 "%s; an operator can allow such addresses with "
+                 "--fetch-allow (CIDRs)",
+                 err->len ? err->buf : "the address is not allowed");
+        ingest_fail(u, IPD_ERR_INVALID, msg);
+    } else if (rc == IPD_ERR_TOO_LARGE) {
+        ingest_fail(u, rc,
+                    "the URL's body is over the limit of the upload size; "
+                    "nothing was stored");
+    } else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UPSTREAM ||
+               rc == IPD_ERR_UPSTREAM_TIMEOUT) {
+        ingest_fail(u, rc, err->len ? err->buf : "the URL could not be fetched");
+    } else {
+        u->ingest_rc = rc;
+    }
+}
+
 /* On a background thread: fetch the URL into a new blob, then store it
  * like an upload. */
 static void ingest_run(struct ipd_req *r, bool stopping)
@@ -485,27 +511,7 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     if (rc) {
         ipd_blob_writer_abort(u->w);
         u->w = NULL;
-        /* The fetch's own code says whose fault it was: the URL's
-         * (invalid, 400), the guard's (a refused address: 400 naming the
-         * option that allows it), the remote server's (502, 504).  Our
-         * own storage failing is none of those. */
-        if (rc == IPD_ERR_FORBIDDEN) {
-            char msg[sizeof(u->errmsg)];
-            snprintf(msg, sizeof(msg),
-                     "%s; an operator can allow such addresses with "
-                     "--fetch-allow (CIDRs)",
-                     err.len ? err.buf : "the address is not allowed");
-            ingest_fail(u, IPD_ERR_INVALID, msg);
-        } else if (rc == IPD_ERR_TOO_LARGE) {
-            ingest_fail(u, rc,
-                        "the URL's body is over the limit of the upload "
-                        "size; nothing was stored");
-        } else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UPSTREAM ||
-                   rc == IPD_ERR_UPSTREAM_TIMEOUT) {
-            ingest_fail(u, rc,
-                        err.len ? err.buf : "the URL could not be fetched");
-        } else
-            u->ingest_rc = rc; /* our own storage failed */
+        ingest_fetch_failed(u, rc, &err);
         goto out;
     }
     /* The name: the request's, else Content-Disposition, else the URL's

@@ -482,6 +482,15 @@ static bool running(const struct run *r)
            r->err_r >= 0 || r->ctl >= 0;
 }
 
+/* The deadline passed.  The init reports no rusage when killed: read the
+ * peaks while the processes still exist, then kill. */
+static void time_out(struct run *r, const struct ipd__cgroup_run *cgr)
+{
+    r->timed_out = true;
+    r->hwm_kib = ipd__cgroup_run_hwm_kib(cgr);
+    kill_tree(r, cgr);
+}
+
 /* Poll until C0 and C1 are reaped and every pipe is at EOF; the deadline
  * kills the tree, after which everything must end within KILL_GRACE_MS. */
 static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
@@ -497,11 +506,7 @@ static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
             idx_c0 = -1, idx_c1 = -1;
 
         if (!r->killed && now >= deadline) {
-            /* The init reports no rusage when killed: read the peaks
-             * while the processes still exist. */
-            r->timed_out = true;
-            r->hwm_kib = ipd__cgroup_run_hwm_kib(cgr);
-            kill_tree(r, cgr);
+            time_out(r, cgr);
             hard = now + KILL_GRACE_MS;
         }
         if (!r->killed && r->c1_done) {
