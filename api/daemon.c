@@ -218,6 +218,33 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     return MHD_YES;
 }
 
+
+/* A request's method or path as one access-log field: space, '"' and '%'
+ * are percent-encoded so the field cannot end early or pose as another
+ * (controls are escaped by the logger); cut with "..." past outsz. */
+static const char *log_field(char *out, size_t outsz, const char *s)
+{
+    static const char hex[] = "0123456789ABCDEF";
+    size_t o = 0, room = outsz - 4; /* "..." and the NUL always fit */
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        bool enc = c == ' ' || c == '"' || c == '%';
+        if (o + (enc ? 3 : 1) > room)
+            break;
+        if (enc) {
+            out[o++] = '%';
+            out[o++] = hex[c >> 4];
+            out[o++] = hex[c & 15];
+        } else {
+            out[o++] = (char)c;
+        }
+    }
+    if (s && *s)
+        out[o++] = '.', out[o++] = '.', out[o++] = '.';
+    out[o] = '\0';
+    return out;
+}
+
 static void on_completed(void *cls, struct MHD_Connection *conn,
                          void **req_cls, enum MHD_RequestTerminationCode toe)
 {
@@ -233,10 +260,13 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
         ipd_metrics_http_observe(d->app->metrics,
                                  r->route ? r->route : "unmatched", r->method,
                                  (int)r->status, ms / 1000.0);
+    char method[64], path[1024];
     if (r->method)
         ipd_info("access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
              "tenant=%s user=%s request_id=%s%s%s%s",
-             r->method, r->path, r->status, (unsigned long long)r->bytes_out,
+             log_field(method, sizeof(method), r->method),
+             log_field(path, sizeof(path), r->path), r->status,
+             (unsigned long long)r->bytes_out,
              ms, r->authed ? r->key.tenant : "-",
              r->user_id[0] ? r->user_id : "-", r->request_id,
              r->error_code ? " error=" : "", r->error_code ? r->error_code : "",

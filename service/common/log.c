@@ -37,8 +37,38 @@ void ipd_log(enum ipd_log_level level, const char *fmt, ...)
     size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
     if (len > sizeof(line) - 2)
         len = sizeof(line) - 2;
-    line[len++] = '\n';
+    char out[sizeof(line) * 4 + 2];
+    size_t o = ipd_log_escape(out, sizeof(out) - 1, line, len);
+    out[o++] = '\n';
     /* One write per line: concurrent threads never interleave. */
-    ssize_t w = write(STDERR_FILENO, line, len);
+    ssize_t w = write(STDERR_FILENO, out, o);
     (void)w;
+}
+
+size_t ipd_log_escape(char *out, size_t outsz, const char *s, size_t len)
+{
+    static const char hex[] = "0123456789abcdef";
+    size_t i = 0, o = 0;
+    while (i < len) {
+        size_t n = ipd_utf8_char(s + i, len - i);
+        unsigned char c = (unsigned char)s[i];
+        if (n > 1 || (n == 1 && c >= 0x20 && c != 0x7f)) {
+            if (o + n > outsz)
+                break;
+            memcpy(out + o, s + i, n);
+            o += n;
+            i += n;
+            continue;
+        }
+        /* A control character or a byte of no character: shown, never
+         * obeyed (no forged lines, no terminal escapes). */
+        if (o + 4 > outsz)
+            break;
+        out[o++] = '\\';
+        out[o++] = 'x';
+        out[o++] = hex[c >> 4];
+        out[o++] = hex[c & 15];
+        i++;
+    }
+    return o;
 }

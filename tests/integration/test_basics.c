@@ -285,6 +285,45 @@ static void access_log(void)
     itest_stop(s);
 }
 
+/* Hardening item 16: a request path carrying a newline or a terminal
+ * escape, without a key, could forge log lines or drive the operator's
+ * terminal.  Every line stays one line, escapes are shown as \xNN, and a
+ * space cannot end the path field early. */
+static void access_log_escapes_request_bytes(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    struct itest_req rq = {0};
+    struct itest_resp r;
+    rq.path = "/x%0a2026-01-01T00:00:00Z%20info%20forged%0d%1b[31mred"
+              "%20status=200%07%c3%28";
+    rq.request_id = "itest-forge";
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 404, "not_found");
+    itest_resp_release(&r);
+    CHECKF(itest_wait_log_line(s, 5000, "request_id=itest-forge",
+                               "path=/x\\x0a2026", NULL),
+           "no access line with the escaped path");
+    char *log = itest_read_log(s);
+    REQUIRE(log);
+    CHECKF(!strchr(log, '\x1b') && !strchr(log, '\r') && !strchr(log, '\a'),
+           "a raw control character reached the log");
+    /* The path's text is only ever inside the access line. */
+    for (const char *l = log; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        if (memmem(l, n, "forged", 6))
+            CHECKF(memmem(l, n, "request_id=itest-forge", 22) != NULL,
+                   "a forged line: %.*s", (int)(n > 80 ? 80 : n), l);
+        l = e ? e + 1 : NULL;
+    }
+    CHECKF(strstr(log, "%20status=200") && strstr(log, "\\x1b[31m") &&
+               strstr(log, "\\xc3("),
+           "the path's space, escape and bad byte are not shown escaped");
+    free(log);
+    itest_stop(s);
+}
+
 /* Read one response from fd: its status (0 on EOF or a timeout); the body
  * is consumed using Content-Length. */
 static int read_response(int fd)
@@ -464,5 +503,5 @@ static void cors_simple_requests(void)
 
 TEST_MAIN(T(healthz), T(readyz), T(openapi_document), T(request_ids),
           T(not_found_routes), T(method_not_allowed), T(check_order),
-          T(access_log), T(keep_alive), T(cors_preflight),
+          T(access_log), T(access_log_escapes_request_bytes), T(keep_alive), T(cors_preflight),
           T(cors_simple_requests))

@@ -3,6 +3,7 @@
  */
 #include "service/common/buf.h"
 #include "service/common/crypto.h"
+#include "service/common/log.h"
 #include "service/common/util.h"
 #include "test.h"
 
@@ -168,6 +169,18 @@ static void utf8_lossy(void)
     CHECK_STR(out, "");
 }
 
+/* Log lines show control characters and stray bytes as \xNN. */
+static void log_escape(void)
+{
+    char out[64];
+    size_t n = ipd_log_escape(out, sizeof(out), "a\nb\x1b[1m\xff\xc3\xa9\x7f", 11);
+    out[n] = '\0';
+    CHECK_STR(out, "a\\x0ab\\x1b[1m\\xff\xc3\xa9\\x7f");
+    n = ipd_log_escape(out, 5, "\n\n", 2); /* the second escape does not fit */
+    out[n] = '\0';
+    CHECK_STR(out, "\\x0a");
+}
+
 static void sha256_and_hmac(void)
 {
     char hex[IPD_SHA256_HEX];
@@ -217,5 +230,5 @@ static void buffer(void)
 
 TEST_MAIN(T(ids_have_shape_and_differ), T(ids_are_random_enough),
           T(time_format_and_parse), T(durations), T(sizes), T(ints),
-          T(user_ids_and_tenants), T(utf8), T(utf8_lossy),
+          T(user_ids_and_tenants), T(utf8), T(utf8_lossy), T(log_escape),
           T(sha256_and_hmac), T(buffer))
