@@ -8,6 +8,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -90,9 +91,41 @@ static void reply_preflight(struct ipd_req *r, const char *allow)
 }
 
 /* First call: route, CORS, auth, begin.  May reply. */
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind,
+                                    const char *key, const char *value)
+{
+    (void)kind;
+    (void)value;
+    if (!strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING))
+        (*(unsigned *)cls)++;
+    return MHD_YES;
+}
+
+/* RFC 9112 section 6: a body is framed by chunked alone or by
+ * Content-Length.  Any other transfer coding (gzip, "chunked, gzip",
+ * "identity, chunked", a stray space libmicrohttpd would not parse), more
+ * than one Transfer-Encoding field, or both framings: 400 and close,
+ * before anything waits for a body it cannot delimit. */
+static bool framing_ok(struct ipd_req *r)
+{
+    unsigned n = 0;
+    MHD_get_connection_values(r->conn, MHD_HEADER_KIND, count_header, &n);
+    const char *te = ipd_req_header(r, MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    if (!n || (n == 1 && te && !strcasecmp(te, "chunked") &&
+               !ipd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH)))
+        return true;
+    r->close = true;
+    ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                   "unsupported body framing: only \"Transfer-Encoding: "
+                   "chunked\" or a Content-Length is accepted");
+    return false;
+}
+
 static void start_request(struct ipd_req *r)
 {
     const char *allow = NULL;
+    if (!framing_ok(r))
+        return;
     r->origin = allowed_origin(r);
     r->handler = ipd_route(r, &allow);
     if (!r->handler && !strcmp(r->method, "OPTIONS") && allow) {

@@ -133,6 +133,7 @@ struct ipd_req {
     int64_t bytes_in;          /* body bytes received */
     bool body_too_large;
     bool deferred;             /* no body: start on the second call */
+    bool close;                /* the reply closes the connection */
     bool suspended;            /* waiting for a worker; finish runs again */
     const char *error_code;    /* for the access log */
 };

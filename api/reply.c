@@ -43,6 +43,8 @@ static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->close)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (r->origin) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin",
                                 r->origin);

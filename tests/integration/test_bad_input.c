@@ -8,6 +8,9 @@
  * test_basics.c, foreign ids in test_auth.c (isolation), client disconnects
  * in test_concurrency.c.
  */
+#include <sys/socket.h>
+#include <unistd.h>
+#include <sys/time.h>
 #include "harness.h"
 
 static struct itest_server *start_keyed(const char *const *args, char **key)
@@ -594,9 +597,59 @@ static void error_messages_stay_utf8(void)
     itest_stop(s);
 }
 
+/* Hardening item 20: a Transfer-Encoding other than chunked, a list of
+ * codings, a stray space, two Transfer-Encoding fields, or both framings
+ * got no answer at all (the request waited for a body nobody could
+ * delimit).  RFC 9112 section 6: 400, and the connection closes. */
+static void odd_transfer_encodings(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    static const char *const framings[] = {
+        "Transfer-Encoding: gzip\r\n",
+        "Transfer-Encoding: chunked, gzip\r\n",
+        "Transfer-Encoding: identity, chunked\r\n",
+        "Transfer-Encoding: gzip, chunked\r\n",
+        "Transfer-Encoding: chunked \r\n",
+        "Transfer-Encoding: gzip\r\nTransfer-Encoding: chunked\r\n",
+        "Transfer-Encoding: chunked\r\nContent-Length: 10\r\n",
+    };
+    for (size_t i = 0; i < sizeof(framings) / sizeof(*framings); i++) {
+        int fd = itest_connect(s);
+        REQUIRE(fd >= 0);
+        struct timeval tv = {10, 0}; /* a bound, not a wait */
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+        char req[1024];
+        int n = snprintf(req, sizeof(req),
+                         "POST /v1/files?filename=a.txt HTTP/1.1\r\n"
+                         "Host: x\r\nAuthorization: Bearer %s\r\n"
+                         "X-User-Id: u1\r\nContent-Type: text/plain\r\n"
+                         "%s\r\n5\r\nhello\r\n0\r\n\r\n",
+                         key, framings[i]);
+        CHECK(itest_send_all(fd, req, (size_t)n));
+        char buf[4096];
+        size_t got = 0;
+        ssize_t k;
+        while (got < sizeof(buf) - 1 &&
+               (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+            got += (size_t)k;
+        buf[got] = '\0';
+        /* read() ended with 0: the server closed the connection. */
+        CHECKF(!strncmp(buf, "HTTP/1.1 400 ", 13) &&
+                   strcasestr(buf, "\r\nConnection: close\r\n") &&
+                   strstr(buf, "\"invalid_request\""),
+               "framing %zu (%.40s): answered %.60s", i, framings[i], buf);
+        close(fd);
+    }
+    check_nothing_stored(s, key, "oddly framed uploads");
+    free(key);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(multipart_without_boundary), T(multipart_truncated),
           T(multipart_without_file_part), T(json_body),
           T(raw_without_filename), T(filename_paths), T(filename_controls),
           T(filename_lengths), T(filename_dots_empty_utf8), T(filename_bidi),
           T(bad_user_ids), T(oversized_default_limit),
-          T(error_messages_stay_utf8))
+          T(error_messages_stay_utf8), T(odd_transfer_encodings))
