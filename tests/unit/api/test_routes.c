@@ -27,9 +27,8 @@
 extern const char ipd_openapi_json[];
 extern const unsigned long ipd_openapi_json_len;
 
-static const char *const http_methods[] = {"get", "put", "post", "delete",
-                                           "options", "head", "patch",
-                                           "trace"};
+static const char *const http_methods[] = {"get",     "put",  "post",  "delete",
+                                           "options", "head", "patch", "trace"};
 
 /* pattern with each {name} segment as {}. */
 static void normalize(const char *pattern, char *out, size_t n)
@@ -63,8 +62,10 @@ static json_t *load_doc(void)
     json_error_t err;
     json_t *doc = json_loadb(ipd_openapi_json, ipd_openapi_json_len, 0, &err);
     if (!doc)
-        fprintf(stderr, "the embedded docs/openapi.json does not parse: "
-                        "line %d: %s\n", err.line, err.text);
+        fprintf(stderr,
+                "the embedded docs/openapi.json does not parse: "
+                "line %d: %s\n",
+                err.line, err.text);
     return doc;
 }
 
@@ -76,7 +77,8 @@ static bool doc_has(json_t *paths, const char *method, const char *pattern)
     json_t *item;
     normalize(pattern, want, sizeof(want));
     lower(method, m, sizeof(m));
-    json_object_foreach(paths, path, item) {
+    json_object_foreach(paths, path, item)
+    {
         normalize(path, have, sizeof(have));
         if (!strcmp(have, want) && json_object_get(item, m))
             return true;
@@ -130,7 +132,8 @@ static void test_every_documented_operation_is_routed(void)
     REQUIRE(json_is_object(paths));
     const char *path;
     json_t *item;
-    json_object_foreach(paths, path, item) {
+    json_object_foreach(paths, path, item)
+    {
         for (size_t k = 0; k < IPD_ARRAY_LEN(http_methods); k++) {
             if (!json_object_get(item, http_methods[k]))
                 continue;
@@ -149,9 +152,9 @@ static void test_openapi_route_in_both(void)
 {
     json_t *doc = load_doc();
     REQUIRE(doc);
-    CHECK(json_object_get(json_object_get(json_object_get(doc, "paths"),
-                                          "/v1/openapi.json"),
-                          "get"));
+    CHECK(json_object_get(
+        json_object_get(json_object_get(doc, "paths"), "/v1/openapi.json"),
+        "get"));
     CHECK(router_has("get", "/v1/openapi.json"));
     json_decref(doc);
 }
@@ -198,11 +201,10 @@ static void test_routes_reachable_and_allow_matches(void)
             ipd_route_at(k, &km, &kp);
             if (strcmp(kp, p) != 0)
                 continue;
-            snprintf(want + strlen(want), sizeof(want) - strlen(want),
-                     "%s%s", km, strcmp(km, "GET") ? ", " : ", HEAD, ");
+            snprintf(want + strlen(want), sizeof(want) - strlen(want), "%s%s",
+                     km, strcmp(km, "GET") ? ", " : ", HEAD, ");
         }
-        snprintf(want + strlen(want), sizeof(want) - strlen(want),
-                 "OPTIONS");
+        snprintf(want + strlen(want), sizeof(want) - strlen(want), "OPTIONS");
         CHECK_STR(allow, want);
     }
 }
