@@ -183,6 +183,12 @@ bool ipd_auth_user(struct ipd_req *r);
  * NULL with *allow set (a static "GET, POST, OPTIONS" list) when the path
  * exists but not the method; NULL with *allow NULL for an unknown path. */
 const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow);
+/* The routing table, for tests that compare it with docs/openapi.json:
+ * ipd_route_count() (method, pattern) pairs, one per handler (HEAD and
+ * OPTIONS are implied, never listed).  ipd_route_at sets both to static
+ * strings ("GET", "/v1/files/{id}"), or to NULL when i is out of range. */
+size_t ipd_route_count(void);
+void ipd_route_at(size_t i, const char **method, const char **pattern);
 
 /* Handlers, one file per resource. */
 extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;

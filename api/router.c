@@ -91,3 +91,29 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow)
     r->route = "unmatched";
     return NULL;
 }
+
+size_t ipd_route_count(void)
+{
+    size_t n = 0;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(routes); i++)
+        for (size_t k = 0; k < IPD_ARRAY_LEN(routes[i].methods); k++)
+            n += routes[i].methods[k].method != NULL;
+    return n;
+}
+
+void ipd_route_at(size_t i, const char **method, const char **pattern)
+{
+    *method = NULL;
+    *pattern = NULL;
+    for (size_t r = 0; r < IPD_ARRAY_LEN(routes); r++) {
+        for (size_t k = 0; k < IPD_ARRAY_LEN(routes[r].methods); k++) {
+            if (!routes[r].methods[k].method)
+                continue;
+            if (i-- == 0) {
+                *method = routes[r].methods[k].method;
+                *pattern = routes[r].pattern;
+                return;
+            }
+        }
+    }
+}

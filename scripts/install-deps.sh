@@ -9,8 +9,11 @@ packages=(
   libcurl4-openssl-dev libssl-dev libseccomp-dev libmongoc-dev libbson-dev
   python3 python3-venv python3-numpy python3-pandas python3-matplotlib
   python3-scipy python3-openpyxl python3-pil python3-yaml
-  curl wrk
+  curl wrk nodejs
 )
+# npm comes with NodeSource's nodejs (which conflicts with Debian's npm);
+# with Debian's nodejs it is a package of its own.
+if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -21,8 +24,22 @@ for p in "${packages[@]}"; do
 done
 if [ "${#missing[@]}" -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "install-deps: installing ${missing[*]}"
+  $SUDO apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
-echo "install-deps: installing ${missing[*]}"
-$SUDO apt-get update -q
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+
+# The OpenAPI linter (ctest unit/openapi_lint), pinned by
+# tests/support/openapi/package.json and its package-lock.json.  Skipped
+# when the installed version is already the pinned one.
+lint_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/support/openapi"
+want="$(sed -n 's/.*"@redocly\/cli": *"\([^"]*\)".*/\1/p' "$lint_dir/package.json")"
+have="$(sed -n '/^ *"version":/{s/^ *"version": *"\([^"]*\)".*/\1/p;q}' \
+  "$lint_dir/node_modules/@redocly/cli/package.json" 2>/dev/null || true)"
+if [ -n "$want" ] && [ "$have" = "$want" ] && [ -x "$lint_dir/node_modules/.bin/redocly" ]; then
+  echo "install-deps: @redocly/cli $have present"
+else
+  echo "install-deps: npm ci in $lint_dir (@redocly/cli $want)"
+  npm ci --prefix "$lint_dir" --no-audit --no-fund --loglevel=error
+fi
