@@ -374,7 +374,12 @@ static void drop_privileges(const struct plan *pl)
     if (setrlimit(RLIMIT_CPU, &pl->rl_cpu) != 0 ||
         setrlimit(RLIMIT_FSIZE, &pl->rl_fsize) != 0 ||
         setrlimit(RLIMIT_NOFILE, &pl->rl_nofile) != 0 ||
-        setrlimit(RLIMIT_CORE, &(struct rlimit){0, 0}) != 0)
+        /* 1, not 0: a core_pattern that pipes to a helper (systemd-
+         * coredump, apport) ignores RLIMIT_CORE except for the value 1,
+         * which the kernel reserves to skip the dump (fs/coredump.c);
+         * for a file pattern 1 byte is under the minimum dump, so no
+         * core is ever written.  The hard limit keeps it there. */
+        setrlimit(RLIMIT_CORE, &(struct rlimit){1, 1}) != 0)
         fail(pl, "setrlimit", NULL, errno);
     for (int cap = 0; cap <= pl->st->cap_last; cap++) {
         if (prctl(PR_CAPBSET_DROP, (unsigned long)cap, 0, 0, 0) != 0)
