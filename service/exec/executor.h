@@ -10,7 +10,9 @@
  * to /mnt/output are collected through the sandbox's output directory
  * handle (never by following a path), typed, stored as the user's files
  * (source "generated", normal TTL) and returned; images up to the inline
- * limit also as data_base64.
+ * limit also as data_base64.  A file that is not stored (the quota, the
+ * size limit, outputs_inline_only) is still returned, inline when within
+ * the limit whatever its type.
  *
  * Blocking: ipd_executor_run takes as long as the code runs.  Call it from
  * long-lived worker threads (the sandbox ties the run's lifetime to the

@@ -621,6 +621,8 @@ static enum ipd_err generated_entry(struct ipd_executor *ex,
         if (*obj)
             json_object_set_new(*obj, "stored", json_true());
     } else {
+        if (!strcmp(reason, "unreadable"))
+            reason = "storage_error"; /* read once after all */
         rc = describe_unstored(ex, &g);
         if (rc)
             goto out;
