@@ -53,7 +53,8 @@ static void reply_result(struct ipd_req *r, struct ipd_exec_job *j)
     ipd_reply_failure(r, j->rc, msg, "running the code");
 }
 
-/* Check the optional fields (packages, async, callback_url, variables);
+/* Check the optional fields (packages, async, callback_url, store_outputs,
+ * variables);
  * sessions are not built yet: refused clearly.  Replies and returns true
  * on a bad request. */
 static bool unsupported(struct ipd_req *r, json_t *doc)
@@ -94,6 +95,12 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
     if (v && !json_is_null(v)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                         "sessions are not available on this server yet");
+        return true;
+    }
+    v = json_object_get(doc, "store_outputs");
+    if (v && !json_is_boolean(v) && !json_is_null(v)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                        "\"store_outputs\" must be true or false");
         return true;
     }
     v = json_object_get(doc, "variables");
@@ -221,6 +228,7 @@ static struct ipd_exec_job *job_new(struct ipd_req *r, json_t *doc,
     if (json_is_string(cbu))
         j->callback_url = ipd_xstrdup(json_string_value(cbu));
     memcpy(j->secret, r->key.secret, sizeof(j->secret));
+    j->store_outputs = !json_is_false(json_object_get(doc, "store_outputs"));
     json_t *pk = json_object_get(doc, "packages");
     size_t np = json_array_size(pk);
     j->packages = ipd_xcalloc(np ? np : 1, sizeof(*j->packages));

@@ -10,7 +10,9 @@
  * to /mnt/output are collected through the sandbox's output directory
  * handle (never by following a path), typed, stored as the user's files
  * (source "generated", normal TTL) and returned; images up to the inline
- * limit also as data_base64.
+ * limit also as data_base64.  A file that is not stored (the quota, the
+ * size limit, outputs_inline_only) is still returned, inline when within
+ * the limit whatever its type.
  *
  * Blocking: ipd_executor_run takes as long as the code runs.  Call it from
  * long-lived worker threads (the sandbox ties the run's lifetime to the
@@ -54,6 +56,9 @@ struct ipd_exec_request {
     const char *execution_id;    /* an id made with ipd_id_new("exec") when
                                     the caller announced it already (async
                                     executions); NULL: a new one */
+    bool outputs_inline_only;    /* "store_outputs": false: generated files
+                                    are returned (inline within the limit)
+                                    and never stored */
 };
 
 /*
@@ -149,11 +154,16 @@ const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);
  * object of CONTRACT.md (execution_id, success, exit_code, timed_out,
  * stdout, stderr, *_truncated, execution_time, install_time, error,
  * generated_files, installed_packages, resources{cpu_time, max_rss_kb,
- * oom_killed, policy}), whatever the code did.  Beyond the contract:
- * generated_files_truncated (more files than the cap), _dropped (how
- * many), _skipped ([{filename, reason}], at most 20: symlink,
- * not_a_regular_file, too_large, quota_exceeded, unreadable,
- * storage_error).
+ * oom_killed, policy}), whatever the code did.  Each generated_files entry
+ * has "stored": true (a File object; images within the inline limit with
+ * data_base64) or false: not stored (over the quota, over the file size
+ * limit, outputs_inline_only, a store failure), then without file_id and
+ * expires_at, with not_stored_reason (quota_exceeded, too_large,
+ * store_outputs_false, storage_error), message, and data_base64 when it
+ * fits the inline limit (whatever its type), else not_inline_reason
+ * (over_inline_limit).  Beyond the contract: generated_files_truncated
+ * (more files than the cap), _dropped (how many), _skipped ([{filename,
+ * reason}], at most 20: symlink, not_a_regular_file, unreadable).
  * IPD_ERR_TOO_LARGE for code over 1 MiB.
  * Errors (nothing ran): IPD_ERR_NOT_FOUND for a file id not in the caller's
  * scope (the message names it in *detail), IPD_ERR_INVALID for a bad

@@ -67,6 +67,7 @@ struct ipd_exec_job *ipd_exec_job_new(void)
 {
     struct ipd_exec_job *j = ipd_xcalloc(1, sizeof(*j));
     ipd_buf_init(&j->detail, 1024);
+    j->store_outputs = true;
     return j;
 }
 
@@ -257,6 +258,7 @@ static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         .packages = (const char *const *)j->packages,
         .n_packages = j->n_packages,
         .execution_id = j->exec_id[0] ? j->exec_id : NULL,
+        .outputs_inline_only = !j->store_outputs,
     };
     enum ipd_metrics_exec_outcome o;
     int64_t t0 = ipd_now_ms();

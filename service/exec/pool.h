@@ -62,6 +62,9 @@ struct ipd_exec_job {
     json_t *variables;               /* new reference or NULL */
     char **packages;                 /* owned array of owned strings */
     size_t n_packages;
+    bool store_outputs;              /* false: generated files come back
+                                        inline only (ipd_exec_job_new:
+                                        true) */
     char *callback_url;              /* owned, or NULL (async only) */
     char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
     char exec_id[IPD_ID_MAX];        /* OUT: async, set by submit */

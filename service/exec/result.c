@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "../../storage/meta.h"
+#include "../common/crypto.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "exec_internal.h"
@@ -383,73 +384,255 @@ out:
     return rc;
 }
 
+/* One output file on its way into generated_files. */
+struct gen_file {
+    int fd;                  /* owned: the file, open for reading */
+    int64_t size;            /* from fstat */
+    struct ipd_file_meta f;  /* filename set; the rest once described */
+    bool described;          /* f's size, sha256 and types are set */
+    unsigned char *copy;     /* owned: its bytes when within the inline limit */
+    bool have_copy;          /* copy holds all f.size bytes */
+};
+
+/* The user's files and bytes, counted before the first store and kept up
+ * to date after each: a file the quota cannot take is never written to
+ * the blob store only to be deleted again.  The insert checks the quota
+ * atomically anyway (a concurrent upload may come first). */
+struct gen_usage {
+    bool known;
+    int64_t count, bytes;
+};
+
+/* Room for the bytes of a file of size to return inline: 0 is "never". */
+static bool inline_fits(const struct ipd_executor *ex, int64_t size)
+{
+    return ex->inline_max > 0 && size <= ex->inline_max;
+}
+
 /*
- * Store one output file as the user's file.  Returns IPD_OK and a new
- * File object in *obj, or a reason string in *why (static) when the file
- * is skipped: too large, over the quota, unreadable, a store failure.
+ * Store g as the user's file (its bytes kept in g->copy when they fit
+ * inline).  IPD_OK: stored, g described.  Otherwise nothing of it stays
+ * (no blob, no record) and *why is the reason (static): quota_exceeded,
+ * too_large, unreadable, storage_error.
  */
 static enum ipd_err store_generated(struct ipd_executor *ex,
                                     const struct ipd_exec_request *rq,
-                                    const struct ipd_sandbox_result *r,
-                                    const struct out_entry *oe, size_t n,
-                                    json_t **obj, const char **why)
+                                    struct gen_file *g, const char **why)
 {
     struct ipd_blob_writer *w = NULL;
-    struct ipd_file_meta f;
     struct ipd_quota q = ex->quota;
-    unsigned char *copy = NULL; /* kept for data_base64 */
     size_t copied = 0;
-    struct stat st;
-    enum ipd_err rc = IPD_ERR_IO;
-    int fd = ipd_sandbox_output_open(r, oe->rel, O_RDONLY | O_NONBLOCK);
+    enum ipd_err rc;
 
-    *obj = NULL;
-    *why = "unreadable";
-    memset(&f, 0, sizeof(f));
-    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
-        goto out;
-    if (st.st_size > ex->max_file_size) {
-        *why = "too_large";
-        rc = IPD_ERR_TOO_LARGE;
-        goto out;
-    }
-    generated_name(oe->rel, n, f.filename);
-    ipd_id_new("file", f.file_id);
+    ipd_id_new("file", g->f.file_id);
     *why = "storage_error";
-    rc = ipd_blob_writer_new(ex->blobs, f.file_id, ex->max_file_size, &w);
+    rc = ipd_blob_writer_new(ex->blobs, g->f.file_id, ex->max_file_size, &w);
     if (rc)
         goto out;
-    if (st.st_size <= ex->inline_max)
-        copy = ipd_xmalloc((size_t)st.st_size + 1);
-    rc = copy_to_blob(fd, w, copy, (size_t)st.st_size, &copied, why);
+    if (inline_fits(ex, g->size))
+        g->copy = ipd_xmalloc((size_t)g->size + 1);
+    rc = copy_to_blob(g->fd, w, g->copy, (size_t)g->size, &copied, why);
     if (!rc)
-        rc = describe_generated(ex, rq, w, &f);
+        rc = describe_generated(ex, rq, w, &g->f);
     if (rc)
         goto out;
+    g->described = true;
+    g->have_copy = g->copy && copied == (size_t)g->f.size;
     rc = ipd_blob_writer_commit(w);
     w = NULL;
     if (rc)
         goto out;
-    rc = ipd_meta_file_insert(ex->meta, &f, &q, f.created_at_ms);
+    rc = ipd_meta_file_insert(ex->meta, &g->f, &q, g->f.created_at_ms);
     if (rc) {
         /* No metadata, no bytes. */
-        ipd_blob_undo_insert(ex->blobs, ex->meta, f.file_id, rc);
+        ipd_blob_undo_insert(ex->blobs, ex->meta, g->f.file_id, rc);
         if (rc == IPD_ERR_QUOTA)
             *why = "quota_exceeded";
-        goto out;
     }
-    *obj = file_object(&f);
-    if (copy && copied == (size_t)f.size && !strcmp(f.file_type, "image"))
-        json_object_set_new(*obj, "data_base64", base64_string(copy, copied));
-    *why = NULL;
 out:
     if (rc && rc != IPD_ERR_TOO_LARGE && rc != IPD_ERR_QUOTA)
-        ipd_warn("executor: generated file %s not stored: %s", f.file_id,
+        ipd_warn("executor: generated file %s not stored: %s", g->f.file_id,
                  ipd_err_name(rc));
     ipd_blob_writer_abort(w);
-    free(copy);
-    if (fd >= 0)
-        close(fd);
+    return rc;
+}
+
+/* Describe a file that is not stored (unless storing got that far): its
+ * bytes read once for the sha256 (and kept when they fit inline), its
+ * type from the file itself.  IPD_ERR_IO when it cannot be read. */
+static enum ipd_err describe_unstored(struct ipd_executor *ex,
+                                      struct gen_file *g)
+{
+    char buf[IPD__COPY_CHUNK];
+    struct ipd_sha256 *h = NULL;
+    int64_t off = 0;
+    enum ipd_err rc = IPD_OK;
+
+    g->f.file_id[0] = '\0';
+    if (g->described)
+        return IPD_OK;
+    if (!g->copy && inline_fits(ex, g->size))
+        g->copy = ipd_xmalloc((size_t)g->size + 1);
+    h = ipd_sha256_new();
+    for (;;) {
+        ssize_t got = pread(g->fd, buf, sizeof(buf), (off_t)off);
+        if (got < 0 && errno == EINTR)
+            continue;
+        if (got < 0)
+            rc = IPD_ERR_IO;
+        if (got <= 0)
+            break;
+        ipd_sha256_update(h, buf, (size_t)got);
+        if (g->copy && off + got <= g->size)
+            memcpy(g->copy + off, buf, (size_t)got);
+        off += got;
+    }
+    ipd_sha256_final(h, g->f.sha256);
+    ipd_sha256_free(h);
+    if (!rc)
+        rc = ipd_filetype_detect(ex->ft, g->fd, g->f.filename,
+                                 g->f.mime_type, g->f.file_type);
+    if (rc)
+        return rc;
+    g->f.size = off;
+    g->have_copy = g->copy && off == g->size;
+    snprintf(g->f.source, sizeof(g->f.source), "generated");
+    g->f.created_at_ms = ipd_now_ms();
+    g->f.expires_at_ms = IPD_TIME_NEVER;
+    g->described = true;
+    return IPD_OK;
+}
+
+/* The sentence behind a not_stored_reason, into out. */
+static void not_stored_message(const struct ipd_executor *ex,
+                               const char *reason, int64_t size, char *out,
+                               size_t n)
+{
+    char files[48] = "", bytes[48] = "";
+    if (!strcmp(reason, "quota_exceeded")) {
+        if (ex->quota.max_files >= 0)
+            snprintf(files, sizeof(files), "at most %lld files",
+                     (long long)ex->quota.max_files);
+        if (ex->quota.max_bytes >= 0)
+            snprintf(bytes, sizeof(bytes), "at most %lld bytes",
+                     (long long)ex->quota.max_bytes);
+        snprintf(out, n,
+                 "not stored: it would pass the user's file quota (%s%s%s)",
+                 files, files[0] && bytes[0] ? ", " : "", bytes);
+    } else if (!strcmp(reason, "store_outputs_false")) {
+        snprintf(out, n, "not stored: the request asked for "
+                         "\"store_outputs\": false");
+    } else if (!strcmp(reason, "too_large")) {
+        snprintf(out, n,
+                 "not stored: %lld bytes is over the file size limit of "
+                 "%lld bytes",
+                 (long long)size, (long long)ex->max_file_size);
+    } else {
+        snprintf(out, n, "not stored: the file store failed (see the "
+                         "server log)");
+    }
+}
+
+/* generated_files' entry for a file that is not stored: the File object
+ * without file_id and expires_at, stored false, not_stored_reason, its
+ * bytes as data_base64 when they fit inline (else not_inline_reason), and
+ * a message saying all that.  New ref, or NULL. */
+static json_t *unstored_object(const struct ipd_executor *ex,
+                               const struct gen_file *g, const char *reason)
+{
+    char msg[512];
+    size_t len;
+    json_t *obj = file_object(&g->f);
+    if (!obj)
+        return NULL;
+    json_object_del(obj, "file_id");
+    json_object_del(obj, "expires_at");
+    json_object_set_new(obj, "stored", json_false());
+    json_object_set_new(obj, "not_stored_reason", json_string(reason));
+    not_stored_message(ex, reason, g->f.size, msg, sizeof(msg));
+    len = strlen(msg);
+    if (g->have_copy) {
+        json_object_set_new(obj, "data_base64",
+                            base64_string(g->copy, (size_t)g->f.size));
+        snprintf(msg + len, sizeof(msg) - len,
+                 "; its bytes are returned inline in data_base64");
+    } else {
+        json_object_set_new(obj, "not_inline_reason",
+                            json_string("over_inline_limit"));
+        snprintf(msg + len, sizeof(msg) - len,
+                 "; too large to return inline: %lld bytes, the inline "
+                 "limit is %lld bytes",
+                 (long long)g->f.size, (long long)ex->inline_max);
+    }
+    json_object_set_new(obj, "message", json_string(msg));
+    return obj;
+}
+
+/* Why g is not even offered to the store, or NULL. */
+static const char *store_refusal(const struct ipd_executor *ex,
+                                 const struct ipd_exec_request *rq,
+                                 const struct gen_usage *u, int64_t size)
+{
+    if (rq->outputs_inline_only)
+        return "store_outputs_false";
+    if (size > ex->max_file_size)
+        return "too_large";
+    if (u->known && ipd_quota_exceeded(&ex->quota, u->count, u->bytes, size))
+        return "quota_exceeded";
+    return NULL;
+}
+
+/*
+ * generated_files' entry for one output file: stored as the user's file
+ * (stored true; images within the inline limit with data_base64) or, when
+ * that is refused or fails, described and returned without a file_id
+ * (unstored_object).  Returns IPD_OK and a new ref in *obj, or an error
+ * and the reason for generated_files_skipped in *why (static) when the
+ * file cannot be read at all.
+ */
+static enum ipd_err generated_entry(struct ipd_executor *ex,
+                                    const struct ipd_exec_request *rq,
+                                    const struct ipd_sandbox_result *r,
+                                    const struct out_entry *oe, size_t n,
+                                    struct gen_usage *u, json_t **obj,
+                                    const char **why)
+{
+    struct gen_file g;
+    struct stat st;
+    const char *reason;
+    enum ipd_err rc = IPD_ERR_IO;
+
+    memset(&g, 0, sizeof(g));
+    *obj = NULL;
+    *why = "unreadable";
+    g.fd = ipd_sandbox_output_open(r, oe->rel, O_RDONLY | O_NONBLOCK);
+    if (g.fd < 0 || fstat(g.fd, &st) || !S_ISREG(st.st_mode))
+        goto out;
+    g.size = st.st_size;
+    generated_name(oe->rel, n, g.f.filename);
+    reason = store_refusal(ex, rq, u, g.size);
+    if (!reason && !store_generated(ex, rq, &g, &reason)) {
+        u->count++;
+        u->bytes += g.f.size;
+        *obj = file_object(&g.f);
+        if (*obj && g.have_copy && !strcmp(g.f.file_type, "image"))
+            json_object_set_new(*obj, "data_base64",
+                                base64_string(g.copy, (size_t)g.f.size));
+        if (*obj)
+            json_object_set_new(*obj, "stored", json_true());
+    } else {
+        if (!strcmp(reason, "unreadable"))
+            reason = "storage_error"; /* read once after all */
+        rc = describe_unstored(ex, &g);
+        if (rc)
+            goto out;
+        *obj = unstored_object(ex, &g, reason);
+    }
+    rc = *obj ? IPD_OK : IPD_ERR_INTERNAL;
+out:
+    free(g.copy);
+    if (g.fd >= 0)
+        close(g.fd);
     return rc;
 }
 
@@ -460,15 +643,31 @@ static void collect_release(struct collect *c)
     free(c->items);
 }
 
-/* generated_files, generated_files_truncated, generated_files_skipped. */
+/* The user's usage for the early quota check (gen_usage); unknown when
+ * nothing is stored, there is no quota or the store cannot say. */
+static void usage_start(struct ipd_executor *ex,
+                        const struct ipd_exec_request *rq,
+                        struct gen_usage *u)
+{
+    memset(u, 0, sizeof(*u));
+    if (rq->outputs_inline_only ||
+        (ex->quota.max_files < 0 && ex->quota.max_bytes < 0))
+        return;
+    u->known = !ipd_meta_file_usage(ex->meta, rq->tenant, rq->user_id,
+                                    ipd_now_ms(), &u->count, &u->bytes);
+}
+
+/* generated_files, generated_files_truncated, generated_files_dropped,
+ * generated_files_skipped. */
 static void collect_generated(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               const struct ipd_sandbox_result *r,
                               json_t *result)
 {
     struct collect c;
+    struct gen_usage u;
     json_t *files = json_array();
-    size_t stored = 0, dropped = 0;
+    size_t listed = 0, dropped = 0;
     int fd;
 
     memset(&c, 0, sizeof(c));
@@ -481,19 +680,21 @@ static void collect_generated(struct ipd_executor *ex,
         collect_dir(&c, fd, "", 0);
     if (c.n)
         qsort(c.items, c.n, sizeof(*c.items), cmp_entry);
+    if (c.n)
+        usage_start(ex, rq, &u);
     for (size_t i = 0; i < c.n; i++) {
         json_t *obj = NULL;
         const char *why = NULL;
-        if (stored >= ex->max_generated) {
+        if (listed >= ex->max_generated) {
             dropped++;
             continue;
         }
-        if (store_generated(ex, rq, r, &c.items[i], i, &obj, &why)) {
+        if (generated_entry(ex, rq, r, &c.items[i], i, &u, &obj, &why)) {
             note_skipped(&c, c.items[i].rel, why ? why : "storage_error");
             continue;
         }
         json_array_append_new(files, obj);
-        stored++;
+        listed++;
     }
     json_object_set_new(result, "generated_files", files);
     json_object_set_new(result, "generated_files_truncated",

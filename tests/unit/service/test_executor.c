@@ -155,6 +155,9 @@ static int work_dirs_left(void)
     return n;
 }
 
+/* The next runs ask for "store_outputs": false. */
+static bool inline_only;
+
 /* Run code as (tenant "t1", user) with optional files; result or NULL. */
 static json_t *run_files(const char *user, const char *code,
                          const char *const *files, size_t n_files,
@@ -173,6 +176,7 @@ static json_t *run_files(const char *user, const char *code,
     rq.file_ids = files;
     rq.n_files = n_files;
     rq.timeout_ms = timeout_ms;
+    rq.outputs_inline_only = inline_only;
     ipd_buf_init(&detail, 4096);
     rc = ipd_executor_run(ex, &rq, &res, &detail);
     CHECK_INT(rc, want);
@@ -282,6 +286,7 @@ static void test_generated_file(void)
     CHECK_STR(jstr(gf, "filename"), "report.csv");
     CHECK_STR(jstr(gf, "file_type"), "csv");
     CHECK(json_object_get(gf, "data_base64") == NULL);
+    CHECK(json_is_true(json_object_get(gf, "stored")));
     check_stored(gf, "u1", "a,b\n1,2\n");
     CHECK(json_is_false(json_object_get(res, "generated_files_truncated")));
     json_decref(res);
@@ -382,20 +387,70 @@ static void test_count_cap(void)
     json_decref(res);
 }
 
+/* A file over the size limit is listed, not stored, and too large to
+ * come back inline (1 MiB is also the inline limit). */
 static void test_size_cap(void)
 {
-    json_t *res, *skipped;
+    json_t *res, *files, *big;
     REQUIRE(setup());
     /* cfg.max_file_size is 1 MiB here */
     res = run("open('big.bin', 'wb').write(b'x' * (1024 * 1024 + 1))\n"
               "open('small.txt', 'w').write('s')\n");
     REQUIRE(res);
-    CHECK_INT(json_array_size(json_object_get(res, "generated_files")), 1);
-    skipped = json_object_get(res, "generated_files_skipped");
-    REQUIRE(json_array_size(skipped) == 1);
-    CHECK_STR(jstr(json_array_get(skipped, 0), "filename"), "big.bin");
-    CHECK_STR(jstr(json_array_get(skipped, 0), "reason"), "too_large");
+    files = json_object_get(res, "generated_files");
+    REQUIRE(json_array_size(files) == 2);
+    big = json_array_get(files, 0);
+    CHECK_STR(jstr(big, "filename"), "big.bin");
+    CHECK(json_is_false(json_object_get(big, "stored")));
+    CHECK(json_object_get(big, "file_id") == NULL);
+    CHECK_STR(jstr(big, "not_stored_reason"), "too_large");
+    CHECK_STR(jstr(big, "not_inline_reason"), "over_inline_limit");
+    CHECK(json_object_get(big, "data_base64") == NULL);
+    CHECK_INT(json_integer_value(json_object_get(big, "size")),
+              1024 * 1024 + 1);
+    CHECK(strstr(jstr(big, "message"), "file size limit") != NULL);
+    CHECK(json_is_true(json_object_get(json_array_get(files, 1), "stored")));
+    CHECK_INT(json_array_size(json_object_get(res, "generated_files_skipped")),
+              0);
     json_decref(res);
+}
+
+/* "store_outputs": false: every file comes back inline, whatever its
+ * type, and nothing is stored. */
+static void test_inline_only(void)
+{
+    json_t *res, *files, *f;
+    int64_t count = -1, bytes = -1;
+    char hex[IPD_SHA256_HEX];
+    REQUIRE(setup());
+    inline_only = true;
+    res = run_files("inline-user",
+                    "open('t.csv', 'w').write('a,b\\n1,2\\n')\n"
+                    "open('e.txt', 'w')\n",
+                    NULL, 0, 0, IPD_OK);
+    inline_only = false;
+    REQUIRE(res);
+    files = json_object_get(res, "generated_files");
+    REQUIRE(json_array_size(files) == 2);
+    f = json_array_get(files, 1);
+    CHECK_STR(jstr(f, "filename"), "t.csv");
+    CHECK(json_is_false(json_object_get(f, "stored")));
+    CHECK(json_object_get(f, "file_id") == NULL);
+    CHECK(json_object_get(f, "expires_at") == NULL);
+    CHECK_STR(jstr(f, "not_stored_reason"), "store_outputs_false");
+    CHECK_STR(jstr(f, "file_type"), "csv");
+    CHECK_STR(jstr(f, "data_base64"), "YSxiCjEsMgo=");
+    ipd_sha256_hex("a,b\n1,2\n", 8, hex);
+    CHECK_STR(jstr(f, "sha256"), hex);
+    /* An empty file: its (empty) bytes inline. */
+    f = json_array_get(files, 0);
+    CHECK_STR(jstr(f, "filename"), "e.txt");
+    CHECK_STR(jstr(f, "data_base64"), "");
+    CHECK_INT(json_integer_value(json_object_get(f, "size")), 0);
+    json_decref(res);
+    REQUIRE(ipd_meta_file_usage(meta, "t1", "inline-user", ipd_now_ms(),
+                                &count, &bytes) == IPD_OK);
+    CHECK_INT(count, 0);
 }
 
 static void test_timeout(void)
@@ -573,7 +628,8 @@ static void test_exit_and_signal(void)
 
 static void test_quota(void)
 {
-    json_t *res, *skipped;
+    json_t *res, *files, *c;
+    int64_t count = -1, bytes = -1;
     REQUIRE(setup());
     cfg.quota_files = 2;
     ipd_executor_free(ex);
@@ -590,12 +646,22 @@ static void test_quota(void)
                     NULL, 0, 0, IPD_OK);
     REQUIRE(res);
     CHECK(json_is_true(json_object_get(res, "success")));
-    CHECK_INT(json_array_size(json_object_get(res, "generated_files")), 2);
-    skipped = json_object_get(res, "generated_files_skipped");
-    REQUIRE(json_array_size(skipped) == 1);
-    CHECK_STR(jstr(json_array_get(skipped, 0), "filename"), "c.txt");
-    CHECK_STR(jstr(json_array_get(skipped, 0), "reason"), "quota_exceeded");
+    files = json_object_get(res, "generated_files");
+    REQUIRE(json_array_size(files) == 3);
+    CHECK(json_is_true(json_object_get(json_array_get(files, 1), "stored")));
+    c = json_array_get(files, 2);
+    CHECK_STR(jstr(c, "filename"), "c.txt");
+    CHECK(json_is_false(json_object_get(c, "stored")));
+    CHECK(json_object_get(c, "file_id") == NULL);
+    CHECK_STR(jstr(c, "not_stored_reason"), "quota_exceeded");
+    CHECK(strstr(jstr(c, "message"), "at most 2 files") != NULL);
+    CHECK_STR(jstr(c, "data_base64"), "Yw==");
+    CHECK_INT(json_array_size(json_object_get(res, "generated_files_skipped")),
+              0);
     json_decref(res);
+    REQUIRE(ipd_meta_file_usage(meta, "t1", "quota-user", ipd_now_ms(),
+                                &count, &bytes) == IPD_OK);
+    CHECK_INT(count, 2);
     cfg.quota_files = -1;
 }
 
@@ -636,6 +702,7 @@ TEST_MAIN({"print", test_print}, {"exception", test_exception},
           {"subfolder_and_odd_names", test_subfolder_and_odd_names},
           {"symlink_skipped", test_symlink_skipped},
           {"count_cap", test_count_cap}, {"size_cap", test_size_cap},
+          {"inline_only", test_inline_only},
           {"timeout", test_timeout}, {"input_file", test_input_file},
           {"foreign_file", test_foreign_file},
           {"bad_requests", test_bad_requests},
