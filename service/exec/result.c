@@ -403,6 +403,39 @@ struct gen_usage {
     int64_t count, bytes;
 };
 
+/* What the outputs may cost, whatever tricks made them: each inode once
+ * (a hard link is a second name, not a second file) and its full size
+ * (a sparse file stores its holes as bytes), within the run's output
+ * limit (the /mnt/output tmpfs size).  Without that, hard links and
+ * sparse files let 64 MiB of tmpfs store a gigabyte of blobs. */
+struct out_budget {
+    int64_t left;                /* bytes; < 0: no limit */
+    struct { dev_t dev; ino_t ino; } *seen;
+    size_t n, alloc;
+};
+
+/* NULL: f may be collected (and is charged); else the reason for
+ * generated_files_skipped. */
+static const char *budget_charge(struct out_budget *b, const struct stat *st)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->seen[i].dev == st->st_dev && b->seen[i].ino == st->st_ino)
+            return "hard_link";
+    if (b->left >= 0 && st->st_size > b->left)
+        return (int64_t)st->st_blocks * 512 < st->st_size ? "sparse_over_output_limit"
+                                                       : "over_output_limit";
+    if (b->left >= 0)
+        b->left -= st->st_size;
+    if (b->n == b->alloc) {
+        b->alloc = b->alloc ? b->alloc * 2 : 16;
+        b->seen = ipd_xrealloc(b->seen, b->alloc * sizeof(*b->seen));
+    }
+    b->seen[b->n].dev = st->st_dev;
+    b->seen[b->n].ino = st->st_ino;
+    b->n++;
+    return NULL;
+}
+
 /* Room for the bytes of a file of size to return inline: 0 is "never". */
 static bool inline_fits(const struct ipd_executor *ex, int64_t size)
 {
@@ -594,7 +627,8 @@ static enum ipd_err generated_entry(struct ipd_executor *ex,
                                     const struct ipd_exec_request *rq,
                                     const struct ipd_sandbox_result *r,
                                     const struct out_entry *oe, size_t n,
-                                    struct gen_usage *u, json_t **obj,
+                                    struct gen_usage *u,
+                                    struct out_budget *b, json_t **obj,
                                     const char **why)
 {
     struct gen_file g;
@@ -608,6 +642,10 @@ static enum ipd_err generated_entry(struct ipd_executor *ex,
     g.fd = ipd_sandbox_output_open(r, oe->rel, O_RDONLY | O_NONBLOCK);
     if (g.fd < 0 || fstat(g.fd, &st) || !S_ISREG(st.st_mode))
         goto out;
+    if ((reason = budget_charge(b, &st)) != NULL) {
+        *why = reason;
+        goto out;
+    }
     g.size = st.st_size;
     generated_name(oe->rel, n, g.f.filename);
     reason = store_refusal(ex, rq, u, g.size);
@@ -662,10 +700,11 @@ static void usage_start(struct ipd_executor *ex,
 static void collect_generated(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               const struct ipd_sandbox_result *r,
-                              json_t *result)
+                              int64_t output_limit, json_t *result)
 {
     struct collect c;
     struct gen_usage u;
+    struct out_budget b = {.left = output_limit > 0 ? output_limit : -1};
     json_t *files = json_array();
     size_t listed = 0, dropped = 0;
     int fd;
@@ -689,7 +728,7 @@ static void collect_generated(struct ipd_executor *ex,
             dropped++;
             continue;
         }
-        if (generated_entry(ex, rq, r, &c.items[i], i, &u, &obj, &why)) {
+        if (generated_entry(ex, rq, r, &c.items[i], i, &u, &b, &obj, &why)) {
             note_skipped(&c, c.items[i].rel, why ? why : "storage_error");
             continue;
         }
@@ -703,6 +742,7 @@ static void collect_generated(struct ipd_executor *ex,
                         json_integer((json_int_t)dropped));
     json_object_set_new(result, "generated_files_skipped", c.skipped);
     collect_release(&c);
+    free(b.seen);
 }
 
 json_t *ipd__build_result(struct ipd_executor *ex,
@@ -733,7 +773,7 @@ json_t *ipd__build_result(struct ipd_executor *ex,
                         json_real(round3(r->wall_seconds)));
     json_object_set_new(res, "install_time", json_real(round3(ins->seconds)));
     json_object_set_new(res, "error", error);
-    collect_generated(ex, rq, r, res);
+    collect_generated(ex, rq, r, ep ? ep->output_dir_bytes : 0, res);
     json_object_set(res, "installed_packages", ins->results);
     /* Beyond the contract: the code ran twice because a module it
      * imported was installed for it. */

@@ -410,7 +410,63 @@ static void stop_server(void)
     srv = NULL;
 }
 
+/* Hardening item 13: outputs were sized by st_size per name, so hard
+ * links (one file, many names) and sparse files (holes stored as bytes)
+ * let a run store many times its output limit.  Each inode counts once and
+ * at its full size against the output limit (here 8 MiB of tmpfs); the
+ * rest is skipped with the reason. */
+static void links_and_holes_within_output_limit(void)
+{
+    const char *args[] = {"--policy.standard.output-dir-size", "8M", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    json_t *body = json_pack(
+        "{s:s}", "code",
+        "import os\n"
+        "with open('a.bin', 'wb') as f:\n"
+        "    f.write(os.urandom(1 << 20))\n"
+        "for i in range(5):\n"
+        "    os.link('a.bin', 'link%d.bin' % i)\n"
+        "for i in range(6):\n"
+        "    with open('sparse%d.bin' % i, 'wb') as f:\n"
+        "        f.truncate(3 << 20)\n"
+        "print('made')\n");
+    struct itest_resp r;
+    itest_exec(s, s->admin_key, "u1", body, 120000, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_exec_stdout(&r), "made\n");
+    json_t *gen = itest_json_get(r.json, "generated_files");
+    int64_t stored_bytes = 0;
+    size_t stored = 0;
+    for (size_t i = 0; i < json_array_size(gen); i++) {
+        json_t *f = json_array_get(gen, i);
+        if (json_is_true(json_object_get(f, "stored"))) {
+            stored++;
+            stored_bytes += json_integer_value(json_object_get(f, "size"));
+        }
+    }
+    CHECKF(stored_bytes <= 8 << 20, "stored %lld bytes from 8 MiB of tmpfs",
+           (long long)stored_bytes);
+    CHECK_INT(stored, 3); /* a.bin, sparse0.bin, sparse1.bin */
+    json_t *skipped = itest_json_get(r.json, "generated_files_skipped");
+    size_t links = 0, holes = 0;
+    for (size_t i = 0; i < json_array_size(skipped); i++) {
+        const char *why = itest_json_str(json_array_get(skipped, i), "reason");
+        links += why && !strcmp(why, "hard_link");
+        holes += why && !strcmp(why, "sparse_over_output_limit");
+    }
+    CHECK_INT(links, 5);
+    CHECK_INT(holes, 4);
+    itest_resp_release(&r);
+    size_t nrec = 0;
+    CHECK(itest_store_consistent(s, &nrec));
+    CHECK_INT(nrec, 3);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(start_server), T(at_quota_returned_inline),
           T(store_outputs_false), T(stored_as_before),
           T(store_outputs_not_boolean), T(over_inline_limit_not_stored),
-          T(partially_stored), T(async_same_result), T(stop_server))
+          T(partially_stored), T(async_same_result), T(stop_server),
+          T(links_and_holes_within_output_limit))
