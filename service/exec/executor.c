@@ -4,10 +4,13 @@
  * result object and the generated files are result.c's.
  *
  * Work dirs: <data-dir>/exec/<execution_id>/{job,data}, created by the
- * service (root-owned, world-traversable 0711/0755, files 0644: the
- * sandbox's unprivileged host uid must be able to bind and read them) and
- * removed after the run whatever happened; whatever a crash left behind is
- * removed when the next executor starts.
+ * service (root-owned; job/ and data/ 0755, files 0644: the sandbox's
+ * unprivileged host uid reads them once mounted; the sandbox mounts them
+ * from the service's side, so nothing above job/ and data/ needs to be
+ * searchable by it) and removed after the run whatever happened;
+ * whatever a crash left behind is removed when the next executor starts.
+ * The readiness check (ipd_executor_check, at the end) stages and runs a
+ * job the same way.
  *
  * The user's files are COPIED into data/<file_id>/<filename> (with
  * copy_file_range, which shares extents on reflink filesystems), never
