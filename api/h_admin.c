@@ -9,6 +9,7 @@
 #include "../scheduler/sweep.h"
 #include "../service/common/metrics.h"
 #include "../service/common/util.h"
+#include "../service/exec/executor.h"
 #include "../venv/venv.h"
 #include "../service/common/workq.h"
 #include "http.h"
@@ -91,6 +92,9 @@ static void admin_status(struct ipd_req *r)
     json_object_set_new(st, "sandbox", app->sandbox ? json_string(app->sandbox)
                                                     : json_null());
     json_object_set_new(st, "executions", ipd_exec_pool_stats(app->exec));
+    json_object_set_new(st, "execution_check",
+                        app->executor ? ipd_executor_check_json(app->executor)
+                                      : json_null());
     /* The seed's fields. */
     json_object_set_new(st, "venv_exists",
                         json_boolean(json_is_true(

@@ -1,8 +1,10 @@
 /*
  * h_health.c - /healthz, /readyz and the OpenAPI document.
  */
+#include <stdio.h>
 #include <string.h>
 
+#include "../service/exec/executor.h"
 #include "../venv/venv.h"
 #include "http.h"
 
@@ -16,11 +18,24 @@ static void healthz(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_healthz = {.finish = healthz};
 
+/* Executions are ready when the pool runs and the last end-to-end check
+ * (an execution through the real staging and binds, at start and then
+ * every ready-check-interval) passed; why[] says what is wrong. */
+static bool exec_ready(const struct ipd_app *app, char *why, size_t len)
+{
+    if (!app->exec || !app->executor) {
+        snprintf(why, len, "no sandbox");
+        return false;
+    }
+    return ipd_executor_ready(app->executor, why, len);
+}
+
 static void readyz(struct ipd_req *r)
 {
+    char why[256] = "";
     enum ipd_err meta = ipd_meta_ping(r->app->meta);
     enum ipd_err blobs = ipd_blobs_ping(r->app->blobs);
-    bool exec = r->app->exec != NULL;
+    bool exec = exec_ready(r->app, why, sizeof(why));
     bool venv = r->app->venv && !ipd_venv_ping(r->app->venv);
     json_t *checks = json_pack("{s:s, s:s, s:s, s:s}", "metadata",
                                meta ? ipd_err_name(meta) : "ok", "blobs",
@@ -34,10 +49,10 @@ static void readyz(struct ipd_req *r)
         return;
     }
     json_decref(checks);
-    ipd_reply_code(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s%s",
+    ipd_reply_code(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s%s%s%s",
                     meta ? " metadata store" : "", blobs ? " blob store" : "",
-                    exec ? "" : " executions (no sandbox)",
-                    venv ? "" : " venv");
+                    exec ? "" : " executions (", exec ? "" : why,
+                    exec ? "" : ")", venv ? "" : " venv");
 }
 
 const struct ipd_handler ipd_h_readyz = {.finish = readyz};

@@ -50,6 +50,7 @@ struct ipd_app {
     struct ipd_blobs *blobs;
     struct ipd_filetype *ft;
     struct ipd_exec_pool *exec; /* NULL when executions are unavailable */
+    struct ipd_executor *executor; /* its end-to-end check, or NULL */
     struct ipd_venv *venv;      /* NULL when packages are unavailable */
     struct ipd_workq *pkgs;     /* the installer thread, with venv */
     struct ipd_metrics *metrics; /* NULL: no metrics (observes are no-ops) */

@@ -128,10 +128,16 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
                         "revoke KEY_ID\n");
         return 2;
     }
-    if (ipd_stores_open(cfg, false, &st)) {
+    struct ipd_buf why;
+    ipd_buf_init(&why, 1024);
+    enum ipd_err rc = ipd_stores_open_existing(cfg, false, &st, &why);
+    if (rc) {
+        code = ipd_cli_no_store("keys", rc, &why);
+        ipd_buf_release(&why);
         ipd_stores_close(&st);
-        return 1;
+        return code;
     }
+    ipd_buf_release(&why);
     m = st.meta;
     if (!strcmp(args[0], "create"))
         code = keys_create(cfg, m, args + 1, nargs - 1);

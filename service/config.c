@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "config.h"
 #include "common/util.h"
@@ -138,6 +139,9 @@ static const struct opt opts[] = {
     {"lease-ttl", OPT_DURATION, OFF(lease_ttl_ms), "60s", false,
      "lease of a scheduled job among nodes sharing MongoDB (renewed while "
      "it runs)"},
+    {"ready-check-interval", OPT_DURATION, OFF(ready_check_interval_ms),
+     "10s", false, "how often an end-to-end execution checks that "
+                   "executions work (/readyz; never: only at start)"},
     {"ready-fd", OPT_FD, OFF(ready_fd), "-1", false,
      "write the bound port to this fd and close it once listening"},
 };
@@ -569,6 +573,33 @@ static enum ipd_err load_flags(struct ipd_config *c, int argc,
     return IPD_OK;
 }
 
+/* A relative path is taken from the working directory at start: turn it
+ * into an absolute one now (binds, logs and a later chdir need that). */
+static bool make_absolute(char **path, const char *name, struct ipd_buf *err)
+{
+    char cwd[4096];
+    const char *rel = *path;
+    struct ipd_buf b;
+
+    if (!rel || rel[0] == '/')
+        return true;
+    if (!getcwd(cwd, sizeof(cwd))) {
+        ipd_buf_addf(err, "%s %s is relative and the working directory is "
+                          "unknown: %s", name, rel, strerror(errno));
+        return false;
+    }
+    while (rel[0] == '.' && rel[1] == '/')
+        rel += 2;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    if (!strcmp(rel, ".") || !rel[0])
+        ipd_buf_adds(&b, cwd);
+    else
+        ipd_buf_addf(&b, "%s%s%s", cwd, strcmp(cwd, "/") ? "/" : "", rel);
+    free(*path);
+    *path = ipd_buf_detach(&b, NULL);
+    return true;
+}
+
 /* Stores, sizes and the venv's clone mode. */
 static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
 {
@@ -632,6 +663,11 @@ static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
                           "most 1d");
         return false;
     }
+    if (c->ready_check_interval_ms < 1000) {
+        ipd_buf_adds(err, "ready-check-interval must be at least 1s (or "
+                          "never)");
+        return false;
+    }
     if (c->file_ttl_ms <= 0) {
         ipd_buf_adds(err, "file-ttl must be positive or \"never\"");
         return false;
@@ -679,7 +715,8 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
         rc = IPD_ERR_INVALID;
         goto out;
     }
-    if (!check_storage(c, err) || !check_times(c, err) ||
+    if (!check_storage(c, err) || !make_absolute(&c->data_dir, "data-dir", err) ||
+        !make_absolute(&c->venv_dir, "venv-dir", err) || !check_times(c, err) ||
         !check_policies(c, err)) {
         rc = IPD_ERR_INVALID;
         goto out;

@@ -61,6 +61,8 @@ struct ipd_config {
     int64_t ready_fd;        /* write the port here when listening; -1 none */
     int64_t exec_slots;      /* executions running at once; 0: CPU cores */
     int64_t exec_queue;      /* executions waiting; beyond: 429 */
+    int64_t ready_check_interval_ms; /* end-to-end execution check period
+                                        (IPD_TIME_NEVER: at start only) */
     char *python;            /* interpreter run inside the sandbox */
     char *prelude_dir;       /* directory holding prelude.py */
     int64_t sandbox_uid;     /* host uid/gid of sandboxed code (as root) */

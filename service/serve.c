@@ -34,8 +34,10 @@ static enum ipd_err open_meta(const struct ipd_config *cfg,
     char path[4096];
     enum ipd_err rc;
     if (cfg->mongo_uri) {
-        rc = ipd_mongo_new(cfg->mongo_uri, cfg->mongo_connect_timeout_ms,
-                           &s->mongo);
+        rc = s->mongo ? IPD_OK
+                      : ipd_mongo_new(cfg->mongo_uri,
+                                      cfg->mongo_connect_timeout_ms,
+                                      &s->mongo);
         if (!rc)
             rc = ipd_meta_mongo_open(s->mongo, &s->meta);
         if (rc) {
@@ -53,17 +55,53 @@ static enum ipd_err open_meta(const struct ipd_config *cfg,
     return rc;
 }
 
-enum ipd_err ipd_stores_open(const struct ipd_config *cfg, bool with_blobs,
-                             struct ipd_stores *s)
+/* With a data dir of its own (SQLite, local blobs) a store is its
+ * meta.db; on MongoDB, the database's api_keys collection. */
+static enum ipd_err find_store(const struct ipd_config *cfg, bool with_blobs,
+                               struct ipd_stores *s, struct ipd_buf *why)
 {
-    enum ipd_err rc;
-    memset(s, 0, sizeof(*s));
-    if (mkdir(cfg->data_dir, 0700) && errno != EEXIST) {
-        ipd_error("cannot create data dir %s: %s", cfg->data_dir,
-                  strerror(errno));
-        return IPD_ERR_IO;
+    char path[4096];
+    struct stat st;
+    bool exists = false;
+    bool local = with_blobs && !strcmp(cfg->blob_store, "local");
+
+    if (!cfg->mongo_uri || local) {
+        if (stat(cfg->data_dir, &st) || !S_ISDIR(st.st_mode)) {
+            ipd_buf_addf(why, "no data dir at %s", cfg->data_dir);
+            return IPD_ERR_NOT_FOUND;
+        }
     }
-    rc = open_meta(cfg, s);
+    if (!cfg->mongo_uri) {
+        snprintf(path, sizeof(path), "%s/meta.db", cfg->data_dir);
+        if (stat(path, &st) || !S_ISREG(st.st_mode) || st.st_size == 0) {
+            ipd_buf_addf(why, "no store in %s (no %s)", cfg->data_dir, path);
+            return IPD_ERR_NOT_FOUND;
+        }
+        return IPD_OK;
+    }
+    enum ipd_err rc = ipd_mongo_new(cfg->mongo_uri,
+                                    cfg->mongo_connect_timeout_ms, &s->mongo);
+    if (!rc)
+        rc = ipd_meta_mongo_exists(s->mongo, &exists);
+    if (rc) {
+        ipd_buf_addf(why, "cannot ask MongoDB: %s", ipd_err_name(rc));
+        return rc;
+    }
+    if (!exists) {
+        char *r = ipd_redact_uri(cfg->mongo_uri);
+        ipd_buf_addf(why, "no store in MongoDB database \"%s\" at %s (it "
+                          "has no api_keys collection)",
+                     ipd_mongo_database(s->mongo), r);
+        free(r);
+        return IPD_ERR_NOT_FOUND;
+    }
+    return IPD_OK;
+}
+
+static enum ipd_err stores_open(const struct ipd_config *cfg,
+                                bool with_blobs, struct ipd_stores *s)
+{
+    enum ipd_err rc = open_meta(cfg, s);
     if (rc || !with_blobs)
         return rc;
     if (!strcmp(cfg->blob_store, "gridfs"))
@@ -71,6 +109,45 @@ enum ipd_err ipd_stores_open(const struct ipd_config *cfg, bool with_blobs,
     else
         rc = ipd_blobs_open_local(cfg->data_dir, &s->blobs);
     return rc;
+}
+
+enum ipd_err ipd_stores_open(const struct ipd_config *cfg, bool with_blobs,
+                             struct ipd_stores *s)
+{
+    memset(s, 0, sizeof(*s));
+    if (mkdir(cfg->data_dir, 0700) && errno != EEXIST) {
+        ipd_error("cannot create data dir %s: %s", cfg->data_dir,
+                  strerror(errno));
+        return IPD_ERR_IO;
+    }
+    return stores_open(cfg, with_blobs, s);
+}
+
+enum ipd_err ipd_stores_open_existing(const struct ipd_config *cfg,
+                                      bool with_blobs, struct ipd_stores *s,
+                                      struct ipd_buf *why)
+{
+    memset(s, 0, sizeof(*s));
+    enum ipd_err rc = find_store(cfg, with_blobs, s, why);
+    if (rc)
+        return rc;
+    rc = stores_open(cfg, with_blobs, s);
+    if (rc)
+        ipd_buf_addf(why, "cannot open the store: %s", ipd_err_name(rc));
+    return rc;
+}
+
+/* The exit code and message of a command that found no store. */
+int ipd_cli_no_store(const char *cmd, enum ipd_err rc,
+                     const struct ipd_buf *why)
+{
+    fprintf(stderr, "interpd %s: %s\n", cmd, why->buf);
+    if (rc != IPD_ERR_NOT_FOUND)
+        return 1;
+    fprintf(stderr, "interpd %s: only `interpd serve` creates a store; pass "
+                    "the --data-dir (or --mongo-uri) the server uses\n",
+            cmd);
+    return 2;
 }
 
 void ipd_stores_close(struct ipd_stores *s)
@@ -160,6 +237,14 @@ static enum ipd_err job_venv(void *ctx, struct ipd_job_run *run)
     struct jobs *j = ctx;
     (void)run;
     return j->app->venv ? ipd_venv_maintain(j->app->venv) : IPD_OK;
+}
+
+/* The end-to-end execution check behind /readyz (executor.h). */
+static enum ipd_err job_ready_check(void *ctx, struct ipd_job_run *run)
+{
+    struct jobs *j = ctx;
+    (void)run;
+    return ipd_executor_check(j->app->executor);
 }
 
 /* Gauges read at scrape time. */
@@ -345,10 +430,35 @@ static void open_packages(struct server *sv)
         ipd_venv_set_metrics(sv->app.venv, sv->app.metrics);
 }
 
+/* Before listening: one execution end to end, through the staging, the
+ * binds and the sandbox a request uses.  A service whose executions
+ * cannot work refuses to start rather than answer each one 500. */
+static enum ipd_err start_check(struct server *sv)
+{
+    char why[256];
+    if (ipd_executor_check(sv->executor)) {
+        ipd_executor_ready(sv->executor, why, sizeof(why));
+        ipd_error("executions do not work here: %s; not starting (fix the "
+                  "cause named above, e.g. the data dir %s, --python or "
+                  "--prelude-dir, and start again)",
+                  why, sv->cfg->data_dir);
+        return IPD_ERR_UNAVAILABLE;
+    }
+    json_t *j = ipd_executor_check_json(sv->executor);
+    int64_t every = sv->cfg->ready_check_interval_ms;
+    ipd_info("executions: the start-up check ran an execution end to end "
+             "in %lld ms (then every %lld s)",
+             (long long)json_integer_value(json_object_get(j, "duration_ms")),
+             every == IPD_TIME_NEVER ? -1LL : (long long)(every / 1000));
+    json_decref(j);
+    return IPD_OK;
+}
+
 /* The executor, the packages and the execution pool.  Executions need
  * the sandbox; without it the service still serves files, answers
- * executions 503 and is not ready. */
-static void open_executions(struct server *sv)
+ * executions 503 and is not ready.  With it, they must work: the
+ * start-up check's failure is fatal. */
+static enum ipd_err open_executions(struct server *sv)
 {
     const struct ipd_config *cfg = sv->cfg;
     struct ipd_executor_options eo;
@@ -357,8 +467,9 @@ static void open_executions(struct server *sv)
                          &sv->executor)) {
         ipd_error("executions are unavailable: the sandbox could not be "
                   "set up");
-        return;
+        return IPD_OK;
     }
+    sv->app.executor = sv->executor;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     unsigned slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
                                      : (unsigned)(cores < 1 ? 1 : cores);
@@ -372,11 +483,13 @@ static void open_executions(struct server *sv)
         .result_ttl_ms = cfg->result_ttl_ms,
         .callbacks = sv->callbacks,
     };
-    if (ipd_exec_pool_new(sv->executor, &po, &sv->app.exec))
+    if (ipd_exec_pool_new(sv->executor, &po, &sv->app.exec)) {
         ipd_error("executions are unavailable: no worker threads");
-    else
-        ipd_info("executions: %u slots, queue of %lld", slots,
-                 (long long)cfg->exec_queue);
+        return IPD_OK;
+    }
+    ipd_info("executions: %u slots, queue of %lld", slots,
+             (long long)cfg->exec_queue);
+    return start_check(sv);
 }
 
 /* Scheduled jobs: the sweep and the reconcile under a lease (one node at
@@ -398,6 +511,10 @@ static void start_jobs(struct server *sv)
         ipd_scheduler_add(app->sched, "reconcile", cfg->reconcile_interval_ms,
                           ipd_reconcile_job, &sv->jobs.reconcile,
                           IPD_JOB_LEASE);
+    if (app->executor && cfg->ready_check_interval_ms != IPD_TIME_NEVER)
+        ipd_scheduler_add(app->sched, "ready-check",
+                          cfg->ready_check_interval_ms, job_ready_check,
+                          &sv->jobs, 0);
     if (app->venv && cfg->venv_check_interval_ms != IPD_TIME_NEVER)
         ipd_scheduler_add(app->sched, "venv", cfg->venv_check_interval_ms,
                           job_venv, &sv->jobs, IPD_JOB_RUN_AT_START);
@@ -495,9 +612,8 @@ int ipd_serve(struct ipd_config *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (open_outbound(&sv) || open_stores(&sv))
+    if (open_outbound(&sv) || open_stores(&sv) || open_executions(&sv))
         goto out;
-    open_executions(&sv);
     set_gauges(&sv.app);
     start_jobs(&sv);
     if (serve_until_signal(&sv, &sigs))
@@ -513,10 +629,11 @@ int ipd_cli_cleanup(struct ipd_config *cfg)
     struct ipd_stores st;
     struct ipd_sweep_result res;
     int code = 1;
-    enum ipd_err rc = ipd_stores_open(cfg, true, &st);
+    struct ipd_buf why;
+    ipd_buf_init(&why, 1024);
+    enum ipd_err rc = ipd_stores_open_existing(cfg, true, &st, &why);
     if (rc) {
-        fprintf(stderr, "interpd cleanup: cannot open the stores: %s\n",
-                ipd_err_name(rc));
+        code = ipd_cli_no_store("cleanup", rc, &why);
         goto out;
     }
     struct ipd_sweep_opts o = {.reconcile = true,
@@ -535,6 +652,7 @@ int ipd_cli_cleanup(struct ipd_config *cfg)
     free(text);
     code = 0;
 out:
+    ipd_buf_release(&why);
     ipd_stores_close(&st);
     return code;
 }

@@ -5,6 +5,7 @@
 #define IPD_SERVE_H
 
 #include "../storage/meta.h"
+#include "common/buf.h"
 #include "config.h"
 
 /* `interpd serve`: open the stores, listen, wait for SIGTERM/SIGINT, shut
@@ -49,6 +50,19 @@ struct ipd_stores {
  * ipd_stores_close (also after a failure). */
 enum ipd_err ipd_stores_open(const struct ipd_config *cfg, bool with_blobs,
                              struct ipd_stores *s);
+/* For every command but serve, which never creates a store: like
+ * ipd_stores_open, but first IPD_ERR_NOT_FOUND when the config names no
+ * store (SQLite: no DATA-DIR/meta.db; MongoDB: a database without the
+ * api_keys collection serve makes at its first start; local blobs: no
+ * data dir), creating nothing.  why gets the reason naming the path or
+ * database looked at. */
+enum ipd_err ipd_stores_open_existing(const struct ipd_config *cfg,
+                                      bool with_blobs, struct ipd_stores *s,
+                                      struct ipd_buf *why);
 void ipd_stores_close(struct ipd_stores *s);
+/* Print why (and, when rc is IPD_ERR_NOT_FOUND, what to do) for the
+ * command cmd; returns its exit code: 2 for no store, else 1. */
+int ipd_cli_no_store(const char *cmd, enum ipd_err rc,
+                     const struct ipd_buf *why);
 
 #endif

@@ -1415,6 +1415,22 @@ static const struct index_def lease_indexes[] = {
     {"name", true, {"name", NULL}, {1, 0}},
 };
 
+enum ipd_err ipd_meta_mongo_exists(struct ipd_mongo *mg, bool *exists)
+{
+    mongoc_client_t *c = ipd__mongo_pop(mg);
+    mongoc_database_t *db = mongoc_client_get_database(c, mg->db);
+    bson_error_t err;
+    enum ipd_err rc = IPD_OK;
+
+    memset(&err, 0, sizeof(err));
+    *exists = mongoc_database_has_collection(db, COLL_KEYS, &err);
+    if (!*exists && err.code)
+        rc = ipd__mongo_err(&err, "listCollections");
+    mongoc_database_destroy(db);
+    ipd__mongo_push(mg, c);
+    return rc;
+}
+
 enum ipd_err ipd_meta_mongo_open(struct ipd_mongo *mg, struct ipd_meta **out)
 {
     struct meta_mongo *s = NULL;

@@ -6,6 +6,7 @@
 #ifndef IPD_MONGO_H
 #define IPD_MONGO_H
 
+#include <stdbool.h>
 #include <stdint.h>
 
 #include "../service/common/ipd.h"
@@ -42,5 +43,14 @@ enum ipd_err ipd_mongo_drop_database(struct ipd_mongo *mg);
  * ipd_meta_free.
  */
 enum ipd_err ipd_meta_mongo_open(struct ipd_mongo *mg, struct ipd_meta **out);
+
+/*
+ * Whether mg's database holds a store, without creating anything: its
+ * api_keys collection, which ipd_meta_mongo_open creates (and `interpd
+ * serve` fills with the first admin key).  The CLI refuses a database
+ * without one.  [out] exists; IPD_ERR_UNAVAILABLE when MongoDB can't be
+ * asked.
+ */
+enum ipd_err ipd_meta_mongo_exists(struct ipd_mongo *mg, bool *exists);
 
 #endif

@@ -44,6 +44,14 @@ struct ipd_executor {
     struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
     bool auto_install;         /* install a missing allowlisted module and
                                   run once more */
+    pthread_mutex_t check_lock;
+    struct {                   /* the last end-to-end check (check_lock) */
+        bool ok;
+        int64_t runs;
+        int64_t at_ms;         /* wall clock of its end */
+        int64_t duration_ms;
+        char error[256];       /* why it failed, or "" */
+    } check;
 };
 
 /* What the run installed first: the request's packages and, after a

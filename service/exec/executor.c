@@ -4,10 +4,13 @@
  * result object and the generated files are result.c's.
  *
  * Work dirs: <data-dir>/exec/<execution_id>/{job,data}, created by the
- * service (root-owned, world-traversable 0711/0755, files 0644: the
- * sandbox's unprivileged host uid must be able to bind and read them) and
- * removed after the run whatever happened; whatever a crash left behind is
- * removed when the next executor starts.
+ * service (root-owned; job/ and data/ 0755, files 0644: the sandbox's
+ * unprivileged host uid reads them once mounted; the sandbox mounts them
+ * from the service's side, so nothing above job/ and data/ needs to be
+ * searchable by it) and removed after the run whatever happened;
+ * whatever a crash left behind is removed when the next executor starts.
+ * The readiness check (ipd_executor_check, at the end) stages and runs a
+ * job the same way.
  *
  * The user's files are COPIED into data/<file_id>/<filename> (with
  * copy_file_range, which shares extents on reflink filesystems), never
@@ -171,68 +174,6 @@ static char *default_prelude_dir(void)
 #endif
 }
 
-/*
- * The sandbox binds as its own unprivileged host uid/gid, so every
- * directory above the work root must be searchable by it.  The data dir
- * is created 0700 by the service; when it has no group bits at all, give
- * it to the sandbox's group with search only (0710): no other host user
- * gains anything, and sandboxed code never sees host paths (its root is a
- * fresh tmpfs).  Anything else that blocks is reported, not changed.
- */
-static enum ipd_err make_traversable(const char *data_dir, uid_t uid,
-                                     gid_t gid)
-{
-    char real[PATH_MAX];
-    struct stat st;
-    enum ipd_err rc = IPD_ERR_INTERNAL;
-
-    if (!realpath(data_dir, real)) {
-        ipd_error("executor: data dir %s: %s", data_dir, strerror(errno));
-        goto out;
-    }
-    for (char *p = real + 1;; p++) {
-        bool last = *p == '\0';
-        bool ok;
-        if (*p != '/' && !last)
-            continue;
-        *p = '\0';
-        if (stat(real, &st)) {
-            ipd_error("executor: %s: %s", real, strerror(errno));
-            goto out;
-        }
-        ok = (st.st_mode & S_IXOTH) ||
-             (st.st_gid == gid && (st.st_mode & S_IXGRP)) ||
-             (st.st_uid == uid && (st.st_mode & S_IXUSR));
-        if (!ok && last && st.st_uid == geteuid() &&
-            !(st.st_mode & S_IRWXG)) {
-            if (chown(real, (uid_t)-1, gid) ||
-                chmod(real, (st.st_mode & 07777) | S_IXGRP)) {
-                ipd_error("executor: cannot let the sandbox group %u search "
-                          "%s: %s",
-                          (unsigned)gid, real, strerror(errno));
-                goto out;
-            }
-            ipd_info("executor: data dir %s now group %u, mode %o so the "
-                     "sandbox can bind work dirs",
-                     real, (unsigned)gid,
-                     (unsigned)((st.st_mode & 07777) | S_IXGRP));
-            ok = true;
-        }
-        if (!ok) {
-            ipd_error("executor: the sandbox user (host uid %u) cannot "
-                      "search %s; make it world-searchable (o+x)",
-                      (unsigned)uid, real);
-            goto out;
-        }
-        if (last)
-            break;
-        *p = '/';
-    }
-    rc = IPD_OK;
-out:
-    return rc;
-}
-
 static enum ipd_err prepare_work_root(struct ipd_executor *ex,
                                       const char *data_dir)
 {
@@ -246,12 +187,6 @@ static enum ipd_err prepare_work_root(struct ipd_executor *ex,
     if (mkdir(data_dir, 0700) && errno != EEXIST) {
         ipd_error("executor: data dir %s: %s", data_dir, strerror(errno));
         goto out;
-    }
-    if (geteuid() != ex->sbx.host_uid) {
-        rc = make_traversable(data_dir, ex->sbx.host_uid, ex->sbx.host_gid);
-        if (rc)
-            goto out;
-        rc = IPD_ERR_INTERNAL;
     }
     dd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dd < 0)
@@ -370,6 +305,7 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
 {
     struct ipd_executor *ex = ipd_xcalloc(1, sizeof(*ex));
     pthread_mutex_init(&ex->mpl_lock, NULL);
+    pthread_mutex_init(&ex->check_lock, NULL);
     enum ipd_err rc;
     struct stat st;
     char prelude[PATH_MAX];
@@ -450,6 +386,7 @@ void ipd_executor_free(struct ipd_executor *ex)
     free(ex->mplcache);
     free(ex->data_dir);
     pthread_mutex_destroy(&ex->mpl_lock);
+    pthread_mutex_destroy(&ex->check_lock);
     free(ex);
 }
 
@@ -861,7 +798,7 @@ static void work_remove(struct work *wk)
 static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
                                 const struct ipd_exec_policy *ep,
                                 int64_t timeout_ms, const char *gen_dir,
-                                struct ipd_sandbox_result *r)
+                                bool build_mpl, struct ipd_sandbox_result *r)
 {
     /* With a venv generation: its interpreter, bound read-only for the
      * whole run (the caller holds the generation until we return). */
@@ -879,9 +816,10 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     struct ipd_sandbox_policy p;
     size_t n = system_mounts(ex, mounts);
 
-    /* The first run builds the font cache; runs meanwhile wait for it. */
+    /* The first run builds the font cache; runs meanwhile wait for it.
+     * The readiness check only binds it when it is there. */
     pthread_mutex_lock(&ex->mpl_lock);
-    if (!ex->mpl_tried) {
+    if (!ex->mpl_tried && build_mpl) {
         ex->mpl_tried = true;
         prepare_mpl_cache(ex, ex->data_dir);
     }
@@ -964,7 +902,8 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
             rc = IPD_ERR_UNAVAILABLE;
             goto out;
         }
-        rc = sandbox_run(ex, &wk, ep, timeout_ms, ipd_venv_gen_dir(gen), &r);
+        rc = sandbox_run(ex, &wk, ep, timeout_ms, ipd_venv_gen_dir(gen),
+                         true, &r);
         ipd_venv_release(ex->venv, gen);
         ran = true;
         if (rc)
@@ -992,4 +931,156 @@ out:
     json_decref(ins.results);
     work_remove(&wk);
     return rc;
+}
+
+/* ---- readiness: one execution end to end ------------------------------ */
+
+#define PROBE_TEXT "interpd ready"
+#define PROBE_TIMEOUT_MS 10000
+
+/* The probe's limits: the sandbox's defaults, not a configured policy (a
+ * tight policy is the operator's choice, not a broken service). */
+static void probe_policy(struct ipd_exec_policy *ep)
+{
+    memset(ep, 0, sizeof(*ep));
+    snprintf(ep->name, sizeof(ep->name), "readiness");
+    ep->timeout_ms = ep->max_timeout_ms = PROBE_TIMEOUT_MS;
+    ep->memory_bytes = 512LL << 20;
+    ep->max_processes = 64;
+    ep->output_bytes = 64 << 10;
+    ep->tmp_bytes = 16LL << 20;
+    ep->output_dir_bytes = 16LL << 20;
+}
+
+/* Stage a job that reads its input back: code.py, files.json and
+ * data/probe/probe.txt, as a request's staging writes them. */
+static enum ipd_err probe_stage(struct work *wk)
+{
+    static const char code[] =
+        "print(open('/mnt/data/probe/probe.txt').read(), end='')\n";
+    int dfd = -1;
+    enum ipd_err rc = write_file_at(wk->job_fd, "code.py", code,
+                                    sizeof(code) - 1);
+    if (!rc)
+        rc = write_file_at(wk->job_fd, "files.json", "[]", 2);
+    if (rc)
+        return rc;
+    dfd = mkdir_open_at(wk->data_fd, "probe", 0755);
+    if (dfd < 0)
+        return IPD_ERR_IO;
+    rc = write_file_at(dfd, "probe.txt", PROBE_TEXT, strlen(PROBE_TEXT));
+    close(dfd);
+    return rc;
+}
+
+/* What the run did, as a reason when it is not what a working service
+ * does. */
+static enum ipd_err probe_judge(const struct ipd_sandbox_result *r, char *why,
+                                size_t len)
+{
+    if (r->timed_out || r->exit_code != 0) {
+        size_t n = r->err.len > 160 ? r->err.len - 160 : 0;
+        snprintf(why, len, "the check run %s%d: %s",
+                 r->timed_out ? "timed out, exit " : "exited ", r->exit_code,
+                 r->err.buf + n);
+        return IPD_ERR_INTERNAL;
+    }
+    if (strcmp(r->out.buf, PROBE_TEXT)) {
+        snprintf(why, len, "the check run printed \"%.64s\", not its input",
+                 r->out.buf);
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+/* One check: stage, hold the venv's generation, run the prelude in the
+ * sandbox with a request's binds, judge, remove the work dir. */
+static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
+{
+    struct ipd_exec_policy ep;
+    struct ipd_sandbox_result r;
+    struct ipd_venv_gen *gen = NULL;
+    struct work wk;
+    enum ipd_err rc;
+
+    memset(&r, 0, sizeof(r));
+    r.output_dirfd = -1;
+    memset(&wk, 0, sizeof(wk));
+    probe_policy(&ep);
+    rc = work_create(ex, &wk, NULL);
+    if (!rc)
+        rc = probe_stage(&wk);
+    if (rc) {
+        snprintf(why, len, "cannot stage a job under %s: %s", ex->work_root,
+                 strerror(errno));
+        goto out;
+    }
+    if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
+        snprintf(why, len, "the Python environment is busy");
+        rc = IPD_ERR_UNAVAILABLE;
+        goto out;
+    }
+    rc = sandbox_run(ex, &wk, &ep, PROBE_TIMEOUT_MS, ipd_venv_gen_dir(gen),
+                     false, &r);
+    ipd_venv_release(ex->venv, gen);
+    if (rc)
+        snprintf(why, len, "%s", r.error);
+    else
+        rc = probe_judge(&r, why, len);
+out:
+    ipd_sandbox_result_release(&r);
+    work_remove(&wk);
+    return rc;
+}
+
+enum ipd_err ipd_executor_check(struct ipd_executor *ex)
+{
+    char why[sizeof(ex->check.error)] = "";
+    int64_t t0 = ipd_mono_ms();
+    enum ipd_err rc = probe_once(ex, why, sizeof(why));
+    int64_t ms = ipd_mono_ms() - t0;
+
+    pthread_mutex_lock(&ex->check_lock);
+    bool was_ok = ex->check.runs == 0 || ex->check.ok;
+    ex->check.ok = rc == IPD_OK;
+    ex->check.runs++;
+    ex->check.at_ms = ipd_now_ms();
+    ex->check.duration_ms = ms;
+    snprintf(ex->check.error, sizeof(ex->check.error), "%s", rc ? why : "");
+    pthread_mutex_unlock(&ex->check_lock);
+    if (rc)
+        ipd_error("executor: the end-to-end check failed after %lld ms: %s",
+                  (long long)ms, why);
+    else if (!was_ok)
+        ipd_info("executor: the end-to-end check passes again (%lld ms)",
+                 (long long)ms);
+    return rc;
+}
+
+bool ipd_executor_ready(struct ipd_executor *ex, char *why, size_t len)
+{
+    pthread_mutex_lock(&ex->check_lock);
+    bool ok = ex->check.runs > 0 && ex->check.ok;
+    if (!ok)
+        snprintf(why, len, "%s",
+                 ex->check.runs ? ex->check.error : "not checked yet");
+    pthread_mutex_unlock(&ex->check_lock);
+    return ok;
+}
+
+json_t *ipd_executor_check_json(struct ipd_executor *ex)
+{
+    char at[IPD_TIME_STR] = "";
+    json_t *j;
+
+    pthread_mutex_lock(&ex->check_lock);
+    if (ex->check.runs)
+        ipd_time_format(ex->check.at_ms, at);
+    j = json_pack("{s:b, s:I, s:s?, s:I, s:s?}", "ok", ex->check.ok,
+                  "runs", (json_int_t)ex->check.runs, "checked_at",
+                  ex->check.runs ? at : NULL, "duration_ms",
+                  (json_int_t)ex->check.duration_ms, "error",
+                  ex->check.ok ? NULL : ex->check.error);
+    pthread_mutex_unlock(&ex->check_lock);
+    return j;
 }

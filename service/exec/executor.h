@@ -122,9 +122,10 @@ void ipd_executor_options_default(struct ipd_executor_options *o);
  * (its strings and policies are copied).  *out is new: ipd_executor_free.
  * Fails with IPD_ERR_INVALID when prelude.py is missing or opt has no data
  * dir, IPD_ERR_UNAVAILABLE when the sandbox probe fails, IPD_ERR_INTERNAL
- * when the work root can't be prepared (reasons are logged).  Running as
- * root, a data dir without group bits is given to the sandbox's host group
- * with search permission only (0710) so the sandbox can bind work dirs.
+ * when the work root can't be prepared (reasons are logged).  The sandbox
+ * never walks a host path as its own uid (the service hands it detached
+ * mounts, see sandbox.h), so the data dir may stay 0700 under a 0700
+ * parent such as /root.
  */
 enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
                               struct ipd_filetype *ft,
@@ -145,6 +146,24 @@ void ipd_executor_venv_runner(struct ipd_executor *ex,
  * before the first run. */
 void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
                            bool auto_install);
+
+/*
+ * The end-to-end check behind readiness: one execution through the same
+ * staging (a work dir with job/ and data/), the venv's current generation,
+ * the prelude and every bind a request gets, in the sandbox with its
+ * default limits (10 s at most; a few tens of ms here), reading back the
+ * input it staged.  The outcome is kept for ipd_executor_ready and
+ * _check_json; a failure is logged with its reason.  IPD_OK when it
+ * worked.  Blocking like ipd_executor_run (call from a long-lived
+ * thread); thread-safe.
+ */
+enum ipd_err ipd_executor_check(struct ipd_executor *ex);
+/* True when the last check passed; else why[] says why (or that none
+ * ran yet).  Never blocks on a run. */
+bool ipd_executor_ready(struct ipd_executor *ex, char *why, size_t len);
+/* The last check for the admin status: {"ok", "runs", "checked_at",
+ * "duration_ms", "error"}.  New reference. */
+json_t *ipd_executor_check_json(struct ipd_executor *ex);
 
 /* What isolation is active, for the admin status and the start-up log. */
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);

@@ -217,8 +217,16 @@ static void bind_one(const struct plan *pl, const struct plan_mount *m)
             fail(pl, "create", m->dst, errno);
         close(fd);
     }
-    if (mount(m->src, m->dst, NULL, MS_BIND | MS_REC, NULL) != 0)
+    if (m->tree_fd >= 0) {
+        /* P's detached copy: nothing above the source is walked here,
+         * where the fs ids are already the sandbox's. */
+        if (move_mount(m->tree_fd, "", AT_FDCWD, m->dst,
+                       MOVE_MOUNT_F_EMPTY_PATH) != 0)
+            fail(pl, "move_mount", m->src, errno);
+        close(m->tree_fd);
+    } else if (mount(m->src, m->dst, NULL, MS_BIND | MS_REC, NULL) != 0) {
         fail(pl, "bind", m->src, errno);
+    }
     /* Right after the bind, so a later mount point below a read-only
      * bind fails instead of creating directories on the host. */
     lock_mount(pl, m->dst,
@@ -504,7 +512,8 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
     pid_t c2;
     char byte = 0;
     ssize_t n;
-    int keep[5];
+    int keep[4 + IPD__SANDBOX_MAX_MOUNTS];
+    size_t k = 0;
 
     /* Dies with P's thread (C1 is P's child).  A C0 already gone shows
      * as EOF on the sync pipe. */
@@ -516,12 +525,13 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
     if (n != 1)
         _exit(SETUP_FAIL_EXIT);
     close(sync_r);
-    keep[0] = pl->ctl;
-    keep[1] = pl->out_w;
-    keep[2] = pl->err_w;
-    keep[3] = pl->in_r;
-    keep[4] = -1;
-    close_except(keep, IPD_ARRAY_LEN(keep));
+    keep[k++] = pl->ctl;
+    keep[k++] = pl->out_w;
+    keep[k++] = pl->err_w;
+    keep[k++] = pl->in_r;
+    for (size_t i = 0; i < pl->n_mounts; i++)
+        keep[k++] = pl->mounts[i].tree_fd;
+    close_except(keep, k);
     /* C1 still runs as host root, which has no id in the namespace:
      * files it created would have no owner (EOVERFLOW).  Create them as
      * the inner user; capabilities in the namespace stay (uid 0 is not
@@ -584,7 +594,7 @@ static void write_maps(const struct plan *pl, pid_t c1)
 
 IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
 {
-    int sync[2], keep[8];
+    int sync[2], keep[8 + IPD__SANDBOX_MAX_MOUNTS];
     pid_t c1;
     size_t k = 0;
 
@@ -598,6 +608,8 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
     keep[k++] = pl->in_r;
     for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++)
         keep[k++] = pl->procs_fd[i];
+    for (size_t i = 0; i < pl->n_mounts; i++)
+        keep[k++] = pl->mounts[i].tree_fd;
     close_except(keep, k);
     for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++) {
         if (pl->procs_fd[i] < 0)

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -25,7 +26,6 @@
 #include "../common/util.h"
 #include "sandbox_internal.h"
 
-#define MAX_MOUNTS 64
 #define MAX_ENV 128
 #define KILL_GRACE_MS 5000 /* after SIGKILL, the tree must be gone */
 
@@ -109,79 +109,99 @@ static int cmp_mount(const void *a, const void *b)
     return strcmp(x->dst, y->dst);
 }
 
+/* A detached copy of the tree at real, made with P's view and rights
+ * (open_tree): C1 moves it into place, so no directory above it has to
+ * be searchable by the sandbox's uid (a data dir under /root, 0700).
+ * Making one needs CAP_SYS_ADMIN: a service that is not root gets -1 and
+ * C1 binds the path itself, as the service's own uid, which the sandbox
+ * runs as then anyway.  -1 with errno for any other failure. */
+static int clone_tree(const char *real, bool *fallback)
+{
+    int fd = open_tree(AT_FDCWD, real,
+                       OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE);
+
+    *fallback = fd < 0 && (errno == EPERM || errno == ENOSYS);
+    return fd;
+}
+
+/* One mount of the spec into pm: the symlink it is, or the file or
+ * directory it resolves to (a tree fd, else a path for C1). */
+static enum ipd_err plan_mount(struct plan_mount *pm,
+                               const struct ipd_sandbox_mount *m, char *err,
+                               size_t errlen)
+{
+    char real[PATH_MAX];
+    struct stat sb;
+    bool fallback = false;
+
+    if (!m->host_path || m->host_path[0] != '/' ||
+        !sandbox_path_ok(m->sandbox_path)) {
+        snprintf(err, errlen, "bad mount %s -> %s",
+                 m->host_path ? m->host_path : "(null)",
+                 m->sandbox_path ? m->sandbox_path : "(null)");
+        return IPD_ERR_INVALID;
+    }
+    snprintf(pm->dst, sizeof pm->dst, "/newroot%s", m->sandbox_path);
+    pm->writable = m->writable;
+    if (lstat(m->host_path, &sb) != 0)
+        goto fail_errno;
+    if (S_ISLNK(sb.st_mode)) {
+        ssize_t n = readlink(m->host_path, pm->link, sizeof pm->link - 1);
+        if (n < 0)
+            goto fail_errno;
+        pm->link[n] = '\0';
+        pm->is_link = true;
+        return IPD_OK;
+    }
+    if (!realpath(m->host_path, real) || stat(real, &sb) != 0)
+        goto fail_errno;
+    pm->is_dir = S_ISDIR(sb.st_mode);
+    if (!pm->is_dir && !S_ISREG(sb.st_mode)) {
+        snprintf(err, errlen, "mount source %s: not a file or directory",
+                 m->host_path);
+        return IPD_ERR_INVALID;
+    }
+    if ((size_t)snprintf(pm->src, sizeof pm->src, "/oldroot%s", real) >=
+        sizeof pm->src) {
+        snprintf(err, errlen, "mount source %s: path too long", m->host_path);
+        return IPD_ERR_INVALID;
+    }
+    pm->tree_fd = clone_tree(real, &fallback);
+    if (pm->tree_fd < 0 && !fallback) {
+        snprintf(err, errlen, "mount source %s: open_tree: %s", m->host_path,
+                 strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+fail_errno:
+    snprintf(err, errlen, "mount source %s: %s", m->host_path,
+             strerror(errno));
+    return IPD_ERR_INVALID;
+}
+
 static enum ipd_err plan_mounts(struct plan *pl,
                                 const struct ipd_sandbox_spec *spec,
                                 char *err, size_t errlen)
 {
-    enum ipd_err rc = IPD_OK;
-
-    if (spec->n_mounts > MAX_MOUNTS) {
+    if (spec->n_mounts > IPD__SANDBOX_MAX_MOUNTS) {
         snprintf(err, errlen, "too many mounts (%zu > %d)", spec->n_mounts,
-                 MAX_MOUNTS);
+                 IPD__SANDBOX_MAX_MOUNTS);
         return IPD_ERR_INVALID;
     }
     pl->mounts = ipd_xcalloc(spec->n_mounts ? spec->n_mounts : 1,
                              sizeof *pl->mounts);
     pl->n_mounts = spec->n_mounts;
+    for (size_t i = 0; i < spec->n_mounts; i++)
+        pl->mounts[i].tree_fd = -1;
     for (size_t i = 0; i < spec->n_mounts; i++) {
-        const struct ipd_sandbox_mount *m = &spec->mounts[i];
-        struct plan_mount *pm = &pl->mounts[i];
-        char real[PATH_MAX];
-        struct stat sb;
-
-        if (!m->host_path || m->host_path[0] != '/' ||
-            !sandbox_path_ok(m->sandbox_path)) {
-            snprintf(err, errlen, "bad mount %s -> %s",
-                     m->host_path ? m->host_path : "(null)",
-                     m->sandbox_path ? m->sandbox_path : "(null)");
-            rc = IPD_ERR_INVALID;
-            goto out;
-        }
-        snprintf(pm->dst, sizeof pm->dst, "/newroot%s", m->sandbox_path);
-        pm->writable = m->writable;
-        if (lstat(m->host_path, &sb) != 0) {
-            snprintf(err, errlen, "mount source %s: %s", m->host_path,
-                     strerror(errno));
-            rc = IPD_ERR_INVALID;
-            goto out;
-        }
-        if (S_ISLNK(sb.st_mode)) {
-            ssize_t n = readlink(m->host_path, pm->link, sizeof pm->link - 1);
-            if (n < 0) {
-                snprintf(err, errlen, "readlink %s: %s", m->host_path,
-                         strerror(errno));
-                rc = IPD_ERR_INVALID;
-                goto out;
-            }
-            pm->link[n] = '\0';
-            pm->is_link = true;
-            continue;
-        }
-        if (!realpath(m->host_path, real) || stat(real, &sb) != 0) {
-            snprintf(err, errlen, "mount source %s: %s", m->host_path,
-                     strerror(errno));
-            rc = IPD_ERR_INVALID;
-            goto out;
-        }
-        pm->is_dir = S_ISDIR(sb.st_mode);
-        if (!pm->is_dir && !S_ISREG(sb.st_mode)) {
-            snprintf(err, errlen, "mount source %s: not a file or directory",
-                     m->host_path);
-            rc = IPD_ERR_INVALID;
-            goto out;
-        }
-        if ((size_t)snprintf(pm->src, sizeof pm->src, "/oldroot%s", real) >=
-            sizeof pm->src) {
-            snprintf(err, errlen, "mount source %s: path too long",
-                     m->host_path);
-            rc = IPD_ERR_INVALID;
-            goto out;
-        }
+        enum ipd_err rc = plan_mount(&pl->mounts[i], &spec->mounts[i], err,
+                                     errlen);
+        if (rc)
+            return rc;
     }
     /* Parents before children: "/usr" sorts before "/usr/lib". */
     qsort(pl->mounts, pl->n_mounts, sizeof *pl->mounts, cmp_mount);
-out:
-    return rc;
+    return IPD_OK;
 }
 
 static const char *const default_env[] = {
@@ -240,6 +260,10 @@ static enum ipd_err plan_env(struct plan *pl,
 
 static void plan_release(struct plan *pl)
 {
+    for (size_t i = 0; pl->mounts && i < pl->n_mounts; i++) {
+        if (pl->mounts[i].tree_fd >= 0)
+            close(pl->mounts[i].tree_fd);
+    }
     free(pl->mounts);
     free(pl->envp);
     pl->mounts = NULL;

@@ -81,7 +81,10 @@ struct ipd_sandbox_config {
 struct ipd_sandbox_mount {
     const char *host_path;    /* absolute; symlinks are resolved, except
                                  that a host path that IS a symlink (/lib ->
-                                 usr/lib) is recreated as the same symlink */
+                                 usr/lib) is recreated as the same symlink.
+                                 As root the caller's thread copies the tree
+                                 (open_tree), so the directories above it
+                                 need not be searchable by host_uid */
     const char *sandbox_path; /* absolute, no ".." */
     bool writable;            /* false: read-only, nosuid, nodev */
 };

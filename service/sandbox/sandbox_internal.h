@@ -88,7 +88,13 @@ struct ctl_msg {
     char text[200];       /* MSG_ERROR */
 };
 
+#define IPD__SANDBOX_MAX_MOUNTS 64
+
 struct plan_mount {
+    int tree_fd;         /* a detached copy of host_path's tree made by P
+                            (open_tree), moved into place by C1: no path
+                            walk as the sandbox's uid; -1 when P may not
+                            make one (not root: C1 binds src) */
     char src[PATH_MAX];  /* "/oldroot" + realpath(host_path) */
     char dst[PATH_MAX];  /* "/newroot" + sandbox_path */
     char link[PATH_MAX]; /* target when host_path is a symlink */

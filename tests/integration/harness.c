@@ -410,6 +410,33 @@ bool itest_mongo_drop(const char *uri_str)
     return ok;
 }
 
+long itest_mongo_collection_count(const char *uri_str)
+{
+    harness_init();
+    mongoc_uri_t *uri;
+    const char *dbname;
+    mongoc_client_t *c = mongo_connect(uri_str, &uri, &dbname);
+    if (!c)
+        return -1;
+    mongoc_database_t *db = mongoc_client_get_database(c, dbname);
+    bson_error_t err;
+    char **names = mongoc_database_get_collection_names_with_opts(db, NULL,
+                                                                  &err);
+    long n = -1;
+    if (names) {
+        for (n = 0; names[n]; n++)
+            ;
+        bson_strfreev(names);
+    } else {
+        fprintf(stderr, "harness: listing the collections of %s: %s\n",
+                dbname, err.message);
+    }
+    mongoc_database_destroy(db);
+    mongoc_client_destroy(c);
+    mongoc_uri_destroy(uri);
+    return n;
+}
+
 /* What a store holds, blobs and metadata, on either backend. */
 struct inv_blob {
     char *id;       /* owned: the file id */
@@ -1117,8 +1144,9 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
     strv_push(&argv, xstrdup("serve"));
     strv_push(&argv, xstrdup("--listen"));
     strv_push(&argv, xstrdup("127.0.0.1:0"));
+    bool relative = o && o->relative_data_dir;
     strv_push(&argv, xstrdup("--data-dir"));
-    strv_push(&argv, xstrdup(s->data_dir));
+    strv_push(&argv, xstrdup(relative ? "./data" : s->data_dir));
     strv_push(&argv, xstrdup("--ready-fd"));
     strv_push(&argv, xstrdup("3"));
     if (s->mongo_uri) {
@@ -1185,6 +1213,10 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
             fcntl(3, F_SETFD, 0);
         else
             dup2(p[1], 3); /* dup2 clears FD_CLOEXEC on fd 3 */
+        if (relative && chdir(s->tmp_dir)) {
+            dprintf(2, "harness: chdir %s: %s\n", s->tmp_dir, strerror(errno));
+            _exit(127);
+        }
         execve(argv.v[0], argv.v, envp);
         dprintf(2, "harness: execve %s: %s\n", argv.v[0], strerror(errno));
         _exit(127);
@@ -1286,9 +1318,9 @@ struct itest_server *itest__start(const struct itest_opts *opts,
         free(s);
         return NULL;
     }
-    /* Searchable (not readable) by others, like /var/lib: the sandbox's
-     * unprivileged uid must reach <data-dir>/exec to bind a job's inputs. */
-    chmod(tmpl, 0711);
+    /* Searchable (not readable) by others, like /var/lib, or private like
+     * /root: the sandbox's uid never has to walk it either way. */
+    chmod(tmpl, opts && opts->private_parent ? 0700 : 0711);
     s->tmp_dir = tmpl;
     s->data_dir = itest_fmt("%s/data", tmpl);
     s->log_path = itest_fmt("%s/server.log", tmpl);

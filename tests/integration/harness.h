@@ -90,6 +90,9 @@ struct itest_opts {
     bool no_admin_key;       /* don't require data_dir/admin.key: a server on
                               * a database that already has keys writes
                               * none */
+    bool relative_data_dir;  /* run the server in tmp_dir with --data-dir
+                              * ./data (data_dir stays absolute) */
+    bool private_parent;     /* tmp_dir 0700, like /root (else 0711) */
 };
 
 #define itest_start(opts) itest__start((opts), test__failed_checks)
@@ -326,6 +329,9 @@ char *itest_mongo_fixture_uri(const char *db, const char *query);
  * name) and query appended (or NULL).  New string. */
 char *itest_mongo_uri_with_db(const char *base, const char *db,
                               const char *query);
+/* How many collections the database of uri has (0: none, so it does not
+ * exist); -1 (after saying why) when MongoDB can't be asked. */
+long itest_mongo_collection_count(const char *uri);
 /* Drop the database of uri; false (after saying why) on failure. */
 bool itest_mongo_drop(const char *uri);
 

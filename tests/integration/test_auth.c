@@ -2,7 +2,23 @@
  * test_auth.c - API keys (admin.key, the `keys` CLI against a running
  * server), 401s, and the isolation of users and tenants.
  */
+#include <sys/stat.h>
+
 #include "harness.h"
+
+/* The end of the CLI's stderr (tmp_dir/cli.log) holds needle. */
+static bool cli_said(struct itest_server *s, const char *needle)
+{
+    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
+    char *log = itest_read_file(path, NULL);
+    bool found = log && strstr(log, needle);
+    if (!found)
+        fprintf(stderr, "cli.log lacks \"%s\":\n%s\n", needle,
+                log ? log : "(unreadable)");
+    free(log);
+    free(path);
+    return found;
+}
 
 #include <sys/stat.h>
 
@@ -414,5 +430,51 @@ static void isolation(void)
     itest_stop(s);
 }
 
+/* `keys create` and `keys list` on a data dir (or MongoDB database)
+ * without a store exit 2 naming it and create nothing: a key printed
+ * there would be one the server answers 401. */
+static void keys_refuse_no_store(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    char *absent = itest_fmt("%s/nostore", s->tmp_dir);
+    char *fresh = itest_backend_mongo() ? itest_mongo_fixture_uri(NULL, NULL)
+                                        : NULL;
+    const char *where = absent;
+    if (fresh) {
+        const char *db = strrchr(fresh, '/');
+        where = db ? db + 1 : fresh;
+    }
+    const char *store_flag = fresh ? "--mongo-uri" : "--data-dir";
+    const char *store = fresh ? fresh : absent;
+    char *out = NULL;
+    struct stat st;
+    CHECK_INT(itest_cli(s, &out, "keys", "create", store_flag, store,
+                        "--data-dir", absent, "--tenant", "t", NULL),
+              2);
+    CHECKF(!out || !out[0], "keys create printed: %s", out);
+    free(out);
+    CHECK(cli_said(s, where));
+    out = NULL;
+    CHECK_INT(itest_cli(s, &out, "keys", "list", store_flag, store,
+                        "--data-dir", absent, NULL),
+              2);
+    CHECKF(!out || !out[0], "keys list printed: %s", out);
+    free(out);
+    CHECK(stat(absent, &st) != 0);
+    if (fresh)
+        CHECK_INT(itest_mongo_collection_count(fresh), 0);
+    /* With the real store: as before. */
+    out = NULL;
+    CHECK_INT(itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir,
+                        NULL),
+              0);
+    free(out);
+    free(fresh);
+    free(absent);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(admin_key_file), T(restart_keeps_state), T(keys_create),
-          T(keys_list), T(keys_revoke), T(unauthorized), T(isolation))
+          T(keys_list), T(keys_revoke), T(unauthorized), T(isolation),
+          T(keys_refuse_no_store))

@@ -3,7 +3,24 @@
  * files are deleted from the store and the disk (or GridFS); admin keys
  * only; the CLI prints the same JSON for cron.
  */
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "harness.h"
+
+/* The end of the CLI's stderr (tmp_dir/cli.log) holds needle. */
+static bool cli_said(struct itest_server *s, const char *needle)
+{
+    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
+    char *log = itest_read_file(path, NULL);
+    bool found = log && strstr(log, needle);
+    if (!found)
+        fprintf(stderr, "cli.log lacks \"%s\":\n%s\n", needle,
+                log ? log : "(unreadable)");
+    free(log);
+    free(path);
+    return found;
+}
 
 static void expired_files_are_swept(void)
 {
@@ -65,4 +82,48 @@ static void expired_files_are_swept(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(expired_files_are_swept))
+/* `interpd cleanup` on a data dir (or MongoDB database) without a store
+ * exits 2 naming it and creates nothing; run from another directory it
+ * used to make a fresh empty store there and print zeros. */
+static void cleanup_refuses_no_store(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    char *absent = itest_fmt("%s/nostore", s->tmp_dir);
+    char *empty = itest_fmt("%s/empty", s->tmp_dir);
+    REQUIRE(mkdir(empty, 0700) == 0);
+    char *out = NULL;
+    struct stat st;
+    CHECK_INT(itest_cli(s, &out, "cleanup", "--data-dir", absent, NULL), 2);
+    CHECK(cli_said(s, absent));
+    CHECK(stat(absent, &st) != 0);
+    CHECKF(!out || !out[0], "cleanup printed: %s", out);
+    free(out);
+    char *fresh = itest_backend_mongo() ? itest_mongo_fixture_uri(NULL, NULL)
+                                        : NULL;
+    if (fresh) {
+        CHECK_INT(itest_cli(s, NULL, "cleanup", "--data-dir", empty,
+                            "--mongo-uri", fresh, NULL),
+                  2);
+        char *db = strrchr(fresh, '/');
+        CHECK(db && cli_said(s, db + 1));
+        CHECK_INT(itest_mongo_collection_count(fresh), 0);
+    } else {
+        CHECK_INT(itest_cli(s, NULL, "cleanup", "--data-dir", empty, NULL), 2);
+        CHECK(cli_said(s, empty));
+    }
+    char **left = NULL;
+    CHECKF(itest_list_files(empty, &left) == 0, "%s is no longer empty",
+           empty);
+    itest_strv_free(left);
+    CHECK(rmdir(empty) == 0);
+    /* The real store still works. */
+    CHECK_INT(itest_cli(s, NULL, "cleanup", "--data-dir", s->data_dir, NULL),
+              0);
+    free(fresh);
+    free(absent);
+    free(empty);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(expired_files_are_swept), T(cleanup_refuses_no_store))

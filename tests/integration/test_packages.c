@@ -358,6 +358,10 @@ struct shared_server {
     bool tried;
 };
 
+/* The server most cases share (auto-install on), and the one of the
+ * concurrency, SIGKILL and generation-switch cases. */
+static struct shared_server main_shared, gen_shared;
+
 static struct itest_server *shared_server(struct shared_server *sh)
 {
     if (sh->tried)
@@ -366,13 +370,13 @@ static struct itest_server *shared_server(struct shared_server *sh)
     if (!index_setup())
         return NULL;
     make_opts(&sh->opts, NULL);
+    /* The main server's data dir sits under a 0700 parent, like a clone
+     * under /root: pip writes generations there through the sandbox. */
+    sh->opts.o.private_parent = sh == &main_shared;
     sh->s = itest_start(&sh->opts.o);
     return sh->s;
 }
 
-/* The server most cases share (auto-install on), and the one of the
- * concurrency, SIGKILL and generation-switch cases. */
-static struct shared_server main_shared, gen_shared;
 
 static struct itest_server *main_server(void)
 {

@@ -2,8 +2,12 @@
  * test_functional.c - the sandbox runs Python and reports what happened:
  * output, exit codes, signals, timeouts, stdin, limits, setup failures.
  */
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
+
+#include "service/common/util.h"
 
 #include "sandbox_test.h"
 
@@ -322,6 +326,63 @@ static void test_output_dir_handle(void)
     ipd_sandbox_result_release(&r);
 }
 
+/* Binds whose host paths lie under a directory the sandbox's uid cannot
+ * search (a data dir under /root, 0700): the service's side makes the
+ * mounts, so the run reads them (a directory and a single file) and
+ * writes into a writable one. */
+static void test_bind_under_private_dir(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    char top[] = "/tmp/sbx-private-XXXXXX";
+    char in[64], file[80], msg[80], rw[64], got[96];
+    char back[8] = "";
+    FILE *f;
+
+    REQUIRE(sbx_setup());
+    REQUIRE(mkdtemp(top) != NULL);
+    REQUIRE(chmod(top, 0700) == 0);
+    snprintf(in, sizeof in, "%s/in", top);
+    snprintf(msg, sizeof msg, "%s/msg", in);
+    snprintf(file, sizeof file, "%s/single.txt", top);
+    snprintf(rw, sizeof rw, "%s/rw", top);
+    snprintf(got, sizeof got, "%s/written", rw);
+    REQUIRE(mkdir(in, 0755) == 0 && mkdir(rw, 0755) == 0);
+    REQUIRE(chown(rw, sbx_cfg.host_uid, sbx_cfg.host_gid) == 0);
+    f = fopen(msg, "w");
+    REQUIRE(f != NULL);
+    fputs("hello", f);
+    fclose(f);
+    f = fopen(file, "w");
+    REQUIRE(f != NULL);
+    fputs("single", f);
+    fclose(f);
+    REQUIRE(chmod(msg, 0644) == 0 && chmod(file, 0644) == 0);
+    sbx_policy(&p);
+    {
+        const struct ipd_sandbox_mount extra[] = {{in, "/mnt/in", false},
+                                                  {file, "/mnt/one", false},
+                                                  {rw, "/mnt/rw", true}};
+        CHECK_INT(sbx_run_mounts(&p,
+                                 "print(open('/mnt/in/msg').read(),"
+                                 " open('/mnt/one').read())\n"
+                                 "open('/mnt/rw/written', 'w').write('w')\n",
+                                 NULL, extra, IPD_ARRAY_LEN(extra), &r),
+                  IPD_OK);
+    }
+    if (r.exit_code != 0)
+        fprintf(stderr, "exit %d, error %s, stderr %s\n", r.exit_code,
+                r.error, r.err.buf);
+    CHECK_INT(r.exit_code, 0);
+    CHECK_STR(r.out.buf, "hello single\n");
+    f = fopen(got, "r");
+    CHECK(f != NULL && fgets(back, sizeof back, f) && !strcmp(back, "w"));
+    if (f)
+        fclose(f);
+    ipd_sandbox_result_release(&r);
+    CHECK(ipd_remove_tree_at(AT_FDCWD, top) == 0);
+}
+
 static void test_teardown(void)
 {
     sbx_teardown();
@@ -333,4 +394,5 @@ TEST_MAIN(T(test_probe), T(test_stdout_stderr), T(test_exit_codes),
           T(test_environment), T(test_identity),
           T(test_setup_failure_is_an_error),
           T(test_probe_refuses_root_mapping), T(test_output_dir_handle),
+          T(test_bind_under_private_dir),
           T(test_teardown))
