@@ -680,6 +680,280 @@ static void callback_refused_at_delivery(void)
     itest_stop(s);
 }
 
+/* ---- secret rotation and the documented verifiers --------------------- */
+
+/* One callback of an execution run with key: the request received (new),
+ * or NULL. */
+static char *one_callback(struct itest_server *s, const char *key)
+{
+    struct receiver rc;
+    struct itest_resp r;
+    if (!receiver_bind(&rc) || !receiver_start(&rc))
+        return NULL;
+    char *url = itest_fmt("http://127.0.0.1:%d/hook", rc.port);
+    json_t *body = json_pack("{s:s, s:s}", "code", "print('called back')",
+                             "callback_url", url);
+    itest_exec(s, key, "u1", body, 60000, &r);
+    CHECK_STATUS(&r, 202);
+    bool queued = r.status == 202;
+    itest_resp_release(&r);
+    if (!queued)
+        shutdown(rc.fd, SHUT_RDWR);
+    receiver_finish(&rc);
+    char *req = rc.requests[0];
+    rc.requests[0] = NULL;
+    receiver_release(&rc);
+    free(url);
+    return req;
+}
+
+/* `interpd keys ARGS...` as JSON (new), NULL unless it exits 0. */
+static json_t *keys_cli(struct itest_server *s, const char *cmd,
+                        const char *tenant)
+{
+    char *out = NULL;
+    json_error_t jerr;
+    int code = itest_cli(s, &out, "keys", cmd, "--data-dir", s->data_dir,
+                         tenant ? "--tenant" : NULL, tenant, NULL);
+    json_t *j = !code && out ? json_loads(out, JSON_DECODE_ANY, &jerr) : NULL;
+    CHECKF(j != NULL, "keys %s: exit %d, %s", cmd, code, out ? out : "");
+    free(out);
+    return j;
+}
+
+/* The secret `keys list` shows for every key of tenant (they must all
+ * agree): new string or NULL; *rotated: whether secret_rotated_at is set. */
+static char *listed_secret(struct itest_server *s, const char *tenant,
+                           bool *rotated)
+{
+    json_t *arr = keys_cli(s, "list", NULL), *k;
+    char *secret = NULL;
+    size_t i;
+    json_array_foreach(arr, i, k) {
+        if (strcmp(itest_json_str(k, "tenant"), tenant) != 0)
+            continue;
+        const char *sec = itest_json_str(k, "secret");
+        if (!secret)
+            secret = strdup(sec);
+        CHECK_STR(sec, secret);
+        *rotated = json_is_string(json_object_get(k, "secret_rotated_at"));
+    }
+    json_decref(arr);
+    return secret;
+}
+
+/* `keys create` prints the tenant's secret with the key; after
+ * `keys rotate-secret` callbacks carry two v1= (the new secret first)
+ * until --callback-secret-grace ends, then the new one alone. */
+static void secret_rotation(void)
+{
+    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
+                          "--callback-retry-delay", "1s",
+                          "--callback-secret-grace", "3s", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    bool rotated = true;
+    REQUIRE(s);
+    json_t *c1 = keys_cli(s, "create", "acme");
+    REQUIRE(c1);
+    const char *key = itest_json_str(c1, "key");
+    const char *s0 = itest_json_str(c1, "secret");
+    REQUIRE(key && s0);
+    CHECK(strlen(s0) == 64 && strspn(s0, "0123456789abcdef") == 64);
+    char *listed = listed_secret(s, "acme", &rotated);
+    CHECK_STR(listed, s0);
+    CHECK(!rotated);
+    free(listed);
+    char *admin0 = admin_secret(s);
+    CHECK(admin0 && strcmp(admin0, s0) != 0);
+
+    char *req = one_callback(s, key);
+    const char *only0[] = {s0};
+    REQUIRE(req);
+    check_sig_of(req, only0, 1);
+    free(req);
+
+    json_t *rot = keys_cli(s, "rotate-secret", "acme");
+    REQUIRE(rot);
+    int64_t rotated_ms = (int64_t)time(NULL) * 1000;
+    const char *s1 = itest_json_str(rot, "secret");
+    REQUIRE(s1 && strcmp(s1, s0) != 0);
+    CHECK_STR(itest_json_str(rot, "tenant"), "acme");
+    CHECK(itest_json_str(rot, "previous_valid_until") != NULL);
+    listed = listed_secret(s, "acme", &rotated);
+    CHECK_STR(listed, s1);
+    CHECK(rotated);
+    free(listed);
+    /* Another tenant's secret is untouched; a new key of the tenant
+     * shares the new secret. */
+    char *admin1 = admin_secret(s);
+    CHECK_STR(admin1, admin0);
+    json_t *c2 = keys_cli(s, "create", "acme");
+    CHECK_STR(itest_json_str(c2, "secret"), s1);
+
+    req = one_callback(s, key);
+    const char *both[] = {s1, s0};
+    REQUIRE(req);
+    check_sig_of(req, both, 2);
+    free(req);
+
+    /* The wait is the thing under test: past the 3 s grace (wall clock,
+     * whole seconds, so one more). */
+    while ((int64_t)time(NULL) * 1000 < rotated_ms + 4000)
+        usleep(200 * 1000);
+    req = one_callback(s, key);
+    const char *only1[] = {s1};
+    REQUIRE(req);
+    check_sig_of(req, only1, 1);
+    free(req);
+
+    /* Refusals: unknown tenant, malformed arguments. */
+    char *out = NULL;
+    CHECK_INT(itest_cli(s, &out, "keys", "rotate-secret", "--data-dir",
+                        s->data_dir, "--tenant", "nobody", NULL),
+              1);
+    free(out);
+    out = NULL;
+    CHECK_INT(itest_cli(s, &out, "keys", "rotate-secret", "--data-dir",
+                        s->data_dir, NULL),
+              2);
+    free(out);
+    json_decref(c1);
+    json_decref(c2);
+    json_decref(rot);
+    free(admin0);
+    free(admin1);
+    itest_stop(s);
+}
+
+/* The text between `<!-- name:begin -->` and `<!-- name:end -->` in
+ * docs/API.md, without the code fence lines (new), or NULL. */
+static char *doc_snippet(const char *name)
+{
+    char *path = itest_fmt("%s/docs/API.md", ITEST_SOURCE_DIR);
+    char *doc = itest_read_file(path, NULL);
+    char *begin = itest_fmt("<!-- %s:begin -->", name);
+    char *end = itest_fmt("<!-- %s:end -->", name);
+    char *out = NULL;
+    const char *b = doc ? strstr(doc, begin) : NULL;
+    const char *e = b ? strstr(b, end) : NULL;
+    if (b && e) {
+        b = strstr(b, "\n```");
+        b = b ? strchr(b + 1, '\n') : NULL;           /* after the fence */
+        const char *close = b ? strstr(b, "\n```") : NULL; /* the last */
+        if (b && close && close < e)
+            out = strndup(b + 1, (size_t)(close - b));
+    }
+    free(path);
+    free(doc);
+    free(begin);
+    free(end);
+    return out;
+}
+
+static bool write_text(const char *path, const char *a, const char *b)
+{
+    FILE *f = fopen(path, "w");
+    if (!f)
+        return false;
+    bool ok = fputs(a, f) >= 0 && (!b || fputs(b, f) >= 0);
+    return fclose(f) == 0 && ok;
+}
+
+static const char py_driver[] =
+    "\nimport sys\n"
+    "secret = open(sys.argv[1]).read()\n"
+    "header = open(sys.argv[2]).read()\n"
+    "body = open(sys.argv[3], 'rb').read()\n"
+    "now = float(sys.argv[4]) if len(sys.argv) > 4 else None\n"
+    "ok = verify_interpd_signature(secret, header, body, now=now)\n"
+    "sys.exit(0 if ok is True else 3)\n";
+static const char js_driver[] =
+    "\nconst fs = require('fs');\n"
+    "const a = process.argv.slice(2);\n"
+    "const secret = fs.readFileSync(a[0], 'utf8');\n"
+    "const header = fs.readFileSync(a[1], 'utf8');\n"
+    "const body = fs.readFileSync(a[2]);\n"
+    "const ok = a.length > 3\n"
+    "  ? verifyInterpdSignature(secret, header, body, 300, Number(a[3]))\n"
+    "  : verifyInterpdSignature(secret, header, body);\n"
+    "process.exit(ok === true ? 0 : 3);\n";
+
+/* Run the documented verifier (python or node) on secret, the header and
+ * body of req (body replaced by `body` when not NULL), at now (0: the
+ * clock): its exit code (0 accepted, 3 rejected, else it broke). */
+static int run_verifier(struct itest_server *s, bool node, const char *secret,
+                        const char *req, const char *body, long long now)
+{
+    char *script = itest_fmt("%s/verify.%s", s->tmp_dir, node ? "js" : "py");
+    char *fs = itest_fmt("%s/v.secret", s->tmp_dir);
+    char *fh = itest_fmt("%s/v.header", s->tmp_dir);
+    char *fb = itest_fmt("%s/v.body", s->tmp_dir);
+    char *nows = itest_fmt("%lld", now);
+    char *header = header_of(req, "X-Interpd-Signature");
+    int code = -1;
+    if (write_text(fs, secret, NULL) && header &&
+        write_text(fh, header, NULL) &&
+        write_text(fb, body ? body : body_of(req), NULL)) {
+        const char *argv[] = {node ? "/usr/bin/node" : "/usr/bin/python3",
+                              script, fs, fh, fb, now ? nows : NULL, NULL};
+        code = itest_run(argv, NULL, 30000);
+    }
+    free(script);
+    free(fs);
+    free(fh);
+    free(fb);
+    free(nows);
+    free(header);
+    return code;
+}
+
+/* The Python and Node snippets of docs/API.md, exactly as written there,
+ * verify a callback the server really delivered, and reject a changed
+ * body, another secret and a replay 10 minutes later. */
+static void verify_snippets(void)
+{
+    struct itest_server *s = start("1h");
+    REQUIRE(s);
+    char *py = doc_snippet("verify-python");
+    char *js = doc_snippet("verify-node");
+    REQUIRE(py && js);
+    char *pyf = itest_fmt("%s/verify.py", s->tmp_dir);
+    char *jsf = itest_fmt("%s/verify.js", s->tmp_dir);
+    REQUIRE(write_text(pyf, py, py_driver) && write_text(jsf, js, js_driver));
+    char *secret = admin_secret(s);
+    char *req = one_callback(s, s->admin_key);
+    REQUIRE(secret && req);
+    char *sig = header_of(req, "X-Interpd-Signature");
+    long long t = sig ? strtoll(sig + 2, NULL, 10) : 0;
+    char *tampered = strdup(body_of(req));
+    char *p = strstr(tampered, "called back");
+    REQUIRE(p);
+    p[0] = 'C';
+    for (int node = 0; node < 2; node++) {
+        const char *lang = node ? "node" : "python";
+        int rc = run_verifier(s, node, secret, req, NULL, 0);
+        CHECKF(rc == 0, "%s: the real callback: exit %d", lang, rc);
+        rc = run_verifier(s, node, secret, req, tampered, 0);
+        CHECKF(rc == 3, "%s: a changed body: exit %d", lang, rc);
+        rc = run_verifier(s, node, "not-the-secret", req, NULL, 0);
+        CHECKF(rc == 3, "%s: another secret: exit %d", lang, rc);
+        rc = run_verifier(s, node, secret, req, NULL, t + 600);
+        CHECKF(rc == 3, "%s: 10 minutes later: exit %d", lang, rc);
+        rc = run_verifier(s, node, secret, req, NULL, t + 200);
+        CHECKF(rc == 0, "%s: within the window: exit %d", lang, rc);
+    }
+    free(tampered);
+    free(sig);
+    free(req);
+    free(secret);
+    free(pyf);
+    free(jsf);
+    free(py);
+    free(js);
+    itest_stop(s);
+}
+
 /* A receiver that accepts and never answers holds one delivery thread;
  * another callback still arrives meanwhile.  Regression: with one
  * delivery thread every tenant's callbacks waited behind it for the
@@ -729,4 +1003,5 @@ static void slow_receiver_does_not_block_others(void)
 TEST_MAIN(T(poll_to_completion), T(results_expire), T(callback_signed),
           T(callback_retried), T(callback_retry_same_delivery),
           T(callback_refused_at_submit), T(callback_refused_at_delivery),
+          T(secret_rotation), T(verify_snippets),
           T(slow_receiver_does_not_block_others))
