@@ -16,6 +16,7 @@
 
 #include "../service/common/util.h"
 #include "../service/exec/pool.h"
+#include "../service/fetch/fetch.h"
 #include "../venv/requirement.h"
 #include "http.h"
 
@@ -53,6 +54,40 @@ static void reply_result(struct ipd_req *r, struct ipd_exec_job *j)
     ipd_reply_failure(r, j->rc, msg, "running the code");
 }
 
+/* A callback_url the SSRF guard refuses on its face (scheme, an address
+ * literal, a loopback name) is refused now, while the client is there to
+ * be told; a name that needs DNS is checked at delivery.  Replies and
+ * returns false on a refusal. */
+static bool callback_url_ok(struct ipd_req *r, json_t *v)
+{
+    const char *u = json_string_value(v);
+    struct ipd_buf err;
+    enum ipd_err rc;
+    if (!u || json_string_length(v) > CALLBACK_URL_MAX ||
+        strlen(u) != json_string_length(v) ||
+        (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "\"callback_url\" must be an http or https URL "
+                       "of at most %d bytes",
+                       CALLBACK_URL_MAX);
+        return false;
+    }
+    ipd_buf_init(&err, 512);
+    rc = ipd_fetch_url_check(r->app->fetch, u, &err);
+    if (rc == IPD_ERR_FORBIDDEN)
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "\"callback_url\" is refused: %s; an operator can "
+                       "allow such addresses with --fetch-allow (CIDRs)",
+                       err.buf);
+    else if (rc == IPD_ERR_INVALID)
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "\"callback_url\" is not usable: %s", err.buf);
+    else if (rc)
+        ipd_reply_failure(r, rc, NULL, "checking the callback_url");
+    ipd_buf_release(&err);
+    return rc == IPD_OK;
+}
+
 /* Check the optional fields (packages, async, callback_url, store_outputs,
  * variables);
  * sessions are not built yet: refused clearly.  Replies and returns true
@@ -78,19 +113,8 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
         return true;
     }
     v = json_object_get(doc, "callback_url");
-    if (v && !json_is_null(v)) {
-        const char *u = json_string_value(v);
-        if (!u || json_string_length(v) > CALLBACK_URL_MAX ||
-            strlen(u) != json_string_length(v) ||
-            (strncmp(u, "http://", 7) != 0 &&
-             strncmp(u, "https://", 8) != 0)) {
-            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                            "\"callback_url\" must be an http or https URL "
-                            "of at most %d bytes",
-                            CALLBACK_URL_MAX);
-            return true;
-        }
-    }
+    if (v && !json_is_null(v) && !callback_url_ok(r, v))
+        return true;
     v = json_object_get(doc, "session_id");
     if (v && !json_is_null(v)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
@@ -229,6 +253,8 @@ static struct ipd_exec_job *job_new(struct ipd_req *r, json_t *doc,
         j->callback_url = ipd_xstrdup(json_string_value(cbu));
     memcpy(j->secret, r->key.secret, sizeof(j->secret));
     j->store_outputs = !json_is_false(json_object_get(doc, "store_outputs"));
+    memcpy(j->prev_secret, r->key.prev_secret, sizeof(j->prev_secret));
+    j->secret_rotated_at_ms = r->key.secret_rotated_at_ms;
     json_t *pk = json_object_get(doc, "packages");
     size_t np = json_array_size(pk);
     j->packages = ipd_xcalloc(np ? np : 1, sizeof(*j->packages));

@@ -64,10 +64,12 @@ static int keys_create(const struct ipd_config *cfg, struct ipd_meta *m,
         return 1;
     }
     ipd_time_format(k.created_at_ms, created);
-    print_json(json_pack("{s:s, s:s, s:b, s:s, s:s, s:s}", "key_id",
+    /* The tenant's callback signing secret comes with the key: whoever
+     * hands out the key configures the bot that verifies callbacks. */
+    print_json(json_pack("{s:s, s:s, s:b, s:s, s:s, s:s, s:s}", "key_id",
                          k.key_id, "tenant", k.tenant, "admin", k.admin,
                          "policy", k.policy, "created_at", created, "key",
-                         plain));
+                         plain, "secret", k.secret));
     memset(plain, 0, sizeof(plain));
     return 0;
 }
@@ -86,12 +88,15 @@ static int keys_list(struct ipd_meta *m)
         /* A key never revoked has revoked_at_ms 0. */
         int64_t revoked = k->revoked_at_ms ? k->revoked_at_ms : IPD_TIME_NEVER;
         json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:s}", "key_id",
-                           k->key_id, "tenant", k->tenant, "admin", k->admin,
-                           "policy", k->policy,
-                           "created_at", ipd_json_time(k->created_at_ms),
-                           "revoked_at", ipd_json_time(revoked),
-                           "secret", k->secret));
+            arr, json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:s, s:o}",
+                           "key_id", k->key_id, "tenant", k->tenant, "admin",
+                           k->admin, "policy", k->policy, "created_at",
+                           ipd_json_time(k->created_at_ms), "revoked_at",
+                           ipd_json_time(revoked), "secret", k->secret,
+                           "secret_rotated_at",
+                           ipd_json_time(k->secret_rotated_at_ms
+                                             ? k->secret_rotated_at_ms
+                                             : IPD_TIME_NEVER)));
     }
     ipd_key_list_release(&l);
     print_json(arr);
@@ -117,6 +122,58 @@ static int keys_revoke(struct ipd_meta *m, const char **args, size_t n)
     return 0;
 }
 
+/* The tenant NAME of `--tenant NAME` or `--tenant=NAME`, the only
+ * argument; NULL (after a message) otherwise. */
+static const char *tenant_arg(const char *cmd, const char **args, size_t n)
+{
+    const char *tenant = NULL;
+    if (n == 2 && !strcmp(args[0], "--tenant"))
+        tenant = args[1];
+    else if (n == 1 && !strncmp(args[0], "--tenant=", 9))
+        tenant = args[0] + 9;
+    if (!tenant || !ipd_tenant_valid(tenant)) {
+        fprintf(stderr, "usage: interpd keys %s --tenant NAME (1-64 "
+                        "characters of [A-Za-z0-9_.-])\n", cmd);
+        return NULL;
+    }
+    return tenant;
+}
+
+/* A new callback signing secret for every key of the tenant; the previous
+ * one keeps signing (a second v1=) for --callback-secret-grace. */
+static int keys_rotate_secret(const struct ipd_config *cfg,
+                              struct ipd_meta *m, const char **args,
+                              size_t n)
+{
+    char secret[IPD_SHA256_HEX];
+    const char *tenant = tenant_arg("rotate-secret", args, n);
+    int64_t now = ipd_now_ms();
+    if (!tenant)
+        return 2;
+    enum ipd_err rc = ipd_keys_rotate_secret(m, tenant, now, secret);
+    if (rc == IPD_ERR_NOT_FOUND) {
+        fprintf(stderr, "interpd keys rotate-secret: tenant %s has no "
+                        "keys\n", tenant);
+        return 1;
+    }
+    if (rc == IPD_ERR_CONFLICT) {
+        fprintf(stderr, "interpd keys rotate-secret: the secret of %s "
+                        "changed meanwhile (another rotation?); see `keys "
+                        "list`\n", tenant);
+        return 1;
+    }
+    if (rc) {
+        fprintf(stderr, "interpd keys rotate-secret: %s\n", ipd_err_name(rc));
+        return 1;
+    }
+    print_json(json_pack("{s:s, s:s, s:o, s:o}", "tenant", tenant, "secret",
+                         secret, "rotated_at", ipd_json_time(now),
+                         "previous_valid_until",
+                         ipd_json_time(now + cfg->callback_secret_grace_ms)));
+    memset(secret, 0, sizeof(secret));
+    return 0;
+}
+
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
 {
     struct ipd_stores st;
@@ -125,7 +182,7 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
     if (!nargs) {
         fprintf(stderr, "usage: interpd keys create --tenant NAME [--admin] "
                         "[--policy NAME] | list | "
-                        "revoke KEY_ID\n");
+                        "revoke KEY_ID | rotate-secret --tenant NAME\n");
         return 2;
     }
     struct ipd_buf why;
@@ -145,6 +202,8 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
         code = keys_list(m);
     else if (!strcmp(args[0], "revoke"))
         code = keys_revoke(m, args + 1, nargs - 1);
+    else if (!strcmp(args[0], "rotate-secret"))
+        code = keys_rotate_secret(cfg, m, args + 1, nargs - 1);
     else
         fprintf(stderr, "interpd keys: unknown command \"%s\"\n", args[0]);
     ipd_stores_close(&st);

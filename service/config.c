@@ -129,6 +129,10 @@ static const struct opt opts[] = {
      "how long asynchronous execution results are kept"},
     {"callback-retry-delay", OPT_DURATION, OFF(callback_retry_delay_ms), "2s",
      false, "wait before retrying a failed callback (doubles; 3 attempts)"},
+    {"callback-secret-grace", OPT_DURATION, OFF(callback_secret_grace_ms),
+     "24h", false,
+     "after `keys rotate-secret`, how long callbacks are also signed with "
+     "the previous secret (0s: not at all)"},
     {"sweep-interval", OPT_DURATION, OFF(sweep_interval_ms), "1h", false,
      "how often the service deletes expired files itself (never: only "
      "cron/cleanup)"},
@@ -654,6 +658,11 @@ static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
                           "positive and at most 1d, result-ttl positive, "
                           "callback-retry-delay at most 1d, "
                           "fetch-max-redirects 0 to 20");
+        return false;
+    }
+    if (c->callback_secret_grace_ms < 0 ||
+        c->callback_secret_grace_ms > 30 * day) {
+        ipd_buf_adds(err, "callback-secret-grace must be 0s to 30d");
         return false;
     }
     if (c->venv_max_age_ms <= 0 || c->pip_timeout_ms <= 0 ||

@@ -89,6 +89,9 @@ struct ipd_config {
     int64_t fetch_max_redirects;
     int64_t result_ttl_ms;   /* async results are kept this long */
     int64_t callback_retry_delay_ms; /* first retry; doubles after */
+    int64_t callback_secret_grace_ms; /* the previous callback secret
+                                         still signs this long after a
+                                         rotation */
     int64_t sweep_interval_ms;     /* the in-process expiry sweep */
     int64_t reconcile_interval_ms; /* the orphan reconcile */
     int64_t orphan_min_age_ms;     /* bytes without a record older than this

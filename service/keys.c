@@ -15,6 +15,26 @@
 #define KEY_PREFIX "ipd_"
 #define KEY_HEX 64
 
+/* The newest key of tenant that has a secret (its secret and rotation are
+ * the tenant's), into *out; IPD_ERR_NOT_FOUND when the tenant has none. */
+static enum ipd_err tenant_secret(struct ipd_meta *m, const char *tenant,
+                                  struct ipd_key *out)
+{
+    struct ipd_key_list all = {0};
+    enum ipd_err rc = ipd_meta_key_list(m, &all);
+    bool found = false;
+    if (rc)
+        return rc;
+    /* Oldest first: the last match is the newest. */
+    for (size_t i = 0; i < all.n; i++)
+        if (!strcmp(all.items[i].tenant, tenant) && all.items[i].secret[0]) {
+            *out = all.items[i];
+            found = true;
+        }
+    ipd_key_list_release(&all);
+    return found ? IPD_OK : IPD_ERR_NOT_FOUND;
+}
+
 enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
                              bool admin, const char *policy,
                              char plain[IPD_KEY_PLAIN_MAX],
@@ -32,16 +52,17 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
     memcpy(plain, KEY_PREFIX, sizeof(KEY_PREFIX));
     ipd_hex(rnd, sizeof(rnd), plain + strlen(KEY_PREFIX));
     /* The callback signing secret is the tenant's (CONTRACT.md): a new key
-     * of a tenant that has keys shares theirs; the first key makes it. */
-    struct ipd_key_list all = {0};
-    enum ipd_err lrc = ipd_meta_key_list(m, &all);
-    if (lrc)
+     * of a tenant that has keys shares theirs, with its rotation (the
+     * previous secret and when it was replaced); the first key makes it. */
+    struct ipd_key cur;
+    enum ipd_err lrc = tenant_secret(m, tenant, &cur);
+    if (lrc == IPD_OK) {
+        memcpy(k.secret, cur.secret, sizeof(k.secret));
+        memcpy(k.prev_secret, cur.prev_secret, sizeof(k.prev_secret));
+        k.secret_rotated_at_ms = cur.secret_rotated_at_ms;
+    } else if (lrc != IPD_ERR_NOT_FOUND) {
         return lrc;
-    for (size_t i = 0; i < all.n && !k.secret[0]; i++)
-        if (!strcmp(all.items[i].tenant, tenant) && all.items[i].secret[0])
-            memcpy(k.secret, all.items[i].secret, sizeof(k.secret));
-    ipd_key_list_release(&all);
-    if (!k.secret[0]) {
+    } else {
         ipd_random_bytes(rnd, sizeof(rnd));
         ipd_hex(rnd, sizeof(rnd), k.secret);
     }
@@ -54,6 +75,34 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
     enum ipd_err rc = ipd_meta_key_insert(m, &k);
     if (!rc && out)
         *out = k;
+    return rc;
+}
+
+enum ipd_err ipd_keys_rotate_secret(struct ipd_meta *m, const char *tenant,
+                                    int64_t now_ms,
+                                    char secret[IPD_SHA256_HEX])
+{
+    unsigned char rnd[32];
+    struct ipd_key cur;
+    char next[IPD_SHA256_HEX];
+    enum ipd_err rc;
+
+    if (!ipd_tenant_valid(tenant))
+        return IPD_ERR_INVALID;
+    rc = tenant_secret(m, tenant, &cur);
+    if (rc)
+        return rc;
+    ipd_random_bytes(rnd, sizeof(rnd));
+    ipd_hex(rnd, sizeof(rnd), next);
+    /* Only the keys still holding cur.secret change: a rotation that
+     * raced this one and won leaves nothing to match (NOT_FOUND then, and
+     * the caller sees the winner's secret in `keys list`). */
+    rc = ipd_meta_key_rotate_secret(m, tenant, cur.secret, next, now_ms);
+    if (rc == IPD_ERR_NOT_FOUND)
+        rc = IPD_ERR_CONFLICT;
+    if (!rc)
+        memcpy(secret, next, IPD_SHA256_HEX);
+    memset(next, 0, sizeof(next));
     return rc;
 }
 

@@ -7,6 +7,7 @@
 #define IPD_KEYS_H
 
 #include <stdbool.h>
+#include <stdint.h>
 
 #include "../storage/meta.h"
 #include "common/ipd.h"
@@ -20,6 +21,19 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
                              bool admin, const char *policy,
                              char plain[IPD_KEY_PLAIN_MAX],
                              struct ipd_key *out);
+
+/*
+ * Give tenant a new callback signing secret (every key of the tenant: the
+ * secret is per tenant).  The old one becomes the keys' prev_secret, which
+ * still signs callbacks until now_ms + the configured grace
+ * (--callback-secret-grace).  secret receives the new one.
+ * IPD_ERR_INVALID for a malformed tenant name, IPD_ERR_NOT_FOUND when the
+ * tenant has no keys, IPD_ERR_CONFLICT when another rotation changed the
+ * secret meanwhile; backend errors pass through.
+ */
+enum ipd_err ipd_keys_rotate_secret(struct ipd_meta *m, const char *tenant,
+                                    int64_t now_ms,
+                                    char secret[IPD_SHA256_HEX]);
 
 /* The stored record for a presented key, compared in constant time.
  * IPD_ERR_UNAUTHORIZED for unknown, malformed or revoked keys; backend

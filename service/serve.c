@@ -380,7 +380,7 @@ static enum ipd_err open_outbound(struct server *sv)
     if (ipd_workq_new(4, 64, &sv->app.bg))
         ipd_error("URL ingest is unavailable: no background threads");
     if (ipd_callbacks_new(&sv->fetch_opts, cfg->callback_retry_delay_ms,
-                          &sv->callbacks))
+                          cfg->callback_secret_grace_ms, &sv->callbacks))
         ipd_error("execution callbacks are unavailable: no delivery thread");
 out:
     ipd_buf_release(&ferr);

@@ -161,6 +161,16 @@ enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
     return m->ops->key_revoke(m, key_id, now_ms);
 }
 
+enum ipd_err ipd_meta_key_rotate_secret(struct ipd_meta *m,
+                                        const char *tenant,
+                                        const char *current, const char *next,
+                                        int64_t now_ms)
+{
+    if (!tenant || !*tenant || !current || !*current || !next || !*next)
+        return IPD_ERR_INVALID;
+    return m->ops->key_rotate_secret(m, tenant, current, next, now_ms);
+}
+
 enum ipd_err ipd_meta_file_get_by_id(struct ipd_meta *m, const char *file_id,
                                      struct ipd_file_meta *out)
 {

@@ -106,8 +106,13 @@ struct ipd_key {
     bool admin;
     int64_t created_at_ms;
     int64_t revoked_at_ms;            /* 0 while the key is valid */
-    char secret[IPD_SHA256_HEX];      /* per-key signing secret (callbacks) */
+    char secret[IPD_SHA256_HEX];      /* the tenant's callback signing
+                                         secret (every key of a tenant
+                                         holds the same) */
     char policy[IPD_POLICY_MAX];      /* execution policy ("standard") */
+    char prev_secret[IPD_SHA256_HEX]; /* the secret before the last
+                                         rotation, or "" */
+    int64_t secret_rotated_at_ms;     /* that rotation's time; 0: never */
 };
 
 struct ipd_key_list {
@@ -151,6 +156,9 @@ struct ipd_meta_ops {
     enum ipd_err (*key_list)(struct ipd_meta *m, struct ipd_key_list *out);
     enum ipd_err (*key_revoke)(struct ipd_meta *m, const char *key_id,
                                int64_t now_ms);
+    enum ipd_err (*key_rotate_secret)(struct ipd_meta *m, const char *tenant,
+                                      const char *current, const char *next,
+                                      int64_t now_ms);
 
     enum ipd_err (*file_get_by_id)(struct ipd_meta *m, const char *file_id,
                                    struct ipd_file_meta *out);
@@ -239,6 +247,16 @@ enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out);
  * revocation time. */
 enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
                                  int64_t now_ms);
+/* Rotate tenant's callback signing secret: every key of tenant whose
+ * secret is `current` (revoked ones too) gets secret = next, prev_secret =
+ * current and secret_rotated_at_ms = now_ms, in one statement.  Keys
+ * holding another secret are left alone, so of two rotations that race
+ * one finds nothing to change.  IPD_ERR_NOT_FOUND when no key matched;
+ * IPD_ERR_INVALID for an empty tenant, current or next. */
+enum ipd_err ipd_meta_key_rotate_secret(struct ipd_meta *m,
+                                        const char *tenant,
+                                        const char *current, const char *next,
+                                        int64_t now_ms);
 
 /* ---- Reconcile: records of every scope, expired or not ---------------- */
 

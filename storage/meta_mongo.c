@@ -8,7 +8,11 @@
  *                 file_type, mime_type, sha256, source, blob,
  *                 uploaded_at (date), expires_at (date, null = never) }
  *   api_keys    { key_id, tenant, hash, admin (bool), created_at (date),
- *                 revoked_at (date, null = valid), secret }
+ *                 revoked_at (date, null = valid), secret, policy,
+ *                 prev_secret, secret_rotated_at (date, null = never) }
+ *                 (documents from before a field existed may lack policy,
+ *                 prev_secret and secret_rotated_at: read as "standard",
+ *                 "" and never)
  *   quota_locks { _id: "<tenant>/<user_id>", owner, expires_at (date) }
  *   leases      { _id: <random per holding>, name, owner, expires_at (date) }
  *   service_state: reserved (last cleanup, venv generation); this store
@@ -215,6 +219,15 @@ static enum ipd_err key_to_doc(const struct ipd_key *k, bson_t *b)
     rc = put_str(b, "secret", k->secret, sizeof(k->secret));
     if (!rc)
         rc = put_str(b, "policy", k->policy, sizeof(k->policy));
+    if (!rc)
+        rc = put_str(b, "prev_secret", k->prev_secret,
+                     sizeof(k->prev_secret));
+    if (rc)
+        goto out;
+    if (k->secret_rotated_at_ms == 0)
+        BSON_APPEND_NULL(b, "secret_rotated_at");
+    else
+        BSON_APPEND_DATE_TIME(b, "secret_rotated_at", k->secret_rotated_at_ms);
 out:
     return rc;
 }
@@ -351,6 +364,13 @@ static enum ipd_err doc_to_key(const bson_t *d, struct ipd_key *k)
         rc = get_str(d, "policy", k->policy, sizeof(k->policy));
     else
         memcpy(k->policy, "standard", sizeof("standard"));
+    /* Keys written before rotation existed: never rotated. */
+    if (!rc && bson_iter_init_find(&it, d, "prev_secret"))
+        rc = get_str(d, "prev_secret", k->prev_secret,
+                     sizeof(k->prev_secret));
+    if (!rc && bson_iter_init_find(&it, d, "secret_rotated_at"))
+        rc = get_date(d, "secret_rotated_at", true, 0,
+                      &k->secret_rotated_at_ms);
 out:
     return rc;
 }
@@ -999,6 +1019,47 @@ out:
     return rc;
 }
 
+static enum ipd_err mg_key_rotate_secret(struct ipd_meta *m,
+                                         const char *tenant,
+                                         const char *current,
+                                         const char *next, int64_t now_ms)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct op op = {0};
+    bson_t filter = BSON_INITIALIZER, update = BSON_INITIALIZER, set;
+    bson_t reply = BSON_INITIALIZER;
+    bson_error_t err;
+    bson_iter_t it;
+    enum ipd_err rc = IPD_OK;
+
+    /* One updateMany: the keys that still hold `current` (no update
+     * pipeline: FerretDB has none, and current is known anyway). */
+    BSON_APPEND_UTF8(&filter, "tenant", tenant);
+    BSON_APPEND_UTF8(&filter, "secret", current);
+    bson_append_document_begin(&update, "$set", -1, &set);
+    BSON_APPEND_UTF8(&set, "secret", next);
+    BSON_APPEND_UTF8(&set, "prev_secret", current);
+    BSON_APPEND_DATE_TIME(&set, "secret_rotated_at", now_ms);
+    bson_append_document_end(&update, &set);
+    op_begin(s, COLL_KEYS, &op);
+    bson_destroy(&reply);
+    if (!mongoc_collection_update_many(op.coll, &filter, &update, NULL,
+                                       &reply, &err)) {
+        rc = ipd__mongo_err(&err, "key_rotate_secret");
+        goto out;
+    }
+    if (!bson_iter_init_find(&it, &reply, "matchedCount"))
+        rc = bad_field("matchedCount", "missing");
+    else if (bson_iter_as_int64(&it) == 0)
+        rc = IPD_ERR_NOT_FOUND;
+out:
+    op_end(s, &op);
+    bson_destroy(&reply);
+    bson_destroy(&update);
+    bson_destroy(&filter);
+    return rc;
+}
+
 /* Every key matching filter into out. */
 static enum ipd_err collect_keys(mongoc_collection_t *coll,
                                  const bson_t *filter, const bson_t *opts,
@@ -1340,6 +1401,7 @@ static const struct ipd_meta_ops mongo_ops = {
     .key_find_by_hash = mg_key_find_by_hash,
     .key_list = mg_key_list,
     .key_revoke = mg_key_revoke,
+    .key_rotate_secret = mg_key_rotate_secret,
     .file_get_by_id = mg_file_get_by_id,
     .file_scan = mg_file_scan,
     .lease_acquire = mg_lease_acquire,

@@ -49,7 +49,7 @@
 #include "meta.h"
 
 #define IPD_SQLITE_READERS 4
-#define SCHEMA_VERSION 3
+#define SCHEMA_VERSION 4
 
 /* Every statement the store runs.  All SQL is constant; user data only
  * ever reaches SQLite through bound parameters. */
@@ -71,6 +71,7 @@ enum stmt_id {
     S_KEY_FIND,
     S_KEY_LIST,
     S_KEY_REVOKE,
+    S_KEY_ROTATE_SECRET,
     S_FILE_GET_BY_ID,
     S_FILE_SCAN,
     S_LEASE_ACQUIRE,
@@ -83,7 +84,8 @@ enum stmt_id {
     "file_id, tenant, user_id, filename, size, mime_type, file_type, "        \
     "sha256, source, blob, created_at_ms, expires_at_ms"
 #define KEY_COLS                                                               \
-    "key_id, tenant, hash, admin, created_at_ms, revoked_at_ms, secret, policy"
+    "key_id, tenant, hash, admin, created_at_ms, revoked_at_ms, secret, "      \
+    "policy, prev_secret, secret_rotated_at_ms"
 /* A record is visible at time ?now while it has not expired. */
 #define UNEXPIRED(now) "(expires_at_ms IS NULL OR expires_at_ms > " now ")"
 
@@ -123,7 +125,7 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_FILE_TOTALS] = "SELECT count(*), coalesce(sum(size), 0) FROM files"
                       " WHERE " UNEXPIRED("?1"),
     [S_KEY_INSERT] = "INSERT INTO api_keys (" KEY_COLS ")"
-                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                     " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [S_KEY_FIND] = "SELECT " KEY_COLS " FROM api_keys WHERE hash = ?1",
     [S_KEY_LIST] = "SELECT " KEY_COLS " FROM api_keys"
                    " ORDER BY created_at_ms, key_id",
@@ -131,6 +133,12 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_KEY_REVOKE] = "UPDATE api_keys"
                      " SET revoked_at_ms = coalesce(revoked_at_ms, ?2)"
                      " WHERE key_id = ?1",
+    /* The right-hand sides see the row before the update: prev_secret
+     * gets the old secret. */
+    [S_KEY_ROTATE_SECRET] = "UPDATE api_keys"
+                            " SET prev_secret = secret, secret = ?3,"
+                            " secret_rotated_at_ms = ?4"
+                            " WHERE tenant = ?1 AND secret = ?2",
     [S_FILE_GET_BY_ID] = "SELECT " FILE_COLS " FROM files WHERE file_id = ?1",
     /* The primary key's index gives the order and the start. */
     [S_FILE_SCAN] = "SELECT " FILE_COLS " FROM files WHERE file_id > ?1"
@@ -193,6 +201,11 @@ static const char *const migrations[SCHEMA_VERSION] = {
     "  owner TEXT NOT NULL,"
     "  expires_at_ms INTEGER NOT NULL"
     ");",
+    /* 4: the callback secret's rotation (the previous secret still signs
+     * during a grace period). */
+    "ALTER TABLE api_keys ADD COLUMN prev_secret TEXT NOT NULL DEFAULT '';"
+    "ALTER TABLE api_keys ADD COLUMN secret_rotated_at_ms INTEGER NOT NULL"
+    "  DEFAULT 0;",
 };
 
 struct conn {
@@ -385,8 +398,11 @@ static enum ipd_err row_to_key(sqlite3_stmt *st, struct ipd_key *k)
         rc = col_text(st, 6, k->secret, sizeof(k->secret));
     if (!rc)
         rc = col_text(st, 7, k->policy, sizeof(k->policy));
+    if (!rc)
+        rc = col_text(st, 8, k->prev_secret, sizeof(k->prev_secret));
     if (rc)
         goto out;
+    k->secret_rotated_at_ms = sqlite3_column_int64(st, 9);
     k->admin = sqlite3_column_int(st, 3) != 0;
     k->created_at_ms = sqlite3_column_int64(st, 4);
     if (sqlite3_column_type(st, 5) == SQLITE_NULL)
@@ -625,6 +641,10 @@ static int bind_key_row(sqlite3_stmt *st, const struct ipd_key *k)
         src = bind_text(st, 7, k->secret, sizeof(k->secret));
     if (!src)
         src = bind_text(st, 8, k->policy, sizeof(k->policy));
+    if (!src)
+        src = bind_text(st, 9, k->prev_secret, sizeof(k->prev_secret));
+    if (!src)
+        src = sqlite3_bind_int64(st, 10, k->secret_rotated_at_ms);
     return src;
 }
 
@@ -1059,6 +1079,31 @@ static enum ipd_err sq_key_revoke(struct ipd_meta *m, const char *key_id,
                      key_id, &now_ms);
 }
 
+static enum ipd_err sq_key_rotate_secret(struct ipd_meta *m,
+                                         const char *tenant,
+                                         const char *current,
+                                         const char *next, int64_t now_ms)
+{
+    struct meta_sqlite *s = (struct meta_sqlite *)m;
+    struct wr w;
+    enum ipd_err rc = wr_begin(s, S_KEY_ROTATE_SECRET, &w);
+    int src;
+
+    if (rc)
+        return wr_end(s, &w, rc);
+    src = bind_text(w.st, 1, tenant, 0);
+    if (!src)
+        src = bind_text(w.st, 2, current, 0);
+    if (!src)
+        src = bind_text(w.st, 3, next, 0);
+    if (!src)
+        src = sqlite3_bind_int64(w.st, 4, now_ms);
+    rc = wr_step(&w, src, SQLITE_DONE, "key_rotate_secret");
+    if (!rc && sqlite3_changes(w.c->db) == 0)
+        rc = IPD_ERR_NOT_FOUND;
+    return wr_end(s, &w, rc);
+}
+
 static enum ipd_err sq_file_get_by_id(struct ipd_meta *m, const char *file_id,
                                       struct ipd_file_meta *out)
 {
@@ -1156,6 +1201,7 @@ static const struct ipd_meta_ops sqlite_ops = {
     .key_find_by_hash = sq_key_find_by_hash,
     .key_list = sq_key_list,
     .key_revoke = sq_key_revoke,
+    .key_rotate_secret = sq_key_rotate_secret,
     .file_get_by_id = sq_file_get_by_id,
     .file_scan = sq_file_scan,
     .lease_acquire = sq_lease_acquire,

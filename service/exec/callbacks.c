@@ -10,12 +10,25 @@
 #include "../common/log.h"
 #include "../common/util.h"
 
+struct ipd_callback_status {
+    int refs;                     /* under status_lock, like the rest */
+    const char *state;            /* "pending", "delivered", "failed" */
+    int attempts;
+    char error[512];              /* "" : none */
+    char delivery_id[IPD_ID_MAX]; /* "" until queued */
+};
+
+/* One lock for every status: held for a few copies at a time. */
+static pthread_mutex_t status_lock = PTHREAD_MUTEX_INITIALIZER;
+
 struct delivery {
     struct delivery *next;
     char *url;
     char *body;
     size_t len;
-    char signature[IPD_SIGNATURE_MAX];
+    struct ipd_callback_keys keys;
+    char id[IPD_ID_MAX];          /* X-Interpd-Delivery: every attempt */
+    struct ipd_callback_status *status; /* a reference, or NULL */
     int attempts;     /* made so far */
     int64_t due_ms;   /* monotonic */
 };
@@ -23,6 +36,7 @@ struct delivery {
 struct ipd_callbacks {
     struct ipd_fetch_opts opts;
     int64_t retry_delay_ms;
+    int64_t secret_grace_ms;
     pthread_t threads[IPD_CALLBACK_THREADS];
     unsigned started;
     pthread_mutex_t lock;
@@ -33,41 +47,166 @@ struct ipd_callbacks {
     bool stop;
 };
 
-void ipd_callback_signature(const char *secret, const void *body, size_t len,
-                            char out[IPD_SIGNATURE_MAX])
+/* ---- statuses ----------------------------------------------------------- */
+
+struct ipd_callback_status *ipd_callback_status_new(void)
+{
+    struct ipd_callback_status *s = ipd_xcalloc(1, sizeof(*s));
+    s->refs = 1;
+    s->state = "pending";
+    return s;
+}
+
+struct ipd_callback_status *ipd_callback_status_ref(
+    struct ipd_callback_status *s)
+{
+    pthread_mutex_lock(&status_lock);
+    s->refs++;
+    pthread_mutex_unlock(&status_lock);
+    return s;
+}
+
+void ipd_callback_status_unref(struct ipd_callback_status *s)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&status_lock);
+    bool last = --s->refs == 0;
+    pthread_mutex_unlock(&status_lock);
+    if (last)
+        free(s);
+}
+
+/* Record an attempt's outcome (state a static string; error may be
+ * NULL). */
+static void status_set(struct ipd_callback_status *s, const char *state,
+                       int attempts, const char *error)
+{
+    if (!s)
+        return;
+    pthread_mutex_lock(&status_lock);
+    s->state = state;
+    s->attempts = attempts;
+    snprintf(s->error, sizeof(s->error), "%s", error ? error : "");
+    pthread_mutex_unlock(&status_lock);
+}
+
+void ipd_callback_status_fail(struct ipd_callback_status *s,
+                              const char *error)
+{
+    status_set(s, "failed", 0, error);
+}
+
+json_t *ipd_callback_status_json(struct ipd_callback_status *s)
+{
+    pthread_mutex_lock(&status_lock);
+    json_t *j = json_pack("{s:s, s:i, s:s?, s:s?}", "status", s->state,
+                          "attempts", s->attempts, "error",
+                          s->error[0] ? s->error : NULL, "delivery_id",
+                          s->delivery_id[0] ? s->delivery_id : NULL);
+    pthread_mutex_unlock(&status_lock);
+    return j;
+}
+
+/* ---- signing and one attempt -------------------------------------------- */
+
+/* ",v1=<hex HMAC-SHA256 of signed under secret>" appended at out. */
+static void add_v1(char *out, size_t cap, const char *secret,
+                   const struct ipd_buf *signed_text)
 {
     char hex[IPD_SHA256_HEX];
-    ipd_hmac_sha256_hex(secret, strlen(secret), body, len, hex);
-    snprintf(out, IPD_SIGNATURE_MAX, "sha256=%s", hex);
+    size_t n = strlen(out);
+    ipd_hmac_sha256_hex(secret, strlen(secret), signed_text->buf,
+                        signed_text->len, hex);
+    snprintf(out + n, cap - n, ",v1=%s", hex);
+}
+
+void ipd_callback_signature(const struct ipd_callback_keys *keys,
+                            int64_t grace_ms, int64_t now_ms,
+                            const void *body, size_t len,
+                            char out[IPD_SIGNATURE_MAX])
+{
+    struct ipd_buf text;
+    long long t = (long long)(now_ms / 1000);
+    /* "<t>.<body>": the timestamp is signed with the body, so a receiver
+     * that checks t against its replay window can trust it. */
+    ipd_buf_init(&text, IPD_BUF_UNLIMITED);
+    ipd_buf_addf(&text, "%lld.", t);
+    ipd_buf_add(&text, body, len);
+    snprintf(out, IPD_SIGNATURE_MAX, "t=%lld", t);
+    add_v1(out, IPD_SIGNATURE_MAX, keys->secret, &text);
+    if (keys->prev_secret[0] && keys->rotated_at_ms > 0 &&
+        now_ms < keys->rotated_at_ms + grace_ms)
+        add_v1(out, IPD_SIGNATURE_MAX, keys->prev_secret, &text);
+    ipd_buf_release(&text);
 }
 
 static void delivery_free(struct delivery *d)
 {
     if (!d)
         return;
+    ipd_callback_status_unref(d->status);
     free(d->url);
     free(d->body);
     free(d);
 }
 
-/* One attempt; true when the callback was accepted (2xx). */
-static bool attempt(struct ipd_callbacks *cb, struct delivery *d)
+/* One attempt, signed now: IPD_OK when the callback was accepted (2xx);
+ * the fetch's message in err otherwise. */
+static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
+                            struct ipd_buf *err)
 {
-    char header[32 + IPD_SIGNATURE_MAX];
-    const char *headers[] = {header, NULL};
-    struct ipd_buf err;
+    char sig[32 + IPD_SIGNATURE_MAX], id[32 + IPD_ID_MAX];
+    char value[IPD_SIGNATURE_MAX];
+    const char *headers[] = {sig, id, NULL};
     int status = 0;
-    snprintf(header, sizeof(header), "X-Interpd-Signature: %s", d->signature);
-    ipd_buf_init(&err, 1024);
+    ipd_callback_signature(&d->keys, cb->secret_grace_ms, ipd_now_ms(),
+                           d->body, d->len, value);
+    snprintf(sig, sizeof(sig), "X-Interpd-Signature: %s", value);
+    snprintf(id, sizeof(id), "X-Interpd-Delivery: %s", d->id);
     enum ipd_err rc = ipd_fetch_post(&cb->opts, d->url, "application/json",
-                                     d->body, d->len, headers, &status, &err);
+                                     d->body, d->len, headers, &status, err);
     d->attempts++;
+    if (rc && !err->len)
+        ipd_buf_adds(err, ipd_err_name(rc));
     if (rc)
-        ipd_warn("callback to %.200s, attempt %d of %d: %s (status %d)",
-                 d->url, d->attempts, IPD_CALLBACK_ATTEMPTS,
-                 err.len ? err.buf : ipd_err_name(rc), status);
-    ipd_buf_release(&err);
-    return rc == IPD_OK;
+        ipd_warn("callback %s to %.200s, attempt %d of %d: %s (status %d)",
+                 d->id, d->url, d->attempts, IPD_CALLBACK_ATTEMPTS, err->buf,
+                 status);
+    return rc;
+}
+
+/* Refusals another attempt cannot change: the guard's verdict on the
+ * address, an unusable URL. */
+static bool final_refusal(enum ipd_err rc)
+{
+    return rc == IPD_ERR_FORBIDDEN || rc == IPD_ERR_INVALID;
+}
+
+/* After an attempt (cb->lock held): done with d, or queued again after
+ * the backoff. */
+static void after_attempt(struct ipd_callbacks *cb, struct delivery *d,
+                          enum ipd_err rc, const char *error)
+{
+    if (rc == IPD_OK) {
+        status_set(d->status, "delivered", d->attempts, NULL);
+    } else if (final_refusal(rc) || d->attempts >= IPD_CALLBACK_ATTEMPTS ||
+               cb->stop) {
+        status_set(d->status, "failed", d->attempts, error);
+        ipd_error("callback %s to %.200s failed after %d attempt%s%s",
+                  d->id, d->url, d->attempts, d->attempts == 1 ? "" : "s",
+                  final_refusal(rc) ? " (a refusal: not retried)" : "");
+    } else {
+        status_set(d->status, "pending", d->attempts, error);
+        /* Backoff: delay, then twice the delay. */
+        d->due_ms = ipd_mono_ms() + (cb->retry_delay_ms << (d->attempts - 1));
+        d->next = cb->queue;
+        cb->queue = d;
+        cb->queued++;
+        return;
+    }
+    cb->queued_bytes -= d->len;
+    delivery_free(d);
 }
 
 static void *deliver(void *arg)
@@ -96,21 +235,12 @@ static void *deliver(void *arg)
         *next = d->next;
         cb->queued--;
         pthread_mutex_unlock(&cb->lock);
-        bool ok = attempt(cb, d);
+        struct ipd_buf err;
+        ipd_buf_init(&err, 1024);
+        enum ipd_err rc = attempt(cb, d, &err);
         pthread_mutex_lock(&cb->lock);
-        if (ok || d->attempts >= IPD_CALLBACK_ATTEMPTS || cb->stop) {
-            if (!ok)
-                ipd_error("callback to %.200s dropped after %d attempts",
-                          d->url, d->attempts);
-            cb->queued_bytes -= d->len;
-            delivery_free(d);
-            continue;
-        }
-        /* Backoff: delay, then twice the delay. */
-        d->due_ms = ipd_mono_ms() + (cb->retry_delay_ms << (d->attempts - 1));
-        d->next = cb->queue;
-        cb->queue = d;
-        cb->queued++;
+        after_attempt(cb, d, rc, err.buf);
+        ipd_buf_release(&err);
     }
     pthread_mutex_unlock(&cb->lock);
     return NULL;
@@ -118,6 +248,7 @@ static void *deliver(void *arg)
 
 enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
                                int64_t retry_delay_ms,
+                               int64_t secret_grace_ms,
                                struct ipd_callbacks **out)
 {
     struct ipd_callbacks *cb = ipd_xcalloc(1, sizeof(*cb));
@@ -127,6 +258,7 @@ enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
     else
         ipd_fetch_opts_init(&cb->opts);
     cb->retry_delay_ms = retry_delay_ms;
+    cb->secret_grace_ms = secret_grace_ms;
     pthread_mutex_init(&cb->lock, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -177,25 +309,40 @@ void ipd_callbacks_free(struct ipd_callbacks *cb)
 }
 
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
-                        const char *body, size_t len, const char *secret)
+                        const char *body, size_t len,
+                        const struct ipd_callback_keys *keys,
+                        struct ipd_callback_status *status)
 {
-    if (!cb)
+    if (!cb) {
+        ipd_callback_status_fail(status, "callbacks are unavailable on this "
+                                         "server");
         return;
+    }
     struct delivery *d = ipd_xcalloc(1, sizeof(*d));
     d->url = ipd_xstrdup(url);
     d->body = ipd_xmalloc(len + 1);
     memcpy(d->body, body, len);
     d->body[len] = '\0';
     d->len = len;
-    ipd_callback_signature(secret, body, len, d->signature);
+    d->keys = *keys;
+    ipd_id_new("dlv", d->id);
+    d->status = status ? ipd_callback_status_ref(status) : NULL;
+    if (status) {
+        pthread_mutex_lock(&status_lock);
+        memcpy(status->delivery_id, d->id, sizeof(d->id));
+        pthread_mutex_unlock(&status_lock);
+    }
     d->due_ms = ipd_mono_ms();
     pthread_mutex_lock(&cb->lock);
     if (cb->stop || cb->queued >= IPD_CALLBACK_QUEUE_MAX ||
         len > IPD_CALLBACK_QUEUE_BYTES - cb->queued_bytes) {
+        bool stopping = cb->stop;
         pthread_mutex_unlock(&cb->lock);
-        ipd_error("callback to %.200s dropped: the queue is full (%zu "
-                  "callbacks, %zu bytes)",
-                  url, cb->queued, cb->queued_bytes);
+        ipd_error("callback %s to %.200s dropped: %s", d->id, url,
+                  stopping ? "shutting down" : "the queue is full");
+        ipd_callback_status_fail(status, stopping
+                                             ? "the service was shutting down"
+                                             : "the callback queue was full");
         delivery_free(d);
         return;
     }

@@ -6,25 +6,38 @@
  * hold up the others' callbacks; each attempt ends after at most
  * IPD_CALLBACK_TIMEOUT_MS (or the fetch timeout when shorter).  At most
  * IPD_CALLBACK_QUEUE_MAX callbacks and IPD_CALLBACK_QUEUE_BYTES of bodies
- * wait; beyond, a callback is dropped and logged (the result stays
- * readable by polling).  Each callback is a POST of the result JSON with
- * `X-Interpd-Signature: sha256=<hex HMAC-SHA256 of the body>` keyed by the
- * tenant's callback secret, through the SSRF guard of fetch.h (no
- * redirects).  A failed attempt (no answer, a non-2xx answer, a refused
- * address) is retried after retry_delay, then twice that: 3 attempts in
- * all, then the callback is dropped and logged.  Undelivered callbacks
- * are dropped at shutdown (logged): results stay readable with
- * GET /v1/executions/{id} for their ttl.
+ * wait; beyond, a callback is dropped ("failed", and logged; the result
+ * stays readable by polling).
  *
- * Thread-safety: ipd_callbacks_send may be called from any thread.
+ * Each callback is a POST of the result JSON through the SSRF guard of
+ * fetch.h (no redirects) with
+ *   X-Interpd-Signature: t=<unix seconds>,v1=<hex HMAC-SHA256 of "<t>.<body>">
+ *   X-Interpd-Delivery: <id>
+ * keyed by the tenant's callback secret; during the grace period after a
+ * rotation the previous secret signs too, as a second v1= (the new one
+ * first).  t is the time of the attempt, so every attempt is signed
+ * afresh; the delivery id is the same for every attempt of one callback.
+ *
+ * A failed attempt (no answer, a non-2xx answer) is retried after
+ * retry_delay, then twice that: IPD_CALLBACK_ATTEMPTS in all.  A refusal
+ * that cannot change (the guard refuses the address the name resolves
+ * to, the URL is unusable) is not retried.  The outcome is kept in an
+ * ipd_callback_status the caller shows (the async result's "callback").
+ * Undelivered callbacks are dropped at shutdown (logged): results stay
+ * readable with GET /v1/executions/{id} for their ttl.
+ *
+ * Thread-safety: every function may be called from any thread.
  */
 #ifndef IPD_CALLBACKS_H
 #define IPD_CALLBACKS_H
 
 #include <stdint.h>
 
-#include "../fetch/fetch.h"
+#include <jansson.h>
+
+#include "../common/crypto.h"
 #include "../common/ipd.h"
+#include "../fetch/fetch.h"
 
 #define IPD_CALLBACK_ATTEMPTS 3
 #define IPD_CALLBACK_QUEUE_MAX 10000 /* beyond: dropped and logged */
@@ -32,23 +45,60 @@
 #define IPD_CALLBACK_THREADS 4
 #define IPD_CALLBACK_TIMEOUT_MS 15000
 
+/* What a callback is signed with: the tenant's secret and the one it
+ * replaced (struct ipd_key's fields). */
+struct ipd_callback_keys {
+    char secret[IPD_SHA256_HEX];
+    char prev_secret[IPD_SHA256_HEX]; /* "" when never rotated */
+    int64_t rotated_at_ms;            /* wall clock; 0: never */
+};
+
+/* One callback's delivery outcome, shared by the delivery and whoever
+ * shows it (the async result table): reference counted, so either may
+ * go first. */
+struct ipd_callback_status;
+
+/* A new status, "pending" with 0 attempts; the caller holds the one
+ * reference: ipd_callback_status_unref. */
+struct ipd_callback_status *ipd_callback_status_new(void);
+/* Take another reference (s returned). */
+struct ipd_callback_status *ipd_callback_status_ref(
+    struct ipd_callback_status *s);
+void ipd_callback_status_unref(struct ipd_callback_status *s); /* NULL ok */
+/* Mark s failed without an attempt (no delivery threads). */
+void ipd_callback_status_fail(struct ipd_callback_status *s,
+                              const char *error);
+/* {"status": "pending"|"delivered"|"failed", "attempts": N,
+ *  "error": "..."|null, "delivery_id": "dlv_..."|null}: a new reference.
+ * While pending after a failed attempt, error is that attempt's. */
+json_t *ipd_callback_status_json(struct ipd_callback_status *s);
+
 struct ipd_callbacks;
 
-/* opts is copied (its allowlist borrowed: it must outlive cb). */
+/* opts is copied (its allowlist borrowed: it must outlive cb).  The
+ * previous secret signs for secret_grace_ms after a rotation. */
 enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
                                int64_t retry_delay_ms,
+                               int64_t secret_grace_ms,
                                struct ipd_callbacks **out);
 /* Stop the threads (attempts in progress finish) and free. */
 void ipd_callbacks_free(struct ipd_callbacks *cb); /* NULL is fine */
 
-/* Queue one callback; url, body and secret are copied. */
+/* Queue one callback under a new delivery id; url, body and keys are
+ * copied; status (may be NULL) is referenced, and updated after each
+ * attempt. */
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
-                        const char *body, size_t len, const char *secret);
+                        const char *body, size_t len,
+                        const struct ipd_callback_keys *keys,
+                        struct ipd_callback_status *status);
 
-/* The signature header's value for body under secret:
- * "sha256=<64 hex>" (out must hold 7 + 64 + 1 bytes). */
-#define IPD_SIGNATURE_MAX (7 + 64 + 1)
-void ipd_callback_signature(const char *secret, const void *body, size_t len,
+/* The X-Interpd-Signature value for body sent at now_ms:
+ * "t=<now_ms / 1000>,v1=<hex>" with the secret, then ",v1=<hex>" with
+ * the previous secret while now_ms < rotated_at_ms + grace_ms. */
+#define IPD_SIGNATURE_MAX (2 + 20 + 2 * (4 + 64) + 1)
+void ipd_callback_signature(const struct ipd_callback_keys *keys,
+                            int64_t grace_ms, int64_t now_ms,
+                            const void *body, size_t len,
                             char out[IPD_SIGNATURE_MAX]);
 
 #endif

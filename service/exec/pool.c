@@ -27,6 +27,8 @@ struct async_entry {
     const char *status;              /* "queued", "running", "done" */
     json_t *result;                  /* new reference once done */
     int64_t done_ms;
+    struct ipd_callback_status *callback; /* a reference with a
+                                             callback_url, else NULL */
 };
 
 /* By id; expiry walks the done list from its oldest end, never the
@@ -138,6 +140,13 @@ static void async_done_add(struct async_table *t, struct async_entry *e)
     t->done_tail = &e->done_next;
 }
 
+static void async_entry_free(struct async_entry *e)
+{
+    json_decref(e->result);
+    ipd_callback_status_unref(e->callback);
+    free(e);
+}
+
 /* Drop the results older than the ttl: the done list's oldest ones. */
 static void async_prune(struct async_table *t, int64_t ttl_ms, int64_t now)
 {
@@ -150,8 +159,7 @@ static void async_prune(struct async_table *t, int64_t ttl_ms, int64_t now)
         while (*pp != e)
             pp = &(*pp)->next;
         *pp = e->next;
-        json_decref(e->result);
-        free(e);
+        async_entry_free(e);
         t->n--;
     }
 }
@@ -170,8 +178,7 @@ static void async_release(struct async_table *t)
         while (t->buckets[i]) {
             struct async_entry *e = t->buckets[i];
             t->buckets[i] = e->next;
-            json_decref(e->result);
-            free(e);
+            async_entry_free(e);
         }
     }
     free(t->buckets);
@@ -198,6 +205,7 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
     char *body = j->callback_url && p->callbacks
                      ? json_dumps(result, JSON_COMPACT)
                      : NULL;
+    struct ipd_callback_status *status = NULL;
     /* Stored before the callback goes out: a bot that polls as soon as
      * it is called back finds the result. */
     pthread_mutex_lock(&p->lock);
@@ -208,12 +216,23 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         e->done_ms = ipd_now_ms();
         async_done_add(&p->async, e);
         result = NULL;
+        if (e->callback)
+            status = ipd_callback_status_ref(e->callback);
     }
     pthread_mutex_unlock(&p->lock);
     json_decref(result);
-    if (body)
+    if (j->callback_url && !p->callbacks)
+        ipd_callback_status_fail(status, "callbacks are unavailable on this "
+                                         "server (see the server log)");
+    if (body) {
+        struct ipd_callback_keys keys = {.rotated_at_ms =
+                                             j->secret_rotated_at_ms};
+        memcpy(keys.secret, j->secret, sizeof(keys.secret));
+        memcpy(keys.prev_secret, j->prev_secret, sizeof(keys.prev_secret));
         ipd_callbacks_send(p->callbacks, j->callback_url, body, strlen(body),
-                           j->secret);
+                           &keys, status);
+    }
+    ipd_callback_status_unref(status);
     free(body);
 }
 
@@ -349,6 +368,8 @@ static enum ipd_err admit_async(void *arg)
         snprintf(e->tenant, sizeof(e->tenant), "%s", pj->job->tenant);
         snprintf(e->user_id, sizeof(e->user_id), "%s", pj->job->user_id);
         e->status = "queued";
+        if (pj->job->callback_url)
+            e->callback = ipd_callback_status_new();
         async_add(&p->async, e);
     }
     pthread_mutex_unlock(&p->lock);
@@ -422,6 +443,9 @@ json_t *ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
     if (e && !strcmp(e->tenant, tenant) && !strcmp(e->user_id, user_id))
         out = json_pack("{s:s, s:s, s:O?}", "execution_id", e->id, "status",
                         e->status, "result", e->result);
+    if (out && e->callback)
+        json_object_set_new(out, "callback",
+                            ipd_callback_status_json(e->callback));
     pthread_mutex_unlock(&p->lock);
     return out;
 }

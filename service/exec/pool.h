@@ -67,6 +67,8 @@ struct ipd_exec_job {
                                         true) */
     char *callback_url;              /* owned, or NULL (async only) */
     char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
+    char prev_secret[IPD_SHA256_HEX]; /* the one before it, or "" */
+    int64_t secret_rotated_at_ms;    /* when it was replaced; 0: never */
     char exec_id[IPD_ID_MAX];        /* OUT: async, set by submit */
     enum ipd_err rc;                 /* OUT: the executor's answer */
     json_t *result;                  /* OUT: new reference when rc == OK */
@@ -126,7 +128,8 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
                                         char id[IPD_ID_MAX],
                                         struct ipd_buf *why);
 /* The asynchronous execution id of tenant's user: {execution_id, status,
- * result (when done)}, a new reference; NULL when there is none (never
+ * result (when done), callback (with a callback_url: the delivery's
+ * outcome, callbacks.h)}, a new reference; NULL when there is none (never
  * was, someone else's, or its result expired). */
 json_t *ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
                              const char *tenant, const char *user_id);

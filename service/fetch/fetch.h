@@ -136,6 +136,22 @@ enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
                            struct ipd_fetch_result *res, struct ipd_buf *err);
 
 /*
+ * The guard's verdict on url "on its face", without DNS: what can be
+ * refused before anything is sent (a callback_url at submit).  The same
+ * URL parser and checks as a fetch's first hop: http or https, a usable
+ * host; an IP literal is checked like a resolved address; "localhost",
+ * names under it and their final-dot forms (RFC 6761: always loopback)
+ * are checked as 127.0.0.1 and ::1 (both must be allowed).  Any other
+ * name passes here and is checked when it is fetched.
+ * @param opts  its allowlist counts (borrowed); NULL: none
+ * @return IPD_OK; IPD_ERR_INVALID (malformed URL, other scheme, bad
+ *         host) or IPD_ERR_FORBIDDEN (refused address, the reason in
+ *         err, as a fetch would say it).
+ */
+enum ipd_err ipd_fetch_url_check(const struct ipd_fetch_opts *opts,
+                                 const char *url, struct ipd_buf *err);
+
+/*
  * POST body (len bytes, borrowed, may be NULL when len is 0) to url under
  * the same guard, for callbacks.  Redirects are not followed: a 3xx answer
  * is IPD_ERR_UPSTREAM.  Only the answer's status counts: its body is not

@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -434,24 +435,39 @@ static bool host_chars_ok(const char *h)
     return true;
 }
 
-/* Resolve the URL's host and check every address; pin the good ones. */
-static enum ipd_err hop_guard(struct hop *x, CURLU *u, int64_t timeout_ms,
-                              struct ipd_buf *err)
+/* The host of a parsed URL as curl will use it, checked. */
+struct url_host {
+    char *host;   /* owned (curl_free): "[::1]" for IPv6, punycode */
+    char *port;   /* owned (curl_free); the scheme's default if none */
+    const char *name; /* what getaddrinfo gets: host or v6 */
+    char v6[INET6_ADDRSTRLEN + 2]; /* an IPv6 literal without brackets */
+    bool literal; /* an IP address, not a name */
+};
+
+static void url_host_release(struct url_host *h)
+{
+    curl_free(h->host);
+    curl_free(h->port);
+    memset(h, 0, sizeof(*h));
+}
+
+/* u's host and port into *h (released by the caller, also on failure):
+ * an IPv4 or bracketed IPv6 literal (no zone id), or a name of
+ * letters, digits, '-', '.' and '_'.  curl has already normalised the
+ * other IPv4 spellings ("127.1", "0x7f.1", "2130706433") to dotted
+ * quads. */
+static enum ipd_err url_host_get(CURLU *u, struct url_host *h,
+                                 struct ipd_buf *err)
 {
     char *zone = NULL;
-    char v6[INET6_ADDRSTRLEN + 2];
-    const char *name;
-    struct addrinfo *ai = NULL;
-    const struct sockaddr **list = NULL;
     enum ipd_err rc = IPD_OK;
-    bool literal = false;
     struct in_addr a4;
-    size_t n = 0;
     CURLUcode uc;
 
-    uc = curl_url_get(u, CURLUPART_HOST, &x->host, CURLU_PUNYCODE);
+    memset(h, 0, sizeof(*h));
+    uc = curl_url_get(u, CURLUPART_HOST, &h->host, CURLU_PUNYCODE);
     if (!uc)
-        uc = curl_url_get(u, CURLUPART_PORT, &x->port, CURLU_DEFAULT_PORT);
+        uc = curl_url_get(u, CURLUPART_PORT, &h->port, CURLU_DEFAULT_PORT);
     if (uc) {
         rc = fail(err, IPD_ERR_INVALID, "the URL's host is not usable (%s)",
                   curl_url_strerror(uc));
@@ -461,26 +477,46 @@ static enum ipd_err hop_guard(struct hop *x, CURLU *u, int64_t timeout_ms,
         rc = fail(err, IPD_ERR_INVALID, "IPv6 zone ids are not allowed");
         goto out;
     }
-    name = x->host;
-    if (x->host[0] == '[') {
+    h->name = h->host;
+    if (h->host[0] == '[') {
         /* CURLU gives IPv6 literals in brackets; getaddrinfo wants none. */
-        size_t len = strlen(x->host);
-        if (len < 3 || len - 2 >= sizeof(v6) || x->host[len - 1] != ']') {
+        size_t len = strlen(h->host);
+        if (len < 3 || len - 2 >= sizeof(h->v6) || h->host[len - 1] != ']') {
             rc = fail(err, IPD_ERR_INVALID, "the URL's host is malformed");
             goto out;
         }
-        memcpy(v6, x->host + 1, len - 2);
-        v6[len - 2] = 0;
-        name = v6;
-        literal = true;
-    } else if (inet_pton(AF_INET, x->host, &a4) == 1) {
-        literal = true;
-    } else if (!host_chars_ok(x->host)) {
+        memcpy(h->v6, h->host + 1, len - 2);
+        h->v6[len - 2] = 0;
+        h->name = h->v6;
+        h->literal = true;
+    } else if (inet_pton(AF_INET, h->host, &a4) == 1) {
+        h->literal = true;
+    } else if (!host_chars_ok(h->host)) {
         rc = fail(err, IPD_ERR_INVALID, "the URL's host is malformed");
-        goto out;
     }
-    x->literal = literal;
-    rc = resolve(name, x->port, literal, timeout_ms, &ai, err);
+out:
+    curl_free(zone);
+    return rc;
+}
+
+/* Resolve the URL's host and check every address; pin the good ones. */
+static enum ipd_err hop_guard(struct hop *x, CURLU *u, int64_t timeout_ms,
+                              struct ipd_buf *err)
+{
+    struct url_host h;
+    struct addrinfo *ai = NULL;
+    const struct sockaddr **list = NULL;
+    enum ipd_err rc;
+    size_t n = 0;
+
+    rc = url_host_get(u, &h, err);
+    if (rc)
+        goto out;
+    x->host = h.host;
+    x->port = h.port;
+    x->literal = h.literal;
+    h.host = h.port = NULL; /* x's now */
+    rc = resolve(h.name, x->port, h.literal, timeout_ms, &ai, err);
     if (rc)
         goto out;
     for (const struct addrinfo *p = ai; p; p = p->ai_next)
@@ -498,10 +534,65 @@ static enum ipd_err hop_guard(struct hop *x, CURLU *u, int64_t timeout_ms,
     }
     rc = ipd_fetch_addresses_check(x->host, list, x->n_ok, x->allow, err);
 out:
+    url_host_release(&h);
     if (ai)
         freeaddrinfo(ai);
     free(list);
-    curl_free(zone);
+    return rc;
+}
+
+/* "localhost" or a name under it, with or without the final dot: loopback
+ * by definition (RFC 6761 6.3), whatever DNS says. */
+static bool is_localhost_name(const char *host)
+{
+    size_t n = strlen(host);
+    if (n && host[n - 1] == '.')
+        n--;
+    if (n < 9 || strncasecmp(host + n - 9, "localhost", 9) != 0)
+        return false;
+    return n == 9 || host[n - 10] == '.';
+}
+
+enum ipd_err ipd_fetch_url_check(const struct ipd_fetch_opts *opts,
+                                 const char *url, struct ipd_buf *err)
+{
+    /* A loopback name stands for both loopback addresses. */
+    static const char *const loopback[] = {"127.0.0.1", "::1"};
+    struct url_host h = {0};
+    struct addrinfo *ai[2] = {NULL, NULL};
+    const struct sockaddr *list[2];
+    size_t n = 0;
+    CURLU *u = NULL;
+    enum ipd_err rc = IPD_OK;
+
+    if (ipd_fetch_global_init())
+        rc = fail(err, IPD_ERR_INTERNAL, "libcurl did not initialise");
+    if (!rc)
+        rc = url_parse(NULL, url, &u, err);
+    if (!rc)
+        rc = url_host_get(u, &h, err);
+    if (rc)
+        goto out;
+    if (h.literal) {
+        rc = resolve(h.name, h.port, true, 0, &ai[0], err);
+    } else if (is_localhost_name(h.host)) {
+        for (size_t i = 0; i < 2 && !rc; i++)
+            rc = resolve(loopback[i], h.port, true, 0, &ai[i], err);
+    } else {
+        goto out; /* a name: resolved and checked when it is used */
+    }
+    for (size_t i = 0; i < 2 && !rc; i++)
+        if (ai[i])
+            list[n++] = ai[i]->ai_addr;
+    if (!rc)
+        rc = ipd_fetch_addresses_check(h.host, list, n,
+                                       opts ? opts->allow : NULL, err);
+out:
+    for (size_t i = 0; i < 2; i++)
+        if (ai[i])
+            freeaddrinfo(ai[i]);
+    url_host_release(&h);
+    curl_url_cleanup(u);
     return rc;
 }
 

@@ -35,9 +35,9 @@ The scheme, which docs/API.md states for its readers under "Examples":
   a response block) the expected status is any 2xx.
 - Any other `json` block must parse as JSON.
 - A `python` block is run with /usr/bin/python3.  A block that defines
-  verify(secret, body, signature) must accept the callback the examples
-  caused (secret from `interpd keys list`) and refuse it with one byte of
-  the body changed.
+  verify_interpd_signature(secret, header, body) must accept the callback
+  the examples caused (secret from `interpd keys list`) and refuse it with
+  one byte of the body changed.
 - An `ini` block is a config file: `interpd keys list --config FILE
   --data-dir DIR` must accept it (every name and value is checked).
 - A block right after `<!-- not-run: REASON -->` is not run; the reason is
@@ -354,14 +354,15 @@ def run_sh(b, env, inputs):
 
 
 def run_python(b, ctx):
-    defines_verify = re.search(r"^def verify\(", b.text, re.M)
+    defines_verify = re.search(r"^def verify_interpd_signature\(", b.text,
+                               re.M)
     script = b.text
     if defines_verify:
         deadline = time.time() + 60
         while time.time() < deadline and not Receiver.callbacks:
             time.sleep(0.2)
         if not Receiver.callbacks:
-            fail("%s: no callback arrived to check verify() with"
+            fail("%s: no callback arrived to check the verifier with"
                  % b.where())
             return
         headers, body = Receiver.callbacks[0]
@@ -369,9 +370,11 @@ def run_python(b, ctx):
             "x-interpd-signature", "")
         script += ("\nimport sys\n"
                    "secret, body, sig = sys.argv[1], bytes.fromhex(sys.argv[2]), sys.argv[3]\n"
-                   "assert verify(secret, body, sig), 'verify refused a real callback'\n"
-                   "assert not verify(secret, body[:-1] + bytes([body[-1] ^ 1]), sig), "
-                   "'verify accepted a changed body'\n")
+                   "assert verify_interpd_signature(secret, sig, body), "
+                   "'the verifier refused a real callback'\n"
+                   "assert not verify_interpd_signature(secret, sig, "
+                   "body[:-1] + bytes([body[-1] ^ 1])), "
+                   "'the verifier accepted a changed body'\n")
         args = [ctx["secret"], body.hex(), sig]
     else:
         args = []
@@ -382,8 +385,8 @@ def run_python(b, ctx):
         fail("%s: python exited %d\n%s" % (
             b.where(), p.returncode, p.stderr.decode("utf-8", "replace")))
         return
-    print("ok   %s (python%s)" % (b.where(), ", verify() checked against a "
-                                  "real callback" if defines_verify else ""),
+    print("ok   %s (python%s)" % (b.where(), ", the verifier checked against "
+                                  "a real callback" if defines_verify else ""),
           flush=True)
 
 

@@ -272,7 +272,40 @@ static void never_only_where_it_means_something(void)
     ipd_buf_release(&err);
 }
 
+/* The callback secret's grace: 24h by default, 0s to 30d. */
+static void callback_secret_grace(void)
+{
+    static const char *const cases[][2] = {
+        {"--callback-secret-grace=never", NULL},
+        {"--callback-secret-grace=31d", NULL},
+        {"--callback-secret-grace=30d", "2592000000"},
+        {"--callback-secret-grace=0s", "0"},
+    };
+    struct ipd_config c;
+    struct ipd_buf err;
+    ipd_buf_init(&err, 4096);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 0, NULL, NULL, NULL, &err), IPD_OK);
+    CHECK_INT(c.callback_secret_grace_ms, 86400000);
+    ipd_config_release(&c);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
+        ipd_config_init(&c);
+        ipd_buf_reset(&err);
+        const char *one[] = {cases[i][0]};
+        enum ipd_err rc = ipd_config_load(&c, 1, one, NULL, NULL, &err);
+        if (cases[i][1]) {
+            CHECK_INT(rc, IPD_OK);
+            CHECK_INT(c.callback_secret_grace_ms, strtoll(cases[i][1], NULL, 10));
+        } else {
+            CHECK_INT(rc, IPD_ERR_INVALID);
+            CHECK(strstr(err.buf, "callback-secret-grace must be 0s to 30d"));
+        }
+        ipd_config_release(&c);
+    }
+    ipd_buf_release(&err);
+}
+
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
           T(command_args_pass_through), T(never_ttl_and_redaction),
           T(never_only_where_it_means_something),
-          T(policies))
+          T(policies), T(callback_secret_grace))

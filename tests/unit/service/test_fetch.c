@@ -705,8 +705,84 @@ static void global_init_is_idempotent(void)
     CHECK_INT(ipd_fetch_global_init(), IPD_OK);
 }
 
+/* ipd_fetch_url_check: refusals that need no DNS; the same verdict as a
+ * POST to the same URL gives (which resolves), for literals and
+ * localhost; names that need DNS pass and are left to the fetch. */
+static void url_check_on_its_face(void)
+{
+    struct ipd_fetch_opts o;
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_buf err;
+    static const struct {
+        const char *url;
+        enum ipd_err want;
+        const char *msg;
+    } cases[] = {
+        {"http://10.1.2.3/hook", IPD_ERR_FORBIDDEN, "not allowed (private)"},
+        {"http://127.0.0.1:9/hook", IPD_ERR_FORBIDDEN,
+         "address 127.0.0.1 of host 127.0.0.1 is not allowed (loopback)"},
+        {"http://[::1]/hook", IPD_ERR_FORBIDDEN, "not allowed (loopback)"},
+        {"https://169.254.169.254/latest", IPD_ERR_FORBIDDEN, "link-local"},
+        {"http://[::ffff:10.0.0.1]/", IPD_ERR_FORBIDDEN, "private"},
+        /* Other spellings of IPv4 are normalised by the URL parser. */
+        {"http://127.1/", IPD_ERR_FORBIDDEN, "loopback"},
+        {"http://2130706433/", IPD_ERR_FORBIDDEN, "loopback"},
+        {"http://0x7f.0.0.1/", IPD_ERR_FORBIDDEN, "loopback"},
+        {"http://localhost/hook", IPD_ERR_FORBIDDEN,
+         "of host localhost is not allowed (loopback)"},
+        {"http://LocalHost./hook", IPD_ERR_FORBIDDEN, "loopback"},
+        {"http://api.localhost:8080/hook", IPD_ERR_FORBIDDEN, "loopback"},
+        {"file:///etc/passwd", IPD_ERR_INVALID, "only http and https"},
+        {"gopher://example.com/", IPD_ERR_INVALID, "only http and https"},
+        {"not a url", IPD_ERR_INVALID, ""},
+        {"http://[fe80::1%25eth0]/", IPD_ERR_INVALID, "zone ids"},
+        {"http://exa mple.com/", IPD_ERR_INVALID, ""},
+        {"https://93.184.216.34/hook", IPD_OK, ""},
+        {"https://example.com/hook", IPD_OK, ""},
+        {"http://notlocalhost/hook", IPD_OK, ""},
+        {"http://localhost.example.com/hook", IPD_OK, ""},
+    };
+    ipd_buf_init(&err, 1024);
+    ipd_fetch_opts_init(&o);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
+        ipd_buf_reset(&err);
+        enum ipd_err rc = ipd_fetch_url_check(&o, cases[i].url, &err);
+        if (rc != cases[i].want || !strstr(err.buf, cases[i].msg))
+            fprintf(stderr, "%s: %s (%s)\n", cases[i].url, ipd_err_name(rc),
+                    err.buf);
+        CHECK_INT(rc, cases[i].want);
+        CHECK_HAS(err.buf, cases[i].msg);
+    }
+    /* What a fetch of the same URL says (no connection is made). */
+    int status = -1;
+    ipd_buf_reset(&err);
+    CHECK_INT(ipd_fetch_post(&o, "http://localhost:9/hook", NULL, NULL, 0,
+                             NULL, &status, &err),
+              IPD_ERR_FORBIDDEN);
+    CHECK_HAS(err.buf, "not allowed (loopback)");
+
+    /* The allowlist counts: localhost needs both loopback addresses. */
+    IPD_ASSERT(ipd_fetch_allowlist_parse("127.0.0.1, 10.0.0.0/8", &allow,
+                                         NULL) == 0);
+    o.allow = allow;
+    CHECK_INT(ipd_fetch_url_check(&o, "http://127.0.0.1:9/", &err), IPD_OK);
+    CHECK_INT(ipd_fetch_url_check(&o, "http://10.1.2.3/", &err), IPD_OK);
+    ipd_buf_reset(&err);
+    CHECK_INT(ipd_fetch_url_check(&o, "http://localhost/", &err),
+              IPD_ERR_FORBIDDEN);
+    CHECK_HAS(err.buf, "address ::1 of host localhost");
+    ipd_fetch_allowlist_free(allow);
+    IPD_ASSERT(ipd_fetch_allowlist_parse("127.0.0.1, ::1", &allow, NULL) == 0);
+    o.allow = allow;
+    CHECK_INT(ipd_fetch_url_check(&o, "http://localhost/", &err), IPD_OK);
+    CHECK_INT(ipd_fetch_url_check(NULL, "http://localhost/", &err),
+              IPD_ERR_FORBIDDEN);
+    ipd_fetch_allowlist_free(allow);
+    ipd_buf_release(&err);
+}
+
 TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(refused_schemes),
           T(plain_fetch), T(localhost_via_etc_hosts), T(redirects),
           T(redirect_to_refused_address), T(error_status),
           T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
-          T(post_callback))
+          T(post_callback), T(url_check_on_its_face))

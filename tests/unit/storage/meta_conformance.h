@@ -126,6 +126,8 @@ static void mc_check_key_eq(const struct ipd_key *a, const struct ipd_key *b)
     CHECK_INT(a->revoked_at_ms, b->revoked_at_ms);
     CHECK_STR(a->secret, b->secret);
     CHECK_STR(a->policy, b->policy[0] ? b->policy : "standard");
+    CHECK_STR(a->prev_secret, b->prev_secret);
+    CHECK_INT(a->secret_rotated_at_ms, b->secret_rotated_at_ms);
 }
 
 /* After a backend-specific test has corrupted the stored file file_id of
@@ -989,6 +991,75 @@ static void mc_keys(void)
     ipd_meta_free(m);
 }
 
+/* Rotating a tenant's callback secret: every key of the tenant that holds
+ * the current secret, revoked or not, gets the new one and keeps the old
+ * as prev_secret; other tenants and stale secrets are untouched. */
+static void mc_key_rotate_secret(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    struct ipd_key a1 = mc_key(1, "acme", false, MC_NOW - 20);
+    struct ipd_key a2 = mc_key(2, "acme", false, MC_NOW - 10);
+    struct ipd_key o = mc_key(3, "other", false, MC_NOW - 5);
+    struct ipd_key got;
+    char next[IPD_SHA256_HEX], again[IPD_SHA256_HEX];
+    memcpy(a2.secret, a1.secret, sizeof(a2.secret));
+    memcpy(o.secret, a1.secret, sizeof(o.secret)); /* same text, not ours */
+    a2.revoked_at_ms = MC_NOW - 1;
+    CHECK_INT(ipd_meta_key_insert(m, &a1), IPD_OK);
+    CHECK_INT(ipd_meta_key_insert(m, &a2), IPD_OK);
+    CHECK_INT(ipd_meta_key_insert(m, &o), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, a1.hash, &got), IPD_OK);
+    CHECK_STR(got.prev_secret, "");
+    CHECK_INT(got.secret_rotated_at_ms, 0);
+
+    ipd_sha256_hex("next", 4, next);
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "acme", a1.secret, next, MC_NOW),
+              IPD_OK);
+    const struct ipd_key *acme[] = {&a1, &a2};
+    for (size_t i = 0; i < 2; i++) {
+        CHECK_INT(ipd_meta_key_find_by_hash(m, acme[i]->hash, &got), IPD_OK);
+        CHECK_STR(got.secret, next);
+        CHECK_STR(got.prev_secret, a1.secret);
+        CHECK_INT(got.secret_rotated_at_ms, MC_NOW);
+        CHECK_INT(got.revoked_at_ms, acme[i]->revoked_at_ms);
+    }
+    CHECK_INT(ipd_meta_key_find_by_hash(m, o.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &o);
+
+    /* A rotation that lost a race (its "current" is stale) changes
+     * nothing; so does an unknown tenant. */
+    ipd_sha256_hex("again", 5, again);
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "acme", a1.secret, again,
+                                         MC_NOW + 1),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "nobody", next, again, MC_NOW),
+              IPD_ERR_NOT_FOUND);
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "acme", "", again, MC_NOW),
+              IPD_ERR_INVALID);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, a1.hash, &got), IPD_OK);
+    CHECK_STR(got.secret, next);
+    CHECK_INT(got.secret_rotated_at_ms, MC_NOW);
+
+    /* A second rotation: the previous one is the one before. */
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "acme", next, again, MC_NOW + 2),
+              IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, a2.hash, &got), IPD_OK);
+    CHECK_STR(got.secret, again);
+    CHECK_STR(got.prev_secret, next);
+    CHECK_INT(got.secret_rotated_at_ms, MC_NOW + 2);
+
+    /* A key inserted with rotation fields keeps them. */
+    struct ipd_key k4 = mc_key(4, "acme", false, MC_NOW);
+    memcpy(k4.secret, again, sizeof(k4.secret));
+    memcpy(k4.prev_secret, next, sizeof(k4.prev_secret));
+    k4.secret_rotated_at_ms = MC_NOW + 2;
+    CHECK_INT(ipd_meta_key_insert(m, &k4), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k4.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &k4);
+    ipd_meta_free(m);
+}
+
 /* ---- reconcile lookups ------------------------------------------------ */
 
 /* By id alone: any scope, expired or not. */
@@ -1253,6 +1324,7 @@ static void meta_conformance_run(struct ipd_meta *(*open_store)(void))
         {"concurrent_inserts", mc_concurrent_inserts},
         {"concurrent_quota", mc_concurrent_quota},
         {"keys", mc_keys},
+        {"key_rotate_secret", mc_key_rotate_secret},
         {"get_by_id", mc_get_by_id},
         {"scan", mc_scan},
         {"lease", mc_lease},

@@ -243,6 +243,8 @@ static void documents_as_stored(void)
               BSON_ITER_HOLDS_BOOL(&it) && bson_iter_bool(&it));
         check_date(d, "created_at", MC_NOW - 7);
         check_null(d, "revoked_at");
+        check_utf8(d, "prev_secret", "");
+        check_null(d, "secret_rotated_at");
         bson_destroy(d);
     }
     CHECK_INT(ipd_meta_key_revoke(m, k.key_id, MC_NOW + 3), IPD_OK);
@@ -463,6 +465,46 @@ static void unreachable(void)
     CHECK(took >= 900);
     CHECK(took <= 5000); /* bounded; loose for loaded CI machines */
     ipd_mongo_free(mg);
+}
+
+/* A key document from before rotation existed (no prev_secret, no
+ * secret_rotated_at; no policy either) reads as never rotated, and
+ * rotating it adds the fields. */
+static void keys_before_rotation(void)
+{
+    char db[64];
+    struct ipd_mongo *mg = new_conn(db, sizeof(db));
+    struct ipd_meta *m = open_on(mg);
+    REQUIRE(m);
+    mongoc_client_t *c = raw_client(db);
+    bson_t *doc = BCON_NEW("key_id", BCON_UTF8("key_old"), "tenant",
+                           BCON_UTF8("t"), "hash", BCON_UTF8("h-old"),
+                           "admin", BCON_BOOL(false), "created_at",
+                           BCON_DATE_TIME(MC_NOW), "revoked_at", BCON_NULL,
+                           "secret", BCON_UTF8("s-old"));
+    raw_insert(c, db, "api_keys", doc);
+    bson_destroy(doc);
+    struct ipd_key got;
+    CHECK_INT(ipd_meta_key_find_by_hash(m, "h-old", &got), IPD_OK);
+    CHECK_STR(got.secret, "s-old");
+    CHECK_STR(got.prev_secret, "");
+    CHECK_INT(got.secret_rotated_at_ms, 0);
+    CHECK_STR(got.policy, "standard");
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "t", "s-old", "s-new", MC_NOW + 9),
+              IPD_OK);
+    bson_t *d = raw_find_one(c, db, "api_keys", "key_id", "key_old");
+    CHECK(d != NULL);
+    if (d) {
+        check_utf8(d, "secret", "s-new");
+        check_utf8(d, "prev_secret", "s-old");
+        check_date(d, "secret_rotated_at", MC_NOW + 9);
+        bson_destroy(d);
+    }
+    CHECK_INT(ipd_meta_key_find_by_hash(m, "h-old", &got), IPD_OK);
+    CHECK_STR(got.prev_secret, "s-old");
+    CHECK_INT(got.secret_rotated_at_ms, MC_NOW + 9);
+    mongoc_client_destroy(c);
+    ipd_meta_free(m);
 }
 
 /* Documents another program wrote (oversized, missing or mistyped
@@ -702,5 +744,5 @@ static void cleanup(void)
 }
 
 TEST_MAIN(T(server), T(conformance), T(documents_as_stored), T(indexes),
-          T(open_twice), T(bad_uri), T(unreachable), T(foreign_documents),
+          T(open_twice), T(bad_uri), T(unreachable), T(foreign_documents), T(keys_before_rotation),
           T(quota_lock), T(outage), T(cleanup))

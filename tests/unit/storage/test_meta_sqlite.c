@@ -105,8 +105,8 @@ static void schema_version_table(void)
     ipd_meta_free(m);
 
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 3);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 3);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 4);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 4);
     CHECK_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE"
                           " type = 'table' AND name IN ('files', 'api_keys',"
                           " 'leases')"),
@@ -142,7 +142,7 @@ static void reopen_keeps_data(void)
 
     /* Reopening did not run the migration again. */
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 3);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 4);
     /* "never" is SQL NULL, not a sentinel number. */
     CHECK_INT(raw_int(db, "SELECT count(*) FROM files"
                           " WHERE expires_at_ms IS NULL"),
@@ -151,7 +151,7 @@ static void reopen_keeps_data(void)
 }
 
 /* A version 1 database (keys without a policy, no leases) opened by this
- * build gets migrations 2 and 3: its keys have the default policy,
+ * build gets migrations 2 to 4: its keys have the default policy,
  * "standard", and leases work. */
 static void migrates_v1_keys(void)
 {
@@ -166,6 +166,8 @@ static void migrates_v1_keys(void)
     /* Back to version 1's shape. */
     sqlite3 *db = raw_open(path);
     raw_exec(db, "ALTER TABLE api_keys DROP COLUMN policy;"
+                 "ALTER TABLE api_keys DROP COLUMN prev_secret;"
+                 "ALTER TABLE api_keys DROP COLUMN secret_rotated_at_ms;"
                  "DROP TABLE leases;"
                  "DELETE FROM schema_version WHERE version >= 2");
     sqlite3_close(db);
@@ -181,7 +183,42 @@ static void migrates_v1_keys(void)
     CHECK(held);
     ipd_meta_free(m);
     db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 3);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 4);
+    sqlite3_close(db);
+}
+
+/* A version 3 database (keys without the secret's rotation) opened by this
+ * build gets migration 4: its keys were never rotated, and can be. */
+static void migrates_v3_keys(void)
+{
+    char path[128];
+    new_path(path, sizeof(path));
+    struct ipd_meta *m = open_path(path, BUSY_MS);
+    REQUIRE(m);
+    struct ipd_key k = mc_key(9, "t", false, MC_NOW);
+    CHECK_INT(ipd_meta_key_insert(m, &k), IPD_OK);
+    ipd_meta_free(m);
+    sqlite3 *db = raw_open(path);
+    raw_exec(db, "ALTER TABLE api_keys DROP COLUMN prev_secret;"
+                 "ALTER TABLE api_keys DROP COLUMN secret_rotated_at_ms;"
+                 "DELETE FROM schema_version WHERE version >= 4");
+    sqlite3_close(db);
+
+    m = open_path(path, BUSY_MS);
+    REQUIRE(m);
+    struct ipd_key got;
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &k);
+    CHECK_STR(got.prev_secret, "");
+    CHECK_INT(got.secret_rotated_at_ms, 0);
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "t", k.secret, "fresh", MC_NOW),
+              IPD_OK);
+    CHECK_INT(ipd_meta_key_find_by_hash(m, k.hash, &got), IPD_OK);
+    CHECK_STR(got.secret, "fresh");
+    CHECK_STR(got.prev_secret, k.secret);
+    ipd_meta_free(m);
+    db = raw_open(path);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 4);
     sqlite3_close(db);
 }
 
@@ -248,7 +285,9 @@ static void oversized_stored_value(void)
 
     sqlite3 *db = raw_open(path);
     raw_exec(db, "UPDATE files SET filename = printf('%.300c', 'x')");
-    raw_exec(db, "INSERT INTO api_keys VALUES ('key_x', 't', 'h', 0, 1, NULL,"
+    raw_exec(db, "INSERT INTO api_keys (key_id, tenant, hash, admin,"
+                 " created_at_ms, revoked_at_ms, secret, policy)"
+                 " VALUES ('key_x', 't', 'h', 0, 1, NULL,"
                  " printf('%.65c', 's'), 'standard')");
     sqlite3_close(db);
 
@@ -470,7 +509,7 @@ static void cleanup(void)
 }
 
 TEST_MAIN(T(conformance), T(schema_version_table), T(reopen_keeps_data),
-          T(migrates_v1_keys),
+          T(migrates_v1_keys), T(migrates_v3_keys),
           T(wal_mode), T(newer_schema_refused), T(bad_path),
           T(oversized_stored_value), T(locked_by_other_process),
           T(two_stores_one_file), T(lease_takeover_race),
