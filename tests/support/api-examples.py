@@ -396,7 +396,7 @@ def run_ini(b, ctx):
     with open(path, "w") as f:
         f.write(b.text)
     p = subprocess.run([ctx["bin"], "keys", "list", "--config", path,
-                        "--data-dir", scratch], capture_output=True,
+                        "--data-dir", ctx["data_dir"]], capture_output=True,
                        env=clean_env(), timeout=BLOCK_TIMEOUT)
     if p.returncode:
         fail("%s: interpd refused the config file (exit %d):\n%s" % (
@@ -448,7 +448,8 @@ def main():
                    CALLBACK_URL=own + "/callback",
                    PATH=os.path.dirname(os.path.abspath(binary)) + ":" +
                    os.environ.get("PATH", "/usr/bin:/bin"))
-        ctx = {"work": work, "tmp": tmp, "secret": secret, "bin": binary}
+        ctx = {"work": work, "tmp": tmp, "secret": secret, "bin": binary,
+               "data_dir": data}
         counts = {"run": 0, "not run": 0}
         for b in blocks:
             if b.lang not in ("sh", "python", "ini", "json"):
