@@ -109,6 +109,12 @@ static const struct opt opts[] = {
      "package index for installs (default: pip's own)"},
     {"pip-find-links", OPT_STRING, OFF(pip_find_links), NULL, false,
      "a directory of wheels pip may install from"},
+    {"pip-no-index", OPT_INT, OFF(pip_no_index), "0", false,
+     "1: offline host: pip installs only from --pip-find-links (no index, "
+     "no network)"},
+    {"pip-retries", OPT_INT, OFF(pip_retries), "1", false,
+     "pip --retries per connection (pip's own default, 5, makes an "
+     "unreachable index cost ~8 s)"},
     {"pip-timeout", OPT_DURATION, OFF(pip_timeout_ms), "10m", false,
      "longest one pip run may take"},
     {"pip-allow-sdist", OPT_INT, OFF(pip_allow_sdist), "0", false,
@@ -116,6 +122,10 @@ static const struct opt opts[] = {
      "sandbox); 0: wheels only"},
     {"auto-install", OPT_INT, OFF(auto_install), "1", false,
      "1: install a missing allowlisted module and run the code again"},
+    {"auto-install-retry-after", OPT_DURATION, OFF(auto_install_retry_ms),
+     "10m", false,
+     "a failed automatic install is not retried for this long on the same "
+     "venv generation (0: always retry)"},
     {"fetch-allow", OPT_STRING, OFF(fetch_allow), NULL, false,
      "CIDRs URL ingest and callbacks may reach although private or "
      "loopback (e.g. 10.0.0.0/8)"},
@@ -675,6 +685,17 @@ static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
     if (c->ready_check_interval_ms < 1000) {
         ipd_buf_adds(err, "ready-check-interval must be at least 1s (or "
                           "never)");
+        return false;
+    }
+    if (c->pip_no_index && !(c->pip_find_links && *c->pip_find_links)) {
+        ipd_buf_adds(err, "pip-no-index 1 needs pip-find-links (a folder of "
+                          "wheels; see DEPLOYMENT.md, Offline hosts)");
+        return false;
+    }
+    if (c->pip_retries < 1 || c->pip_retries > 20 ||
+        c->auto_install_retry_ms < 0 || c->auto_install_retry_ms > day) {
+        ipd_buf_adds(err, "pip-retries must be 1 to 20 and "
+                          "auto-install-retry-after 0 to 1d");
         return false;
     }
     if (c->file_ttl_ms <= 0) {

@@ -78,9 +78,12 @@ struct ipd_config {
     char *import_names;      /* file: "module distribution" lines */
     char *pip_index_url;     /* NULL: pip's default */
     char *pip_find_links;    /* a directory of wheels, or NULL */
+    int64_t pip_no_index;    /* 1: only pip_find_links, no network */
+    int64_t pip_retries;     /* pip --retries */
     int64_t pip_timeout_ms;
     int64_t pip_allow_sdist; /* 1: pip may build sdists (in the sandbox) */
     int64_t auto_install;    /* 1: install a missing allowlisted module */
+    int64_t auto_install_retry_ms; /* a failed auto-install is kept */
     int64_t venv_check_interval_ms; /* how often the venv's age is checked */
     char *fetch_allow;       /* CIDRs URL ingest and callbacks may reach
                                 although the SSRF guard refuses them */

@@ -317,6 +317,9 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
     o.system_site_packages = cfg->venv_system_site != 0;
     o.index_url = cfg->pip_index_url;
     o.find_links = cfg->pip_find_links;
+    o.no_index = cfg->pip_no_index != 0;
+    o.pip_retries = (int)cfg->pip_retries;
+    o.auto_retry_after_ms = cfg->auto_install_retry_ms;
     o.pip_timeout_ms = cfg->pip_timeout_ms;
     o.allow_sdist = cfg->pip_allow_sdist != 0;
     o.max_age_ms = cfg->venv_max_age_ms;
@@ -332,7 +335,8 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
     else
         ipd_info("venv: %s, %zu allowlisted distributions, index %s",
                  root.buf, ipd_allowlist_count(*allow),
-                 cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
+                 cfg->pip_no_index ? "none (--pip-no-index)"
+                 : cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
 out:
     ipd_buf_release(&err);
     ipd_buf_release(&root);

@@ -15,6 +15,7 @@
 #include "../service/common/log.h"
 #include "../service/common/metrics.h"
 #include "../service/common/util.h"
+#include "pip_diag.h"
 #include "requirement.h"
 #include "venv.h"
 
@@ -36,6 +37,9 @@ struct ipd_venv {
     bool system_site;
     char *index_url;
     char *find_links;
+    bool no_index;             /* pip --no-index: the wheel folder only */
+    char retries[16];          /* pip --retries */
+    int64_t auto_retry_ms;     /* how long a failed auto-install is kept */
     char *tools_dir;
     int64_t pip_timeout_ms;
     int64_t max_age_ms;
@@ -52,6 +56,9 @@ struct ipd_venv {
     json_t *base_status;       /* check of the base interpreter, cached */
     int64_t base_failed_ms;    /* last failed base check (mono), or 0 */
     struct ipd_metrics *metrics; /* borrowed, may be NULL */
+    /* Failed automatic installs, {dist: {"gen", "until" (mono ms),
+     * "result"}}: under state_lock. */
+    json_t *auto_failed;
 };
 
 struct ipd_venv_gen {
@@ -96,47 +103,6 @@ static void set_result(json_t *res, const char *status, const char *version,
 static bool has_prefix(const char *s, const char *p)
 {
     return strncmp(s, p, strlen(p)) == 0;
-}
-
-/* The last non-empty line of pip's stderr that says something ("ERROR: No
- * matching distribution found for x"), for a result's message. */
-static void pip_error_line(const struct ipd_buf *err, char *out, size_t outsz)
-{
-    const char *best = NULL, *build = NULL;
-    size_t best_len = 0, build_len = 0;
-    bool in_output = false;
-    const char *p = err->buf, *end = err->buf + err->len;
-    while (p < end) {
-        const char *nl = memchr(p, '\n', (size_t)(end - p));
-        const char *e = nl ? nl : end;
-        size_t len = (size_t)(e - p);
-        const char *t = p;
-        while (t < e && (*t == ' ' || (unsigned char)*t >= 0x80))
-            t++; /* indentation and pip's box-drawing characters */
-        if (len && (has_prefix(p, "ERROR:") || !best))
-            best = p, best_len = len;
-        /* A failed build: the first line the build printed, inside pip's
-         * "[N lines of output]" block, says why. */
-        if (in_output && !build && t < e) {
-            build = t;
-            build_len = (size_t)(e - t);
-        }
-        in_output = memmem(p, len, "lines of output]", 16) != NULL;
-        p = nl ? nl + 1 : end;
-    }
-    if (build && (!best || !has_prefix(best, "ERROR:"))) {
-        best = build;
-        best_len = build_len;
-    }
-    if (!best) {
-        snprintf(out, outsz, "pip failed without a message");
-        return;
-    }
-    if (best_len >= outsz)
-        best_len = outsz - 1;
-    for (size_t i = 0; i < best_len; i++)
-        out[i] = (best[i] >= 0x20 && best[i] < 0x7f) ? best[i] : '?';
-    out[best_len] = '\0';
 }
 
 static enum ipd_err run_cmd(struct ipd_venv *v, struct ipd_venv_cmd *c)
@@ -611,6 +577,90 @@ static enum ipd_err create_venv(struct ipd_venv *v, const char *gen,
     return rc;
 }
 
+/* Where pip looks for distributions: appended to argv at *k. */
+static void pip_source_args(const struct ipd_venv *v, const char **argv,
+                            size_t *k)
+{
+    /* pip's default of 5 retries with backoff makes an unreachable index
+     * cost about 8 s; at least one retry is kept because pip says why the
+     * index failed only in its retry warning (pip_diag.h). */
+    argv[(*k)++] = "--retries";
+    argv[(*k)++] = v->retries;
+    if (v->no_index) {
+        argv[(*k)++] = "--no-index";
+    } else if (v->index_url) {
+        argv[(*k)++] = "--index-url";
+        argv[(*k)++] = v->index_url;
+    }
+    if (v->find_links) {
+        argv[(*k)++] = "--find-links";
+        argv[(*k)++] = IPD_VENV_LINKS_MOUNT;
+    }
+}
+
+/* A pip command in gen with the cache, the wheel folder and (unless
+ * --no-index) the network. */
+static void pip_cmd_init(struct ipd_venv *v, struct ipd_venv_cmd *c,
+                         const char **argv, char *dir, char *cache,
+                         size_t cache_size)
+{
+    snprintf(cache, cache_size, "%s/pip-cache", v->root);
+    cmd_init(c);
+    c->argv = argv;
+    c->gen_dir = dir;
+    c->gen_writable = true;
+    c->network = !v->no_index;
+    c->cache_dir = cache;
+    c->links_dir = v->find_links;
+    c->timeout_ms = v->pip_timeout_ms;
+}
+
+/* pip said it found nothing installable for d->project while wheels only
+ * are allowed: ask the index ("pip index versions", which lists sdists
+ * too, and builds nothing) whether the project is there.  If it is, the
+ * cause is the refused build. */
+static void probe_sdist_only(struct ipd_venv *v, const char *gen,
+                             struct ipd_pip_diag *d)
+{
+    const char *argv[16] = {IPD_VENV_MOUNT "/bin/python", "-m", "pip",
+                            "index", "versions", "--no-input",
+                            "--disable-pip-version-check", "--timeout", "30"};
+    size_t k = 9;
+    char *dir = gen_path(v, gen), cache[PATH_MAX];
+    struct ipd_venv_cmd c;
+    char versions[IPD_PIP_DIAG_TEXT];
+    pip_source_args(v, argv, &k);
+    argv[k++] = d->project;
+    argv[k] = NULL;
+    pip_cmd_init(v, &c, argv, dir, cache, sizeof(cache));
+    c.gen_writable = false;
+    if (!run_cmd(v, &c) && !c.timed_out && c.exit_code == 0 &&
+        ipd_pip_index_versions(c.out.buf, c.out.len, versions,
+                               sizeof(versions))) {
+        d->kind = IPD_PIP_BUILD_REFUSED;
+        memcpy(d->detail, versions, sizeof(d->detail));
+    }
+    cmd_release(&c);
+    free(dir);
+}
+
+/* Why pip failed (exit != 0), for a result's message, into why. */
+static void pip_failure(struct ipd_venv *v, const char *gen,
+                        const struct ipd_venv_cmd *c, struct ipd_buf *why)
+{
+    struct ipd_pip_diag d;
+    struct ipd_pip_where w = {.index_url = v->index_url,
+                              .no_index = v->no_index,
+                              .find_links = v->find_links != NULL,
+                              .allow_sdist = v->allow_sdist};
+    char msg[MESSAGE_MAX - 40];
+    ipd_pip_diagnose(c->err.buf, c->err.len, &d);
+    if (d.kind == IPD_PIP_NOT_FOUND && !v->allow_sdist && d.project[0])
+        probe_sdist_only(v, gen, &d);
+    ipd_pip_describe(&d, &w, msg, sizeof(msg));
+    ipd_buf_adds(why, msg);
+}
+
 /* pip install reqs into gen.  IPD_OK when pip exited 0; else why says. */
 static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
                                 const char *const *reqs, size_t n,
@@ -622,7 +672,7 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
                            "--no-warn-script-location", "--progress-bar",
                            "off", "--cache-dir", IPD_VENV_PIP_CACHE_MOUNT,
                            "--timeout", "30"};
-    size_t k = 0, cap = IPD_ARRAY_LEN(fixed) + 6 + n + 1;
+    size_t k = 0, cap = IPD_ARRAY_LEN(fixed) + 8 + n + 1;
     const char **argv = ipd_xcalloc(cap, sizeof(*argv));
     char *dir = gen_path(v, gen), cache[PATH_MAX];
     enum ipd_err rc;
@@ -632,28 +682,13 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
      * its setup code (still inside the sandbox, as the sandbox uid). */
     if (!v->allow_sdist)
         argv[k++] = "--only-binary=:all:";
-    if (v->index_url) {
-        argv[k++] = "--index-url";
-        argv[k++] = v->index_url;
-    }
-    if (v->find_links) {
-        argv[k++] = "--find-links";
-        argv[k++] = IPD_VENV_LINKS_MOUNT;
-    }
+    pip_source_args(v, argv, &k);
     for (size_t i = 0; i < n; i++)
         argv[k++] = reqs[i];
     argv[k] = NULL;
-    snprintf(cache, sizeof(cache), "%s/pip-cache", v->root);
 
     struct ipd_venv_cmd c;
-    cmd_init(&c);
-    c.argv = argv;
-    c.gen_dir = dir;
-    c.gen_writable = true;
-    c.network = true;
-    c.cache_dir = cache;
-    c.links_dir = v->find_links;
-    c.timeout_ms = v->pip_timeout_ms;
+    pip_cmd_init(v, &c, argv, dir, cache, sizeof(cache));
     rc = run_cmd(v, &c);
     if (rc) {
         ipd_buf_addf(why, "the sandbox could not run pip: %.300s", c.err.buf);
@@ -662,9 +697,7 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
                      (long long)(v->pip_timeout_ms / 1000));
         rc = IPD_ERR_TIMEOUT;
     } else if (c.exit_code != 0) {
-        char line[MESSAGE_MAX - 40];
-        pip_error_line(&c.err, line, sizeof(line));
-        ipd_buf_adds(why, line);
+        pip_failure(v, gen, &c, why);
         rc = IPD_ERR_INVALID;
     }
     if (rc)
@@ -1125,6 +1158,65 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
     return IPD_OK;
 }
 
+/* The remembered failure of dist on generation cur: a new reference to
+ * its result, or NULL (none, another generation, or expired). */
+static json_t *auto_failure_get(struct ipd_venv *v, const char *dist,
+                                const char *cur)
+{
+    json_t *res = NULL;
+    pthread_mutex_lock(&v->state_lock);
+    json_t *e = json_object_get(v->auto_failed, dist);
+    const char *gen = json_string_value(json_object_get(e, "gen"));
+    json_int_t until = json_integer_value(json_object_get(e, "until"));
+    if (e && (!gen || strcmp(gen, cur) || ipd_mono_ms() >= until))
+        json_object_del(v->auto_failed, dist);
+    else if (e)
+        res = json_deep_copy(json_object_get(e, "result"));
+    pthread_mutex_unlock(&v->state_lock);
+    return res;
+}
+
+static void auto_failure_put(struct ipd_venv *v, const char *dist,
+                             const json_t *result)
+{
+    char cur[NAME_MAX_GEN] = "";
+    if (v->auto_retry_ms <= 0)
+        return;
+    (void)read_current(v, cur, sizeof(cur));
+    pthread_mutex_lock(&v->state_lock);
+    json_object_set_new(
+        v->auto_failed, dist,
+        json_pack("{s:s, s:I, s:O}", "gen", cur, "until",
+                  (json_int_t)(ipd_mono_ms() + v->auto_retry_ms), "result",
+                  result));
+    pthread_mutex_unlock(&v->state_lock);
+}
+
+enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
+                                   json_t **results, bool *remembered)
+{
+    char cur[NAME_MAX_GEN] = "";
+    const char *reqs[] = {dist};
+    (void)read_current(v, cur, sizeof(cur));
+    json_t *res = auto_failure_get(v, dist, cur);
+    *remembered = res != NULL;
+    if (res) {
+        ipd_info("venv: not installing %s again: it failed on %s less than "
+                 "%lld s ago",
+                 dist, cur[0] ? cur : "the base interpreter",
+                 (long long)(v->auto_retry_ms / 1000));
+        *results = json_pack("[o]", res);
+        ipd_metrics_install_observe(v->metrics, IPD_METRICS_INSTALL_FAILED);
+        return IPD_OK;
+    }
+    ipd_venv_install(v, reqs, 1, results);
+    json_t *one = json_array_get(*results, 0);
+    const char *st = json_string_value(json_object_get(one, "status"));
+    if (st && strcmp(st, "installed") && strcmp(st, "already_installed"))
+        auto_failure_put(v, dist, one);
+    return IPD_OK;
+}
+
 void ipd_venv_set_metrics(struct ipd_venv *v, struct ipd_metrics *metrics)
 {
     v->metrics = metrics;
@@ -1441,6 +1533,11 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
                           "allowlist and the tools dir are required");
         goto out;
     }
+    if (opt->no_index && !(opt->find_links && *opt->find_links)) {
+        ipd_buf_adds(err, "venv: --no-index needs a wheel folder "
+                          "(find_links)");
+        goto out;
+    }
     v = ipd_xcalloc(1, sizeof(*v));
     v->root_fd = -1;
     v->root = ipd_xstrdup(opt->root);
@@ -1450,6 +1547,11 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
                        ? ipd_xstrdup(opt->index_url) : NULL;
     v->find_links = opt->find_links && *opt->find_links
                         ? ipd_xstrdup(opt->find_links) : NULL;
+    v->no_index = opt->no_index;
+    snprintf(v->retries, sizeof(v->retries), "%d",
+             opt->pip_retries > 0 ? opt->pip_retries : 1);
+    v->auto_retry_ms = opt->auto_retry_after_ms;
+    v->auto_failed = json_object();
     v->tools_dir = ipd_xstrdup(opt->tools_dir);
     v->pip_timeout_ms = opt->pip_timeout_ms > 0 ? opt->pip_timeout_ms
                                                 : 10 * 60 * 1000;
@@ -1515,6 +1617,7 @@ void ipd_venv_free(struct ipd_venv *v)
     free(v->tools_dir);
     free(v->last_rebuild_error);
     json_decref(v->base_status);
+    json_decref(v->auto_failed);
     pthread_mutex_destroy(&v->lock);
     pthread_mutex_destroy(&v->state_lock);
     free(v);

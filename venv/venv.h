@@ -86,6 +86,11 @@ struct ipd_venv_options {
     bool system_site_packages; /* venv --system-site-packages */
     const char *index_url;     /* pip --index-url, NULL: pip's default */
     const char *find_links;    /* pip --find-links dir on the host, or NULL */
+    bool no_index;             /* pip --no-index: find_links only (required),
+                                  and pip runs without network */
+    int pip_retries;           /* pip --retries (<= 0: 1) */
+    int64_t auto_retry_after_ms; /* how long ipd_venv_install_auto remembers
+                                    a failure; <= 0: not at all */
     int64_t pip_timeout_ms;    /* one pip run */
     bool allow_sdist;          /* let pip build sdists (in the sandbox);
                                   default false: --only-binary=:all: */
@@ -125,6 +130,17 @@ void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g);
  */
 enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
                               size_t n, json_t **results);
+
+/*
+ * An automatic install of dist (a normalized, allowlisted name): as
+ * ipd_venv_install of that one requirement, except that a failure is
+ * remembered for auto_retry_after_ms on the current generation.  While it
+ * is, the same call answers the same result at once, without pip and
+ * without the install lock (*remembered true); a generation switch (any
+ * successful install or rebuild) or the expiry ends it.  *results is new.
+ */
+enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
+                                   json_t **results, bool *remembered);
 
 /* Count every install result in metrics (borrowed; NULL: none).  Call
  * before the first install. */

@@ -615,10 +615,13 @@ static bool auto_install_once(struct ipd_executor *ex,
         goto out;
     ipd_info("executor: installing %s for the missing module %s", dist,
              module);
-    const char *reqs[] = {dist};
     json_t *res = NULL;
+    bool remembered = false;
     int64_t t0 = ipd_now_ms();
-    ipd_venv_install(ex->venv, reqs, 1, &res);
+    /* A failure is remembered (--auto-install-retry-after): every
+     * execution importing the module would otherwise run pip again, each
+     * holding the install lock. */
+    ipd_venv_install_auto(ex->venv, dist, &res, &remembered);
     ins->seconds += (double)(ipd_now_ms() - t0) / 1000.0;
     json_t *one = json_array_get(res, 0);
     json_array_append(ins->results, one);
@@ -847,6 +850,20 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     return ipd_sandbox_run(&ex->sbx, &p, &spec, r);
 }
 
+/* The request's packages, before the code runs.  Not counted in the
+ * timeout: reported as install_time. */
+static void install_requested(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              struct ipd__installs *ins)
+{
+    if (!rq->n_packages)
+        return;
+    int64_t t0 = ipd_now_ms();
+    json_decref(ins->results);
+    ipd_venv_install(ex->venv, rq->packages, rq->n_packages, &ins->results);
+    ins->seconds = (double)(ipd_now_ms() - t0) / 1000.0;
+}
+
 enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
@@ -871,14 +888,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = check_packages(ex, rq, detail);
     if (rc)
         goto out;
-    if (rq->n_packages) {
-        /* Not counted in the timeout: reported as install_time. */
-        int64_t t0 = ipd_now_ms();
-        json_decref(ins.results);
-        ipd_venv_install(ex->venv, rq->packages, rq->n_packages,
-                         &ins.results);
-        ins.seconds = (double)(ipd_now_ms() - t0) / 1000.0;
-    }
+    install_requested(ex, rq, &ins);
     rc = work_create(ex, &wk, rq->execution_id);
     if (rc) {
         ipd_error("executor: cannot create a work dir under %s: %s",
@@ -894,16 +904,23 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     rc = stage_files(ex, rq, wk.job_fd, wk.data_fd, detail);
     if (rc)
         goto out;
+    int64_t run_t0 = ipd_mono_ms(), budget_ms = timeout_ms;
     for (int attempt = 0;; attempt++) {
         struct ipd_venv_gen *gen = NULL;
+        /* The run after an automatic install gets what is left of the
+         * request's timeout: the first run and the install count. */
+        if (attempt > 0)
+            budget_ms = timeout_ms - (ipd_mono_ms() - run_t0);
+        if (budget_ms < 1)
+            budget_ms = 1;
         if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
             if (detail)
                 ipd_buf_adds(detail, "the Python environment is busy; retry");
             rc = IPD_ERR_UNAVAILABLE;
             goto out;
         }
-        rc = sandbox_run(ex, &wk, ep, timeout_ms, ipd_venv_gen_dir(gen),
-                         true, &r);
+        rc = sandbox_run(ex, &wk, ep, budget_ms, ipd_venv_gen_dir(gen), true,
+                         &r);
         ipd_venv_release(ex->venv, gen);
         ran = true;
         if (rc)

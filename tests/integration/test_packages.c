@@ -906,7 +906,9 @@ static void sdist_only_fails(void)
     char cur[256], cur2[256];
     REQUIRE(s);
     current_gen(s, cur, sizeof(cur));
-    CHECK_INSTALL(s, "ipdtest-sdistonly", "failed", NULL, NULL);
+    CHECK_INSTALL(s, "ipdtest-sdistonly", "failed", NULL,
+                  "build refused: ipdtest-sdistonly has only source "
+                  "distributions");
     current_gen(s, cur2, sizeof(cur2));
     CHECKF(!strcmp(cur, cur2), "a failed install switched current %s -> %s",
            cur, cur2);
@@ -1449,6 +1451,197 @@ static void rebuild_failure_keeps_current(void)
     itest_stop(s);
 }
 
+/* ---- 13. pip's failures named, offline hosts, remembered failures ---------- */
+
+/* How many requests for project's index page the test index answered. */
+static int index_hits(const char *project)
+{
+    char *log = itest_read_file(ix.log, NULL);
+    char *needle = itest_fmt("GET /simple/%s/ ", project);
+    int n = 0;
+    for (char *p = log ? strstr(log, needle) : NULL; p;
+         p = strstr(p + 1, needle))
+        n++;
+    free(needle);
+    free(log);
+    return n;
+}
+
+/* Nothing listens on 127.0.0.1:1: the install fails, soon, and says the
+ * index is unreachable (not pip's "No matching distribution found"). */
+static void index_unreachable_named(void)
+{
+    struct srv_opts so;
+    struct itest_resp r;
+    const char *extra[] = {"--pip-index-url", "http://127.0.0.1:1/simple/",
+                           NULL};
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    /* The venv itself first, so the timing below is pip's alone. */
+    install(s, "ipdtest-alpha==1.0", &r);
+    itest_resp_release(&r);
+    double t0 = itest_now();
+    install(s, "ipdtest-alpha==1.0", &r);
+    fprintf(stderr, "index_unreachable_named: the failed install took "
+                    "%.1f s\n", itest_now() - t0);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "failed", NULL,
+                 "the package index is unreachable: "
+                 "http://127.0.0.1:1/simple/ (connection refused)");
+    itest_resp_release(&r);
+    itest_stop(s);
+}
+
+/* --pip-no-index with a wheel folder: installs with the index URL
+ * pointing at a closed port (pip never tries it, and runs without
+ * network); a missing version names the folder's versions. */
+static void offline_wheel_folder(void)
+{
+    struct srv_opts so;
+    struct itest_resp r;
+    const char *extra[] = {"--pip-index-url", "http://127.0.0.1:1/simple/",
+                           "--pip-no-index", "1", "--pip-find-links",
+                           ix.wheels, NULL};
+    REQUIRE(index_setup());
+    extra[5] = ix.wheels;
+    /* The sandbox (another uid) binds the folder: every directory above
+     * it must be searchable (mkdtemp made ours 0700). */
+    CHECK(chmod(ix.work, 0711) == 0);
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    install(s, "ipdtest-mapped", &r); /* makes the venv */
+    CHECK_RESULT(&r, 0, "ipdtest-mapped", "installed", "1.0", NULL);
+    itest_resp_release(&r);
+    double t0 = itest_now();
+    install(s, "ipdtest-alpha==1.0", &r);
+    fprintf(stderr, "offline_wheel_folder: the install took %.1f s\n",
+            itest_now() - t0);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    itest_resp_release(&r);
+    CHECK_INSTALL(s, "ipdtest-alpha==9.9", "failed", NULL,
+                  "no such version: ipdtest-alpha==9.9; the wheel folder "
+                  "(--pip-find-links) has 1.0, 2.0");
+    struct itest_resp e;
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+             &e);
+    CHECK_EXEC(&e, true, "alpha 1.0\n");
+    itest_resp_release(&e);
+    itest_stop(s);
+}
+
+/* A version the index does not have: the message says so and lists the
+ * ones it has. */
+static void no_such_version_named(void)
+{
+    struct itest_server *s = main_server();
+    REQUIRE(s);
+    CHECK_INSTALL(s, "ipdtest-alpha==9.9", "failed", NULL,
+                  "no such version: ipdtest-alpha==9.9");
+    CHECK_INSTALL(s, "ipdtest-alpha>=3", "failed", NULL, "has 1.0, 2.0");
+}
+
+/* The automatic install of ipdtest_sdistonly fails (build refused); an
+ * execution run soon after with the same import gets the same failure
+ * without pip (no request reaches the index); a successful install of
+ * something else switches the generation and ends that; and with a short
+ * --auto-install-retry-after it is tried again once the time is up. */
+static void auto_install_failure_remembered(void)
+{
+    struct srv_opts so;
+    struct itest_resp r;
+    const char *code = "import ipdtest_sdistonly\n";
+    REQUIRE(index_setup());
+    make_opts(&so, NULL);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    int h0 = index_hits("ipdtest-sdistonly");
+    run_code(s, NULL, code, &r);
+    CHECK_EXEC(&r, false, "");
+    json_t *one = json_array_get(itest_json_get(r.json, "installed_packages"),
+                                 0);
+    const char *msg1 = json_string_value(json_object_get(one, "message"));
+    CHECK_STR(json_string_value(json_object_get(one, "status")), "failed");
+    CHECKF(msg1 && strstr(msg1, "build refused"), "message: %s", r.body);
+    char *first = msg1 ? strdup(msg1) : NULL;
+    itest_resp_release(&r);
+    int h1 = index_hits("ipdtest-sdistonly");
+    CHECKF(h1 > h0, "pip never asked the index (%d -> %d)", h0, h1);
+
+    run_code(s, NULL, code, &r);
+    CHECK_EXEC(&r, false, "");
+    one = json_array_get(itest_json_get(r.json, "installed_packages"), 0);
+    CHECK_STR(json_string_value(json_object_get(one, "status")), "failed");
+    CHECK_STR(json_string_value(json_object_get(one, "message")), first);
+    itest_resp_release(&r);
+    CHECKF(index_hits("ipdtest-sdistonly") == h1,
+           "the second execution ran pip again (%d -> %d requests)", h1,
+           index_hits("ipdtest-sdistonly"));
+    CHECK(itest_wait_log_line(s, 5000, "not installing ipdtest-sdistonly "
+                                       "again", NULL));
+
+    /* A new generation: tried again. */
+    CHECK_INSTALL(s, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    run_code(s, NULL, code, &r);
+    CHECK_EXEC(&r, false, "");
+    itest_resp_release(&r);
+    int h2 = index_hits("ipdtest-sdistonly");
+    CHECKF(h2 > h1, "not retried on the new generation (%d -> %d)", h1, h2);
+
+    /* Remembered for 2 s only: a bounded poll until pip runs again. */
+    const char *extra[] = {"--auto-install-retry-after", "2s", NULL};
+    struct srv_opts short_opts;
+    make_opts(&short_opts, extra);
+    REQUIRE(itest_restart(s, &short_opts.o));
+    run_code(s, NULL, code, &r);
+    itest_resp_release(&r);
+    int h3 = index_hits("ipdtest-sdistonly"), h4 = h3;
+    double deadline = itest_now() + 60.0 * scale();
+    while (h4 == h3 && itest_now() < deadline) {
+        pause_ms(500);
+        run_code(s, NULL, code, &r);
+        itest_resp_release(&r);
+        h4 = index_hits("ipdtest-sdistonly");
+    }
+    CHECKF(h4 > h3, "never retried after --auto-install-retry-after 2s");
+    free(first);
+    itest_stop(s);
+}
+
+/* An automatic install counts against the execution's timeout: with the
+ * wheel's download held past the timeout, the run after the install has
+ * nothing left and times out (it used to get the whole timeout again). */
+static void auto_install_within_timeout(void)
+{
+    struct srv_opts so;
+    const char *wheel = "ipdtest_withdep-1.0-py3-none-any.whl";
+    REQUIRE(index_setup());
+    make_opts(&so, NULL);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    gate_arm(wheel);
+    struct bg e = {.s = s,
+                   .exec_body = json_pack("{s:s, s:i}", "code",
+                                          "import ipdtest_withdep\n"
+                                          "print('ran')\n",
+                                          "timeout", 3)};
+    double t0 = itest_now();
+    bg_start(&e);
+    bool held = gate_wait(wheel, 120000, &e.done);
+    CHECKF(held, "the auto-install never reached the gate");
+    /* Past the 3 s timeout (bounded; time itself is what is awaited). */
+    while (held && itest_now() < t0 + 4.0)
+        pause_ms(100);
+    gate_open(wheel);
+    bg_join(&e);
+    CHECK_STR(itest_json_str(e.r.json, "auto_installed"), "ipdtest-withdep");
+    CHECKF(json_is_true(itest_json_get(e.r.json, "timed_out")),
+           "the run after the install was not timed out: %s", e.r.body);
+    itest_resp_release(&e.r);
+    itest_stop(s);
+}
+
 /* ---- teardown ------------------------------------------------------------------------------ */
 
 static void stop_servers(void)
@@ -1470,5 +1663,7 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(execution_across_switch), T(rebuild_switches),
           T(rebuild_failure_keeps_current), T(sdist_allowed),
           T(sdist_build_stays_in_its_generation),
-          T(sigterm_with_queued_install),
-          T(stop_servers))
+          T(sigterm_with_queued_install), T(index_unreachable_named),
+          T(offline_wheel_folder), T(no_such_version_named),
+          T(auto_install_failure_remembered),
+          T(auto_install_within_timeout), T(stop_servers))
