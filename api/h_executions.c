@@ -253,6 +253,7 @@ static struct ipd_exec_job *job_new(struct ipd_req *r, json_t *doc,
         j->callback_url = ipd_xstrdup(json_string_value(cbu));
     memcpy(j->secret, r->key.secret, sizeof(j->secret));
     j->store_outputs = !json_is_false(json_object_get(doc, "store_outputs"));
+    j->admin = r->key.admin;
     memcpy(j->prev_secret, r->key.prev_secret, sizeof(j->prev_secret));
     j->secret_rotated_at_ms = r->key.secret_rotated_at_ms;
     json_t *pk = json_object_get(doc, "packages");

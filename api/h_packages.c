@@ -23,6 +23,8 @@ struct pkg_job {
     char **reqs;         /* owned */
     size_t n;
     json_t *results;     /* new reference once done */
+    bool admin;          /* an admin key may change installed versions */
+    enum ipd_err rc;     /* IPD_ERR_FORBIDDEN: a version change refused */
     bool submitted;
 };
 
@@ -44,8 +46,8 @@ static void install_run(struct ipd_req *r, bool stopping)
     struct pkg_job *j = r->state;
     if (stopping)
         return; /* no results: answered 503 */
-    ipd_venv_install(r->app->venv, (const char *const *)j->reqs, j->n,
-                     &j->results);
+    j->rc = ipd_venv_install(r->app->venv, (const char *const *)j->reqs, j->n,
+                             j->admin, &j->results);
 }
 
 /* ---- GET ------------------------------------------------------------- */
@@ -99,12 +101,26 @@ static struct pkg_job *parse_job(struct ipd_req *r)
         goto out;
     }
     j = ipd_xcalloc(1, sizeof(*j));
+    j->admin = r->key.admin;
     j->reqs = ipd_xcalloc(n, sizeof(*j->reqs));
     for (size_t i = 0; i < n; i++)
         j->reqs[j->n++] = ipd_xstrdup(json_string_value(json_array_get(pk, i)));
 out:
     json_decref(doc);
     return j;
+}
+
+/* The message of the first failed result: why an install was refused. */
+static const char *refusal(const json_t *results)
+{
+    size_t i;
+    json_t *res;
+    json_array_foreach(results, i, res) {
+        const char *st = json_string_value(json_object_get(res, "status"));
+        if (st && !strcmp(st, "failed"))
+            return json_string_value(json_object_get(res, "message"));
+    }
+    return NULL;
 }
 
 static void packages_install(struct ipd_req *r)
@@ -115,6 +131,9 @@ static void packages_install(struct ipd_req *r)
             ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                             "the service is shutting down; nothing was "
                             "installed");
+        else if (j->rc)
+            ipd_reply_failure(r, j->rc, refusal(j->results),
+                              "installing packages");
         else
             ipd_reply_json(r, MHD_HTTP_OK,
                            json_pack("{s:O}", "results", j->results));

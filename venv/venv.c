@@ -865,6 +865,8 @@ struct step {
     json_t *changed;        /* names pip added or changed */
     json_t *check;          /* the import check's answer */
     struct ipd_buf why;     /* what went wrong, for the results */
+    bool may_change;        /* may change what is installed (admin) */
+    bool refused;           /* OUT: a version change was refused */
 };
 
 /* How a step of install_step ends. */
@@ -981,6 +983,46 @@ static enum step_end step_imports(struct ipd_venv *v, struct step *s)
     return e;
 }
 
+/* The version of name in an import check's "installed" ([[name,
+ * version], ...], what the interpreter imports), or NULL. */
+static const char *installed_version(const json_t *check, const char *name)
+{
+    size_t i;
+    json_t *pair;
+    json_array_foreach(json_object_get(check, "installed"), i, pair)
+        if (!strcmp(json_string_value(json_array_get(pair, 0)), name))
+            return json_string_value(json_array_get(pair, 1));
+    return NULL;
+}
+
+/* Every tenant imports the one venv: unless the caller may (an admin
+ * key), nothing the interpreter already imports may change version, be
+ * it asked for ("numpy==1.26") or pulled in as a dependency, and a venv
+ * copy must not shadow the base interpreter's version either. */
+static enum step_end step_versions(struct step *s)
+{
+    size_t i;
+    json_t *pair;
+    if (s->may_change)
+        return STEP_NEXT;
+    json_array_foreach(json_object_get(s->check, "installed"), i, pair) {
+        const char *name = json_string_value(json_array_get(pair, 0));
+        const char *now = json_string_value(json_array_get(pair, 1));
+        const char *was = name ? installed_version(s->rec, name) : NULL;
+        if (!was || !now || !strcmp(was, now))
+            continue;
+        ipd_buf_reset(&s->why);
+        ipd_buf_addf(&s->why,
+                     "this would change the installed version of %s (%s to "
+                     "%s), which every tenant's code imports: that needs an "
+                     "admin key; nothing was installed",
+                     name, was, now);
+        s->refused = true;
+        return STEP_FAIL_ALL;
+    }
+    return STEP_NEXT;
+}
+
 /* Record the clone's requirements and make it current; or keep current
  * when pip changed nothing.  Sets every result. */
 static enum step_end step_switch(struct ipd_venv *v, struct step *s)
@@ -1022,9 +1064,11 @@ static enum step_end step_switch(struct ipd_venv *v, struct step *s)
  * some of several requirements, false is returned with no result set, and
  * the caller retries them one by one.
  */
-static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
+static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n,
+                         bool may_change, bool *refused)
 {
-    struct step s = {.w = w, .n = n, .changed = json_array()};
+    struct step s = {.w = w, .n = n, .changed = json_array(),
+                     .may_change = may_change};
     enum step_end e;
     ipd_buf_init(&s.why, 4096);
     e = step_clone(v, &s);
@@ -1035,7 +1079,10 @@ static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n)
     if (e == STEP_NEXT)
         e = step_imports(v, &s);
     if (e == STEP_NEXT)
+        e = step_versions(&s);
+    if (e == STEP_NEXT)
         e = step_switch(v, &s);
+    *refused = *refused || s.refused;
     if (e == STEP_FAIL_ALL)
         for (size_t i = 0; i < n; i++)
             set_result(w[i]->result, "failed", NULL, "%s", s.why.buf);
@@ -1101,7 +1148,7 @@ static size_t want_parse(struct ipd_venv *v, const char *const *reqs, size_t n,
  * there is none yet, then all of them in one step, or one by one when
  * that step failed for one of them. */
 static void install_pending(struct ipd_venv *v, struct want **pending,
-                            size_t np)
+                            size_t np, bool may_change, bool *refused)
 {
     struct ipd_buf bwhy;
     int lfd = lock_take(v);
@@ -1117,9 +1164,9 @@ static void install_pending(struct ipd_venv *v, struct want **pending,
         for (size_t i = 0; i < np; i++)
             set_result(pending[i]->result, "failed", NULL,
                        "could not create the venv: %s", bwhy.buf);
-    } else if (!install_step(v, pending, np)) {
+    } else if (!install_step(v, pending, np, may_change, refused)) {
         for (size_t i = 0; i < np; i++)
-            install_step(v, &pending[i], 1);
+            install_step(v, &pending[i], 1, may_change, refused);
     }
     ipd_buf_release(&bwhy);
     gc(v);
@@ -1142,20 +1189,21 @@ static enum ipd_metrics_install_outcome install_outcome(const json_t *res)
 }
 
 enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
-                              size_t n, json_t **results)
+                              size_t n, bool may_change, json_t **results)
 {
     struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
     struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
     size_t np;
+    bool refused = false;
     *results = json_array();
     np = want_parse(v, reqs, n, w, pending, *results);
     if (np)
-        install_pending(v, pending, np);
+        install_pending(v, pending, np, may_change, &refused);
     for (size_t i = 0; i < n; i++)
         ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
     free(pending);
     free(w);
-    return IPD_OK;
+    return refused ? IPD_ERR_FORBIDDEN : IPD_OK;
 }
 
 /* The remembered failure of dist on generation cur: a new reference to
@@ -1193,7 +1241,8 @@ static void auto_failure_put(struct ipd_venv *v, const char *dist,
 }
 
 enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
-                                   json_t **results, bool *remembered)
+                                   bool may_change, json_t **results,
+                                   bool *remembered)
 {
     char cur[NAME_MAX_GEN] = "";
     const char *reqs[] = {dist};
@@ -1209,12 +1258,14 @@ enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
         ipd_metrics_install_observe(v->metrics, IPD_METRICS_INSTALL_FAILED);
         return IPD_OK;
     }
-    ipd_venv_install(v, reqs, 1, results);
+    /* A refusal is the caller's, not the package's: not remembered. */
+    enum ipd_err rc = ipd_venv_install(v, reqs, 1, may_change, results);
     json_t *one = json_array_get(*results, 0);
     const char *st = json_string_value(json_object_get(one, "status"));
-    if (st && strcmp(st, "installed") && strcmp(st, "already_installed"))
+    if (!rc && st && strcmp(st, "installed") &&
+        strcmp(st, "already_installed"))
         auto_failure_put(v, dist, one);
-    return IPD_OK;
+    return rc;
 }
 
 void ipd_venv_set_metrics(struct ipd_venv *v, struct ipd_metrics *metrics)

@@ -125,11 +125,15 @@ void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g);
  * Install requirements (strings as clients wrote them).  *results is a new
  * array of CONTRACT.md result objects, one per requirement in order:
  * {"package", "status": installed|already_installed|not_allowed|invalid|
- * failed, "version", "message"}.  IPD_OK whenever *results was made; the
- * statuses say what happened.  Serialised with every other install.
+ * failed, "version", "message"}.  The statuses say what happened.
+ * Serialised with every other install.  Unless may_change (an admin key),
+ * nothing the interpreter already imports may change version, asked for
+ * or pulled in as a dependency: then every requirement is "failed" with
+ * the reason, nothing is installed, and the answer is IPD_ERR_FORBIDDEN
+ * (the results are made all the same); else IPD_OK.
  */
 enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
-                              size_t n, json_t **results);
+                              size_t n, bool may_change, json_t **results);
 
 /*
  * An automatic install of dist (a normalized, allowlisted name): as
@@ -140,7 +144,8 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
  * successful install or rebuild) or the expiry ends it.  *results is new.
  */
 enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
-                                   json_t **results, bool *remembered);
+                                   bool may_change, json_t **results,
+                                   bool *remembered);
 
 /* Count every install result in metrics (borrowed; NULL: none).  Call
  * before the first install. */

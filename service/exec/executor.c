@@ -590,6 +590,7 @@ static enum ipd_err check_packages(const struct ipd_executor *ex,
  * where x comes from an allowlisted distribution that is not installed:
  * install it.  True when it was installed and the code should run again. */
 static bool auto_install_once(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
                               const struct ipd_sandbox_result *r,
                               struct ipd__installs *ins)
 {
@@ -621,7 +622,7 @@ static bool auto_install_once(struct ipd_executor *ex,
     /* A failure is remembered (--auto-install-retry-after): every
      * execution importing the module would otherwise run pip again, each
      * holding the install lock. */
-    ipd_venv_install_auto(ex->venv, dist, &res, &remembered);
+    ipd_venv_install_auto(ex->venv, dist, rq->admin, &res, &remembered);
     ins->seconds += (double)(ipd_now_ms() - t0) / 1000.0;
     json_t *one = json_array_get(res, 0);
     json_array_append(ins->results, one);
@@ -860,7 +861,8 @@ static void install_requested(struct ipd_executor *ex,
         return;
     int64_t t0 = ipd_now_ms();
     json_decref(ins->results);
-    ipd_venv_install(ex->venv, rq->packages, rq->n_packages, &ins->results);
+    ipd_venv_install(ex->venv, rq->packages, rq->n_packages, rq->admin,
+                     &ins->results);
     ins->seconds = (double)(ipd_now_ms() - t0) / 1000.0;
 }
 
@@ -925,7 +927,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         ran = true;
         if (rc)
             break;
-        if (attempt > 0 || !auto_install_once(ex, &r, &ins))
+        if (attempt > 0 || !auto_install_once(ex, rq, &r, &ins))
             break;
         /* The module is there now: the same job once more, from scratch
          * (a fresh sandbox and output tmpfs, nothing collected yet). */

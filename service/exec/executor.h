@@ -59,6 +59,8 @@ struct ipd_exec_request {
     bool outputs_inline_only;    /* "store_outputs": false: generated files
                                     are returned (inline within the limit)
                                     and never stored */
+    bool admin;                  /* an admin key: its installs may change
+                                    the version of what is installed */
 };
 
 /*

@@ -278,6 +278,7 @@ static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         .n_packages = j->n_packages,
         .execution_id = j->exec_id[0] ? j->exec_id : NULL,
         .outputs_inline_only = !j->store_outputs,
+        .admin = j->admin,
     };
     enum ipd_metrics_exec_outcome o;
     int64_t t0 = ipd_now_ms();

@@ -62,6 +62,7 @@ struct ipd_exec_job {
     json_t *variables;               /* new reference or NULL */
     char **packages;                 /* owned array of owned strings */
     size_t n_packages;
+    bool admin;                      /* the caller's key is an admin key */
     bool store_outputs;              /* false: generated files come back
                                         inline only (ipd_exec_job_new:
                                         true) */

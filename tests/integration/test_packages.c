@@ -1644,6 +1644,83 @@ static void auto_install_within_timeout(void)
 
 /* ---- teardown ------------------------------------------------------------------------------ */
 
+/* ---- version changes need an admin key (hardening item 14) --------------- */
+
+/* POST /v1/packages with key. */
+static long install_as(struct itest_server *s, const char *key,
+                       const char *req, struct itest_resp *r)
+{
+    char *body = itest_fmt("{\"packages\": [\"%s\"]}", req);
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/packages",
+                           .key = key,
+                           .content_type = "application/json",
+                           .body = body,
+                           .body_len = strlen(body),
+                           .timeout_ms = INSTALL_TIMEOUT_MS * scale()};
+    long st = itest_do(s, &rq, r);
+    free(body);
+    return st;
+}
+
+/* One tenant pinning pkg==1.0 downgraded what every tenant imports.  A
+ * non-admin key may install what is not installed yet; changing the
+ * version of something installed, asked for or pulled in, is 403 (an
+ * execution's packages: a failed install, the code runs on the old one);
+ * an admin key may. */
+static void version_change_needs_admin(void)
+{
+    struct itest_server *s = main_server();
+    struct itest_resp r;
+    char *key = NULL, cur[256], after[256];
+    REQUIRE(s);
+    install(s, "ipdtest-alpha==1.0", &r); /* admin: whatever was there */
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    REQUIRE(itest_create_key(s, "tenant-b", false, &key, NULL));
+    current_gen(s, cur, sizeof(cur));
+
+    install_as(s, key, "ipdtest-alpha==2.0", &r);
+    CHECK_ERROR(&r, 403, "forbidden");
+    const char *msg = itest_json_str(r.json, "error.message");
+    CHECKF(msg && strstr(msg, "ipdtest-alpha (1.0 to 2.0)") &&
+               strstr(msg, "admin key"),
+           "the refusal does not say what and why: %s", r.body);
+    itest_resp_release(&r);
+    current_gen(s, after, sizeof(after));
+    CHECKF(!strcmp(cur, after), "a refused change switched %s -> %s", cur,
+           after);
+
+    install_as(s, key, "ipdtest-alpha==1.0", &r); /* no change: fine */
+    CHECK_STATUS(&r, 200);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "already_installed", "1.0",
+                 NULL);
+    itest_resp_release(&r);
+
+    json_t *body = json_pack("{s:s, s:[s]}", "code",
+                             "import ipdtest_alpha\n"
+                             "print(ipdtest_alpha.VERSION)\n",
+                             "packages", "ipdtest-alpha==2.0");
+    itest_exec(s, key, "u1", body, INSTALL_TIMEOUT_MS * scale(), &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_exec_stdout(&r), "1.0\n");
+    CHECK_STR(itest_json_str(json_array_get(itest_json_get(
+                                                r.json, "installed_packages"),
+                                            0),
+                             "status"),
+              "failed");
+    itest_resp_release(&r);
+
+    install(s, "ipdtest-alpha==2.0", &r); /* the admin key may */
+    CHECK_STATUS(&r, 200);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==2.0", "installed", "2.0", NULL);
+    itest_resp_release(&r);
+    install(s, "ipdtest-alpha==1.0", &r); /* as the other cases expect */
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    free(key);
+}
+
 static void stop_servers(void)
 {
     if (main_shared.s)
@@ -1666,4 +1743,5 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(sigterm_with_queued_install), T(index_unreachable_named),
           T(offline_wheel_folder), T(no_such_version_named),
           T(auto_install_failure_remembered),
-          T(auto_install_within_timeout), T(stop_servers))
+          T(auto_install_within_timeout), T(version_change_needs_admin),
+          T(stop_servers))
