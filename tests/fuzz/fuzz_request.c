@@ -315,22 +315,27 @@ static void check_reply(const struct reply *rp, const char *all, size_t all_len)
 
 /* Check every response we can delimit: the first must be there unless
  * the server closed without answering (a request it could not parse at
- * all, or one cut short by our end-of-input). */
+ * all, or one cut short by our end-of-input).  Which pipelined request a
+ * later answer is for is not known here: after a HEAD anywhere past the
+ * first request, only the next answer's head is checked. */
 static void check_replies(const char *req, size_t req_len,
                           const struct ipd_buf *out)
 {
     size_t off = 0;
     bool bodiless = req_len >= 5 && !memcmp(req, "HEAD ", 5);
+    bool head_later = req_len > 5 && memmem(req + 1, req_len - 1, "HEAD ", 5);
     for (int i = 0; off < out->len; i++) {
         struct reply rp;
         const char *why;
-        if (!parse_reply(out->buf + off, out->len - off, bodiless, &rp, &why)) {
+        bool last = i > 0 && head_later;
+        if (!parse_reply(out->buf + off, out->len - off, bodiless || last, &rp,
+                         &why)) {
             if (i == 0)
                 fail(out->buf, out->len, "first reply: %s", why);
-            return; /* pipelined answers to HEAD can't be delimited */
+            return; /* a later answer cut short by a close */
         }
         check_reply(&rp, out->buf, out->len);
-        if (header_is(&rp, "Connection", "close"))
+        if (last || header_is(&rp, "Connection", "close"))
             return; /* anything after it is not an answer */
         off += rp.total;
         bodiless = bodiless && rp.status < 200;
