@@ -197,6 +197,13 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     return r;
 }
 
+/* MHD_NO closes the connection: when libmicrohttpd refused our reply,
+ * nothing else would ever answer it. */
+static enum MHD_Result carry_on(const struct ipd_req *r)
+{
+    return r->unqueued ? MHD_NO : MHD_YES;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
                                   const char *url, const char *method,
                                   const char *version, const char *upload,
@@ -223,20 +230,20 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
             start_request(r);
         else
             r->deferred = true;
-        return MHD_YES;
+        return carry_on(r);
     }
     if (r->deferred) {
         r->deferred = false;
         start_request(r);
         if (r->status)
-            return MHD_YES;
+            return carry_on(r);
     }
     if (*upload_size) {
         /* After an early reply libmicrohttpd discards the rest. */
         if (!r->status)
             body_chunk(r, upload, *upload_size);
         *upload_size = 0;
-        return MHD_YES;
+        return carry_on(r);
     }
     if (!r->status) {
         r->suspended = false;
@@ -248,7 +255,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
     }
     if (!r->status && !r->suspended)
         ipd_reply_code(r, IPD_HE_INTERNAL_ERROR, "the handler did not reply");
-    return MHD_YES;
+    return carry_on(r);
 }
 
 

@@ -135,6 +135,8 @@ struct ipd_req {
     bool body_too_large;
     bool deferred;             /* no body: start on the second call */
     bool close;                /* the reply closes the connection */
+    bool unqueued;             /* libmicrohttpd refused the reply: the
+                                  connection is closed instead */
     bool suspended;            /* waiting for a worker; finish runs again */
     const char *error_code;    /* for the access log */
 };

@@ -63,9 +63,16 @@ void ipd_reply_response(struct ipd_req *r, unsigned status,
     add_common_headers(r, resp);
     r->status = status;
     r->bytes_out = body_len;
-    if (MHD_queue_response(r->conn, status, resp) != MHD_YES)
-        ipd_warn("request_id=%s could not queue the response",
+    /* Refused in a state where libmicrohttpd takes no answer (seen after
+     * a 100 Continue for a request with a bare CR in a header): nothing
+     * would ever answer the client, so the daemon closes the connection
+     * (r->unqueued) instead of leaving it open until the idle timeout. */
+    if (MHD_queue_response(r->conn, status, resp) != MHD_YES) {
+        r->unqueued = true;
+        ipd_warn("request_id=%s could not queue the response; closing the "
+                 "connection",
                  r->request_id);
+    }
     MHD_destroy_response(resp);
 }
 

@@ -2,7 +2,10 @@
 # The whole test suite, the way CI runs it:
 #   1. gcc, -Werror, every ctest label;
 #   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer
-#      (-fno-sanitize-recover=all, leak checking on), every label again.
+#      (-fno-sanitize-recover=all, leak checking on), every label again;
+#   3. libFuzzer (clang, ASan+UBSan, -DIPD_FUZZ=ON): fuzz_request for 60 s
+#      and the other harnesses for 10 s each (scripts/fuzz.sh; new inputs
+#      and findings stay in build-fuzz/fuzz/).
 # Exits non-zero on the first failing stage.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -24,5 +27,21 @@ stage "tests (ASan+UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+# Only the harnesses are built: ipdcore with coverage instrumentation is
+# what they need, and the tests above already ran on the same code.
+stage "libFuzzer build (clang, ASan+UBSan)"
+CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DIPD_WERROR=ON \
+  -DIPD_SANITIZE=ON -DIPD_FUZZ=ON >/dev/null
+cmake --build build-fuzz -j"$jobs" --target fuzz_request fuzz_filename \
+  fuzz_cursor fuzz_duration fuzz_requirement fuzz_content_disposition
+stage "fuzzing (bounded)"
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  scripts/fuzz.sh build-fuzz 60 request
+ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+  scripts/fuzz.sh build-fuzz 10 filename cursor duration requirement \
+  content_disposition
 
 stage "all stages passed"

@@ -647,9 +647,51 @@ static void odd_transfer_encodings(void)
     itest_stop(s);
 }
 
+/* Found by fuzz_request: a header with a bare CR, "Expect: 100-continue"
+ * and bytes after the header block without a Content-Length.
+ * libmicrohttpd 0.9.75 sends "100 Continue", then refuses the 404 we
+ * queue; the connection stayed open with no answer until the idle timeout
+ * (60 s), so a client could hold connection slots for a byte each.  Now
+ * the connection is closed at once (an answer libmicrohttpd would take is
+ * not possible in that state). */
+static void refused_reply_closes(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    static const char req[] = "POST /v1/biles HTTP/1.1\r\nHost: x\r\n"
+                              "X: u1\rA\nExpect: 100-continue\r\n\r\n"
+                              "continued";
+    int fd = itest_connect(s);
+    REQUIRE(fd >= 0);
+    struct timeval tv = {10, 0}; /* a bound, not a wait */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    CHECK(itest_send_all(fd, req, sizeof(req) - 1));
+    shutdown(fd, SHUT_WR);
+    char buf[4096];
+    size_t got = 0;
+    ssize_t k = 0;
+    double t0 = itest_now();
+    while (got < sizeof(buf) - 1 &&
+           (k = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0)
+        got += (size_t)k;
+    buf[got] = '\0';
+    /* read() ended with 0: the server closed the connection. */
+    CHECKF(k == 0 && itest_now() - t0 < 5,
+           "the connection is closed at once (read %zd after %.1f s): %s", k,
+           itest_now() - t0, buf);
+    CHECKF(!strstr(buf, "HTTP/1.1 5"), "no 5xx: %s", buf);
+    close(fd);
+
+    struct itest_resp r;
+    itest_request(s, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(multipart_without_boundary), T(multipart_truncated),
-          T(multipart_without_file_part), T(json_body),
-          T(raw_without_filename), T(filename_paths), T(filename_controls),
-          T(filename_lengths), T(filename_dots_empty_utf8), T(filename_bidi),
-          T(bad_user_ids), T(oversized_default_limit),
-          T(error_messages_stay_utf8), T(odd_transfer_encodings))
+          T(multipart_without_file_part), T(json_body), T(raw_without_filename),
+          T(filename_paths), T(filename_controls), T(filename_lengths),
+          T(filename_dots_empty_utf8), T(filename_bidi), T(bad_user_ids),
+          T(oversized_default_limit), T(error_messages_stay_utf8),
+          T(odd_transfer_encodings), T(refused_reply_closes))
