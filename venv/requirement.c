@@ -23,19 +23,8 @@
     "use digits and dots with optional aN, bN or rcN, .postN and .devN "       \
     "parts, like 2.0, 1.2.3rc1 or 2.0.post1"
 
-static enum ipd_err fail(struct ipd_buf *why, const char *fmt, ...)
-    IPD_PRINTF(2, 3);
-
-static enum ipd_err fail(struct ipd_buf *why, const char *fmt, ...)
-{
-    if (why) {
-        va_list ap;
-        va_start(ap, fmt);
-        ipd_buf_vaddf(why, fmt, ap);
-        va_end(ap);
-    }
-    return IPD_ERR_INVALID;
-}
+/* Say why in why (when not NULL) and answer IPD_ERR_INVALID. */
+#define fail(why, ...) ipd_buf_fail((why), IPD_ERR_INVALID, __VA_ARGS__)
 
 /* ASCII only on purpose: <ctype.h> would follow the locale. */
 static bool is_digit(char c)

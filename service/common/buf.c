@@ -106,3 +106,15 @@ char *ipd_buf_detach(struct ipd_buf *b, size_t *len)
     ipd_buf_init(b, b->max);
     return p;
 }
+
+enum ipd_err ipd_buf_fail(struct ipd_buf *b, enum ipd_err rc,
+                          const char *fmt, ...)
+{
+    if (b) {
+        va_list ap;
+        va_start(ap, fmt);
+        ipd_buf_vaddf(b, fmt, ap);
+        va_end(ap);
+    }
+    return rc;
+}

@@ -60,20 +60,7 @@ static bool injected_failure(void)
     return at > 0 && atomic_fetch_add(&count, 1) + 1 == at;
 }
 
-static enum ipd_err fail(struct ipd_buf *err, enum ipd_err rc, const char *fmt,
-                         ...) IPD_PRINTF(3, 4);
-
-static enum ipd_err fail(struct ipd_buf *err, enum ipd_err rc, const char *fmt,
-                         ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        ipd_buf_vaddf(err, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#define fail ipd_buf_fail /* append why to err, return the code */
 
 void ipd_fetch_opts_init(struct ipd_fetch_opts *o)
 {

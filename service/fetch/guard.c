@@ -11,20 +11,7 @@
 #include "fetch_internal.h"
 #include "guard.h"
 
-static enum ipd_err fail(struct ipd_buf *err, enum ipd_err rc, const char *fmt,
-                         ...) IPD_PRINTF(3, 4);
-
-static enum ipd_err fail(struct ipd_buf *err, enum ipd_err rc, const char *fmt,
-                         ...)
-{
-    if (err) {
-        va_list ap;
-        va_start(ap, fmt);
-        ipd_buf_vaddf(err, fmt, ap);
-        va_end(ap);
-    }
-    return rc;
-}
+#define fail ipd_buf_fail /* append why to err, return the code */
 
 /* ---- address classification ------------------------------------------- */
 
