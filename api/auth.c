@@ -27,8 +27,8 @@ bool ipd_auth_key(struct ipd_req *r)
         key++;
     enum ipd_err rc = ipd_keys_authenticate(r->app->meta, key, &r->key);
     if (rc == IPD_ERR_UNAUTHORIZED) {
-        ipd_reply_code(r, IPD_HE_UNAUTHORIZED,
-                        "invalid or revoked API key");
+        ipd_reply_failure(r, rc, "invalid or revoked API key",
+                          "checking the API key");
         return false;
     }
     if (rc) {

@@ -74,16 +74,19 @@ static bool callback_url_ok(struct ipd_req *r, json_t *v)
     }
     ipd_buf_init(&err, 512);
     rc = ipd_fetch_url_check(r->app->fetch, u, &err);
-    if (rc == IPD_ERR_FORBIDDEN)
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                       "\"callback_url\" is refused: %s; an operator can "
-                       "allow such addresses with --fetch-allow (CIDRs)",
-                       err.buf);
-    else if (rc == IPD_ERR_INVALID)
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                       "\"callback_url\" is not usable: %s", err.buf);
-    else if (rc)
+    if (rc == IPD_ERR_FORBIDDEN || rc == IPD_ERR_INVALID) {
+        /* Refused or unusable, the request is what is wrong: invalid. */
+        char msg[768];
+        snprintf(msg, sizeof(msg),
+                 rc == IPD_ERR_FORBIDDEN
+                     ? "\"callback_url\" is refused: %s; an operator can "
+                       "allow such addresses with --fetch-allow (CIDRs)"
+                     : "\"callback_url\" is not usable: %s",
+                 err.buf);
+        ipd_reply_failure(r, IPD_ERR_INVALID, msg, "checking the callback_url");
+    } else if (rc) {
         ipd_reply_failure(r, rc, NULL, "checking the callback_url");
+    }
     ipd_buf_release(&err);
     return rc == IPD_OK;
 }

@@ -352,9 +352,9 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
     }
     enum ipd_err rc = ipd_filename_sanitize(name ? name : "", nlen,
                                             f->filename);
-    if (rc == IPD_ERR_TOO_LARGE) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "filename is longer than 255 bytes");
+    if (rc == IPD_ERR_TOO_LARGE) { /* a long name is an invalid one */
+        ipd_reply_failure(r, IPD_ERR_INVALID,
+                          "filename is longer than 255 bytes", "filename");
         return false;
     }
     if (rc) {
@@ -764,10 +764,10 @@ static bool lookup(struct ipd_req *r, struct ipd_file_meta *f)
     }
     enum ipd_err rc = ipd_meta_file_get(r->app->meta, r->key.tenant,
                                         r->user_id, r->param, ipd_now_ms(), f);
-    if (rc == IPD_ERR_NOT_FOUND)
-        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
-    else if (rc)
-        ipd_reply_failure(r, rc, NULL, "reading the file record");
+    if (rc)
+        ipd_reply_failure(r, rc,
+                          rc == IPD_ERR_NOT_FOUND ? "no such file" : NULL,
+                          "reading the file record");
     return rc == IPD_OK;
 }
 
@@ -866,7 +866,7 @@ static void files_delete(struct ipd_req *r)
                                            r->user_id, r->param, ipd_now_ms(),
                                            &f);
     if (rc == IPD_ERR_NOT_FOUND) {
-        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
+        ipd_reply_failure(r, rc, "no such file", "deleting the file");
         return;
     }
     if (rc) {
