@@ -78,7 +78,9 @@ static const struct opt opts[] = {
     {"prelude-dir", OPT_STRING, OFF(prelude_dir), IPD_PRELUDE_DIR, false,
      "directory holding prelude.py"},
     {"sandbox-uid", OPT_INT, OFF(sandbox_uid), "200000", false,
-     "host uid and gid of sandboxed code when interpd runs as root"},
+     "as root: first host uid/gid of the sandbox's range (package installs; "
+     "execution slot i runs as this+1+i); none may have a passwd/group "
+     "entry"},
     {"max-generated-files", OPT_INT, OFF(max_generated_files), "20", false,
      "generated files returned per execution"},
     {"inline-image-max", OPT_SIZE, OFF(inline_image_max), "1M", false,
@@ -166,14 +168,14 @@ _Static_assert(IPD_ARRAY_LEN(opts) <= 64, "grow ipd_config.source");
 
 static const struct ipd_policy builtin_policies[] = {
     {"strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
-     64LL << 20, false},
+     64LL << 20, false, 1000},
     {"standard", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
-     256LL << 20, false},
+     256LL << 20, false, 1000},
     {"networked", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
-     256LL << 20, true},
+     256LL << 20, true, 1000},
 };
 
-enum policy_field_type { PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL };
+enum policy_field_type { PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS };
 
 static const struct policy_field {
     const char *name;
@@ -191,7 +193,34 @@ static const struct policy_field {
     {"output-dir-size", PF_SIZE,
      offsetof(struct ipd_policy, output_dir_bytes), 1 << 20},
     {"network", PF_BOOL, offsetof(struct ipd_policy, network), 0},
+    {"cpus", PF_CPUS, offsetof(struct ipd_policy, cpu_millis), 10},
 };
+
+/* "1", "0.5", "2.25": cores with at most three decimals, as thousandths;
+ * up to 1024 cores. */
+static enum ipd_err cpus_parse(const char *s, int64_t *out)
+{
+    int64_t whole = 0, frac = 0, scale = 100;
+    const char *p = s;
+
+    if (!s || !isdigit((unsigned char)*p))
+        return IPD_ERR_INVALID;
+    for (; isdigit((unsigned char)*p); p++) {
+        whole = whole * 10 + (*p - '0');
+        if (whole > 1024)
+            return IPD_ERR_INVALID;
+    }
+    if (*p == '.') {
+        if (!isdigit((unsigned char)*++p))
+            return IPD_ERR_INVALID;
+        for (; isdigit((unsigned char)*p) && scale; p++, scale /= 10)
+            frac += (*p - '0') * scale;
+    }
+    if (*p || whole * 1000 + frac > 1024 * 1000)
+        return IPD_ERR_INVALID;
+    *out = whole * 1000 + frac;
+    return IPD_OK;
+}
 
 const struct ipd_policy *ipd_config_policy(const struct ipd_config *c,
                                            const char *name)
@@ -213,7 +242,7 @@ bool ipd_policy_within(const struct ipd_policy *a, const struct ipd_policy *b)
            a->output_bytes <= b->output_bytes &&
            a->tmp_bytes <= b->tmp_bytes &&
            a->output_dir_bytes <= b->output_dir_bytes &&
-           (!a->network || b->network);
+           a->cpu_millis <= b->cpu_millis && (!a->network || b->network);
 }
 
 static bool policy_name_valid(const char *s, size_t len)
@@ -225,6 +254,40 @@ static bool policy_name_valid(const char *s, size_t len)
             s[i] != '-' && s[i] != '_')
             return false;
     return true;
+}
+
+/* A policy field's value from its text; a bool is 0 or 1. */
+static enum ipd_err policy_value(const struct policy_field *f,
+                                 const char *value, int64_t *v)
+{
+    enum ipd_err rc = IPD_OK;
+    switch (f->type) {
+    case PF_DURATION:
+        rc = ipd_duration_parse(value, v);
+        if (!rc && *v == IPD_TIME_NEVER)
+            rc = IPD_ERR_INVALID;
+        break;
+    case PF_SIZE:
+        rc = ipd_size_parse(value, v);
+        break;
+    case PF_COUNT:
+        rc = ipd_int_parse(value, 0, 1 << 20, v);
+        break;
+    case PF_CPUS:
+        rc = cpus_parse(value, v);
+        break;
+    case PF_BOOL:
+        if (value && (!strcmp(value, "true") || !strcmp(value, "yes") ||
+                      !strcmp(value, "1")))
+            *v = 1;
+        else if (value && (!strcmp(value, "false") || !strcmp(value, "no") ||
+                           !strcmp(value, "0")))
+            *v = 0;
+        else
+            rc = IPD_ERR_INVALID;
+        break;
+    }
+    return rc;
 }
 
 /* "policy.<name>.<field>" = value.  A new name starts as a copy of
@@ -253,7 +316,8 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
     if (!f) {
         ipd_buf_addf(err, "unknown policy field in \"%s\" (from %s): "
                           "timeout, max-timeout, memory, processes, "
-                          "output-limit, tmp-size, output-dir-size or network",
+                          "output-limit, tmp-size, output-dir-size, network "
+                          "or cpus",
                      key, source);
         return IPD_ERR_INVALID;
     }
@@ -275,32 +339,9 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
         memcpy(p->name, pname, nlen + 1);
     }
     int64_t v = 0;
-    enum ipd_err rc = IPD_OK;
-    switch (f->type) {
-    case PF_DURATION:
-        rc = ipd_duration_parse(value, &v);
-        if (!rc && v == IPD_TIME_NEVER)
-            rc = IPD_ERR_INVALID;
-        break;
-    case PF_SIZE:
-        rc = ipd_size_parse(value, &v);
-        break;
-    case PF_COUNT:
-        rc = ipd_int_parse(value, 0, 1 << 20, &v);
-        break;
-    case PF_BOOL:
-        if (value && (!strcmp(value, "true") || !strcmp(value, "yes") ||
-                      !strcmp(value, "1")))
-            v = 1;
-        else if (value && (!strcmp(value, "false") || !strcmp(value, "no") ||
-                           !strcmp(value, "0")))
-            v = 0;
-        else
-            rc = IPD_ERR_INVALID;
-        if (!rc)
-            p->network = v != 0;
-        break;
-    }
+    enum ipd_err rc = policy_value(f, value, &v);
+    if (!rc && f->type == PF_BOOL)
+        p->network = v != 0;
     if (!rc && f->type != PF_BOOL && v < f->min)
         rc = IPD_ERR_INVALID;
     if (rc) {
@@ -802,12 +843,13 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
         fprintf(out,
                 "config policy.%s = timeout %llds, max-timeout %llds, "
                 "memory %lld, processes %lld, output-limit %lld, tmp-size "
-                "%lld, output-dir-size %lld, network %s\n",
+                "%lld, output-dir-size %lld, network %s, cpus %.3g\n",
                 p->name, (long long)(p->timeout_ms / 1000),
                 (long long)(p->max_timeout_ms / 1000),
                 (long long)p->memory_bytes, (long long)p->max_processes,
                 (long long)p->output_bytes, (long long)p->tmp_bytes,
-                (long long)p->output_dir_bytes, p->network ? "yes" : "no");
+                (long long)p->output_dir_bytes, p->network ? "yes" : "no",
+                (double)p->cpu_millis / 1000.0);
     }
     funlockfile(out);
 }
@@ -817,7 +859,7 @@ void ipd_config_usage(FILE *out)
     fprintf(out, "  --policy.NAME.FIELD    execution policy settings: "
                  "timeout, max-timeout, memory, processes,\n"
                  "                         output-limit, tmp-size, "
-                 "output-dir-size, network (see docs/SANDBOX.md)\n");
+                 "output-dir-size, network, cpus (see docs/SANDBOX.md)\n");
     for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++)
         fprintf(out, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help,
                 opts[i].def ? " [" : "", opts[i].def ? opts[i].def : "",

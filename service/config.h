@@ -37,6 +37,7 @@ struct ipd_policy {
     int64_t tmp_bytes;          /* /tmp tmpfs */
     int64_t output_dir_bytes;   /* /mnt/output tmpfs */
     bool network;               /* host network and sockets */
+    int64_t cpu_millis;         /* CPU share: 1000 = one core */
 };
 
 struct ipd_config {
@@ -65,7 +66,8 @@ struct ipd_config {
                                         (IPD_TIME_NEVER: at start only) */
     char *python;            /* interpreter run inside the sandbox */
     char *prelude_dir;       /* directory holding prelude.py */
-    int64_t sandbox_uid;     /* host uid/gid of sandboxed code (as root) */
+    int64_t sandbox_uid;     /* as root: first host uid/gid of the sandbox's
+                                range (internal runs; slot i: +1+i) */
     int64_t max_generated_files; /* returned per execution */
     int64_t inline_image_max;    /* data_base64 for images up to this */
     char *venv_dir;          /* NULL: <data-dir>/venv */

@@ -181,12 +181,16 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
         e->output_bytes = p->output_bytes;
         e->tmp_bytes = p->tmp_bytes;
         e->output_dir_bytes = p->output_dir_bytes;
+        e->cpu_millis = p->cpu_millis;
         e->network = p->network;
     }
     o->n_policies = cfg->n_policies;
     o->python = cfg->python;
     o->prelude_dir = cfg->prelude_dir;
     o->sandbox_uid = (uid_t)cfg->sandbox_uid;
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    o->slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
+                               : (unsigned)(cores < 1 ? 1 : cores);
     o->max_generated_files = cfg->max_generated_files;
     o->inline_image_max = cfg->inline_image_max;
 }
@@ -474,9 +478,7 @@ static enum ipd_err open_executions(struct server *sv)
         return IPD_OK;
     }
     sv->app.executor = sv->executor;
-    long cores = sysconf(_SC_NPROCESSORS_ONLN);
-    unsigned slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
-                                     : (unsigned)(cores < 1 ? 1 : cores);
+    unsigned slots = eo.slots;
     sv->app.sandbox = ipd_executor_sandbox_status(sv->executor);
     ipd_info("sandbox: %s", sv->app.sandbox);
     open_packages(sv);

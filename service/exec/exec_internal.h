@@ -39,6 +39,7 @@ struct ipd_executor {
     struct ipd_quota quota;
     size_t max_generated;
     int64_t inline_max;
+    unsigned slots;            /* execution slots: uids host_uid+1.. */
     struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX]; /* copied */
     size_t n_policies;
     struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */

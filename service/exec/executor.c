@@ -66,6 +66,7 @@ static void policy_to_sandbox(const struct ipd_exec_policy *ep,
     p->output_cap_bytes = (size_t)ep->output_bytes;
     p->tmp_bytes = ep->tmp_bytes;
     p->output_dir_bytes = ep->output_dir_bytes;
+    p->cpu_millis = ep->cpu_millis;
     p->fsize_bytes =
         ep->tmp_bytes > ep->output_dir_bytes ? ep->tmp_bytes
                                              : ep->output_dir_bytes;
@@ -298,6 +299,25 @@ out:
     ipd_buf_release(&path);
 }
 
+/* As root, the sandbox's uid (internal runs) and one per slot after it:
+ * none may be anybody's (a passwd or group entry). */
+static enum ipd_err check_uid_range(struct ipd_executor *ex)
+{
+    char why[256];
+
+    if (geteuid() != 0)
+        return IPD_OK;
+    if (ipd_sandbox_check_ids(ex->sbx.host_uid, ex->slots + 1, why,
+                              sizeof(why))) {
+        ipd_error("executor: the sandbox's host ids %u-%u (--sandbox-uid and "
+                  "one per execution slot) must belong to nobody: %s",
+                  (unsigned)ex->sbx.host_uid,
+                  (unsigned)(ex->sbx.host_uid + ex->slots), why);
+        return IPD_ERR_UNAVAILABLE;
+    }
+    return IPD_OK;
+}
+
 enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
                               struct ipd_filetype *ft,
                               const struct ipd_executor_options *opt,
@@ -325,6 +345,7 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     ex->max_generated =
         opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
     ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;
+    ex->slots = opt->slots ? opt->slots : 1;
     ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();
@@ -362,6 +383,9 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
         rc = IPD_ERR_UNAVAILABLE;
         goto out;
     }
+    rc = check_uid_range(ex);
+    if (rc)
+        goto out;
     rc = prepare_work_root(ex, opt->data_dir);
     if (rc)
         goto out;
@@ -740,6 +764,8 @@ static enum ipd_err check_request(const struct ipd_executor *ex,
         msg = "too many files (at most 100)";
     else if (rq->variables && !json_is_object(rq->variables))
         msg = "variables must be an object";
+    else if (rq->slot >= ex->slots)
+        msg = "no such execution slot";
     if (!msg && rq->code_len > CODE_MAX) {
         msg = "code is over 1 MiB";
         rc = IPD_ERR_TOO_LARGE;
@@ -755,18 +781,27 @@ static enum ipd_err check_request(const struct ipd_executor *ex,
     return IPD_OK;
 }
 
+/* The host uid of a slot's runs: its own as root; not root, the sandbox
+ * can map only the service's uid (0: the sandbox's default). */
+static uid_t slot_uid(const struct ipd_executor *ex, unsigned slot)
+{
+    return geteuid() == 0 ? ex->sbx.host_uid + 1 + slot : 0;
+}
+
 /* Paths of one run's work dir (host side). */
 struct work {
     char id[IPD_ID_MAX];
     char job[PATH_MAX];
     char data[PATH_MAX];
     int root_fd, dir_fd, job_fd, data_fd;
+    uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
 };
 
 static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk,
-                                const char *id)
+                                const char *id, uid_t host_uid)
 {
     wk->root_fd = wk->dir_fd = wk->job_fd = wk->data_fd = -1;
+    wk->host_uid = host_uid;
     if (id && ipd_id_valid("exec", id))
         snprintf(wk->id, sizeof(wk->id), "%s", id);
     else
@@ -847,6 +882,7 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     spec.mounts = mounts;
     spec.n_mounts = n;
     spec.cwd = "/mnt/output";
+    spec.host_uid = wk->host_uid;
     policy_to_sandbox(ep, timeout_ms, &p);
     return ipd_sandbox_run(&ex->sbx, &p, &spec, r);
 }
@@ -891,7 +927,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     if (rc)
         goto out;
     install_requested(ex, rq, &ins);
-    rc = work_create(ex, &wk, rq->execution_id);
+    rc = work_create(ex, &wk, rq->execution_id, slot_uid(ex, rq->slot));
     if (rc) {
         ipd_error("executor: cannot create a work dir under %s: %s",
                   ex->work_root, strerror(errno));
@@ -1026,7 +1062,7 @@ static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
     r.output_dirfd = -1;
     memset(&wk, 0, sizeof(wk));
     probe_policy(&ep);
-    rc = work_create(ex, &wk, NULL);
+    rc = work_create(ex, &wk, NULL, 0);
     if (!rc)
         rc = probe_stage(&wk);
     if (rc) {

@@ -61,6 +61,11 @@ struct ipd_exec_request {
                                     and never stored */
     bool admin;                  /* an admin key: its installs may change
                                     the version of what is installed */
+    unsigned slot;               /* the execution slot running it (0 ..
+                                    slots-1; the pool's): as root the code
+                                    runs as host uid/gid sandbox_uid + 1 +
+                                    slot, so concurrent runs never share
+                                    per-user kernel budgets */
 };
 
 /*
@@ -80,6 +85,7 @@ struct ipd_exec_policy {
     int64_t output_bytes;       /* stdout and stderr, each */
     int64_t tmp_bytes;          /* /tmp tmpfs */
     int64_t output_dir_bytes;   /* /mnt/output tmpfs */
+    int64_t cpu_millis;         /* CPU share, 1000 = one core (0: one) */
     bool network;               /* host network and sockets */
 };
 
@@ -106,9 +112,15 @@ struct ipd_executor_options {
     int64_t max_generated_files; /* returned per execution (default 20) */
     int64_t inline_image_max;    /* data_base64 for images up to this many
                                     bytes (default 1 MiB; 0: never) */
-    uid_t sandbox_uid;           /* host uid and gid of sandboxed code when
-                                    running as root (0: the sandbox default,
-                                    200000) */
+    uid_t sandbox_uid;           /* as root: the first host uid/gid of the
+                                    sandbox's range (0: the sandbox default,
+                                    200000), that of service-internal runs
+                                    (pip, the font cache, the readiness
+                                    check) and owner of the venv and the
+                                    caches; slot i runs as sandbox_uid+1+i.
+                                    No id of the range may have a passwd or
+                                    group entry */
+    unsigned slots;              /* execution slots (0: 1) */
 };
 
 /* Fill o with the defaults above; besides: no data dir and no policies

@@ -51,7 +51,24 @@ struct ipd_exec_pool {
     struct async_table async;        /* under lock */
     int64_t result_ttl_ms;
     struct ipd_callbacks *callbacks; /* borrowed, may be NULL */
+    unsigned slots_claimed;          /* worker threads that took a slot
+                                        (under lock) */
 };
+
+/* The execution slot of this worker thread, claimed by its first job
+ * (1-based; 0: none yet).  A thread serves one pool, so each of its
+ * `slots` threads ends up with its own 0..slots-1: its own host uid. */
+static _Thread_local unsigned worker_slot;
+
+static unsigned my_slot(struct ipd_exec_pool *p)
+{
+    if (!worker_slot) {
+        pthread_mutex_lock(&p->lock);
+        worker_slot = ++p->slots_claimed;
+        pthread_mutex_unlock(&p->lock);
+    }
+    return worker_slot - 1;
+}
 
 /* A job on the queue: the caller's job and how to tell the caller. */
 struct pool_job {
@@ -279,6 +296,7 @@ static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         .execution_id = j->exec_id[0] ? j->exec_id : NULL,
         .outputs_inline_only = !j->store_outputs,
         .admin = j->admin,
+        .slot = my_slot(p),
     };
     enum ipd_metrics_exec_outcome o;
     int64_t t0 = ipd_now_ms();

@@ -23,7 +23,9 @@
  *   kill    v2 cgroup.kill when present (even without controllers:
  *           hybrid hosts have it), else SIGKILL to each listed pid (the
  *           caller also kills the pid namespace's init);
- *   cpu     v2 cpu.stat usage_usec (always present), else v1 cpuacct.
+ *   cpu     v2 cpu.stat usage_usec (always present), else v1 cpuacct;
+ *   share   v2 cpu.max if the cpu controller is delegated, else the v1
+ *           cpu controller's cpu.cfs_quota_us (period 100 ms).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -41,11 +43,13 @@
 
 struct ipd__cgroups {
     char v2[CG_PATH];      /* parent under cgroup2, or "" */
-    bool v2_kill, v2_mem, v2_pids;
+    bool v2_kill, v2_mem, v2_pids, v2_cpu;
     char mem[CG_PATH];     /* v1 memory parent, or "" */
     bool memsw;            /* v1 memory.memsw.* exists */
     char pids[CG_PATH];    /* v1 pids parent, or "" */
     char cpuacct[CG_PATH]; /* v1 cpuacct parent, or "" */
+    char cpu[CG_PATH];     /* v1 cpu parent, or "" */
+    bool cpu_is_cpuacct;   /* one v1 hierarchy "cpu,cpuacct" */
 };
 
 /* <n> of the next run-<pid>-<n>: one counter per process, whatever the
@@ -299,51 +303,66 @@ static bool move_to_leaf(const char *own_dir)
     return moved;
 }
 
+/* Enable the controllers of names[] that own_dir has (cgroup.controllers)
+ * in its subtree_control; EBUSY from any moves the service into a leaf
+ * (move_to_leaf) and tries again. */
+static void delegate_own(const char *own_dir, const char *const *names,
+                         size_t n)
+{
+    char path[CG_PATH], ctl_path[CG_PATH], own_ctl[256];
+    bool want[4] = {false}, busy = false;
+
+    if (n > IPD_ARRAY_LEN(want) ||
+        !path_join(path, own_dir, "/cgroup.subtree_control", "") ||
+        !path_join(ctl_path, own_dir, "/cgroup.controllers", "") ||
+        read_file(ctl_path, own_ctl, sizeof own_ctl) < 0)
+        return;
+    for (size_t i = 0; i < n; i++) {
+        char plus[32];
+        want[i] = has_word(own_ctl, names[i]);
+        snprintf(plus, sizeof plus, "+%s", names[i]);
+        if (want[i] && write_file(path, plus) && errno == EBUSY)
+            busy = true;
+    }
+    if (!busy || !move_to_leaf(own_dir))
+        return;
+    ipd_info("sandbox: moved the service into %s/service so its cgroup can "
+             "delegate memory, pids and cpu (cgroup v2 \"no internal "
+             "processes\")", own_dir);
+    for (size_t i = 0; i < n; i++) {
+        char plus[32];
+        snprintf(plus, sizeof plus, "+%s", names[i]);
+        if (want[i])
+            (void)write_file(path, plus);
+    }
+}
+
 static void probe_v2(struct ipd__cgroups *cg, const char *name)
 {
+    static const char *const names[] = {"memory", "pids", "cpu"};
+    bool *got[] = {&cg->v2_mem, &cg->v2_pids, &cg->v2_cpu};
     char mnt[CG_PATH], own[CG_PATH], own_dir[CG_PATH], path[CG_PATH];
-    char ctl[256], own_ctl[256];
+    char ctl[256];
 
     if (!make_parent(NULL, name, cg->v2)) {
         cg->v2[0] = '\0';
         return;
     }
     cg->v2_kill = exists(cg->v2, "cgroup.kill");
-    /* Delegate memory and pids from our own cgroup to the parent, then
-     * from the parent to the runs. */
+    /* Delegate from our own cgroup to the parent, then from the parent
+     * to the runs. */
     if (find_mount(NULL, mnt) && own_path(NULL, own) &&
-        path_join(own_dir, mnt, own, "") &&
-        path_join(path, own_dir, "/cgroup.subtree_control", "")) {
-        bool want_mem = false, want_pids = false;
-        char ctl_path[CG_PATH];
-        if (path_join(ctl_path, own_dir, "/cgroup.controllers", "") &&
-            read_file(ctl_path, own_ctl, sizeof own_ctl) >= 0) {
-            want_mem = has_word(own_ctl, "memory");
-            want_pids = has_word(own_ctl, "pids");
-        }
-        enum ipd_err m = want_mem ? write_file(path, "+memory") : IPD_OK;
-        int m_errno = errno;
-        enum ipd_err p = want_pids ? write_file(path, "+pids") : IPD_OK;
-        int p_errno = errno;
-        if (((m && m_errno == EBUSY) || (p && p_errno == EBUSY)) &&
-            move_to_leaf(own_dir)) {
-            ipd_info("sandbox: moved the service into %s/service so its "
-                     "cgroup can delegate memory and pids (cgroup v2 \"no "
-                     "internal processes\")", own_dir);
-            if (want_mem)
-                (void)write_file(path, "+memory");
-            if (want_pids)
-                (void)write_file(path, "+pids");
-        }
-    }
+        path_join(own_dir, mnt, own, ""))
+        delegate_own(own_dir, names, IPD_ARRAY_LEN(names));
     if (!path_join(path, cg->v2, "/cgroup.controllers", "") ||
-        read_file(path, ctl, sizeof ctl) < 0)
+        read_file(path, ctl, sizeof ctl) < 0 ||
+        !path_join(path, cg->v2, "/cgroup.subtree_control", ""))
         return;
-    if (path_join(path, cg->v2, "/cgroup.subtree_control", "")) {
-        if (has_word(ctl, "memory"))
-            cg->v2_mem = write_file(path, "+memory") == IPD_OK;
-        if (has_word(ctl, "pids"))
-            cg->v2_pids = write_file(path, "+pids") == IPD_OK;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++) {
+        char plus[32];
+        snprintf(plus, sizeof plus, "+%s", names[i]);
+        if (has_word(ctl, names[i]))
+            *got[i] = write_file(path, plus) == IPD_OK;
     }
 }
 
@@ -409,6 +428,15 @@ enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
         *mech |= IPD_SANDBOX_CG1_PIDS;
     if (!cg->v2[0] && make_parent("cpuacct", name, cg->cpuacct))
         *mech |= IPD_SANDBOX_CG1_CPUACCT;
+    if (cg->v2_cpu) {
+        *mech |= IPD_SANDBOX_CG2_CPU;
+    } else if (make_parent("cpu", name, cg->cpu) &&
+               exists(cg->cpu, "cpu.cfs_quota_us")) {
+        *mech |= IPD_SANDBOX_CG1_CPU;
+        cg->cpu_is_cpuacct = strcmp(cg->cpu, cg->cpuacct) == 0;
+    } else {
+        cg->cpu[0] = '\0';
+    }
     if (!cg->v2_mem && !cg->mem[0]) {
         snprintf(err, errlen, "no memory cgroup (v2 memory not delegated, "
                               "v1 memory not writable)");
@@ -419,10 +447,17 @@ enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
                               "v1 pids not writable)");
         goto out;
     }
+    if (!cg->v2_cpu && !cg->cpu[0]) {
+        snprintf(err, errlen, "no cpu cgroup (v2 cpu not delegated, v1 cpu "
+                              "controller not writable)");
+        goto out;
+    }
     reap_leftovers(cg->v2);
     reap_leftovers(cg->mem);
     reap_leftovers(cg->pids);
     reap_leftovers(cg->cpuacct);
+    if (!cg->cpu_is_cpuacct)
+        reap_leftovers(cg->cpu);
     ret = IPD_OK;
 out:
     if (ret) {
@@ -497,11 +532,65 @@ static enum ipd_err open_procs(const char *dir, int *fd, char *err,
     return IPD_OK;
 }
 
-static enum ipd_err try_create(const struct ipd__cgroups *cg,
-                               const char *leaf, int64_t memory_bytes,
-                               int64_t pids, struct ipd__cgroup_run *run,
-                               char *err, size_t errlen)
+/* "quota period" of cpu.max, or the v1 CFS quota, for millis/1000
+ * cores per 100 ms period. */
+static enum ipd_err set_cpu_share(const struct ipd__cgroup_run *run,
+                                  int64_t millis, char *err, size_t errlen)
 {
+    int64_t quota = millis * 100; /* usec per 100000 usec period */
+    char path[CG_PATH], val[64];
+
+    if (quota < 1000)
+        quota = 1000; /* the kernel's minimum quota: 1 ms */
+    if (!run->cpu_is_v2) {
+        enum ipd_err rc = set_value(run->cpu, "cpu.cfs_period_us", 100000,
+                                    err, errlen);
+        return rc ? rc : set_value(run->cpu, "cpu.cfs_quota_us", quota, err,
+                                   errlen);
+    }
+    snprintf(val, sizeof val, "%lld 100000", (long long)quota);
+    if (!path_join(path, run->cpu, "/cpu.max", "") || write_file(path, val)) {
+        snprintf(err, errlen, "cgroup: writing %s to %s/cpu.max: %s", val,
+                 run->cpu, strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
+/* The CPU share: the v2 run dir, the v1 cpuacct run dir when cpu shares
+ * its hierarchy, else a v1 cpu run dir joined through procs_fd[*nfd]. */
+static enum ipd_err create_cpu(const struct ipd__cgroups *cg, const char *leaf,
+                               int64_t millis, struct ipd__cgroup_run *run,
+                               size_t *nfd, char *err, size_t errlen)
+{
+    enum ipd_err rc;
+
+    if (cg->v2_cpu) {
+        run->cpu_is_v2 = true;
+        memcpy(run->cpu, run->v2, sizeof run->cpu);
+    } else if (cg->cpu_is_cpuacct && run->cpuacct[0]) {
+        run->cpu_is_cpuacct = true;
+        memcpy(run->cpu, run->cpuacct, sizeof run->cpu);
+    } else if (cg->cpu[0]) {
+        rc = make_run_dir(cg->cpu, leaf, run->cpu, err, errlen);
+        if (!rc)
+            rc = open_procs(run->cpu, &run->procs_fd[(*nfd)++], err, errlen);
+        if (rc)
+            return rc;
+    } else {
+        snprintf(err, errlen, "cgroup: no cpu controller");
+        return IPD_ERR_INTERNAL;
+    }
+    return set_cpu_share(run, millis, err, errlen);
+}
+
+static enum ipd_err try_create(const struct ipd__cgroups *cg,
+                               const char *leaf,
+                               const struct ipd__cgroup_limits *lim,
+                               struct ipd__cgroup_run *run, char *err,
+                               size_t errlen)
+{
+    int64_t memory_bytes = lim->memory_bytes, pids = lim->pids;
     enum ipd_err rc = IPD_OK;
     size_t nfd = 0;
 
@@ -576,6 +665,7 @@ static enum ipd_err try_create(const struct ipd__cgroups *cg,
         if (rc)
             goto out;
     }
+    rc = create_cpu(cg, leaf, lim->cpu_millis, run, &nfd, err, errlen);
 out:
     if (rc)
         (void)ipd__cgroup_run_destroy(run);
@@ -583,7 +673,7 @@ out:
 }
 
 enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
-                                    int64_t memory_bytes, int64_t pids,
+                                    const struct ipd__cgroup_limits *lim,
                                     struct ipd__cgroup_run *run, char *err,
                                     size_t errlen)
 {
@@ -595,7 +685,7 @@ enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
         char leaf[64];
         snprintf(leaf, sizeof leaf, "run-%ld-%u", (long)getpid(),
                  atomic_fetch_add(&run_counter, 1));
-        rc = try_create(cg, leaf, memory_bytes, pids, run, err, errlen);
+        rc = try_create(cg, leaf, lim, run, err, errlen);
     }
     return rc == IPD_ERR_CONFLICT ? IPD_ERR_INTERNAL : rc;
 }
@@ -682,7 +772,8 @@ void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run)
 static bool run_empty(const struct ipd__cgroup_run *run)
 {
     return dir_empty(run->v2) && dir_empty(run->mem) &&
-           dir_empty(run->pids) && dir_empty(run->cpuacct);
+           dir_empty(run->pids) && dir_empty(run->cpuacct) &&
+           dir_empty(run->cpu);
 }
 
 void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
@@ -720,8 +811,9 @@ void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
 enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run)
 {
     enum ipd_err ret = IPD_OK;
-    char *dirs[4] = {run->v2, run->mem_is_v2 ? NULL : run->mem,
-                     run->pids_is_v2 ? NULL : run->pids, run->cpuacct};
+    char *dirs[5] = {run->v2, run->mem_is_v2 ? NULL : run->mem,
+                     run->pids_is_v2 ? NULL : run->pids, run->cpuacct,
+                     run->cpu_is_v2 || run->cpu_is_cpuacct ? NULL : run->cpu};
 
     /* Bounded: about 2 s, killing again each round. */
     for (int i = 0; i < 400 && !run_empty(run); i++) {
@@ -744,6 +836,7 @@ enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run)
     }
     run->mem[0] = '\0';
     run->pids[0] = '\0';
+    run->cpu[0] = '\0';
     if (run->v2_fd >= 0)
         close(run->v2_fd);
     run->v2_fd = -1;

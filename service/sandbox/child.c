@@ -312,6 +312,24 @@ static void send_outdir(const struct plan *pl, int fd)
         fail(pl, "sendmsg", "output dir", errno);
 }
 
+/* The namespace's own ucount limits (the run's /proc/sys/user, writable
+ * while C1 has its capabilities there): a few inotify instances and
+ * watches, not the host user's default budget.  A kernel without inotify
+ * has no such files. */
+static void lower_ns_limits(const struct plan *pl)
+{
+    static const char *const files[][2] = {
+        {"/newroot/proc/sys/user/max_inotify_instances", "16"},
+        {"/newroot/proc/sys/user/max_inotify_watches", "1024"},
+    };
+
+    for (size_t i = 0; i < IPD_ARRAY_LEN(files); i++) {
+        int err = write_path(files[i][0], files[i][1], 0);
+        if (err && err != ENOENT)
+            fail(pl, "write", files[i][0], err);
+    }
+}
+
 /* The root: a tmpfs staged over /tmp (bubblewrap's trick), pivoted into
  * so the host tree is reachable at /oldroot while binding, then a second
  * tmpfs at /newroot becomes the final root and /oldroot is detached. */
@@ -360,6 +378,7 @@ static void build_root(const struct plan *pl)
     if (mount("proc", "/newroot/proc", "proc",
               MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
         fail(pl, "mount", "/proc", errno);
+    lower_ns_limits(pl);
     if (chdir("/newroot") != 0)
         fail(pl, "chdir", "/newroot", errno);
     if (syscall(SYS_pivot_root, ".", ".") != 0)
@@ -592,6 +611,33 @@ static void write_maps(const struct plan *pl, pid_t c1)
     }
 }
 
+/*
+ * The kernel charges what a user namespace's processes use of per-user
+ * budgets (pending signals, mqueue bytes, inotify instances, processes)
+ * to the namespace's owner as well: the effective uid of its creator.
+ * As root, C0 therefore creates it with the run's host ids as its
+ * effective ids (the real and saved ids stay 0, so it can switch back),
+ * and takes root back afterwards (its effective capabilities return with
+ * euid 0) to write the maps, which a non-root writer could not do for
+ * ids other than its own.  enter: before the clone; else after it.
+ */
+static void become_creator(const struct plan *pl, bool enter)
+{
+    long gid = enter ? (long)pl->creator_gid : 0;
+    long uid = enter ? (long)pl->creator_uid : 0;
+
+    if (!pl->creator_uid)
+        return;
+    /* uid last on the way in (setresgid needs euid 0), first on the way
+     * out; raw syscalls: glibc's wrappers signal P's other threads. */
+    if (enter && syscall(SYS_setresgid, -1L, gid, -1L) != 0)
+        fail(pl, "setresgid", "creator", errno);
+    if (syscall(SYS_setresuid, -1L, uid, -1L) != 0)
+        fail(pl, "setresuid", "creator", errno);
+    if (!enter && syscall(SYS_setresgid, -1L, gid, -1L) != 0)
+        fail(pl, "setresgid", "creator", errno);
+}
+
 IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
 {
     int sync[2], keep[8 + IPD__SANDBOX_MAX_MOUNTS];
@@ -621,8 +667,14 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
     }
     if (syscall(SYS_setgroups, 0, NULL) != 0)
         fail(pl, "setgroups", NULL, errno);
+    /* Before the clone: the new user namespace keeps them as the most
+     * its owner may be charged through it. */
+    if (setrlimit(RLIMIT_SIGPENDING, &pl->rl_sigpending) != 0 ||
+        setrlimit(RLIMIT_MSGQUEUE, &pl->rl_msgqueue) != 0)
+        fail(pl, "setrlimit", "sigpending/msgqueue", errno);
     if (pipe2(sync, O_CLOEXEC) != 0)
         fail(pl, "pipe", NULL, errno);
+    become_creator(pl, true);
     /* CLONE_PARENT: the exit signal is C0's own, SIGCHLD. */
     c1 = (pid_t)syscall(SYS_clone, pl->ns_flags | CLONE_PARENT, 0, 0, 0, 0);
     if (c1 < 0)
@@ -631,6 +683,7 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
         close(sync[1]);
         c1_main(pl, sync[0]);
     }
+    become_creator(pl, false);
     close(sync[0]);
     {
         struct ctl_msg m;

@@ -3,7 +3,10 @@
  * filters, find the parent cgroups, and prove the whole setup with a dry
  * run before the first request needs it.
  */
+#include <dirent.h>
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include "../common/log.h"
@@ -80,7 +83,8 @@ static void describe(struct ipd_sandbox_config *cfg)
              "user namespace (uid %u->%u, gid %u->%u, setgroups "
              "denied), pid/mount/ipc/uts%s namespaces, network namespace "
              "unless the policy allows network, seccomp %s (%u/%u "
-             "instructions), memory: %s, pids: %s, kill: %s, cpu: %s",
+             "instructions), memory: %s, pids: %s, kill: %s, cpu: %s, "
+             "cpu share: %s, rlimits: sigpending/msgqueue per run",
              (unsigned)cfg->inner_uid, (unsigned)cfg->host_uid,
              (unsigned)cfg->inner_gid, (unsigned)cfg->host_gid,
              (m & IPD_SANDBOX_CGROUPNS) ? "/cgroup" : "",
@@ -97,7 +101,10 @@ static void describe(struct ipd_sandbox_config *cfg)
                                         : "pid-namespace init + v1 pid list",
              (m & (IPD_SANDBOX_CG2_KILL)) ? "cgroup v2 cpu.stat"
              : (m & IPD_SANDBOX_CG1_CPUACCT) ? "cgroup v1 cpuacct"
-                                             : "rusage");
+                                             : "rusage",
+             (m & IPD_SANDBOX_CG2_CPU)   ? "cgroup v2 cpu.max"
+             : (m & IPD_SANDBOX_CG1_CPU) ? "cgroup v1 cpu.cfs_quota_us"
+                                         : "NONE");
 }
 
 /* A full setup whose C2 exits instead of exec: proves every mechanism
@@ -257,4 +264,77 @@ void ipd_sandbox_config_release(struct ipd_sandbox_config *cfg)
         return;
     state_free(cfg->state);
     cfg->state = NULL;
+}
+
+/* The first process found whose real or effective uid is in
+ * [first, first+count), or 0. */
+static long process_in_range(uid_t first, unsigned count, unsigned *uid)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    long found = 0;
+
+    if (!d)
+        return 0;
+    while (!found && (e = ipd_readdir(d)) != NULL) {
+        char path[300], buf[2048];
+        unsigned r = 0, eu = 0;
+        const char *p;
+        ssize_t n;
+        int fd;
+        if (e->d_name[0] < '1' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
+        fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+            continue;
+        n = read(fd, buf, sizeof buf - 1);
+        close(fd);
+        buf[n > 0 ? n : 0] = '\0';
+        p = strstr(buf, "\nUid:");
+        if (!p || sscanf(p + 5, "%u %u", &r, &eu) != 2)
+            continue;
+        if (r - first < count || eu - first < count) {
+            *uid = r - first < count ? r : eu;
+            found = strtol(e->d_name, NULL, 10);
+        }
+    }
+    closedir(d);
+    return found;
+}
+
+enum ipd_err ipd_sandbox_check_ids(uid_t first, unsigned count, char *why,
+                                   size_t whylen)
+{
+    char buf[4096];
+    unsigned uid = 0;
+    long pid;
+
+    if (count == 0 || first + count - 1 < first) {
+        snprintf(why, whylen, "host id range %u+%u is empty or wraps",
+                 (unsigned)first, count);
+        return IPD_ERR_UNAVAILABLE;
+    }
+    for (unsigned i = 0; i < count; i++) {
+        struct passwd pw, *pwp = NULL;
+        struct group gr, *grp = NULL;
+        if (getpwuid_r(first + i, &pw, buf, sizeof buf, &pwp) == 0 && pwp) {
+            snprintf(why, whylen, "host uid %u belongs to user %s",
+                     (unsigned)(first + i), pwp->pw_name);
+            return IPD_ERR_UNAVAILABLE;
+        }
+        if (getgrgid_r(first + i, &gr, buf, sizeof buf, &grp) == 0 && grp) {
+            snprintf(why, whylen, "host gid %u belongs to group %s",
+                     (unsigned)(first + i), grp->gr_name);
+            return IPD_ERR_UNAVAILABLE;
+        }
+    }
+    pid = process_in_range(first, count, &uid);
+    if (pid)
+        ipd_warn("sandbox: process %ld already runs as host uid %u of the "
+                 "sandbox's range %u-%u (another interpd with the same "
+                 "range shares its per-user budgets)",
+                 pid, uid, (unsigned)first, (unsigned)(first + count - 1));
+    why[0] = '\0';
+    return IPD_OK;
 }

@@ -44,6 +44,9 @@ void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p)
     p->output_dir_inodes = 4096;
     p->fsize_bytes = 64LL << 20;
     p->nofile = 256;
+    p->cpu_millis = 1000;
+    p->sigpending = 256;
+    p->msgqueue_bytes = 256 << 10;
     p->network = false;
 }
 
@@ -70,6 +73,9 @@ static void policy_complete(const struct ipd_sandbox_policy *in,
     DEF(output_dir_inodes);
     DEF(fsize_bytes);
     DEF(nofile);
+    DEF(cpu_millis);
+    DEF(sigpending);
+    DEF(msgqueue_bytes);
 #undef DEF
     if (!p->output_cap_bytes)
         p->output_cap_bytes = d.output_cap_bytes;
@@ -270,6 +276,18 @@ static void plan_release(struct plan *pl)
     pl->envp = NULL;
 }
 
+/* The run's host ids: the spec's (gid 0: the uid's number), else the
+ * config's. */
+static void run_ids(const struct ipd_sandbox_config *cfg,
+                    const struct ipd_sandbox_spec *spec, uid_t *uid,
+                    gid_t *gid)
+{
+    *uid = spec->host_uid ? spec->host_uid : cfg->host_uid;
+    *gid = spec->host_gid   ? spec->host_gid
+           : spec->host_uid ? (gid_t)spec->host_uid
+                            : cfg->host_gid;
+}
+
 static enum ipd_err plan_build(struct plan *pl,
                                const struct ipd_sandbox_config *cfg,
                                const struct ipd_sandbox_policy *p,
@@ -278,6 +296,8 @@ static enum ipd_err plan_build(struct plan *pl,
 {
     enum ipd_err rc;
     const struct ipd_sandbox_state *st = cfg->state;
+    uid_t host_uid;
+    gid_t host_gid;
 
     memset(pl, 0, sizeof *pl);
     pl->ctl = pl->out_w = pl->err_w = pl->in_r = -1;
@@ -289,10 +309,15 @@ static enum ipd_err plan_build(struct plan *pl,
     pl->cwd = spec->cwd ? spec->cwd : "/mnt/output";
     pl->inner_uid = cfg->inner_uid;
     pl->inner_gid = cfg->inner_gid;
+    run_ids(cfg, spec, &host_uid, &host_gid);
     snprintf(pl->uid_map, sizeof pl->uid_map, "%u %u 1\n",
-             (unsigned)cfg->inner_uid, (unsigned)cfg->host_uid);
+             (unsigned)cfg->inner_uid, (unsigned)host_uid);
     snprintf(pl->gid_map, sizeof pl->gid_map, "%u %u 1\n",
-             (unsigned)cfg->inner_gid, (unsigned)cfg->host_gid);
+             (unsigned)cfg->inner_gid, (unsigned)host_gid);
+    if (geteuid() == 0) {
+        pl->creator_uid = host_uid;
+        pl->creator_gid = host_gid;
+    }
     snprintf(pl->tmp_opts, sizeof pl->tmp_opts,
              "mode=1777,size=%lld,nr_inodes=%lld", (long long)p->tmp_bytes,
              (long long)p->tmp_inodes);
@@ -313,6 +338,10 @@ static enum ipd_err plan_build(struct plan *pl,
     pl->rl_cpu.rlim_max = (rlim_t)p->cpu_seconds + 1;
     pl->rl_fsize.rlim_cur = pl->rl_fsize.rlim_max = (rlim_t)p->fsize_bytes;
     pl->rl_nofile.rlim_cur = pl->rl_nofile.rlim_max = (rlim_t)p->nofile;
+    pl->rl_sigpending.rlim_cur = pl->rl_sigpending.rlim_max =
+        (rlim_t)p->sigpending;
+    pl->rl_msgqueue.rlim_cur = pl->rl_msgqueue.rlim_max =
+        (rlim_t)p->msgqueue_bytes;
     pl->ns_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
                    CLONE_NEWUTS | (p->network ? 0 : CLONE_NEWNET) |
                    (st->cgroupns ? CLONE_NEWCGROUP : 0);
@@ -321,6 +350,25 @@ static enum ipd_err plan_build(struct plan *pl,
     if (rc)
         return rc;
     return plan_env(pl, spec, err, errlen);
+}
+
+/* A run's own host ids: only as root (otherwise only the own ids can be
+ * mapped, and they are the config's), never root's. */
+static enum ipd_err validate_ids(const struct ipd_sandbox_config *cfg,
+                                 const struct ipd_sandbox_spec *spec,
+                                 char *err, size_t errlen)
+{
+    uid_t uid;
+    gid_t gid;
+
+    run_ids(cfg, spec, &uid, &gid);
+    if (uid == 0 || gid == 0 || uid == (uid_t)-1 || gid == (gid_t)-1 ||
+        (geteuid() != 0 && (uid != cfg->host_uid || gid != cfg->host_gid))) {
+        snprintf(err, errlen, "host ids %u/%u can't be a run's",
+                 (unsigned)uid, (unsigned)gid);
+        return IPD_ERR_INVALID;
+    }
+    return IPD_OK;
 }
 
 static enum ipd_err validate(const struct ipd_sandbox_config *cfg,
@@ -341,11 +389,13 @@ static enum ipd_err validate(const struct ipd_sandbox_config *cfg,
         return IPD_ERR_INVALID;
     }
     if (p->cpu_seconds < 0 || p->memory_bytes < 0 || p->max_processes < 0 ||
-        p->wall_timeout_ms < 0 || p->nofile < 0 || p->nofile > 1 << 20) {
+        p->wall_timeout_ms < 0 || p->nofile < 0 || p->nofile > 1 << 20 ||
+        p->cpu_millis < 0 || p->cpu_millis > 1 << 20 || p->sigpending < 0 ||
+        p->msgqueue_bytes < 0) {
         snprintf(err, errlen, "bad policy %s", p->name ? p->name : "");
         return IPD_ERR_INVALID;
     }
-    return IPD_OK;
+    return validate_ids(cfg, spec, err, errlen);
 }
 
 /* Supervision state of one run in P. */
@@ -810,9 +860,11 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (rc)
         goto out;
     pl.dry_run = dry_run;
-    rc = ipd__cgroup_run_create(cfg->state->cg, p.memory_bytes,
-                                p.max_processes, &cgr, out->error,
-                                sizeof out->error);
+    rc = ipd__cgroup_run_create(cfg->state->cg,
+                                &(struct ipd__cgroup_limits){
+                                    p.memory_bytes, p.max_processes,
+                                    p.cpu_millis},
+                                &cgr, out->error, sizeof out->error);
     if (rc)
         goto out;
     cg_made = true;

@@ -54,6 +54,8 @@ enum ipd_sandbox_mech {
     IPD_SANDBOX_CG1_PIDS = 1 << 6,    /* v1 pids controller */
     IPD_SANDBOX_CG1_CPUACCT = 1 << 7, /* v1 cpuacct (CPU time of the tree) */
     IPD_SANDBOX_CGROUPNS = 1 << 8,    /* CLONE_NEWCGROUP */
+    IPD_SANDBOX_CG2_CPU = 1 << 9,     /* v2 cpu.max delegated */
+    IPD_SANDBOX_CG1_CPU = 1 << 10,    /* v1 cpu controller (CFS quota) */
 };
 
 struct ipd_sandbox_state; /* private: compiled filters, cgroup parents */
@@ -104,12 +106,18 @@ struct ipd_sandbox_policy {
     int64_t output_dir_inodes; /* /mnt/output tmpfs inodes */
     int64_t fsize_bytes;       /* RLIMIT_FSIZE */
     int64_t nofile;            /* RLIMIT_NOFILE */
+    int64_t cpu_millis;        /* CPU share of the tree, 1000 = one core
+                                  (v2 cpu.max, else v1 CFS quota) */
+    int64_t sigpending;        /* RLIMIT_SIGPENDING (queued signals and
+                                  POSIX timers of the run's host uid) */
+    int64_t msgqueue_bytes;    /* RLIMIT_MSGQUEUE (POSIX mqueue bytes) */
     bool network;              /* share the host network, allow sockets */
 };
 
 /* Defaults: 30 s wall, 30 s CPU, 512 MiB memory, 64 processes, 100 KiB
  * per stream, /tmp 64 MiB / 4096 inodes, /mnt/output 64 MiB / 4096
- * inodes, 64 MiB fsize, 256 files, no network. */
+ * inodes, 64 MiB fsize, 256 files, one core, 256 pending signals, 256 KiB
+ * of message queues, no network. */
 void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p);
 
 /* What to run.  All pointers are borrowed for the duration of the run. */
@@ -127,6 +135,13 @@ struct ipd_sandbox_spec {
     const char *cwd;          /* default "/mnt/output" */
     const void *stdin_data;   /* NULL: stdin is /dev/null */
     size_t stdin_len;
+    /* This run's host uid and gid (an execution slot's); 0: the
+     * config's (host_gid 0 with a host_uid: the same number).  Only as
+     * root; never 0.  Per-uid kernel budgets (pipe pages, fds in flight,
+     * and through the user namespace's owner: pending signals, mqueue
+     * bytes, inotify, processes) are this uid's. */
+    uid_t host_uid;
+    gid_t host_gid;
 };
 
 /* Result of a run; release with ipd_sandbox_result_release. */
@@ -156,6 +171,18 @@ struct ipd_sandbox_result {
  * call ipd_sandbox_config_release.
  */
 enum ipd_err ipd_sandbox_probe(struct ipd_sandbox_config *cfg);
+/*
+ * Check that the host ids first..first+count-1 (uids and the gids of the
+ * same numbers) belong to nobody: no passwd or group entry (NSS, so LDAP
+ * too).  IPD_ERR_UNAVAILABLE with the id and its owner in why.  A process
+ * already running under one of the uids is logged as a warning (another
+ * interpd with the same range shares its budgets), not refused.  Files
+ * owned by the range are not searched for: that is the operator's promise
+ * (docs/DEPLOYMENT.md).
+ */
+enum ipd_err ipd_sandbox_check_ids(uid_t first, unsigned count, char *why,
+                                   size_t whylen);
+
 /* Free what probe allocated; removes nothing on disk (the parent cgroups
  * are reused by the next start).  Accepts a never-probed config. */
 void ipd_sandbox_config_release(struct ipd_sandbox_config *cfg);

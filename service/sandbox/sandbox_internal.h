@@ -35,9 +35,10 @@ struct ipd__cgroup_run {   /* one run's cgroups */
     char mem[512];         /* run dir holding the memory limit or "" */
     char pids[512];        /* run dir holding the pids limit or "" */
     char cpuacct[512];     /* v1 cpuacct run dir or "" */
+    char cpu[512];         /* run dir holding the CPU quota or "" */
     int v2_fd;             /* O_DIRECTORY fd of v2 (CLONE_INTO_CGROUP) */
-    int procs_fd[3];       /* v1 cgroup.procs fds to join, -1 unused */
-    bool mem_is_v2, pids_is_v2;
+    int procs_fd[4];       /* v1 cgroup.procs fds to join, -1 unused */
+    bool mem_is_v2, pids_is_v2, cpu_is_v2, cpu_is_cpuacct;
 };
 enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
                                 unsigned *mech, char *err, size_t errlen);
@@ -46,8 +47,12 @@ void ipd__cgroups_free(struct ipd__cgroups *cg);
  * set limits; fds are O_CLOEXEC.  A leftover dir of that name (a dead
  * process's with our pid) is taken over when empty, else the next n is
  * tried. */
+struct ipd__cgroup_limits {
+    int64_t memory_bytes, pids;
+    int64_t cpu_millis; /* 1000 = one core */
+};
 enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
-                                    int64_t memory_bytes, int64_t pids,
+                                    const struct ipd__cgroup_limits *lim,
                                     struct ipd__cgroup_run *run, char *err,
                                     size_t errlen);
 /* Kill everything in the run's cgroups (cgroup.kill; v1: signal each
@@ -115,13 +120,18 @@ struct plan {
     gid_t inner_gid;
     char tmp_opts[160], out_opts[160];
     char passwd[512], group[256];
-    struct rlimit rl_cpu, rl_fsize, rl_nofile;
+    struct rlimit rl_cpu, rl_fsize, rl_nofile, rl_sigpending, rl_msgqueue;
+    /* As root, C0 creates the user namespace with these effective ids
+     * (its owner, charged for what the run uses of per-user budgets),
+     * then takes root back to write the maps; 0: C0 keeps its ids. */
+    uid_t creator_uid;
+    gid_t creator_gid;
     unsigned long ns_flags;
     pid_t parent_pid;
     bool dry_run; /* probe: full setup, then C2 exits 0 instead of exec */
     /* descriptors (child ends) */
     int ctl, out_w, err_w, in_r;
-    int procs_fd[3];
+    int procs_fd[4];
 };
 
 /* C0, in the clone3 child P just made (child.c): build the tree and

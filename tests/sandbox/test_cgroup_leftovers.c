@@ -21,16 +21,19 @@
 #include "service/sandbox/sandbox_internal.h" /* ipd__cgroup_* */
 
 static char cg_name[64];
+static const struct ipd__cgroup_limits lim = {64 << 20, 16, 1000};
 
 /* parent dirs of a run, from its run dirs (the dirname of each) */
 static size_t run_parents(const struct ipd__cgroup_run *run,
-                          char parents[4][512])
+                          char parents[5][512])
 {
-    const char *dirs[4] = {run->v2, run->mem_is_v2 ? "" : run->mem,
-                           run->pids_is_v2 ? "" : run->pids, run->cpuacct};
+    const char *dirs[5] = {run->v2, run->mem_is_v2 ? "" : run->mem,
+                           run->pids_is_v2 ? "" : run->pids, run->cpuacct,
+                           run->cpu_is_v2 || run->cpu_is_cpuacct ? ""
+                                                                 : run->cpu};
     size_t n = 0;
 
-    for (size_t i = 0; i < 4; i++) {
+    for (size_t i = 0; i < 5; i++) {
         char tmp[512];
         if (!dirs[i][0])
             continue;
@@ -49,7 +52,7 @@ static unsigned run_n(const struct ipd__cgroup_run *run)
 
 /* Probe cg_name and make one run: the parents it lives in, and the <n>
  * the next run will take.  Returns how many parents (0 on failure). */
-static size_t find_parents(char parents[4][512], unsigned *next_n)
+static size_t find_parents(char parents[5][512], unsigned *next_n)
 {
     struct ipd__cgroups *cg = NULL;
     struct ipd__cgroup_run a;
@@ -59,7 +62,7 @@ static size_t find_parents(char parents[4][512], unsigned *next_n)
 
     if (ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) != IPD_OK)
         return 0;
-    if (ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) !=
+    if (ipd__cgroup_run_create(cg, &lim, &a, err, sizeof err) !=
         IPD_OK) {
         ipd__cgroups_free(cg);
         return 0;
@@ -77,7 +80,7 @@ static bool ends_with(const char *s, const char *suffix)
     return a >= b && strcmp(s + a - b, suffix) == 0;
 }
 
-static void make_dirs(char parents[4][512], size_t n, const char *leaf)
+static void make_dirs(char parents[5][512], size_t n, const char *leaf)
 {
     for (size_t i = 0; i < n; i++) {
         char p[600];
@@ -94,7 +97,7 @@ static bool dir_exists(const char *parent, const char *leaf)
     return stat(p, &st) == 0;
 }
 
-static void remove_dirs(char parents[4][512], size_t n, const char *leaf)
+static void remove_dirs(char parents[5][512], size_t n, const char *leaf)
 {
     for (size_t i = 0; i < n; i++) {
         char p[600];
@@ -106,7 +109,7 @@ static void remove_dirs(char parents[4][512], size_t n, const char *leaf)
 }
 
 /* a child that sleeps until killed, placed into leaf in every parent */
-static pid_t park_child(char parents[4][512], size_t n, const char *leaf)
+static pid_t park_child(char parents[5][512], size_t n, const char *leaf)
 {
     pid_t pid = fork();
     char num[32];
@@ -137,7 +140,7 @@ static void test_run_takes_over_or_skips_leftovers(void)
 {
     struct ipd__cgroups *cg = NULL;
     struct ipd__cgroup_run a, b, c;
-    char parents[4][512], leaf[64], busy_leaf[64], err[256] = "";
+    char parents[5][512], leaf[64], busy_leaf[64], err[256] = "";
     unsigned mech = 0;
     size_t n;
     long me = (long)getpid();
@@ -149,7 +152,7 @@ static void test_run_takes_over_or_skips_leftovers(void)
             IPD_OK);
     /* A first run tells where the parents are and which <n> is next (the
      * counter is per process; this test is its only user meanwhile). */
-    REQUIRE(ipd__cgroup_run_create(cg, 64 << 20, 16, &a, err, sizeof err) ==
+    REQUIRE(ipd__cgroup_run_create(cg, &lim, &a, err, sizeof err) ==
             IPD_OK);
     unsigned k = run_n(&a);
     snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k);
@@ -168,12 +171,12 @@ static void test_run_takes_over_or_skips_leftovers(void)
     REQUIRE(child > 0);
 
     err[0] = '\0';
-    CHECK_INT(ipd__cgroup_run_create(cg, 64 << 20, 16, &b, err, sizeof err),
+    CHECK_INT(ipd__cgroup_run_create(cg, &lim, &b, err, sizeof err),
               IPD_OK);
     CHECK_STR(err, "");
     snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k + 1);
     CHECK(ends_with(b.mem, leaf));
-    CHECK_INT(ipd__cgroup_run_create(cg, 64 << 20, 16, &c, err, sizeof err),
+    CHECK_INT(ipd__cgroup_run_create(cg, &lim, &c, err, sizeof err),
               IPD_OK);
     snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k + 3);
     CHECK(ends_with(c.mem, leaf));
@@ -193,7 +196,7 @@ static void test_run_takes_over_or_skips_leftovers(void)
 static void test_probe_reaps_dead_pids_only(void)
 {
     struct ipd__cgroups *cg = NULL;
-    char parents[4][512], dead_leaf[64], live_leaf[64], err[256] = "";
+    char parents[5][512], dead_leaf[64], live_leaf[64], err[256] = "";
     unsigned mech = 0, next;
     size_t n;
     pid_t dead, live;
@@ -239,7 +242,7 @@ static void test_sandbox_runs_through_leftovers(void)
     struct ipd_sandbox_config c;
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
-    char parents[4][512], leaf[64];
+    char parents[5][512], leaf[64];
     unsigned first;
     size_t n;
 

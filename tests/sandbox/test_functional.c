@@ -170,14 +170,13 @@ static void test_cpu_limit(void)
     CHECK_INT(sbx_run(&p, "while True: pass\n", &r), IPD_OK);
     CHECK(!r.timed_out);
     CHECK(r.term_signal == SIGXCPU || r.term_signal == SIGKILL);
-    /* RLIMIT_CPU fires on the kernel's tick-sampled CPU time while the
-     * cgroup counts exact run time; on a loaded machine they differ by
-     * up to about 20 % (0.81 s seen at the 1 s limit).  The bound proves
-     * the limit (not the 20 s wall timeout) ended the run. */
-    if (!(r.cpu_seconds >= 0.6 && r.cpu_seconds < 3.0))
-        fprintf(stderr, "cpu_seconds %.3f (wall %.3f)\n", r.cpu_seconds,
+    /* RLIMIT_CPU counts tick-sampled time, the cgroup the exact run
+     * time: on a loaded machine (and under the CPU share's throttling)
+     * SIGXCPU can come at 0.85 s of the latter. */
+    if (!(r.cpu_seconds >= 0.5 && r.cpu_seconds < 3.0))
+        fprintf(stderr, "  cpu_seconds %.3f, wall %.3f\n", r.cpu_seconds,
                 r.wall_seconds);
-    CHECK(r.cpu_seconds >= 0.6 && r.cpu_seconds < 3.0);
+    CHECK(r.cpu_seconds >= 0.5 && r.cpu_seconds < 3.0);
     ipd_sandbox_result_release(&r);
 }
 

@@ -195,14 +195,17 @@ static void policies(void)
                             "policy.tiny.max_timeout = 3s\n"
                             "policy.standard.output-limit = 50K\n");
     const char *argv[] = {"--config", path, "--policy.tiny.network=yes",
-                          "--policy.tiny.processes", "8"};
-    CHECK_INT(ipd_config_load(&c, 5, argv, NULL, NULL, &err), IPD_OK);
+                          "--policy.tiny.processes", "8",
+                          "--policy.tiny.cpus=0.25"};
+    CHECK_INT(st->cpu_millis, 1000); /* one core unless set */
+    CHECK_INT(ipd_config_load(&c, 6, argv, NULL, NULL, &err), IPD_OK);
     const struct ipd_policy *t = ipd_config_policy(&c, "tiny");
     REQUIRE(t);
     CHECK_INT(t->memory_bytes, 64LL << 20);
     CHECK_INT(t->timeout_ms, 2000);
     CHECK_INT(t->max_timeout_ms, 3000);
     CHECK_INT(t->max_processes, 8);
+    CHECK_INT(t->cpu_millis, 250);
     CHECK(t->network);
     /* Unset fields come from standard as it was when tiny was made. */
     CHECK_INT(t->tmp_bytes, 256LL << 20);
@@ -221,6 +224,11 @@ static void policies(void)
         {"--policy.tiny.network=maybe", "invalid value"},
         {"--policy.tiny.timeout=never", "invalid value"},
         {"--policy.tiny.timeout=10m", "longer than its max-timeout"},
+        {"--policy.tiny.cpus=0", "invalid value"},
+        {"--policy.tiny.cpus=1.0005", "invalid value"},
+        {"--policy.tiny.cpus=.5", "invalid value"},
+        {"--policy.tiny.cpus=2000", "invalid value"},
+        {"--policy.tiny.cpus=1e3", "invalid value"},
     };
     for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
         ipd_config_init(&c);

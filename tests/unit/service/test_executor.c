@@ -225,7 +225,38 @@ static void test_print(void)
     CHECK(json_integer_value(json_object_get(resources, "max_rss_kb")) > 0);
     CHECK(json_is_false(json_object_get(resources, "oom_killed")));
     CHECK(json_is_real(json_object_get(resources, "cpu_time")));
+    CHECK(json_real_value(json_object_get(resources, "cpus")) == 1.0);
     json_decref(res);
+}
+
+/* Issue 13 item 2: each execution slot runs as its own host uid, after
+ * the sandbox's own (which owns the venv and the caches). */
+static void test_slot_has_own_uid(void)
+{
+    struct ipd_exec_request rq;
+    struct ipd_buf detail;
+    json_t *res = NULL;
+    char want[64];
+    REQUIRE(setup());
+    memset(&rq, 0, sizeof(rq));
+    rq.tenant = "t1";
+    rq.user_id = "u1";
+    rq.code = "print(open('/proc/self/uid_map').read().split())\n";
+    rq.code_len = strlen(rq.code);
+    rq.slot = 1;
+    ipd_buf_init(&detail, 4096);
+    CHECK_INT(ipd_executor_run(ex, &rq, &res, &detail), IPD_OK);
+    REQUIRE(res);
+    snprintf(want, sizeof(want), "['1000', '%u', '1']\n",
+             geteuid() == 0 ? TEST_SANDBOX_UID + 2 : (unsigned)geteuid());
+    CHECK_STR(jstr(res, "stdout"), want);
+    json_decref(res);
+    res = NULL;
+    rq.slot = 1000; /* more than the executor was made for */
+    CHECK_INT(ipd_executor_run(ex, &rq, &res, &detail), IPD_ERR_INVALID);
+    CHECK(strstr(detail.buf, "slot") != NULL);
+    CHECK(res == NULL);
+    ipd_buf_release(&detail);
 }
 
 static void test_exception(void)
@@ -695,7 +726,7 @@ static void test_teardown(void)
     teardown();
 }
 
-TEST_MAIN({"print", test_print}, {"exception", test_exception},
+TEST_MAIN({"print", test_print}, {"slot_has_own_uid", test_slot_has_own_uid}, {"exception", test_exception},
           {"generated_file", test_generated_file},
           {"generated_image_inline", test_generated_image_inline},
           {"matplotlib_figure", test_matplotlib_figure},
