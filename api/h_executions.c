@@ -179,7 +179,7 @@ static bool body_ok(struct ipd_req *r, json_t *doc)
 static const char *pick_policy(struct ipd_req *r, json_t *doc)
 {
     const char *policy = r->key.policy[0] ? r->key.policy : "standard";
-    const struct ipd_policy *kp = ipd_config_policy(r->app->cfg, policy);
+    const struct ipd_exec_policy *kp = ipd_config_policy(r->app->cfg, policy);
     json_t *want = json_object_get(doc, "policy");
     if (!kp) {
         /* The operator removed the policy this key names from the config:
@@ -193,7 +193,7 @@ static const char *pick_policy(struct ipd_req *r, json_t *doc)
     if (!want || json_is_null(want))
         return policy;
     const char *name = json_string_value(want);
-    const struct ipd_policy *wp =
+    const struct ipd_exec_policy *wp =
         name ? ipd_config_policy(r->app->cfg, name) : NULL;
     if (!wp) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,

@@ -166,14 +166,20 @@ _Static_assert(IPD_ARRAY_LEN(opts) <= 64, "grow ipd_config.source");
 
 /* ---- execution policies ------------------------------------------------ */
 
-static const struct ipd_policy builtin_policies[] = {
-    {"strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
-     64LL << 20, false, 1000},
-    {"standard", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
-     256LL << 20, false, 1000},
-    {"networked", 60000, 300000, 1LL << 30, 128, 100 * 1024, 256LL << 20,
-     256LL << 20, true, 1000},
+/* Named fields: the struct is shared with the executor (exec/policy.h). */
+#define IPD_POLICY(n, t, mt, mem, procs, out, tmp, dir, net)                    \
+    {.name = n, .timeout_ms = t, .max_timeout_ms = mt, .memory_bytes = mem,    \
+     .max_processes = procs, .output_bytes = out, .tmp_bytes = tmp,            \
+     .output_dir_bytes = dir, .network = net, .cpu_millis = 1000}
+static const struct ipd_exec_policy builtin_policies[] = {
+    IPD_POLICY("strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
+               64LL << 20, false),
+    IPD_POLICY("standard", 60000, 300000, 1LL << 30, 128, 100 * 1024,
+               256LL << 20, 256LL << 20, false),
+    IPD_POLICY("networked", 60000, 300000, 1LL << 30, 128, 100 * 1024,
+               256LL << 20, 256LL << 20, true),
 };
+#undef IPD_POLICY
 
 enum policy_field_type { PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS };
 
@@ -183,17 +189,17 @@ static const struct policy_field {
     size_t offset;
     int64_t min; /* smallest accepted value */
 } policy_fields[] = {
-    {"timeout", PF_DURATION, offsetof(struct ipd_policy, timeout_ms), 1000},
-    {"max-timeout", PF_DURATION, offsetof(struct ipd_policy, max_timeout_ms),
+    {"timeout", PF_DURATION, offsetof(struct ipd_exec_policy, timeout_ms), 1000},
+    {"max-timeout", PF_DURATION, offsetof(struct ipd_exec_policy, max_timeout_ms),
      1000},
-    {"memory", PF_SIZE, offsetof(struct ipd_policy, memory_bytes), 32 << 20},
-    {"processes", PF_COUNT, offsetof(struct ipd_policy, max_processes), 4},
-    {"output-limit", PF_SIZE, offsetof(struct ipd_policy, output_bytes), 1024},
-    {"tmp-size", PF_SIZE, offsetof(struct ipd_policy, tmp_bytes), 1 << 20},
+    {"memory", PF_SIZE, offsetof(struct ipd_exec_policy, memory_bytes), 32 << 20},
+    {"processes", PF_COUNT, offsetof(struct ipd_exec_policy, max_processes), 4},
+    {"output-limit", PF_SIZE, offsetof(struct ipd_exec_policy, output_bytes), 1024},
+    {"tmp-size", PF_SIZE, offsetof(struct ipd_exec_policy, tmp_bytes), 1 << 20},
     {"output-dir-size", PF_SIZE,
-     offsetof(struct ipd_policy, output_dir_bytes), 1 << 20},
-    {"network", PF_BOOL, offsetof(struct ipd_policy, network), 0},
-    {"cpus", PF_CPUS, offsetof(struct ipd_policy, cpu_millis), 10},
+     offsetof(struct ipd_exec_policy, output_dir_bytes), 1 << 20},
+    {"network", PF_BOOL, offsetof(struct ipd_exec_policy, network), 0},
+    {"cpus", PF_CPUS, offsetof(struct ipd_exec_policy, cpu_millis), 10},
 };
 
 /* "1", "0.5", "2.25": cores with at most three decimals, as thousandths;
@@ -222,7 +228,7 @@ static enum ipd_err cpus_parse(const char *s, int64_t *out)
     return IPD_OK;
 }
 
-const struct ipd_policy *ipd_config_policy(const struct ipd_config *c,
+const struct ipd_exec_policy *ipd_config_policy(const struct ipd_config *c,
                                            const char *name)
 {
     if (!name)
@@ -233,7 +239,7 @@ const struct ipd_policy *ipd_config_policy(const struct ipd_config *c,
     return NULL;
 }
 
-bool ipd_policy_within(const struct ipd_policy *a, const struct ipd_policy *b)
+bool ipd_policy_within(const struct ipd_exec_policy *a, const struct ipd_exec_policy *b)
 {
     return a && b && a->max_timeout_ms <= b->max_timeout_ms &&
            a->timeout_ms <= b->timeout_ms &&
@@ -247,7 +253,7 @@ bool ipd_policy_within(const struct ipd_policy *a, const struct ipd_policy *b)
 
 static bool policy_name_valid(const char *s, size_t len)
 {
-    if (!len || len >= IPD_POLICY_NAME_MAX)
+    if (!len || len >= IPD_EXEC_POLICY_NAME_MAX)
         return false;
     for (size_t i = 0; i < len; i++)
         if (!islower((unsigned char)s[i]) && !isdigit((unsigned char)s[i]) &&
@@ -321,17 +327,17 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
                      key, source);
         return IPD_ERR_INVALID;
     }
-    char pname[IPD_POLICY_NAME_MAX];
+    char pname[IPD_EXEC_POLICY_NAME_MAX];
     memcpy(pname, name, nlen);
     pname[nlen] = '\0';
-    struct ipd_policy *p = NULL;
+    struct ipd_exec_policy *p = NULL;
     for (size_t i = 0; i < c->n_policies && !p; i++)
         if (!strcmp(c->policies[i].name, pname))
             p = &c->policies[i];
     if (!p) {
-        if (c->n_policies == IPD_POLICIES_MAX) {
+        if (c->n_policies == IPD_EXEC_POLICIES_MAX) {
             ipd_buf_addf(err, "too many policies (at most %d)",
-                         IPD_POLICIES_MAX);
+                         IPD_EXEC_POLICIES_MAX);
             return IPD_ERR_INVALID;
         }
         p = &c->policies[c->n_policies++];
@@ -750,7 +756,7 @@ static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
 static bool check_policies(const struct ipd_config *c, struct ipd_buf *err)
 {
     for (size_t i = 0; i < c->n_policies; i++) {
-        const struct ipd_policy *p = &c->policies[i];
+        const struct ipd_exec_policy *p = &c->policies[i];
         if (p->timeout_ms > p->max_timeout_ms) {
             ipd_buf_addf(err, "policy %s: timeout is longer than its "
                               "max-timeout", p->name);
@@ -839,7 +845,7 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
         fprintf(out, " (%s)\n", c->source[i]);
     }
     for (size_t i = 0; i < c->n_policies; i++) {
-        const struct ipd_policy *p = &c->policies[i];
+        const struct ipd_exec_policy *p = &c->policies[i];
         fprintf(out,
                 "config policy.%s = timeout %llds, max-timeout %llds, "
                 "memory %lld, processes %lld, output-limit %lld, tmp-size "

@@ -13,32 +13,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "exec/policy.h"
 #include "common/buf.h"
 #include "common/ipd.h"
 
-/*
- * A named execution capability policy (CONTRACT.md Executions; the API
- * key names one, default "standard").  Built in: strict, standard,
- * networked.  The config file and flags change them or add more with
- * `policy.<name>.<field> = value` (fields: timeout, max-timeout, memory,
- * processes, output-limit, tmp-size, output-dir-size, network); a new
- * policy starts from standard's values.
- */
-#define IPD_POLICY_NAME_MAX 32 /* with the NUL; [a-z0-9_-]{1,31} */
-#define IPD_POLICIES_MAX 16
-
-struct ipd_policy {
-    char name[IPD_POLICY_NAME_MAX];
-    int64_t timeout_ms;         /* wall timeout when the request gives none */
-    int64_t max_timeout_ms;     /* a request can only ask for less */
-    int64_t memory_bytes;       /* cgroup memory limit of the tree */
-    int64_t max_processes;      /* cgroup pids limit of the tree */
-    int64_t output_bytes;       /* stdout and stderr, each */
-    int64_t tmp_bytes;          /* /tmp tmpfs */
-    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
-    bool network;               /* host network and sockets */
-    int64_t cpu_millis;         /* CPU share: 1000 = one core */
-};
 
 struct ipd_config {
     char *config_file;       /* --config */
@@ -103,7 +81,7 @@ struct ipd_config {
                                       are orphans */
     int64_t lease_ttl_ms;          /* multi-node job leases */
 
-    struct ipd_policy policies[IPD_POLICIES_MAX];
+    struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX];
     size_t n_policies;
 
     /* Where each option's value came from, for the start-up print. */
@@ -132,13 +110,13 @@ enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,
 
 /* The policy called name (NULL: "standard"), or NULL when there is none.
  * Borrowed from c. */
-const struct ipd_policy *ipd_config_policy(const struct ipd_config *c,
+const struct ipd_exec_policy *ipd_config_policy(const struct ipd_config *c,
                                            const char *name);
 
 /* True when inner is nowhere more permissive than outer (a request may
  * only tighten the policy of its key). */
-bool ipd_policy_within(const struct ipd_policy *inner,
-                       const struct ipd_policy *outer);
+bool ipd_policy_within(const struct ipd_exec_policy *inner,
+                       const struct ipd_exec_policy *outer);
 
 /* Print every option, one per line, with secrets redacted. */
 void ipd_config_print(const struct ipd_config *c, FILE *out);

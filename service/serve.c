@@ -161,29 +161,14 @@ void ipd_stores_close(struct ipd_stores *s)
 void ipd_serve_executor_options(const struct ipd_config *cfg,
                                 struct ipd_executor_options *o)
 {
-    _Static_assert(IPD_EXEC_POLICIES_MAX >= IPD_POLICIES_MAX &&
-                       IPD_EXEC_POLICY_NAME_MAX >= IPD_POLICY_NAME_MAX,
-                   "the executor holds every configured policy");
     ipd_executor_options_default(o);
     o->data_dir = cfg->data_dir;
     o->max_file_size = cfg->max_file_size;
     o->file_ttl_ms = cfg->file_ttl_ms;
     o->quota.max_files = cfg->quota_files;
     o->quota.max_bytes = cfg->quota_bytes;
-    for (size_t i = 0; i < cfg->n_policies; i++) {
-        const struct ipd_policy *p = &cfg->policies[i];
-        struct ipd_exec_policy *e = &o->policies[i];
-        memcpy(e->name, p->name, sizeof(p->name));
-        e->timeout_ms = p->timeout_ms;
-        e->max_timeout_ms = p->max_timeout_ms;
-        e->memory_bytes = p->memory_bytes;
-        e->max_processes = p->max_processes;
-        e->output_bytes = p->output_bytes;
-        e->tmp_bytes = p->tmp_bytes;
-        e->output_dir_bytes = p->output_dir_bytes;
-        e->cpu_millis = p->cpu_millis;
-        e->network = p->network;
-    }
+    memcpy(o->policies, cfg->policies,
+           cfg->n_policies * sizeof(cfg->policies[0]));
     o->n_policies = cfg->n_policies;
     o->python = cfg->python;
     o->prelude_dir = cfg->prelude_dir;

@@ -28,6 +28,7 @@
 
 #include <jansson.h>
 
+#include "policy.h"
 #include "../../storage/blob.h"
 #include "../../storage/filetype.h"
 #include "../../storage/meta.h"
@@ -68,26 +69,6 @@ struct ipd_exec_request {
                                     per-user kernel budgets */
 };
 
-/*
- * An execution policy's limits (CONTRACT.md Executions: the API key names
- * one, a request may only tighten it).  The service copies the config's
- * policies here (serve.c).
- */
-#define IPD_EXEC_POLICY_NAME_MAX 32 /* with the NUL */
-#define IPD_EXEC_POLICIES_MAX 16
-
-struct ipd_exec_policy {
-    char name[IPD_EXEC_POLICY_NAME_MAX];
-    int64_t timeout_ms;         /* wall timeout when the request gives none */
-    int64_t max_timeout_ms;     /* a request can only ask for less */
-    int64_t memory_bytes;       /* cgroup memory limit of the tree */
-    int64_t max_processes;      /* cgroup pids limit of the tree */
-    int64_t output_bytes;       /* stdout and stderr, each */
-    int64_t tmp_bytes;          /* /tmp tmpfs */
-    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
-    int64_t cpu_millis;         /* CPU share, 1000 = one core (0: one) */
-    bool network;               /* host network and sockets */
-};
 
 /*
  * Settings the service fills from its config (data-dir, max-file-size,

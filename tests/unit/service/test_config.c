@@ -176,7 +176,7 @@ static void policies(void)
     struct ipd_buf err;
     ipd_buf_init(&err, 1024);
     ipd_config_init(&c);
-    const struct ipd_policy *st = ipd_config_policy(&c, NULL);
+    const struct ipd_exec_policy *st = ipd_config_policy(&c, NULL);
     REQUIRE(st);
     CHECK_STR(st->name, "standard");
     CHECK_INT(st->timeout_ms, 60000);
@@ -199,7 +199,7 @@ static void policies(void)
                           "--policy.tiny.cpus=0.25"};
     CHECK_INT(st->cpu_millis, 1000); /* one core unless set */
     CHECK_INT(ipd_config_load(&c, 6, argv, NULL, NULL, &err), IPD_OK);
-    const struct ipd_policy *t = ipd_config_policy(&c, "tiny");
+    const struct ipd_exec_policy *t = ipd_config_policy(&c, "tiny");
     REQUIRE(t);
     CHECK_INT(t->memory_bytes, 64LL << 20);
     CHECK_INT(t->timeout_ms, 2000);
