@@ -6,6 +6,7 @@
 #include <strings.h>
 
 #include "../service/keys.h"
+#include "../service/common/log.h"
 #include "../service/common/util.h"
 #include "http.h"
 
@@ -25,7 +26,14 @@ bool ipd_auth_key(struct ipd_req *r)
     const char *key = h + 7;
     while (*key == ' ')
         key++;
-    enum ipd_err rc = ipd_keys_authenticate(r->app->meta, key, &r->key);
+    bool cached = false;
+    enum ipd_err rc = ipd_keys_authenticate_cached(r->app->key_cache,
+                                                   r->app->meta, key, &r->key,
+                                                   &cached);
+    if (cached)
+        ipd_debug("request_id=%s the metadata store is unavailable: key of "
+                  "tenant %s accepted from the key cache",
+                  r->request_id, r->key.tenant);
     if (rc == IPD_ERR_UNAUTHORIZED) {
         ipd_reply_failure(r, rc, "invalid or revoked API key",
                           "checking the API key");

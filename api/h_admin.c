@@ -56,6 +56,31 @@ const struct ipd_handler ipd_h_admin_cleanup = {
     .finish = admin_cleanup,
 };
 
+/* The data dir's filesystem: free and total bytes, the readiness
+ * threshold and the delete reserve (storage/space.h).  null fields when
+ * it cannot be asked. */
+static json_t *disk_json(struct ipd_app *app)
+{
+    int64_t avail = 0, total = 0;
+    bool ok = app->space && !ipd_space_stat(app->space, &avail, &total);
+    json_t *d = json_object();
+    json_object_set_new(d, "path", json_string(app->cfg->data_dir));
+    json_object_set_new(d, "free_bytes", ok ? json_integer(avail) : json_null());
+    json_object_set_new(d, "total_bytes",
+                        ok ? json_integer(total) : json_null());
+    json_object_set_new(d, "min_free_bytes",
+                        json_integer(app->cfg->min_free_space));
+    json_object_set_new(d, "low_space",
+                        json_boolean(ok && avail < app->cfg->min_free_space));
+    json_object_set_new(
+        d, "reserve_bytes",
+        json_integer(app->space ? ipd_space_reserve_size(app->space) : 0));
+    json_object_set_new(d, "reserve_in_place",
+                        json_boolean(app->space &&
+                                     ipd_space_reserved(app->space)));
+    return d;
+}
+
 /*
  * Every field of CONTRACT.md's admin status, the seed's own names
  * included.  total_* count unexpired files of every tenant.  A store that
@@ -92,6 +117,7 @@ static void admin_status(struct ipd_req *r)
     json_object_set_new(st, "sandbox", app->sandbox ? json_string(app->sandbox)
                                                     : json_null());
     json_object_set_new(st, "executions", ipd_exec_pool_stats(app->exec));
+    json_object_set_new(st, "disk", disk_json(app));
     json_object_set_new(st, "execution_check",
                         app->executor ? ipd_executor_check_json(app->executor)
                                       : json_null());

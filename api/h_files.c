@@ -249,6 +249,13 @@ static void upload_begin(struct ipd_req *r)
         ipd_reply_failure(r, IPD_ERR_QUOTA, NULL, "uploading");
         return;
     }
+    /* While the delete reserve is spent the disk is full: refuse before
+     * the body comes (507), so uploads cannot eat what deletes need. */
+    rc = ipd_space_check_write(r->app->space);
+    if (rc) {
+        ipd_reply_failure(r, rc, NULL, "storing the upload");
+        return;
+    }
     if (u->kind == UP_MULTIPART) {
         u->pp = MHD_create_post_processor(r->conn, PP_BUFFER, on_part, r);
         if (!u->pp)
@@ -865,6 +872,12 @@ static void files_delete(struct ipd_req *r)
     enum ipd_err rc = ipd_meta_file_delete(r->app->meta, r->key.tenant,
                                            r->user_id, r->param, ipd_now_ms(),
                                            &f);
+    /* A full disk must not keep a user from freeing space: give the
+     * store the reserve (storage/space.h) and try once more. */
+    if (rc == IPD_ERR_NO_SPACE && r->app->space &&
+        ipd_space_release(r->app->space))
+        rc = ipd_meta_file_delete(r->app->meta, r->key.tenant, r->user_id,
+                                  r->param, ipd_now_ms(), &f);
     if (rc == IPD_ERR_NOT_FOUND) {
         ipd_reply_failure(r, rc, "no such file", "deleting the file");
         return;
@@ -876,6 +889,8 @@ static void files_delete(struct ipd_req *r)
     /* Metadata first, then bytes: a crash between leaves an orphan blob,
      * which the reconcile job removes, never a record without bytes. */
     ipd_blob_delete_later(r->app->blobs, f.file_id);
+    if (r->app->space)
+        ipd_space_refill(r->app->space);
     ipd_reply_empty(r, MHD_HTTP_NO_CONTENT);
 }
 

@@ -33,6 +33,7 @@
 #include "../storage/blob.h"
 #include "../storage/filetype.h"
 #include "../storage/meta.h"
+#include "../storage/space.h"
 
 #define IPD_JSON_BODY_MAX (1024 * 1024)
 #define IPD_REQUEST_ID_MAX 129
@@ -44,10 +45,14 @@ struct ipd_workq;
 struct ipd_scheduler;
 struct ipd_venv;
 
+struct ipd_key_cache;
+
 struct ipd_app {
     const struct ipd_config *cfg;
     struct ipd_meta *meta;
     struct ipd_blobs *blobs;
+    struct ipd_key_cache *key_cache; /* or NULL (service/keys.h) */
+    struct ipd_space *space;    /* the data dir's disk, or NULL */
     struct ipd_filetype *ft;
     struct ipd_exec_pool *exec; /* NULL when executions are unavailable */
     struct ipd_executor *executor; /* its end-to-end check, or NULL */

@@ -197,6 +197,11 @@ static const struct {
     [IPD_ERR_TOO_LARGE] = {true, IPD_HE_PAYLOAD_TOO_LARGE, "", ": too large"},
     [IPD_ERR_QUOTA] = {true, IPD_HE_QUOTA_EXCEEDED,
                        "the user's storage quota is exhausted", NULL},
+    /* 507 is the contract's "no room for this write"; the message tells a
+     * full server from a full quota.  Deletes keep working (the reserve). */
+    [IPD_ERR_NO_SPACE] = {true, IPD_HE_QUOTA_EXCEEDED,
+                          "the server is out of storage space while ",
+                          "; delete files or retry later"},
     [IPD_ERR_BUSY] = {true, IPD_HE_TOO_MANY_REQUESTS, "too busy while ",
                       "; retry later"},
     [IPD_ERR_UNAUTHORIZED] = {true, IPD_HE_UNAUTHORIZED, "invalid API key",

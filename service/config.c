@@ -43,6 +43,18 @@ static const struct opt opts[] = {
      "MongoDB URI for metadata (default: SQLite in the data dir)"},
     {"mongo-connect-timeout", OPT_DURATION, OFF(mongo_connect_timeout_ms),
      "30s", false, "how long start-up retries an unreachable MongoDB"},
+    {"mongo-timeout", OPT_DURATION, OFF(mongo_timeout_ms), "2s", false,
+     "bound of one MongoDB operation (server selection, connect, socket, "
+     "write concern) unless the URI sets it; past it requests get 503"},
+    {"key-cache-ttl", OPT_DURATION, OFF(key_cache_ttl_ms), "30s", false,
+     "how long a verified API key still authenticates while the metadata "
+     "store cannot be asked (0s: never)"},
+    {"disk-reserve", OPT_SIZE, OFF(disk_reserve), "16M", false,
+     "room kept on the data dir's disk so deletes work when it is full "
+     "(0: none)"},
+    {"min-free-space", OPT_SIZE, OFF(min_free_space), "1G", false,
+     "/readyz reports not ready below this much free space on the data "
+     "dir's disk (0: never)"},
     {"blob-store", OPT_STRING, OFF(blob_store), "local", false,
      "where file bytes live: local (data dir) or gridfs (needs mongo-uri)"},
     {"file-ttl", OPT_DURATION, OFF(file_ttl_ms), "48h", false,
@@ -727,6 +739,14 @@ static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
         ipd_buf_adds(err, "venv-max-age and venv-check-interval must be "
                           "positive (or never), pip-timeout positive and at "
                           "most 1d");
+        return false;
+    }
+    if (c->mongo_timeout_ms < 100 || c->mongo_timeout_ms > 600000 ||
+        c->key_cache_ttl_ms < 0 || c->key_cache_ttl_ms > 86400000 ||
+        c->disk_reserve < 0 || c->min_free_space < 0) {
+        ipd_buf_adds(err, "mongo-timeout must be 100ms to 10m, "
+                          "key-cache-ttl 0s to 1d, disk-reserve and "
+                          "min-free-space 0 or more");
         return false;
     }
     if (c->ready_check_interval_ms < 1000) {

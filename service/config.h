@@ -24,6 +24,10 @@ struct ipd_config {
     char *data_dir;
     char *mongo_uri;         /* NULL: SQLite in the data dir (secret: redacted) */
     int64_t mongo_connect_timeout_ms; /* start-up retries for MongoDB */
+    int64_t mongo_timeout_ms; /* one MongoDB operation, unless the URI says */
+    int64_t key_cache_ttl_ms; /* a verified key survives an outage this long */
+    int64_t disk_reserve;     /* bytes kept free for deletes on a full disk */
+    int64_t min_free_space;   /* /readyz: not ready below this (0: never) */
     char *blob_store;        /* "local" or "gridfs" */
     int64_t file_ttl_ms;     /* IPD_TIME_NEVER for "never" */
     int64_t max_file_size;   /* bytes */

@@ -3,6 +3,7 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <stdio.h>
 #include <string.h>
@@ -125,6 +126,118 @@ enum ipd_err ipd_keys_authenticate(struct ipd_meta *m, const char *plain,
     if (!ipd_ct_equal(out->hash, hash, KEY_HEX) || out->revoked_at_ms)
         return IPD_ERR_UNAUTHORIZED;
     return IPD_OK;
+}
+
+struct cache_entry {
+    char hash[IPD_SHA256_HEX]; /* "" when free */
+    int64_t verified_ms;       /* monotonic: the store last said valid */
+    struct ipd_key key;
+};
+
+struct ipd_key_cache {
+    pthread_mutex_t lock;
+    int64_t ttl_ms;
+    size_t n;
+    struct cache_entry e[IPD_KEY_CACHE_MAX];
+};
+
+struct ipd_key_cache *ipd_key_cache_new(int64_t ttl_ms)
+{
+    if (ttl_ms <= 0)
+        return NULL;
+    struct ipd_key_cache *c = ipd_xcalloc(1, sizeof(*c));
+    pthread_mutex_init(&c->lock, NULL);
+    c->ttl_ms = ttl_ms;
+    return c;
+}
+
+void ipd_key_cache_free(struct ipd_key_cache *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_destroy(&c->lock);
+    /* The entries hold callback secrets. */
+    memset(c->e, 0, sizeof(c->e));
+    free(c);
+}
+
+/* The entry for hash, or NULL; the caller holds c->lock. */
+static struct cache_entry *cache_find(struct ipd_key_cache *c,
+                                      const char *hash)
+{
+    for (size_t i = 0; i < c->n; i++)
+        if (ipd_ct_equal(c->e[i].hash, hash, KEY_HEX))
+            return &c->e[i];
+    return NULL;
+}
+
+/* Remember (or forget, with k NULL) what the store said about hash. */
+static void cache_note(struct ipd_key_cache *c, const char *hash,
+                       const struct ipd_key *k)
+{
+    pthread_mutex_lock(&c->lock);
+    struct cache_entry *e = cache_find(c, hash);
+    if (!k && e) {
+        *e = c->e[--c->n]; /* the last one fills the hole */
+        memset(&c->e[c->n], 0, sizeof(c->e[c->n]));
+    } else if (k && !e) {
+        if (c->n < IPD_KEY_CACHE_MAX) {
+            e = &c->e[c->n++];
+        } else { /* full: the least recently verified goes */
+            e = &c->e[0];
+            for (size_t i = 1; i < c->n; i++)
+                if (c->e[i].verified_ms < e->verified_ms)
+                    e = &c->e[i];
+        }
+    }
+    if (k) {
+        memcpy(e->hash, hash, IPD_SHA256_HEX);
+        e->key = *k;
+        e->verified_ms = ipd_mono_ms();
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+/* The key verified for hash within the cache's lifetime, into *out. */
+static bool cache_get(struct ipd_key_cache *c, const char *hash,
+                      struct ipd_key *out)
+{
+    bool hit = false;
+    pthread_mutex_lock(&c->lock);
+    struct cache_entry *e = cache_find(c, hash);
+    if (e && ipd_mono_ms() - e->verified_ms <= c->ttl_ms) {
+        *out = e->key;
+        hit = true;
+    }
+    pthread_mutex_unlock(&c->lock);
+    return hit;
+}
+
+enum ipd_err ipd_keys_authenticate_cached(struct ipd_key_cache *c,
+                                          struct ipd_meta *m,
+                                          const char *plain,
+                                          struct ipd_key *out,
+                                          bool *from_cache)
+{
+    char hash[IPD_SHA256_HEX];
+    *from_cache = false;
+    enum ipd_err rc = ipd_keys_authenticate(m, plain, out);
+    if (!c || (rc && rc != IPD_ERR_UNAUTHORIZED && rc != IPD_ERR_UNAVAILABLE &&
+               rc != IPD_ERR_TIMEOUT))
+        return rc;
+    /* ipd_keys_authenticate refuses malformed keys before any lookup. */
+    size_t n = strlen(plain);
+    if (n != strlen(KEY_PREFIX) + KEY_HEX)
+        return rc;
+    ipd_sha256_hex(plain, n, hash);
+    if (rc == IPD_OK || rc == IPD_ERR_UNAUTHORIZED) {
+        cache_note(c, hash, rc ? NULL : out);
+    } else if (cache_get(c, hash, out)) {
+        *from_cache = true;
+        rc = IPD_OK;
+    }
+    memset(hash, 0, sizeof(hash));
+    return rc;
 }
 
 static enum ipd_err write_key_file(const char *data_dir, const char *plain)

@@ -41,6 +41,31 @@ enum ipd_err ipd_keys_rotate_secret(struct ipd_meta *m, const char *tenant,
 enum ipd_err ipd_keys_authenticate(struct ipd_meta *m, const char *plain,
                                    struct ipd_key *out);
 
+/*
+ * The last-known-good cache: keys verified by the store lately, so that
+ * requests still authenticate through a short outage of the metadata
+ * store.  The store is always asked first: a revoked or deleted key is
+ * refused as soon as the store says so.  Only when the store cannot
+ * answer (IPD_ERR_UNAVAILABLE or IPD_ERR_TIMEOUT) does a key verified
+ * within the last ttl_ms count as valid; so a key revoked while this
+ * node cannot reach the store works at most ttl_ms after its last
+ * successful check.  At most IPD_KEY_CACHE_MAX keys (the least recently
+ * verified goes first).  ttl_ms 0: no cache.  Thread-safe.
+ * *out is new; free with ipd_key_cache_free (NULL is fine).
+ */
+#define IPD_KEY_CACHE_MAX 1024
+struct ipd_key_cache;
+struct ipd_key_cache *ipd_key_cache_new(int64_t ttl_ms);
+void ipd_key_cache_free(struct ipd_key_cache *c);
+
+/* ipd_keys_authenticate through the cache c (NULL: no cache).  [out]
+ * *from_cache says the store could not be asked and the cache answered. */
+enum ipd_err ipd_keys_authenticate_cached(struct ipd_key_cache *c,
+                                          struct ipd_meta *m,
+                                          const char *plain,
+                                          struct ipd_key *out,
+                                          bool *from_cache);
+
 /* On an empty key store, create an admin key and write it to
  * <data_dir>/admin.key (mode 0600, atomically).  *created says whether it
  * did. */

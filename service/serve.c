@@ -20,6 +20,7 @@
 #include "exec/executor.h"
 #include "exec/pool.h"
 #include "keys.h"
+#include "../storage/space.h"
 #include "exec/callbacks.h"
 #include "fetch/fetch.h"
 #include "common/log.h"
@@ -35,9 +36,9 @@ static enum ipd_err open_meta(const struct ipd_config *cfg,
     enum ipd_err rc;
     if (cfg->mongo_uri) {
         rc = s->mongo ? IPD_OK
-                      : ipd_mongo_new(cfg->mongo_uri,
-                                      cfg->mongo_connect_timeout_ms,
-                                      &s->mongo);
+                      : ipd_mongo_new_with(cfg->mongo_uri,
+                                           cfg->mongo_connect_timeout_ms,
+                                           cfg->mongo_timeout_ms, &s->mongo);
         if (!rc)
             rc = ipd_meta_mongo_open(s->mongo, &s->meta);
         if (rc) {
@@ -79,8 +80,9 @@ static enum ipd_err find_store(const struct ipd_config *cfg, bool with_blobs,
         }
         return IPD_OK;
     }
-    enum ipd_err rc = ipd_mongo_new(cfg->mongo_uri,
-                                    cfg->mongo_connect_timeout_ms, &s->mongo);
+    enum ipd_err rc = ipd_mongo_new_with(cfg->mongo_uri,
+                                         cfg->mongo_connect_timeout_ms,
+                                         cfg->mongo_timeout_ms, &s->mongo);
     if (!rc)
         rc = ipd_meta_mongo_exists(s->mongo, &exists);
     if (rc) {
@@ -396,6 +398,10 @@ static enum ipd_err open_stores(struct server *sv)
         ipd_error("cannot load the libmagic database");
         return rc;
     }
+    rc = ipd_space_open(cfg->data_dir, cfg->disk_reserve, &sv->app.space);
+    if (rc)
+        return rc;
+    sv->app.key_cache = ipd_key_cache_new(cfg->key_cache_ttl_ms);
     rc = ipd_keys_bootstrap_admin(sv->app.meta, cfg->data_dir, &created);
     if (rc) {
         ipd_error("cannot create the first admin key: %s", ipd_err_name(rc));
@@ -576,6 +582,8 @@ static void serve_close(struct server *sv)
     json_decref(sv->app.last_cleanup);
     pthread_mutex_destroy(&sv->app.status_lock);
     ipd_filetype_free(sv->app.ft);
+    ipd_key_cache_free(sv->app.key_cache);
+    ipd_space_free(sv->app.space);
     ipd_stores_close(&sv->stores);
 }
 

@@ -26,6 +26,13 @@ struct pending {
     void *pre_cls;
 };
 
+/* A backend that knows it is down answers at once (mongo.h, the
+ * breaker) instead of making an HTTP event thread wait out its timeout. */
+static enum ipd_err gate(struct ipd_blobs *b)
+{
+    return b->ops->gate ? b->ops->gate(b) : IPD_OK;
+}
+
 /* pre (if any), then the bytes; IPD_OK when both are done. */
 static enum ipd_err delete_steps(struct ipd_blobs *b, const struct pending *p)
 {
@@ -34,7 +41,9 @@ static enum ipd_err delete_steps(struct ipd_blobs *b, const struct pending *p)
         if (rc && rc != IPD_ERR_NOT_FOUND)
             return rc;
     }
-    enum ipd_err rc = b->ops->del(b, p->file_id);
+    enum ipd_err rc = gate(b);
+    if (!rc)
+        rc = b->ops->del(b, p->file_id);
     return rc == IPD_ERR_NOT_FOUND ? IPD_OK : rc;
 }
 
@@ -207,7 +216,9 @@ enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, const char *file_id,
     *out = NULL;
     if (strlen(file_id) >= IPD_ID_MAX)
         return IPD_ERR_INVALID;
-    enum ipd_err rc = b->ops->writer_new(b, file_id, &w);
+    enum ipd_err rc = gate(b);
+    if (!rc)
+        rc = b->ops->writer_new(b, file_id, &w);
     if (rc)
         return rc;
     w->blobs = b;
@@ -226,7 +237,9 @@ enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
         return IPD_ERR_TOO_LARGE;
     if (!len)
         return IPD_OK;
-    enum ipd_err rc = w->blobs->ops->write(w, data, len);
+    enum ipd_err rc = gate(w->blobs);
+    if (!rc)
+        rc = w->blobs->ops->write(w, data, len);
     if (rc)
         return rc;
     if (!w->own_sha256)
@@ -276,6 +289,12 @@ enum ipd_err ipd_blob_writer_sha256(struct ipd_blob_writer *w,
 
 enum ipd_err ipd_blob_writer_commit(struct ipd_blob_writer *w)
 {
+    enum ipd_err rc = gate(w->blobs);
+    if (rc) {
+        /* commit consumes the writer, whatever it answers. */
+        w->blobs->ops->abort(w);
+        return rc;
+    }
     return w->blobs->ops->commit(w);
 }
 
@@ -297,7 +316,9 @@ enum ipd_err ipd_blob_open(struct ipd_blobs *b, const char *file_id,
                            struct ipd_blob_reader **out)
 {
     *out = NULL;
-    enum ipd_err rc = b->ops->open(b, file_id, out);
+    enum ipd_err rc = gate(b);
+    if (!rc)
+        rc = b->ops->open(b, file_id, out);
     if (!rc)
         (*out)->blobs = b;
     return rc;
@@ -321,7 +342,8 @@ void ipd_blob_reader_free(struct ipd_blob_reader *r)
 
 enum ipd_err ipd_blob_delete(struct ipd_blobs *b, const char *file_id)
 {
-    return b->ops->del(b, file_id);
+    enum ipd_err rc = gate(b);
+    return rc ? rc : b->ops->del(b, file_id);
 }
 
 enum ipd_err ipd_blob_list(struct ipd_blobs *b,

@@ -125,6 +125,11 @@ static enum ipd_err gridfs_ping(struct ipd_blobs *b)
     return ipd_mongo_ping(mongo_of(b));
 }
 
+static enum ipd_err gridfs_gate(struct ipd_blobs *b)
+{
+    return ipd_mongo_gate(mongo_of(b));
+}
+
 static enum ipd_err gridfs_writer_new(struct ipd_blobs *b,
                                       const char *file_id,
                                       struct ipd_blob_writer **out)
@@ -764,6 +769,7 @@ static const struct ipd_blobs_ops gridfs_ops = {
     .name = "gridfs",
     .free = gridfs_free,
     .ping = gridfs_ping,
+    .gate = gridfs_gate,
     .writer_new = gridfs_writer_new,
     .write = gridfs_write,
     .commit = gridfs_commit,

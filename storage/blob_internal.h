@@ -11,6 +11,9 @@ struct ipd_blobs_ops {
     const char *name;
     void (*free)(struct ipd_blobs *b);
     enum ipd_err (*ping)(struct ipd_blobs *b);
+    /* NULL, or IPD_ERR_UNAVAILABLE at once while the backend is known to
+     * be down (blob.c checks it before writes, reads and deletes). */
+    enum ipd_err (*gate)(struct ipd_blobs *b);
     /* Allocate the backend's writer (embedding struct ipd_blob_writer
      * first) and start storing; the common fields are set by blob.c. */
     enum ipd_err (*writer_new)(struct ipd_blobs *b, const char *file_id,

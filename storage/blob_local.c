@@ -108,6 +108,13 @@ static int dir_lock(int dirfd, int op)
     return fd;
 }
 
+/* errno after a failed write, fsync, create or rename: a full disk (or
+ * an exhausted disk quota) is its own error, answered 507, not 500. */
+static enum ipd_err errno_err(void)
+{
+    return errno == ENOSPC || errno == EDQUOT ? IPD_ERR_NO_SPACE : IPD_ERR_IO;
+}
+
 static void close_keep_errno(int fd)
 {
     int saved = errno;
@@ -244,10 +251,11 @@ static enum ipd_err local_writer_new(struct ipd_blobs *base,
     if (lfd >= 0)
         close_keep_errno(lfd);
     if (w->fd < 0) {
+        enum ipd_err rc = errno_err();
         ipd_error("cannot create temporary upload: %s", strerror(errno));
         free(w);
         *out = NULL;
-        return IPD_ERR_IO;
+        return rc;
     }
     *out = &w->base;
     return IPD_OK;
@@ -340,8 +348,12 @@ static enum ipd_err local_write(struct ipd_blob_writer *base,
         if (n < 0 && errno == EINTR)
             continue;
         if (n <= 0) {
+            /* n == 0 never happens for a regular file; treat it as full. */
+            if (!n)
+                errno = ENOSPC;
+            enum ipd_err rc = errno_err();
             ipd_error("writing temporary upload: %s", strerror(errno));
-            return IPD_ERR_IO;
+            return rc;
         }
         p += n;
         len -= (size_t)n;
@@ -417,7 +429,7 @@ static enum ipd_err local_commit(struct ipd_blob_writer *base)
     if (rc)
         goto out;
     if (fsync(w->fd)) {
-        rc = IPD_ERR_IO;
+        rc = errno_err();
         goto out;
     }
     lfd = dir_lock(b->dirfd, LOCK_SH);
@@ -427,9 +439,9 @@ static enum ipd_err local_commit(struct ipd_blob_writer *base)
     }
     bool made = mkdirat(b->dirfd, dir, 0700) == 0;
     if (!made && errno != EEXIST)
-        rc = IPD_ERR_IO;
+        rc = errno_err();
     if (!rc && renameat(b->tmpfd, w->tmpname, b->dirfd, path))
-        rc = IPD_ERR_IO;
+        rc = errno_err();
     close_keep_errno(lfd);
     if (rc)
         goto out;

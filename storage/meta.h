@@ -127,6 +127,9 @@ struct ipd_meta_ops {
     const char *name; /* "sqlite", "mongodb" */
     void (*free)(struct ipd_meta *m);
     enum ipd_err (*ping)(struct ipd_meta *m);
+    /* NULL, or IPD_ERR_UNAVAILABLE at once while the backend is known to
+     * be down (checked before the operations requests make). */
+    enum ipd_err (*gate)(struct ipd_meta *m);
 
     enum ipd_err (*file_insert)(struct ipd_meta *m,
                                 const struct ipd_file_meta *f,

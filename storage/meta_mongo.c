@@ -747,6 +747,11 @@ static enum ipd_err mg_ping(struct ipd_meta *m)
     return ipd_mongo_ping(s->mg);
 }
 
+static enum ipd_err mg_gate(struct ipd_meta *m)
+{
+    return ipd_mongo_gate(((struct meta_mongo *)m)->mg);
+}
+
 /* A quota that limits something; both limits negative is no quota. */
 static bool quota_limits(const struct ipd_quota *q)
 {
@@ -1389,6 +1394,7 @@ static const struct ipd_meta_ops mongo_ops = {
     .name = "mongodb",
     .free = mg_free,
     .ping = mg_ping,
+    .gate = mg_gate,
     .file_insert = mg_file_insert,
     .file_get = mg_file_get,
     .file_list = mg_file_list,

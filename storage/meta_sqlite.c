@@ -245,15 +245,22 @@ static enum ipd_err db_err(struct conn *c, int src, const char *what)
             rc = IPD_ERR_INTERNAL;
         break;
     case SQLITE_FULL:
+        rc = IPD_ERR_NO_SPACE;
+        break;
     case SQLITE_IOERR:
     case SQLITE_CANTOPEN:
-        rc = IPD_ERR_IO;
+        /* A write or fsync refused by a full disk can surface as an I/O
+         * error (the WAL, the shm file); it is still "no space". */
+        rc = c->db && (sqlite3_system_errno(c->db) == ENOSPC ||
+                       sqlite3_system_errno(c->db) == EDQUOT)
+                 ? IPD_ERR_NO_SPACE
+                 : IPD_ERR_IO;
         break;
     default:
         rc = IPD_ERR_INTERNAL;
         break;
     }
-    if (rc == IPD_ERR_IO || rc == IPD_ERR_INTERNAL)
+    if (rc == IPD_ERR_IO || rc == IPD_ERR_INTERNAL || rc == IPD_ERR_NO_SPACE)
         fprintf(stderr, "interpd: meta_sqlite: %s: %s (%d)\n", what,
                 c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(src), ext);
     return rc;

@@ -26,6 +26,19 @@
  * throw-away single-threaded client per attempt ("try once" selection:
  * a refused connection fails at once) and retries with a backoff until
  * connect_timeout_ms has passed.
+ *
+ * The breaker.  A pooled client waits the whole serverSelectionTimeoutMS
+ * for a server that is gone, and the callers are HTTP event threads: a
+ * dead database would hold every one of them (and /healthz behind them)
+ * for a timeout per request.  So the first operation that finds the server
+ * unreachable (ipd__mongo_err: server selection or stream errors) marks
+ * the connection down; gated operations (ipd_mongo_gate, which the
+ * stores call before each operation) then fail at once with
+ * IPD_ERR_UNAVAILABLE, and a monitor thread pings with a throw-away
+ * client every MONITOR_INTERVAL_MS until the server answers, which closes
+ * the breaker.  Only operations already waiting when the server died
+ * wait out their bound.  Which connection to trip is the one whose client
+ * this thread popped last (ipd__mongo_err has no other way to know).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -41,6 +54,11 @@
 #define DEFAULT_OP_TIMEOUT_MS 5000
 #define PROBE_BACKOFF_MIN_MS 50
 #define PROBE_BACKOFF_MAX_MS 1000
+#define MONITOR_INTERVAL_MS 250
+
+/* The connection whose client this thread holds (set by ipd__mongo_pop,
+ * cleared by ipd__mongo_push): the breaker ipd__mongo_err trips. */
+static _Thread_local struct ipd_mongo *tls_held;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -196,8 +214,71 @@ out:
     return rc;
 }
 
+/* Wait up to ms on brk_cond (the caller holds brk_lock). */
+static void monitor_wait(struct ipd_mongo *mg, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    int64_t ns = until.tv_nsec + (ms % 1000) * 1000000;
+    until.tv_sec += (time_t)(ms / 1000 + ns / 1000000000);
+    until.tv_nsec = (long)(ns % 1000000000);
+    pthread_cond_timedwait(&mg->brk_cond, &mg->brk_lock, &until);
+}
+
+/* Sleeps while the breaker is closed; while open, pings every
+ * MONITOR_INTERVAL_MS and closes it at the first answer. */
+static void *monitor_main(void *arg)
+{
+    struct ipd_mongo *mg = arg;
+    bson_error_t err;
+
+    pthread_mutex_lock(&mg->brk_lock);
+    while (!mg->stop) {
+        if (!atomic_load(&mg->down)) {
+            pthread_cond_wait(&mg->brk_cond, &mg->brk_lock);
+            continue;
+        }
+        pthread_mutex_unlock(&mg->brk_lock);
+        bool up = probe_once(mg->uri, mg->op_timeout_ms, &err);
+        pthread_mutex_lock(&mg->brk_lock);
+        if (up) {
+            atomic_store(&mg->down, false);
+            ipd_info("mongo: %s answers again; requests use it again",
+                     mg->redacted);
+            continue;
+        }
+        if (!mg->stop)
+            monitor_wait(mg, MONITOR_INTERVAL_MS);
+    }
+    pthread_mutex_unlock(&mg->brk_lock);
+    return NULL;
+}
+
+static void trip(struct ipd_mongo *mg, const bson_error_t *e)
+{
+    if (atomic_exchange(&mg->down, true))
+        return;
+    ipd_warn("mongo: %s unreachable (%s): requests fail at once with 503 "
+             "until it answers a ping", mg->redacted, e->message);
+    pthread_mutex_lock(&mg->brk_lock);
+    pthread_cond_signal(&mg->brk_cond);
+    pthread_mutex_unlock(&mg->brk_lock);
+}
+
+enum ipd_err ipd_mongo_gate(struct ipd_mongo *mg)
+{
+    return atomic_load(&mg->down) ? IPD_ERR_UNAVAILABLE : IPD_OK;
+}
+
 enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
                            struct ipd_mongo **out)
+{
+    return ipd_mongo_new_with(uri, connect_timeout_ms, 0, out);
+}
+
+enum ipd_err ipd_mongo_new_with(const char *uri, int64_t connect_timeout_ms,
+                                int64_t op_timeout_ms,
+                                struct ipd_mongo **out)
 {
     struct ipd_mongo *mg = NULL;
     bson_error_t err;
@@ -207,6 +288,9 @@ enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
     *out = NULL;
     pthread_once(&init_once, driver_init);
     mg = ipd_xcalloc(1, sizeof(*mg));
+    atomic_init(&mg->down, false);
+    pthread_mutex_init(&mg->brk_lock, NULL);
+    pthread_cond_init(&mg->brk_cond, NULL);
     mg->redacted = ipd_redact_uri(uri ? uri : "");
     if (!uri) {
         rc = IPD_ERR_INVALID;
@@ -219,7 +303,8 @@ enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
         goto out;
     }
     mg->op_timeout_ms = mongoc_uri_get_option_as_int32(
-        mg->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, DEFAULT_OP_TIMEOUT_MS);
+        mg->uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
+        clamp_i32(op_timeout_ms > 0 ? op_timeout_ms : DEFAULT_OP_TIMEOUT_MS));
     uri_apply_defaults(mg->uri, mg->op_timeout_ms);
     db = mongoc_uri_get_database(mg->uri);
     mg->db = ipd_xstrdup(db && db[0] ? db : DEFAULT_DB);
@@ -238,6 +323,11 @@ enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
     rc = probe(mg, connect_timeout_ms);
     if (rc)
         goto out;
+    if (pthread_create(&mg->monitor, NULL, monitor_main, mg)) {
+        rc = IPD_ERR_INTERNAL;
+        goto out;
+    }
+    mg->monitor_started = true;
     *out = mg;
     mg = NULL;
 out:
@@ -249,6 +339,15 @@ void ipd_mongo_free(struct ipd_mongo *mg)
 {
     if (!mg)
         return;
+    if (mg->monitor_started) {
+        pthread_mutex_lock(&mg->brk_lock);
+        mg->stop = true;
+        pthread_cond_signal(&mg->brk_cond);
+        pthread_mutex_unlock(&mg->brk_lock);
+        pthread_join(mg->monitor, NULL);
+    }
+    pthread_mutex_destroy(&mg->brk_lock);
+    pthread_cond_destroy(&mg->brk_cond);
     /* Every popped client must be back by now (the stores are freed
      * first); the pool destroys them. */
     mongoc_client_pool_destroy(mg->pool);
@@ -265,11 +364,13 @@ mongoc_client_t *ipd__mongo_pop(struct ipd_mongo *mg)
     /* pop only fails when the pool was created without error checking of
      * its URI, which ipd_mongo_new did. */
     IPD_ASSERT(c != NULL);
+    tls_held = mg;
     return c;
 }
 
 void ipd__mongo_push(struct ipd_mongo *mg, mongoc_client_t *c)
 {
+    tls_held = NULL;
     if (c)
         mongoc_client_pool_push(mg->pool, c);
 }
@@ -310,6 +411,8 @@ enum ipd_err ipd__mongo_err(const bson_error_t *e, const char *what)
     case MONGOC_ERROR_SERVER_SELECTION:
     case MONGOC_ERROR_STREAM:
         rc = IPD_ERR_UNAVAILABLE;
+        if (tls_held)
+            trip(tls_held, e);
         break;
     case MONGOC_ERROR_SERVER:
     case MONGOC_ERROR_WRITE_CONCERN:
@@ -317,6 +420,8 @@ enum ipd_err ipd__mongo_err(const bson_error_t *e, const char *what)
     case MONGOC_ERROR_COLLECTION:
         if (e->code == 11000 || e->code == 11001 || e->code == 12582)
             rc = IPD_ERR_CONFLICT; /* duplicate key */
+        else if (e->code == 14031) /* OutOfDiskSpace */
+            rc = IPD_ERR_NO_SPACE;
         else if (server_code_transient(e->code))
             rc = IPD_ERR_UNAVAILABLE;
         break;
@@ -334,11 +439,14 @@ enum ipd_err ipd__mongo_err(const bson_error_t *e, const char *what)
 
 enum ipd_err ipd_mongo_ping(struct ipd_mongo *mg)
 {
-    mongoc_client_t *c = ipd__mongo_pop(mg);
+    mongoc_client_t *c = NULL;
     bson_t cmd = BSON_INITIALIZER;
     bson_error_t err;
-    enum ipd_err rc = IPD_OK;
+    enum ipd_err rc = ipd_mongo_gate(mg);
 
+    if (rc)
+        return rc;
+    c = ipd__mongo_pop(mg);
     BSON_APPEND_INT32(&cmd, "ping", 1);
     if (!mongoc_client_command_simple(c, "admin", &cmd, NULL, NULL, &err))
         rc = ipd__mongo_err(&err, "ping");

@@ -29,8 +29,25 @@ struct ipd_mongo;
  */
 enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
                            struct ipd_mongo **out);
+/*
+ * ipd_mongo_new with op_timeout_ms (> 0) as the bound of one operation
+ * instead of 5000 (`--mongo-timeout`); the URI's own options still win.
+ *
+ * The breaker: when an operation finds the server unreachable (server
+ * selection or a broken connection), the connection is marked down, and
+ * until a background ping (every 250 ms, each bounded by op_timeout_ms)
+ * gets an answer, ipd_mongo_gate fails at once instead of every request
+ * waiting out the driver's timeouts on an HTTP event thread.
+ */
+enum ipd_err ipd_mongo_new_with(const char *uri, int64_t connect_timeout_ms,
+                                int64_t op_timeout_ms,
+                                struct ipd_mongo **out);
+/* IPD_ERR_UNAVAILABLE while the breaker is open, else IPD_OK.  Never
+ * waits; any thread. */
+enum ipd_err ipd_mongo_gate(struct ipd_mongo *mg);
 void ipd_mongo_free(struct ipd_mongo *mg); /* NULL is fine */
-/* IPD_OK when the server answers a ping now. */
+/* IPD_OK when the server answers a ping now; IPD_ERR_UNAVAILABLE at once
+ * while the breaker is open. */
 enum ipd_err ipd_mongo_ping(struct ipd_mongo *mg);
 /* The database name in use. */
 const char *ipd_mongo_database(const struct ipd_mongo *mg);

@@ -28,6 +28,7 @@ const char *ipd_err_name(enum ipd_err err)
     case IPD_ERR_BUSY: return "busy";
     case IPD_ERR_UPSTREAM: return "upstream_error";
     case IPD_ERR_UPSTREAM_TIMEOUT: return "upstream_timeout";
+    case IPD_ERR_NO_SPACE: return "no_space";
     }
     return "unknown";
 }

@@ -39,6 +39,7 @@ enum ipd_err {
     IPD_ERR_BUSY = 14,         /* a queue or table is full; retry later */
     IPD_ERR_UPSTREAM = 15,     /* a remote server failed or answered non-2xx */
     IPD_ERR_UPSTREAM_TIMEOUT = 16, /* a remote server ran out of time */
+    IPD_ERR_NO_SPACE = 17,     /* the disk (or the database's) is full */
 };
 
 /* A short stable name for an error ("not_found"); never NULL, static. */

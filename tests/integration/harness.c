@@ -240,11 +240,12 @@ size_t itest_list_files(const char *dir, char ***out)
 }
 
 /* Files of the data dir that are not user data: the admin key, the
- * SQLite database, the venv (its lock, generations and pip cache), the
- * executor's matplotlib font cache. */
+ * SQLite database, the delete reserve, the venv (its lock, generations
+ * and pip cache), the executor's matplotlib font cache. */
 static bool not_user_data(const char *f)
 {
     return !strcmp(f, "admin.key") || !strncmp(f, "meta.db", 7) ||
+           !strcmp(f, ".space-reserve") ||
            !strncmp(f, "venv/", 5) || !strncmp(f, "mplcache/", 9);
 }
 

@@ -14,6 +14,15 @@
  * succeed, and the store holds exactly the acknowledged files: every
  * GridFS file has its metadata, every record downloads with its sha256,
  * no chunks without a file.
+ *
+ * fast_failure: with --mongo-timeout 2s and no timeouts in the URI, the
+ * database is SIGKILLed: /healthz answers within a second while uploads
+ * are in flight, each of them gets 503 within 5 s, /readyz answers 503 at
+ * once; keys the store vouched for lately still authenticate (the key
+ * cache: the admin's /metrics works, a listing fails only at the store),
+ * a key revoked before the outage stays refused, and past the cache's
+ * lifetime no key authenticates (503).  After the restart all works and
+ * the revoked key is 401.
  */
 #include "harness.h"
 
@@ -64,8 +73,9 @@ static void mongo_stop_at_exit(void)
     mongo_state = NULL;
 }
 
-/* Start the private server; its URI (new) or NULL after saying why. */
-static char *mongo_private_start(void)
+/* Start the private server; its URI (new, with query appended when not
+ * NULL) or NULL after saying why. */
+static char *mongo_private_start(const char *query)
 {
     const char *base = getenv("TMPDIR");
     char *dir = itest_fmt("%s/interpd-mongo-faults-XXXXXX",
@@ -100,8 +110,7 @@ static char *mongo_private_start(void)
     }
     while (len && (base_uri[len - 1] == '\n' || base_uri[len - 1] == ' '))
         base_uri[--len] = 0;
-    char *uri = itest_mongo_uri_with_db(base_uri, "interpd_faults",
-                                        "serverSelectionTimeoutMS=1000");
+    char *uri = itest_mongo_uri_with_db(base_uri, "interpd_faults", query);
     free(base_uri);
     return uri;
 }
@@ -525,7 +534,7 @@ static void run_outage(const char *uri)
 static void database_outage(void)
 {
     int mark = test__failed_checks;
-    char *uri = mongo_private_start();
+    char *uri = mongo_private_start("serverSelectionTimeoutMS=1000");
     CHECKF(uri != NULL, "no private MongoDB server for the fault test");
     if (uri)
         run_outage(uri);
@@ -541,4 +550,218 @@ static void database_outage(void)
     free(uri);
 }
 
-TEST_MAIN(T(database_outage))
+/* ---- fast failure: liveness, bounded 503s, the key cache ---- */
+
+#define MONGO_TIMEOUT_S 2   /* --mongo-timeout */
+#define KEY_CACHE_TTL_S 10  /* --key-cache-ttl */
+#define NSTUCK 6            /* uploads in flight while /healthz is asked */
+#define HEALTHZ_MAX_S 1.0   /* liveness answers well within this */
+#define REFUSE_MAX_S 5.0    /* --mongo-timeout 2s: a 503 within this */
+
+struct timed {
+    struct itest_server *s;
+    const char *key;
+    int idx;
+    long status;  /* OUT */
+    double secs;  /* OUT */
+    char body[256]; /* OUT */
+};
+
+static void *timed_upload(void *arg)
+{
+    struct timed *t = arg;
+    struct upload u = {.seed = (uint32_t)(7000 + t->idx), .len = 1 << 20};
+    snprintf(u.user, sizeof(u.user), "s%d", t->idx);
+    struct itest_resp r;
+    double t0 = itest_now();
+    upload(t->s, t->key, &u, &r);
+    t->secs = itest_now() - t0;
+    t->status = r.status;
+    snprintf(t->body, sizeof(t->body), "%s", r.body);
+    itest_resp_release(&r);
+    return NULL;
+}
+
+/* GET path with key (and a user); the answer's time into *secs. */
+static long timed_get(struct itest_server *s, const char *path,
+                      const char *key, struct itest_resp *r, double *secs)
+{
+    struct itest_req rq = {0};
+    rq.path = path;
+    rq.key = key;
+    rq.user_id = key ? "u1" : NULL;
+    rq.timeout_ms = REQ_TIMEOUT_MS;
+    double t0 = itest_now();
+    long st = itest_do(s, &rq, r);
+    if (secs)
+        *secs = itest_now() - t0;
+    return st;
+}
+
+/* A 503 whose message shows the request passed authentication and failed
+ * at the store (not "checking the API key"). */
+static void check_backend_503(const struct itest_resp *r)
+{
+    const char *msg = itest_json_str(r->json, "error.message");
+    CHECK_STATUS(r, 503);
+    CHECKF(msg && !strstr(msg, "API key"),
+           "want a 503 from the store, after the key was accepted: %s",
+           r->body);
+}
+
+static void outage_while_stuck(struct itest_server *s, const char *key)
+{
+    struct timed t[NSTUCK];
+    pthread_t th[NSTUCK];
+    for (int i = 0; i < NSTUCK; i++) {
+        t[i] = (struct timed){.s = s, .key = key, .idx = i};
+        if (pthread_create(&th[i], NULL, timed_upload, &t[i]))
+            abort();
+    }
+    /* Liveness, asked again and again while the uploads are in flight. */
+    double worst = 0;
+    struct itest_resp r;
+    for (int i = 0; i < 5; i++) {
+        double secs;
+        timed_get(s, "/healthz", NULL, &r, &secs);
+        CHECK_STATUS(&r, 200);
+        itest_resp_release(&r);
+        if (secs > worst)
+            worst = secs;
+    }
+    CHECKF(worst < HEALTHZ_MAX_S, "/healthz took %.3f s during the outage "
+                                  "(want < %.1f s)", worst, HEALTHZ_MAX_S);
+    double slowest = 0;
+    for (int i = 0; i < NSTUCK; i++) {
+        pthread_join(th[i], NULL);
+        if (t[i].secs > slowest)
+            slowest = t[i].secs;
+        CHECKF(t[i].status == 503, "upload %d during the outage: status "
+                                   "%ld: %s", i, t[i].status, t[i].body);
+        CHECKF(t[i].secs < REFUSE_MAX_S, "upload %d got its %ld after "
+                                         "%.2f s (want < %.1f s)",
+               i, t[i].status, t[i].secs, REFUSE_MAX_S);
+    }
+    printf("     during the outage: /healthz at most %.3f s, uploads "
+           "refused within %.3f s\n", worst, slowest);
+    double secs;
+    timed_get(s, "/readyz", NULL, &r, &secs);
+    CHECK_STATUS(&r, 503);
+    CHECKF(secs < HEALTHZ_MAX_S, "/readyz took %.3f s during the outage",
+           secs);
+    itest_resp_release(&r);
+}
+
+static void run_fast_failure(const char *uri)
+{
+    char ttl[16];
+    snprintf(ttl, sizeof(ttl), "%ds", KEY_CACHE_TTL_S);
+    char mto[16];
+    snprintf(mto, sizeof(mto), "%ds", MONGO_TIMEOUT_S);
+    const char *args[] = {"--mongo-timeout", mto, "--key-cache-ttl", ttl,
+                          "--threads", "2", NULL};
+    struct itest_opts o = {.mongo_uri = uri, .args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    char *key = NULL, *gone = NULL, *gone_id = NULL;
+    REQUIRE(itest_create_key(s, "acme", false, &key, NULL));
+    REQUIRE(itest_create_key(s, "gone", false, &gone, &gone_id));
+    struct itest_resp r;
+
+    /* Every key used once: the store vouched for each just now. */
+    double verified = itest_now();
+    timed_get(s, "/v1/files", key, &r, NULL);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    timed_get(s, "/metrics", s->admin_key, &r, NULL);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    timed_get(s, "/v1/files", gone, &r, NULL);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    /* Revoked through the store while it is up: refused at once. */
+    CHECK_INT(itest_cli(s, NULL, "keys", "revoke", gone_id, "--data-dir",
+                        s->data_dir, NULL),
+              0);
+    timed_get(s, "/v1/files", gone, &r, NULL);
+    CHECK_STATUS(&r, 401);
+    itest_resp_release(&r);
+
+    CHECK_INT(mongo_script("kill"), 0);
+    /* A recently verified key still authenticates: the admin's /metrics
+     * needs no store at all; a user's listing fails only at the store. */
+    timed_get(s, "/metrics", s->admin_key, &r, NULL);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    double secs;
+    timed_get(s, "/v1/files", key, &r, &secs);
+    check_backend_503(&r);
+    CHECKF(secs < REFUSE_MAX_S, "listing took %.2f s to fail", secs);
+    itest_resp_release(&r);
+    /* The revoked key stays refused through the outage. */
+    timed_get(s, "/v1/files", gone, &r, NULL);
+    CHECKF(r.status == 401 || r.status == 503,
+           "a revoked key during the outage: %ld %s", r.status, r.body);
+    itest_resp_release(&r);
+
+    outage_while_stuck(s, key);
+
+    /* Past the cache's lifetime no key authenticates without the store:
+     * 503 (retry later), never 200. */
+    itest_sleep_until(verified + KEY_CACHE_TTL_S + 1);
+    timed_get(s, "/metrics", s->admin_key, &r, NULL);
+    CHECK_STATUS(&r, 503);
+    itest_resp_release(&r);
+    timed_get(s, "/v1/files", key, &r, NULL);
+    CHECK_STATUS(&r, 503);
+    itest_resp_release(&r);
+
+    /* Back: ready again (poll, bounded), and everything works. */
+    CHECK_INT(mongo_script("restart"), 0);
+    bool ready = false;
+    double deadline = itest_now() + 30;
+    while (!ready && itest_now() < deadline) {
+        simple_get(s, "/readyz", &r);
+        ready = r.status == 200;
+        itest_resp_release(&r);
+        if (!ready)
+            itest_sleep_until(itest_now() + 0.1);
+    }
+    CHECKF(ready, "/readyz not 200 within 30 s of the database's restart");
+    struct upload u = {.seed = 9999, .len = 4096, .user = "u1"};
+    upload(s, key, &u, &r);
+    CHECK_STATUS(&r, 201);
+    itest_resp_release(&r);
+    timed_get(s, "/v1/files", gone, &r, NULL);
+    CHECK_STATUS(&r, 401);
+    itest_resp_release(&r);
+    timed_get(s, "/metrics", s->admin_key, &r, NULL);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    free(key);
+    free(gone);
+    free(gone_id);
+    itest_stop(s);
+}
+
+static void fast_failure(void)
+{
+    int mark = test__failed_checks;
+    /* No timeouts in the URI: --mongo-timeout bounds every operation. */
+    char *uri = mongo_private_start(NULL);
+    CHECKF(uri != NULL, "no private MongoDB server for the fault test");
+    if (uri)
+        run_fast_failure(uri);
+    int stop_code = mongo_state ? mongo_script("stop") : 0;
+    CHECK_INT(stop_code, 0);
+    if (mongo_state && test__failed_checks == mark)
+        itest_rm_rf(mongo_state);
+    else if (mongo_state)
+        fprintf(stderr, "keeping the private MongoDB state in %s\n",
+                mongo_state);
+    free(mongo_state);
+    mongo_state = NULL;
+    free(uri);
+}
+
+TEST_MAIN(T(database_outage), T(fast_failure))
