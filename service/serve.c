@@ -170,6 +170,8 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->file_ttl_ms = cfg->file_ttl_ms;
     o->quota.max_files = cfg->quota_files;
     o->quota.max_bytes = cfg->quota_bytes;
+    o->tenant_quota.max_files = cfg->tenant_quota_files;
+    o->tenant_quota.max_bytes = cfg->tenant_quota_bytes;
     for (size_t i = 0; i < cfg->n_policies; i++) {
         const struct ipd_policy *p = &cfg->policies[i];
         struct ipd_exec_policy *e = &o->policies[i];
