@@ -488,6 +488,8 @@ static enum ipd_err open_executions(struct server *sv)
         .metrics = sv->app.metrics,
         .result_ttl_ms = cfg->result_ttl_ms,
         .callbacks = sv->callbacks,
+        .data_dir = cfg->data_dir,
+        .tenant_results_max_bytes = cfg->async_results_max_bytes,
     };
     if (ipd_exec_pool_new(sv->executor, &po, &sv->app.exec)) {
         ipd_error("executions are unavailable: no worker threads");
