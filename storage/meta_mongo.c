@@ -47,7 +47,10 @@
  * two inserts never wait for each other's second lock.  Holding both it
  * sums the user's files and the tenant's (all its users), checks, inserts.
  * The tenant's lock serialises that tenant's quota inserts on every node;
- * other tenants are not held up.
+ * other tenants are not held up.  NEEDSWORK: the tenant's sum reads one
+ * small document per live file of the tenant (up to tenant-quota-files)
+ * at each insert; a counter document would be O(1), but files expire by
+ * time without a write, so it would need the sweep to keep it true.
  *
  * A holder that dies (crash, kill -9, network lost before the delete)
  * leaves its lock behind.  Each lock carries expires_at = wall clock +

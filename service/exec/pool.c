@@ -88,8 +88,8 @@ struct pool_job {
     ipd_exec_done_fn done;
     void *ctx;
     bool table_full;           /* admission refused: the result table */
-    int64_t tenant_full;       /* admission refused: the tenant holds
-                                  this many bytes of results (0: not) */
+    bool tenant_full;          /* admission refused: the tenant's bound */
+    int64_t tenant_held;       /* the bytes of results it holds */
 };
 
 struct ipd_exec_job *ipd_exec_job_new(void)
@@ -298,10 +298,12 @@ static char *keep_result(struct ipd_exec_pool *p, struct ipd_exec_job *j,
     json_t *result = j->result;
     char *text = NULL;
     j->result = NULL; /* ours now: freed as soon as it is written */
-    if (j->rc != IPD_OK)
+    if (j->rc != IPD_OK) {
+        json_decref(result);
         result = failure_result(j, ipd_exec_error_type(j->rc),
                                 j->detail.len ? j->detail.buf
                                               : ipd_err_name(j->rc));
+    }
     enum ipd_err rc = ipd_results_write(p->results, j->exec_id, result,
                                         bytes);
     json_decref(result);
@@ -495,7 +497,8 @@ static enum ipd_err admit_async(void *arg)
         pj->table_full = true;
         rc = IPD_ERR_BUSY;
     } else if (p->tenant_max_bytes >= 0 && held >= p->tenant_max_bytes) {
-        pj->tenant_full = held > 0 ? held : 1;
+        pj->tenant_full = true;
+        pj->tenant_held = held;
         rc = IPD_ERR_BUSY;
     } else {
         struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
@@ -530,7 +533,7 @@ static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
                      "take %lld bytes, its limit is %lld; retry when older "
                      "ones expire (after %lld s) or ask for a synchronous "
                      "execution",
-                     (long long)pj->tenant_full,
+                     (long long)pj->tenant_held,
                      (long long)p->tenant_max_bytes,
                      (long long)(p->result_ttl_ms / 1000));
     } else {
