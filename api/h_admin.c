@@ -4,6 +4,7 @@
  * others).
  */
 #include <pthread.h>
+#include <stdlib.h>
 
 #include "../scheduler/scheduler.h"
 #include "../scheduler/sweep.h"
@@ -79,6 +80,38 @@ static json_t *disk_json(struct ipd_app *app)
                         json_boolean(app->space &&
                                      ipd_space_reserved(app->space)));
     return d;
+}
+
+#define STATUS_TENANTS_MAX 100 /* tenants listed, most bytes first */
+
+/* "tenants": the tenants with the most stored bytes, each with its usage
+ * and the tenant quota; "tenants_truncated" when more have files.  null
+ * (and "metadata" degraded, once) when the store cannot say. */
+static void tenants_status(struct ipd_app *app, int64_t now, json_t *st,
+                           json_t *degraded, bool meta_down)
+{
+    const struct ipd_config *cfg = app->cfg;
+    struct ipd_tenant_usage *t =
+        ipd_xcalloc(STATUS_TENANTS_MAX, sizeof(*t));
+    size_t n = 0;
+    bool more = false;
+    enum ipd_err rc =
+        ipd_meta_tenant_usage(app->meta, now, STATUS_TENANTS_MAX, t, &n,
+                              &more);
+    json_t *list = rc ? json_null() : json_array();
+    if (rc && !meta_down)
+        json_array_append_new(degraded, json_string("metadata"));
+    for (size_t i = 0; !rc && i < n; i++)
+        json_array_append_new(
+            list, json_pack("{s:s, s:I, s:I, s:I, s:I}", "tenant",
+                            t[i].tenant, "files", (json_int_t)t[i].files,
+                            "bytes", (json_int_t)t[i].bytes, "quota_files",
+                            (json_int_t)cfg->tenant_quota_files,
+                            "quota_bytes",
+                            (json_int_t)cfg->tenant_quota_bytes));
+    json_object_set_new(st, "tenants", list);
+    json_object_set_new(st, "tenants_truncated", json_boolean(more));
+    free(t);
 }
 
 /*
@@ -160,6 +193,7 @@ static void admin_status(struct ipd_req *r)
     json_object_set_new(st, "url_fetches",
                         json_pack("{s:I, s:I}", "running", (json_int_t)fr,
                                   "queued", (json_int_t)fq));
+    tenants_status(app, now, st, degraded, rc != IPD_OK);
     json_object_set_new(st, "jobs", app->sched
                                         ? ipd_scheduler_status_json(app->sched)
                                         : json_null());

@@ -13,6 +13,7 @@
  */
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "../service/common/util.h"
 #include "../service/exec/pool.h"
@@ -367,23 +368,68 @@ const struct ipd_handler ipd_h_executions_create = {
     .cleanup = executions_cleanup,
 };
 
+/* The reply of a lookup, streamed: head, the result file, tail. */
+static ssize_t read_reply(void *cls, uint64_t pos, char *buf, size_t max)
+{
+    struct ipd_exec_reply *x = cls;
+    uint64_t head = x->head.len, file = (uint64_t)x->len;
+    size_t n = 0;
+    if (pos < head) {
+        n = (size_t)(head - pos) < max ? (size_t)(head - pos) : max;
+        memcpy(buf, x->head.buf + pos, n);
+        return (ssize_t)n;
+    }
+    if (pos < head + file) {
+        size_t want = (size_t)(head + file - pos) < max
+                          ? (size_t)(head + file - pos)
+                          : max;
+        ssize_t got = pread(x->fd, buf, want, (off_t)(pos - head));
+        /* The file was complete when opened and is never rewritten: a
+         * short read is an I/O error, which ends the response. */
+        return got > 0 ? got : MHD_CONTENT_READER_END_WITH_ERROR;
+    }
+    pos -= head + file;
+    if (pos >= x->tail.len)
+        return MHD_CONTENT_READER_END_OF_STREAM;
+    n = (size_t)(x->tail.len - pos) < max ? (size_t)(x->tail.len - pos) : max;
+    memcpy(buf, x->tail.buf + pos, n);
+    return (ssize_t)n;
+}
+
+static void free_reply(void *cls)
+{
+    ipd_exec_reply_release(cls);
+    free(cls);
+}
+
 /* GET /v1/executions/{id}: the caller's own asynchronous executions. */
 static void executions_get(struct ipd_req *r)
 {
     struct ipd_exec_pool *p = r->app->exec;
-    json_t *out = NULL;
-    if (!p) {
-        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such execution");
-        return;
-    }
-    out = ipd_exec_pool_lookup(p, r->param, r->key.tenant, r->user_id);
-    if (!out) {
+    struct ipd_exec_reply *x = ipd_xcalloc(1, sizeof(*x));
+    enum ipd_err rc = IPD_ERR_NOT_FOUND;
+    ipd_exec_reply_init(x);
+    if (p)
+        rc = ipd_exec_pool_lookup(p, r->param, r->key.tenant, r->user_id, x);
+    if (rc == IPD_ERR_NOT_FOUND)
         ipd_reply_code(r, IPD_HE_NOT_FOUND,
                         "no such execution (results are kept for a limited "
                         "time)");
+    else if (rc)
+        ipd_reply_failure(r, rc, NULL, "reading the result");
+    if (rc) {
+        free_reply(x);
         return;
     }
-    ipd_reply_json(r, MHD_HTTP_OK, out);
+    uint64_t len = x->head.len + (uint64_t)x->len + x->tail.len;
+    struct MHD_Response *resp =
+        MHD_create_response_from_callback(len, 64 * 1024, read_reply, x,
+                                          free_reply);
+    IPD_ASSERT(resp);
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
+                            "application/json");
+    MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
+    ipd_reply_response(r, MHD_HTTP_OK, resp, len);
 }
 
 const struct ipd_handler ipd_h_executions_get = {

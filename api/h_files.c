@@ -203,12 +203,51 @@ static bool content_type_is(const char *ct, const char *want)
            (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
+/* The configured quota: the user's limits in *q, pointing at the
+ * tenant's in *t (all of the tenant's users together). */
+static void cfg_quota(const struct ipd_config *cfg, struct ipd_quota *q,
+                      struct ipd_quota *t)
+{
+    *t = (struct ipd_quota){cfg->tenant_quota_files, cfg->tenant_quota_bytes,
+                            NULL};
+    *q = (struct ipd_quota){cfg->quota_files, cfg->quota_bytes, t};
+}
+
+/* The early quota check before a body of size bytes (0: not known yet)
+ * is received: IPD_ERR_QUOTA with the message in msg when the user's or
+ * the tenant's quota has no room for it. */
+static enum ipd_err quota_room(struct ipd_req *r, int64_t size, char *msg,
+                               size_t n)
+{
+    struct ipd_quota q, t;
+    const char *full = NULL;
+    cfg_quota(r->app->cfg, &q, &t);
+    enum ipd_err rc = ipd_meta_quota_full(r->app->meta, &q, r->key.tenant,
+                                          r->user_id, size, ipd_now_ms(),
+                                          &full);
+    if (!rc && full) {
+        ipd_quota_message(&q, full, msg, n);
+        rc = IPD_ERR_QUOTA;
+    }
+    return rc;
+}
+
+/* The message of a 507 after the insert refused a file of size bytes:
+ * the insert does not say which quota it was, so look again.  NULL
+ * (the generic message) when neither is full any more. */
+static const char *quota_refusal(struct ipd_req *r, int64_t size, char *msg,
+                                 size_t n)
+{
+    return quota_room(r, size, msg, n) == IPD_ERR_QUOTA ? msg : NULL;
+}
+
 static void upload_begin(struct ipd_req *r)
 {
     const struct ipd_config *cfg = r->app->cfg;
     const char *ct = ipd_req_header(r, MHD_HTTP_HEADER_CONTENT_TYPE);
     const char *cl = ipd_req_header(r, MHD_HTTP_HEADER_CONTENT_LENGTH);
-    int64_t length = -1, count = 0, bytes = 0;
+    int64_t length = -1;
+    char msg[256];
     struct upload *u = ipd_xcalloc(1, sizeof(*u));
     r->state = u;
     ipd_buf_init(&u->part_name, PART_NAME_MAX);
@@ -235,18 +274,13 @@ static void upload_begin(struct ipd_req *r)
                         (long long)length, (long long)cfg->max_file_size);
         return;
     }
-    enum ipd_err rc = ipd_meta_file_usage(r->app->meta, r->key.tenant,
-                                          r->user_id, ipd_now_ms(), &count,
-                                          &bytes);
-    if (rc) {
-        ipd_reply_failure(r, rc, NULL, "checking the quota");
-        return;
-    }
     /* The size is known early only for a raw body with Content-Length. */
-    struct ipd_quota q = {cfg->quota_files, cfg->quota_bytes};
-    if (ipd_quota_exceeded(&q, count, bytes,
-                           u->kind == UP_RAW && length > 0 ? length : 0)) {
-        ipd_reply_failure(r, IPD_ERR_QUOTA, NULL, "uploading");
+    enum ipd_err rc = quota_room(r, u->kind == UP_RAW && length > 0 ? length
+                                                                   : 0,
+                                 msg, sizeof(msg));
+    if (rc) {
+        ipd_reply_failure(r, rc, rc == IPD_ERR_QUOTA ? msg : NULL,
+                          "checking the quota");
         return;
     }
     /* While the delete reserve is spent the disk is full: refuse before
@@ -425,7 +459,8 @@ static enum ipd_err store_upload(struct ipd_req *r, struct ipd_blob_writer **w,
         *what = "storing the upload";
         return rc;
     }
-    struct ipd_quota q = {app->cfg->quota_files, app->cfg->quota_bytes};
+    struct ipd_quota q, t;
+    cfg_quota(app->cfg, &q, &t);
     rc = ipd_meta_file_insert(app->meta, f, &q, f->created_at_ms);
     if (rc) {
         /* No metadata, no bytes: never leave an orphan behind. */
@@ -488,7 +523,7 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     const struct ipd_config *cfg = r->app->cfg;
     struct ipd_fetch_result res;
     struct ipd_buf err;
-    int64_t count = 0, bytes = 0;
+    char msg[sizeof(u->errmsg)];
     enum ipd_err rc;
     ipd_fetch_result_init(&res);
     ipd_buf_init(&err, 512);
@@ -499,12 +534,10 @@ static void ingest_run(struct ipd_req *r, bool stopping)
         goto out;
     }
 
-    rc = ipd_meta_file_usage(r->app->meta, r->key.tenant, r->user_id,
-                             ipd_now_ms(), &count, &bytes);
-    if (!rc) {
-        struct ipd_quota q = {cfg->quota_files, cfg->quota_bytes};
-        if (ipd_quota_exceeded(&q, count, bytes, 0))
-            rc = IPD_ERR_QUOTA;
+    rc = quota_room(r, 0, msg, sizeof(msg));
+    if (rc == IPD_ERR_QUOTA) {
+        ingest_fail(u, rc, msg);
+        goto out;
     }
     if (!rc)
         rc = ipd_blob_writer_new(r->app->blobs, u->file_id,
@@ -541,7 +574,9 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     const char *what = NULL;
     rc = store_upload(r, &u->w, u->file_id, "url", u->ttl_ms, &u->f, &what);
     u->ingest_rc = rc;
-    if (rc)
+    if (rc == IPD_ERR_QUOTA && quota_refusal(r, u->f.size, msg, sizeof(msg)))
+        ingest_fail(u, rc, msg);
+    else if (rc)
         snprintf(u->errmsg, sizeof(u->errmsg), "%s", what);
 out:
     ipd_fetch_result_release(&res);
@@ -679,7 +714,12 @@ static void upload_finish(struct ipd_req *r)
     const char *what = NULL;
     rc = store_upload(r, &u->w, u->file_id, "upload", ttl_ms, &f, &what);
     if (rc) {
-        ipd_reply_failure(r, rc, NULL, what);
+        char msg[256];
+        ipd_reply_failure(r, rc,
+                          rc == IPD_ERR_QUOTA
+                              ? quota_refusal(r, f.size, msg, sizeof(msg))
+                              : NULL,
+                          what);
         return;
     }
     reply_file(r, MHD_HTTP_CREATED, &f);

@@ -54,7 +54,7 @@ static void file_rec(struct ipd_file_meta *f, const char *user, int64_t t)
 /* Times of n operations of each kind into t[op][i]. */
 static int run(struct ipd_meta *m, int n, double *t[OPS])
 {
-    struct ipd_quota q = {-1, -1};
+    struct ipd_quota q = {-1, -1, NULL};
     struct ipd_file_meta f, out;
     struct ipd_file_list list = {0};
     int64_t now = ipd_now_ms();

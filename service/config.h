@@ -33,6 +33,8 @@ struct ipd_config {
     int64_t max_file_size;   /* bytes */
     int64_t quota_files;     /* per user; < 0 unlimited */
     int64_t quota_bytes;     /* per user; < 0 unlimited */
+    int64_t tenant_quota_files; /* per tenant (all its users); < 0 unlimited */
+    int64_t tenant_quota_bytes; /* per tenant (all its users); < 0 unlimited */
     int64_t threads;         /* HTTP worker threads */
     int64_t max_connections;
     int64_t connection_timeout_ms; /* idle connection timeout */
@@ -75,6 +77,7 @@ struct ipd_config {
     int64_t fetch_timeout_ms;
     int64_t fetch_max_redirects;
     int64_t result_ttl_ms;   /* async results are kept this long */
+    int64_t async_results_max_bytes; /* async results held per tenant */
     int64_t callback_retry_delay_ms; /* first retry; doubles after */
     int64_t callback_secret_grace_ms; /* the previous callback secret
                                          still signs this long after a

@@ -171,6 +171,8 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->quota.max_bytes = cfg->quota_bytes;
     memcpy(o->policies, cfg->policies,
            cfg->n_policies * sizeof(cfg->policies[0]));
+    o->tenant_quota.max_files = cfg->tenant_quota_files;
+    o->tenant_quota.max_bytes = cfg->tenant_quota_bytes;
     o->n_policies = cfg->n_policies;
     o->python = cfg->python;
     o->prelude_dir = cfg->prelude_dir;
@@ -479,6 +481,8 @@ static enum ipd_err open_executions(struct server *sv)
         .metrics = sv->app.metrics,
         .result_ttl_ms = cfg->result_ttl_ms,
         .callbacks = sv->callbacks,
+        .data_dir = cfg->data_dir,
+        .tenant_results_max_bytes = cfg->async_results_max_bytes,
     };
     if (ipd_exec_pool_new(sv->executor, &po, &sv->app.exec)) {
         ipd_error("executions are unavailable: no worker threads");

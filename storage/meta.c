@@ -52,6 +52,71 @@ bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count,
            (size > q->max_bytes || bytes > q->max_bytes - size);
 }
 
+bool ipd_quota_limits_tenant(const struct ipd_quota *q)
+{
+    return q && q->tenant &&
+           (q->tenant->max_files >= 0 || q->tenant->max_bytes >= 0);
+}
+
+bool ipd_quota_limits(const struct ipd_quota *q)
+{
+    return q && (q->max_files >= 0 || q->max_bytes >= 0 ||
+                 ipd_quota_limits_tenant(q));
+}
+
+enum ipd_err ipd_meta_quota_full(struct ipd_meta *m,
+                                 const struct ipd_quota *q,
+                                 const char *tenant, const char *user_id,
+                                 int64_t size, int64_t now_ms,
+                                 const char **full)
+{
+    int64_t count = 0, bytes = 0;
+    enum ipd_err rc = IPD_OK;
+
+    *full = NULL;
+    if (q && (q->max_files >= 0 || q->max_bytes >= 0)) {
+        rc = ipd_meta_file_usage(m, tenant, user_id, now_ms, &count, &bytes);
+        if (!rc && ipd_quota_exceeded(q, count, bytes, size))
+            *full = "user";
+    }
+    if (!rc && !*full && ipd_quota_limits_tenant(q)) {
+        rc = ipd_meta_file_usage(m, tenant, NULL, now_ms, &count, &bytes);
+        if (!rc && ipd_quota_exceeded(q->tenant, count, bytes, size))
+            *full = "tenant";
+    }
+    return rc;
+}
+
+void ipd_quota_message(const struct ipd_quota *q, const char *full,
+                       char *out, size_t n)
+{
+    bool tenant = full && !strcmp(full, "tenant") && q && q->tenant;
+    const struct ipd_quota *l = tenant ? q->tenant : q;
+    char files[48] = "", bytes[48] = "";
+
+    if (l && l->max_files >= 0)
+        snprintf(files, sizeof(files), "at most %lld files",
+                 (long long)l->max_files);
+    if (l && l->max_bytes >= 0)
+        snprintf(bytes, sizeof(bytes), "at most %lld bytes",
+                 (long long)l->max_bytes);
+    snprintf(out, n, "%s (%s%s%s%s)",
+             tenant ? "the tenant's storage quota is exhausted"
+                    : "the user's storage quota is exhausted",
+             files, files[0] && bytes[0] ? ", " : "", bytes,
+             tenant ? " for all of the tenant's users together" : "");
+}
+
+enum ipd_err ipd_meta_tenant_usage(struct ipd_meta *m, int64_t now_ms,
+                                   size_t limit,
+                                   struct ipd_tenant_usage *out, size_t *n,
+                                   bool *more)
+{
+    *n = 0;
+    *more = false;
+    return m->ops->tenant_usage(m, now_ms, limit, out, n, more);
+}
+
 void ipd_key_list_release(struct ipd_key_list *l)
 {
     if (!l)

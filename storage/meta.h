@@ -83,17 +83,36 @@ void ipd_cursor_format(const struct ipd_file_meta *f,
 /* Parse a client's cursor; false for anything this server didn't make. */
 bool ipd_cursor_parse(const char *s, struct ipd_cursor *c);
 
-/* Quota checked atomically with an insert; a limit < 0 means unlimited. */
+/* Quota checked atomically with an insert; a limit < 0 means unlimited.
+ * max_files and max_bytes bound one (tenant, user_id) scope; tenant, when
+ * set, bounds all of the tenant's users together (its max_files and
+ * max_bytes; its own tenant field is ignored), so a tenant cannot escape
+ * its quota by inventing user ids.  Zero-initialised, tenant is NULL: no
+ * tenant limit. */
 struct ipd_quota {
     int64_t max_files;
     int64_t max_bytes;
+    const struct ipd_quota *tenant; /* borrowed, or NULL */
 };
 
-/* True when a user with count files of bytes in total may not add one more
- * file of size bytes under q (limits < 0 are unlimited).  The one rule
- * every backend and the early upload check apply. */
+/* True when a scope with count files of bytes in total may not add one
+ * more file of size bytes under q's max_files and max_bytes (limits < 0
+ * are unlimited; q->tenant is not looked at).  The one rule every backend
+ * and the early checks apply, to the user's scope and to the tenant's. */
 bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count,
                         int64_t bytes, int64_t size);
+/* True when q (NULL: none) limits anything, the user's scope or the
+ * tenant's. */
+bool ipd_quota_limits(const struct ipd_quota *q);
+/* True when q has a tenant limit that limits anything. */
+bool ipd_quota_limits_tenant(const struct ipd_quota *q);
+
+/* One tenant's unexpired files (the admin status). */
+struct ipd_tenant_usage {
+    char tenant[IPD_TENANT_MAX];
+    int64_t files;
+    int64_t bytes;
+};
 
 #define IPD_KEY_NAME_MAX 128
 #define IPD_POLICY_MAX 32 /* execution policy names */
@@ -175,6 +194,9 @@ struct ipd_meta_ops {
                                 int64_t ttl_ms, bool *held);
     enum ipd_err (*lease_release)(struct ipd_meta *m, const char *name,
                                   const char *owner);
+    enum ipd_err (*tenant_usage)(struct ipd_meta *m, int64_t now_ms,
+                                 size_t limit, struct ipd_tenant_usage *out,
+                                 size_t *n, bool *more);
 };
 
 /* Base struct every backend embeds first. */
@@ -198,8 +220,9 @@ const char *ipd_meta_backend(const struct ipd_meta *m);
 enum ipd_err ipd_meta_ping(struct ipd_meta *m);
 
 /* Insert f.  With quota non-NULL, count the user's unexpired files and
- * bytes and insert only if the new totals stay within the limits
- * (IPD_ERR_QUOTA otherwise), atomically with respect to other inserts.
+ * bytes (and with quota->tenant the tenant's, all its users together) and
+ * insert only if the new totals stay within the limits (IPD_ERR_QUOTA
+ * otherwise), atomically with respect to other inserts.
  * IPD_ERR_CONFLICT when f->file_id exists. */
 enum ipd_err ipd_meta_file_insert(struct ipd_meta *m,
                                   const struct ipd_file_meta *f,
@@ -220,10 +243,34 @@ enum ipd_err ipd_meta_file_list(struct ipd_meta *m, const char *tenant,
 enum ipd_err ipd_meta_file_delete(struct ipd_meta *m, const char *tenant,
                                   const char *user_id, const char *file_id,
                                   int64_t now_ms, struct ipd_file_meta *out);
-/* The user's unexpired file count and total bytes. */
+/* The user's unexpired file count and total bytes; with user_id NULL,
+ * the tenant's (all its users together). */
 enum ipd_err ipd_meta_file_usage(struct ipd_meta *m, const char *tenant,
                                  const char *user_id, int64_t now_ms,
                                  int64_t *count, int64_t *bytes);
+/* The early quota check, before any byte is received or written: reads
+ * the user's usage (and the tenant's when q has a tenant limit) and sets
+ * *full to "user" or "tenant" (static) when that scope has no room for
+ * one more file of size bytes (0 when the size is not known yet), NULL
+ * when both have.  The insert checks again, atomically.  q NULL: no
+ * quota (*full NULL, nothing read). */
+enum ipd_err ipd_meta_quota_full(struct ipd_meta *m,
+                                 const struct ipd_quota *q,
+                                 const char *tenant, const char *user_id,
+                                 int64_t size, int64_t now_ms,
+                                 const char **full);
+/* The message of a 507 for scope full ("user" or "tenant") of q, naming
+ * its limits, into out (n bytes). */
+void ipd_quota_message(const struct ipd_quota *q, const char *full,
+                       char *out, size_t n);
+/* Up to limit tenants with unexpired files, most bytes first (ties by
+ * tenant), into out (an array of limit the caller provides); *n of them
+ * filled, *more when further tenants have files.  Reads every unexpired
+ * record: the admin status, not a request path. */
+enum ipd_err ipd_meta_tenant_usage(struct ipd_meta *m, int64_t now_ms,
+                                   size_t limit,
+                                   struct ipd_tenant_usage *out, size_t *n,
+                                   bool *more);
 /* Up to limit expired records of any scope, oldest expiry first. */
 enum ipd_err ipd_meta_file_list_expired(struct ipd_meta *m, int64_t now_ms,
                                         size_t limit,

@@ -13,7 +13,8 @@
  *                 (documents from before a field existed may lack policy,
  *                 prev_secret and secret_rotated_at: read as "standard",
  *                 "" and never)
- *   quota_locks { _id: "<tenant>/<user_id>", owner, expires_at (date) }
+ *   quota_locks { _id: "<tenant>/<user_id>" (a user's scope) or "<tenant>"
+ *                 (the tenant's), owner, expires_at (date) }
  *   leases      { _id: <random per holding>, name, owner, expires_at (date) }
  *   service_state: reserved (last cleanup, venv generation); this store
  *                 creates nothing in it.
@@ -40,7 +41,16 @@
  * scope's unexpired files, check, insert, and delete the lock by _id AND
  * owner (a random token), so we never delete a lock that was taken over.
  * Inserts without a quota (or with both limits unlimited), deletes and
- * sweeps don't take the lock: they can only lower usage.
+ * sweeps don't take the lock: they can only lower usage.  With a tenant
+ * quota the insert first takes the tenant's lock (_id "<tenant>", which
+ * no user scope's id equals), then the user's: always in that order, so
+ * two inserts never wait for each other's second lock.  Holding both it
+ * sums the user's files and the tenant's (all its users), checks, inserts.
+ * The tenant's lock serialises that tenant's quota inserts on every node;
+ * other tenants are not held up.  NEEDSWORK: the tenant's sum reads one
+ * small document per live file of the tenant (up to tenant-quota-files)
+ * at each insert; a counter document would be O(1), but files expire by
+ * time without a write, so it would need the sweep to keep it true.
  *
  * A holder that dies (crash, kill -9, network lost before the delete)
  * leaves its lock behind.  Each lock carries expires_at = wall clock +
@@ -396,12 +406,14 @@ static void append_unexpired(bson_t *b, int64_t now_ms)
     bson_append_array_end(b, &arr);
 }
 
-/* {tenant, user_id, <unexpired>} into an empty b. */
+/* {tenant, user_id, <unexpired>} into an empty b; user_id NULL: the
+ * whole tenant's. */
 static void scope_filter(bson_t *b, const char *tenant, const char *user_id,
                          int64_t now_ms)
 {
     BSON_APPEND_UTF8(b, "tenant", tenant);
-    BSON_APPEND_UTF8(b, "user_id", user_id);
+    if (user_id)
+        BSON_APPEND_UTF8(b, "user_id", user_id);
     append_unexpired(b, now_ms);
 }
 
@@ -662,24 +674,43 @@ static void lock_drop(mongoc_collection_t *locks, const char *id,
     bson_destroy(&filter);
 }
 
-/* IPD_ERR_QUOTA when adding f would take its scope past q.  Written as a
- * subtraction so huge sizes can't overflow. */
-static enum ipd_err quota_check(mongoc_collection_t *files,
+/* IPD_ERR_QUOTA when adding f would take the scope (user_id NULL: the
+ * tenant's) past the limits of q. */
+static enum ipd_err scope_check(mongoc_collection_t *files,
                                 const struct ipd_file_meta *f,
+                                const char *user_id,
                                 const struct ipd_quota *q, int64_t now_ms)
 {
     bson_t filter = BSON_INITIALIZER;
     int64_t count = 0, bytes = 0;
     enum ipd_err rc;
 
-    scope_filter(&filter, f->tenant, f->user_id, now_ms);
+    scope_filter(&filter, f->tenant, user_id, now_ms);
     rc = sum_sizes(files, &filter, "quota usage", &count, &bytes);
-    if (rc)
-        goto out;
-    if (ipd_quota_exceeded(q, count, bytes, f->size))
+    if (!rc && ipd_quota_exceeded(q, count, bytes, f->size))
         rc = IPD_ERR_QUOTA;
-out:
     bson_destroy(&filter);
+    return rc;
+}
+
+/* A user limit on q. */
+static bool user_limits(const struct ipd_quota *q)
+{
+    return q->max_files >= 0 || q->max_bytes >= 0;
+}
+
+/* IPD_ERR_QUOTA when adding f would take the user's scope or the
+ * tenant's past q. */
+static enum ipd_err quota_check(mongoc_collection_t *files,
+                                const struct ipd_file_meta *f,
+                                const struct ipd_quota *q, int64_t now_ms)
+{
+    enum ipd_err rc = IPD_OK;
+
+    if (user_limits(q))
+        rc = scope_check(files, f, f->user_id, q, now_ms);
+    if (!rc && ipd_quota_limits_tenant(q))
+        rc = scope_check(files, f, NULL, q->tenant, now_ms);
     return rc;
 }
 
@@ -693,7 +724,9 @@ static enum ipd_err insert_doc(mongoc_collection_t *coll, const bson_t *doc,
     return IPD_OK;
 }
 
-/* Check q and insert doc (f's record) while holding the scope's lock. */
+/* Check q and insert doc (f's record) while holding the scopes' locks:
+ * the tenant's (with a tenant limit), then the user's (with a user
+ * limit). */
 static enum ipd_err insert_with_quota(struct meta_mongo *s, struct op *op,
                                       const struct ipd_file_meta *f,
                                       const bson_t *doc,
@@ -702,24 +735,36 @@ static enum ipd_err insert_with_quota(struct meta_mongo *s, struct op *op,
 {
     mongoc_collection_t *locks = NULL;
     char id[IPD_TENANT_MAX + IPD_USER_ID_MAX + 1];
+    char tid[IPD_TENANT_MAX];
     char owner[33];
     unsigned char raw[16];
     int64_t ttl = 3 * s->mg->op_timeout_ms;
     int64_t taken = 0;
-    bool held = false;
-    enum ipd_err rc;
+    bool held = false, theld = false;
+    enum ipd_err rc = IPD_OK;
 
     snprintf(id, sizeof(id), "%s/%s", f->tenant, f->user_id);
+    snprintf(tid, sizeof(tid), "%s", f->tenant);
     ipd_random_bytes(raw, sizeof(raw));
     ipd_hex(raw, sizeof(raw), owner);
     if (ttl < LOCK_TTL_MIN_MS)
         ttl = LOCK_TTL_MIN_MS;
     locks = mongoc_client_get_collection(op->c, s->mg->db, COLL_LOCKS);
-    rc = lock_take(locks, id, owner, ttl);
+    /* A third of the TTL counts from the first lock taken: it is the
+     * first to go stale. */
+    if (ipd_quota_limits_tenant(q)) {
+        rc = lock_take(locks, tid, owner, ttl);
+        theld = !rc;
+        taken = ipd_mono_ms();
+    }
+    if (!rc && user_limits(q)) {
+        rc = lock_take(locks, id, owner, ttl);
+        held = !rc;
+        if (!theld)
+            taken = ipd_mono_ms();
+    }
     if (rc)
         goto out;
-    held = true;
-    taken = ipd_mono_ms();
     rc = quota_check(op->coll, f, q, now_ms);
     if (rc)
         goto out;
@@ -734,6 +779,8 @@ static enum ipd_err insert_with_quota(struct meta_mongo *s, struct op *op,
 out:
     if (held)
         lock_drop(locks, id, owner);
+    if (theld)
+        lock_drop(locks, tid, owner);
     mongoc_collection_destroy(locks);
     return rc;
 }
@@ -752,12 +799,6 @@ static enum ipd_err mg_gate(struct ipd_meta *m)
     return ipd_mongo_gate(((struct meta_mongo *)m)->mg);
 }
 
-/* A quota that limits something; both limits negative is no quota. */
-static bool quota_limits(const struct ipd_quota *q)
-{
-    return q && (q->max_files >= 0 || q->max_bytes >= 0);
-}
-
 static enum ipd_err mg_file_insert(struct ipd_meta *m,
                                    const struct ipd_file_meta *f,
                                    const struct ipd_quota *quota,
@@ -772,7 +813,7 @@ static enum ipd_err mg_file_insert(struct ipd_meta *m,
     if (rc)
         goto out;
     op_begin(s, COLL_FILES, &op);
-    if (quota_limits(quota))
+    if (ipd_quota_limits(quota))
         rc = insert_with_quota(s, &op, f, &doc, quota, now_ms);
     else
         rc = insert_doc(op.coll, &doc, "file_insert");
@@ -1385,6 +1426,91 @@ static enum ipd_err mg_lease_release(struct ipd_meta *m, const char *name,
     return lease_drop(s, cur.id, -1);
 }
 
+/* a goes before b in the tenant list: more bytes, then by name. */
+static bool tenant_before(const struct ipd_tenant_usage *a,
+                          const struct ipd_tenant_usage *b)
+{
+    return a->bytes > b->bytes ||
+           (a->bytes == b->bytes && strcmp(a->tenant, b->tenant) < 0);
+}
+
+/* Offer u to out[0..*n), the best limit so far in that order; *more once
+ * one is left out. */
+static void tenant_offer(struct ipd_tenant_usage *out, size_t limit,
+                         size_t *n, bool *more,
+                         const struct ipd_tenant_usage *u)
+{
+    size_t i = *n;
+
+    if (*n == limit) {
+        *more = true;
+        if (!limit || !tenant_before(u, &out[limit - 1]))
+            return;
+        i = limit - 1;
+    } else {
+        (*n)++;
+    }
+    for (; i > 0 && tenant_before(u, &out[i - 1]); i--)
+        out[i] = out[i - 1];
+    out[i] = *u;
+}
+
+/* Every unexpired record's tenant and size, in tenant order, summed per
+ * tenant in C (exact int64 sums, as sum_sizes); the list keeps the top
+ * limit. */
+static enum ipd_err mg_tenant_usage(struct ipd_meta *m, int64_t now_ms,
+                                    size_t limit,
+                                    struct ipd_tenant_usage *out, size_t *n,
+                                    bool *more)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct op op = {0};
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, proj, sort;
+    mongoc_cursor_t *cur = NULL;
+    const bson_t *doc;
+    bson_error_t err;
+    struct ipd_tenant_usage u = {0}, next;
+    enum ipd_err rc = IPD_OK;
+    int64_t size = 0;
+
+    append_unexpired(&filter, now_ms);
+    bson_append_document_begin(&opts, "projection", -1, &proj);
+    BSON_APPEND_INT32(&proj, "_id", 0);
+    BSON_APPEND_INT32(&proj, "tenant", 1);
+    BSON_APPEND_INT32(&proj, "file_size", 1);
+    bson_append_document_end(&opts, &proj);
+    bson_append_document_begin(&opts, "sort", -1, &sort);
+    BSON_APPEND_INT32(&sort, "tenant", 1);
+    bson_append_document_end(&opts, &sort);
+    op_begin(s, COLL_FILES, &op);
+    cur = mongoc_collection_find_with_opts(op.coll, &filter, &opts, NULL);
+    while (!rc && mongoc_cursor_next(cur, &doc)) {
+        memset(&next, 0, sizeof(next));
+        rc = get_str(doc, "tenant", next.tenant, sizeof(next.tenant));
+        if (!rc)
+            rc = get_i64(doc, "file_size", &size);
+        if (rc)
+            break;
+        if (u.files && strcmp(u.tenant, next.tenant)) {
+            tenant_offer(out, limit, n, more, &u);
+            memset(&u, 0, sizeof(u));
+        }
+        memcpy(u.tenant, next.tenant, sizeof(u.tenant));
+        u.files++;
+        u.bytes = size < 0 || u.bytes > INT64_MAX - size ? INT64_MAX
+                                                         : u.bytes + size;
+    }
+    if (!rc && mongoc_cursor_error(cur, &err))
+        rc = ipd__mongo_err(&err, "tenant_usage");
+    if (!rc && u.files)
+        tenant_offer(out, limit, n, more, &u);
+    mongoc_cursor_destroy(cur);
+    op_end(s, &op);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    return rc;
+}
+
 static void mg_free(struct ipd_meta *m)
 {
     free(m);
@@ -1413,6 +1539,7 @@ static const struct ipd_meta_ops mongo_ops = {
     .lease_acquire = mg_lease_acquire,
     .lease_renew = mg_lease_renew,
     .lease_release = mg_lease_release,
+    .tenant_usage = mg_tenant_usage,
 };
 
 /* ---- indexes ----------------------------------------------------------- */

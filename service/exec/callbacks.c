@@ -2,8 +2,11 @@
  * callbacks.c - the delivery threads of callbacks.h.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "callbacks.h"
 #include "../common/crypto.h"
@@ -24,8 +27,10 @@ static pthread_mutex_t status_lock = PTHREAD_MUTEX_INITIALIZER;
 struct delivery {
     struct delivery *next;
     char *url;
-    char *body;
+    char *body;       /* owned, or NULL: the body is the file at path */
+    char *path;       /* owned, or NULL */
     size_t len;
+    size_t mem;       /* len when body is held in memory, else 0 */
     struct ipd_callback_keys keys;
     char id[IPD_ID_MAX];          /* X-Interpd-Delivery: every attempt */
     struct ipd_callback_status *status; /* a reference, or NULL */
@@ -148,7 +153,51 @@ static void delivery_free(struct delivery *d)
     ipd_callback_status_unref(d->status);
     free(d->url);
     free(d->body);
+    free(d->path);
     free(d);
+}
+
+/* The body of a file delivery, read now: a new buffer in *body (free())
+ * of *len bytes.  IPD_ERR_NOT_FOUND (a final refusal) when the file is
+ * gone. */
+static enum ipd_err load_body(const struct delivery *d, char **body,
+                              size_t *len, struct ipd_buf *err)
+{
+    struct stat st;
+    enum ipd_err rc = IPD_OK;
+    size_t got = 0;
+    int fd = open(d->path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+
+    *body = NULL;
+    if (fd < 0 || fstat(fd, &st)) {
+        rc = fd < 0 && errno == ENOENT ? IPD_ERR_NOT_FOUND : IPD_ERR_IO;
+        ipd_buf_adds(err, rc == IPD_ERR_NOT_FOUND
+                              ? "the result expired before the callback "
+                                "was delivered"
+                              : "the result could not be read");
+        goto out;
+    }
+    *body = ipd_xmalloc((size_t)st.st_size + 1);
+    while (got < (size_t)st.st_size) {
+        ssize_t n = read(fd, *body + got, (size_t)st.st_size - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0) {
+            rc = IPD_ERR_IO;
+            ipd_buf_adds(err, "the result could not be read");
+            goto out;
+        }
+        got += (size_t)n;
+    }
+    *len = got;
+out:
+    if (fd >= 0)
+        close(fd);
+    if (rc) {
+        free(*body);
+        *body = NULL;
+    }
+    return rc;
 }
 
 /* One attempt, signed now: IPD_OK when the callback was accepted (2xx);
@@ -160,12 +209,23 @@ static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
     char value[IPD_SIGNATURE_MAX];
     const char *headers[] = {sig, id, NULL};
     int status = 0;
+    char *loaded = NULL;
+    const char *body = d->body;
+    size_t len = d->len;
+    enum ipd_err rc = d->path ? load_body(d, &loaded, &len, err) : IPD_OK;
+    if (loaded)
+        body = loaded;
+    if (rc) {
+        d->attempts++;
+        return rc;
+    }
     ipd_callback_signature(&d->keys, cb->secret_grace_ms, ipd_now_ms(),
-                           d->body, d->len, value);
+                           body, len, value);
     snprintf(sig, sizeof(sig), "X-Interpd-Signature: %s", value);
     snprintf(id, sizeof(id), "X-Interpd-Delivery: %s", d->id);
-    enum ipd_err rc = ipd_fetch_post(&cb->opts, d->url, "application/json",
-                                     d->body, d->len, headers, &status, err);
+    rc = ipd_fetch_post(&cb->opts, d->url, "application/json", body, len,
+                        headers, &status, err);
+    free(loaded);
     d->attempts++;
     if (rc && !err->len)
         ipd_buf_adds(err, ipd_err_name(rc));
@@ -177,10 +237,11 @@ static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
 }
 
 /* Refusals another attempt cannot change: the guard's verdict on the
- * address, an unusable URL. */
+ * address, an unusable URL, a result that expired first. */
 static bool final_refusal(enum ipd_err rc)
 {
-    return rc == IPD_ERR_FORBIDDEN || rc == IPD_ERR_INVALID;
+    return rc == IPD_ERR_FORBIDDEN || rc == IPD_ERR_INVALID ||
+           rc == IPD_ERR_NOT_FOUND;
 }
 
 /* After an attempt (cb->lock held): done with d, or queued again after
@@ -205,7 +266,7 @@ static void after_attempt(struct ipd_callbacks *cb, struct delivery *d,
         cb->queued++;
         return;
     }
-    cb->queued_bytes -= d->len;
+    cb->queued_bytes -= d->mem;
     delivery_free(d);
 }
 
@@ -308,22 +369,12 @@ void ipd_callbacks_free(struct ipd_callbacks *cb)
     free(cb);
 }
 
-void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
-                        const char *body, size_t len,
-                        const struct ipd_callback_keys *keys,
-                        struct ipd_callback_status *status)
+/* Queue d (its url, body or path and len set). */
+static void enqueue(struct ipd_callbacks *cb, struct delivery *d,
+                    const char *url, const struct ipd_callback_keys *keys,
+                    struct ipd_callback_status *status)
 {
-    if (!cb) {
-        ipd_callback_status_fail(status, "callbacks are unavailable on this "
-                                         "server");
-        return;
-    }
-    struct delivery *d = ipd_xcalloc(1, sizeof(*d));
-    d->url = ipd_xstrdup(url);
-    d->body = ipd_xmalloc(len + 1);
-    memcpy(d->body, body, len);
-    d->body[len] = '\0';
-    d->len = len;
+    size_t len = d->mem;
     d->keys = *keys;
     ipd_id_new("dlv", d->id);
     d->status = status ? ipd_callback_status_ref(status) : NULL;
@@ -352,4 +403,41 @@ void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
     cb->queued_bytes += len;
     pthread_cond_signal(&cb->wake);
     pthread_mutex_unlock(&cb->lock);
+}
+
+void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
+                        const char *body, size_t len,
+                        const struct ipd_callback_keys *keys,
+                        struct ipd_callback_status *status)
+{
+    if (!cb) {
+        ipd_callback_status_fail(status, "callbacks are unavailable on this "
+                                         "server");
+        return;
+    }
+    struct delivery *d = ipd_xcalloc(1, sizeof(*d));
+    d->url = ipd_xstrdup(url);
+    d->body = ipd_xmalloc(len + 1);
+    memcpy(d->body, body, len);
+    d->body[len] = '\0';
+    d->len = len;
+    d->mem = len;
+    enqueue(cb, d, url, keys, status);
+}
+
+void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
+                             const char *path, size_t len,
+                             const struct ipd_callback_keys *keys,
+                             struct ipd_callback_status *status)
+{
+    if (!cb) {
+        ipd_callback_status_fail(status, "callbacks are unavailable on this "
+                                         "server");
+        return;
+    }
+    struct delivery *d = ipd_xcalloc(1, sizeof(*d));
+    d->url = ipd_xstrdup(url);
+    d->path = ipd_xstrdup(path);
+    d->len = len;
+    enqueue(cb, d, url, keys, status);
 }

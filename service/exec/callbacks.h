@@ -6,8 +6,11 @@
  * hold up the others' callbacks; each attempt ends after at most
  * IPD_CALLBACK_TIMEOUT_MS (or the fetch timeout when shorter).  At most
  * IPD_CALLBACK_QUEUE_MAX callbacks and IPD_CALLBACK_QUEUE_BYTES of bodies
- * wait; beyond, a callback is dropped ("failed", and logged; the result
- * stays readable by polling).
+ * held in memory wait; beyond, a callback is dropped ("failed", and
+ * logged; the result stays readable by polling).  A body sent from a file
+ * (ipd_callbacks_send_file: the asynchronous result's own, results.h) is
+ * read at each attempt and released after it, so waiting callbacks hold
+ * none of it in memory.
  *
  * Each callback is a POST of the result JSON through the SSRF guard of
  * fetch.h (no redirects) with
@@ -91,6 +94,15 @@ void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
                         const char *body, size_t len,
                         const struct ipd_callback_keys *keys,
                         struct ipd_callback_status *status);
+
+/* Queue one callback whose body is the file at path (len bytes when
+ * queued), read at each attempt: a file gone by then (the result expired
+ * first) fails the callback without a retry.  url, path and keys are
+ * copied; status as for ipd_callbacks_send. */
+void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
+                             const char *path, size_t len,
+                             const struct ipd_callback_keys *keys,
+                             struct ipd_callback_status *status);
 
 /* The X-Interpd-Signature value for body sent at now_ms:
  * "t=<now_ms / 1000>,v1=<hex>" with the secret, then ",v1=<hex>" with

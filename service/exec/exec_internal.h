@@ -36,7 +36,9 @@ struct ipd_executor {
     bool have_matplotlibrc;
     int64_t max_file_size;
     int64_t file_ttl_ms;
-    struct ipd_quota quota;
+    struct ipd_quota quota;    /* the user's; .tenant points at
+                                  tenant_quota */
+    struct ipd_quota tenant_quota;
     size_t max_generated;
     int64_t inline_max;
     unsigned slots;            /* execution slots: uids host_uid+1.. */

@@ -142,6 +142,8 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->file_ttl_ms = IPD_TIME_NEVER;
     o->quota.max_files = -1;
     o->quota.max_bytes = -1;
+    o->tenant_quota.max_files = -1;
+    o->tenant_quota.max_bytes = -1;
     o->python = "/usr/bin/python3";
     o->prelude_dir = NULL;
     o->max_generated_files = 20;
@@ -341,7 +343,10 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     memcpy(ex->policies, opt->policies,
            ex->n_policies * sizeof(ex->policies[0]));
     ex->file_ttl_ms = opt->file_ttl_ms;
+    ex->tenant_quota = opt->tenant_quota;
+    ex->tenant_quota.tenant = NULL;
     ex->quota = opt->quota;
+    ex->quota.tenant = &ex->tenant_quota;
     ex->max_generated =
         opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
     ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;

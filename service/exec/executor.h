@@ -82,7 +82,10 @@ struct ipd_executor_options {
                                     <data_dir>/exec (required) */
     int64_t max_file_size;       /* a generated file's size limit */
     int64_t file_ttl_ms;         /* generated files' ttl (IPD_TIME_NEVER) */
-    struct ipd_quota quota;      /* per user, for generated files */
+    struct ipd_quota quota;      /* per user, for generated files (its
+                                    tenant pointer is ignored) */
+    struct ipd_quota tenant_quota; /* per tenant, all its users together
+                                      (its tenant pointer ignored) */
     struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX];
     size_t n_policies;           /* a request names one of these */
     const char *python;          /* borrowed; absolute path of the
@@ -106,7 +109,7 @@ struct ipd_executor_options {
 
 /* Fill o with the defaults above; besides: no data dir and no policies
  * (both the caller's to give), max_file_size 50 MiB, file_ttl_ms
- * IPD_TIME_NEVER, no quota (-1). */
+ * IPD_TIME_NEVER, no quota (-1), user's or tenant's. */
 void ipd_executor_options_default(struct ipd_executor_options *o);
 
 /*

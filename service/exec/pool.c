@@ -6,18 +6,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
+#include "../common/json_out.h"
 #include "../common/log.h"
 #include "../common/metrics.h"
 #include "../common/workq.h"
 #include "callbacks.h"
 #include "executor.h"
 #include "pool.h"
+#include "results.h"
 
 /* A power of two above IPD_EXEC_ASYNC_MAX: chains stay short. */
 #define ASYNC_BUCKETS 16384
 
-/* An asynchronous execution's state, kept result_ttl after it is done. */
+/* An asynchronous execution's state, kept result_ttl after it is done.
+ * Small: the result itself is a file (results.h). */
 struct async_entry {
     struct async_entry *next;        /* in its bucket */
     struct async_entry *done_next;   /* the done list, oldest first */
@@ -25,10 +30,20 @@ struct async_entry {
     char tenant[IPD_TENANT_MAX];
     char user_id[IPD_USER_ID_MAX];
     const char *status;              /* "queued", "running", "done" */
-    json_t *result;                  /* new reference once done */
-    int64_t done_ms;
+    int64_t bytes;                   /* the result's size once done */
+    char *fallback;                  /* owned: once done, a short failure
+                                        result when its file could not be
+                                        written; NULL: the file holds it */
+    int64_t done_ms;                 /* monotonic */
     struct ipd_callback_status *callback; /* a reference with a
                                              callback_url, else NULL */
+};
+
+/* The bytes of done results one tenant holds (its bound). */
+struct tenant_held {
+    char tenant[IPD_TENANT_MAX];
+    int64_t bytes;
+    size_t results;
 };
 
 /* By id; expiry walks the done list from its oldest end, never the
@@ -39,6 +54,11 @@ struct async_table {
     struct async_entry *done_head;   /* done entries in the order they
                                         finished: the first expires first */
     struct async_entry **done_tail;
+    struct tenant_held *held;        /* owned array: tenants holding done
+                                        results (few; unordered) */
+    size_t n_held, cap_held;
+    size_t n_done;                   /* done entries */
+    int64_t bytes;                   /* their bytes, every tenant's */
 };
 
 struct ipd_exec_pool {
@@ -50,9 +70,14 @@ struct ipd_exec_pool {
     uint64_t n_total, n_success, n_error, n_timeout, n_oom, n_failed;
     struct async_table async;        /* under lock */
     int64_t result_ttl_ms;
+    int64_t tenant_max_bytes;        /* done results' bytes per tenant */
+    struct ipd_results *results;     /* owned: the results' files */
     struct ipd_callbacks *callbacks; /* borrowed, may be NULL */
     unsigned slots_claimed;          /* worker threads that took a slot
                                         (under lock) */
+    pthread_t pruner;                /* removes results as they expire */
+    bool pruner_started, pruner_stop; /* pruner_stop under lock */
+    pthread_cond_t prune_wake;       /* CLOCK_MONOTONIC; under lock */
 };
 
 /* The execution slot of this worker thread, claimed by its first job
@@ -80,6 +105,8 @@ struct pool_job {
     ipd_exec_done_fn done;
     void *ctx;
     bool table_full;           /* admission refused: the result table */
+    bool tenant_full;          /* admission refused: the tenant's bound */
+    int64_t tenant_held;       /* the bytes of results it holds */
 };
 
 struct ipd_exec_job *ipd_exec_job_new(void)
@@ -149,9 +176,41 @@ static void async_add(struct async_table *t, struct async_entry *e)
     t->n++;
 }
 
-/* e is done: it joins the done list, where it expires in turn. */
+/* The tenant's entry in t->held; NULL when it holds nothing (and create
+ * is false). */
+static struct tenant_held *held_find(struct async_table *t,
+                                     const char *tenant, bool create)
+{
+    for (size_t i = 0; i < t->n_held; i++)
+        if (!strcmp(t->held[i].tenant, tenant))
+            return &t->held[i];
+    if (!create)
+        return NULL;
+    if (t->n_held == t->cap_held) {
+        t->cap_held = t->cap_held ? t->cap_held * 2 : 16;
+        t->held = ipd_xrealloc(t->held, t->cap_held * sizeof(*t->held));
+    }
+    struct tenant_held *h = &t->held[t->n_held++];
+    memset(h, 0, sizeof(*h));
+    snprintf(h->tenant, sizeof(h->tenant), "%s", tenant);
+    return h;
+}
+
+static int64_t held_bytes(struct async_table *t, const char *tenant)
+{
+    struct tenant_held *h = held_find(t, tenant, false);
+    return h ? h->bytes : 0;
+}
+
+/* e is done: it joins the done list, where it expires in turn, and
+ * counts against its tenant's bound. */
 static void async_done_add(struct async_table *t, struct async_entry *e)
 {
+    struct tenant_held *h = held_find(t, e->tenant, true);
+    h->bytes += e->bytes;
+    h->results++;
+    t->bytes += e->bytes;
+    t->n_done++;
     e->done_next = NULL;
     *t->done_tail = e;
     t->done_tail = &e->done_next;
@@ -159,15 +218,17 @@ static void async_done_add(struct async_table *t, struct async_entry *e)
 
 static void async_entry_free(struct async_entry *e)
 {
-    json_decref(e->result);
+    free(e->fallback);
     ipd_callback_status_unref(e->callback);
     free(e);
 }
 
-/* Drop the results older than the ttl: the done list's oldest ones. */
-static void async_prune(struct async_table *t, int64_t ttl_ms, int64_t now)
+/* Drop the results older than the ttl (the done list's oldest ones) and
+ * their files. */
+static void async_prune(struct ipd_exec_pool *p, int64_t now)
 {
-    while (t->done_head && now - t->done_head->done_ms >= ttl_ms) {
+    struct async_table *t = &p->async;
+    while (t->done_head && now - t->done_head->done_ms >= p->result_ttl_ms) {
         struct async_entry *e = t->done_head;
         t->done_head = e->done_next;
         if (!t->done_head)
@@ -176,9 +237,39 @@ static void async_prune(struct async_table *t, int64_t ttl_ms, int64_t now)
         while (*pp != e)
             pp = &(*pp)->next;
         *pp = e->next;
+        struct tenant_held *h = held_find(t, e->tenant, false);
+        IPD_ASSERT(h);
+        h->bytes -= e->bytes;
+        if (--h->results == 0)
+            *h = t->held[--t->n_held];
+        t->bytes -= e->bytes;
+        t->n_done--;
+        if (!e->fallback)
+            ipd_results_remove(p->results, e->id);
         async_entry_free(e);
         t->n--;
     }
+}
+
+/* A thread that removes each result when its ttl passes, so an idle
+ * server keeps none past it. */
+static void *pruner_main(void *arg)
+{
+    struct ipd_exec_pool *p = arg;
+    pthread_mutex_lock(&p->lock);
+    while (!p->pruner_stop) {
+        async_prune(p, ipd_mono_ms());
+        if (!p->async.done_head) {
+            pthread_cond_wait(&p->prune_wake, &p->lock);
+            continue;
+        }
+        int64_t due = p->async.done_head->done_ms + p->result_ttl_ms;
+        struct timespec ts = {.tv_sec = (time_t)(due / 1000),
+                              .tv_nsec = (long)(due % 1000) * 1000000L};
+        (void)pthread_cond_timedwait(&p->prune_wake, &p->lock, &ts);
+    }
+    pthread_mutex_unlock(&p->lock);
+    return NULL;
 }
 
 static void async_init(struct async_table *t)
@@ -200,28 +291,58 @@ static void async_release(struct async_table *t)
     }
     free(t->buckets);
     t->buckets = NULL;
+    free(t->held);
+    t->held = NULL;
 }
 
 /* The result of an asynchronous job that did not produce one: the same
- * object shape, success false, the reason in error. */
-static json_t *failure_result(const struct ipd_exec_job *j)
+ * object shape, success false, error {type, message}. */
+static json_t *failure_result(const struct ipd_exec_job *j, const char *type,
+                              const char *message)
 {
     return json_pack("{s:s, s:b, s:n, s:b, s:s, s:s, s:{s:s, s:s, s:s}}",
                      "execution_id", j->exec_id, "success", 0, "exit_code",
                      "timed_out", 0, "stdout", "", "stderr", "", "error",
-                     "type", ipd_exec_error_type(j->rc), "message",
-                     j->detail.len ? j->detail.buf : ipd_err_name(j->rc),
-                     "traceback", "");
+                     "type", type, "message", message, "traceback", "");
 }
 
-/* An asynchronous job ended: keep its result, send the callback. */
+/* Keep j's result as its file (results.h); when the disk refuses, a
+ * short failure result instead, returned as text (new) to keep in
+ * memory.  *bytes: the size kept either way. */
+static char *keep_result(struct ipd_exec_pool *p, struct ipd_exec_job *j,
+                         int64_t *bytes)
+{
+    json_t *result = j->result;
+    char *text = NULL;
+    j->result = NULL; /* ours now: freed as soon as it is written */
+    if (j->rc != IPD_OK) {
+        json_decref(result);
+        result = failure_result(j, ipd_exec_error_type(j->rc),
+                                j->detail.len ? j->detail.buf
+                                              : ipd_err_name(j->rc));
+    }
+    enum ipd_err rc = ipd_results_write(p->results, j->exec_id, result,
+                                        bytes);
+    json_decref(result);
+    if (rc) {
+        result = failure_result(j, "ServiceError",
+                                "the result could not be kept: the server "
+                                "could not write it (see its log)");
+        text = json_dumps(result, JSON_COMPACT | JSON_ENSURE_ASCII);
+        IPD_ASSERT(text);
+        json_decref(result);
+        *bytes = (int64_t)strlen(text);
+    }
+    return text;
+}
+
+/* An asynchronous job ended: keep its result, send the callback (its
+ * body read from the result's file at each attempt). */
 static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
 {
-    json_t *result = j->rc == IPD_OK ? json_incref(j->result)
-                                     : failure_result(j);
-    char *body = j->callback_url && p->callbacks
-                     ? json_dumps(result, JSON_COMPACT)
-                     : NULL;
+    int64_t bytes = 0;
+    char *fallback = keep_result(p, j, &bytes);
+    char *body = fallback ? ipd_xstrdup(fallback) : NULL;
     struct ipd_callback_status *status = NULL;
     /* Stored before the callback goes out: a bot that polls as soon as
      * it is called back finds the result. */
@@ -229,25 +350,35 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
     struct async_entry *e = async_find(&p->async, j->exec_id);
     if (e) {
         e->status = "done";
-        e->result = result;
-        e->done_ms = ipd_now_ms();
+        e->bytes = bytes;
+        e->fallback = fallback;
+        e->done_ms = ipd_mono_ms();
         async_done_add(&p->async, e);
-        result = NULL;
+        fallback = NULL;
+        pthread_cond_signal(&p->prune_wake);
         if (e->callback)
             status = ipd_callback_status_ref(e->callback);
+    } else if (!fallback) {
+        ipd_results_remove(p->results, j->exec_id);
     }
     pthread_mutex_unlock(&p->lock);
-    json_decref(result);
+    free(fallback);
     if (j->callback_url && !p->callbacks)
         ipd_callback_status_fail(status, "callbacks are unavailable on this "
                                          "server (see the server log)");
-    if (body) {
+    if (j->callback_url && p->callbacks) {
         struct ipd_callback_keys keys = {.rotated_at_ms =
                                              j->secret_rotated_at_ms};
+        char *path = body ? NULL : ipd_results_path(p->results, j->exec_id);
         memcpy(keys.secret, j->secret, sizeof(keys.secret));
         memcpy(keys.prev_secret, j->prev_secret, sizeof(keys.prev_secret));
-        ipd_callbacks_send(p->callbacks, j->callback_url, body, strlen(body),
-                           &keys, status);
+        if (body)
+            ipd_callbacks_send(p->callbacks, j->callback_url, body,
+                               strlen(body), &keys, status);
+        else
+            ipd_callbacks_send_file(p->callbacks, j->callback_url, path,
+                                    (size_t)bytes, &keys, status);
+        free(path);
     }
     ipd_callback_status_unref(status);
     free(body);
@@ -370,16 +501,23 @@ static enum ipd_err admit_sync(void *arg)
 }
 
 /* An asynchronous job gets its entry (status "queued"); at most
- * IPD_EXEC_ASYNC_MAX results are held. */
+ * IPD_EXEC_ASYNC_MAX results are held, and a tenant whose done results
+ * reach tenant_max_bytes waits until some expire. */
 static enum ipd_err admit_async(void *arg)
 {
     struct pool_job *pj = arg;
     struct ipd_exec_pool *p = pj->pool;
     enum ipd_err rc = IPD_OK;
+    int64_t held;
     pthread_mutex_lock(&p->lock);
-    async_prune(&p->async, p->result_ttl_ms, ipd_now_ms());
+    async_prune(p, ipd_mono_ms());
+    held = held_bytes(&p->async, pj->job->tenant);
     if (p->async.n >= IPD_EXEC_ASYNC_MAX) {
         pj->table_full = true;
+        rc = IPD_ERR_BUSY;
+    } else if (p->tenant_max_bytes >= 0 && held >= p->tenant_max_bytes) {
+        pj->tenant_full = true;
+        pj->tenant_held = held;
         rc = IPD_ERR_BUSY;
     } else {
         struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
@@ -408,6 +546,15 @@ static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
     } else if (pj->table_full) {
         ipd_buf_addf(why, "%d asynchronous results are held; retry later",
                      IPD_EXEC_ASYNC_MAX);
+    } else if (pj->tenant_full) {
+        ipd_buf_addf(why,
+                     "this tenant's asynchronous results held on the server "
+                     "take %lld bytes, its limit is %lld; retry when older "
+                     "ones expire (after %lld s) or ask for a synchronous "
+                     "execution",
+                     (long long)pj->tenant_held,
+                     (long long)p->tenant_max_bytes,
+                     (long long)(p->result_ttl_ms / 1000));
     } else {
         unsigned running, queued;
         ipd_workq_counts(p->q, &running, &queued);
@@ -452,21 +599,70 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
     return submit(p, pj, why);
 }
 
-json_t *ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
-                             const char *tenant, const char *user_id)
+void ipd_exec_reply_init(struct ipd_exec_reply *r)
 {
-    json_t *out = NULL;
+    ipd_buf_init(&r->head, IPD_BUF_UNLIMITED);
+    ipd_buf_init(&r->tail, IPD_BUF_UNLIMITED);
+    r->fd = -1;
+    r->len = 0;
+}
+
+void ipd_exec_reply_release(struct ipd_exec_reply *r)
+{
+    ipd_buf_release(&r->head);
+    ipd_buf_release(&r->tail);
+    if (r->fd >= 0)
+        close(r->fd);
+    r->fd = -1;
+}
+
+/* {"execution_id": .., "status": .., "result": into b. */
+static void reply_head(struct ipd_buf *b, const struct async_entry *e)
+{
+    ipd_buf_adds(b, "{\"execution_id\":");
+    ipd_jw_str(b, e->id);
+    ipd_buf_adds(b, ",\"status\":");
+    ipd_jw_str(b, e->status);
+    ipd_buf_adds(b, ",\"result\":");
+}
+
+enum ipd_err ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
+                                  const char *tenant, const char *user_id,
+                                  struct ipd_exec_reply *out)
+{
+    enum ipd_err rc = IPD_OK;
+    json_t *cb = NULL;
     pthread_mutex_lock(&p->lock);
-    async_prune(&p->async, p->result_ttl_ms, ipd_now_ms());
+    async_prune(p, ipd_mono_ms());
     struct async_entry *e = async_find(&p->async, id);
-    if (e && !strcmp(e->tenant, tenant) && !strcmp(e->user_id, user_id))
-        out = json_pack("{s:s, s:s, s:O?}", "execution_id", e->id, "status",
-                        e->status, "result", e->result);
-    if (out && e->callback)
-        json_object_set_new(out, "callback",
-                            ipd_callback_status_json(e->callback));
+    if (!e || strcmp(e->tenant, tenant) || strcmp(e->user_id, user_id)) {
+        rc = IPD_ERR_NOT_FOUND;
+        goto out;
+    }
+    reply_head(&out->head, e);
+    /* Opened under the lock, so the pruner cannot remove it between
+     * here and there; the reply reads the open file after. */
+    if (strcmp(e->status, "done") != 0)
+        ipd_buf_adds(&out->head, "null");
+    else if (e->fallback)
+        ipd_buf_adds(&out->head, e->fallback);
+    else
+        rc = ipd_results_open_file(p->results, e->id, &out->fd, &out->len);
+    if (e->callback)
+        cb = ipd_callback_status_json(e->callback);
+out:
     pthread_mutex_unlock(&p->lock);
-    return out;
+    if (!rc && cb) {
+        char *text = json_dumps(cb, JSON_COMPACT | JSON_ENSURE_ASCII);
+        IPD_ASSERT(text);
+        ipd_buf_adds(&out->tail, ",\"callback\":");
+        ipd_buf_adds(&out->tail, text);
+        free(text);
+    }
+    if (!rc)
+        ipd_buf_adds(&out->tail, "}");
+    json_decref(cb);
+    return rc;
 }
 
 /* ---- the pool ---------------------------------------------------------- */
@@ -476,12 +672,25 @@ enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
                                struct ipd_exec_pool **out)
 {
     struct ipd_exec_pool *p = ipd_xcalloc(1, sizeof(*p));
+    pthread_condattr_t ca;
     p->ex = ex;
     p->metrics = o->metrics;
     p->callbacks = o->callbacks;
     p->result_ttl_ms = o->result_ttl_ms > 0 ? o->result_ttl_ms : 3600000;
+    p->tenant_max_bytes = o->tenant_results_max_bytes;
     pthread_mutex_init(&p->lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&p->prune_wake, &ca);
+    pthread_condattr_destroy(&ca);
     async_init(&p->async);
+    if (ipd_results_open(o->data_dir, &p->results) ||
+        pthread_create(&p->pruner, NULL, pruner_main, p)) {
+        ipd_exec_pool_free(p);
+        *out = NULL;
+        return IPD_ERR_INTERNAL;
+    }
+    p->pruner_started = true;
     if (ipd_workq_new(o->slots, o->queue, &p->q)) {
         ipd_exec_pool_free(p);
         *out = NULL;
@@ -505,7 +714,16 @@ void ipd_exec_pool_free(struct ipd_exec_pool *p)
      * running ones finish: their time is bounded by the policy's
      * timeout. */
     ipd_workq_free(p->q);
+    if (p->pruner_started) {
+        pthread_mutex_lock(&p->lock);
+        p->pruner_stop = true;
+        pthread_cond_broadcast(&p->prune_wake);
+        pthread_mutex_unlock(&p->lock);
+        pthread_join(p->pruner, NULL);
+    }
     async_release(&p->async);
+    ipd_results_free(p->results);
+    pthread_cond_destroy(&p->prune_wake);
     pthread_mutex_destroy(&p->lock);
     free(p);
 }
@@ -518,13 +736,17 @@ json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
     ipd_workq_counts(p->q, &running, &queued);
     pthread_mutex_lock(&p->lock);
     json_t *j = json_pack(
-        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I}", "slots",
+        "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
+        "s:I}}",
+        "slots",
         (json_int_t)ipd_workq_threads(p->q), "queue",
         (json_int_t)ipd_workq_queue_max(p->q), "running", (json_int_t)running,
         "queued", (json_int_t)queued, "total", (json_int_t)p->n_total,
         "success", (json_int_t)p->n_success, "error", (json_int_t)p->n_error,
         "timeout", (json_int_t)p->n_timeout, "oom", (json_int_t)p->n_oom,
-        "failed_to_start", (json_int_t)p->n_failed);
+        "failed_to_start", (json_int_t)p->n_failed, "async_results", "held",
+        (json_int_t)p->async.n_done, "bytes", (json_int_t)p->async.bytes,
+        "tenant_max_bytes", (json_int_t)p->tenant_max_bytes);
     pthread_mutex_unlock(&p->lock);
     return j;
 }

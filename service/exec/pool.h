@@ -12,8 +12,14 @@
  * An asynchronous job has an execution id and an entry in the pool's
  * result table, looked up by that id: "queued", "running", then "done"
  * with its result, kept result_ttl after it is done (at most
- * IPD_EXEC_ASYNC_MAX entries at once).  The result is stored before the
- * callback to its callback_url is sent (service/exec/callbacks.h), so a
+ * IPD_EXEC_ASYNC_MAX entries at once) and removed when that passes.  The
+ * result itself is a file (results.h), never held in memory: an entry is
+ * a few hundred bytes whatever its result's inline files weigh.  A
+ * tenant's done results count against tenant_results_max_bytes; once
+ * they reach it, that tenant's asynchronous submits are refused
+ * (IPD_ERR_BUSY, 429) until some expire, while other tenants go on.  The
+ * result is stored before the callback to its callback_url is sent
+ * (service/exec/callbacks.h, which reads the body from the file), so a
  * client that polls as soon as it is called back finds it.
  *
  * Thread-safety: every function may be called from any thread.
@@ -46,6 +52,10 @@ struct ipd_exec_pool_options {
     struct ipd_metrics *metrics;     /* borrowed, may be NULL */
     int64_t result_ttl_ms;           /* async results kept (0: 1 h) */
     struct ipd_callbacks *callbacks; /* borrowed; NULL: no callbacks sent */
+    const char *data_dir;            /* borrowed; results live in
+                                        <data_dir>/results (required) */
+    int64_t tenant_results_max_bytes; /* done async results' bytes per
+                                         tenant; < 0: no bound */
 };
 
 /* One execution: what to run (ipd_executor_run's request, owned here)
@@ -121,26 +131,41 @@ enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
  * j->exec_id), with its entry in the result table ("queued").  IPD_OK:
  * the job is the pool's (it may be over and freed before this returns).
  * Otherwise j is still the caller's and why says why: IPD_ERR_BUSY (the
- * queue is full, or IPD_EXEC_ASYNC_MAX results are held),
- * IPD_ERR_UNAVAILABLE (stopping).
+ * queue is full, IPD_EXEC_ASYNC_MAX results are held, or j's tenant holds
+ * tenant_results_max_bytes of results), IPD_ERR_UNAVAILABLE (stopping).
  */
 enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
                                         struct ipd_exec_job *j,
                                         char id[IPD_ID_MAX],
                                         struct ipd_buf *why);
+/* A lookup's answer, JSON text in three parts: head, then the len bytes
+ * of the result file fd (when fd >= 0), then tail.  Streamed to the
+ * client from the file, so a large result is never copied into memory. */
+struct ipd_exec_reply {
+    struct ipd_buf head;
+    int fd;          /* owned: the result file, or -1 */
+    int64_t len;     /* its size */
+    struct ipd_buf tail;
+};
+void ipd_exec_reply_init(struct ipd_exec_reply *r);
+void ipd_exec_reply_release(struct ipd_exec_reply *r); /* closes fd */
+
 /* The asynchronous execution id of tenant's user: {execution_id, status,
- * result (when done), callback (with a callback_url: the delivery's
- * outcome, callbacks.h)}, a new reference; NULL when there is none (never
- * was, someone else's, or its result expired). */
-json_t *ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
-                             const char *tenant, const char *user_id);
+ * result (when done, else null), callback (with a callback_url: the
+ * delivery's outcome, callbacks.h)} into out (initialised by the
+ * caller).  IPD_ERR_NOT_FOUND when there is none (never was, someone
+ * else's, or its result expired); IPD_ERR_IO when its file cannot be
+ * read. */
+enum ipd_err ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
+                                  const char *tenant, const char *user_id,
+                                  struct ipd_exec_reply *out);
 
 /* Running and queued executions (status, metrics). */
 void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,
                           unsigned *queued);
 /* {slots, queue, running, queued, total, success, error, timeout, oom,
- * failed_to_start}: the admin status's execution counters.  New
- * reference (null for NULL). */
+ * failed_to_start, async_results: {held, bytes, tenant_max_bytes}}: the
+ * admin status's execution counters.  New reference (null for NULL). */
 json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p);
 
 /* The error.type of an asynchronous result whose execution did not run

@@ -392,15 +392,18 @@ struct gen_file {
     bool described;          /* f's size, sha256 and types are set */
     unsigned char *copy;     /* owned: its bytes when within the inline limit */
     bool have_copy;          /* copy holds all f.size bytes */
+    const char *quota;       /* over a quota: "user" or "tenant" (static) */
 };
 
-/* The user's files and bytes, counted before the first store and kept up
- * to date after each: a file the quota cannot take is never written to
- * the blob store only to be deleted again.  The insert checks the quota
- * atomically anyway (a concurrent upload may come first). */
+/* The user's files and bytes, and the tenant's (all its users), counted
+ * before the first store and kept up to date after each: a file the quota
+ * cannot take is never written to the blob store only to be deleted
+ * again.  The insert checks both quotas atomically anyway (a concurrent
+ * upload may come first). */
 struct gen_usage {
-    bool known;
+    bool known, tknown;
     int64_t count, bytes;
+    int64_t tcount, tbytes;
 };
 
 /* What the outputs may cost, whatever tricks made them: each inode once
@@ -482,6 +485,12 @@ static enum ipd_err store_generated(struct ipd_executor *ex,
         if (rc == IPD_ERR_QUOTA)
             *why = "quota_exceeded";
     }
+    /* The insert does not say which quota refused it: look again. */
+    if (rc == IPD_ERR_QUOTA &&
+        (ipd_meta_quota_full(ex->meta, &q, rq->tenant, rq->user_id,
+                             g->f.size, ipd_now_ms(), &g->quota) ||
+         !g->quota))
+        g->quota = "user";
 out:
     if (rc && rc != IPD_ERR_TOO_LARGE && rc != IPD_ERR_QUOTA)
         ipd_warn("executor: generated file %s not stored: %s", g->f.file_id,
@@ -536,22 +545,26 @@ static enum ipd_err describe_unstored(struct ipd_executor *ex,
     return IPD_OK;
 }
 
-/* The sentence behind a not_stored_reason, into out. */
+/* The sentence behind a not_stored_reason, into out (quota: which one,
+ * for quota_exceeded). */
 static void not_stored_message(const struct ipd_executor *ex,
-                               const char *reason, int64_t size, char *out,
-                               size_t n)
+                               const char *reason, const char *quota,
+                               int64_t size, char *out, size_t n)
 {
     char files[48] = "", bytes[48] = "";
+    bool tenant = quota && !strcmp(quota, "tenant");
+    const struct ipd_quota *q = tenant ? &ex->tenant_quota : &ex->quota;
     if (!strcmp(reason, "quota_exceeded")) {
-        if (ex->quota.max_files >= 0)
+        if (q->max_files >= 0)
             snprintf(files, sizeof(files), "at most %lld files",
-                     (long long)ex->quota.max_files);
-        if (ex->quota.max_bytes >= 0)
+                     (long long)q->max_files);
+        if (q->max_bytes >= 0)
             snprintf(bytes, sizeof(bytes), "at most %lld bytes",
-                     (long long)ex->quota.max_bytes);
-        snprintf(out, n,
-                 "not stored: it would pass the user's file quota (%s%s%s)",
-                 files, files[0] && bytes[0] ? ", " : "", bytes);
+                     (long long)q->max_bytes);
+        snprintf(out, n, "not stored: it would pass the %s file quota (%s%s%s%s)",
+                 tenant ? "tenant's" : "user's", files,
+                 files[0] && bytes[0] ? ", " : "", bytes,
+                 tenant ? " for all of the tenant's users together" : "");
     } else if (!strcmp(reason, "store_outputs_false")) {
         snprintf(out, n, "not stored: the request asked for "
                          "\"store_outputs\": false");
@@ -582,7 +595,10 @@ static json_t *unstored_object(const struct ipd_executor *ex,
     json_object_del(obj, "expires_at");
     json_object_set_new(obj, "stored", json_false());
     json_object_set_new(obj, "not_stored_reason", json_string(reason));
-    not_stored_message(ex, reason, g->f.size, msg, sizeof(msg));
+    if (!strcmp(reason, "quota_exceeded"))
+        json_object_set_new(obj, "quota",
+                            json_string(g->quota ? g->quota : "user"));
+    not_stored_message(ex, reason, g->quota, g->f.size, msg, sizeof(msg));
     len = strlen(msg);
     if (g->have_copy) {
         json_object_set_new(obj, "data_base64",
@@ -601,18 +617,23 @@ static json_t *unstored_object(const struct ipd_executor *ex,
     return obj;
 }
 
-/* Why g is not even offered to the store, or NULL. */
+/* Why g is not even offered to the store, or NULL; over a quota, which
+ * one in *quota. */
 static const char *store_refusal(const struct ipd_executor *ex,
                                  const struct ipd_exec_request *rq,
-                                 const struct gen_usage *u, int64_t size)
+                                 const struct gen_usage *u, int64_t size,
+                                 const char **quota)
 {
     if (rq->outputs_inline_only)
         return "store_outputs_false";
     if (size > ex->max_file_size)
         return "too_large";
     if (u->known && ipd_quota_exceeded(&ex->quota, u->count, u->bytes, size))
-        return "quota_exceeded";
-    return NULL;
+        *quota = "user";
+    else if (u->tknown && ipd_quota_exceeded(&ex->tenant_quota, u->tcount,
+                                             u->tbytes, size))
+        *quota = "tenant";
+    return *quota ? "quota_exceeded" : NULL;
 }
 
 /*
@@ -648,10 +669,12 @@ static enum ipd_err generated_entry(struct ipd_executor *ex,
     }
     g.size = st.st_size;
     generated_name(oe->rel, n, g.f.filename);
-    reason = store_refusal(ex, rq, u, g.size);
+    reason = store_refusal(ex, rq, u, g.size, &g.quota);
     if (!reason && !store_generated(ex, rq, &g, &reason)) {
         u->count++;
         u->bytes += g.f.size;
+        u->tcount++;
+        u->tbytes += g.f.size;
         *obj = file_object(&g.f);
         if (*obj && g.have_copy && !strcmp(g.f.file_type, "image"))
             json_object_set_new(*obj, "data_base64",
@@ -681,18 +704,23 @@ static void collect_release(struct collect *c)
     free(c->items);
 }
 
-/* The user's usage for the early quota check (gen_usage); unknown when
- * nothing is stored, there is no quota or the store cannot say. */
+/* The user's usage and the tenant's for the early quota check
+ * (gen_usage); each unknown when nothing is stored, there is no such
+ * quota or the store cannot say. */
 static void usage_start(struct ipd_executor *ex,
                         const struct ipd_exec_request *rq,
                         struct gen_usage *u)
 {
     memset(u, 0, sizeof(*u));
-    if (rq->outputs_inline_only ||
-        (ex->quota.max_files < 0 && ex->quota.max_bytes < 0))
+    if (rq->outputs_inline_only)
         return;
-    u->known = !ipd_meta_file_usage(ex->meta, rq->tenant, rq->user_id,
-                                    ipd_now_ms(), &u->count, &u->bytes);
+    if (ex->quota.max_files >= 0 || ex->quota.max_bytes >= 0)
+        u->known = !ipd_meta_file_usage(ex->meta, rq->tenant, rq->user_id,
+                                        ipd_now_ms(), &u->count, &u->bytes);
+    if (ipd_quota_limits_tenant(&ex->quota))
+        u->tknown = !ipd_meta_file_usage(ex->meta, rq->tenant, NULL,
+                                         ipd_now_ms(), &u->tcount,
+                                         &u->tbytes);
 }
 
 /* generated_files, generated_files_truncated, generated_files_dropped,

@@ -680,6 +680,101 @@ static void mc_quota(void)
     ipd_meta_free(m);
 }
 
+/* The tenant's quota counts all its users together; other tenants and
+ * expired files are not counted; the user's quota still applies. */
+static void mc_tenant_quota(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    int64_t count = -1, bytes = -1;
+    unsigned n = 0;
+    struct ipd_quota tq = {.max_files = 4, .max_bytes = 1000};
+    struct ipd_quota q = {.max_files = 2, .max_bytes = -1, .tenant = &tq};
+
+    /* Expired files and another tenant's don't count. */
+    for (int i = 0; i < 3; i++) {
+        struct ipd_file_meta f = mc_file("acme", "old", n++, MC_NOW - 50,
+                                         MC_NOW - 1, 100);
+        mc_put(m, &f);
+        f = mc_file("other", "u1", n++, MC_NOW, IPD_TIME_NEVER, 100);
+        mc_put(m, &f);
+    }
+    /* Two users of two files each fill the tenant's four. */
+    const char *users[] = {"u1", "u1", "u2", "u2"};
+    for (int i = 0; i < 4; i++) {
+        struct ipd_file_meta f = mc_file("acme", users[i], n++, MC_NOW,
+                                         MC_NOW + MC_HOUR, 100);
+        CHECK_INT(ipd_meta_file_insert(m, &f, &q, MC_NOW), IPD_OK);
+    }
+    /* A third user id has room of its own but the tenant has none. */
+    struct ipd_file_meta u3 = mc_file("acme", "u3", n++, MC_NOW,
+                                      MC_NOW + MC_HOUR, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &u3, &q, MC_NOW), IPD_ERR_QUOTA);
+    struct ipd_file_meta got;
+    CHECK_INT(ipd_meta_file_get(m, "acme", "u3", u3.file_id, MC_NOW, &got),
+              IPD_ERR_NOT_FOUND);
+    /* Without the tenant limit the same insert passes the user's. */
+    struct ipd_quota user_only = {.max_files = 2, .max_bytes = -1};
+    struct ipd_file_meta u4 = mc_file("acme", "u4", n++, MC_NOW,
+                                      MC_NOW + MC_HOUR, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &u4, &user_only, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_file_usage(m, "acme", NULL, MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 5);
+    CHECK_INT(bytes, 401);
+    /* Another tenant is not held up. */
+    struct ipd_file_meta o = mc_file("other", "u9", n++, MC_NOW,
+                                     IPD_TIME_NEVER, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &o, &q, MC_NOW), IPD_OK);
+    /* The user's own quota still holds under a roomy tenant's. */
+    struct ipd_quota roomy = {.max_files = -1, .max_bytes = -1};
+    struct ipd_quota q2 = {.max_files = 2, .max_bytes = -1, .tenant = &roomy};
+    struct ipd_file_meta u1 = mc_file("acme", "u1", n++, MC_NOW,
+                                      MC_NOW + MC_HOUR, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &u1, &q2, MC_NOW), IPD_ERR_QUOTA);
+
+    /* Bytes: 1000 for the tenant; exactly on the limit is allowed. */
+    struct ipd_quota tb = {.max_files = -1, .max_bytes = 1000};
+    struct ipd_quota qb = {.max_files = -1, .max_bytes = -1, .tenant = &tb};
+    struct ipd_file_meta b1 = mc_file("acme", "b1", n++, MC_NOW,
+                                      MC_NOW + MC_HOUR, 599);
+    struct ipd_file_meta b2 = mc_file("acme", "b2", n++, MC_NOW,
+                                      MC_NOW + MC_HOUR, 1);
+    CHECK_INT(ipd_meta_file_insert(m, &b1, &qb, MC_NOW), IPD_OK);
+    CHECK_INT(ipd_meta_file_insert(m, &b2, &qb, MC_NOW), IPD_ERR_QUOTA);
+
+    /* The early check says which quota is full. */
+    const char *full = "x";
+    CHECK_INT(ipd_meta_quota_full(m, &q, "acme", "u9", 0, MC_NOW, &full),
+              IPD_OK);
+    CHECK_STR(full ? full : "(null)", "tenant");
+    CHECK_INT(ipd_meta_quota_full(m, &q2, "acme", "u1", 0, MC_NOW, &full),
+              IPD_OK);
+    CHECK_STR(full ? full : "(null)", "user");
+    CHECK_INT(ipd_meta_quota_full(m, &q2, "other", "fresh", 0, MC_NOW, &full),
+              IPD_OK);
+    CHECK(full == NULL);
+
+    /* The admin list: most bytes first, expired files left out. */
+    struct ipd_tenant_usage list[3];
+    size_t k = 0;
+    bool more = true;
+    CHECK_INT(ipd_meta_tenant_usage(m, MC_NOW, 3, list, &k, &more), IPD_OK);
+    CHECK_INT(k, 2);
+    CHECK(!more);
+    CHECK_STR(list[0].tenant, "acme");
+    CHECK_INT(list[0].files, 6);
+    CHECK_INT(list[0].bytes, 1000);
+    CHECK_STR(list[1].tenant, "other");
+    CHECK_INT(list[1].files, 4);
+    CHECK_INT(list[1].bytes, 301);
+    CHECK_INT(ipd_meta_tenant_usage(m, MC_NOW, 1, list, &k, &more), IPD_OK);
+    CHECK_INT(k, 1);
+    CHECK(more);
+    CHECK_STR(list[0].tenant, "acme");
+    ipd_meta_free(m);
+}
+
 static void mc_conflict(void)
 {
     struct ipd_meta *m = mc_open();
@@ -808,15 +903,20 @@ struct mc_worker {
     unsigned inserts;
     const struct ipd_quota *quota;
     const char *user;
+    bool user_per_thread;            /* user is "<user><index>" */
     unsigned ok, quota_hits, other; /* OUT: results by kind */
 };
 
 static void *mc_worker_run(void *arg)
 {
     struct mc_worker *w = arg;
+    char user[64];
+    snprintf(user, sizeof(user), "%s", w->user);
+    if (w->user_per_thread)
+        snprintf(user, sizeof(user), "%s%u", w->user, w->index);
     for (unsigned i = 0; i < w->inserts; i++) {
         unsigned n = w->id_base + w->index * 1000 + i;
-        struct ipd_file_meta f = mc_file("t", w->user, n,
+        struct ipd_file_meta f = mc_file("t", user, n,
                                          MC_NOW - (int64_t)n,
                                          MC_NOW + MC_HOUR, 10);
         enum ipd_err rc = ipd_meta_file_insert(w->m, &f, w->quota, MC_NOW);
@@ -829,7 +929,7 @@ static void *mc_worker_run(void *arg)
         /* Readers run alongside the writers. */
         if (i % 10 == 0) {
             int64_t c, b;
-            if (ipd_meta_file_usage(w->m, "t", w->user, MC_NOW, &c, &b))
+            if (ipd_meta_file_usage(w->m, "t", user, MC_NOW, &c, &b))
                 w->other++;
         }
     }
@@ -838,11 +938,11 @@ static void *mc_worker_run(void *arg)
 
 /* Run MC_THREADS workers of `inserts` inserts each into (t, user); the
  * result counts go to *ok, *quota_hits and *other. */
-static void mc_run_workers(struct ipd_meta *m, const char *user,
-                           unsigned id_base, unsigned inserts,
-                           const struct ipd_quota *q,
-                           unsigned *ok, unsigned *quota_hits,
-                           unsigned *other)
+static void mc_run_workers_as(struct ipd_meta *m, const char *user,
+                              bool user_per_thread, unsigned id_base,
+                              unsigned inserts, const struct ipd_quota *q,
+                              unsigned *ok, unsigned *quota_hits,
+                              unsigned *other)
 {
     struct mc_worker w[MC_THREADS];
     *ok = *quota_hits = *other = 0;
@@ -853,7 +953,8 @@ static void mc_run_workers(struct ipd_meta *m, const char *user,
             .id_base = id_base,
             .inserts = inserts,
             .quota = q,
-            .user = user};
+            .user = user,
+            .user_per_thread = user_per_thread};
         CHECK_INT(pthread_create(&w[t].tid, NULL, mc_worker_run, &w[t]), 0);
     }
     for (unsigned t = 0; t < MC_THREADS; t++) {
@@ -862,6 +963,15 @@ static void mc_run_workers(struct ipd_meta *m, const char *user,
         *quota_hits += w[t].quota_hits;
         *other += w[t].other;
     }
+}
+
+static void mc_run_workers(struct ipd_meta *m, const char *user,
+                           unsigned id_base, unsigned inserts,
+                           const struct ipd_quota *q, unsigned *ok,
+                           unsigned *quota_hits, unsigned *other)
+{
+    mc_run_workers_as(m, user, false, id_base, inserts, q, ok, quota_hits,
+                      other);
 }
 
 static void mc_concurrent_inserts(void)
@@ -916,6 +1026,49 @@ static void mc_concurrent_quota(void)
     CHECK_INT(ok, 17);
     CHECK_INT(other, 0);
     CHECK_INT(ipd_meta_file_usage(m, "t", "bytes", MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 17);
+    CHECK_INT(bytes, 170);
+    ipd_meta_free(m);
+}
+
+/* Many users of one tenant inserting at once never pass the tenant's
+ * quota together, and each stays within its own. */
+static void mc_concurrent_tenant_quota(void)
+{
+    struct ipd_meta *m = mc_open();
+    REQUIRE(m);
+    unsigned ok, quota_hits, other;
+    int64_t count = -1, bytes = -1;
+
+    struct ipd_quota tq = {.max_files = 30, .max_bytes = -1};
+    struct ipd_quota q = {.max_files = 5, .max_bytes = -1, .tenant = &tq};
+    mc_run_workers_as(m, "tu", true, 0, 10, &q, &ok, &quota_hits, &other);
+    CHECK_INT(ok, 30);
+    CHECK_INT(quota_hits, MC_THREADS * 10 - 30);
+    CHECK_INT(other, 0);
+    CHECK_INT(ipd_meta_file_usage(m, "t", NULL, MC_NOW, &count, &bytes),
+              IPD_OK);
+    CHECK_INT(count, 30);
+    for (unsigned t = 0; t < MC_THREADS; t++) {
+        char user[16];
+        snprintf(user, sizeof(user), "tu%u", t);
+        CHECK_INT(ipd_meta_file_usage(m, "t", user, MC_NOW, &count, &bytes),
+                  IPD_OK);
+        CHECK(count <= 5);
+    }
+
+    /* Bytes: 10 per file, 175 for the tenant: 17 files. */
+    struct ipd_quota tb = {.max_files = -1, .max_bytes = 175};
+    struct ipd_quota qb = {.max_files = -1, .max_bytes = -1, .tenant = &tb};
+    ipd_meta_free(m);
+    m = mc_open();
+    REQUIRE(m);
+    mc_run_workers_as(m, "bu", true, 100000, 10, &qb, &ok, &quota_hits,
+                      &other);
+    CHECK_INT(ok, 17);
+    CHECK_INT(other, 0);
+    CHECK_INT(ipd_meta_file_usage(m, "t", NULL, MC_NOW, &count, &bytes),
               IPD_OK);
     CHECK_INT(count, 17);
     CHECK_INT(bytes, 170);
@@ -1323,6 +1476,8 @@ static void meta_conformance_run(struct ipd_meta *(*open_store)(void))
         {"totals", mc_totals},
         {"concurrent_inserts", mc_concurrent_inserts},
         {"concurrent_quota", mc_concurrent_quota},
+        {"tenant_quota", mc_tenant_quota},
+        {"concurrent_tenant_quota", mc_concurrent_tenant_quota},
         {"keys", mc_keys},
         {"key_rotate_secret", mc_key_rotate_secret},
         {"get_by_id", mc_get_by_id},

@@ -105,16 +105,17 @@ static void schema_version_table(void)
     ipd_meta_free(m);
 
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 4);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 4);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 5);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 5);
     CHECK_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE"
                           " type = 'table' AND name IN ('files', 'api_keys',"
                           " 'leases')"),
               3);
     CHECK_INT(raw_int(db, "SELECT count(*) FROM sqlite_master WHERE"
                           " type = 'index' AND name IN ('files_scope_expiry',"
-                          " 'files_scope_order', 'files_expiry')"),
-              3);
+                          " 'files_scope_order', 'files_expiry',"
+                          " 'files_tenant_usage')"),
+              4);
     sqlite3_close(db);
 }
 
@@ -142,7 +143,7 @@ static void reopen_keeps_data(void)
 
     /* Reopening did not run the migration again. */
     sqlite3 *db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 4);
+    CHECK_INT(raw_int(db, "SELECT count(*) FROM schema_version"), 5);
     /* "never" is SQL NULL, not a sentinel number. */
     CHECK_INT(raw_int(db, "SELECT count(*) FROM files"
                           " WHERE expires_at_ms IS NULL"),
@@ -151,7 +152,7 @@ static void reopen_keeps_data(void)
 }
 
 /* A version 1 database (keys without a policy, no leases) opened by this
- * build gets migrations 2 to 4: its keys have the default policy,
+ * build gets migrations 2 to 5: its keys have the default policy,
  * "standard", and leases work. */
 static void migrates_v1_keys(void)
 {
@@ -169,6 +170,7 @@ static void migrates_v1_keys(void)
                  "ALTER TABLE api_keys DROP COLUMN prev_secret;"
                  "ALTER TABLE api_keys DROP COLUMN secret_rotated_at_ms;"
                  "DROP TABLE leases;"
+                 "DROP INDEX files_tenant_usage;"
                  "DELETE FROM schema_version WHERE version >= 2");
     sqlite3_close(db);
 
@@ -183,12 +185,12 @@ static void migrates_v1_keys(void)
     CHECK(held);
     ipd_meta_free(m);
     db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 4);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 5);
     sqlite3_close(db);
 }
 
 /* A version 3 database (keys without the secret's rotation) opened by this
- * build gets migration 4: its keys were never rotated, and can be. */
+ * build gets migrations 4 and 5: its keys were never rotated, and can be. */
 static void migrates_v3_keys(void)
 {
     char path[128];
@@ -201,6 +203,7 @@ static void migrates_v3_keys(void)
     sqlite3 *db = raw_open(path);
     raw_exec(db, "ALTER TABLE api_keys DROP COLUMN prev_secret;"
                  "ALTER TABLE api_keys DROP COLUMN secret_rotated_at_ms;"
+                 "DROP INDEX files_tenant_usage;"
                  "DELETE FROM schema_version WHERE version >= 4");
     sqlite3_close(db);
 
@@ -218,7 +221,7 @@ static void migrates_v3_keys(void)
     CHECK_STR(got.prev_secret, k.secret);
     ipd_meta_free(m);
     db = raw_open(path);
-    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 4);
+    CHECK_INT(raw_int(db, "SELECT max(version) FROM schema_version"), 5);
     sqlite3_close(db);
 }
 
