@@ -61,6 +61,7 @@ struct upload {
     bool too_large;
     /* The first client error seen while streaming; answered at the end. */
     bool failed;
+    bool deferred;                 /* a refusal from begin, answered late */
     enum ipd_http_error err;
     char errmsg[256];
     enum ipd_err io_err;           /* a storage error while streaming */
@@ -112,8 +113,10 @@ static void upload_write(struct ipd_req *r, struct upload *u,
         u->drained += (int64_t)size;
         return;
     }
-    if (u->failed || !u->w)
+    if (u->failed || !u->w) {
+        u->drained += (int64_t)size;
         return;
+    }
     enum ipd_err rc = ipd_blob_writer_write(u->w, data, size);
     if (rc == IPD_ERR_TOO_LARGE) {
         u->too_large = true;
@@ -241,6 +244,39 @@ static const char *quota_refusal(struct ipd_req *r, int64_t size, char *msg,
     return quota_room(r, size, msg, n) == IPD_ERR_QUOTA ? msg : NULL;
 }
 
+/* The first failure of an upload, answered once its body is read. */
+static void reply_upload_failure(struct ipd_req *r, struct upload *u)
+{
+    if (u->deferred)
+        ipd_reply_failure(r, u->io_err, u->errmsg[0] ? u->errmsg : NULL,
+                          "storing the upload");
+    else if (u->io_err)
+        ipd_reply_failure(r, u->io_err, NULL, "storing the upload");
+    else
+        ipd_reply_code(r, u->err, "%s", u->errmsg);
+}
+
+/* A refusal known before the body (quota, a store down, a full disk):
+ * answered now when the client waits for our go-ahead (Expect:
+ * 100-continue) or sends no body, so the body never comes; else the body
+ * is already on its way, and answering while it comes closes the
+ * connection under the client, which may then see a reset instead of
+ * the answer.  So it is remembered, the body read and dropped (about the
+ * size limit at most), and answered at the end. */
+static void upload_refuse(struct ipd_req *r, struct upload *u,
+                          enum ipd_err rc, const char *detail,
+                          const char *what, int64_t length)
+{
+    const char *expect = ipd_req_header(r, "Expect");
+    if (length == 0 || (expect && strcasestr(expect, "100-continue"))) {
+        ipd_reply_failure(r, rc, detail, what);
+        return;
+    }
+    u->failed = u->deferred = true;
+    u->io_err = rc;
+    snprintf(u->errmsg, sizeof(u->errmsg), "%s", detail ? detail : "");
+}
+
 static void upload_begin(struct ipd_req *r)
 {
     const struct ipd_config *cfg = r->app->cfg;
@@ -279,15 +315,15 @@ static void upload_begin(struct ipd_req *r)
                                                                    : 0,
                                  msg, sizeof(msg));
     if (rc) {
-        ipd_reply_failure(r, rc, rc == IPD_ERR_QUOTA ? msg : NULL,
-                          "checking the quota");
+        upload_refuse(r, u, rc, rc == IPD_ERR_QUOTA ? msg : NULL,
+                      "checking the quota", length);
         return;
     }
     /* While the delete reserve is spent the disk is full: refuse before
      * the body comes (507), so uploads cannot eat what deletes need. */
     rc = ipd_space_check_write(r->app->space);
     if (rc) {
-        ipd_reply_failure(r, rc, NULL, "storing the upload");
+        upload_refuse(r, u, rc, NULL, "storing the upload", length);
         return;
     }
     if (u->kind == UP_MULTIPART) {
@@ -307,7 +343,7 @@ static void upload_begin(struct ipd_req *r)
     rc = ipd_blob_writer_new(r->app->blobs, u->file_id, cfg->max_file_size,
                              &u->w);
     if (rc)
-        ipd_reply_failure(r, rc, NULL, "storing the upload");
+        upload_refuse(r, u, rc, NULL, "storing the upload", length);
 }
 
 static void upload_data(struct ipd_req *r, const char *data, size_t size)
@@ -320,19 +356,23 @@ static void upload_data(struct ipd_req *r, const char *data, size_t size)
     }
     if (u->kind == UP_RAW) {
         upload_write(r, u, data, size);
-    } else if (u->too_large) {
+    } else if (u->too_large || u->failed) {
         u->drained += (int64_t)size;
-    } else if (!u->failed &&
+    } else if (
                MHD_post_process(u->pp, data, size) != MHD_YES &&
                !u->failed) {
         upload_fail(u, IPD_HE_INVALID_REQUEST, "malformed multipart body");
     }
     /* Past twice the limit, stop reading: answer now and let the
      * connection close. */
-    if (u->too_large && u->drained > r->app->cfg->max_file_size)
-        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                        "upload is over the limit of %lld bytes",
-                        (long long)r->app->cfg->max_file_size);
+    if (u->drained > r->app->cfg->max_file_size) {
+        if (u->too_large)
+            ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
+                           "upload is over the limit of %lld bytes",
+                           (long long)r->app->cfg->max_file_size);
+        else if (u->failed)
+            reply_upload_failure(r, u);
+    }
 }
 
 /* A query value; *bad when it hides a NUL byte (which would cut it). */
@@ -702,10 +742,7 @@ static void upload_finish(struct ipd_req *r)
         return;
     }
     if (u->failed) {
-        if (u->io_err)
-            ipd_reply_failure(r, u->io_err, NULL, "storing the upload");
-        else
-            ipd_reply_code(r, u->err, "%s", u->errmsg);
+        reply_upload_failure(r, u);
         return;
     }
     memset(&f, 0, sizeof(f));
