@@ -19,7 +19,7 @@
  *     ENOSYS: a newer kernel's calls look absent, and libc falls back;
  *   - everything else, every reviewed call not listed, gets EPERM.
  *
- * Provenance of the list (measured 2026-11-20, Debian 12: Python 3.11,
+ * Provenance of the list (measured 2026-11-25, Debian 12: Python 3.11,
  * glibc 2.36, numpy 1.24, pandas 1.5, matplotlib 3.6, Pillow 9.4,
  * pip 23.0, kernel 6.18): `strace -f -c -S calls` over
  *   [W] a workload script of the data stack and the standard library:
@@ -40,11 +40,12 @@
  *       openat, setsid, chdir, execve, send, wait4, getrusage, exit);
  * then checked in the real sandbox with a build whose non-allowed
  * actions log instead of refusing (-DIPD_SECCOMP_MEASURE, below; the
- * kernel's audit records, type=1326, in dmesg) over the sandbox,
- * executions, functional and packages suites: nothing outside the list
- * was called.  Calls marked [S] were not measured: they are the direct
- * system calls of Python's own os, signal, select, socket, time and
- * resource functions that user code may call, reviewed one by one.
+ * kernel's audit records, type=1326, in dmesg) over the workload [W]
+ * and the sandbox, executions, exec_functional and packages suites
+ * (sdist builds included): mbind was the only call logged.  Calls
+ * marked [S] were not measured: they are the direct system calls of
+ * Python's own os, signal, select, socket, time and resource functions
+ * that user code may call, reviewed one by one.
  * Measured but refused: mbind (OpenBLAS sets MPOL_PREFERRED and ignores
  * the result), mount and unshare (the prelude test's own harness, not
  * the prelude).
@@ -177,16 +178,17 @@ static const uint64_t ns_clone_flags = CLONE_NEWNS | CLONE_NEWUTS |
                                        CLONE_NEWCGROUP;
 
 /* ioctl commands allowed (low 32 bits, as the kernel compares them);
- * any other command, TIOCSTI and TIOCLINUX among them, gets EPERM.  Measured [W P V]:
+ * any other command, TIOCSTI and TIOCLINUX among them, gets EPERM.
+ * Measured [W P V]:
  * TCGETS (isatty), TIOCGWINSZ, FIONBIO, FIOCLEX (Python sets
  * inheritance with it and raises on EPERM), SIOCGIFCONF/SIOCGIFHWADDR
  * (uuid).  [S]: FIONCLEX, FIONREAD, TIOCGPGRP, the other read-only
  * SIOCGIF* queries. */
 static const unsigned long ioctl_ok[] = {
-    TCGETS,       TIOCGWINSZ,    TIOCGPGRP,     FIONREAD,
-    FIONBIO,      FIOCLEX,       FIONCLEX,      SIOCGIFCONF,
-    SIOCGIFHWADDR, SIOCGIFINDEX, SIOCGIFNAME,   SIOCGIFFLAGS,
-    SIOCGIFADDR,  SIOCGIFMTU,
+    TCGETS,      TIOCGWINSZ,    TIOCGPGRP,    FIONREAD,
+    FIONBIO,     FIOCLEX,       FIONCLEX,     SIOCGIFCONF,
+    SIOCGIFADDR, SIOCGIFHWADDR, SIOCGIFINDEX, SIOCGIFNAME,
+    SIOCGIFFLAGS, SIOCGIFMTU,
 };
 
 /* fcntl commands allowed; the others (F_NOTIFY watches a directory,
@@ -195,9 +197,10 @@ static const unsigned long ioctl_ok[] = {
  * F_SETFL, F_DUPFD, F_DUPFD_CLOEXEC, F_SETLK (sqlite3); [S] the other
  * record locks, seals and F_GETPIPE_SZ. */
 static const unsigned long fcntl_ok[] = {
-    F_DUPFD,   F_DUPFD_CLOEXEC, F_GETFD,     F_SETFD,     F_GETFL,
-    F_SETFL,   F_GETLK,         F_SETLK,     F_SETLKW,    F_OFD_GETLK,
-    F_OFD_SETLK, F_OFD_SETLKW,  F_ADD_SEALS, F_GET_SEALS, F_GETPIPE_SZ,
+    F_DUPFD,      F_DUPFD_CLOEXEC, F_GETFD,     F_SETFD,
+    F_GETFL,      F_SETFL,         F_GETLK,     F_SETLK,
+    F_SETLKW,     F_OFD_GETLK,     F_OFD_SETLK, F_OFD_SETLKW,
+    F_ADD_SEALS,  F_GET_SEALS,     F_GETPIPE_SZ,
 };
 
 static void set_err(char *err, size_t errlen, const char *what, int rc)
