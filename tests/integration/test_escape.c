@@ -162,7 +162,11 @@ static void start_server(void)
     snprintf(secret_env, sizeof(secret_env), "INTERPD_TEST_SECRET=%s",
              secret1);
     snprintf(secret_env2, sizeof(secret_env2), "DB_PASSWORD=%s", secret2);
-    const char *args[] = {"--sandbox-uid", uid, "--exec-slots", "2", NULL};
+    /* The readiness check runs one execution as the sandbox uid every
+     * --ready-check-interval: off here (it still runs once before the
+     * server listens), so the counts below see only the cases' runs. */
+    const char *args[] = {"--sandbox-uid", uid, "--exec-slots", "2",
+                          "--ready-check-interval", "never", NULL};
     const char *env[] = {secret_env, secret_env2, NULL};
     struct itest_opts o = {.args = args, .env = env};
     srv = itest_start(&o);
