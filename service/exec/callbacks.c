@@ -405,18 +405,29 @@ static void enqueue(struct ipd_callbacks *cb, struct delivery *d,
     pthread_mutex_unlock(&cb->lock);
 }
 
+/* A delivery to url, or NULL after failing status when there are no
+ * delivery threads. */
+static struct delivery *delivery_new(struct ipd_callbacks *cb, const char *url,
+                                     struct ipd_callback_status *status)
+{
+    if (!cb) {
+        ipd_callback_status_fail(status, "callbacks are unavailable on this "
+                                         "server");
+        return NULL;
+    }
+    struct delivery *d = ipd_xcalloc(1, sizeof(*d));
+    d->url = ipd_xstrdup(url);
+    return d;
+}
+
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
                         const char *body, size_t len,
                         const struct ipd_callback_keys *keys,
                         struct ipd_callback_status *status)
 {
-    if (!cb) {
-        ipd_callback_status_fail(status, "callbacks are unavailable on this "
-                                         "server");
+    struct delivery *d = delivery_new(cb, url, status);
+    if (!d)
         return;
-    }
-    struct delivery *d = ipd_xcalloc(1, sizeof(*d));
-    d->url = ipd_xstrdup(url);
     d->body = ipd_xmalloc(len + 1);
     memcpy(d->body, body, len);
     d->body[len] = '\0';
@@ -430,13 +441,9 @@ void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
                              const struct ipd_callback_keys *keys,
                              struct ipd_callback_status *status)
 {
-    if (!cb) {
-        ipd_callback_status_fail(status, "callbacks are unavailable on this "
-                                         "server");
+    struct delivery *d = delivery_new(cb, url, status);
+    if (!d)
         return;
-    }
-    struct delivery *d = ipd_xcalloc(1, sizeof(*d));
-    d->url = ipd_xstrdup(url);
     d->path = ipd_xstrdup(path);
     d->len = len;
     enqueue(cb, d, url, keys, status);
