@@ -2380,3 +2380,57 @@ char *itest_urlencode(const char *s, size_t len)
     out[o] = 0;
     return out;
 }
+
+static int b64_val(unsigned char c)
+{
+    if (c >= 'A' && c <= 'Z')
+        return c - 'A';
+    if (c >= 'a' && c <= 'z')
+        return c - 'a' + 26;
+    if (c >= '0' && c <= '9')
+        return c - '0' + 52;
+    return c == '+' ? 62 : c == '/' ? 63 : -1;
+}
+
+unsigned char *itest_b64_decode(const char *s, size_t *len)
+{
+    size_t n = strlen(s), o = 0;
+    if (n % 4)
+        return NULL;
+    unsigned char *out = malloc(n / 4 * 3 + 1);
+    for (size_t i = 0; i < n; i += 4) {
+        uint32_t v = 0;
+        int pad = 0;
+        for (int k = 0; k < 4; k++) {
+            int d = b64_val((unsigned char)s[i + k]);
+            if (s[i + k] == '=' && i + 4 == n && k >= 2) {
+                pad++;
+                d = 0;
+            } else if (d < 0 || pad) {
+                free(out);
+                return NULL;
+            }
+            v = v << 6 | (uint32_t)d;
+        }
+        out[o++] = (unsigned char)(v >> 16);
+        if (pad < 2)
+            out[o++] = (unsigned char)(v >> 8);
+        if (pad < 1)
+            out[o++] = (unsigned char)v;
+    }
+    *len = o;
+    return out;
+}
+
+bool itest_cli_said(struct itest_server *s, const char *needle)
+{
+    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
+    char *log = itest_read_file(path, NULL);
+    bool found = log && strstr(log, needle);
+    if (!found)
+        fprintf(stderr, "cli.log lacks \"%s\":\n%s\n", needle,
+                log ? log : "(unreadable)");
+    free(log);
+    free(path);
+    return found;
+}

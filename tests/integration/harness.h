@@ -401,4 +401,12 @@ char *itest_urlencode(const char *s, size_t len);
 char *itest_fmt(const char *fmt, ...)
     __attribute__((format(printf, 1, 2)));
 
+/* Standard base64 (no whitespace, '=' only as the last one or two
+ * characters) decoded into a new buffer (free()); NULL when invalid. */
+unsigned char *itest_b64_decode(const char *s, size_t *len);
+
+/* The CLI's stderr (tmp_dir/cli.log, see itest_cli) holds needle; prints
+ * the log when it does not. */
+bool itest_cli_said(struct itest_server *s, const char *needle);
+
 #endif

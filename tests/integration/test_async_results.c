@@ -34,47 +34,7 @@ static json_t *run_body(int seed, int files)
     return body;
 }
 
-static int b64_val(unsigned char c)
-{
-    if (c >= 'A' && c <= 'Z')
-        return c - 'A';
-    if (c >= 'a' && c <= 'z')
-        return c - 'a' + 26;
-    if (c >= '0' && c <= '9')
-        return c - '0' + 52;
-    return c == '+' ? 62 : c == '/' ? 63 : -1;
-}
 
-/* Decode standard base64; new buffer, NULL when invalid. */
-static unsigned char *b64_decode(const char *s, size_t *len)
-{
-    size_t n = strlen(s), o = 0;
-    if (n % 4)
-        return NULL;
-    unsigned char *out = malloc(n / 4 * 3 + 1);
-    for (size_t i = 0; i < n; i += 4) {
-        uint32_t v = 0;
-        int pad = 0;
-        for (int k = 0; k < 4; k++) {
-            int d = b64_val((unsigned char)s[i + k]);
-            if (s[i + k] == '=' && i + 4 == n && k >= 2) {
-                pad++;
-                d = 0;
-            } else if (d < 0 || pad) {
-                free(out);
-                return NULL;
-            }
-            v = v << 6 | (uint32_t)d;
-        }
-        out[o++] = (unsigned char)(v >> 16);
-        if (pad < 2)
-            out[o++] = (unsigned char)(v >> 8);
-        if (pad < 1)
-            out[o++] = (unsigned char)v;
-    }
-    *len = o;
-    return out;
-}
 
 /* The server's resident set, in KiB, from /proc (-1 when unreadable). */
 static long long rss_kib(const struct itest_server *s)
@@ -149,7 +109,7 @@ static void check_intact(const struct itest_resp *r, int seed, int files)
     json_array_foreach(gen, i, f) {
         const char *b64 = itest_json_str(f, "data_base64");
         size_t len = 0;
-        unsigned char *bytes = b64 ? b64_decode(b64, &len) : NULL;
+        unsigned char *bytes = b64 ? itest_b64_decode(b64, &len) : NULL;
         CHECKF(bytes && len == FILE_SIZE, "run %d file %zu: %zu bytes inline",
                seed, i, bytes ? len : 0);
         if (bytes) {

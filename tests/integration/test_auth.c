@@ -6,19 +6,6 @@
 
 #include "harness.h"
 
-/* The end of the CLI's stderr (tmp_dir/cli.log) holds needle. */
-static bool cli_said(struct itest_server *s, const char *needle)
-{
-    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
-    char *log = itest_read_file(path, NULL);
-    bool found = log && strstr(log, needle);
-    if (!found)
-        fprintf(stderr, "cli.log lacks \"%s\":\n%s\n", needle,
-                log ? log : "(unreadable)");
-    free(log);
-    free(path);
-    return found;
-}
 
 #include <sys/stat.h>
 
@@ -454,7 +441,7 @@ static void keys_refuse_no_store(void)
               2);
     CHECKF(!out || !out[0], "keys create printed: %s", out);
     free(out);
-    CHECK(cli_said(s, where));
+    CHECK(itest_cli_said(s, where));
     out = NULL;
     CHECK_INT(itest_cli(s, &out, "keys", "list", store_flag, store,
                         "--data-dir", absent, NULL),

@@ -8,19 +8,6 @@
 
 #include "harness.h"
 
-/* The end of the CLI's stderr (tmp_dir/cli.log) holds needle. */
-static bool cli_said(struct itest_server *s, const char *needle)
-{
-    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
-    char *log = itest_read_file(path, NULL);
-    bool found = log && strstr(log, needle);
-    if (!found)
-        fprintf(stderr, "cli.log lacks \"%s\":\n%s\n", needle,
-                log ? log : "(unreadable)");
-    free(log);
-    free(path);
-    return found;
-}
 
 static void expired_files_are_swept(void)
 {
@@ -95,7 +82,7 @@ static void cleanup_refuses_no_store(void)
     char *out = NULL;
     struct stat st;
     CHECK_INT(itest_cli(s, &out, "cleanup", "--data-dir", absent, NULL), 2);
-    CHECK(cli_said(s, absent));
+    CHECK(itest_cli_said(s, absent));
     CHECK(stat(absent, &st) != 0);
     CHECKF(!out || !out[0], "cleanup printed: %s", out);
     free(out);
@@ -106,11 +93,11 @@ static void cleanup_refuses_no_store(void)
                             "--mongo-uri", fresh, NULL),
                   2);
         char *db = strrchr(fresh, '/');
-        CHECK(db && cli_said(s, db + 1));
+        CHECK(db && itest_cli_said(s, db + 1));
         CHECK_INT(itest_mongo_collection_count(fresh), 0);
     } else {
         CHECK_INT(itest_cli(s, NULL, "cleanup", "--data-dir", empty, NULL), 2);
-        CHECK(cli_said(s, empty));
+        CHECK(itest_cli_said(s, empty));
     }
     char **left = NULL;
     CHECKF(itest_list_files(empty, &left) == 0, "%s is no longer empty",

@@ -55,48 +55,6 @@ static long run_with_files(const char *user, const char *code,
                err_of(r));                                                     \
     } while (0)
 
-/* Decode standard base64 (no whitespace); new buffer, NULL when invalid. */
-static unsigned char *b64_decode(const char *s, size_t *len)
-{
-    size_t n = strlen(s), o = 0;
-    unsigned char *out;
-    if (n % 4)
-        return NULL;
-    out = malloc(n / 4 * 3 + 1);
-    for (size_t i = 0; i < n; i += 4) {
-        uint32_t v = 0;
-        int pad = 0;
-        for (int k = 0; k < 4; k++) {
-            char c = s[i + k];
-            int d;
-            if (c >= 'A' && c <= 'Z')
-                d = c - 'A';
-            else if (c >= 'a' && c <= 'z')
-                d = c - 'a' + 26;
-            else if (c >= '0' && c <= '9')
-                d = c - '0' + 52;
-            else if (c == '+')
-                d = 62;
-            else if (c == '/')
-                d = 63;
-            else if (c == '=' && i + 4 == n && k >= 2) {
-                d = 0;
-                pad++;
-            } else {
-                free(out);
-                return NULL;
-            }
-            v = v << 6 | (uint32_t)d;
-        }
-        out[o++] = (unsigned char)(v >> 16);
-        if (pad < 2)
-            out[o++] = (unsigned char)(v >> 8);
-        if (pad < 1)
-            out[o++] = (unsigned char)v;
-    }
-    *len = o;
-    return out;
-}
 
 /* A 3x2 red RGB PNG. */
 static const unsigned char tiny_png[] =
@@ -438,7 +396,7 @@ static void matplotlib_png(void)
     const char *b64 = itest_json_str(f, "data_base64");
     REQUIRE(b64);
     size_t len = 0;
-    unsigned char *png = b64_decode(b64, &len);
+    unsigned char *png = itest_b64_decode(b64, &len);
     REQUIRE(png);
     CHECK(len > 33 && !memcmp(png, "\x89PNG\r\n\x1a\n", 8) &&
           !memcmp(png + 12, "IHDR", 4));
@@ -486,7 +444,7 @@ static void matplotlib_png(void)
     json_array_foreach(gen, i, f)
     {
         const char *d = itest_json_str(f, "data_base64");
-        unsigned char *bytes = d ? b64_decode(d, &len) : NULL;
+        unsigned char *bytes = d ? itest_b64_decode(d, &len) : NULL;
         if (bytes && len > 8 && !memcmp(bytes, "\x89PNG\r\n\x1a\n", 8))
             pngs++;
         free(bytes);

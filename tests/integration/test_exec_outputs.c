@@ -45,41 +45,6 @@ static long run_body(const char *user, json_t *body, struct itest_resp *out)
     return itest_exec(srv, srv->admin_key, user, body, 90000, out);
 }
 
-/* Decode standard base64 (no whitespace); new buffer, NULL when invalid. */
-static unsigned char *b64_decode(const char *s, size_t *len)
-{
-    static const char al[] =
-        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    size_t n = strlen(s), o = 0;
-    unsigned char *out;
-    if (n % 4)
-        return NULL;
-    out = malloc(n / 4 * 3 + 1);
-    for (size_t i = 0; i < n; i += 4) {
-        uint32_t v = 0;
-        int pad = 0;
-        for (int k = 0; k < 4; k++) {
-            const char *p = s[i + k] ? strchr(al, s[i + k]) : NULL;
-            if (s[i + k] == '=' && i + 4 == n && k >= 2) {
-                pad++;
-                v <<= 6;
-                continue;
-            }
-            if (!p || pad) {
-                free(out);
-                return NULL;
-            }
-            v = v << 6 | (uint32_t)(p - al);
-        }
-        out[o++] = (unsigned char)(v >> 16);
-        if (pad < 2)
-            out[o++] = (unsigned char)(v >> 8);
-        if (pad < 1)
-            out[o++] = (unsigned char)v;
-    }
-    *len = o;
-    return out;
-}
 
 /* The entry of generated_files named name, or NULL. */
 static json_t *entry(const json_t *result, const char *name)
@@ -125,7 +90,7 @@ static void check_unstored(const json_t *f, const char *reason,
     CHECK(itest_json_get(f, "not_inline_reason") == NULL);
     REQUIRE(b64);
     size_t len = 0;
-    unsigned char *bytes = b64_decode(b64, &len);
+    unsigned char *bytes = itest_b64_decode(b64, &len);
     REQUIRE(bytes);
     CHECK_INT(json_integer_value(itest_json_get(f, "size")), len);
     char sha[65];
