@@ -73,6 +73,16 @@
  * connection lost before the reply) leaves our lock behind too; it goes
  * stale the same way.
  *
+ * Locks we lost track of.  When the server goes away while we hold a lock
+ * (or while our lock insert is in flight), the release fails too, and
+ * that scope's next quota insert after the server is back would wait
+ * LOCK_WAIT_MS and answer 503 until the lock goes stale: every retried
+ * upload of that user fails for up to the TTL after an outage.  So the
+ * store remembers such locks (up to LOST_LOCKS_MAX; past that they go
+ * stale) and deletes them by _id and owner before its next quota insert;
+ * a delete that fails again keeps the entry.  A lock left by another node
+ * or a dead process still waits out its TTL.
+ *
  * Write concern and FerretDB.  mongo.c sets w:majority (wtimeout =
  * op_timeout_ms) and retryWrites=true on the URI unless it sets them.
  * What FerretDB 1.24.2 (SQLite handler) does with them, tried by hand:
@@ -115,6 +125,7 @@
  * lands between its update and its read-back; it finds out at the next
  * renewal.
  */
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -131,10 +142,21 @@
 #define LOCK_TTL_MIN_MS 10000 /* a dead holder's lock is stale after this */
 #define LOCK_WAIT_MS 5000  /* wait this long for a busy lock, then 503 */
 #define LOCK_BACKOFF_MAX_MS 50
+#define LOST_LOCKS_MAX 64  /* our locks whose release is still owed */
+
+/* A quota lock of ours that may still be in the store although we no
+ * longer hold it (see "Locks we lost track of" at the top). */
+struct lost_lock {
+    char id[IPD_TENANT_MAX + IPD_USER_ID_MAX + 1];
+    char owner[33];
+};
 
 struct meta_mongo {
     struct ipd_meta base;  /* first: the dispatcher casts */
     struct ipd_mongo *mg;  /* borrowed: outlives the store */
+    pthread_mutex_t lost_mu; /* guards lost[] and n_lost */
+    struct lost_lock lost[LOST_LOCKS_MAX];
+    size_t n_lost;
 };
 
 /* A pooled client and one collection on it, for one operation. */
@@ -582,6 +604,25 @@ static void sleep_ms(int64_t ms)
     nanosleep(&ts, NULL);
 }
 
+/* Remember a lock of ours that may still be in the store.  Past
+ * LOST_LOCKS_MAX it is only logged: it goes stale after the TTL. */
+static void lost_add(struct meta_mongo *s, const char *id, const char *owner)
+{
+    bool kept = false;
+
+    pthread_mutex_lock(&s->lost_mu);
+    if (s->n_lost < LOST_LOCKS_MAX) {
+        struct lost_lock *l = &s->lost[s->n_lost++];
+        snprintf(l->id, sizeof(l->id), "%s", id);
+        snprintf(l->owner, sizeof(l->owner), "%s", owner);
+        kept = true;
+    }
+    pthread_mutex_unlock(&s->lost_mu);
+    if (!kept)
+        ipd_warn("meta_mongo: quota lock of %s may stay until it goes "
+                 "stale", id);
+}
+
 /* Delete the scope's lock if its holder let it expire.  [out] *deleted */
 static enum ipd_err lock_reap(mongoc_collection_t *locks, const char *id,
                               bool *deleted)
@@ -613,7 +654,8 @@ out:
 }
 
 /* Take the lock id for owner, waiting up to LOCK_WAIT_MS. */
-static enum ipd_err lock_take(mongoc_collection_t *locks, const char *id,
+static enum ipd_err lock_take(struct meta_mongo *s,
+                              mongoc_collection_t *locks, const char *id,
                               const char *owner, int64_t ttl_ms)
 {
     int64_t deadline = ipd_mono_ms() + LOCK_WAIT_MS;
@@ -637,8 +679,10 @@ static enum ipd_err lock_take(mongoc_collection_t *locks, const char *id,
             break;
         }
         rc = ipd__mongo_err(&err, "quota lock");
-        if (rc != IPD_ERR_CONFLICT)
+        if (rc != IPD_ERR_CONFLICT) {
+            lost_add(s, id, owner); /* the insert may have landed */
             break;
+        }
         rc = lock_reap(locks, id, &reaped);
         if (rc)
             break;
@@ -659,19 +703,51 @@ static enum ipd_err lock_take(mongoc_collection_t *locks, const char *id,
     return rc;
 }
 
-/* Release our lock; a failure only delays the next holder until the
- * lock goes stale, so it is logged, not returned. */
-static void lock_drop(mongoc_collection_t *locks, const char *id,
-                      const char *owner)
+/* Delete our lock (by _id and owner: never one taken over).  false when
+ * the store did not answer. */
+static bool lock_delete(mongoc_collection_t *locks, const char *id,
+                        const char *owner)
 {
     bson_t filter = BSON_INITIALIZER;
     bson_error_t err;
+    bool ok;
 
     BSON_APPEND_UTF8(&filter, "_id", id);
     BSON_APPEND_UTF8(&filter, "owner", owner);
-    if (!mongoc_collection_delete_one(locks, &filter, NULL, NULL, &err))
+    ok = mongoc_collection_delete_one(locks, &filter, NULL, NULL, &err);
+    if (!ok)
         ipd__mongo_err(&err, "quota lock release");
     bson_destroy(&filter);
+    return ok;
+}
+
+/* Release our lock; when that fails it is remembered and released before
+ * the next quota insert (see the top). */
+static void lock_drop(struct meta_mongo *s, mongoc_collection_t *locks,
+                      const char *id, const char *owner)
+{
+    if (!lock_delete(locks, id, owner))
+        lost_add(s, id, owner);
+}
+
+/* Delete the locks we lost track of; those whose delete fails stay. */
+static void lost_release(struct meta_mongo *s, mongoc_collection_t *locks)
+{
+    struct lost_lock todo[LOST_LOCKS_MAX];
+    size_t n;
+
+    pthread_mutex_lock(&s->lost_mu);
+    n = s->n_lost;
+    memcpy(todo, s->lost, n * sizeof(todo[0]));
+    s->n_lost = 0;
+    pthread_mutex_unlock(&s->lost_mu);
+    for (size_t i = 0; i < n; i++) {
+        if (lock_delete(locks, todo[i].id, todo[i].owner))
+            ipd_info("meta_mongo: released the quota lock of %s left by "
+                     "an outage", todo[i].id);
+        else
+            lost_add(s, todo[i].id, todo[i].owner);
+    }
 }
 
 /* IPD_ERR_QUOTA when adding f would take the scope (user_id NULL: the
@@ -750,15 +826,16 @@ static enum ipd_err insert_with_quota(struct meta_mongo *s, struct op *op,
     if (ttl < LOCK_TTL_MIN_MS)
         ttl = LOCK_TTL_MIN_MS;
     locks = mongoc_client_get_collection(op->c, s->mg->db, COLL_LOCKS);
+    lost_release(s, locks);
     /* A third of the TTL counts from the first lock taken: it is the
      * first to go stale. */
     if (ipd_quota_limits_tenant(q)) {
-        rc = lock_take(locks, tid, owner, ttl);
+        rc = lock_take(s, locks, tid, owner, ttl);
         theld = !rc;
         taken = ipd_mono_ms();
     }
     if (!rc && user_limits(q)) {
-        rc = lock_take(locks, id, owner, ttl);
+        rc = lock_take(s, locks, id, owner, ttl);
         held = !rc;
         if (!theld)
             taken = ipd_mono_ms();
@@ -778,9 +855,9 @@ static enum ipd_err insert_with_quota(struct meta_mongo *s, struct op *op,
     rc = insert_doc(op->coll, doc, "file_insert");
 out:
     if (held)
-        lock_drop(locks, id, owner);
+        lock_drop(s, locks, id, owner);
     if (theld)
-        lock_drop(locks, tid, owner);
+        lock_drop(s, locks, tid, owner);
     mongoc_collection_destroy(locks);
     return rc;
 }
@@ -1513,7 +1590,10 @@ static enum ipd_err mg_tenant_usage(struct ipd_meta *m, int64_t now_ms,
 
 static void mg_free(struct ipd_meta *m)
 {
-    free(m);
+    struct meta_mongo *s = (struct meta_mongo *)m;
+
+    pthread_mutex_destroy(&s->lost_mu);
+    free(s);
 }
 
 static const struct ipd_meta_ops mongo_ops = {
@@ -1637,6 +1717,7 @@ enum ipd_err ipd_meta_mongo_open(struct ipd_mongo *mg, struct ipd_meta **out)
     s = ipd_xcalloc(1, sizeof(*s));
     s->base.ops = &mongo_ops;
     s->mg = mg;
+    pthread_mutex_init(&s->lost_mu, NULL);
     c = ipd__mongo_pop(mg);
     db = mongoc_client_get_database(c, mg->db);
     /* createIndexes creates the collection too, and is a no-op for an
@@ -1658,6 +1739,7 @@ enum ipd_err ipd_meta_mongo_open(struct ipd_mongo *mg, struct ipd_meta **out)
 out:
     mongoc_database_destroy(db);
     ipd__mongo_push(mg, c);
-    free(s);
+    if (s)
+        mg_free(&s->base);
     return rc;
 }

@@ -23,13 +23,25 @@
  * a key revoked before the outage stays refused, and past the cache's
  * lifetime no key authenticates (503).  After the restart all works and
  * the revoked key is 401.
+ *
+ * lock_left_by_outage: the connection to MongoDB runs through a proxy in
+ * this process that lets the first insert into quota_locks through, and
+ * with its reply cuts every connection and refuses new ones until told
+ * to let them through again: an upload then holds its quota lock when the
+ * database "goes away" and cannot release it.  Once the database is back
+ * (/readyz 200), the same user's next upload must succeed at once (the
+ * store releases the locks it lost track of), not wait out the lock's
+ * TTL with 503s.
  */
 #include "harness.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <pthread.h>
 #include <unistd.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 
@@ -113,6 +125,284 @@ static char *mongo_private_start(const char *query)
     char *uri = itest_mongo_uri_with_db(base_uri, "interpd_faults", query);
     free(base_uri);
     return uri;
+}
+
+/* ---- a MongoDB proxy that cuts the connections on cue ---- */
+
+#define CUT_MAX_CONNS 64
+
+struct cutproxy {
+    int lfd;
+    int port;
+    struct sockaddr_in up;
+    pthread_t acceptor;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    bool armed;    /* cut after the reply to the next lock insert */
+    bool cut;      /* refusing: new connections are closed at once */
+    bool stop;
+    int32_t watch; /* request id of the lock insert seen (0: none) */
+    int ncuts;     /* how often it cut */
+    int nconns;    /* connections being relayed */
+    struct conn *conns[CUT_MAX_CONNS];
+};
+
+/* One relayed connection: two relays, the last one out frees it. */
+struct conn {
+    struct cutproxy *p;
+    int client, server;
+    int refs;
+    int slot;
+};
+
+struct relay {
+    struct conn *c;
+    bool c2s; /* client to server */
+};
+
+static bool read_full(int fd, void *buf, size_t len)
+{
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = read(fd, (char *)buf + got, len - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            return false;
+        got += (size_t)n;
+    }
+    return true;
+}
+
+static int32_t le32(const unsigned char *b)
+{
+    return (int32_t)((uint32_t)b[0] | (uint32_t)b[1] << 8 |
+                     (uint32_t)b[2] << 16 | (uint32_t)b[3] << 24);
+}
+
+/* An OP_MSG whose section 0 command is {insert: "quota_locks", ...}:
+ * header (16), flags (4), kind 0 (1), document length (4), then the
+ * element: type 2 (string), "insert\0", length (4), "quota_locks\0". */
+static bool is_lock_insert(const unsigned char *m, size_t len)
+{
+    static const char key[] = "\x02insert"; /* and its NUL */
+    static const char val[] = "quota_locks"; /* and its NUL */
+    const unsigned char *e = m + 25;
+    if (len < 25 + sizeof(key) + 4 + sizeof(val) || le32(m + 12) != 2013 ||
+        m[20] != 0)
+        return false;
+    return !memcmp(e, key, sizeof(key)) &&
+           !memcmp(e + sizeof(key) + 4, val, sizeof(val));
+}
+
+/* Called with p->mu held. */
+static void cut_all(struct cutproxy *p)
+{
+    for (int i = 0; i < CUT_MAX_CONNS; i++) {
+        if (!p->conns[i])
+            continue;
+        shutdown(p->conns[i]->client, SHUT_RDWR);
+        shutdown(p->conns[i]->server, SHUT_RDWR);
+    }
+}
+
+static void note_message(const struct relay *r, const unsigned char *m,
+                         size_t n)
+{
+    struct cutproxy *p = r->c->p;
+    pthread_mutex_lock(&p->mu);
+    if (r->c2s && p->armed && !p->watch && is_lock_insert(m, n)) {
+        p->watch = le32(m + 4);
+    } else if (!r->c2s && p->watch && le32(m + 8) == p->watch) {
+        p->armed = false;
+        p->watch = 0;
+        p->cut = true;
+        p->ncuts++;
+        cut_all(p);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+static void conn_put(struct conn *c)
+{
+    struct cutproxy *p = c->p;
+    pthread_mutex_lock(&p->mu);
+    shutdown(c->client, SHUT_RDWR);
+    shutdown(c->server, SHUT_RDWR);
+    if (--c->refs == 0) {
+        p->conns[c->slot] = NULL;
+        p->nconns--;
+        close(c->client);
+        close(c->server);
+        free(c);
+        pthread_cond_broadcast(&p->cv);
+    }
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* Relay whole messages one way until EOF or a cut. */
+static void *relay_main(void *arg)
+{
+    struct relay *r = arg;
+    int from = r->c2s ? r->c->client : r->c->server;
+    int to = r->c2s ? r->c->server : r->c->client;
+    unsigned char *m = NULL;
+    for (;;) {
+        unsigned char hdr[4];
+        if (!read_full(from, hdr, 4))
+            break;
+        int32_t len = le32(hdr);
+        if (len < 16 || len > 48 << 20)
+            break;
+        unsigned char *bigger = realloc(m, (size_t)len);
+        if (!bigger)
+            break;
+        m = bigger;
+        memcpy(m, hdr, 4);
+        if (!read_full(from, m + 4, (size_t)len - 4))
+            break;
+        /* The reply that triggers the cut still reaches the client. */
+        if (!itest_send_all(to, m, (size_t)len))
+            break;
+        note_message(r, m, (size_t)len);
+    }
+    free(m);
+    conn_put(r->c);
+    free(r);
+    return NULL;
+}
+
+static bool relay_start(struct conn *c, bool c2s)
+{
+    struct relay *r = calloc(1, sizeof(*r));
+    pthread_t t;
+    if (!r)
+        return false;
+    r->c = c;
+    r->c2s = c2s;
+    if (pthread_create(&t, NULL, relay_main, r)) {
+        free(r);
+        return false;
+    }
+    pthread_detach(t);
+    return true;
+}
+
+/* Relay one accepted client, or close it at once while cut. */
+static void proxy_take(struct cutproxy *p, int client)
+{
+    pthread_mutex_lock(&p->mu);
+    int slot = -1;
+    for (int i = 0; i < CUT_MAX_CONNS && slot < 0; i++)
+        if (!p->conns[i])
+            slot = i;
+    bool refuse = p->cut || p->stop || slot < 0;
+    pthread_mutex_unlock(&p->mu);
+    int server = refuse ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (server < 0 || connect(server, (const struct sockaddr *)&p->up,
+                              sizeof(p->up))) {
+        if (server >= 0)
+            close(server);
+        close(client);
+        return;
+    }
+    struct conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        abort();
+    *c = (struct conn){.p = p, .client = client, .server = server,
+                       .refs = 2, .slot = slot};
+    pthread_mutex_lock(&p->mu);
+    p->conns[slot] = c;
+    p->nconns++;
+    pthread_mutex_unlock(&p->mu);
+    if (!relay_start(c, true) || !relay_start(c, false))
+        abort();
+}
+
+static void *proxy_accept_main(void *arg)
+{
+    struct cutproxy *p = arg;
+    for (;;) {
+        int fd = accept4(p->lfd, NULL, NULL, SOCK_CLOEXEC);
+        pthread_mutex_lock(&p->mu);
+        bool stop = p->stop;
+        pthread_mutex_unlock(&p->mu);
+        if (stop) {
+            if (fd >= 0)
+                close(fd);
+            break;
+        }
+        if (fd < 0)
+            continue;
+        proxy_take(p, fd);
+    }
+    return NULL;
+}
+
+/* A proxy to the server of uri (mongodb://127.0.0.1:PORT/...) on a port
+ * of its own; false after saying why. */
+static bool proxy_start(struct cutproxy *p, const char *uri)
+{
+    memset(p, 0, sizeof(*p));
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    unsigned port = 0;
+    if (sscanf(uri, "mongodb://127.0.0.1:%u/", &port) != 1 || !port ||
+        port > 65535) {
+        fprintf(stderr, "proxy: cannot take the port from %s\n", uri);
+        return false;
+    }
+    p->up.sin_family = AF_INET;
+    p->up.sin_port = htons((uint16_t)port);
+    p->up.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    struct sockaddr_in a = {.sin_family = AF_INET,
+                            .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t alen = sizeof(a);
+    p->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (p->lfd < 0 || bind(p->lfd, (struct sockaddr *)&a, sizeof(a)) ||
+        listen(p->lfd, 64) ||
+        getsockname(p->lfd, (struct sockaddr *)&a, &alen)) {
+        perror("proxy: listen");
+        return false;
+    }
+    p->port = ntohs(a.sin_port);
+    if (pthread_create(&p->acceptor, NULL, proxy_accept_main, p))
+        abort();
+    return true;
+}
+
+static void proxy_set(struct cutproxy *p, bool armed, bool cut)
+{
+    pthread_mutex_lock(&p->mu);
+    p->armed = armed;
+    p->cut = cut;
+    pthread_mutex_unlock(&p->mu);
+}
+
+static int proxy_cuts(struct cutproxy *p)
+{
+    pthread_mutex_lock(&p->mu);
+    int n = p->ncuts;
+    pthread_mutex_unlock(&p->mu);
+    return n;
+}
+
+/* Stop accepting, cut what runs and wait for the relays to end. */
+static void proxy_stop(struct cutproxy *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->stop = true;
+    cut_all(p);
+    pthread_mutex_unlock(&p->mu);
+    shutdown(p->lfd, SHUT_RDWR);
+    pthread_join(p->acceptor, NULL);
+    close(p->lfd);
+    pthread_mutex_lock(&p->mu);
+    while (p->nconns > 0)
+        pthread_cond_wait(&p->cv, &p->mu);
+    pthread_mutex_unlock(&p->mu);
+    pthread_mutex_destroy(&p->mu);
+    pthread_cond_destroy(&p->cv);
 }
 
 /* ---- the load ---- */
@@ -768,4 +1058,85 @@ static void fast_failure(void)
     free(uri);
 }
 
-TEST_MAIN(T(database_outage), T(fast_failure))
+
+/* ---- a quota lock left behind by an outage ---- */
+
+static void run_lock_left(const char *direct)
+{
+    struct cutproxy p;
+    REQUIRE(proxy_start(&p, direct));
+    char *uri = itest_fmt("mongodb://127.0.0.1:%d/interpd_lockcut?"
+                          "serverSelectionTimeoutMS=1000", p.port);
+    const char *args[] = {"--threads", "2", NULL};
+    struct itest_opts o = {.mongo_uri = uri, .args = args};
+    struct itest_server *s = itest_start(&o);
+    char *key = NULL;
+    struct itest_resp r;
+    if (!s || !itest_create_key(s, "acme", false, &key, NULL)) {
+        CHECKF(false, "no server or key behind the proxy");
+        goto out;
+    }
+    /* The upload takes its quota locks; the database goes away with the
+     * reply to the first, so the upload cannot release them. */
+    proxy_set(&p, true, false);
+    struct upload u = {.seed = 4242, .len = 4096, .user = "u1"};
+    upload(s, key, &u, &r);
+    CHECK_STATUS(&r, 503);
+    itest_resp_release(&r);
+    CHECK_INT(proxy_cuts(&p), 1);
+
+    /* Back: ready again (poll, bounded). */
+    proxy_set(&p, false, false);
+    bool ready = false;
+    double deadline = itest_now() + 30;
+    while (!ready && itest_now() < deadline) {
+        simple_get(s, "/readyz", &r);
+        ready = r.status == 200;
+        itest_resp_release(&r);
+        if (!ready)
+            itest_sleep_until(itest_now() + 0.1);
+    }
+    CHECKF(ready, "/readyz not 200 within 30 s of the database's return");
+
+    /* The same user's upload succeeds now: the locks the outage left are
+     * released, not waited for. */
+    double t0 = itest_now();
+    upload(s, key, &u, &r);
+    CHECK_STATUS(&r, 201);
+    CHECKF(sha_matches(itest_json_str(r.json, "sha256"), &u),
+           "upload after the outage: wrong sha256: %s", r.body);
+    itest_resp_release(&r);
+    printf("     upload after the outage answered in %.3f s\n",
+           itest_now() - t0);
+    char *log = itest_read_log(s);
+    CHECKF(log && strstr(log, "released the quota lock of acme left by"),
+           "the log does not say the tenant's lock was released");
+    free(log);
+out:
+    free(key);
+    if (s)
+        itest_stop(s);
+    proxy_stop(&p);
+    free(uri);
+}
+
+static void lock_left_by_outage(void)
+{
+    int mark = test__failed_checks;
+    char *uri = mongo_private_start(NULL);
+    CHECKF(uri != NULL, "no private MongoDB server for the fault test");
+    if (uri)
+        run_lock_left(uri);
+    int stop_code = mongo_state ? mongo_script("stop") : 0;
+    CHECK_INT(stop_code, 0);
+    if (mongo_state && test__failed_checks == mark)
+        itest_rm_rf(mongo_state);
+    else if (mongo_state)
+        fprintf(stderr, "keeping the private MongoDB state in %s\n",
+                mongo_state);
+    free(mongo_state);
+    mongo_state = NULL;
+    free(uri);
+}
+
+TEST_MAIN(T(database_outage), T(fast_failure), T(lock_left_by_outage))
