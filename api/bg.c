@@ -45,17 +45,57 @@ static void bg_done(void *arg)
     free(j);
 }
 
-bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
-                   void (*fn)(struct ipd_req *r, bool stopping))
+/* Queue fn(r) as a job of share (NULL: nobody's). */
+static enum ipd_err bg_queue(struct ipd_workq *q, struct ipd_req *r,
+                             void (*fn)(struct ipd_req *r, bool stopping),
+                             const struct ipd_workq_share *share,
+                             bool *share_full)
 {
-    if (!q)
-        return false;
     struct bg_job *j = ipd_xcalloc(1, sizeof(*j));
     j->r = r;
     j->fn = fn;
-    if (ipd_workq_submit(q, bg_run, bg_done, j, bg_admit)) {
+    enum ipd_err rc = ipd_workq_submit_shared(q, bg_run, bg_done, j,
+                                              bg_admit, share, share_full);
+    if (rc)
         free(j);
-        return false;
-    }
-    return true;
+    return rc;
+}
+
+bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
+                   void (*fn)(struct ipd_req *r, bool stopping))
+{
+    return q && bg_queue(q, r, fn, NULL, NULL) == IPD_OK;
+}
+
+bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
+                          void (*fn)(struct ipd_req *r, bool stopping),
+                          int64_t v, const char *what, const char *field)
+{
+    unsigned threads = ipd_workq_threads(q);
+    unsigned cap = threads + ipd_workq_queue_max(q);
+    struct ipd_workq_share share = {
+        .group = r->key.tenant,
+        .running_max = threads > 1 ? threads / 2 : 0,
+        .held_max = ipd_policy_share(v, cap),
+    };
+    bool share_full = false;
+    enum ipd_err rc = q ? bg_queue(q, r, fn, &share, &share_full)
+                        : IPD_ERR_UNAVAILABLE;
+    if (rc == IPD_OK)
+        return true;
+    r->retry_after_s = 1;
+    if (share_full)
+        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
+                       "this tenant has %u %s running or waiting, its share "
+                       "(policy %s); retry later",
+                       share.held_max, what, field);
+    else if (rc == IPD_ERR_BUSY)
+        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
+                       "all %u places for %s are taken; retry later", cap,
+                       what);
+    else
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE,
+                       "%s are unavailable: the service is shutting down",
+                       what);
+    return false;
 }

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -18,6 +19,20 @@
 #include "../service/common/workq.h"
 #include "http.h"
 
+/* One open connection, for the deadlines of its request head and body
+ * (slowloris: libmicrohttpd's idle timeout restarts with every byte, so
+ * a client that trickles holds a connection for ever).  Linked from
+ * NOTIFY_STARTED to NOTIFY_CLOSED, which libmicrohttpd runs before it
+ * closes the fd: under conns_lock the fd is always still the
+ * connection's. */
+struct conn_entry {
+    struct conn_entry *next, **pprev;
+    int fd;
+    int64_t deadline_ms;  /* monotonic; 0: none (a request being handled) */
+    const char *phase;    /* "head" or "body", for the log */
+    bool shut;            /* shutdown() done: libmicrohttpd closes it */
+};
+
 struct ipd_daemon {
     struct ipd_app *app;
     struct MHD_Daemon *mhd;
@@ -25,7 +40,94 @@ struct ipd_daemon {
     pthread_mutex_t lock;
     pthread_cond_t idle;
     unsigned in_flight; /* requests between first call and completion */
+    pthread_mutex_t conns_lock;
+    struct conn_entry *conns;    /* under conns_lock */
+    int64_t head_ms, body_ms;    /* the deadlines */
+    pthread_t sweeper;           /* closes connections past them */
+    bool sweeper_started, sweeper_stop; /* stop under conns_lock */
+    pthread_cond_t sweep_wake;   /* CLOCK_MONOTONIC */
 };
+
+/* ---- request head and body deadlines ----------------------------------- */
+
+static void on_connection(void *cls, struct MHD_Connection *conn,
+                          void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    struct ipd_daemon *d = cls;
+    struct conn_entry *e = *socket_context;
+    pthread_mutex_lock(&d->conns_lock);
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *ci =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        e = ipd_xcalloc(1, sizeof(*e));
+        e->fd = ci ? ci->connect_fd : -1;
+        e->deadline_ms = ipd_mono_ms() + d->head_ms;
+        e->phase = "head";
+        e->next = d->conns;
+        if (e->next)
+            e->next->pprev = &e->next;
+        e->pprev = &d->conns;
+        d->conns = e;
+        *socket_context = e;
+    } else if (e) {
+        *e->pprev = e->next;
+        if (e->next)
+            e->next->pprev = e->pprev;
+        free(e);
+        *socket_context = NULL;
+    }
+    pthread_mutex_unlock(&d->conns_lock);
+}
+
+/* The connection's next deadline: phase "head" or "body" from now, or
+ * none (NULL phase). */
+static void conn_deadline(struct ipd_daemon *d, struct MHD_Connection *conn,
+                          const char *phase)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn_entry *e = ci ? ci->socket_context : NULL;
+    if (!e)
+        return;
+    pthread_mutex_lock(&d->conns_lock);
+    e->phase = phase;
+    e->deadline_ms = !phase ? 0
+                     : ipd_mono_ms() + (strcmp(phase, "head") ? d->body_ms
+                                                              : d->head_ms);
+    pthread_mutex_unlock(&d->conns_lock);
+}
+
+/* Every quarter second: shut down the connections past their deadline
+ * (libmicrohttpd then reads the end and closes them as a client abort). */
+static void *sweeper_main(void *arg)
+{
+    struct ipd_daemon *d = arg;
+    pthread_mutex_lock(&d->conns_lock);
+    while (!d->sweeper_stop) {
+        int64_t now = ipd_mono_ms();
+        for (struct conn_entry *e = d->conns; e; e = e->next) {
+            if (e->shut || !e->deadline_ms || now < e->deadline_ms ||
+                e->fd < 0)
+                continue;
+            e->shut = true;
+            (void)shutdown(e->fd, SHUT_RDWR);
+            ipd_warn("http: closing a connection whose request %s did not "
+                     "arrive within %lld s (request-%s-timeout)",
+                     e->phase,
+                     (long long)(strcmp(e->phase, "head") ? d->body_ms
+                                                          : d->head_ms) /
+                         1000,
+                     strcmp(e->phase, "head") ? "body" : "header");
+        }
+        int64_t due = now + 250;
+        struct timespec ts = {.tv_sec = (time_t)(due / 1000),
+                              .tv_nsec = (long)(due % 1000) * 1000000L};
+        (void)pthread_cond_timedwait(&d->sweep_wake, &d->conns_lock, &ts);
+    }
+    pthread_mutex_unlock(&d->conns_lock);
+    return NULL;
+}
 
 static int64_t now_us(void)
 {
@@ -223,6 +325,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->method = method;
         r->path = url;
         set_request_id(r);
+        /* The head is in; the body (if any) has its own deadline. */
+        conn_deadline(d, conn, expects_body(r) ? "body" : NULL);
         /* Without a body, wait for the second call: libmicrohttpd closes
          * the connection after a reply queued before the request is
          * complete, and keep-alive matters to browsers and bots. */
@@ -245,6 +349,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         *upload_size = 0;
         return carry_on(r);
     }
+    conn_deadline(d, conn, NULL); /* the body is complete */
     if (!r->status) {
         r->suspended = false;
         if (r->body_too_large)
@@ -290,7 +395,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
 {
     struct ipd_daemon *d = cls;
     struct ipd_req *r = *req_cls;
-    (void)conn;
+    /* A keep-alive connection's next request head. */
+    conn_deadline(d, conn, "head");
     if (!r)
         return;
     if (r->handler && r->handler->cleanup)
@@ -336,6 +442,41 @@ static void on_mhd_log(void *cls, const char *fmt, va_list ap)
     ipd_warn("http: %s", msg);
 }
 
+/* The sweeper of the request deadlines, with its lock and list. */
+static bool sweeper_start(struct ipd_daemon *d)
+{
+    pthread_condattr_t ca;
+    d->head_ms = d->app->cfg->request_header_timeout_ms;
+    d->body_ms = d->app->cfg->request_body_timeout_ms;
+    pthread_mutex_init(&d->conns_lock, NULL);
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&d->sweep_wake, &ca);
+    pthread_condattr_destroy(&ca);
+    d->sweeper_started = !pthread_create(&d->sweeper, NULL, sweeper_main, d);
+    if (!d->sweeper_started)
+        ipd_error("cannot start the request deadline thread");
+    return d->sweeper_started;
+}
+
+/* Stop the sweeper and free d (libmicrohttpd stopped or never
+ * started: no connection is left in the list). */
+static void daemon_free(struct ipd_daemon *d)
+{
+    if (d->sweeper_started) {
+        pthread_mutex_lock(&d->conns_lock);
+        d->sweeper_stop = true;
+        pthread_cond_broadcast(&d->sweep_wake);
+        pthread_mutex_unlock(&d->conns_lock);
+        pthread_join(d->sweeper, NULL);
+    }
+    pthread_mutex_destroy(&d->conns_lock);
+    pthread_cond_destroy(&d->sweep_wake);
+    pthread_mutex_destroy(&d->lock);
+    pthread_cond_destroy(&d->idle);
+    free(d);
+}
+
 enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
 {
     const struct ipd_config *c = app->cfg;
@@ -361,6 +502,10 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
     d->app = app;
     pthread_mutex_init(&d->lock, NULL);
     pthread_cond_init(&d->idle, NULL);
+    if (!sweeper_start(d)) {
+        daemon_free(d);
+        return IPD_ERR_INTERNAL;
+    }
     /* poll(), not epoll: with epoll libmicrohttpd 0.9.75 misses a client
      * that sends part of a body and closes at once (the connection sits in
      * CLOSE-WAIT and its upload is never cleaned up). */
@@ -376,6 +521,9 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
         MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
+        (unsigned)c->max_connections_per_ip,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, d,
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)((c->connection_timeout_ms + 999) / 1000),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_memory,
@@ -386,9 +534,7 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
     if (!d->mhd) {
         ipd_error("cannot listen on %s (address in use, or not allowed)",
                   c->listen);
-        pthread_mutex_destroy(&d->lock);
-        pthread_cond_destroy(&d->idle);
-        free(d);
+        daemon_free(d);
         return IPD_ERR_IO;
     }
     const union MHD_DaemonInfo *info =
@@ -447,8 +593,6 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
         wait_idle(d, 2000);
     }
     MHD_stop_daemon(d->mhd);
-    pthread_mutex_destroy(&d->lock);
-    pthread_cond_destroy(&d->idle);
-    free(d);
+    daemon_free(d);
     return left;
 }

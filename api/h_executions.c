@@ -284,6 +284,12 @@ static struct ipd_exec_job *parse_job(struct ipd_req *r, bool *async)
     if (!policy)
         goto out;
     j = job_new(r, doc, policy);
+    /* The shares are the key's, whatever policy the request names. */
+    const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
+    j->share_running = kp->tenant_running;
+    j->share_queued = kp->tenant_queued;
+    j->share_results = kp->tenant_results;
+    j->share_callbacks = kp->tenant_callbacks;
     *async = json_is_true(json_object_get(doc, "async")) ||
              json_is_string(json_object_get(doc, "callback_url"));
     if (!add_files(r, j, json_object_get(doc, "files"))) {
@@ -349,6 +355,7 @@ static void executions_finish(struct ipd_req *r)
     }
     if (rc) {
         r->state = NULL;
+        r->retry_after_s = j->retry_after_s;
         ipd_exec_job_free(j);
         ipd_reply_failure(r, rc, why.buf, "queueing the execution");
     }

@@ -692,10 +692,10 @@ static void upload_json(struct ipd_req *r)
         goto out;
     }
     u->url = ipd_xstrdup(json_string_value(url));
-    u->ingest_submitted = ipd_bg_submit(r->app->bg, r, ingest_run);
-    if (!u->ingest_submitted)
-        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
-                        "too many URL fetches are waiting; retry later");
+    const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
+    u->ingest_submitted = ipd_bg_submit_shared(
+        r->app->bg, r, ingest_run, kp ? kp->tenant_fetches : -50,
+        "URL fetches", "tenant-fetches");
 out:
     json_decref(doc);
 }

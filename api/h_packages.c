@@ -6,7 +6,8 @@
  * minutes (pip in the sandbox), so they never run on the HTTP event
  * threads: the handler suspends the connection and queues the request for
  * one installer thread (bg.c; installs are serialised by the venv
- * anyway); beyond IPD_INSTALL_QUEUE_MAX waiting requests the answer is 429.
+ * anyway); beyond IPD_INSTALL_QUEUE_MAX waiting requests, or beyond the
+ * tenant's share (its key's policy's tenant-installs), the answer is 429.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -150,11 +151,10 @@ static void packages_install(struct ipd_req *r)
     if (!j)
         return;
     r->state = j;
-    j->submitted = ipd_bg_submit(r->app->pkgs, r, install_run);
-    if (!j->submitted)
-        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
-                        "%d install requests are waiting; retry later",
-                        IPD_INSTALL_QUEUE_MAX);
+    const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
+    j->submitted = ipd_bg_submit_shared(
+        r->app->pkgs, r, install_run, kp ? kp->tenant_installs : -25,
+        "package installs", "tenant-installs");
 }
 
 static void packages_cleanup(struct ipd_req *r)

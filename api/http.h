@@ -143,6 +143,7 @@ struct ipd_req {
     bool unqueued;             /* libmicrohttpd refused the reply: the
                                   connection is closed instead */
     bool suspended;            /* waiting for a worker; finish runs again */
+    int retry_after_s;         /* Retry-After of a 429/503 (0: 5 s) */
     const char *error_code;    /* for the access log */
 };
 
@@ -213,6 +214,10 @@ struct ipd_sweep_result;
 void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
                         enum ipd_err rc, int64_t at_ms);
 
+/* The policy of r's key (its tenant's shares of the shared pools,
+ * exec/policy.h), or NULL when the config has none of that name. */
+const struct ipd_exec_policy *ipd_req_key_policy(struct ipd_req *r);
+
 /* POST /v1/packages runs on a bg pool of one thread with this queue. */
 #define IPD_INSTALL_QUEUE_MAX 16
 
@@ -225,6 +230,13 @@ void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
  * stopping, or q is NULL. */
 bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
                    void (*fn)(struct ipd_req *r, bool stopping));
+/* ipd_bg_submit as a job of r's tenant (its key's policy's share v of
+ * the queue: running or waiting, at most half the threads running);
+ * when refused, replies 429 (Retry-After 1 s) naming what (the
+ * share's policy field, e.g. "tenant-fetches") and returns false. */
+bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
+                          void (*fn)(struct ipd_req *r, bool stopping),
+                          int64_t v, const char *what, const char *field);
 
 /* The HTTP daemon. */
 struct ipd_daemon;

@@ -169,8 +169,12 @@ void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
     if (e == IPD_HE_UNAUTHORIZED)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
                                 "Bearer");
-    if (e == IPD_HE_UNAVAILABLE || e == IPD_HE_TOO_MANY_REQUESTS)
-        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, "5");
+    if (e == IPD_HE_UNAVAILABLE || e == IPD_HE_TOO_MANY_REQUESTS) {
+        char ra[16];
+        snprintf(ra, sizeof(ra), "%d",
+                 r->retry_after_s > 0 ? r->retry_after_s : 5);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, ra);
+    }
     /* Client faults are logged apart from our own failures. */
     if (status >= 500)
         ipd_error("request_id=%s %u %s: %s", r->request_id, status,

@@ -35,3 +35,9 @@ json_t *ipd_req_json_body(struct ipd_req *r)
                         jerr.text, jerr.line);
     return doc;
 }
+
+const struct ipd_exec_policy *ipd_req_key_policy(struct ipd_req *r)
+{
+    return ipd_config_policy(r->app->cfg,
+                             r->key.policy[0] ? r->key.policy : "standard");
+}

@@ -73,6 +73,17 @@ static const struct opt opts[] = {
      "HTTP event-loop threads (0: one per CPU core, at least 2)"},
     {"max-connections", OPT_INT, OFF(max_connections), "1024", false,
      "concurrent connections"},
+    {"max-connections-per-ip", OPT_INT, OFF(max_connections_per_ip), "128",
+     false, "concurrent connections from one client address (0: no bound "
+            "but max-connections; behind a proxy, set 0 or the proxy's "
+            "own)"},
+    {"request-header-timeout", OPT_DURATION, OFF(request_header_timeout_ms),
+     "30s", false, "a request's head (line and headers) must arrive within "
+                   "this of the connection's start or its previous request's "
+                   "end, however it trickles, or the connection is closed"},
+    {"request-body-timeout", OPT_DURATION, OFF(request_body_timeout_ms),
+     "10m", false, "a request's body must arrive within this of its head, "
+                   "or the connection is closed"},
     {"connection-timeout", OPT_DURATION, OFF(connection_timeout_ms), "60s",
      false, "idle connection timeout"},
     {"connection-memory", OPT_SIZE, OFF(connection_memory), "512K", false,
@@ -181,7 +192,7 @@ static const struct opt opts[] = {
      "write the bound port to this fd and close it once listening"},
 };
 
-_Static_assert(IPD_ARRAY_LEN(opts) <= 64, "grow ipd_config.source");
+_Static_assert(IPD_ARRAY_LEN(opts) <= 80, "grow ipd_config.source");
 
 /* ---- execution policies ------------------------------------------------ */
 
@@ -189,7 +200,9 @@ _Static_assert(IPD_ARRAY_LEN(opts) <= 64, "grow ipd_config.source");
 #define IPD_POLICY(n, t, mt, mem, procs, out, tmp, dir, net)                    \
     {.name = n, .timeout_ms = t, .max_timeout_ms = mt, .memory_bytes = mem,    \
      .max_processes = procs, .output_bytes = out, .tmp_bytes = tmp,            \
-     .output_dir_bytes = dir, .network = net, .cpu_millis = 1000}
+     .output_dir_bytes = dir, .network = net, .cpu_millis = 1000,             \
+     .tenant_running = -50, .tenant_queued = -50, .tenant_results = -10,      \
+     .tenant_fetches = -50, .tenant_callbacks = -10, .tenant_installs = -25}
 static const struct ipd_exec_policy builtin_policies[] = {
     IPD_POLICY("strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
                64LL << 20, false),
@@ -200,7 +213,9 @@ static const struct ipd_exec_policy builtin_policies[] = {
 };
 #undef IPD_POLICY
 
-enum policy_field_type { PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS };
+enum policy_field_type {
+    PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS, PF_SHARE
+};
 
 static const struct policy_field {
     const char *name;
@@ -219,7 +234,35 @@ static const struct policy_field {
      offsetof(struct ipd_exec_policy, output_dir_bytes), 1 << 20},
     {"network", PF_BOOL, offsetof(struct ipd_exec_policy, network), 0},
     {"cpus", PF_CPUS, offsetof(struct ipd_exec_policy, cpu_millis), 10},
+    {"tenant-running", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_running), -100},
+    {"tenant-queued", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_queued), -100},
+    {"tenant-async-results", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_results), -100},
+    {"tenant-fetches", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_fetches), -100},
+    {"tenant-callbacks", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_callbacks), -100},
+    {"tenant-installs", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_installs), -100},
 };
+
+/* "8" (a count), "50%" (of the pool: stored as -50) or "0" (no bound). */
+static enum ipd_err share_parse(const char *s, int64_t *out)
+{
+    size_t n = s ? strlen(s) : 0;
+    char num[24];
+    if (!n || n >= sizeof(num))
+        return IPD_ERR_INVALID;
+    if (s[n - 1] != '%')
+        return ipd_int_parse(s, 0, 1 << 20, out);
+    memcpy(num, s, n - 1);
+    num[n - 1] = '\0';
+    enum ipd_err rc = ipd_int_parse(num, 1, 100, out);
+    *out = -*out;
+    return rc;
+}
 
 /* "1", "0.5", "2.25": cores with at most three decimals, as thousandths;
  * up to 1024 cores. */
@@ -301,6 +344,9 @@ static enum ipd_err policy_value(const struct policy_field *f,
     case PF_CPUS:
         rc = cpus_parse(value, v);
         break;
+    case PF_SHARE:
+        rc = share_parse(value, v);
+        break;
     case PF_BOOL:
         if (value && (!strcmp(value, "true") || !strcmp(value, "yes") ||
                       !strcmp(value, "1")))
@@ -341,8 +387,10 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
     if (!f) {
         ipd_buf_addf(err, "unknown policy field in \"%s\" (from %s): "
                           "timeout, max-timeout, memory, processes, "
-                          "output-limit, tmp-size, output-dir-size, network "
-                          "or cpus",
+                          "output-limit, tmp-size, output-dir-size, network, "
+                          "cpus, tenant-running, tenant-queued, "
+                          "tenant-async-results, tenant-fetches, "
+                          "tenant-callbacks or tenant-installs",
                      key, source);
         return IPD_ERR_INVALID;
     }
@@ -687,6 +735,13 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
         ipd_buf_adds(err, "data-dir must not be empty");
         return false;
     }
+    if (c->max_connections_per_ip < 0 || c->request_header_timeout_ms <= 0 ||
+        c->request_body_timeout_ms <= 0) {
+        ipd_buf_adds(err, "max-connections-per-ip must be 0 or more, "
+                          "request-header-timeout and request-body-timeout "
+                          "positive");
+        return false;
+    }
     if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1 ||
         c->exec_slots < 0 || c->exec_queue < 0) {
         ipd_buf_adds(err, "max-file-size and max-connections must be "
@@ -873,16 +928,28 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
     }
     for (size_t i = 0; i < c->n_policies; i++) {
         const struct ipd_exec_policy *p = &c->policies[i];
+        char sh[6][24];
+        const int64_t shv[6] = {p->tenant_running, p->tenant_queued,
+                                p->tenant_results, p->tenant_fetches,
+                                p->tenant_callbacks, p->tenant_installs};
+        for (int k = 0; k < 6; k++)
+            snprintf(sh[k], sizeof(sh[k]), "%lld%s",
+                     (long long)(shv[k] < 0 ? -shv[k] : shv[k]),
+                     shv[k] < 0 ? "%" : "");
         fprintf(out,
                 "config policy.%s = timeout %llds, max-timeout %llds, "
                 "memory %lld, processes %lld, output-limit %lld, tmp-size "
-                "%lld, output-dir-size %lld, network %s, cpus %.3g\n",
+                "%lld, output-dir-size %lld, network %s, cpus %.3g, "
+                "tenant-running %s, tenant-queued %s, tenant-async-results "
+                "%s, tenant-fetches %s, tenant-callbacks %s, "
+                "tenant-installs %s\n",
                 p->name, (long long)(p->timeout_ms / 1000),
                 (long long)(p->max_timeout_ms / 1000),
                 (long long)p->memory_bytes, (long long)p->max_processes,
                 (long long)p->output_bytes, (long long)p->tmp_bytes,
                 (long long)p->output_dir_bytes, p->network ? "yes" : "no",
-                (double)p->cpu_millis / 1000.0);
+                (double)p->cpu_millis / 1000.0, sh[0], sh[1], sh[2], sh[3],
+                sh[4], sh[5]);
     }
     funlockfile(out);
 }
@@ -892,7 +959,12 @@ void ipd_config_usage(FILE *out)
     fprintf(out, "  --policy.NAME.FIELD    execution policy settings: "
                  "timeout, max-timeout, memory, processes,\n"
                  "                         output-limit, tmp-size, "
-                 "output-dir-size, network, cpus (see docs/SANDBOX.md)\n");
+                 "output-dir-size, network, cpus (see docs/SANDBOX.md),\n"
+                 "                         tenant-running, tenant-queued, "
+                 "tenant-async-results, tenant-fetches,\n"
+                 "                         tenant-callbacks, tenant-installs "
+                 "(N, N%% of the pool, 0: none;\n"
+                 "                         docs/DEPLOYMENT.md)\n");
     for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++)
         fprintf(out, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help,
                 opts[i].def ? " [" : "", opts[i].def ? opts[i].def : "",

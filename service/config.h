@@ -37,6 +37,9 @@ struct ipd_config {
     int64_t tenant_quota_bytes; /* per tenant (all its users); < 0 unlimited */
     int64_t threads;         /* HTTP worker threads */
     int64_t max_connections;
+    int64_t max_connections_per_ip; /* 0: no bound but max_connections */
+    int64_t request_header_timeout_ms; /* a request's head, however slow */
+    int64_t request_body_timeout_ms;   /* its body, from the head */
     int64_t connection_timeout_ms; /* idle connection timeout */
     int64_t connection_memory;     /* per-connection buffer limit */
     int64_t shutdown_timeout_ms;   /* bounded wait for in-flight requests */
@@ -92,7 +95,7 @@ struct ipd_config {
     size_t n_policies;
 
     /* Where each option's value came from, for the start-up print. */
-    const char *source[64];
+    const char *source[80];
 };
 
 /* Fill c with the defaults.  Release with ipd_config_release. */

@@ -3,6 +3,7 @@
  */
 #include <pthread.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "log.h"
 #include "workq.h"
@@ -12,6 +13,8 @@ struct wq_job {
     ipd_workq_fn fn;
     ipd_workq_done_fn done;
     void *arg;
+    char *group;          /* owned, or NULL */
+    unsigned running_max; /* the group's running bound; 0: none */
 };
 
 struct ipd_workq {
@@ -20,24 +23,61 @@ struct ipd_workq {
     pthread_mutex_t lock;
     pthread_cond_t work;
     struct wq_job *head, *tail; /* under lock */
+    struct wq_job **run;        /* the n jobs running (NULL: free); lock */
     unsigned queued, running;   /* under lock */
     bool stop;                  /* under lock */
     bool joined;                /* workers joined (by ipd_workq_stop) */
 };
+
+/* The jobs of group running (under lock; at most n of them). */
+static unsigned group_running(const struct ipd_workq *q, const char *group)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < q->n; i++)
+        k += q->run[i] && q->run[i]->group && !strcmp(q->run[i]->group, group);
+    return k;
+}
+
+/* The oldest waiting job whose group is under its running bound, taken
+ * off the queue (under lock); when stopping, simply the oldest.  NULL:
+ * none may start now. */
+static struct wq_job *take_job(struct ipd_workq *q)
+{
+    struct wq_job **pp = &q->head, *prev = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->next) {
+        struct wq_job *j = *pp;
+        if (!q->stop && j->group && j->running_max &&
+            group_running(q, j->group) >= j->running_max)
+            continue;
+        *pp = j->next;
+        if (q->tail == j)
+            q->tail = prev;
+        j->next = NULL;
+        return j;
+    }
+    return NULL;
+}
+
+static void job_free(struct wq_job *j)
+{
+    free(j->group);
+    free(j);
+}
 
 static void *worker(void *arg)
 {
     struct ipd_workq *q = arg;
     pthread_mutex_lock(&q->lock);
     for (;;) {
-        while (!q->head && !q->stop)
+        struct wq_job *j;
+        while (!(j = take_job(q)) && !q->stop)
             pthread_cond_wait(&q->work, &q->lock);
-        if (!q->head)
+        if (!j)
             break; /* stopping, and nothing left */
-        struct wq_job *j = q->head;
-        q->head = j->next;
-        if (!q->head)
-            q->tail = NULL;
+        unsigned slot = 0;
+        while (q->run[slot])
+            slot++; /* a free one: at most n run at once */
+        q->run[slot] = j;
         q->queued--;
         q->running++;
         bool stopping = q->stop;
@@ -45,10 +85,14 @@ static void *worker(void *arg)
         j->fn(j->arg, stopping);
         pthread_mutex_lock(&q->lock);
         q->running--;
+        q->run[slot] = NULL;
+        /* A job its group's bound held back may start now. */
+        if (j->group && q->head)
+            pthread_cond_broadcast(&q->work);
         pthread_mutex_unlock(&q->lock);
         if (j->done)
             j->done(j->arg);
-        free(j);
+        job_free(j);
         pthread_mutex_lock(&q->lock);
     }
     pthread_mutex_unlock(&q->lock);
@@ -64,6 +108,7 @@ enum ipd_err ipd_workq_new(unsigned threads, unsigned queue_max,
     pthread_mutex_init(&q->lock, NULL);
     pthread_cond_init(&q->work, NULL);
     q->threads = ipd_xcalloc(q->n, sizeof(*q->threads));
+    q->run = ipd_xcalloc(q->n, sizeof(*q->run));
     for (unsigned i = 0; i < q->n; i++) {
         if (pthread_create(&q->threads[i], NULL, worker, q)) {
             ipd_error("cannot start worker thread %u of %u", i, q->n);
@@ -101,7 +146,7 @@ void ipd_workq_stop(struct ipd_workq *q)
         j->fn(j->arg, true);
         if (j->done)
             j->done(j->arg);
-        free(j);
+        job_free(j);
         pthread_mutex_lock(&q->lock);
     }
     q->tail = NULL;
@@ -116,25 +161,52 @@ void ipd_workq_free(struct ipd_workq *q)
     pthread_mutex_destroy(&q->lock);
     pthread_cond_destroy(&q->work);
     free(q->threads);
+    free(q->run);
     free(q);
 }
 
-enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
-                              ipd_workq_done_fn done, void *arg,
-                              ipd_workq_admit_fn admit)
+/* The jobs of group running or waiting (under lock). */
+static unsigned group_held(const struct ipd_workq *q, const char *group,
+                           unsigned *queued)
+{
+    unsigned k = 0;
+    for (const struct wq_job *j = q->head; j; j = j->next)
+        k += j->group && !strcmp(j->group, group);
+    if (queued)
+        *queued = k;
+    return k + group_running(q, group);
+}
+
+enum ipd_err ipd_workq_submit_shared(struct ipd_workq *q, ipd_workq_fn fn,
+                                     ipd_workq_done_fn done, void *arg,
+                                     ipd_workq_admit_fn admit,
+                                     const struct ipd_workq_share *share,
+                                     bool *share_full)
 {
     enum ipd_err rc = IPD_OK;
     struct wq_job *j = ipd_xcalloc(1, sizeof(*j));
     j->fn = fn;
     j->done = done;
     j->arg = arg;
+    if (share && share->group) {
+        j->group = ipd_xstrdup(share->group);
+        j->running_max = share->running_max;
+    }
+    if (share_full)
+        *share_full = false;
     pthread_mutex_lock(&q->lock);
-    if (q->stop)
+    if (q->stop) {
         rc = IPD_ERR_UNAVAILABLE;
-    else if (q->queued + q->running >= q->n + q->queue_max)
+    } else if (j->group && share->held_max &&
+               group_held(q, j->group, NULL) >= share->held_max) {
         rc = IPD_ERR_BUSY;
-    else if (admit)
+        if (share_full)
+            *share_full = true;
+    } else if (q->queued + q->running >= q->n + q->queue_max) {
+        rc = IPD_ERR_BUSY;
+    } else if (admit) {
         rc = admit(arg);
+    }
     if (!rc) {
         if (q->tail)
             q->tail->next = j;
@@ -146,8 +218,27 @@ enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
         j = NULL;
     }
     pthread_mutex_unlock(&q->lock);
-    free(j);
+    if (j)
+        job_free(j);
     return rc;
+}
+
+enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
+                              ipd_workq_done_fn done, void *arg,
+                              ipd_workq_admit_fn admit)
+{
+    return ipd_workq_submit_shared(q, fn, done, arg, admit, NULL, NULL);
+}
+
+void ipd_workq_group_counts(struct ipd_workq *q, const char *group,
+                            unsigned *running, unsigned *queued)
+{
+    *running = *queued = 0;
+    if (!q || !group)
+        return;
+    pthread_mutex_lock(&q->lock);
+    *running = group_held(q, group, queued) - *queued;
+    pthread_mutex_unlock(&q->lock);
 }
 
 void ipd_workq_counts(struct ipd_workq *q, unsigned *running,

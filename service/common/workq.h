@@ -45,6 +45,24 @@ void ipd_workq_free(struct ipd_workq *q);
 enum ipd_err ipd_workq_submit(struct ipd_workq *q, ipd_workq_fn fn,
                               ipd_workq_done_fn done, void *arg,
                               ipd_workq_admit_fn admit);
+/* A job's group and its bounds (the job's share of the queue). */
+struct ipd_workq_share {
+    const char *group;    /* copied; NULL: no group (plain submit) */
+    unsigned running_max; /* the group's jobs running at once; 0: none */
+    unsigned held_max;    /* its jobs running or waiting; 0: no bound */
+};
+/* ipd_workq_submit for a job of share->group (share may be NULL): also
+ * IPD_ERR_BUSY with *share_full set (share_full may be NULL) when the
+ * group already holds held_max jobs.  The bounds are the submitting
+ * job's: jobs of one group may carry different ones. */
+enum ipd_err ipd_workq_submit_shared(struct ipd_workq *q, ipd_workq_fn fn,
+                                     ipd_workq_done_fn done, void *arg,
+                                     ipd_workq_admit_fn admit,
+                                     const struct ipd_workq_share *share,
+                                     bool *share_full);
+/* The jobs of group running and waiting (0 and 0 for NULL). */
+void ipd_workq_group_counts(struct ipd_workq *q, const char *group,
+                            unsigned *running, unsigned *queued);
 /* Jobs running and waiting (0 and 0 for NULL). */
 void ipd_workq_counts(struct ipd_workq *q, unsigned *running,
                       unsigned *queued);

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,6 +48,7 @@ struct ipd_callbacks {
     pthread_mutex_t lock;
     pthread_cond_t wake;  /* CLOCK_MONOTONIC */
     struct delivery *queue; /* unordered; small */
+    struct delivery *trying[IPD_CALLBACK_THREADS]; /* in an attempt */
     size_t queued;
     size_t queued_bytes;    /* bodies waiting or being tried */
     bool stop;
@@ -270,16 +272,59 @@ static void after_attempt(struct ipd_callbacks *cb, struct delivery *d,
     delivery_free(d);
 }
 
+/* The tenant's deliveries in an attempt now (under cb->lock). */
+static unsigned tenant_trying(const struct ipd_callbacks *cb,
+                              const char *tenant)
+{
+    unsigned k = 0;
+    for (unsigned i = 0; i < IPD_CALLBACK_THREADS; i++)
+        k += cb->trying[i] && !strcmp(cb->trying[i]->keys.tenant, tenant);
+    return k;
+}
+
+/* The earliest due delivery whose tenant is under its share of the
+ * threads (the link to it), or NULL (under cb->lock). */
+static struct delivery **next_due(struct ipd_callbacks *cb)
+{
+    struct delivery **pp, **next = NULL;
+    for (pp = &cb->queue; *pp; pp = &(*pp)->next) {
+        if (next && (*pp)->due_ms >= (*next)->due_ms)
+            continue;
+        if ((*pp)->keys.tenant[0] &&
+            tenant_trying(cb, (*pp)->keys.tenant) >=
+                IPD_CALLBACK_TENANT_THREADS)
+            continue;
+        next = pp;
+    }
+    return next;
+}
+
+/* One attempt of d on this thread (cb->lock held, released meanwhile). */
+static void try_one(struct ipd_callbacks *cb, struct delivery *d)
+{
+    unsigned slot = 0;
+    while (cb->trying[slot])
+        slot++; /* one per thread: there is a free one */
+    cb->trying[slot] = d;
+    pthread_mutex_unlock(&cb->lock);
+    struct ipd_buf err;
+    ipd_buf_init(&err, 1024);
+    enum ipd_err rc = attempt(cb, d, &err);
+    pthread_mutex_lock(&cb->lock);
+    cb->trying[slot] = NULL;
+    /* A delivery its tenant's share held back may go now. */
+    pthread_cond_broadcast(&cb->wake);
+    after_attempt(cb, d, rc, err.buf);
+    ipd_buf_release(&err);
+}
+
 static void *deliver(void *arg)
 {
     struct ipd_callbacks *cb = arg;
     pthread_mutex_lock(&cb->lock);
     while (!cb->stop) {
-        struct delivery **pp, **next = NULL;
         int64_t now = ipd_mono_ms();
-        for (pp = &cb->queue; *pp; pp = &(*pp)->next)
-            if (!next || (*pp)->due_ms < (*next)->due_ms)
-                next = pp;
+        struct delivery **next = next_due(cb);
         if (!next) {
             pthread_cond_wait(&cb->wake, &cb->lock);
             continue;
@@ -295,16 +340,24 @@ static void *deliver(void *arg)
         struct delivery *d = *next;
         *next = d->next;
         cb->queued--;
-        pthread_mutex_unlock(&cb->lock);
-        struct ipd_buf err;
-        ipd_buf_init(&err, 1024);
-        enum ipd_err rc = attempt(cb, d, &err);
-        pthread_mutex_lock(&cb->lock);
-        after_attempt(cb, d, rc, err.buf);
-        ipd_buf_release(&err);
+        try_one(cb, d);
     }
     pthread_mutex_unlock(&cb->lock);
     return NULL;
+}
+
+size_t ipd_callbacks_tenant_pending(struct ipd_callbacks *cb,
+                                    const char *tenant)
+{
+    size_t k = 0;
+    if (!cb)
+        return 0;
+    pthread_mutex_lock(&cb->lock);
+    for (const struct delivery *d = cb->queue; d; d = d->next)
+        k += !strcmp(d->keys.tenant, tenant);
+    k += tenant_trying(cb, tenant);
+    pthread_mutex_unlock(&cb->lock);
+    return k;
 }
 
 enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,

@@ -29,6 +29,14 @@
  * Undelivered callbacks are dropped at shutdown (logged): results stay
  * readable with GET /v1/executions/{id} for their ttl.
  *
+ * Fairness between tenants: each delivery belongs to a tenant, and one
+ * tenant's deliveries take at most IPD_CALLBACK_TENANT_THREADS of the
+ * threads at once (a thread takes the earliest due delivery whose tenant
+ * is under that), so a tenant whose receivers hang does not hold up
+ * another's callbacks.  How many of a tenant's callbacks are pending is
+ * counted here (ipd_callbacks_tenant_pending) for its share, which the
+ * pool enforces when an asynchronous execution is submitted.
+ *
  * Thread-safety: every function may be called from any thread.
  */
 #ifndef IPD_CALLBACKS_H
@@ -38,6 +46,7 @@
 
 #include <jansson.h>
 
+#include "../../storage/meta.h"
 #include "../common/crypto.h"
 #include "../common/ipd.h"
 #include "../fetch/fetch.h"
@@ -47,6 +56,7 @@
 #define IPD_CALLBACK_QUEUE_BYTES ((size_t)256 << 20)
 #define IPD_CALLBACK_THREADS 4
 #define IPD_CALLBACK_TIMEOUT_MS 15000
+#define IPD_CALLBACK_TENANT_THREADS (IPD_CALLBACK_THREADS / 2)
 
 /* What a callback is signed with: the tenant's secret and the one it
  * replaced (struct ipd_key's fields). */
@@ -54,6 +64,8 @@ struct ipd_callback_keys {
     char secret[IPD_SHA256_HEX];
     char prev_secret[IPD_SHA256_HEX]; /* "" when never rotated */
     int64_t rotated_at_ms;            /* wall clock; 0: never */
+    char tenant[IPD_TENANT_MAX];      /* whose callback ("": nobody's,
+                                         no share) */
 };
 
 /* One callback's delivery outcome, shared by the delivery and whoever
@@ -103,6 +115,10 @@ void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
                              const char *path, size_t len,
                              const struct ipd_callback_keys *keys,
                              struct ipd_callback_status *status);
+
+/* The tenant's deliveries waiting or being tried (0 for a NULL cb). */
+size_t ipd_callbacks_tenant_pending(struct ipd_callbacks *cb,
+                                    const char *tenant);
 
 /* The X-Interpd-Signature value for body sent at now_ms:
  * "t=<now_ms / 1000>,v1=<hex>" with the secret, then ",v1=<hex>" with

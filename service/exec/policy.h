@@ -4,9 +4,17 @@
  * Built in: strict, standard, networked.  The config file and flags change
  * them or add more with `policy.<name>.<field> = value` (fields: timeout,
  * max-timeout, memory, processes, output-limit, tmp-size, output-dir-size,
- * network, cpus; service/config.c); a new policy starts from standard's
- * values.  One definition for the config that reads them and the executor
- * that applies them.
+ * network, cpus, and the tenant's shares of the shared pools below;
+ * service/config.c); a new policy starts from standard's values.  One
+ * definition for the config that reads them and the executor that
+ * applies them.
+ *
+ * Shares (issue 13, fairness between tenants): what one tenant may hold
+ * of a pool every tenant shares, taken from the policy of the key that
+ * asks; beyond it that tenant gets 429 with Retry-After while others go
+ * on.  A share is a count ("8"), a percentage of the pool's capacity
+ * ("50%", stored negated: -50; at least 1), or 0 for no bound but the
+ * pool's own.
  */
 #ifndef IPD_EXEC_POLICY_H
 #define IPD_EXEC_POLICY_H
@@ -28,6 +36,24 @@ struct ipd_exec_policy {
     int64_t output_dir_bytes;   /* /mnt/output tmpfs */
     bool network;               /* host network and sockets */
     int64_t cpu_millis;         /* CPU share, 1000 = one core (0: one) */
+    /* The tenant's shares (see above; ipd_policy_share). */
+    int64_t tenant_running;     /* executions running: of exec-slots */
+    int64_t tenant_queued;      /* executions waiting: of exec-queue */
+    int64_t tenant_results;     /* asynchronous results held (queued,
+                                   running or done): of the table */
+    int64_t tenant_fetches;     /* URL ingests running or waiting */
+    int64_t tenant_callbacks;   /* callbacks not yet delivered or failed */
+    int64_t tenant_installs;    /* package installs running or waiting */
 };
+
+/* A share v of a pool of capacity: a count, capacity * percent / 100
+ * (at least 1), or 0 (no bound). */
+static inline unsigned ipd_policy_share(int64_t v, unsigned capacity)
+{
+    if (v >= 0)
+        return v > 0xFFFFFF ? 0xFFFFFF : (unsigned)v;
+    unsigned n = (unsigned)(((uint64_t)capacity * (uint64_t)-v) / 100);
+    return n ? n : 1;
+}
 
 #endif

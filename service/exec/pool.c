@@ -39,11 +39,15 @@ struct async_entry {
                                              callback_url, else NULL */
 };
 
-/* The bytes of done results one tenant holds (its bound). */
+/* What one tenant holds of the table (its bounds): its entries, the
+ * done ones and their bytes, and the callbacks of its jobs not yet done
+ * (their delivery is callbacks.c's to count). */
 struct tenant_held {
     char tenant[IPD_TENANT_MAX];
     int64_t bytes;
-    size_t results;
+    size_t results;                  /* done entries */
+    size_t entries;                  /* every entry: queued, running, done */
+    size_t callbacks_waiting;        /* entries with a callback, not done */
 };
 
 /* By id; expiry walks the done list from its oldest end, never the
@@ -54,8 +58,8 @@ struct async_table {
     struct async_entry *done_head;   /* done entries in the order they
                                         finished: the first expires first */
     struct async_entry **done_tail;
-    struct tenant_held *held;        /* owned array: tenants holding done
-                                        results (few; unordered) */
+    struct tenant_held *held;        /* owned array: tenants holding
+                                        entries (few; unordered) */
     size_t n_held, cap_held;
     size_t n_done;                   /* done entries */
     int64_t bytes;                   /* their bytes, every tenant's */
@@ -107,6 +111,12 @@ struct pool_job {
     bool table_full;           /* admission refused: the result table */
     bool tenant_full;          /* admission refused: the tenant's bound */
     int64_t tenant_held;       /* the bytes of results it holds */
+    const char *share_full;    /* admission refused: which share of the
+                                  tenant's is full ("slots", "results",
+                                  "callbacks"), or NULL */
+    unsigned share_max;        /* that share */
+    int64_t oldest_due_ms;     /* when the tenant's oldest done result
+                                  expires (monotonic; 0: none done) */
 };
 
 struct ipd_exec_job *ipd_exec_job_new(void)
@@ -196,12 +206,6 @@ static struct tenant_held *held_find(struct async_table *t,
     return h;
 }
 
-static int64_t held_bytes(struct async_table *t, const char *tenant)
-{
-    struct tenant_held *h = held_find(t, tenant, false);
-    return h ? h->bytes : 0;
-}
-
 /* e is done: it joins the done list, where it expires in turn, and
  * counts against its tenant's bound. */
 static void async_done_add(struct async_table *t, struct async_entry *e)
@@ -209,6 +213,8 @@ static void async_done_add(struct async_table *t, struct async_entry *e)
     struct tenant_held *h = held_find(t, e->tenant, true);
     h->bytes += e->bytes;
     h->results++;
+    if (e->callback)
+        h->callbacks_waiting--;
     t->bytes += e->bytes;
     t->n_done++;
     e->done_next = NULL;
@@ -240,7 +246,8 @@ static void async_prune(struct ipd_exec_pool *p, int64_t now)
         struct tenant_held *h = held_find(t, e->tenant, false);
         IPD_ASSERT(h);
         h->bytes -= e->bytes;
-        if (--h->results == 0)
+        h->results--;
+        if (--h->entries == 0)
             *h = t->held[--t->n_held];
         t->bytes -= e->bytes;
         t->n_done--;
@@ -361,6 +368,7 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
     } else if (!fallback) {
         ipd_results_remove(p->results, j->exec_id);
     }
+    /* Counted by the delivery from here on (callbacks_pending). */
     pthread_mutex_unlock(&p->lock);
     free(fallback);
     if (j->callback_url && !p->callbacks)
@@ -369,6 +377,7 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
     if (j->callback_url && p->callbacks) {
         struct ipd_callback_keys keys = {.rotated_at_ms =
                                              j->secret_rotated_at_ms};
+        snprintf(keys.tenant, sizeof(keys.tenant), "%s", j->tenant);
         char *path = body ? NULL : ipd_results_path(p->results, j->exec_id);
         memcpy(keys.secret, j->secret, sizeof(keys.secret));
         memcpy(keys.prev_secret, j->prev_secret, sizeof(keys.prev_secret));
@@ -500,26 +509,70 @@ static enum ipd_err admit_sync(void *arg)
     return IPD_OK;
 }
 
+/* When the tenant's oldest done result expires (monotonic ms), 0 when it
+ * has none done (under the lock). */
+static int64_t oldest_due(struct ipd_exec_pool *p, const char *tenant)
+{
+    for (struct async_entry *e = p->async.done_head; e; e = e->done_next)
+        if (!strcmp(e->tenant, tenant))
+            return e->done_ms + p->result_ttl_ms;
+    return 0;
+}
+
+/* The tenant's callbacks not yet over: its jobs with a callback_url not
+ * yet done, and its deliveries waiting or being tried (under the lock). */
+static size_t callbacks_pending(struct ipd_exec_pool *p,
+                                const struct tenant_held *h,
+                                const char *tenant)
+{
+    return (h ? h->callbacks_waiting : 0) +
+           ipd_callbacks_tenant_pending(p->callbacks, tenant);
+}
+
+/* Why the tenant may not add pj's entry (under the lock): the result
+ * table, its bytes, its share of entries or of callbacks; IPD_OK when it
+ * may. */
+static enum ipd_err async_refusal(struct ipd_exec_pool *p,
+                                  struct pool_job *pj,
+                                  const struct tenant_held *h)
+{
+    const struct ipd_exec_job *j = pj->job;
+    unsigned max_results = ipd_policy_share(j->share_results,
+                                            IPD_EXEC_ASYNC_MAX);
+    unsigned max_cb = ipd_policy_share(j->share_callbacks,
+                                       IPD_CALLBACK_QUEUE_MAX);
+    if (p->async.n >= IPD_EXEC_ASYNC_MAX) {
+        pj->table_full = true;
+    } else if (p->tenant_max_bytes >= 0 && h &&
+               h->bytes >= p->tenant_max_bytes) {
+        pj->tenant_full = true;
+        pj->tenant_held = h->bytes;
+    } else if (max_results && h && h->entries >= max_results) {
+        pj->share_full = "results";
+        pj->share_max = max_results;
+    } else if (j->callback_url && max_cb &&
+               callbacks_pending(p, h, j->tenant) >= max_cb) {
+        pj->share_full = "callbacks";
+        pj->share_max = max_cb;
+    } else {
+        return IPD_OK;
+    }
+    pj->oldest_due_ms = oldest_due(p, j->tenant);
+    return IPD_ERR_BUSY;
+}
+
 /* An asynchronous job gets its entry (status "queued"); at most
- * IPD_EXEC_ASYNC_MAX results are held, and a tenant whose done results
- * reach tenant_max_bytes waits until some expire. */
+ * IPD_EXEC_ASYNC_MAX results are held, and a tenant over its bytes, its
+ * share of entries or of callbacks waits until some are over. */
 static enum ipd_err admit_async(void *arg)
 {
     struct pool_job *pj = arg;
     struct ipd_exec_pool *p = pj->pool;
-    enum ipd_err rc = IPD_OK;
-    int64_t held;
     pthread_mutex_lock(&p->lock);
     async_prune(p, ipd_mono_ms());
-    held = held_bytes(&p->async, pj->job->tenant);
-    if (p->async.n >= IPD_EXEC_ASYNC_MAX) {
-        pj->table_full = true;
-        rc = IPD_ERR_BUSY;
-    } else if (p->tenant_max_bytes >= 0 && held >= p->tenant_max_bytes) {
-        pj->tenant_full = true;
-        pj->tenant_held = held;
-        rc = IPD_ERR_BUSY;
-    } else {
+    struct tenant_held *h = held_find(&p->async, pj->job->tenant, false);
+    enum ipd_err rc = async_refusal(p, pj, h);
+    if (!rc) {
         struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
         memcpy(e->id, pj->job->exec_id, sizeof(e->id));
         snprintf(e->tenant, sizeof(e->tenant), "%s", pj->job->tenant);
@@ -528,24 +581,34 @@ static enum ipd_err admit_async(void *arg)
         if (pj->job->callback_url)
             e->callback = ipd_callback_status_new();
         async_add(&p->async, e);
+        h = held_find(&p->async, e->tenant, true);
+        h->entries++;
+        h->callbacks_waiting += e->callback != NULL;
     }
     pthread_mutex_unlock(&p->lock);
     return rc;
 }
 
-/* Queue pj; on a refusal free it and say why. */
-static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
-                           struct ipd_buf *why)
+/* Seconds until the tenant's oldest done result expires (its share of
+ * results frees then), bounded to 1 s .. 1 h; the ttl when none is done
+ * yet. */
+static int results_retry_after(const struct ipd_exec_pool *p,
+                               const struct pool_job *pj)
 {
-    enum ipd_err rc = ipd_workq_submit(p->q, exec_work, exec_done, pj,
-                                       pj->async ? admit_async : admit_sync);
-    if (rc == IPD_OK)
-        return rc;
-    if (rc == IPD_ERR_UNAVAILABLE) {
-        ipd_buf_adds(why, "the service is shutting down");
-    } else if (pj->table_full) {
+    int64_t wait = pj->oldest_due_ms ? pj->oldest_due_ms - ipd_mono_ms()
+                                     : p->result_ttl_ms;
+    int64_t s = (wait + 999) / 1000;
+    return s < 1 ? 1 : s > 3600 ? 3600 : (int)s;
+}
+
+/* Why a refused async job (its table or share) was refused, into why. */
+static void async_why(struct ipd_exec_pool *p, struct pool_job *pj,
+                      struct ipd_buf *why)
+{
+    if (pj->table_full) {
         ipd_buf_addf(why, "%d asynchronous results are held; retry later",
                      IPD_EXEC_ASYNC_MAX);
+        pj->job->retry_after_s = results_retry_after(p, pj);
     } else if (pj->tenant_full) {
         ipd_buf_addf(why,
                      "this tenant's asynchronous results held on the server "
@@ -555,13 +618,63 @@ static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
                      (long long)pj->tenant_held,
                      (long long)p->tenant_max_bytes,
                      (long long)(p->result_ttl_ms / 1000));
+        pj->job->retry_after_s = results_retry_after(p, pj);
+    } else if (!strcmp(pj->share_full, "results")) {
+        ipd_buf_addf(why,
+                     "this tenant holds %u asynchronous executions and "
+                     "results, its share (policy tenant-async-results); "
+                     "retry when older results expire (after %lld s) or "
+                     "ask for a synchronous execution",
+                     pj->share_max, (long long)(p->result_ttl_ms / 1000));
+        pj->job->retry_after_s = results_retry_after(p, pj);
+    } else {
+        ipd_buf_addf(why,
+                     "this tenant has %u callbacks not yet delivered, its "
+                     "share (policy tenant-callbacks); retry later",
+                     pj->share_max);
+        pj->job->retry_after_s = IPD_CALLBACK_TIMEOUT_MS / 1000;
+    }
+}
+
+/* Queue pj under its tenant's share of the slots and the queue; on a
+ * refusal free it and say why. */
+static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
+                           struct ipd_buf *why)
+{
+    unsigned slots = ipd_workq_threads(p->q);
+    unsigned queue = ipd_workq_queue_max(p->q);
+    unsigned run = ipd_policy_share(pj->job->share_running, slots);
+    unsigned wait = ipd_policy_share(pj->job->share_queued, queue);
+    struct ipd_workq_share share = {
+        .group = pj->job->tenant,
+        .running_max = run,
+        .held_max = wait ? (run ? run : slots) + wait : 0,
+    };
+    bool share_full = false;
+    enum ipd_err rc = ipd_workq_submit_shared(
+        p->q, exec_work, exec_done, pj, pj->async ? admit_async : admit_sync,
+        &share, &share_full);
+    if (rc == IPD_OK)
+        return rc;
+    pj->job->retry_after_s = 1;
+    if (rc == IPD_ERR_UNAVAILABLE) {
+        ipd_buf_adds(why, "the service is shutting down");
+    } else if (share_full) {
+        ipd_buf_addf(why,
+                     "this tenant has %u executions running or waiting, "
+                     "its share of the %u slots and %u queue places "
+                     "(policy tenant-running %u, tenant-queued %u); retry "
+                     "later",
+                     share.held_max, slots, queue, run, wait);
+    } else if (pj->table_full || pj->tenant_full || pj->share_full) {
+        async_why(p, pj, why);
     } else {
         unsigned running, queued;
         ipd_workq_counts(p->q, &running, &queued);
         ipd_buf_addf(why,
                      "all %u execution slots are busy and %u requests are "
                      "waiting; retry later",
-                     ipd_workq_threads(p->q), queued);
+                     slots, queued);
     }
     free(pj);
     return rc;

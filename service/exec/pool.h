@@ -17,7 +17,12 @@
  * a few hundred bytes whatever its result's inline files weigh.  A
  * tenant's done results count against tenant_results_max_bytes; once
  * they reach it, that tenant's asynchronous submits are refused
- * (IPD_ERR_BUSY, 429) until some expire, while other tenants go on.  The
+ * (IPD_ERR_BUSY, 429) until some expire, while other tenants go on; the
+ * same for the number of its entries (the job's share_results) and of
+ * its callbacks not yet delivered (share_callbacks).  Each tenant also
+ * has a share of the slots and of the queue (share_running,
+ * share_queued: workq.h's shares), so one tenant's backlog never keeps
+ * another's executions waiting for all of it.  The
  * result is stored before the callback to its callback_url is sent
  * (service/exec/callbacks.h, which reads the body from the file), so a
  * client that polls as soon as it is called back finds it.
@@ -80,11 +85,17 @@ struct ipd_exec_job {
     char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
     char prev_secret[IPD_SHA256_HEX]; /* the one before it, or "" */
     int64_t secret_rotated_at_ms;    /* when it was replaced; 0: never */
+    /* The tenant's shares from its key's policy (policy.h: a count, -N
+     * for N percent of the pool, 0 for no bound): ipd_exec_job_new
+     * leaves them 0. */
+    int64_t share_running, share_queued, share_results, share_callbacks;
     char exec_id[IPD_ID_MAX];        /* OUT: async, set by submit */
     enum ipd_err rc;                 /* OUT: the executor's answer */
     json_t *result;                  /* OUT: new reference when rc == OK */
     struct ipd_buf detail;           /* OUT: a message for rc, or empty */
     bool finished;                   /* OUT: set before done runs */
+    int retry_after_s;               /* OUT: with a refusal (BUSY), when
+                                        to ask again */
 };
 
 /* A new empty job (detail initialised): ipd_exec_job_free. */
@@ -119,7 +130,8 @@ typedef void (*ipd_exec_done_fn)(void *ctx);
  * pool uses it until done(ctx) has run (admit(ctx) first, exactly once
  * each; admit may be NULL).  Otherwise nothing was queued, neither hook
  * runs, and why says why: IPD_ERR_BUSY (every slot busy and the queue
- * full), IPD_ERR_UNAVAILABLE (stopping).
+ * full, or j's tenant holds its share of them; j->retry_after_s set),
+ * IPD_ERR_UNAVAILABLE (stopping).
  */
 enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
                                   struct ipd_exec_job *j,
@@ -132,7 +144,9 @@ enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
  * the job is the pool's (it may be over and freed before this returns).
  * Otherwise j is still the caller's and why says why: IPD_ERR_BUSY (the
  * queue is full, IPD_EXEC_ASYNC_MAX results are held, or j's tenant holds
- * tenant_results_max_bytes of results), IPD_ERR_UNAVAILABLE (stopping).
+ * its share of the queue, tenant_results_max_bytes of results, its share
+ * of results or of callbacks; j->retry_after_s set), IPD_ERR_UNAVAILABLE
+ * (stopping).
  */
 enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
                                         struct ipd_exec_job *j,

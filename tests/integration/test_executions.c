@@ -235,7 +235,11 @@ static void *slow_exec(void *arg)
  * slots and the queue, 429 with Retry-After. */
 static void executions_do_not_block(void)
 {
-    const char *args[] = {"--exec-slots", "2", "--exec-queue", "0", NULL};
+    /* One tenant here: its share is the whole pool (test_fairness checks
+     * the default shares). */
+    const char *args[] = {"--exec-slots", "2", "--exec-queue", "0",
+                          "--policy.standard.tenant-running", "100%",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
