@@ -281,6 +281,39 @@ static enum ipd_err gauge_bytes(void *ctx, double *value)
     return gauge_totals(ctx, value, true);
 }
 
+/* --venv-dir, or beside the data dir: DATA-DIR-venv.  Its generations
+ * are read by the sandbox's uids, so they are kept out of the data dir,
+ * which stays the service's alone (0700, files 0600).  A venv an older
+ * version made in DATA-DIR/venv is moved there (rename: the venv's own
+ * paths are /opt/venv inside the sandbox, wherever it is on the host). */
+static void default_venv_dir(const struct ipd_config *cfg,
+                             struct ipd_buf *root)
+{
+    struct ipd_buf old;
+    struct stat st;
+    size_t len = strlen(cfg->data_dir);
+
+    if (cfg->venv_dir) {
+        ipd_buf_adds(root, cfg->venv_dir);
+        return;
+    }
+    while (len > 1 && cfg->data_dir[len - 1] == '/')
+        len--;
+    ipd_buf_addf(root, "%.*s-venv", (int)len, cfg->data_dir);
+    ipd_buf_init(&old, IPD_BUF_UNLIMITED);
+    ipd_buf_addf(&old, "%.*s/venv", (int)len, cfg->data_dir);
+    if (lstat(old.buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+        lstat(root->buf, &st) != 0 && errno == ENOENT) {
+        if (rename(old.buf, root->buf) == 0)
+            ipd_info("venv: moved %s to %s (the venv is kept out of the "
+                     "data dir)", old.buf, root->buf);
+        else
+            ipd_warn("venv: cannot move %s to %s: %s", old.buf, root->buf,
+                     strerror(errno));
+    }
+    ipd_buf_release(&old);
+}
+
 /* The venv (packages) on top of the executor's sandbox.  Without it,
  * executions still run on the base interpreter. */
 static enum ipd_err open_venv(const struct ipd_config *cfg,
@@ -300,10 +333,7 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
         ipd_error("allowlist: %s", err.buf);
         goto out;
     }
-    if (cfg->venv_dir)
-        ipd_buf_adds(&root, cfg->venv_dir);
-    else
-        ipd_buf_addf(&root, "%s/venv", cfg->data_dir);
+    default_venv_dir(cfg, &root);
     memset(&o, 0, sizeof(o));
     o.root = root.buf;
     o.base_python = cfg->venv_python ? cfg->venv_python : cfg->python;
