@@ -2,6 +2,7 @@
  * serve.c - start-up, signal handling and graceful shutdown.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -314,6 +315,32 @@ static void default_venv_dir(const struct ipd_config *cfg,
     ipd_buf_release(&old);
 }
 
+/* A run on a venv generation sees the generation's path relative to the
+ * root of its filesystem in /proc/self/mountinfo: only a venv dir that is
+ * the root of a filesystem of its own shows no host path (SANDBOX.md,
+ * "What a run sees of the host").  Says which, once at start. */
+static void venv_dir_exposure(const char *dir)
+{
+    char real[PATH_MAX], line[4096], root[PATH_MAX], point[PATH_MAX];
+    FILE *f;
+    bool own = false;
+
+    if (!realpath(dir, real) || !(f = fopen("/proc/self/mountinfo", "re")))
+        return;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "%*d %*d %*s %4095s %4095s", root, point) == 2 &&
+            !strcmp(point, real))
+            own = !strcmp(root, "/"); /* the last mount there wins */
+    fclose(f);
+    if (own)
+        ipd_info("venv: %s is the root of its own filesystem: runs see "
+                 "/gen-... for it, no host path", real);
+    else
+        ipd_warn("venv: %s is not the root of a filesystem of its own: "
+                 "runs on a generation see its host path in "
+                 "/proc/self/mountinfo (docs/SANDBOX.md)", real);
+}
+
 /* The venv (packages) on top of the executor's sandbox.  Without it,
  * executions still run on the base interpreter. */
 static enum ipd_err open_venv(const struct ipd_config *cfg,
@@ -360,6 +387,8 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
                  root.buf, ipd_allowlist_count(*allow),
                  cfg->pip_no_index ? "none (--pip-no-index)"
                  : cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
+    if (!rc)
+        venv_dir_exposure(root.buf);
 out:
     ipd_buf_release(&err);
     ipd_buf_release(&root);
