@@ -113,7 +113,8 @@ static const struct opt opts[] = {
     {"inline-image-max", OPT_SIZE, OFF(inline_image_max), "1M", false,
      "images up to this size are also returned inline as data_base64"},
     {"venv-dir", OPT_STRING, OFF(venv_dir), NULL, false,
-     "where venv generations live (default: DATA-DIR/venv)"},
+     "where venv generations live, outside the data dir (default: "
+     "DATA-DIR-venv)"},
     {"venv-python", OPT_STRING, OFF(venv_python), NULL, false,
      "base interpreter of the venv (default: the python option)"},
     {"venv-system-site-packages", OPT_INT, OFF(venv_system_site), "1", false,

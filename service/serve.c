@@ -2,6 +2,7 @@
  * serve.c - start-up, signal handling and graceful shutdown.
  */
 #include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -281,6 +282,65 @@ static enum ipd_err gauge_bytes(void *ctx, double *value)
     return gauge_totals(ctx, value, true);
 }
 
+/* --venv-dir, or beside the data dir: DATA-DIR-venv.  Its generations
+ * are read by the sandbox's uids, so they are kept out of the data dir,
+ * which stays the service's alone (0700, files 0600).  A venv an older
+ * version made in DATA-DIR/venv is moved there (rename: the venv's own
+ * paths are /opt/venv inside the sandbox, wherever it is on the host). */
+static void default_venv_dir(const struct ipd_config *cfg,
+                             struct ipd_buf *root)
+{
+    struct ipd_buf old;
+    struct stat st;
+    size_t len = strlen(cfg->data_dir);
+
+    if (cfg->venv_dir) {
+        ipd_buf_adds(root, cfg->venv_dir);
+        return;
+    }
+    while (len > 1 && cfg->data_dir[len - 1] == '/')
+        len--;
+    ipd_buf_addf(root, "%.*s-venv", (int)len, cfg->data_dir);
+    ipd_buf_init(&old, IPD_BUF_UNLIMITED);
+    ipd_buf_addf(&old, "%.*s/venv", (int)len, cfg->data_dir);
+    if (lstat(old.buf, &st) == 0 && S_ISDIR(st.st_mode) &&
+        lstat(root->buf, &st) != 0 && errno == ENOENT) {
+        if (rename(old.buf, root->buf) == 0)
+            ipd_info("venv: moved %s to %s (the venv is kept out of the "
+                     "data dir)", old.buf, root->buf);
+        else
+            ipd_warn("venv: cannot move %s to %s: %s", old.buf, root->buf,
+                     strerror(errno));
+    }
+    ipd_buf_release(&old);
+}
+
+/* A run on a venv generation sees the generation's path relative to the
+ * root of its filesystem in /proc/self/mountinfo: only a venv dir that is
+ * the root of a filesystem of its own shows no host path (SANDBOX.md,
+ * "What a run sees of the host").  Says which, once at start. */
+static void venv_dir_exposure(const char *dir)
+{
+    char real[PATH_MAX], line[4096], root[PATH_MAX], point[PATH_MAX];
+    FILE *f;
+    bool own = false;
+
+    if (!realpath(dir, real) || !(f = fopen("/proc/self/mountinfo", "re")))
+        return;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "%*d %*d %*s %4095s %4095s", root, point) == 2 &&
+            !strcmp(point, real))
+            own = !strcmp(root, "/"); /* the last mount there wins */
+    fclose(f);
+    if (own)
+        ipd_info("venv: %s is the root of its own filesystem: runs see "
+                 "/gen-... for it, no host path", real);
+    else
+        ipd_warn("venv: %s is not the root of a filesystem of its own: "
+                 "runs on a generation see its host path in "
+                 "/proc/self/mountinfo (docs/SANDBOX.md)", real);
+}
+
 /* The venv (packages) on top of the executor's sandbox.  Without it,
  * executions still run on the base interpreter. */
 static enum ipd_err open_venv(const struct ipd_config *cfg,
@@ -300,10 +360,7 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
         ipd_error("allowlist: %s", err.buf);
         goto out;
     }
-    if (cfg->venv_dir)
-        ipd_buf_adds(&root, cfg->venv_dir);
-    else
-        ipd_buf_addf(&root, "%s/venv", cfg->data_dir);
+    default_venv_dir(cfg, &root);
     memset(&o, 0, sizeof(o));
     o.root = root.buf;
     o.base_python = cfg->venv_python ? cfg->venv_python : cfg->python;
@@ -330,6 +387,8 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
                  root.buf, ipd_allowlist_count(*allow),
                  cfg->pip_no_index ? "none (--pip-no-index)"
                  : cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
+    if (!rc)
+        venv_dir_exposure(root.buf);
 out:
     ipd_buf_release(&err);
     ipd_buf_release(&root);

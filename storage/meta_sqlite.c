@@ -38,11 +38,15 @@
  * NULL while a key is valid (0 in struct ipd_key).
  */
 #include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <sqlite3.h>
 
@@ -1425,12 +1429,47 @@ out:
     return tx_end(c, rc);
 }
 
+/* The database holds key hashes and callback secrets: it and its -wal
+ * and -shm are the service's alone (0600).  SQLite gives -wal and -shm
+ * the database file's mode, so the file is made 0600 before SQLite first
+ * creates it; a store made by an older version (0644) is tightened.
+ * ":memory:" and URIs are left alone. */
+static enum ipd_err own_files(const char *path)
+{
+    static const char *const suffixes[] = {"", "-wal", "-shm"};
+    char name[PATH_MAX];
+    int fd;
+
+    if (path[0] == ':' || !strncmp(path, "file:", 5))
+        return IPD_OK;
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+              0600);
+    if (fd >= 0)
+        close(fd);
+    else if (errno != EEXIST)
+        return IPD_ERR_IO;
+    for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
+        if ((size_t)snprintf(name, sizeof(name), "%s%s", path,
+                             suffixes[i]) >= sizeof(name))
+            return IPD_ERR_IO;
+        if (chmod(name, 0600) && errno != ENOENT)
+            return IPD_ERR_IO;
+    }
+    return IPD_OK;
+}
+
 /* Open and configure the writer: WAL, then the schema. */
 static enum ipd_err writer_open(struct meta_sqlite *s, const char *path)
 {
     char mode[16];
     enum ipd_err rc;
 
+    rc = own_files(path);
+    if (rc) {
+        fprintf(stderr, "interpd: meta_sqlite: %s: %s\n", path,
+                strerror(errno));
+        goto out;
+    }
     rc = conn_open(&s->writer, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
                    s->busy_timeout_ms);
     if (rc)

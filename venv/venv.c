@@ -1616,7 +1616,7 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
     v->runner = *runner;
     pthread_mutex_init(&v->lock, NULL);
     pthread_mutex_init(&v->state_lock, NULL);
-    if (mkdir(v->root, 0711) && errno != EEXIST) {
+    if (mkdir(v->root, 0700) && errno != EEXIST) {
         ipd_buf_addf(err, "venv: cannot create %s: %s", v->root,
                      strerror(errno));
         rc = IPD_ERR_IO;
@@ -1629,9 +1629,9 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
         rc = IPD_ERR_IO;
         goto out;
     }
-    /* The sandbox (another uid when we are root) must reach generations
-     * and write pip's cache. */
-    (void)fchmod(v->root_fd, 0711);
+    /* The service's alone: the sandbox never searches it (generations
+     * and pip's cache are handed to it as trees the service opened). */
+    (void)fchmod(v->root_fd, 0700);
     if (mkdirat(v->root_fd, "pip-cache", 0700) && errno != EEXIST) {
         ipd_buf_addf(err, "venv: cannot create %s/pip-cache: %s", v->root,
                      strerror(errno));

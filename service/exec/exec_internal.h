@@ -23,12 +23,12 @@ struct ipd_executor {
     struct ipd_blobs *blobs;   /* borrowed */
     struct ipd_filetype *ft;   /* borrowed */
     struct ipd_sandbox_config sbx; /* probed once, shared by every run */
-    char *work_root;           /* owned; <data-dir>/exec */
     char *python;              /* owned; absolute path inside the sandbox */
     char *prelude_dir;         /* owned; host dir holding prelude.py */
-    char *mplcache;            /* owned; host dir of matplotlib's prepared
-                                  font cache, or NULL (under mpl_lock) */
-    char *data_dir;            /* owned; where mplcache is made */
+    struct ipd_sandbox_stage *mpl_stage; /* owned; its "mplcache" holds
+                                  matplotlib's prepared font cache, or
+                                  NULL (set under mpl_lock, then read-only
+                                  until the executor is freed) */
     pthread_mutex_t mpl_lock;
     bool mpl_tried;            /* the cache was built or tried (mpl_lock) */
     bool have_lib64;

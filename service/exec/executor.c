@@ -3,21 +3,22 @@
  * the prelude in the sandbox (once more after an automatic install); the
  * result object and the generated files are result.c's.
  *
- * Work dirs: <data-dir>/exec/<execution_id>/{job,data}, created by the
- * service (root-owned; job/ and data/ 0755, files 0644: the sandbox's
- * unprivileged host uid reads them once mounted; the sandbox mounts them
- * from the service's side, so nothing above job/ and data/ needs to be
- * searchable by it) and removed after the run whatever happened;
- * whatever a crash left behind is removed when the next executor starts.
+ * Staging: each run gets its own stage (sandbox.h ipd_sandbox_stage: as
+ * root a tmpfs that is never attached on the host) holding job/ (code.py,
+ * files.json, variables.json), data/<file_id>/<filename> (copies of the
+ * user's files) and interpd/ (a copy of the prelude dir's files), bound
+ * read-only at /mnt/job, /mnt/data and /opt/interpd.  Nothing is written
+ * to the data dir or any other host dir for a run, so the data dir stays
+ * 0700 with 0600 files, and the run's /proc/self/mountinfo shows "/job",
+ * "/data", "/interpd" rather than host paths or the execution id.
+ * Directories are 0755 and files 0644, owned by the service: the run's
+ * unprivileged host uid reads them.  The input files' bytes are in memory
+ * (the service's, swappable) while the run lasts; the stage goes with it.
  * The readiness check (ipd_executor_check, at the end) stages and runs a
  * job the same way.
  *
- * The user's files are COPIED into data/<file_id>/<filename> (with
- * copy_file_range, which shares extents on reflink filesystems), never
- * hard-linked: a hard link shares the blob's inode, and stored blobs are
- * 0600 root, unreadable to the sandbox uid; making them readable would
- * change the store's own files.  GridFS blobs (no fd) are copied through
- * the reader and checked against the metadata's sha256.
+ * GridFS blobs (no fd) are copied through the reader and checked against
+ * the metadata's sha256.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -115,24 +116,6 @@ static int mkdir_open_at(int dirfd, const char *name, mode_t mode)
     return fd;
 }
 
-/* Remove everything below root_fd (stale work dirs of a previous run). */
-static void clear_dir(int root_fd)
-{
-    int fd = openat(root_fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
-    struct dirent *e;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
-        return;
-    }
-    while ((e = ipd_readdir(d)) != NULL) {
-        ipd_info("executor: removing stale work dir %s", e->d_name);
-        (void)ipd_remove_tree_at(root_fd, e->d_name);
-    }
-    closedir(d);
-}
-
 /* ---- construction ---------------------------------------------------- */
 
 void ipd_executor_options_default(struct ipd_executor_options *o)
@@ -177,36 +160,26 @@ static char *default_prelude_dir(void)
 #endif
 }
 
-static enum ipd_err prepare_work_root(struct ipd_executor *ex,
-                                      const char *data_dir)
+/* What older versions staged in the data dir: <data-dir>/exec (work
+ * dirs) and <data-dir>/mplcache (the font cache, owned by the sandbox's
+ * uid).  Nothing uses them now; removing them keeps the data dir the
+ * service's alone. */
+static void remove_legacy_dirs(const char *data_dir)
 {
-    enum ipd_err rc = IPD_ERR_INTERNAL;
-    int root = -1, dd = -1;
-    struct ipd_buf path;
+    static const char *const names[] = {"exec", "mplcache"};
+    int dd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
-    ipd_buf_init(&path, PATH_MAX);
-    if (ipd_buf_addf(&path, "%s/exec", data_dir))
-        goto out;
-    if (mkdir(data_dir, 0700) && errno != EEXIST) {
-        ipd_error("executor: data dir %s: %s", data_dir, strerror(errno));
-        goto out;
-    }
-    dd = open(data_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (dd < 0)
-        goto out;
-    root = mkdir_open_at(dd, "exec", 0711);
-    if (root < 0) {
-        ipd_error("executor: %s: %s", path.buf, strerror(errno));
-        goto out;
+        return;
+    for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++) {
+        struct stat st;
+        if (fstatat(dd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            ipd_info("executor: removing %s/%s (older versions staged runs "
+                     "there)", data_dir, names[i]);
+            (void)ipd_remove_tree_at(dd, names[i]);
+        }
     }
-    clear_dir(root);
-    ex->work_root = ipd_buf_detach(&path, NULL);
-    rc = IPD_OK;
-out:
-    close_fd(&root);
-    close_fd(&dd);
-    ipd_buf_release(&path);
-    return rc;
+    close(dd);
 }
 
 /* The read-only system binds every run gets; returns how many. */
@@ -214,46 +187,78 @@ static size_t system_mounts(const struct ipd_executor *ex,
                             struct ipd_sandbox_mount *m)
 {
     size_t n = 0;
-    m[n++] = (struct ipd_sandbox_mount){"/usr", "/usr", false};
-    m[n++] = (struct ipd_sandbox_mount){"/lib", "/lib", false};
+    m[n++] = (struct ipd_sandbox_mount){"/usr", "/usr", false, NULL};
+    m[n++] = (struct ipd_sandbox_mount){"/lib", "/lib", false, NULL};
     if (ex->have_lib64)
-        m[n++] = (struct ipd_sandbox_mount){"/lib64", "/lib64", false};
-    m[n++] = (struct ipd_sandbox_mount){"/bin", "/bin", false};
+        m[n++] =
+            (struct ipd_sandbox_mount){"/lib64", "/lib64", false, NULL};
+    m[n++] = (struct ipd_sandbox_mount){"/bin", "/bin", false, NULL};
     /* Debian's update-alternatives: libblas.so.3 (numpy) is a symlink
      * through /etc/alternatives.  Only symlinks live there, no secrets. */
     if (ex->have_alternatives)
         m[n++] = (struct ipd_sandbox_mount){"/etc/alternatives",
-                                            "/etc/alternatives", false};
+                                            "/etc/alternatives", false, NULL};
     /* Debian's matplotlib reads its defaults from there. */
     if (ex->have_matplotlibrc)
         m[n++] = (struct ipd_sandbox_mount){"/etc/matplotlibrc",
-                                            "/etc/matplotlibrc", false};
+                                            "/etc/matplotlibrc", false, NULL};
     return n;
 }
 
-static bool has_fontlist(const char *dir)
+static bool has_fontlist(const struct ipd_sandbox_stage *st)
 {
-    DIR *d = opendir(dir);
+    int fd = openat(ipd_sandbox_stage_fd(st), "mplcache",
+                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
     struct dirent *e;
     bool found = false;
-    if (!d)
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
         return false;
+    }
     while (!found && (e = readdir(d)) != NULL)
         found = !strncmp(e->d_name, "fontlist-", 9);
     closedir(d);
     return found;
 }
 
+/* The stage of the font cache: its "mplcache" dir, 0755, owned by the
+ * sandbox's own host uid (the build run writes it).  NULL on failure. */
+static struct ipd_sandbox_stage *mpl_stage_new(struct ipd_executor *ex)
+{
+    struct ipd_sandbox_stage *st = NULL;
+    char err[256];
+    int fd;
+
+    if (ipd_sandbox_stage_new(64LL << 20, 4096, NULL, &st, err,
+                              sizeof(err))) {
+        ipd_warn("executor: no stage for the font cache: %s", err);
+        return NULL;
+    }
+    fd = ipd_sandbox_stage_fd(st);
+    if (mkdirat(fd, "mplcache", 0755) ||
+        fchmodat(fd, "mplcache", 0755, 0) ||
+        (geteuid() != ex->sbx.host_uid &&
+         fchownat(fd, "mplcache", ex->sbx.host_uid, ex->sbx.host_gid,
+                  AT_SYMLINK_NOFOLLOW))) {
+        ipd_warn("executor: font cache stage: %s", strerror(errno));
+        ipd_sandbox_stage_free(st);
+        return NULL;
+    }
+    return st;
+}
+
 /*
- * matplotlib's font cache, built once (it costs ~1 s per run otherwise):
- * <data-dir>/mplcache, owned by the sandbox's host uid, filled by
- * `import matplotlib.pyplot` run IN the sandbox with the dir bound
- * writable, then bound read-only at /opt/mplcache in every run; the
- * prelude copies it into its writable MPLCONFIGDIR
- * (IPD_PRELUDE_MPLCACHE).  Kept across restarts while a fontlist-*.json
- * is there.  Failure is not fatal: runs just build their own cache.
+ * matplotlib's font cache, built once per start (it costs ~1 s per run
+ * otherwise): the "mplcache" dir of a stage of its own (no host path),
+ * owned by the sandbox's host uid, filled by `import matplotlib.pyplot`
+ * run IN the sandbox with the dir bound writable, then bound read-only at
+ * /opt/mplcache in every run; the prelude copies it into its writable
+ * MPLCONFIGDIR (IPD_PRELUDE_MPLCACHE).  Failure is not fatal: runs just
+ * build their own cache.
  */
-static void prepare_mpl_cache(struct ipd_executor *ex, const char *data_dir)
+static void prepare_mpl_cache(struct ipd_executor *ex)
 {
     const char *argv[] = {ex->python, "-I", "-c", "import matplotlib.pyplot",
                           NULL};
@@ -262,24 +267,15 @@ static void prepare_mpl_cache(struct ipd_executor *ex, const char *data_dir)
     struct ipd_sandbox_spec spec;
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
-    struct ipd_buf path;
+    struct ipd_sandbox_stage *st = mpl_stage_new(ex);
     size_t n;
     enum ipd_err rc;
 
-    ipd_buf_init(&path, PATH_MAX);
-    if (ipd_buf_addf(&path, "%s/mplcache", data_dir))
-        goto out;
-    if (mkdir(path.buf, 0755) && errno != EEXIST)
-        goto out;
-    if (geteuid() != ex->sbx.host_uid &&
-        chown(path.buf, ex->sbx.host_uid, ex->sbx.host_gid))
-        goto out;
-    if (has_fontlist(path.buf)) {
-        ex->mplcache = ipd_buf_detach(&path, NULL);
-        goto out;
-    }
+    if (!st)
+        return;
     n = system_mounts(ex, mounts);
-    mounts[n++] = (struct ipd_sandbox_mount){path.buf, "/opt/mplcache", true};
+    mounts[n++] = (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache",
+                                             true, st};
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -287,8 +283,9 @@ static void prepare_mpl_cache(struct ipd_executor *ex, const char *data_dir)
     spec.n_mounts = n;
     policy_to_sandbox(policy_find(ex, "standard"), 120000, &p);
     rc = ipd_sandbox_run(&ex->sbx, &p, &spec, &r);
-    if (!rc && r.exit_code == 0 && has_fontlist(path.buf)) {
-        ex->mplcache = ipd_buf_detach(&path, NULL);
+    if (!rc && r.exit_code == 0 && has_fontlist(st)) {
+        ex->mpl_stage = st;
+        st = NULL;
         ipd_info("executor: matplotlib font cache prepared in %.1f s",
                  r.wall_seconds);
     } else {
@@ -297,8 +294,7 @@ static void prepare_mpl_cache(struct ipd_executor *ex, const char *data_dir)
                  rc ? r.error : "", rc ? "" : r.err.buf);
     }
     ipd_sandbox_result_release(&r);
-out:
-    ipd_buf_release(&path);
+    ipd_sandbox_stage_free(st);
 }
 
 /* As root, the sandbox's uid (internal runs) and one per slot after it:
@@ -391,12 +387,9 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     rc = check_uid_range(ex);
     if (rc)
         goto out;
-    rc = prepare_work_root(ex, opt->data_dir);
-    if (rc)
-        goto out;
+    remove_legacy_dirs(opt->data_dir);
     /* The font cache is built on the first execution, not here: a server
      * that never runs code shouldn't pay a second of start-up for it. */
-    ex->data_dir = ipd_xstrdup(opt->data_dir);
     *out = ex;
     ex = NULL;
 out:
@@ -409,11 +402,9 @@ void ipd_executor_free(struct ipd_executor *ex)
     if (!ex)
         return;
     ipd_sandbox_config_release(&ex->sbx);
-    free(ex->work_root);
     free(ex->python);
     free(ex->prelude_dir);
-    free(ex->mplcache);
-    free(ex->data_dir);
+    ipd_sandbox_stage_free(ex->mpl_stage);
     pthread_mutex_destroy(&ex->mpl_lock);
     pthread_mutex_destroy(&ex->check_lock);
     free(ex);
@@ -455,7 +446,8 @@ out:
     return rc;
 }
 
-/* data/<file_id>/<filename>, a root-owned 0644 copy of the blob. */
+/* data/<file_id>/<filename> in the run's stage, a 0644 copy of the
+ * blob owned by the service. */
 static enum ipd_err stage_file(struct ipd_executor *ex, int data_fd,
                                const struct ipd_file_meta *f,
                                struct ipd_buf *detail)
@@ -682,21 +674,21 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     static const char *const net_files[] = {"/etc/resolv.conf",
                                             "/etc/ssl/certs"};
     if (cmd->gen_dir)
-        mounts[n++] = (struct ipd_sandbox_mount){cmd->gen_dir, IPD_VENV_MOUNT,
-                                                 cmd->gen_writable};
+        mounts[n++] = (struct ipd_sandbox_mount){
+            cmd->gen_dir, IPD_VENV_MOUNT, cmd->gen_writable, NULL};
     if (cmd->cache_dir)
         mounts[n++] = (struct ipd_sandbox_mount){
-            cmd->cache_dir, IPD_VENV_PIP_CACHE_MOUNT, true};
+            cmd->cache_dir, IPD_VENV_PIP_CACHE_MOUNT, true, NULL};
     if (cmd->links_dir)
         mounts[n++] = (struct ipd_sandbox_mount){
-            cmd->links_dir, IPD_VENV_LINKS_MOUNT, false};
+            cmd->links_dir, IPD_VENV_LINKS_MOUNT, false, NULL};
     if (cmd->tools_dir)
         mounts[n++] = (struct ipd_sandbox_mount){
-            cmd->tools_dir, IPD_VENV_TOOLS_MOUNT, false};
+            cmd->tools_dir, IPD_VENV_TOOLS_MOUNT, false, NULL};
     for (size_t i = 0; cmd->network && i < IPD_ARRAY_LEN(net_files); i++)
         if (!access(net_files[i], R_OK))
             mounts[n++] = (struct ipd_sandbox_mount){net_files[i],
-                                                     net_files[i], false};
+                                                     net_files[i], false, NULL};
     memset(&spec, 0, sizeof(spec));
     spec.argv = cmd->argv;
     spec.mounts = mounts;
@@ -793,50 +785,114 @@ static uid_t slot_uid(const struct ipd_executor *ex, unsigned slot)
     return geteuid() == 0 ? ex->sbx.host_uid + 1 + slot : 0;
 }
 
-/* Paths of one run's work dir (host side). */
+/* One run's staging (see the top of this file). */
 struct work {
     char id[IPD_ID_MAX];
-    char job[PATH_MAX];
-    char data[PATH_MAX];
-    int root_fd, dir_fd, job_fd, data_fd;
+    struct ipd_sandbox_stage *stage;
+    int job_fd, data_fd;
     uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
 };
 
-static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk,
-                                const char *id, uid_t host_uid)
+/* Copy the regular files of the prelude dir into the stage's interpd/
+ * (each run gets the prelude as it is on disk now, as a bind did). */
+static enum ipd_err copy_prelude(const struct ipd_executor *ex, int to)
 {
-    wk->root_fd = wk->dir_fd = wk->job_fd = wk->data_fd = -1;
+    int from = open(ex->prelude_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = from >= 0 ? fdopendir(from) : NULL;
+    struct dirent *e;
+    enum ipd_err rc = d ? IPD_OK : IPD_ERR_IO;
+
+    while (!rc && (e = ipd_readdir(d)) != NULL) {
+        struct stat st;
+        int64_t copied;
+        int in, out;
+        if (fstatat(dirfd(d), e->d_name, &st, 0) || !S_ISREG(st.st_mode))
+            continue;
+        in = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
+        out = openat(to, e->d_name,
+                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                     0644);
+        rc = in < 0 || out < 0 || fchmod(out, 0644) ? IPD_ERR_IO
+                                                    : ipd_copy_fd(in, out,
+                                                                  &copied);
+        if (in >= 0)
+            close(in);
+        if (out >= 0)
+            close(out);
+    }
+    if (d)
+        closedir(d);
+    else if (from >= 0)
+        close(from);
+    return rc;
+}
+
+/* The run's stage with job/, data/ and interpd/ (the prelude).  Its
+ * size is a limit, not a reservation: every input file at the largest
+ * size, and room for the job. */
+static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk,
+                                const char *id, uid_t host_uid,
+                                struct ipd_buf *why)
+{
+    char err[256];
+    int fd, dir = -1;
+    int64_t bytes = (FILES_MAX + 1) * (ex->max_file_size > (16LL << 20)
+                                           ? ex->max_file_size
+                                           : (16LL << 20));
+
+    wk->job_fd = wk->data_fd = -1;
     wk->host_uid = host_uid;
     if (id && ipd_id_valid("exec", id))
         snprintf(wk->id, sizeof(wk->id), "%s", id);
     else
         ipd_id_new("exec", wk->id);
-    if ((size_t)snprintf(wk->job, sizeof(wk->job), "%s/%s/job",
-                         ex->work_root, wk->id) >= sizeof(wk->job) ||
-        (size_t)snprintf(wk->data, sizeof(wk->data), "%s/%s/data",
-                         ex->work_root, wk->id) >= sizeof(wk->data))
+    if (ipd_sandbox_stage_new(bytes, 4 * FILES_MAX + 64, NULL, &wk->stage,
+                              err, sizeof(err))) {
+        ipd_buf_addf(why, "%s", err);
         return IPD_ERR_INTERNAL;
-    wk->root_fd = open(ex->work_root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (wk->root_fd < 0)
+    }
+    fd = ipd_sandbox_stage_fd(wk->stage);
+    wk->job_fd = mkdir_open_at(fd, "job", 0755);
+    wk->data_fd = mkdir_open_at(fd, "data", 0755);
+    dir = mkdir_open_at(fd, "interpd", 0755);
+    if (wk->job_fd < 0 || wk->data_fd < 0 || dir < 0) {
+        ipd_buf_addf(why, "mkdir: %s", strerror(errno));
+        close_fd(&dir);
         return IPD_ERR_INTERNAL;
-    wk->dir_fd = mkdir_open_at(wk->root_fd, wk->id, 0711);
-    if (wk->dir_fd < 0)
+    }
+    if (copy_prelude(ex, dir)) {
+        ipd_buf_addf(why, "copying the prelude from %s: %s", ex->prelude_dir,
+                     strerror(errno));
+        close_fd(&dir);
         return IPD_ERR_INTERNAL;
-    wk->job_fd = mkdir_open_at(wk->dir_fd, "job", 0755);
-    wk->data_fd = mkdir_open_at(wk->dir_fd, "data", 0755);
-    if (wk->job_fd < 0 || wk->data_fd < 0)
-        return IPD_ERR_INTERNAL;
+    }
+    close_fd(&dir);
     return IPD_OK;
+}
+
+/* work_create for a request; a failure is logged (the client only
+ * gets a 500). */
+static enum ipd_err work_create_logged(struct ipd_executor *ex,
+                                       struct work *wk,
+                                       const struct ipd_exec_request *rq)
+{
+    struct ipd_buf why;
+    enum ipd_err rc;
+
+    ipd_buf_init(&why, 512);
+    rc = work_create(ex, wk, rq->execution_id, slot_uid(ex, rq->slot), &why);
+    if (rc)
+        ipd_error("executor: cannot stage %s: %s", wk->id, why.buf);
+    ipd_buf_release(&why);
+    return rc;
 }
 
 static void work_remove(struct work *wk)
 {
     close_fd(&wk->job_fd);
     close_fd(&wk->data_fd);
-    close_fd(&wk->dir_fd);
-    if (wk->root_fd >= 0 && wk->id[0])
-        (void)ipd_remove_tree_at(wk->root_fd, wk->id);
-    close_fd(&wk->root_fd);
+    ipd_sandbox_stage_free(wk->stage);
+    wk->stage = NULL;
 }
 
 static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
@@ -865,22 +921,24 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     pthread_mutex_lock(&ex->mpl_lock);
     if (!ex->mpl_tried && build_mpl) {
         ex->mpl_tried = true;
-        prepare_mpl_cache(ex, ex->data_dir);
+        prepare_mpl_cache(ex);
     }
-    const char *mplcache = ex->mplcache;
+    const struct ipd_sandbox_stage *mpl = ex->mpl_stage;
     pthread_mutex_unlock(&ex->mpl_lock);
-    if (mplcache) {
-        mounts[n++] = (struct ipd_sandbox_mount){mplcache, "/opt/mplcache",
-                                                 false};
+    if (mpl) {
+        mounts[n++] = (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache",
+                                                 false, mpl};
         env[IPD_ARRAY_LEN(env) - 2] = "IPD_PRELUDE_MPLCACHE=/opt/mplcache";
     }
+    mounts[n++] = (struct ipd_sandbox_mount){"interpd", "/opt/interpd", false,
+                                             wk->stage};
     mounts[n++] =
-        (struct ipd_sandbox_mount){ex->prelude_dir, "/opt/interpd", false};
-    mounts[n++] = (struct ipd_sandbox_mount){wk->job, "/mnt/job", false};
-    mounts[n++] = (struct ipd_sandbox_mount){wk->data, "/mnt/data", false};
+        (struct ipd_sandbox_mount){"job", "/mnt/job", false, wk->stage};
+    mounts[n++] =
+        (struct ipd_sandbox_mount){"data", "/mnt/data", false, wk->stage};
     if (gen_dir)
         mounts[n++] = (struct ipd_sandbox_mount){gen_dir, IPD_VENV_MOUNT,
-                                                 false};
+                                                 false, NULL};
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -921,7 +979,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
 
     *result = NULL;
     memset(&wk, 0, sizeof(wk));
-    wk.root_fd = wk.dir_fd = wk.job_fd = wk.data_fd = -1;
+    wk.job_fd = wk.data_fd = -1;
     memset(&r, 0, sizeof(r));
     r.output_dirfd = -1;
     memset(&ins, 0, sizeof(ins));
@@ -932,12 +990,9 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     if (rc)
         goto out;
     install_requested(ex, rq, &ins);
-    rc = work_create(ex, &wk, rq->execution_id, slot_uid(ex, rq->slot));
-    if (rc) {
-        ipd_error("executor: cannot create a work dir under %s: %s",
-                  ex->work_root, strerror(errno));
+    rc = work_create_logged(ex, &wk, rq);
+    if (rc)
         goto out;
-    }
     rc = write_file_at(wk.job_fd, "code.py", rq->code ? rq->code : "",
                        rq->code_len);
     if (!rc && rq->variables)
@@ -1066,15 +1121,19 @@ static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
     memset(&r, 0, sizeof(r));
     r.output_dirfd = -1;
     memset(&wk, 0, sizeof(wk));
+    wk.job_fd = wk.data_fd = -1;
     probe_policy(&ep);
-    rc = work_create(ex, &wk, NULL, 0);
-    if (!rc)
-        rc = probe_stage(&wk);
-    if (rc) {
-        snprintf(why, len, "cannot stage a job under %s: %s", ex->work_root,
-                 strerror(errno));
+    struct ipd_buf werr;
+    ipd_buf_init(&werr, 256);
+    rc = work_create(ex, &wk, NULL, 0, &werr);
+    if (!rc && probe_stage(&wk))
+        ipd_buf_addf(&werr, "writing the job: %s", strerror(errno));
+    rc = werr.len ? IPD_ERR_INTERNAL : rc;
+    if (rc)
+        snprintf(why, len, "cannot stage a job: %s", werr.buf);
+    ipd_buf_release(&werr);
+    if (rc)
         goto out;
-    }
     if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
         snprintf(why, len, "the Python environment is busy");
         rc = IPD_ERR_UNAVAILABLE;

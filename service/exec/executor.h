@@ -78,8 +78,11 @@ struct ipd_exec_request {
  * what they need.
  */
 struct ipd_executor_options {
-    const char *data_dir;        /* borrowed; the work root is
-                                    <data_dir>/exec (required) */
+    const char *data_dir;        /* borrowed (required); only for
+                                    removing what older versions staged
+                                    there (exec/, mplcache/): runs are
+                                    staged in private tmpfs (sandbox.h
+                                    ipd_sandbox_stage), never in it */
     int64_t max_file_size;       /* a generated file's size limit */
     int64_t file_ttl_ms;         /* generated files' ttl (IPD_TIME_NEVER) */
     struct ipd_quota quota;      /* per user, for generated files (its

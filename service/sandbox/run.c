@@ -130,57 +130,116 @@ static int clone_tree(const char *real, bool *fallback)
     return fd;
 }
 
+/* A directory or file of a detached stage: P's clone of it (the
+ * stage's own paths are all a run sees).  A path of the fallback
+ * directory goes the host-path way (*host gets it). */
+static enum ipd_err plan_stage_mount(struct plan_mount *pm,
+                                     const struct ipd_sandbox_mount *m,
+                                     char *host, char *err, size_t errlen)
+{
+    const struct ipd_sandbox_stage *st = m->stage;
+    char probe[PATH_MAX + 2];
+    struct stat sb;
+
+    snprintf(probe, sizeof probe, "/%s", m->host_path);
+    if (m->host_path[0] == '/' || !sandbox_path_ok(probe)) {
+        snprintf(err, errlen, "bad stage path %s", m->host_path);
+        return IPD_ERR_INVALID;
+    }
+    if (!st->detached) {
+        if ((size_t)snprintf(host, PATH_MAX, "%s/%s", st->dir,
+                             m->host_path) >= PATH_MAX) {
+            snprintf(err, errlen, "stage path %s: too long", m->host_path);
+            return IPD_ERR_INVALID;
+        }
+        return IPD_OK;
+    }
+    errno = 0;
+    if (fstatat(st->fd, m->host_path, &sb, AT_SYMLINK_NOFOLLOW) != 0 ||
+        (!S_ISDIR(sb.st_mode) && !S_ISREG(sb.st_mode))) {
+        snprintf(err, errlen, "stage path %s: %s", m->host_path,
+                 errno ? strerror(errno) : "not a file or directory");
+        return IPD_ERR_INVALID;
+    }
+    pm->is_dir = S_ISDIR(sb.st_mode);
+    snprintf(pm->src, sizeof pm->src, "stage:%s", m->host_path);
+    pm->tree_fd = open_tree(st->fd, m->host_path,
+                            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+                                AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+    if (pm->tree_fd < 0) {
+        snprintf(err, errlen, "stage path %s: open_tree: %s", m->host_path,
+                 strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    return IPD_OK;
+}
+
 /* One mount of the spec into pm: the symlink it is, or the file or
  * directory it resolves to (a tree fd, else a path for C1). */
 static enum ipd_err plan_mount(struct plan_mount *pm,
                                const struct ipd_sandbox_mount *m, char *err,
                                size_t errlen)
 {
-    char real[PATH_MAX];
+    char real[PATH_MAX], staged[PATH_MAX];
     struct stat sb;
     bool fallback = false;
+    const char *host = m->host_path;
 
-    if (!m->host_path || m->host_path[0] != '/' ||
-        !sandbox_path_ok(m->sandbox_path)) {
+    if (m->host_path && m->stage) {
+        enum ipd_err rc;
+        staged[0] = '\0';
+        snprintf(pm->dst, sizeof pm->dst, "/newroot%s",
+                 m->sandbox_path ? m->sandbox_path : "");
+        pm->writable = m->writable;
+        if (!sandbox_path_ok(m->sandbox_path)) {
+            snprintf(err, errlen, "bad mount stage:%s", m->host_path);
+            return IPD_ERR_INVALID;
+        }
+        rc = plan_stage_mount(pm, m, staged, err, errlen);
+        if (rc || !staged[0])
+            return rc;
+        host = staged;
+    }
+    if (!host || host[0] != '/' || !sandbox_path_ok(m->sandbox_path)) {
         snprintf(err, errlen, "bad mount %s -> %s",
-                 m->host_path ? m->host_path : "(null)",
+                 host ? host : "(null)",
                  m->sandbox_path ? m->sandbox_path : "(null)");
         return IPD_ERR_INVALID;
     }
     snprintf(pm->dst, sizeof pm->dst, "/newroot%s", m->sandbox_path);
     pm->writable = m->writable;
-    if (lstat(m->host_path, &sb) != 0)
+    if (lstat(host, &sb) != 0)
         goto fail_errno;
     if (S_ISLNK(sb.st_mode)) {
-        ssize_t n = readlink(m->host_path, pm->link, sizeof pm->link - 1);
+        ssize_t n = readlink(host, pm->link, sizeof pm->link - 1);
         if (n < 0)
             goto fail_errno;
         pm->link[n] = '\0';
         pm->is_link = true;
         return IPD_OK;
     }
-    if (!realpath(m->host_path, real) || stat(real, &sb) != 0)
+    if (!realpath(host, real) || stat(real, &sb) != 0)
         goto fail_errno;
     pm->is_dir = S_ISDIR(sb.st_mode);
     if (!pm->is_dir && !S_ISREG(sb.st_mode)) {
         snprintf(err, errlen, "mount source %s: not a file or directory",
-                 m->host_path);
+                 host);
         return IPD_ERR_INVALID;
     }
     if ((size_t)snprintf(pm->src, sizeof pm->src, "/oldroot%s", real) >=
         sizeof pm->src) {
-        snprintf(err, errlen, "mount source %s: path too long", m->host_path);
+        snprintf(err, errlen, "mount source %s: path too long", host);
         return IPD_ERR_INVALID;
     }
     pm->tree_fd = clone_tree(real, &fallback);
     if (pm->tree_fd < 0 && !fallback) {
-        snprintf(err, errlen, "mount source %s: open_tree: %s", m->host_path,
+        snprintf(err, errlen, "mount source %s: open_tree: %s", host,
                  strerror(errno));
         return IPD_ERR_INTERNAL;
     }
     return IPD_OK;
 fail_errno:
-    snprintf(err, errlen, "mount source %s: %s", m->host_path,
+    snprintf(err, errlen, "mount source %s: %s", host,
              strerror(errno));
     return IPD_ERR_INVALID;
 }

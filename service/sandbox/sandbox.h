@@ -79,6 +79,34 @@ struct ipd_sandbox_config {
     struct ipd_sandbox_state *state; /* owned; freed by _release */
 };
 
+/*
+ * A staging area: as root, a tmpfs the caller's thread makes (fsopen,
+ * fsmount) and never attaches anywhere on the host, so no host path leads
+ * to it and a run that is handed a directory of it sees only that
+ * directory's path inside the stage ("/job") in /proc/self/mountinfo.
+ * The caller fills it through ipd_sandbox_stage_fd (openat, mkdirat:
+ * never a path, no symlink followed out of it).  Its memory is the
+ * service's (charged to the service's cgroup, swappable) until the stage
+ * is freed and the last run it was handed to is gone.  Without root (no
+ * CAP_SYS_ADMIN for fsopen) it is a 0700 directory made with mkdtemp
+ * under fallback_dir instead, owned by the service, whose uid the
+ * sandbox then has: a run sees that host path.
+ * Thread-safety: one thread fills a stage; any number of runs may be
+ * handed directories of it at once; free it after they returned.
+ */
+struct ipd_sandbox_stage;
+
+/* bytes, inodes: the tmpfs's size and inode limits (not reserved).
+ * IPD_ERR_INTERNAL with the reason in err when neither works. */
+enum ipd_err ipd_sandbox_stage_new(int64_t bytes, int64_t inodes,
+                                   const char *fallback_dir,
+                                   struct ipd_sandbox_stage **out, char *err,
+                                   size_t errlen);
+/* A directory fd of the stage's root (borrowed; valid until freed). */
+int ipd_sandbox_stage_fd(const struct ipd_sandbox_stage *st);
+/* Release the stage (the fallback directory is removed).  NULL is fine. */
+void ipd_sandbox_stage_free(struct ipd_sandbox_stage *st);
+
 /* One bind mount.  Strings are borrowed for the duration of the run. */
 struct ipd_sandbox_mount {
     const char *host_path;    /* absolute; symlinks are resolved, except
@@ -86,9 +114,12 @@ struct ipd_sandbox_mount {
                                  usr/lib) is recreated as the same symlink.
                                  As root the caller's thread copies the tree
                                  (open_tree), so the directories above it
-                                 need not be searchable by host_uid */
+                                 need not be searchable by host_uid.  With
+                                 stage: a relative path inside the stage
+                                 (no "..", no symlink followed) */
     const char *sandbox_path; /* absolute, no ".." */
     bool writable;            /* false: read-only, nosuid, nodev */
+    const struct ipd_sandbox_stage *stage; /* borrowed; NULL: a host path */
 };
 
 /* A named capability policy.  0 for a limit means the built-in default

@@ -106,6 +106,13 @@ struct plan_mount {
     bool is_link, is_dir, writable;
 };
 
+/* A staging area (sandbox.h). */
+struct ipd_sandbox_stage {
+    int fd;        /* the detached tmpfs's mount fd, or the directory's */
+    bool detached; /* a tmpfs no host path leads to */
+    char *dir;     /* owned; the fallback directory's path, else NULL */
+};
+
 /* Everything the children need, prepared by P. */
 struct plan {
     const struct ipd_sandbox_state *st;

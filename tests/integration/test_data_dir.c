@@ -108,12 +108,36 @@ static void private_parent(void)
     itest_stop(s);
 }
 
-/* Readiness runs an execution: with the work root gone (a file in its
- * place), /readyz turns 503 naming executions within the check interval,
- * and ready again once it is repaired. */
+/* A copy of the source tree's prelude dir in a new temp dir (the test
+ * breaks it, never the checkout's); the dir's path, free() it. */
+static char *prelude_copy(void)
+{
+    char tmpl[] = "/tmp/interpd-prelude-XXXXXX";
+    CHECK(mkdtemp(tmpl));
+    char *dir = itest_fmt("%s/python", tmpl);
+    char *src = itest_fmt("%s/service/exec/python/prelude.py",
+                          ITEST_SOURCE_DIR);
+    char *dst = itest_fmt("%s/prelude.py", dir);
+    size_t len = 0;
+    char *text = itest_read_file(src, &len);
+    FILE *f = mkdir(dir, 0755) == 0 && text ? fopen(dst, "w") : NULL;
+    CHECK(f && fwrite(text, 1, len, f) == len);
+    if (f)
+        fclose(f);
+    free(text);
+    free(src);
+    free(dst);
+    return dir;
+}
+
+/* Readiness runs an execution: with the prelude dir gone (a file in its
+ * place: staging a job copies it), /readyz turns 503 naming executions
+ * within the check interval, and ready again once it is repaired. */
 static void readiness_follows_executions(void)
 {
-    const char *args[] = {"--ready-check-interval", "1s", NULL};
+    char *work = prelude_copy();
+    const char *args[] = {"--ready-check-interval", "1s", "--prelude-dir",
+                          work, NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
@@ -132,8 +156,7 @@ static void readiness_follows_executions(void)
     CHECK(wait_readyz(s, 200, 5000, &last));
     free(last);
 
-    char *work = itest_fmt("%s/exec", s->data_dir);
-    char *away = itest_fmt("%s/exec.away", s->data_dir);
+    char *away = itest_fmt("%s.away", work);
     REQUIRE(rename(work, away) == 0);
     FILE *f = fopen(work, "w");
     REQUIRE(f);
@@ -156,6 +179,10 @@ static void readiness_follows_executions(void)
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_exec_stdout(&r), "back\n");
     itest_resp_release(&r);
+    char *parent = itest_fmt("%s", work);
+    *strrchr(parent, '/') = '\0';
+    CHECK(itest_rm_rf(parent) == 0);
+    free(parent);
     free(work);
     free(away);
     itest_stop(s);

@@ -557,7 +557,7 @@ static const char *installed_version(const json_t *st, const char *name)
 /* current's target under the server's venv root, or "" when none. */
 static void current_gen(struct itest_server *s, char *out, size_t size)
 {
-    char *link = itest_fmt("%s/venv/current", s->data_dir);
+    char *link = itest_fmt("%s-venv/current", s->data_dir);
     ssize_t n = readlink(link, out, size - 1);
     out[n > 0 ? n : 0] = '\0';
     free(link);
@@ -565,7 +565,7 @@ static void current_gen(struct itest_server *s, char *out, size_t size)
 
 static bool gen_exists(struct itest_server *s, const char *gen)
 {
-    char *p = itest_fmt("%s/venv/%s", s->data_dir, gen);
+    char *p = itest_fmt("%s-venv/%s", s->data_dir, gen);
     bool e = exists(p);
     free(p);
     return e;
@@ -576,7 +576,7 @@ static bool gen_exists(struct itest_server *s, const char *gen)
 static void venv_entries(struct itest_server *s, int *ngen, int *nstray,
                          char *list, size_t size)
 {
-    char *root = itest_fmt("%s/venv", s->data_dir);
+    char *root = itest_fmt("%s-venv", s->data_dir);
     DIR *d = opendir(root);
     struct dirent *e;
     *ngen = *nstray = 0;

@@ -47,10 +47,10 @@ static void sbx_teardown(void)
 }
 
 static const struct ipd_sandbox_mount sbx_mounts[] = {
-    {"/usr", "/usr", false},
-    {"/lib", "/lib", false},
-    {"/lib64", "/lib64", false},
-    {"/bin", "/bin", false},
+    {"/usr", "/usr", false, NULL},
+    {"/lib", "/lib", false, NULL},
+    {"/lib64", "/lib64", false, NULL},
+    {"/bin", "/bin", false, NULL},
 };
 
 static void sbx_policy(struct ipd_sandbox_policy *p)

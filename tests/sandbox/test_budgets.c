@@ -73,7 +73,7 @@ static enum ipd_err run_as(const struct ipd_sandbox_policy *p, uid_t uid,
 static void *held_main(void *arg)
 {
     struct held *h = arg;
-    struct ipd_sandbox_mount sync = {h->dir, "/mnt/sync", true};
+    struct ipd_sandbox_mount sync = {h->dir, "/mnt/sync", true, NULL};
 
     h->rc = run_as(&h->p, h->uid, h->code, &sync, 1, &h->r);
     atomic_store(&h->over, true);

@@ -161,7 +161,7 @@ static void test_writes_outside_fail(void)
     chmod(data_dir, 0777);
     chmod(path, 0666);
     {
-        struct ipd_sandbox_mount data[] = {{data_dir, "/mnt/data", false}};
+        struct ipd_sandbox_mount data[] = {{data_dir, "/mnt/data", false, NULL}};
         sbx_policy(&p);
         CHECK_INT(
             sbx_run_mounts(

@@ -246,8 +246,8 @@ static void test_setup_failure_is_an_error(void)
     const char *argv[] = {"/usr/bin/no-such-python", NULL};
     const char *argv2[] = {"/usr/bin/true", NULL};
     struct ipd_sandbox_spec spec;
-    struct ipd_sandbox_mount bad[] = {{"/usr", "/usr", false},
-                                      {"/nonexistent-src", "/x", false}};
+    struct ipd_sandbox_mount bad[] = {{"/usr", "/usr", false, NULL},
+                                      {"/nonexistent-src", "/x", false, NULL}};
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
@@ -264,7 +264,7 @@ static void test_setup_failure_is_an_error(void)
      * (and nothing is created on the host). */
     {
         struct ipd_sandbox_mount nested[] = {
-            {"/usr", "/usr", false}, {"/etc", "/usr/zz-not-there", false}};
+            {"/usr", "/usr", false, NULL}, {"/etc", "/usr/zz-not-there", false, NULL}};
         spec.argv = argv2;
         spec.mounts = nested;
         spec.n_mounts = 2;
@@ -281,7 +281,7 @@ static void test_setup_failure_is_an_error(void)
     ipd_sandbox_result_release(&r);
 
     {
-        struct ipd_sandbox_mount evil[] = {{"/etc", "/usr/../proc", false}};
+        struct ipd_sandbox_mount evil[] = {{"/etc", "/usr/../proc", false, NULL}};
         spec.mounts = evil;
         spec.n_mounts = 1;
         CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INVALID);
@@ -385,9 +385,9 @@ static void test_bind_under_private_dir(void)
     REQUIRE(chmod(msg, 0644) == 0 && chmod(file, 0644) == 0);
     sbx_policy(&p);
     {
-        const struct ipd_sandbox_mount extra[] = {{in, "/mnt/in", false},
-                                                  {file, "/mnt/one", false},
-                                                  {rw, "/mnt/rw", true}};
+        const struct ipd_sandbox_mount extra[] = {{in, "/mnt/in", false, NULL},
+                                                  {file, "/mnt/one", false, NULL},
+                                                  {rw, "/mnt/rw", true, NULL}};
         CHECK_INT(sbx_run_mounts(&p,
                                  "print(open('/mnt/in/msg').read(),"
                                  " open('/mnt/one').read())\n"
