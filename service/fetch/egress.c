@@ -178,7 +178,7 @@ static enum ipd_err parse_absolute(const char *m, size_t ml, const char *t,
     rc = parse_authority(t, al, false, req, why, whysz);
     if (rc)
         return rc;
-    if (al < tl && t[al] == '#')
+    if (memchr(t + al, '#', tl - al))
         return bad(why, whysz, "a fragment in the request target");
     ipd_buf_addf(&req->out, "%.*s %s%.*s %s\r\n", (int)ml, m,
                  al < tl && t[al] == '/' ? "" : "/", (int)(tl - al), t + al,
