@@ -222,6 +222,10 @@ static void proxy_refuses_guarded_addresses(void)
         "            'http://[fe80::1]/', 'http://[::1]:%d/',\n"
         "            'http://127.0.0.3:%d/ok'):\n"
         "    print(url, get(url))\n"
+        "try:\n"
+        "    socket.create_connection(('192.0.2.1', 80), timeout=3)\n"
+        "except OSError as e:\n"
+        "    print('raw', errno.errorcode.get(e.errno, str(e)))\n"
         "c = http.client.HTTPConnection('127.0.0.1', 3128, timeout=20)\n"
         "c.set_tunnel('127.0.0.1', %d)\n"
         "try:\n"
@@ -255,6 +259,8 @@ static void proxy_refuses_guarded_addresses(void)
     snprintf(want, sizeof want, "http://127.0.0.3:%d/ok 403 ", origin.port);
     CHECK_OUT(&r, want);
     CHECK_OUT(&r, "tunnel refused: Tunnel connection failed: 403 Forbidden\n");
+    /* No route but the proxy (TEST-NET-1: no packet leaves). */
+    CHECK_OUT(&r, "raw ENETUNREACH\n");
     CHECKF(strstr(OUT(&r), "FETCHED") == NULL, "%s", OUT(&r));
     itest_resp_release(&r);
     CHECK_INT(origin.requests, before);
