@@ -697,22 +697,24 @@ static void egress_begin(void *ctx, int listen_fd)
                               "its proxy could not start");
 }
 
-static void egress_end(struct egress_run *er)
+static void egress_end(struct egress_run *er, struct ipd_egress_stats *st)
 {
-    unsigned n = ipd_egress_stop(er->eg);
-
-    if (n)
+    ipd_egress_stop(er->eg, st);
+    if (st->accepted)
         ipd_log(IPD_LOG_DEBUG, "executor: the run's proxy took %u "
-                               "connections", n);
+                               "connections, refused %u, failed %u",
+                st->accepted, st->refused, st->failed);
     er->eg = NULL;
 }
 
 /* Run spec under p, with the proxy when p has network: its environment
- * appended to spec->env (at most 16 entries there). */
+ * appended to spec->env (at most 16 entries there); what the proxy did
+ * in *st. */
 static enum ipd_err run_sandboxed(struct ipd_executor *ex,
                                   const struct ipd_sandbox_policy *p,
                                   struct ipd_sandbox_spec *spec,
-                                  struct ipd_sandbox_result *r)
+                                  struct ipd_sandbox_result *r,
+                                  struct ipd_egress_stats *st)
 {
     struct egress_run er = {&ex->egress, NULL};
     const char *env[16 + IPD_ARRAY_LEN(egress_env) + 1];
@@ -731,7 +733,7 @@ static enum ipd_err run_sandboxed(struct ipd_executor *ex,
         spec->egress_ctx = &er;
     }
     rc = ipd_sandbox_run(&ex->sbx, p, spec, r);
-    egress_end(&er);
+    egress_end(&er, st);
     return rc;
 }
 
@@ -787,10 +789,15 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     p.network = cmd->network;
     memset(&r, 0, sizeof(r));
     r.output_dirfd = -1;
-    enum ipd_err rc = run_sandboxed(ex, &p, &spec, &r);
+    struct ipd_egress_stats st;
+    enum ipd_err rc = run_sandboxed(ex, &p, &spec, &r, &st);
     if (rc) {
         ipd_buf_adds(&cmd->err, r.error);
     } else {
+        /* pip says only "from versions: none" when the proxy answered
+         * 403 or 502: its reason first, for venv/pip_diag.c. */
+        if (st.last[0])
+            ipd_buf_addf(&cmd->err, "interpd egress: %s\n", st.last);
         cmd->exit_code = r.exit_code;
         cmd->timed_out = r.timed_out;
         ipd_buf_add(&cmd->out, r.out.buf, r.out.len);
@@ -959,7 +966,8 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     spec.cwd = "/mnt/output";
     spec.host_uid = wk->host_uid;
     policy_to_sandbox(ep, timeout_ms, &p);
-    return run_sandboxed(ex, &p, &spec, r);
+    struct ipd_egress_stats st;
+    return run_sandboxed(ex, &p, &spec, r, &st);
 }
 
 /* The request's packages, before the code runs.  Not counted in the

@@ -315,10 +315,9 @@ struct ipd_egress {
     int listen_fd;
     int stop_fd;          /* eventfd, readable once stopping */
     pthread_t th;         /* the accepting thread */
-    pthread_mutex_t mu;   /* conns[].used/done, refusals */
+    pthread_mutex_t mu;   /* conns[].used/done, st but accepted */
     struct conn *conns;   /* o.max_conns of them */
-    unsigned accepted;    /* the accepting thread's */
-    unsigned refusals;
+    struct ipd_egress_stats st; /* .accepted: the accepting thread's */
 };
 
 static bool stopping(const struct ipd_egress *eg)
@@ -402,11 +401,17 @@ static void reply(const struct ipd_egress *eg, int fd, int status,
         (void)send_all(eg, fd, msg, (size_t)ml, ipd_mono_ms() + 5000);
 }
 
-static void log_refusal(struct ipd_egress *eg, const char *what,
-                        const char *why)
+/* A 403 (logged, the first few) or a 502/504, counted. */
+static void note_failure(struct ipd_egress *eg, int status, const char *what,
+                         const char *why)
 {
     pthread_mutex_lock(&eg->mu);
-    bool log = eg->refusals++ < LOGGED_REFUSALS;
+    bool log = status == 403 && eg->st.refused < LOGGED_REFUSALS;
+    if (status == 403)
+        eg->st.refused++;
+    else
+        eg->st.failed++;
+    snprintf(eg->st.last, sizeof eg->st.last, "%s", why);
     pthread_mutex_unlock(&eg->mu);
     if (log)
         ipd_log(IPD_LOG_INFO, "egress: refused %s: %s", what, why);
@@ -626,8 +631,7 @@ static void serve(struct ipd_egress *eg, int client)
              req.tunnel ? "CONNECT" : "http", req.host, req.port);
     origin = dial(eg, &req, &status, &err);
     if (origin < 0) {
-        if (status == 403)
-            log_refusal(eg, what, err.buf);
+        note_failure(eg, status, what, err.buf);
         reply(eg, client, status, err.buf);
         goto out;
     }
@@ -717,7 +721,7 @@ static void *accept_main(void *arg)
                 (void)wait_fd(eg, eg->stop_fd, POLLIN, ipd_mono_ms() + 100);
             continue; /* EAGAIN, ECONNABORTED, EINTR: the next one */
         }
-        eg->accepted++;
+        eg->st.accepted++;
         conn_start(eg, fd);
     }
     reap(eg, true);
@@ -766,17 +770,18 @@ enum ipd_err ipd_egress_start(const struct ipd_egress_opts *opts,
     return IPD_OK;
 }
 
-unsigned ipd_egress_stop(struct ipd_egress *eg)
+void ipd_egress_stop(struct ipd_egress *eg, struct ipd_egress_stats *st)
 {
     uint64_t one = 1;
-    unsigned accepted;
 
+    if (st)
+        memset(st, 0, sizeof *st);
     if (!eg)
-        return 0;
+        return;
     if (write(eg->stop_fd, &one, sizeof one) != (ssize_t)sizeof one)
         IPD_ASSERT(!"eventfd write failed");
     pthread_join(eg->th, NULL);
-    accepted = eg->accepted;
+    if (st)
+        *st = eg->st;
     egress_free(eg);
-    return accepted;
 }

@@ -69,14 +69,22 @@ struct ipd_egress;
 enum ipd_err ipd_egress_start(const struct ipd_egress_opts *opts,
                               int listen_fd, struct ipd_egress **out);
 
+/* What a proxy did, for logs, tests and pip's diagnosis (a 502 from the
+ * proxy leaves pip with nothing but "from versions: none"). */
+struct ipd_egress_stats {
+    unsigned accepted; /* connections */
+    unsigned refused;  /* answered 403 (the guard) */
+    unsigned failed;   /* answered 502 or 504 (resolve, connect) */
+    char last[256];    /* the reason of the last 403/502/504, or "" */
+};
+
 /*
  * Stop accepting, end every connection (each thread sees the stop at its
  * next poll; one resolving a name finishes that first, bounded by
  * connect_timeout_ms), join every thread, close every descriptor and
- * free eg.  NULL is fine.  Returns how many connections the proxy
- * accepted, for logs and tests.
+ * free eg.  NULL is fine (st then all zero).  st may be NULL.
  */
-unsigned ipd_egress_stop(struct ipd_egress *eg);
+void ipd_egress_stop(struct ipd_egress *eg, struct ipd_egress_stats *st);
 
 /* One parsed request head. */
 struct ipd_egress_request {

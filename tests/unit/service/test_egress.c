@@ -241,7 +241,12 @@ static void proxy_in_process(void)
     r = ask(pport, "HELLO\r\n\r\n", NULL);
     CHECK(!strncmp(r, "HTTP/1.1 400 Bad Request\r\n", 26));
     free(r);
-    CHECK_INT((int)ipd_egress_stop(eg), 2);
+    struct ipd_egress_stats st;
+    ipd_egress_stop(eg, &st);
+    CHECK_INT((int)st.accepted, 2);
+    CHECK_INT((int)st.refused, 1);
+    CHECK_INT((int)st.failed, 0);
+    CHECK(strstr(st.last, "is not allowed (loopback)") != NULL);
 
     /* Allowlisted: a tunnel; a second connection meanwhile gets 503; the
      * stop ends the idle tunnel. */
@@ -268,7 +273,8 @@ static void proxy_in_process(void)
     CHECK(!strncmp(r, "HTTP/1.1 503 Service Unavailable\r\n", 34));
     free(r);
     int64_t t0 = ipd_mono_ms();
-    CHECK_INT((int)ipd_egress_stop(eg), 2);
+    ipd_egress_stop(eg, &st);
+    CHECK_INT((int)st.accepted, 2);
     CHECK(ipd_mono_ms() - t0 < 2000);
     r = read_reply(c, NULL); /* EOF: the proxy closed it */
     CHECK_STR(r, "");
@@ -278,7 +284,8 @@ static void proxy_in_process(void)
     close(ofd);
     free(req);
     ipd_fetch_allowlist_free(allow);
-    CHECK_INT((int)ipd_egress_stop(NULL), 0);
+    ipd_egress_stop(NULL, &st);
+    CHECK_INT((int)st.accepted, 0);
 }
 
 TEST_MAIN(T(connect_forms), T(absolute_forms), T(garbage), T(head_len),
