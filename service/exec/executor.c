@@ -718,6 +718,7 @@ static enum ipd_err run_sandboxed(struct ipd_executor *ex,
 {
     struct egress_run er = {&ex->egress, NULL};
     const char *env[16 + IPD_ARRAY_LEN(egress_env) + 1];
+    const char *const *caller_env = spec->env;
     size_t n = 0;
     enum ipd_err rc;
 
@@ -734,6 +735,8 @@ static enum ipd_err run_sandboxed(struct ipd_executor *ex,
     }
     rc = ipd_sandbox_run(&ex->sbx, p, spec, r);
     egress_end(&er, st);
+    spec->env = caller_env; /* env[] ends here */
+    spec->egress = NULL;
     return rc;
 }
 
