@@ -157,8 +157,8 @@ static const struct opt opts[] = {
      "a failed automatic install is not retried for this long on the same "
      "venv generation (0: always retry)"},
     {"fetch-allow", OPT_STRING, OFF(fetch_allow), NULL, false,
-     "CIDRs URL ingest and callbacks may reach although private or "
-     "loopback (e.g. 10.0.0.0/8)"},
+     "CIDRs URL ingest, callbacks and networked runs may reach although "
+     "private or loopback (e.g. 10.0.0.0/8)"},
     {"fetch-connect-timeout", OPT_DURATION, OFF(fetch_connect_timeout_ms),
      "10s", false, "connect timeout of URL ingest and callbacks"},
     {"fetch-timeout", OPT_DURATION, OFF(fetch_timeout_ms), "60s", false,

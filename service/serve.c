@@ -523,6 +523,9 @@ static enum ipd_err open_executions(struct server *sv)
     const struct ipd_config *cfg = sv->cfg;
     struct ipd_executor_options eo;
     ipd_serve_executor_options(cfg, &eo);
+    /* Networked runs get out under URL ingest's guard (open_outbound). */
+    eo.egress_allow = sv->fetch_allow;
+    eo.egress_connect_timeout_ms = cfg->fetch_connect_timeout_ms;
     if (ipd_executor_new(sv->app.meta, sv->app.blobs, sv->app.ft, &eo,
                          &sv->executor)) {
         ipd_error("executions are unavailable: the sandbox could not be "

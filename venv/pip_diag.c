@@ -40,6 +40,9 @@ static const char *net_cause(const char *s, size_t n)
     static const struct {
         const char *phrase, *cause;
     } map[] = {
+        /* the executor's note of its egress proxy's 403 */
+        {"is not allowed (", "its address is refused by the SSRF guard: "
+                             "allow it with --fetch-allow"},
         {"name resolution", "name resolution failed"},
         {"Name or service not known", "name resolution failed"},
         {"No address associated", "name resolution failed"},

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "../../venv/requirement.h"
+#include "../fetch/egress.h"
 #include "../sandbox/sandbox.h"
 #include "executor.h"
 
@@ -42,6 +43,8 @@ struct ipd_executor {
     size_t max_generated;
     int64_t inline_max;
     unsigned slots;            /* execution slots: uids host_uid+1.. */
+    struct ipd_egress_opts egress; /* networked runs' proxy (allowlist
+                                      borrowed from the options) */
     struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX]; /* copied */
     size_t n_policies;
     struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */

@@ -347,6 +347,8 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
         opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
     ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;
     ex->slots = opt->slots ? opt->slots : 1;
+    ex->egress.allow = opt->egress_allow;
+    ex->egress.connect_timeout_ms = opt->egress_connect_timeout_ms;
     ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();
@@ -657,6 +659,79 @@ out:
     return again;
 }
 
+/* ---- a networked run's way out -------------------------------------------- */
+
+/* The proxy environment of a networked run: its HTTP clients (urllib,
+ * requests, pip) send everything to the egress proxy, which resolves
+ * names and applies the SSRF guard.  No NO_PROXY: loopback URLs go
+ * through the proxy too (the run's own loopback holds nothing else). */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define EGRESS_URL "http://127.0.0.1:" STR(IPD_SANDBOX_EGRESS_PORT)
+static const char *const egress_env[] = {
+    "HTTP_PROXY=" EGRESS_URL, "HTTPS_PROXY=" EGRESS_URL,
+    "http_proxy=" EGRESS_URL, "https_proxy=" EGRESS_URL,
+};
+
+/* One run's proxy: started when the sandbox hands over the egress
+ * socket, stopped (every thread joined) after the run. */
+struct egress_run {
+    const struct ipd_egress_opts *opts;
+    struct ipd_egress *eg;
+};
+
+static void egress_begin(void *ctx, int listen_fd)
+{
+    struct egress_run *er = ctx;
+
+    if (ipd_egress_start(er->opts, listen_fd, &er->eg))
+        ipd_log(IPD_LOG_WARN, "executor: a networked run has no way out: "
+                              "its proxy could not start");
+}
+
+static void egress_end(struct egress_run *er, struct ipd_egress_stats *st)
+{
+    ipd_egress_stop(er->eg, st);
+    if (st->accepted)
+        ipd_log(IPD_LOG_DEBUG, "executor: the run's proxy took %u "
+                               "connections, refused %u, failed %u",
+                st->accepted, st->refused, st->failed);
+    er->eg = NULL;
+}
+
+/* Run spec under p, with the proxy when p has network: its environment
+ * appended to spec->env (at most 16 entries there); what the proxy did
+ * in *st. */
+static enum ipd_err run_sandboxed(struct ipd_executor *ex,
+                                  const struct ipd_sandbox_policy *p,
+                                  struct ipd_sandbox_spec *spec,
+                                  struct ipd_sandbox_result *r,
+                                  struct ipd_egress_stats *st)
+{
+    struct egress_run er = {&ex->egress, NULL};
+    const char *env[16 + IPD_ARRAY_LEN(egress_env) + 1];
+    const char *const *caller_env = spec->env;
+    size_t n = 0;
+    enum ipd_err rc;
+
+    for (; spec->env && spec->env[n] && n < 16; n++)
+        env[n] = spec->env[n];
+    IPD_ASSERT(!spec->env || !spec->env[n]);
+    for (size_t i = 0; p->network && i < IPD_ARRAY_LEN(egress_env); i++)
+        env[n++] = egress_env[i];
+    env[n] = NULL;
+    spec->env = env;
+    if (p->network) {
+        spec->egress = egress_begin;
+        spec->egress_ctx = &er;
+    }
+    rc = ipd_sandbox_run(&ex->sbx, p, spec, r);
+    egress_end(&er, st);
+    spec->env = caller_env; /* env[] ends here */
+    spec->egress = NULL;
+    return rc;
+}
+
 /* ---- the venv's commands ----------------------------------------------- */
 
 /* Run one of the venv's commands (venv creation, pip, the import check)
@@ -709,10 +784,15 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     p.network = cmd->network;
     memset(&r, 0, sizeof(r));
     r.output_dirfd = -1;
-    enum ipd_err rc = ipd_sandbox_run(&ex->sbx, &p, &spec, &r);
+    struct ipd_egress_stats st;
+    enum ipd_err rc = run_sandboxed(ex, &p, &spec, &r, &st);
     if (rc) {
         ipd_buf_adds(&cmd->err, r.error);
     } else {
+        /* pip says only "from versions: none" when the proxy answered
+         * 403 or 502: its reason first, for venv/pip_diag.c. */
+        if (st.last[0])
+            ipd_buf_addf(&cmd->err, "interpd egress: %s\n", st.last);
         cmd->exit_code = r.exit_code;
         cmd->timed_out = r.timed_out;
         ipd_buf_add(&cmd->out, r.out.buf, r.out.len);
@@ -947,7 +1027,8 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     spec.cwd = "/mnt/output";
     spec.host_uid = wk->host_uid;
     policy_to_sandbox(ep, timeout_ms, &p);
-    return ipd_sandbox_run(&ex->sbx, &p, &spec, r);
+    struct ipd_egress_stats st;
+    return run_sandboxed(ex, &p, &spec, r, &st);
 }
 
 /* The request's packages, before the code runs.  Not counted in the

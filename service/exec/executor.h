@@ -36,6 +36,7 @@
 #include "../common/ipd.h"
 
 struct ipd_executor;
+struct ipd_fetch_allowlist;
 
 struct ipd_exec_request {
     const char *tenant;
@@ -108,6 +109,14 @@ struct ipd_executor_options {
                                     No id of the range may have a passwd or
                                     group entry */
     unsigned slots;              /* execution slots (0: 1) */
+    /* Networked runs (the policy's network, pip with an index) reach out
+     * only through an HTTP proxy on their egress socket
+     * (service/fetch/egress.h) that applies the SSRF guard with this
+     * allowlist (borrowed, must outlive the executor; NULL: none, so
+     * loopback and private addresses are refused).  The run gets
+     * HTTP_PROXY/HTTPS_PROXY (both cases) pointing at it. */
+    const struct ipd_fetch_allowlist *egress_allow;
+    int64_t egress_connect_timeout_ms; /* resolve + connect (0: 10 s) */
 };
 
 /* Fill o with the defaults above; besides: no data dir and no policies

@@ -149,11 +149,9 @@ static void *resolve_thread(void *arg)
     return NULL;
 }
 
-/* Resolve host:port within timeout_ms.  *ai is the caller's to free with
- * freeaddrinfo. */
-static enum ipd_err resolve(const char *host, const char *port, bool literal,
-                            int64_t timeout_ms, struct addrinfo **ai,
-                            struct ipd_buf *err)
+enum ipd_err ipd__fetch_resolve(const char *host, const char *port,
+                                bool literal, int64_t timeout_ms,
+                                struct addrinfo **ai, struct ipd_buf *err)
 {
     struct resolve_job *j = NULL;
     pthread_condattr_t ca;
@@ -503,7 +501,7 @@ static enum ipd_err hop_guard(struct hop *x, CURLU *u, int64_t timeout_ms,
     x->port = h.port;
     x->literal = h.literal;
     h.host = h.port = NULL; /* x's now */
-    rc = resolve(h.name, x->port, h.literal, timeout_ms, &ai, err);
+    rc = ipd__fetch_resolve(h.name, x->port, h.literal, timeout_ms, &ai, err);
     if (rc)
         goto out;
     for (const struct addrinfo *p = ai; p; p = p->ai_next)
@@ -561,10 +559,10 @@ enum ipd_err ipd_fetch_url_check(const struct ipd_fetch_opts *opts,
     if (rc)
         goto out;
     if (h.literal) {
-        rc = resolve(h.name, h.port, true, 0, &ai[0], err);
+        rc = ipd__fetch_resolve(h.name, h.port, true, 0, &ai[0], err);
     } else if (is_localhost_name(h.host)) {
         for (size_t i = 0; i < 2 && !rc; i++)
-            rc = resolve(loopback[i], h.port, true, 0, &ai[i], err);
+            rc = ipd__fetch_resolve(loopback[i], h.port, true, 0, &ai[i], err);
     } else {
         goto out; /* a name: resolved and checked when it is used */
     }

@@ -7,8 +7,13 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
 #include <string.h>
 
+#include "../common/ipd.h"
+
+struct addrinfo;
+struct ipd_buf;
 struct sockaddr;
 
 #define IPD__FETCH_WHY_MAX 96        /* a refusal's reason, NUL included */
@@ -30,5 +35,15 @@ static inline bool ipd__fetch_is_tchar(unsigned char c)
  * IPD__FETCH_FILENAME_MAX or holds %00; else a new string the caller
  * frees with free().  filename.c. */
 char *ipd__fetch_path_filename(const char *path);
+
+/* Resolve host:port (numeric) within timeout_ms (getaddrinfo on a
+ * detached thread, left behind on timeout); literal: host is an address
+ * literal, resolved at once.  *ai is the caller's to free with
+ * freeaddrinfo.  IPD_ERR_UPSTREAM (no such host), _UPSTREAM_TIMEOUT,
+ * _NOMEM, _INTERNAL, with a "could not fetch: ..." line in err (may be
+ * NULL).  fetch_curl.c; the egress proxy uses it too. */
+enum ipd_err ipd__fetch_resolve(const char *host, const char *port,
+                                bool literal, int64_t timeout_ms,
+                                struct addrinfo **ai, struct ipd_buf *err);
 
 #endif

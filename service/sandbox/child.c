@@ -10,7 +10,8 @@
  *        caller's group 0 would otherwise stay effective inside: setgroups
  *        is denied there, so they can't be dropped later), then
  *   C0 --clone(CLONE_PARENT|NEWUSER|NEWPID|NEWNS|NEWNET|NEWIPC|NEWUTS|
- *              NEWCGROUP)--> C1, a child of P, not of C0
+ *              NEWCGROUP)--> C1, a child of P, not of C0 (NEWNET always:
+ *        a networked run gets the egress socket, never the host's net)
  *        C0 writes C1's setgroups "deny", uid_map and gid_map (one line
  *        each: inner id -> the unprivileged host id), releases C1, tells P
  *        C1's pid (P opens a pidfd: C1 is its unreaped child, so the pid
@@ -45,9 +46,12 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <linux/securebits.h>
+#include <net/if.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
@@ -284,7 +288,9 @@ static void make_etc(const struct plan *pl)
     }
 }
 
-static void send_outdir(const struct plan *pl, int fd)
+/* Send fd to P with a message of kind (MSG_OUTDIR, MSG_EGRESS). */
+static void send_fd(const struct plan *pl, uint32_t kind, int fd,
+                    const char *what)
 {
     struct ctl_msg m;
     struct iovec iov = {&m, sizeof m};
@@ -298,7 +304,7 @@ static void send_outdir(const struct plan *pl, int fd)
     memset(&m, 0, sizeof m);
     memset(&u, 0, sizeof u);
     memset(&mh, 0, sizeof mh);
-    m.kind = MSG_OUTDIR;
+    m.kind = kind;
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
     mh.msg_control = u.buf;
@@ -309,7 +315,52 @@ static void send_outdir(const struct plan *pl, int fd)
     c->cmsg_len = CMSG_LEN(sizeof(int));
     memcpy(CMSG_DATA(c), &fd, sizeof fd);
     if (sendmsg(pl->ctl, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof m)
-        fail(pl, "sendmsg", "output dir", errno);
+        fail(pl, "sendmsg", what, errno);
+}
+
+static void send_outdir(const struct plan *pl, int fd)
+{
+    send_fd(pl, MSG_OUTDIR, fd, "output dir");
+}
+
+/* A networked run: its own network namespace gets its loopback up, and a
+ * socket listening on 127.0.0.1:IPD_SANDBOX_EGRESS_PORT there goes to P,
+ * whose caller relays what it accepts (the run's only way out).  Made
+ * here, before the program exists and while C1 still has CAP_NET_ADMIN
+ * over the namespace (its user namespace owns it), so the program can
+ * never race its creation or take the port first. */
+static void egress_listen(const struct plan *pl)
+{
+    struct ifreq ifr;
+    struct sockaddr_in sa;
+    int fd;
+
+    if (!pl->egress)
+        return;
+    fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        fail(pl, "socket", "lo", errno);
+    memset(&ifr, 0, sizeof ifr);
+    (void)s_append(ifr.ifr_name, 0, sizeof ifr.ifr_name, "lo");
+    if (ioctl(fd, SIOCGIFFLAGS, &ifr) != 0)
+        fail(pl, "SIOCGIFFLAGS", "lo", errno);
+    ifr.ifr_flags = (short)(ifr.ifr_flags | IFF_UP);
+    if (ioctl(fd, SIOCSIFFLAGS, &ifr) != 0)
+        fail(pl, "SIOCSIFFLAGS", "lo", errno);
+    close(fd);
+    fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        fail(pl, "socket", "egress", errno);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_port = htons(IPD_SANDBOX_EGRESS_PORT);
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)&sa, sizeof sa) != 0)
+        fail(pl, "bind", "egress", errno);
+    if (listen(fd, 64) != 0)
+        fail(pl, "listen", "egress", errno);
+    send_fd(pl, MSG_EGRESS, fd, "egress");
+    close(fd);
 }
 
 /* The namespace's own ucount limits (the run's /proc/sys/user, writable
@@ -560,6 +611,7 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
         fail(pl, "setfsuid", NULL, errno);
 
     wipe_cmdline(pl);
+    egress_listen(pl);
     build_root(pl);
     if (sethostname("sandbox", 7) != 0)
         fail(pl, "sethostname", NULL, errno);

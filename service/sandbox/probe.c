@@ -81,8 +81,9 @@ static void describe(struct ipd_sandbox_config *cfg)
 
     snprintf(cfg->status, sizeof cfg->status,
              "user namespace (uid %u->%u, gid %u->%u, setgroups "
-             "denied), pid/mount/ipc/uts%s namespaces, network namespace "
-             "unless the policy allows network, seccomp %s (%u/%u "
+             "denied), pid/mount/ipc/uts%s namespaces, own network "
+             "namespace (networked runs: loopback, egress through the "
+             "proxy only), seccomp %s (%u/%u "
              "instructions), memory: %s, pids: %s, kill: %s, cpu: %s, "
              "cpu share: %s, rlimits: sigpending/msgqueue per run",
              (unsigned)cfg->inner_uid, (unsigned)cfg->host_uid,

@@ -401,9 +401,12 @@ static enum ipd_err plan_build(struct plan *pl,
         (rlim_t)p->sigpending;
     pl->rl_msgqueue.rlim_cur = pl->rl_msgqueue.rlim_max =
         (rlim_t)p->msgqueue_bytes;
+    /* Never the host's network namespace: a networked run's way out is
+     * the egress socket C1 makes (sandbox.h), not the host's loopback. */
     pl->ns_flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWIPC |
-                   CLONE_NEWUTS | (p->network ? 0 : CLONE_NEWNET) |
+                   CLONE_NEWUTS | CLONE_NEWNET |
                    (st->cgroupns ? CLONE_NEWCGROUP : 0);
+    pl->egress = p->network;
     pl->parent_pid = getpid();
     rc = plan_mounts(pl, spec, err, errlen);
     if (rc)
@@ -473,6 +476,9 @@ struct run {
     struct rusage ru_c1;  /* wait4 on C1: the whole tree, even if killed */
     long hwm_kib;         /* peak RSS of the tree's largest process, read
                              just before a timeout kill (0: unknown) */
+    void (*egress)(void *ctx, int listen_fd); /* spec's; NULL: none */
+    void *egress_ctx;
+    bool egress_given;    /* the egress socket arrived (at most once) */
 };
 
 static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc)
@@ -518,6 +524,13 @@ static void feed_stdin(struct run *r)
     r->in_w = -1;
 }
 
+/* A networked run's egress socket: the caller's from now on. */
+static void take_egress(struct run *r, int fd)
+{
+    r->egress_given = true;
+    r->egress(r->egress_ctx, fd);
+}
+
 static void read_ctl(struct run *r)
 {
     struct ctl_msg m;
@@ -549,6 +562,9 @@ static void read_ctl(struct run *r)
             if (m.kind == MSG_OUTDIR && r->out->output_dirfd < 0 &&
                 (size_t)n == sizeof m)
                 r->out->output_dirfd = fd;
+            else if (m.kind == MSG_EGRESS && !r->egress_given &&
+                     (size_t)n == sizeof m && r->egress)
+                take_egress(r, fd);
             else
                 close(fd);
         }
@@ -907,6 +923,8 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
 
     run_init(&r, out);
+    r.egress = spec->egress;
+    r.egress_ctx = spec->egress_ctx;
     memset(&cgr, 0, sizeof cgr);
     cgr.v2_fd = -1;
     memset(&pl, 0, sizeof pl);

@@ -2,8 +2,9 @@
  * sandbox.h - run one program in a fresh, locked-down process tree.
  *
  * Isolation model (details in child.c):
- *   - new user, pid, mount, IPC, UTS and cgroup namespaces, plus an empty
- *     network namespace unless the policy allows network;
+ *   - new user, pid, mount, IPC, UTS, cgroup and network namespaces: a
+ *     run never shares the host's network; a networked one gets its own
+ *     loopback and one way out, the egress socket (spec->egress);
  *   - uid/gid inside (default 1000) map to ONE unprivileged host uid/gid
  *     (default 200000 when interpd runs as root; the caller's own ids when
  *     it does not), setgroups denied, supplementary groups dropped;
@@ -142,13 +143,19 @@ struct ipd_sandbox_policy {
     int64_t sigpending;        /* RLIMIT_SIGPENDING (queued signals and
                                   POSIX timers of the run's host uid) */
     int64_t msgqueue_bytes;    /* RLIMIT_MSGQUEUE (POSIX mqueue bytes) */
-    bool network;              /* share the host network, allow sockets */
+    bool network;              /* loopback up, the egress socket
+                                  (spec->egress), AF_INET/AF_INET6/
+                                  AF_NETLINK sockets allowed */
 };
 
 /* Defaults: 30 s wall, 30 s CPU, 512 MiB memory, 64 processes, 100 KiB
  * per stream, /tmp 64 MiB / 4096 inodes, /mnt/output 64 MiB / 4096
  * inodes, 64 MiB fsize, 256 files, one core, 256 pending signals, 256 KiB
  * of message queues, no network. */
+
+/* The port of a networked run's egress socket, on 127.0.0.1 inside the
+ * run's own network namespace (nothing else listens there). */
+#define IPD_SANDBOX_EGRESS_PORT 3128
 void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p);
 
 /* What to run.  All pointers are borrowed for the duration of the run. */
@@ -173,6 +180,18 @@ struct ipd_sandbox_spec {
      * bytes, inotify, processes) are this uid's. */
     uid_t host_uid;
     gid_t host_gid;
+    /* Networked runs only (policy network).  Every run has its own
+     * network namespace; a networked one gets its loopback up and, made
+     * by its init before the program starts, a TCP socket listening on
+     * 127.0.0.1:IPD_SANDBOX_EGRESS_PORT inside that namespace: the run's
+     * only way out.  egress is called at most once, on the calling
+     * thread during ipd_sandbox_run, with that socket, which it then
+     * owns (it may accept on it from any thread; the program's
+     * connections wait in the backlog until it does, and are refused
+     * once it is closed).  NULL: the socket is closed at once and the
+     * run reaches nothing outside itself. */
+    void (*egress)(void *ctx, int listen_fd);
+    void *egress_ctx;
 };
 
 /* Result of a run; release with ipd_sandbox_result_release. */

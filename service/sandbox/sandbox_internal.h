@@ -81,9 +81,15 @@ struct ipd_sandbox_state {
 };
 
 /* The control socket (SOCK_SEQPACKET, one message per datagram) from
- * the children to P: setup errors, the output dir's fd, C1's pid and
- * C2's final wait status. */
-enum msg_kind { MSG_ERROR = 1, MSG_OUTDIR = 2, MSG_STATUS = 3, MSG_INIT = 4 };
+ * the children to P: setup errors, the output dir's fd, C1's pid,
+ * C2's final wait status and a networked run's egress socket. */
+enum msg_kind {
+    MSG_ERROR = 1,
+    MSG_OUTDIR = 2,
+    MSG_STATUS = 3,
+    MSG_INIT = 4,
+    MSG_EGRESS = 5,
+};
 
 struct ctl_msg {
     uint32_t kind;
@@ -136,6 +142,8 @@ struct plan {
     unsigned long ns_flags;
     pid_t parent_pid;
     bool dry_run; /* probe: full setup, then C2 exits 0 instead of exec */
+    bool egress;  /* networked: C1 brings lo up and sends P a socket
+                     listening on 127.0.0.1:IPD_SANDBOX_EGRESS_PORT */
     /* descriptors (child ends) */
     int ctl, out_w, err_w, in_r;
     int procs_fd[4];

@@ -342,7 +342,10 @@ static void make_opts(struct srv_opts *so, const char *const *extra)
     const char *base[] = {"--allowlist",   ix.allow,     "--allowed-deps",
                           ix.deps,         "--import-names", ix.names,
                           "--pip-index-url", ix.index_url, "--pip-timeout",
-                          "120s"};
+                          "120s",
+                          /* pip and networked runs reach the index on
+                           * 127.0.0.1 through the egress proxy */
+                          "--fetch-allow", "127.0.0.1/32"};
     for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
         so->args[k++] = base[i];
     for (size_t i = 0; extra && extra[i]; i++)

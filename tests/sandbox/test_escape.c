@@ -6,6 +6,7 @@
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -63,16 +64,103 @@ static void test_network_denied(void)
                          "EAFNOSUPPORT\nEAFNOSUPPORT\nunix ok\n");
     ipd_sandbox_result_release(&r);
 
-    /* A networked policy shares the host network: the same connect
-     * works (the knob is real, and the test above is not vacuous). */
+    close(lfd);
+}
+
+/* The egress side of test_networked_own_namespace: accept one
+ * connection on the run's egress socket and answer it. */
+struct egress_peer {
+    int lfd;
+    pthread_t th;
+    bool started;
+};
+
+static void *egress_peer_main(void *arg)
+{
+    struct egress_peer *e = arg;
+    int fd = accept4(e->lfd, NULL, NULL, SOCK_CLOEXEC);
+    char buf[16];
+
+    if (fd < 0)
+        return NULL;
+    if (read(fd, buf, sizeof buf) > 0)
+        (void)write(fd, "egress ok", 9);
+    close(fd);
+    return NULL;
+}
+
+static void egress_take(void *ctx, int lfd)
+{
+    struct egress_peer *e = ctx;
+
+    e->lfd = lfd;
+    e->started = pthread_create(&e->th, NULL, egress_peer_main, e) == 0;
+}
+
+/* Issue 13, item 7: a networked run has its own network namespace.  A
+ * loopback listener of the host (as the service's own port, a database
+ * with trust auth) is out of reach; the only interface is its own
+ * loopback; its one way out is the egress socket, handed to the caller
+ * (without a taker, connecting to it is refused). */
+static void test_networked_own_namespace(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    struct sockaddr_in sa;
+    socklen_t len = sizeof sa;
+    struct egress_peer e = {-1, 0, false};
+    const char *argv[] = {"/usr/bin/python3", "-I", "-c", NULL, NULL};
+    struct ipd_sandbox_spec spec;
+    char code[1536];
+    int lfd;
+
+    REQUIRE(sbx_setup());
+    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(lfd >= 0);
+    memset(&sa, 0, sizeof sa);
+    sa.sin_family = AF_INET;
+    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    REQUIRE(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    REQUIRE(listen(lfd, 8) == 0);
+    REQUIRE(getsockname(lfd, (struct sockaddr *)&sa, &len) == 0);
     snprintf(code, sizeof code,
-             "import socket\n"
-             "socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
-             "print('connected')\n",
-             ntohs(sa.sin_port));
+             "import socket, errno\n"
+             "def conn(port):\n"
+             "    try:\n"
+             "        s = socket.create_connection(('127.0.0.1', port),"
+             " timeout=5)\n"
+             "    except OSError as e:\n"
+             "        return errno.errorcode.get(e.errno, str(e))\n"
+             "    s.sendall(b'ping'); s.shutdown(socket.SHUT_WR)\n"
+             "    return s.recv(64).decode() or 'connected'\n"
+             "print('host listener', conn(%d))\n"
+             "print('interfaces', [n for _, n in socket.if_nameindex()])\n"
+             "print('egress', conn(%d))\n",
+             ntohs(sa.sin_port), IPD_SANDBOX_EGRESS_PORT);
+    argv[3] = code;
+    memset(&spec, 0, sizeof spec);
+    spec.argv = argv;
+    spec.mounts = sbx_mounts;
+    spec.n_mounts = IPD_ARRAY_LEN(sbx_mounts);
+    spec.egress = egress_take;
+    spec.egress_ctx = &e;
+    sbx_policy(&p);
     p.network = true;
-    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
-    CHECK_STR(r.out.buf, "connected\n");
+    CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_OK);
+    CHECK_STR(r.out.buf, "host listener ECONNREFUSED\n"
+                         "interfaces ['lo']\negress egress ok\n");
+    ipd_sandbox_result_release(&r);
+    if (e.started)
+        pthread_join(e.th, NULL);
+    CHECK(e.started);
+    if (e.lfd >= 0)
+        close(e.lfd);
+
+    /* No taker: the socket is closed, so the run reaches nothing. */
+    spec.egress = NULL;
+    CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_OK);
+    CHECK_STR(r.out.buf, "host listener ECONNREFUSED\n"
+                         "interfaces ['lo']\negress ECONNREFUSED\n");
     ipd_sandbox_result_release(&r);
     close(lfd);
 }
@@ -910,6 +998,7 @@ static void test_teardown(void)
 }
 
 TEST_MAIN(T(test_setup), T(test_network_denied),
+          T(test_networked_own_namespace),
           T(test_host_files_unreachable),
           T(test_no_host_secrets_in_environment), T(test_writes_outside_fail),
           T(test_fork_bomb_contained), T(test_oom_killed),

@@ -88,6 +88,19 @@ static void unreachable(void)
          "unreachable: pypi.org (pip's default index) (name resolution "
          "failed)",
          &pypi);
+    /* Through the egress proxy: pip is silent about its 403 and 502;
+     * the executor's note of the proxy's reason comes first. */
+    DIAG("egress_refused.txt", IPD_PIP_UNREACHABLE, "ipdtest-alpha==1.0", "",
+         "its address is refused by the SSRF guard: allow it with "
+         "--fetch-allow",
+         "the package index is unreachable: http://127.0.0.1:1/simple/ "
+         "(its address is refused by the SSRF guard",
+         NULL);
+    DIAG("egress_failed.txt", IPD_PIP_UNREACHABLE, "ipdtest-alpha==1.0", "",
+         "connection refused",
+         "the package index is unreachable: http://127.0.0.1:1/simple/ "
+         "(connection refused)",
+         NULL);
     /* A port that accepts and never answers. */
     DIAG("hang.txt", IPD_PIP_UNREACHABLE, NULL, NULL, "timed out",
          "unreachable", NULL);
