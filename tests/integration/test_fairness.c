@@ -4,7 +4,8 @@
  * the test opens, receivers that never answer) and gets 429 with
  * Retry-After beyond it, while tenant B's requests still succeed; and a
  * client address that opens 1,100 half-open connections or trickles a
- * request head cannot keep /healthz from answering.
+ * request head cannot keep /healthz from answering.  (The installs'
+ * share is tested in test_packages, next to the package index it needs.)
  */
 #include <arpa/inet.h>
 #include <errno.h>
