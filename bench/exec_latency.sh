@@ -31,7 +31,11 @@ COST=$BENCH_ROOT/build-bench/tests/sandbox/sandbox_test_cost
 bench_setup exec_latency
 chmod 711 "$WORK"   # mktemp -d makes it 0700; the sandbox uid must search it
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-start_server --exec-queue 64 --prelude-dir "$PRELUDE_DIR"
+# One key (the admin key, policy standard) drives every client, and part 3
+# measures the whole pool: its tenant-running share is all the slots (the
+# default, 50%, would run one tenant's print(1)s on half of them).
+start_server --exec-queue 64 --prelude-dir "$PRELUDE_DIR" \
+    --policy.standard.tenant-running 100%
 USER_ID=bencher
 SLOTS=$(nproc)
 

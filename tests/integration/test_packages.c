@@ -413,13 +413,13 @@ static char *networked_key(struct itest_server *s)
 
 /* ---- requests ---------------------------------------------------------------- */
 
-/* POST /v1/packages with the raw body. */
-static long post_raw(struct itest_server *s, const char *body,
-                     struct itest_resp *r)
+/* POST /v1/packages with the raw body, as key (NULL: the admin key). */
+static long post_raw_as(struct itest_server *s, const char *key,
+                        const char *body, struct itest_resp *r)
 {
     struct itest_req rq = {.method = "POST",
                            .path = "/v1/packages",
-                           .key = s->admin_key,
+                           .key = key ? key : s->admin_key,
                            .content_type = "application/json",
                            .body = body,
                            .body_len = strlen(body),
@@ -427,18 +427,31 @@ static long post_raw(struct itest_server *s, const char *body,
     return itest_do(s, &rq, r);
 }
 
-/* POST /v1/packages {"packages": list} (list stolen). */
-static long post_packages(struct itest_server *s, json_t *list,
-                          struct itest_resp *r)
+static long post_raw(struct itest_server *s, const char *body,
+                     struct itest_resp *r)
+{
+    return post_raw_as(s, NULL, body, r);
+}
+
+/* POST /v1/packages {"packages": list} (list stolen) as key (NULL: the
+ * admin key). */
+static long post_packages_as(struct itest_server *s, const char *key,
+                             json_t *list, struct itest_resp *r)
 {
     json_t *body = json_pack("{s:o}", "packages", list);
     if (!body)
         abort();
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    long st = post_raw(s, text, r);
+    long st = post_raw_as(s, key, text, r);
     free(text);
     return st;
+}
+
+static long post_packages(struct itest_server *s, json_t *list,
+                          struct itest_resp *r)
+{
+    return post_packages_as(s, NULL, list, r);
 }
 
 static long install(struct itest_server *s, const char *req,
@@ -604,7 +617,7 @@ static void venv_entries(struct itest_server *s, int *ngen, int *nstray,
 
 struct bg {
     struct itest_server *s;
-    const char *key;     /* exec: the key; NULL: admin */
+    const char *key;     /* exec or install: the key; NULL: admin */
     const char *code;    /* exec: the code */
     const char *pkg;     /* POST /v1/packages of this one requirement */
     json_t *exec_body;   /* exec with this body instead (stolen) */
@@ -618,7 +631,7 @@ static void *bg_main(void *arg)
 {
     struct bg *b = arg;
     if (b->pkg)
-        install(b->s, b->pkg, &b->r);
+        post_packages_as(b->s, b->key, json_pack("[s]", b->pkg), &b->r);
     else if (b->exec_body)
         itest_exec(b->s, b->key ? b->key : b->s->admin_key, "u1",
                    b->exec_body, EXEC_TIMEOUT_MS * scale(), &b->r);
@@ -1354,6 +1367,71 @@ static void sigterm_with_queued_install(void)
     itest_stop(s);
 }
 
+/* Fairness between tenants (issue 13 item 10): with the default share
+ * (policy tenant-installs 25% of the 1 + 16 places: 4), tenant A, whose
+ * first install is held at the index's gate, has 1 running and 3 waiting;
+ * its fifth is refused at once with 429 and Retry-After while tenant B's
+ * install is accepted (it waits in the queue A may not fill) and succeeds
+ * once the gate opens.  Before the shares, A's fifth was queued too (the
+ * queue has 16 places), so the 429 check fails on a server without them. */
+static void install_share_per_tenant(void)
+{
+    struct srv_opts so;
+    const char *extra[] = {"--fetch-allow", "127.0.0.1/32", NULL};
+    char *ka = NULL, *kb = NULL, *ida = NULL, *idb = NULL;
+    struct itest_resp r;
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    REQUIRE(itest_create_key(s, "tenant-a", false, &ka, &ida) &&
+            itest_create_key(s, "tenant-b", false, &kb, &idb));
+    gate_arm(BIG_WHEEL);
+    struct bg a[4] = {{.s = s, .key = ka, .pkg = "ipdtest-big"}};
+    for (int i = 1; i < 4; i++)
+        a[i] = (struct bg){.s = s, .key = ka, .pkg = "ipdtest-alpha==1.0"};
+    struct bg b = {.s = s, .key = kb, .pkg = "ipdtest-mapped"};
+    bg_start(&a[0]);
+    bool held = gate_wait(BIG_WHEEL, 120000, &a[0].done);
+    CHECKF(held, "the download of %s never reached the gate", BIG_WHEEL);
+    for (int i = 1; i < 4; i++)
+        bg_start(&a[i]);
+    /* Bounded wait: A's share is held (pip's 30 s read timeout runs
+     * while the gate holds the download; the steps below take less). */
+    CHECK(held && itest_wait_status_int(s, "installs.queued", 3, 20000) &&
+          itest_wait_status_int(s, "installs.running", 1, 1000));
+    struct itest_req rq = {.method = "POST", .path = "/v1/packages",
+                           .key = ka, .content_type = "application/json",
+                           .body = "{\"packages\": [\"ipdtest-alpha\"]}",
+                           .timeout_ms = 10000};
+    rq.body_len = strlen(rq.body);
+    itest_do(s, &rq, &r);
+    CHECK_ERROR(&r, 429, "too_many_requests");
+    const char *ra = itest_header(&r, "Retry-After");
+    CHECKF(ra && !strcmp(ra, "1"), "Retry-After %s", ra ? ra : "(none)");
+    const char *msg = itest_json_str(r.json, "error.message");
+    CHECKF(msg && strstr(msg, "tenant-installs"), "message %s",
+           msg ? msg : "(none)");
+    itest_resp_release(&r);
+    bg_start(&b); /* accepted: it waits behind A's four */
+    CHECK(itest_wait_status_int(s, "installs.queued", 4, 20000));
+    gate_open(BIG_WHEEL);
+    for (int i = 0; i < 4; i++) {
+        bg_join(&a[i]);
+        CHECKF(a[i].r.status == 200, "A's install %d: %ld %s", i,
+               a[i].r.status, a[i].r.body ? a[i].r.body : "");
+        itest_resp_release(&a[i].r);
+    }
+    bg_join(&b);
+    CHECK_RESULT(&b.r, 0, "ipdtest-mapped", "installed", "1.0", NULL);
+    itest_resp_release(&b.r);
+    itest_stop(s);
+    free(ka);
+    free(kb);
+    free(ida);
+    free(idb);
+}
+
 /* With --pip-allow-sdist 1 the operator lets pip build source
  * distributions; the build runs in the sandbox like pip itself. */
 static void sdist_allowed(void)
@@ -1743,7 +1821,8 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(execution_across_switch), T(rebuild_switches),
           T(rebuild_failure_keeps_current), T(sdist_allowed),
           T(sdist_build_stays_in_its_generation),
-          T(sigterm_with_queued_install), T(index_unreachable_named),
+          T(sigterm_with_queued_install), T(install_share_per_tenant),
+          T(index_unreachable_named),
           T(offline_wheel_folder), T(no_such_version_named),
           T(auto_install_failure_remembered),
           T(auto_install_within_timeout), T(version_change_needs_admin),

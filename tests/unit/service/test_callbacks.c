@@ -3,8 +3,18 @@
  * X-Interpd-Signature value (t=, v1= over "<t>.<body>", the previous
  * secret during the grace period only) against HMACs computed by
  * Python's hmac module, and the delivery status object.  Delivery itself
- * is tests/integration/test_async.c's.
+ * is tests/integration/test_async.c's, but for the threads' share per
+ * tenant (against receivers on 127.0.0.1 here).
  */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "service/common/util.h"
 #include "service/exec/callbacks.h"
 #include "test.h"
 
@@ -66,4 +76,132 @@ static void status_object(void)
     ipd_callback_status_fail(NULL, "nothing happens");
 }
 
-TEST_MAIN(T(signature), T(status_object))
+/* ---- the delivery threads' share per tenant ----------------------------- */
+
+/* One receiver on 127.0.0.1: requests for /hang are read and never
+ * answered (their connections kept until the test ends), others get 200. */
+struct receiver {
+    int fd, port;
+    pthread_t thread;
+    atomic_int hung, answered;
+    int held[16];
+};
+
+static void *receiver_main(void *arg)
+{
+    struct receiver *rc = arg;
+    for (;;) {
+        int c = accept4(rc->fd, NULL, NULL, SOCK_CLOEXEC);
+        if (c < 0)
+            return NULL; /* shut down */
+        char buf[4096];
+        size_t got = 0;
+        struct pollfd p = {.fd = c, .events = POLLIN};
+        while (got < sizeof(buf) - 1 && poll(&p, 1, 5000) == 1) {
+            ssize_t n = read(c, buf + got, sizeof(buf) - 1 - got);
+            if (n <= 0)
+                break;
+            got += (size_t)n;
+            buf[got] = '\0';
+            if (strstr(buf, "\r\n\r\n"))
+                break; /* the body (a few bytes) is not needed */
+        }
+        buf[got] = '\0';
+        if (strstr(buf, "POST /hang")) {
+            int i = atomic_fetch_add(&rc->hung, 1);
+            if (i < 16)
+                rc->held[i] = c;
+            else
+                close(c);
+            continue;
+        }
+        static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
+                                 "Connection: close\r\n\r\n";
+        if (write(c, ok, sizeof(ok) - 1) < 0)
+            (void)0;
+        close(c);
+        atomic_fetch_add(&rc->answered, 1);
+    }
+}
+
+static bool receiver_start(struct receiver *rc)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof(a);
+    memset(rc, 0, sizeof(*rc));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    rc->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (rc->fd < 0 || bind(rc->fd, (struct sockaddr *)&a, sizeof(a)) ||
+        getsockname(rc->fd, (struct sockaddr *)&a, &al) ||
+        listen(rc->fd, 64))
+        return false;
+    rc->port = ntohs(a.sin_port);
+    return pthread_create(&rc->thread, NULL, receiver_main, rc) == 0;
+}
+
+/* Bounded poll (10 s) until *v >= want. */
+static bool reaches(atomic_int *v, int want)
+{
+    for (int i = 0; i < 1000 && atomic_load(v) < want; i++)
+        usleep(10000);
+    return atomic_load(v) >= want;
+}
+
+static const char *state_of(struct ipd_callback_status *s)
+{
+    json_t *j = ipd_callback_status_json(s);
+    static char state[16];
+    snprintf(state, sizeof(state), "%s",
+             json_string_value(json_object_get(j, "status")));
+    json_decref(j);
+    return state;
+}
+
+/* Tenant a's five callbacks go to a receiver that never answers: a holds
+ * IPD_CALLBACK_TENANT_THREADS (2) of the 4 threads, its other three wait
+ * (pending), and tenant b's callback is delivered meanwhile.  With every
+ * thread free to take a's, b's waited for the 15 s attempt timeout. */
+static void tenant_thread_share(void)
+{
+    struct receiver rc;
+    struct ipd_fetch_opts o;
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_callbacks *cb = NULL;
+    struct ipd_buf err;
+    ipd_buf_init(&err, 256);
+    REQUIRE(receiver_start(&rc));
+    REQUIRE(ipd_fetch_allowlist_parse("127.0.0.1/32", &allow, &err) ==
+            IPD_OK);
+    ipd_fetch_opts_init(&o);
+    o.allow = allow;
+    REQUIRE(ipd_callbacks_new(&o, 60000, 0, &cb) == IPD_OK);
+    struct ipd_callback_keys ka = {.secret = "a", .tenant = "a"};
+    struct ipd_callback_keys kb = {.secret = "b", .tenant = "b"};
+    char hang[64], fine[64];
+    snprintf(hang, sizeof(hang), "http://127.0.0.1:%d/hang", rc.port);
+    snprintf(fine, sizeof(fine), "http://127.0.0.1:%d/fine", rc.port);
+    for (int i = 0; i < 5; i++)
+        ipd_callbacks_send(cb, hang, "{}", 2, &ka, NULL);
+    CHECK(reaches(&rc.hung, 2));
+    CHECK_INT(ipd_callbacks_tenant_pending(cb, "a"), 5);
+    struct ipd_callback_status *sb = ipd_callback_status_new();
+    ipd_callbacks_send(cb, fine, "{}", 2, &kb, sb);
+    CHECK(reaches(&rc.answered, 1));
+    for (int i = 0; i < 1000 && !strcmp(state_of(sb), "pending"); i++)
+        usleep(10000);
+    CHECK_STR(state_of(sb), "delivered");
+    CHECK_INT(ipd_callbacks_tenant_pending(cb, "b"), 0);
+    CHECK_INT(atomic_load(&rc.hung), 2); /* a never had a third thread */
+    /* Let a's attempts fail (their retries are a minute away). */
+    for (int i = 0; i < atomic_load(&rc.hung) && i < 16; i++)
+        close(rc.held[i]);
+    ipd_callbacks_free(cb);
+    shutdown(rc.fd, SHUT_RDWR);
+    pthread_join(rc.thread, NULL);
+    close(rc.fd);
+    ipd_callback_status_unref(sb);
+    ipd_fetch_allowlist_free(allow);
+    ipd_buf_release(&err);
+}
+
+TEST_MAIN(T(signature), T(status_object), T(tenant_thread_share))

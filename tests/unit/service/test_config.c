@@ -313,7 +313,84 @@ static void callback_secret_grace(void)
     ipd_buf_release(&err);
 }
 
+/* The tenant-* policy fields (fairness between tenants): "N" a count,
+ * "N%" of the pool (stored negated), "0" no bound; anything else, a
+ * negative count, 0% or more than 100% is refused. */
+static void policy_shares(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    ipd_buf_init(&err, 1024);
+    ipd_config_init(&c);
+    const struct ipd_exec_policy *st = ipd_config_policy(&c, NULL);
+    REQUIRE(st);
+    CHECK_INT(st->tenant_running, -50);
+    CHECK_INT(st->tenant_queued, -50);
+    CHECK_INT(st->tenant_results, -10);
+    CHECK_INT(st->tenant_fetches, -50);
+    CHECK_INT(st->tenant_callbacks, -10);
+    CHECK_INT(st->tenant_installs, -25);
+    const char *argv[] = {"--policy.standard.tenant-running=3",
+                          "--policy.standard.tenant-queued=0",
+                          "--policy.standard.tenant-async-results=100%",
+                          "--policy.standard.tenant-fetches=1%",
+                          "--policy.standard.tenant-callbacks=1048576",
+                          "--policy.tiny.tenant-installs=7"};
+    CHECK_INT(ipd_config_load(&c, 6, argv, NULL, NULL, &err), IPD_OK);
+    CHECK_STR(err.buf, "");
+    st = ipd_config_policy(&c, "standard");
+    const struct ipd_exec_policy *t = ipd_config_policy(&c, "tiny");
+    REQUIRE(st && t);
+    CHECK_INT(st->tenant_running, 3);
+    CHECK_INT(st->tenant_queued, 0);
+    CHECK_INT(st->tenant_results, -100);
+    CHECK_INT(st->tenant_fetches, -1);
+    CHECK_INT(st->tenant_callbacks, 1 << 20);
+    CHECK_INT(t->tenant_installs, 7);
+    ipd_config_release(&c);
+
+    static const char *const bad[] = {
+        "-1", "-5%", "0%", "101%", "1000%", "%", "", "abc", "5x", "5%%",
+        "x%", "1.5", "1.5%", "1048577", "99999999999999999999",
+        "99999999999999999999%", "12345678901234567890123%",
+    };
+    for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
+        char arg[96];
+        int n = snprintf(arg, sizeof(arg),
+                         "--policy.standard.tenant-installs=%s", bad[i]);
+        REQUIRE(n > 0 && (size_t)n < sizeof(arg));
+        const char *one[] = {arg};
+        ipd_config_init(&c);
+        ipd_buf_reset(&err);
+        CHECK_INT(ipd_config_load(&c, 1, one, NULL, NULL, &err),
+                  IPD_ERR_INVALID);
+        if (!strstr(err.buf, "invalid value"))
+            fprintf(stderr, "%s: got \"%s\"\n", arg, err.buf);
+        CHECK(strstr(err.buf, "invalid value") != NULL);
+        /* The default stands. */
+        CHECK_INT(ipd_config_policy(&c, NULL)->tenant_installs, -25);
+        ipd_config_release(&c);
+    }
+    ipd_buf_release(&err);
+}
+
+/* A share of a pool of some capacity: a count as it is, a percentage
+ * rounded down but at least 1, 0 no bound. */
+static void policy_share_of_pool(void)
+{
+    CHECK_INT(ipd_policy_share(0, 17), 0);
+    CHECK_INT(ipd_policy_share(3, 2), 3);  /* the pool bounds it anyway */
+    CHECK_INT(ipd_policy_share(-50, 2), 1);
+    CHECK_INT(ipd_policy_share(-50, 1), 1); /* at least 1 */
+    CHECK_INT(ipd_policy_share(-25, 17), 4);
+    CHECK_INT(ipd_policy_share(-10, 10000), 1000);
+    CHECK_INT(ipd_policy_share(-100, 68), 68);
+    CHECK_INT(ipd_policy_share(-1, 0), 1);
+    CHECK_INT(ipd_policy_share(INT64_MAX, 4), 0xFFFFFF);
+}
+
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
           T(command_args_pass_through), T(never_ttl_and_redaction),
           T(never_only_where_it_means_something),
-          T(policies), T(callback_secret_grace))
+          T(policies), T(callback_secret_grace), T(policy_shares),
+          T(policy_share_of_pool))

@@ -6,6 +6,7 @@
  */
 #include <pthread.h>
 #include <stdatomic.h>
+#include <time.h>
 
 #include "service/common/workq.h"
 #include "test.h"
@@ -215,5 +216,91 @@ static void done_sees_job_no_longer_running(void)
     ipd_workq_free(x.q);
 }
 
+/* Like gate_wait_entered, but gives up after 10 s: false then. */
+static bool gate_entered_within(struct gate *g)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += 10;
+    pthread_mutex_lock(&g->lock);
+    int rc = 0;
+    while (!g->entered && rc == 0)
+        rc = pthread_cond_timedwait(&g->cond, &g->lock, &until);
+    bool entered = g->entered;
+    pthread_mutex_unlock(&g->lock);
+    return entered;
+}
+
+static atomic_int order_next;
+static int order_of[4];
+
+static void order_job(void *arg, bool stopping)
+{
+    (void)stopping;
+    order_of[(intptr_t)arg] = atomic_fetch_add(&order_next, 1);
+}
+
+/* Per-group shares (fairness between tenants): group a may run one job
+ * and hold three; the worker left idle by a's bound takes the next
+ * eligible job (b's), not a's older one; a's fourth is refused as its
+ * share (share_full), b's job beyond the queue's own capacity as the
+ * queue's (share_full false); a's waiting jobs then run oldest first. */
+static void group_shares(void)
+{
+    struct ipd_workq *q = NULL;
+    struct gate ga = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                      false, false, false};
+    struct gate gb = ga;
+    const struct ipd_workq_share a = {"a", 1, 3}, b = {"b", 1, 0};
+    bool full = true;
+    unsigned running = 9, queued = 9;
+    atomic_store(&order_next, 0);
+    atomic_store(&refused_ran, 0);
+    REQUIRE(ipd_workq_new(2, 2, &q) == IPD_OK);
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &ga, NULL, &a,
+                                      &full),
+              IPD_OK);
+    CHECK(!full);
+    CHECK(gate_entered_within(&ga));
+    for (intptr_t i = 1; i <= 2; i++)
+        CHECK_INT(ipd_workq_submit_shared(q, order_job, NULL, (void *)i,
+                                          NULL, &a, NULL),
+                  IPD_OK);
+    CHECK_INT(ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &a,
+                                      &full),
+              IPD_ERR_BUSY);
+    CHECK(full);
+    /* The second worker skips a's waiting jobs for b's. */
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &gb, NULL, &b,
+                                      &full),
+              IPD_OK);
+    CHECK(!full);
+    CHECK(gate_entered_within(&gb));
+    ipd_workq_group_counts(q, "a", &running, &queued);
+    CHECK_INT(running, 1);
+    CHECK_INT(queued, 2);
+    ipd_workq_group_counts(q, "b", &running, &queued);
+    CHECK_INT(running, 1);
+    CHECK_INT(queued, 0);
+    ipd_workq_counts(q, &running, &queued);
+    CHECK_INT(running, 2);
+    CHECK_INT(queued, 2);
+    /* 2 running + 2 waiting: the queue is full for b too (no share of
+     * its own to blame). */
+    CHECK_INT(ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &b,
+                                      &full),
+              IPD_ERR_BUSY);
+    CHECK(!full);
+    CHECK_INT(atomic_load(&order_next), 0); /* a's bound held them */
+    gate_open(&ga);
+    gate_open(&gb);
+    ipd_workq_free(q);
+    CHECK_INT(atomic_load(&order_next), 2);
+    CHECK_INT(order_of[1], 0); /* oldest first */
+    CHECK_INT(order_of[2], 1);
+    CHECK_INT(atomic_load(&refused_ran), 0);
+}
+
 TEST_MAIN(T(each_job_runs_once), T(capacity_admission_and_stop),
-          T(stopped_queue_stays_usable), T(done_sees_job_no_longer_running))
+          T(stopped_queue_stays_usable), T(done_sees_job_no_longer_running),
+          T(group_shares))

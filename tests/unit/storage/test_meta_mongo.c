@@ -644,7 +644,8 @@ static int server_script(const char *cmd, const char *dir)
 static void outage(void)
 {
     char dir[] = "/tmp/ipd-mongo-outage-XXXXXX";
-    char path[128], uri[256], line[256];
+    /* uri: the server's URI line plus the timeouts appended below. */
+    char path[128], line[256], uri[sizeof(line) + 128];
     struct ipd_mongo *mg = NULL;
     struct ipd_meta *m = NULL;
     FILE *fp;
@@ -669,11 +670,13 @@ static void outage(void)
     }
     line[strcspn(line, "\r\n")] = '\0';
     /* The URI's own timeouts take precedence over the 5 s default. */
-    snprintf(uri, sizeof(uri),
-             "%sitest_outage?serverSelectionTimeoutMS=1000"
-             "&connectTimeoutMS=1000&socketTimeoutMS=1000",
-             line);
-    CHECK_INT(ipd_mongo_new(uri, CONNECT_MS, &mg), IPD_OK);
+    int n = snprintf(uri, sizeof(uri),
+                     "%sitest_outage?serverSelectionTimeoutMS=1000"
+                     "&connectTimeoutMS=1000&socketTimeoutMS=1000",
+                     line);
+    CHECK(n > 0 && (size_t)n < sizeof(uri));
+    if (n > 0 && (size_t)n < sizeof(uri))
+        CHECK_INT(ipd_mongo_new(uri, CONNECT_MS, &mg), IPD_OK);
     if (mg)
         m = open_on(mg);
     if (!m)
