@@ -105,13 +105,35 @@ static bool has_prefix(const char *s, const char *p)
     return strncmp(s, p, strlen(p)) == 0;
 }
 
+/* The deadline of the calling thread's install (monotonic ms; 0: none),
+ * and whether it cut a step short.  ipd_venv_install_auto sets them for
+ * its call: an automatic install runs inside an execution's time budget,
+ * so every command, and the wait for the install lock, ends by then. */
+static _Thread_local int64_t tls_deadline_ms;
+static _Thread_local bool tls_out_of_time;
+
+/* ms, or what is left before the thread's deadline when that is less. */
+static int64_t within_deadline(int64_t ms, bool *cut)
+{
+    int64_t left = tls_deadline_ms ? tls_deadline_ms - ipd_mono_ms() : ms;
+    *cut = left < ms;
+    if (!*cut)
+        return ms;
+    return left > 1 ? left : 1;
+}
+
 static enum ipd_err run_cmd(struct ipd_venv *v, struct ipd_venv_cmd *c)
 {
+    bool cut;
     ipd_buf_reset(&c->out);
     ipd_buf_reset(&c->err);
     c->exit_code = -1;
     c->timed_out = false;
-    return v->runner.run(v->runner.ctx, c);
+    c->timeout_ms = within_deadline(c->timeout_ms, &cut);
+    enum ipd_err rc = v->runner.run(v->runner.ctx, c);
+    if (!rc && c->timed_out && cut)
+        tls_out_of_time = true;
+    return rc;
 }
 
 static void cmd_init(struct ipd_venv_cmd *c)
@@ -480,15 +502,54 @@ void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g)
 
 /* ---- the install lock ---------------------------------------------------- */
 
+/* flock fd, by the thread's deadline if it has one (polled: flock has
+ * no timeout).  0, or -1 with errno (ETIMEDOUT past the deadline). */
+static int flock_by_deadline(int fd)
+{
+    for (;;) {
+        if (!flock(fd, tls_deadline_ms ? LOCK_EX | LOCK_NB : LOCK_EX))
+            return 0;
+        if (errno == EINTR)
+            continue;
+        if (errno != EWOULDBLOCK)
+            return -1;
+        if (ipd_mono_ms() >= tls_deadline_ms) {
+            tls_out_of_time = true;
+            errno = ETIMEDOUT;
+            return -1;
+        }
+        struct timespec ts = {.tv_nsec = 20 * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
+/* The process's mutex, by the thread's deadline if it has one. */
+static int mutex_by_deadline(pthread_mutex_t *m)
+{
+    if (!tls_deadline_ms)
+        return pthread_mutex_lock(m);
+    struct timespec until = {.tv_sec = (time_t)(tls_deadline_ms / 1000),
+                             .tv_nsec = (long)(tls_deadline_ms % 1000) *
+                                        1000000L};
+    int e = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &until);
+    if (e == ETIMEDOUT)
+        tls_out_of_time = true;
+    return e;
+}
+
 static int lock_take(struct ipd_venv *v)
 {
-    pthread_mutex_lock(&v->lock);
+    int e = mutex_by_deadline(&v->lock);
+    if (e) {
+        errno = e;
+        return -1;
+    }
     int fd = openat(v->root_fd, "lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-    while (fd >= 0 && flock(fd, LOCK_EX)) {
-        if (errno != EINTR) {
-            close(fd);
-            fd = -1;
-        }
+    if (fd >= 0 && flock_by_deadline(fd)) {
+        int saved = errno;
+        close(fd);
+        fd = -1;
+        errno = saved;
     }
     if (fd < 0)
         pthread_mutex_unlock(&v->lock);
@@ -565,7 +626,13 @@ static enum ipd_err create_venv(struct ipd_venv *v, const char *gen,
     c.gen_writable = true;
     c.timeout_ms = CREATE_TIMEOUT_MS;
     enum ipd_err rc = run_cmd(v, &c);
-    if (!rc && c.exit_code != 0) {
+    if (!rc && c.timed_out) {
+        ipd_buf_adds(why, tls_out_of_time
+                              ? "creating the venv did not finish within "
+                                "the execution's timeout"
+                              : "creating the venv timed out");
+        rc = IPD_ERR_TIMEOUT;
+    } else if (!rc && c.exit_code != 0) {
         ipd_buf_addf(why, "creating the venv failed (exit %d): %.300s",
                      c.exit_code, c.err.buf);
         rc = IPD_ERR_INTERNAL;
@@ -692,6 +759,10 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
     rc = run_cmd(v, &c);
     if (rc) {
         ipd_buf_addf(why, "the sandbox could not run pip: %.300s", c.err.buf);
+    } else if (c.timed_out && tls_out_of_time) {
+        ipd_buf_adds(why, "pip did not finish within the execution's "
+                          "timeout");
+        rc = IPD_ERR_TIMEOUT;
     } else if (c.timed_out) {
         ipd_buf_addf(why, "pip did not finish within %lld s",
                      (long long)(v->pip_timeout_ms / 1000));
@@ -1152,6 +1223,13 @@ static void install_pending(struct ipd_venv *v, struct want **pending,
 {
     struct ipd_buf bwhy;
     int lfd = lock_take(v);
+    if (lfd < 0 && tls_out_of_time) {
+        for (size_t i = 0; i < np; i++)
+            set_result(pending[i]->result, "failed", NULL,
+                       "another install held the install lock past the "
+                       "execution's timeout");
+        return;
+    }
     if (lfd < 0) {
         for (size_t i = 0; i < np; i++)
             set_result(pending[i]->result, "failed", NULL,
@@ -1240,9 +1318,12 @@ static void auto_failure_put(struct ipd_venv *v, const char *dist,
     pthread_mutex_unlock(&v->state_lock);
 }
 
+/* Least time left for an automatic install to be tried at all. */
+#define AUTO_MIN_LEFT_MS 1000
+
 enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
-                                   bool may_change, json_t **results,
-                                   bool *remembered)
+                                   bool may_change, int64_t deadline_ms,
+                                   json_t **results, bool *remembered)
 {
     char cur[NAME_MAX_GEN] = "";
     const char *reqs[] = {dist};
@@ -1258,11 +1339,24 @@ enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
         ipd_metrics_install_observe(v->metrics, IPD_METRICS_INSTALL_FAILED);
         return IPD_OK;
     }
-    /* A refusal is the caller's, not the package's: not remembered. */
+    if (deadline_ms && deadline_ms - ipd_mono_ms() < AUTO_MIN_LEFT_MS) {
+        *results = json_pack("[{s:s, s:s, s:n, s:s}]", "requirement", dist,
+                             "status", "failed", "version", "message",
+                             "no time left within the execution's timeout "
+                             "for an automatic install");
+        return IPD_OK;
+    }
+    tls_deadline_ms = deadline_ms;
+    tls_out_of_time = false;
     enum ipd_err rc = ipd_venv_install(v, reqs, 1, may_change, results);
+    bool out_of_time = tls_out_of_time;
+    tls_deadline_ms = 0;
+    tls_out_of_time = false;
     json_t *one = json_array_get(*results, 0);
     const char *st = json_string_value(json_object_get(one, "status"));
-    if (!rc && st && strcmp(st, "installed") &&
+    /* A refusal is the caller's, not the package's, and running out of
+     * the execution's time is the execution's: neither is remembered. */
+    if (!rc && !out_of_time && st && strcmp(st, "installed") &&
         strcmp(st, "already_installed"))
         auto_failure_put(v, dist, one);
     return rc;

@@ -142,10 +142,14 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
  * is, the same call answers the same result at once, without pip and
  * without the install lock (*remembered true); a generation switch (any
  * successful install or rebuild) or the expiry ends it.  *results is new.
+ * deadline_ms (ipd_mono_ms clock; 0: none) is the caller's: the wait for
+ * the install lock and every command of the install end by then (the
+ * install then "failed", saying so, and is not remembered), and with
+ * less than a second left nothing is tried.
  */
 enum ipd_err ipd_venv_install_auto(struct ipd_venv *v, const char *dist,
-                                   bool may_change, json_t **results,
-                                   bool *remembered);
+                                   bool may_change, int64_t deadline_ms,
+                                   json_t **results, bool *remembered);
 
 /* Count every install result in metrics (borrowed; NULL: none).  Call
  * before the first install. */

@@ -615,7 +615,7 @@ static enum ipd_err check_packages(const struct ipd_executor *ex,
 static bool auto_install_once(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               const struct ipd_sandbox_result *r,
-                              struct ipd__installs *ins)
+                              int64_t deadline_ms, struct ipd__installs *ins)
 {
     char module[IPD_REQ_NAME_MAX + 1], dist[IPD_REQ_NAME_MAX + 1];
     const char *pre = "No module named '";
@@ -645,7 +645,8 @@ static bool auto_install_once(struct ipd_executor *ex,
     /* A failure is remembered (--auto-install-retry-after): every
      * execution importing the module would otherwise run pip again, each
      * holding the install lock. */
-    ipd_venv_install_auto(ex->venv, dist, rq->admin, &res, &remembered);
+    ipd_venv_install_auto(ex->venv, dist, rq->admin, deadline_ms, &res,
+                          &remembered);
     ins->seconds += (double)(ipd_now_ms() - t0) / 1000.0;
     json_t *one = json_array_get(res, 0);
     json_array_append(ins->results, one);
@@ -1104,7 +1105,9 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         ran = true;
         if (rc)
             break;
-        if (attempt > 0 || !auto_install_once(ex, rq, &r, &ins))
+        /* The install itself ends by the request's deadline too. */
+        if (attempt > 0 ||
+            !auto_install_once(ex, rq, &r, run_t0 + timeout_ms, &ins))
             break;
         /* The module is there now: the same job once more, from scratch
          * (a fresh sandbox and output tmpfs, nothing collected yet). */
