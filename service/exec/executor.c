@@ -132,6 +132,7 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->max_generated_files = 20;
     o->inline_image_max = 1024 * 1024;
     o->sandbox_uid = 0;
+    o->venv_stage_max = 1LL << 30;
 }
 
 /*
@@ -324,6 +325,8 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     struct ipd_executor *ex = ipd_xcalloc(1, sizeof(*ex));
     pthread_mutex_init(&ex->mpl_lock, NULL);
     pthread_mutex_init(&ex->check_lock, NULL);
+    pthread_mutex_init(&ex->vstage_lock, NULL);
+    pthread_cond_init(&ex->vstage_cond, NULL);
     enum ipd_err rc;
     struct stat st;
     char prelude[PATH_MAX];
@@ -347,6 +350,7 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
         opt->max_generated_files > 0 ? (size_t)opt->max_generated_files : 20;
     ex->inline_max = opt->inline_image_max >= 0 ? opt->inline_image_max : 0;
     ex->slots = opt->slots ? opt->slots : 1;
+    ex->venv_stage_max = opt->venv_stage_max > 0 ? opt->venv_stage_max : 0;
     ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();
@@ -407,6 +411,9 @@ void ipd_executor_free(struct ipd_executor *ex)
     ipd_sandbox_stage_free(ex->mpl_stage);
     pthread_mutex_destroy(&ex->mpl_lock);
     pthread_mutex_destroy(&ex->check_lock);
+    ipd__vstage_free_all(ex);
+    pthread_mutex_destroy(&ex->vstage_lock);
+    pthread_cond_destroy(&ex->vstage_cond);
     free(ex);
 }
 
@@ -726,18 +733,30 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     return rc;
 }
 
+static void venv_activated(void *ctx, const char *gen_dir)
+{
+    ipd__vstage_activate(ctx, gen_dir);
+}
+
 void ipd_executor_venv_runner(struct ipd_executor *ex,
                               struct ipd_venv_runner *out)
 {
     out->run = venv_cmd_run;
+    out->activated = venv_activated;
     out->ctx = ex;
 }
 
 void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
                            bool auto_install)
 {
+    struct ipd_venv_gen *gen = NULL;
+
     ex->venv = venv;
     ex->auto_install = auto_install;
+    /* The current generation's copy, before the first run needs it. */
+    if (venv && !ipd_venv_acquire(venv, &gen) && gen)
+        ipd__vstage_activate(ex, ipd_venv_gen_dir(gen));
+    ipd_venv_release(venv, gen);
 }
 
 /* ---- run ------------------------------------------------------------- */
@@ -936,9 +955,14 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
         (struct ipd_sandbox_mount){"job", "/mnt/job", false, wk->stage};
     mounts[n++] =
         (struct ipd_sandbox_mount){"data", "/mnt/data", false, wk->stage};
+    /* The generation's copy in a private tmpfs (no host path), else the
+     * generation itself. */
+    struct ipd__vstage *vhold = NULL;
+    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
+                                                           &vhold);
     if (gen_dir)
-        mounts[n++] = (struct ipd_sandbox_mount){gen_dir, IPD_VENV_MOUNT,
-                                                 false, NULL};
+        mounts[n++] = (struct ipd_sandbox_mount){
+            vst ? "venv" : gen_dir, IPD_VENV_MOUNT, false, vst};
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -947,7 +971,9 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     spec.cwd = "/mnt/output";
     spec.host_uid = wk->host_uid;
     policy_to_sandbox(ep, timeout_ms, &p);
-    return ipd_sandbox_run(&ex->sbx, &p, &spec, r);
+    enum ipd_err rc = ipd_sandbox_run(&ex->sbx, &p, &spec, r);
+    ipd__vstage_drop(ex, vhold);
+    return rc;
 }
 
 /* The request's packages, before the code runs.  Not counted in the

@@ -108,6 +108,11 @@ struct ipd_executor_options {
                                     No id of the range may have a passwd or
                                     group entry */
     unsigned slots;              /* execution slots (0: 1) */
+    int64_t venv_stage_max;      /* runs get a copy of the venv generation
+                                    in a private tmpfs of at most this
+                                    many bytes, so they see no host path
+                                    for it (0: bind it by its host path;
+                                    default 1 GiB; see venv_stage.c) */
 };
 
 /* Fill o with the defaults above; besides: no data dir and no policies
