@@ -115,6 +115,9 @@ static const struct opt opts[] = {
     {"venv-dir", OPT_STRING, OFF(venv_dir), NULL, false,
      "where venv generations live, outside the data dir (default: "
      "DATA-DIR-venv)"},
+    {"venv-stage-max", OPT_SIZE, OFF(venv_stage_max), "1G", false,
+     "runs get a copy of the venv generation in a private tmpfs up to this "
+     "size, so they see no host path (0: bind it by its host path)"},
     {"venv-python", OPT_STRING, OFF(venv_python), NULL, false,
      "base interpreter of the venv (default: the python option)"},
     {"venv-system-site-packages", OPT_INT, OFF(venv_system_site), "1", false,

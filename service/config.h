@@ -62,6 +62,7 @@ struct ipd_config {
     int64_t venv_system_site; /* 1: --system-site-packages */
     int64_t venv_max_age_ms; /* rebuild period */
     char *venv_clone;        /* "link" or "copy" */
+    int64_t venv_stage_max;  /* a generation's tmpfs copy for runs */
     char *allowlist;         /* file: one distribution per line */
     char *allowed_deps;      /* file: names allowed only as dependencies */
     char *import_names;      /* file: "module distribution" lines */

@@ -19,6 +19,7 @@
 #include "../venv/allowlist.h"
 #include "../venv/venv.h"
 #include "exec/executor.h"
+#include "sandbox/sandbox.h"
 #include "exec/pool.h"
 #include "keys.h"
 #include "../storage/space.h"
@@ -178,6 +179,7 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->python = cfg->python;
     o->prelude_dir = cfg->prelude_dir;
     o->sandbox_uid = (uid_t)cfg->sandbox_uid;
+    o->venv_stage_max = cfg->venv_stage_max;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
                                : (unsigned)(cores < 1 ? 1 : cores);
@@ -315,30 +317,27 @@ static void default_venv_dir(const struct ipd_config *cfg,
     ipd_buf_release(&old);
 }
 
-/* A run on a venv generation sees the generation's path relative to the
- * root of its filesystem in /proc/self/mountinfo: only a venv dir that is
- * the root of a filesystem of its own shows no host path (SANDBOX.md,
- * "What a run sees of the host").  Says which, once at start. */
-static void venv_dir_exposure(const char *dir)
+/* A bind of a venv generation shows its path relative to the root of its
+ * filesystem in /proc/self/mountinfo: runs get a copy in a private tmpfs
+ * instead (venv-stage-max, exec/venv_stage.c), or, when the venv dir is
+ * the root of a filesystem of its own, the generation itself, which then
+ * shows only /gen-... (SANDBOX.md, "What a run sees of the host").  Says
+ * which, once at start; a generation that cannot be copied is logged
+ * when it is first used. */
+static void venv_dir_exposure(const char *dir, int64_t stage_max)
 {
-    char real[PATH_MAX], line[4096], root[PATH_MAX], point[PATH_MAX];
-    FILE *f;
-    bool own = false;
-
-    if (!realpath(dir, real) || !(f = fopen("/proc/self/mountinfo", "re")))
-        return;
-    while (fgets(line, sizeof(line), f))
-        if (sscanf(line, "%*d %*d %*s %4095s %4095s", root, point) == 2 &&
-            !strcmp(point, real))
-            own = !strcmp(root, "/"); /* the last mount there wins */
-    fclose(f);
-    if (own)
+    if (ipd_sandbox_is_fs_root(dir))
         ipd_info("venv: %s is the root of its own filesystem: runs see "
-                 "/gen-... for it, no host path", real);
+                 "/gen-... for it, no host path", dir);
+    else if (stage_max > 0)
+        ipd_info("venv: %s is not the root of a filesystem of its own: "
+                 "runs get each generation copied into a private tmpfs of "
+                 "at most %lld bytes (venv-stage-max)", dir,
+                 (long long)stage_max);
     else
-        ipd_warn("venv: %s is not the root of a filesystem of its own: "
-                 "runs on a generation see its host path in "
-                 "/proc/self/mountinfo (docs/SANDBOX.md)", real);
+        ipd_warn("venv: %s is not the root of a filesystem of its own and "
+                 "venv-stage-max is 0: runs on a generation see its host "
+                 "path in /proc/self/mountinfo (docs/SANDBOX.md)", dir);
 }
 
 /* The venv (packages) on top of the executor's sandbox.  Without it,
@@ -388,7 +387,7 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
                  cfg->pip_no_index ? "none (--pip-no-index)"
                  : cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
     if (!rc)
-        venv_dir_exposure(root.buf);
+        venv_dir_exposure(root.buf, cfg->venv_stage_max);
 out:
     ipd_buf_release(&err);
     ipd_buf_release(&root);

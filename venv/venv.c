@@ -388,6 +388,11 @@ static enum ipd_err switch_current(struct ipd_venv *v, const char *gen)
     }
     (void)fsync(v->root_fd);
     ipd_info("venv: current is now %s", gen);
+    if (v->runner.activated) {
+        char *dir = gen_path(v, gen);
+        v->runner.activated(v->runner.ctx, dir);
+        free(dir);
+    }
     return IPD_OK;
 }
 

@@ -77,6 +77,10 @@ struct ipd_venv_runner {
     /* Run cmd; IPD_OK when it ran (whatever its exit code), else the
      * sandbox could not be set up (a message in cmd->err). */
     enum ipd_err (*run)(void *ctx, struct ipd_venv_cmd *cmd);
+    /* Optional: gen_dir (a host path, borrowed for the call) has just
+     * become current, built and checked; it changes no more.  Called
+     * with the install lock held, so it stays until the call returns. */
+    void (*activated)(void *ctx, const char *gen_dir);
     void *ctx;
 };
 

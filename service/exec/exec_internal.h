@@ -50,6 +50,11 @@ struct ipd_executor {
     struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
     bool auto_install;         /* install a missing allowlisted module and
                                   run once more */
+    /* venv_stage.c: generations copied into private tmpfs stages */
+    int64_t venv_stage_max;    /* a copy's size limit; 0: never copy */
+    pthread_mutex_t vstage_lock;
+    pthread_cond_t vstage_cond;
+    struct ipd__vstage *vstages; /* owned list (vstage_lock) */
     pthread_mutex_t check_lock;
     struct {                   /* the last end-to-end check (check_lock) */
         bool ok;
@@ -59,6 +64,21 @@ struct ipd_executor {
         char error[256];       /* why it failed, or "" */
     } check;
 };
+
+/* venv_stage.c (see there): the copy of the venv generation gen_dir (a
+ * host path) for one run, bound from the returned stage's "venv" dir; or
+ * NULL: bind gen_dir itself.  *hold is the run's hold of it (NULL when
+ * gen_dir is NULL): give it back with ipd__vstage_drop after the run. */
+struct ipd__vstage;
+const struct ipd_sandbox_stage *
+ipd__vstage_hold(struct ipd_executor *ex, const char *gen_dir,
+                 struct ipd__vstage **hold);
+void ipd__vstage_drop(struct ipd_executor *ex, struct ipd__vstage *hold);
+/* gen_dir became current: copy it now, keep it (older copies go when
+ * their last run ends). */
+void ipd__vstage_activate(struct ipd_executor *ex, const char *gen_dir);
+/* At the executor's end, no run left. */
+void ipd__vstage_free_all(struct ipd_executor *ex);
 
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */

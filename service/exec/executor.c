@@ -132,6 +132,7 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->max_generated_files = 20;
     o->inline_image_max = 1024 * 1024;
     o->sandbox_uid = 0;
+    o->venv_stage_max = 1LL << 30;
 }
 
 /*
@@ -324,6 +325,8 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     struct ipd_executor *ex = ipd_xcalloc(1, sizeof(*ex));
     pthread_mutex_init(&ex->mpl_lock, NULL);
     pthread_mutex_init(&ex->check_lock, NULL);
+    pthread_mutex_init(&ex->vstage_lock, NULL);
+    pthread_cond_init(&ex->vstage_cond, NULL);
     enum ipd_err rc;
     struct stat st;
     char prelude[PATH_MAX];
@@ -349,6 +352,7 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     ex->slots = opt->slots ? opt->slots : 1;
     ex->egress.allow = opt->egress_allow;
     ex->egress.connect_timeout_ms = opt->egress_connect_timeout_ms;
+    ex->venv_stage_max = opt->venv_stage_max > 0 ? opt->venv_stage_max : 0;
     ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();
@@ -409,6 +413,9 @@ void ipd_executor_free(struct ipd_executor *ex)
     ipd_sandbox_stage_free(ex->mpl_stage);
     pthread_mutex_destroy(&ex->mpl_lock);
     pthread_mutex_destroy(&ex->check_lock);
+    ipd__vstage_free_all(ex);
+    pthread_mutex_destroy(&ex->vstage_lock);
+    pthread_cond_destroy(&ex->vstage_cond);
     free(ex);
 }
 
@@ -807,18 +814,30 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     return rc;
 }
 
+static void venv_activated(void *ctx, const char *gen_dir)
+{
+    ipd__vstage_activate(ctx, gen_dir);
+}
+
 void ipd_executor_venv_runner(struct ipd_executor *ex,
                               struct ipd_venv_runner *out)
 {
     out->run = venv_cmd_run;
+    out->activated = venv_activated;
     out->ctx = ex;
 }
 
 void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
                            bool auto_install)
 {
+    struct ipd_venv_gen *gen = NULL;
+
     ex->venv = venv;
     ex->auto_install = auto_install;
+    /* The current generation's copy, before the first run needs it. */
+    if (venv && !ipd_venv_acquire(venv, &gen) && gen)
+        ipd__vstage_activate(ex, ipd_venv_gen_dir(gen));
+    ipd_venv_release(venv, gen);
 }
 
 /* ---- run ------------------------------------------------------------- */
@@ -1017,9 +1036,14 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
         (struct ipd_sandbox_mount){"job", "/mnt/job", false, wk->stage};
     mounts[n++] =
         (struct ipd_sandbox_mount){"data", "/mnt/data", false, wk->stage};
+    /* The generation's copy in a private tmpfs (no host path), else the
+     * generation itself. */
+    struct ipd__vstage *vhold = NULL;
+    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
+                                                           &vhold);
     if (gen_dir)
-        mounts[n++] = (struct ipd_sandbox_mount){gen_dir, IPD_VENV_MOUNT,
-                                                 false, NULL};
+        mounts[n++] = (struct ipd_sandbox_mount){
+            vst ? "venv" : gen_dir, IPD_VENV_MOUNT, false, vst};
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -1029,7 +1053,9 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     spec.host_uid = wk->host_uid;
     policy_to_sandbox(ep, timeout_ms, &p);
     struct ipd_egress_stats st;
-    return run_sandboxed(ex, &p, &spec, r, &st);
+    enum ipd_err rc = run_sandboxed(ex, &p, &spec, r, &st);
+    ipd__vstage_drop(ex, vhold);
+    return rc;
 }
 
 /* The request's packages, before the code runs.  Not counted in the

@@ -117,6 +117,11 @@ struct ipd_executor_options {
      * HTTP_PROXY/HTTPS_PROXY (both cases) pointing at it. */
     const struct ipd_fetch_allowlist *egress_allow;
     int64_t egress_connect_timeout_ms; /* resolve + connect (0: 10 s) */
+    int64_t venv_stage_max;      /* runs get a copy of the venv generation
+                                    in a private tmpfs of at most this
+                                    many bytes, so they see no host path
+                                    for it (0: bind it by its host path;
+                                    default 1 GiB; see venv_stage.c) */
 };
 
 /* Fill o with the defaults above; besides: no data dir and no policies

@@ -107,6 +107,29 @@ enum ipd_err ipd_sandbox_stage_new(int64_t bytes, int64_t inodes,
 int ipd_sandbox_stage_fd(const struct ipd_sandbox_stage *st);
 /* Release the stage (the fallback directory is removed).  NULL is fine. */
 void ipd_sandbox_stage_free(struct ipd_sandbox_stage *st);
+/* True for a detached tmpfs, false for the fallback directory (or NULL). */
+bool ipd_sandbox_stage_detached(const struct ipd_sandbox_stage *st);
+/*
+ * Copy the tree at host_dir into a new directory name (one component) at
+ * the stage's root: directories, regular files, symlinks (as they are,
+ * never followed), owners, modes and times (a .pyc stays valid against
+ * its source's mtime); a file with several links inside the tree becomes
+ * as many links of one copy.  Devices, fifos and sockets are skipped.
+ * The caller's thread reads host_dir with its own rights.
+ * IPD_ERR_TOO_LARGE when the stage's size or inode limit ran out,
+ * IPD_ERR_IO for anything else; the reason is in err either way and a
+ * partial copy is left (free the stage).
+ */
+enum ipd_err ipd_sandbox_stage_copy(struct ipd_sandbox_stage *st,
+                                    const char *name, const char *host_dir,
+                                    char *err, size_t errlen);
+/*
+ * True when dir (resolved) is where a filesystem's root is mounted in the
+ * service's mount namespace (the last mount there; "/" in mountinfo's
+ * root field): a bind of anything in it shows only paths below that
+ * root in a run's /proc/self/mountinfo.
+ */
+bool ipd_sandbox_is_fs_root(const char *dir);
 
 /* One bind mount.  Strings are borrowed for the duration of the run. */
 struct ipd_sandbox_mount {

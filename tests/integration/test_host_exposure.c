@@ -10,9 +10,16 @@
  * run_sees_no_host_path: a run reads /proc/self/mountinfo, mounts and
  * mountstats; no line names the data dir, the venv dir, the test's temp
  * dir, the checkout (the prelude's source) or the execution's id.
+ *
+ * venv_run_sees_no_host_path: the same for runs on an installed venv
+ * generation (ipdtest-alpha from tests/support/make-wheels.py, installed
+ * offline with --pip-find-links and --pip-no-index), before and after a
+ * restart (the current generation is then copied at start, which the
+ * log says before any run).
  */
 #include <dirent.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -164,33 +171,150 @@ static const char *leak(const char *text, const char *const *needles)
     return NULL;
 }
 
-static void run_sees_no_host_path(void)
+#define MOUNTS_CODE                                                      \
+    "import sys\n"                                                      \
+    "for f in ('mountinfo', 'mounts', 'mountstats'):\n"                  \
+    "    print(open('/proc/self/' + f).read())\n"                        \
+    "import os; print(os.getcwd(), sys.executable, sys.path)\n"
+
+/* A sync and an async run of code (reading file_id): stdout has want and
+ * no line names a host path (the data dir, the venv dir, the temp dirs,
+ * the checkout) or the execution's id.  other: one more such path. */
+static void runs_see_no_host_path(struct itest_server *s, const char *code,
+                                  const char *file_id, const char *want,
+                                  const char *other)
 {
-    struct itest_server *s = itest_start(NULL);
-    REQUIRE(s);
-    char *id = upload(s, "in.txt");
-    const char *code =
-        "import sys\n"
-        "for f in ('mountinfo', 'mounts', 'mountstats'):\n"
-        "    print(open('/proc/self/' + f).read())\n"
-        "import os; print(os.getcwd(), sys.executable, sys.path)\n";
     char *venv = itest_fmt("%s-venv", s->data_dir);
     for (int async = 0; async < 2; async++) {
-        json_t *res = run(s, code, id, async);
+        json_t *res = run(s, code, file_id, async);
         const char *out = json_string_value(json_object_get(res, "stdout"));
         const char *exec_id =
             json_string_value(json_object_get(res, "execution_id"));
-        CHECKF(out && strstr(out, "/mnt/data"), "stdout: %s", out);
+        CHECKF(out && strstr(out, "/mnt/data"), "stdout: %s",
+               out ? out : "(none)");
+        CHECKF(out && strstr(out, want), "want %s in stdout: %s", want,
+               out ? out : "(none)");
         const char *needles[] = {s->data_dir, venv, s->tmp_dir,
                                  ITEST_SOURCE_DIR, exec_id ? exec_id : "",
-                                 NULL};
+                                 other ? other : "", NULL};
         const char *found = out ? leak(out, needles) : NULL;
         CHECKF(!found, "run %d sees %s:\n%s", async, found, out);
         json_decref(res);
     }
     free(venv);
+}
+
+static void run_sees_no_host_path(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    char *id = upload(s, "in.txt");
+    runs_see_no_host_path(s, MOUNTS_CODE, id, "/mnt/output", NULL);
     free(id);
     itest_stop(s);
 }
 
-TEST_MAIN(T(data_dir_is_the_services_alone), T(run_sees_no_host_path))
+/* tests/support (through $IPD_TEST_SUPPORT_DIR, else next to this file). */
+static char *support_path(const char *name)
+{
+    const char *env = getenv("IPD_TEST_SUPPORT_DIR");
+    if (env && *env)
+        return itest_fmt("%s/%s", env, name);
+    return itest_fmt("%s/tests/support/%s", ITEST_SOURCE_DIR, name);
+}
+
+static bool write_text(const char *path, const char *text)
+{
+    FILE *f = fopen(path, "w");
+    bool ok = f && fputs(text, f) >= 0;
+    if (f && fclose(f))
+        ok = false;
+    CHECKF(ok, "cannot write %s: %s", path, strerror(errno));
+    return ok;
+}
+
+/* The test packages in work/wheels and the lists naming ipdtest-alpha. */
+static bool packages_setup(const char *work)
+{
+    char *wheels = itest_fmt("%s/wheels", work);
+    char *mk = support_path("make-wheels.py");
+    const char *argv[] = {"/usr/bin/python3", mk, wheels, NULL};
+    int rc = itest_run(argv, NULL, 120000);
+    CHECKF(rc == 0, "make-wheels.py exited %d", rc);
+    char *allow = itest_fmt("%s/allowlist.txt", work);
+    char *empty = itest_fmt("%s/empty.txt", work);
+    bool ok = rc == 0 && write_text(allow, "ipdtest-alpha\n") &&
+              write_text(empty, "");
+    free(allow);
+    free(empty);
+    free(mk);
+    free(wheels);
+    return ok;
+}
+
+/* How many times the server log has needle. */
+static int log_count(const struct itest_server *s, const char *needle)
+{
+    char *log = itest_read_log(s);
+    int n = 0;
+    for (const char *p = log ? strstr(log, needle) : NULL; p;
+         p = strstr(p + 1, needle))
+        n++;
+    free(log);
+    return n;
+}
+
+static void venv_run_sees_no_host_path(void)
+{
+    const char *base = getenv("TMPDIR");
+    char *work = itest_fmt("%s/ipd-hostexp-XXXXXX", base && *base ? base
+                                                                   : "/tmp");
+    REQUIRE(mkdtemp(work));
+    REQUIRE(packages_setup(work));
+    char *wheels = itest_fmt("%s/wheels", work);
+    char *allow = itest_fmt("%s/allowlist.txt", work);
+    char *empty = itest_fmt("%s/empty.txt", work);
+    /* (--fetch-allow: pip's runs may reach 127.0.0.1 once they get a
+     * network namespace of their own; offline here anyway) */
+    const char *args[] = {"--allowlist",      allow,   "--allowed-deps",
+                          empty,              "--import-names", empty,
+                          "--pip-find-links", wheels,  "--pip-no-index",
+                          "1",                "--fetch-allow", "127.0.0.1/32",
+                          NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    struct itest_resp r;
+    itest_request(s, "POST", "/v1/packages", s->admin_key, NULL,
+                  "application/json", "{\"packages\": [\"ipdtest-alpha\"]}",
+                  strlen("{\"packages\": [\"ipdtest-alpha\"]}"), NULL, &r);
+    CHECK_STATUS(&r, 200);
+    const char *st = json_string_value(json_object_get(
+        json_array_get(json_object_get(r.json, "results"), 0), "status"));
+    CHECKF(st && !strcmp(st, "installed"), "install: %s",
+           r.body ? r.body : "(no body)");
+    itest_resp_release(&r);
+    char *id = upload(s, "in.txt");
+    const char *code = "import ipdtest_alpha; print(ipdtest_alpha.hello())\n"
+                       MOUNTS_CODE;
+    runs_see_no_host_path(s, code, id, "alpha 2.0", work);
+    /* Restarted: the current generation is copied at start, before the
+     * server answers (the log is appended to across the restart). */
+    int copies = log_count(s, "copied into a private tmpfs for runs");
+    CHECKF(copies >= 1, "%d copies logged at the install", copies);
+    CHECK(itest_restart(s, &o));
+    CHECKF(log_count(s, "copied into a private tmpfs for runs") == copies + 1,
+           "no copy logged at the restart");
+    runs_see_no_host_path(s, code, id, "alpha 2.0", work);
+    free(id);
+    itest_stop(s);
+    if (test__failed_checks == 0)
+        itest_rm_rf(work);
+    free(wheels);
+    free(allow);
+    free(empty);
+    free(work);
+}
+
+TEST_MAIN(T(data_dir_is_the_services_alone), T(run_sees_no_host_path),
+          T(venv_run_sees_no_host_path))

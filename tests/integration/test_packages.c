@@ -309,9 +309,38 @@ static bool gate_wait(const char *file, int timeout_ms, const int *gave_up)
     return ok;
 }
 
+/* The generation of s whose record's created_at is at; new string or
+ * NULL. */
+static char *gen_created_at(struct itest_server *s, const char *at)
+{
+    char *root = itest_fmt("%s-venv", s->data_dir);
+    DIR *d = opendir(root);
+    struct dirent *e;
+    char *gen = NULL;
+    while (d && !gen && (e = readdir(d)) != NULL) {
+        if (strncmp(e->d_name, "gen-", 4))
+            continue;
+        char *rec = itest_fmt("%s/%s/.interpd.json", root, e->d_name);
+        json_t *j = json_load_file(rec, 0, NULL);
+        json_t *c = json_object_get(j, "created_at");
+        char num[32];
+        snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT,
+                 json_integer_value(c));
+        if (json_is_integer(c) && !strcmp(num, at))
+            gen = strdup(e->d_name);
+        json_decref(j);
+        free(rec);
+    }
+    if (d)
+        closedir(d);
+    free(root);
+    return gen;
+}
+
 /* The generation named in the last gated download's query string
- * (?gen=...), from the index log; new string or NULL. */
-static char *gen_from_index_log(void)
+ * (?gen=<created_at>), from the index log; new string, NULL when there
+ * is none or no generation has that record. */
+static char *gen_from_index_log(struct itest_server *s)
 {
     char *log = itest_read_file(ix.log, NULL);
     const char *needle = "/files/" SYNC_FILE "?gen=";
@@ -322,7 +351,9 @@ static char *gen_from_index_log(void)
     char *gen = NULL;
     if (last) {
         last += strlen(needle);
-        gen = strndup(last, strcspn(last, " \n"));
+        char *at = strndup(last, strcspn(last, " \n"));
+        gen = at ? gen_created_at(s, at) : NULL;
+        free(at);
     }
     free(log);
     return gen;
@@ -657,18 +688,17 @@ static void bg_join(struct bg *b)
     b->started = false;
 }
 
-/* Code that imports ipdtest_alpha, names its generation in the query of a
+/* Code that imports ipdtest_alpha, names its generation (its record's
+ * created_at: a run sees no host path, so not the generation's name;
+ * gen_from_index_log maps it back) in the query of a
  * download held by the gate, and after it prints
  * "<VERSION at start> <hello() after>\nmeta <dist-info version>\n". */
 static char *held_code(void)
 {
     return itest_fmt(
         "import ipdtest_alpha, urllib.request, importlib.metadata\n"
-        "gen = 'none'\n"
-        "for line in open('/proc/self/mountinfo'):\n"
-        "    f = line.split()\n"
-        "    if len(f) > 4 and f[4] == '/opt/venv':\n"
-        "        gen = f[3].rstrip('/').rsplit('/', 1)[-1]\n"
+        "import json\n"
+        "gen = str(json.load(open('/opt/venv/.interpd.json'))['created_at'])\n"
         "v = ipdtest_alpha.VERSION\n"
         "urllib.request.urlopen('http://127.0.0.1:%d/files/%s?gen=' + gen,\n"
         "                       timeout=200).read()\n"
@@ -1191,7 +1221,7 @@ static void execution_across_switch(void)
     bool held = gate_wait(SYNC_FILE, 60000, &e.done);
     CHECKF(held, "the execution never reached the gate");
     current_gen(s, old, sizeof(old));
-    char *gen = gen_from_index_log();
+    char *gen = gen_from_index_log(s);
     CHECKF(gen && !strcmp(gen, old),
            "the execution runs on %s, current is %s", gen ? gen : "(?)",
            old);
@@ -1260,7 +1290,7 @@ static void rebuild_switches(void)
     bg_start(&e);
     bool held = gate_wait(SYNC_FILE, 60000, &e.done);
     CHECKF(held, "the execution never reached the gate");
-    char *gen = gen_from_index_log();
+    char *gen = gen_from_index_log(s);
     CHECKF(gen && !strncmp(gen, "gen-", 4), "the execution's generation: %s",
            gen ? gen : "(?)");
     json_t *st = get_packages(s);
