@@ -2112,6 +2112,34 @@ bool itest_send_all(int fd, const void *buf, size_t len)
     return true;
 }
 
+char *itest_read_request(int fd, int timeout_ms, size_t *len)
+{
+    enum { MAX = 65536 };
+    char *buf = malloc(MAX);
+    size_t got = 0, want = SIZE_MAX;
+    if (!buf)
+        return NULL;
+    buf[0] = '\0';
+    while (got < MAX - 1 && got < want) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) != 1)
+            break;
+        ssize_t n = read(fd, buf + got, MAX - 1 - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+        buf[got] = '\0';
+        char *end = strstr(buf, "\r\n\r\n");
+        char *cl = strcasestr(buf, "\r\nContent-Length:");
+        if (end && cl && cl < end)
+            want = (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10);
+        else if (end)
+            want = (size_t)(end + 4 - buf);
+    }
+    *len = got;
+    return buf;
+}
+
 /* --------------------------------------------------------------- checks */
 
 static void print_resp(const struct itest_resp *r)

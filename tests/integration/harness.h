@@ -241,6 +241,11 @@ bool itest_list_has(const char *list, const char *token);
 int itest_connect(const struct itest_server *s);
 /* Write all of buf; false on error. */
 bool itest_send_all(int fd, const void *buf, size_t len);
+/* Read one HTTP/1.1 request from fd (the head, and a body of its
+ * Content-Length), waiting at most timeout_ms for each read.  A new
+ * NUL-terminated string of what came (at most 64 KiB; cut short at EOF or
+ * a silent client), its length in *len; NULL when out of memory. */
+char *itest_read_request(int fd, int timeout_ms, size_t *len);
 
 /* ---- Checks (print expected vs. received) ---- */
 

@@ -53,33 +53,12 @@ static bool receiver_bind(struct receiver *rc)
  * status; the request as a new string, or NULL. */
 static char *serve_one(int c, int status, size_t *len)
 {
-    char buf[65536];
-    size_t got = 0, want = SIZE_MAX;
-    while (got < sizeof(buf) - 1 && got < want) {
-        struct pollfd cp = {.fd = c, .events = POLLIN};
-        if (poll(&cp, 1, 30000) != 1)
-            break;
-        ssize_t n = read(c, buf + got, sizeof(buf) - 1 - got);
-        if (n <= 0)
-            break;
-        got += (size_t)n;
-        buf[got] = '\0';
-        char *end = strstr(buf, "\r\n\r\n");
-        char *cl = strcasestr(buf, "\r\nContent-Length:");
-        if (end && cl && cl < end)
-            want = (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10);
-    }
+    char *req = itest_read_request(c, 30000, len);
     char *answer = itest_fmt("HTTP/1.1 %d Scripted\r\nContent-Length: 0\r\n"
                              "Connection: close\r\n\r\n",
                              status ? status : 200);
     itest_send_all(c, answer, strlen(answer));
     free(answer);
-    char *req = malloc(got + 1);
-    if (req) {
-        memcpy(req, buf, got);
-        req[got] = '\0';
-        *len = got;
-    }
     return req;
 }
 

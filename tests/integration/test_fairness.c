@@ -132,24 +132,8 @@ static void *responder_main(void *arg)
         int c = accept4(rs->fd, NULL, NULL, SOCK_CLOEXEC);
         if (c < 0)
             return NULL; /* shut down */
-        char buf[65536];
-        size_t got = 0, want = SIZE_MAX;
-        while (got < sizeof(buf) - 1 && got < want) {
-            struct pollfd p = {.fd = c, .events = POLLIN};
-            if (poll(&p, 1, 10000) != 1)
-                break;
-            ssize_t n = read(c, buf + got, sizeof(buf) - 1 - got);
-            if (n <= 0)
-                break;
-            got += (size_t)n;
-            buf[got] = '\0';
-            char *end = strstr(buf, "\r\n\r\n");
-            char *cl = strcasestr(buf, "\r\nContent-Length:");
-            if (end && cl && cl < end)
-                want = (size_t)(end + 4 - buf) + strtoul(cl + 17, NULL, 10);
-            else if (end)
-                want = (size_t)(end + 4 - buf);
-        }
+        size_t len;
+        free(itest_read_request(c, 10000, &len));
         static const char ans[] = "HTTP/1.1 200 OK\r\nContent-Type: "
                                   "text/plain\r\nContent-Length: 5\r\n"
                                   "Connection: close\r\n\r\nhello";

@@ -127,6 +127,21 @@ static char *mongo_private_start(const char *query)
     return uri;
 }
 
+/* Stop the private server; its state goes unless a check failed since
+ * mark (then it is kept for a look). */
+static void mongo_private_end(int mark)
+{
+    int stop_code = mongo_state ? mongo_script("stop") : 0;
+    CHECK_INT(stop_code, 0);
+    if (mongo_state && test__failed_checks == mark)
+        itest_rm_rf(mongo_state);
+    else if (mongo_state)
+        fprintf(stderr, "keeping the private MongoDB state in %s\n",
+                mongo_state);
+    free(mongo_state);
+    mongo_state = NULL;
+}
+
 /* ---- a MongoDB proxy that cuts the connections on cue ---- */
 
 #define CUT_MAX_CONNS 64
@@ -620,6 +635,23 @@ static long simple_get(struct itest_server *s, const char *path,
     return itest_do(s, &rq, r);
 }
 
+/* Poll /readyz until 200 (true) or secs have passed.  No event says
+ * when the server noticed the database is back: poll, bounded. */
+static bool wait_ready(struct itest_server *s, double secs)
+{
+    struct itest_resp r;
+    bool ready = false;
+    double deadline = itest_now() + secs;
+    while (!ready && itest_now() < deadline) {
+        simple_get(s, "/readyz", &r);
+        ready = r.status == 200;
+        itest_resp_release(&r);
+        if (!ready)
+            itest_sleep_until(itest_now() + 0.1);
+    }
+    return ready;
+}
+
 /* After the outage: exactly the acknowledged uploads are listed, each
  * downloads with its bytes, and the store has no orphans. */
 static void check_store(struct itest_server *s, const char *key,
@@ -790,16 +822,8 @@ static void run_outage(const char *uri)
     /* The database comes back on the same port with the same data; the
      * server notices by itself.  No event says so: poll, bounded. */
     CHECK_INT(mongo_script("restart"), 0);
-    bool ready = false;
-    double deadline = itest_now() + 30;
-    while (!ready && itest_now() < deadline) {
-        simple_get(s, "/readyz", &r);
-        ready = r.status == 200;
-        itest_resp_release(&r);
-        if (!ready)
-            itest_sleep_until(itest_now() + 0.1);
-    }
-    CHECKF(ready, "/readyz not 200 within 30 s of the database's restart");
+    CHECKF(wait_ready(s, 30),
+           "/readyz not 200 within 30 s of the database's restart");
 
     /* Every upload refused during the outage succeeds now. */
     for (int t = 0; t < NTHREADS; t++) {
@@ -832,15 +856,7 @@ static void database_outage(void)
     CHECKF(uri != NULL, "no private MongoDB server for the fault test");
     if (uri)
         run_outage(uri);
-    int stop_code = mongo_state ? mongo_script("stop") : 0;
-    CHECK_INT(stop_code, 0);
-    if (mongo_state && test__failed_checks == mark)
-        itest_rm_rf(mongo_state);
-    else if (mongo_state)
-        fprintf(stderr, "keeping the private MongoDB state in %s\n",
-                mongo_state);
-    free(mongo_state);
-    mongo_state = NULL;
+    mongo_private_end(mark);
     free(uri);
 }
 
@@ -1012,16 +1028,8 @@ static void run_fast_failure(const char *uri)
 
     /* Back: ready again (poll, bounded), and everything works. */
     CHECK_INT(mongo_script("restart"), 0);
-    bool ready = false;
-    double deadline = itest_now() + 30;
-    while (!ready && itest_now() < deadline) {
-        simple_get(s, "/readyz", &r);
-        ready = r.status == 200;
-        itest_resp_release(&r);
-        if (!ready)
-            itest_sleep_until(itest_now() + 0.1);
-    }
-    CHECKF(ready, "/readyz not 200 within 30 s of the database's restart");
+    CHECKF(wait_ready(s, 30),
+           "/readyz not 200 within 30 s of the database's restart");
     struct upload u = {.seed = 9999, .len = 4096, .user = "u1"};
     upload(s, key, &u, &r);
     CHECK_STATUS(&r, 201);
@@ -1046,15 +1054,7 @@ static void fast_failure(void)
     CHECKF(uri != NULL, "no private MongoDB server for the fault test");
     if (uri)
         run_fast_failure(uri);
-    int stop_code = mongo_state ? mongo_script("stop") : 0;
-    CHECK_INT(stop_code, 0);
-    if (mongo_state && test__failed_checks == mark)
-        itest_rm_rf(mongo_state);
-    else if (mongo_state)
-        fprintf(stderr, "keeping the private MongoDB state in %s\n",
-                mongo_state);
-    free(mongo_state);
-    mongo_state = NULL;
+    mongo_private_end(mark);
     free(uri);
 }
 
@@ -1087,16 +1087,8 @@ static void run_lock_left(const char *direct)
 
     /* Back: ready again (poll, bounded). */
     proxy_set(&p, false, false);
-    bool ready = false;
-    double deadline = itest_now() + 30;
-    while (!ready && itest_now() < deadline) {
-        simple_get(s, "/readyz", &r);
-        ready = r.status == 200;
-        itest_resp_release(&r);
-        if (!ready)
-            itest_sleep_until(itest_now() + 0.1);
-    }
-    CHECKF(ready, "/readyz not 200 within 30 s of the database's return");
+    CHECKF(wait_ready(s, 30),
+           "/readyz not 200 within 30 s of the database's return");
 
     /* The same user's upload succeeds now: the locks the outage left are
      * released, not waited for. */
@@ -1127,15 +1119,7 @@ static void lock_left_by_outage(void)
     CHECKF(uri != NULL, "no private MongoDB server for the fault test");
     if (uri)
         run_lock_left(uri);
-    int stop_code = mongo_state ? mongo_script("stop") : 0;
-    CHECK_INT(stop_code, 0);
-    if (mongo_state && test__failed_checks == mark)
-        itest_rm_rf(mongo_state);
-    else if (mongo_state)
-        fprintf(stderr, "keeping the private MongoDB state in %s\n",
-                mongo_state);
-    free(mongo_state);
-    mongo_state = NULL;
+    mongo_private_end(mark);
     free(uri);
 }
 
