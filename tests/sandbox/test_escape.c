@@ -22,24 +22,36 @@
 
 static char secret_dir[64];
 
+/* A TCP listener of the host's on 127.0.0.1 (its address in *sa); -1 on
+ * failure. */
+static int host_listener(struct sockaddr_in *sa)
+{
+    socklen_t len = sizeof(*sa);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    if (bind(fd, (struct sockaddr *)sa, sizeof(*sa)) || listen(fd, 8) ||
+        getsockname(fd, (struct sockaddr *)sa, &len)) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
 static void test_network_denied(void)
 {
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
     struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
     char code[1024];
     int lfd;
 
     REQUIRE(sbx_setup());
-    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    lfd = host_listener(&sa);
     REQUIRE(lfd >= 0);
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
-    REQUIRE(listen(lfd, 8) == 0);
-    REQUIRE(getsockname(lfd, (struct sockaddr *)&sa, &len) == 0);
     snprintf(code, sizeof code,
              "import socket, errno\n"
              "for fam in (socket.AF_INET, socket.AF_INET6, socket.AF_NETLINK,"
@@ -107,7 +119,6 @@ static void test_networked_own_namespace(void)
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
     struct sockaddr_in sa;
-    socklen_t len = sizeof sa;
     struct egress_peer e = {-1, 0, false};
     const char *argv[] = {"/usr/bin/python3", "-I", "-c", NULL, NULL};
     struct ipd_sandbox_spec spec;
@@ -115,14 +126,8 @@ static void test_networked_own_namespace(void)
     int lfd;
 
     REQUIRE(sbx_setup());
-    lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    lfd = host_listener(&sa);
     REQUIRE(lfd >= 0);
-    memset(&sa, 0, sizeof sa);
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    REQUIRE(bind(lfd, (struct sockaddr *)&sa, sizeof sa) == 0);
-    REQUIRE(listen(lfd, 8) == 0);
-    REQUIRE(getsockname(lfd, (struct sockaddr *)&sa, &len) == 0);
     snprintf(code, sizeof code,
              "import socket, errno\n"
              "def conn(port):\n"
