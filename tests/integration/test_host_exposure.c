@@ -16,10 +16,22 @@
  * offline with --pip-find-links and --pip-no-index), before and after a
  * restart (the current generation is then copied at start, which the
  * log says before any run).
+ *
+ * venv_stage_max_too_small: --venv-stage-max 1M, below the generation:
+ * runs import the package from the generation bound by its host path, and
+ * its warning is logged once, not once per run.
+ *
+ * venv_stage_max_zero: no copy is made or logged, runs work on the host
+ * path; the start-up warning says so.
+ *
+ * venv_dir_own_filesystem: --venv-dir is the root of a tmpfs of its own
+ * (mounted by the test, which runs as root): the start-up log says so, no
+ * copy is made, runs see the generation as /gen-... and no host path.
  */
 #include <dirent.h>
 #include <errno.h>
 #include <stdlib.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -264,57 +276,221 @@ static int log_count(const struct itest_server *s, const char *needle)
     return n;
 }
 
-static void venv_run_sees_no_host_path(void)
+/* A server's test packages: work/wheels and the lists, and its `serve`
+ * arguments (the offline install, then whatever a test adds at n). */
+struct venv_env {
+    char *work, *wheels, *allow, *empty; /* owned */
+    const char *args[24];                /* NULL-terminated */
+    size_t n;                            /* args used */
+    struct itest_opts o;
+};
+
+static bool venv_env_setup(struct venv_env *v)
 {
     const char *base = getenv("TMPDIR");
-    char *work = itest_fmt("%s/ipd-hostexp-XXXXXX", base && *base ? base
-                                                                   : "/tmp");
-    REQUIRE(mkdtemp(work));
-    REQUIRE(packages_setup(work));
-    char *wheels = itest_fmt("%s/wheels", work);
-    char *allow = itest_fmt("%s/allowlist.txt", work);
-    char *empty = itest_fmt("%s/empty.txt", work);
+    memset(v, 0, sizeof *v);
+    v->work = itest_fmt("%s/ipd-hostexp-XXXXXX", base && *base ? base
+                                                                : "/tmp");
+    if (!mkdtemp(v->work)) {
+        CHECKF(false, "mkdtemp %s: %s", v->work, strerror(errno));
+        free(v->work);
+        v->work = NULL;
+        return false;
+    }
+    v->wheels = itest_fmt("%s/wheels", v->work);
+    v->allow = itest_fmt("%s/allowlist.txt", v->work);
+    v->empty = itest_fmt("%s/empty.txt", v->work);
     /* (--fetch-allow: pip's runs may reach 127.0.0.1 once they get a
      * network namespace of their own; offline here anyway) */
-    const char *args[] = {"--allowlist",      allow,   "--allowed-deps",
-                          empty,              "--import-names", empty,
-                          "--pip-find-links", wheels,  "--pip-no-index",
-                          "1",                "--fetch-allow", "127.0.0.1/32",
-                          NULL};
-    struct itest_opts o = {.args = args};
-    struct itest_server *s = itest_start(&o);
-    REQUIRE(s);
+    const char *args[] = {"--allowlist",      v->allow,  "--allowed-deps",
+                          v->empty,           "--import-names", v->empty,
+                          "--pip-find-links", v->wheels, "--pip-no-index",
+                          "1",                "--fetch-allow", "127.0.0.1/32"};
+    for (v->n = 0; v->n < sizeof args / sizeof args[0]; v->n++)
+        v->args[v->n] = args[v->n];
+    v->o.args = v->args;
+    return packages_setup(v->work);
+}
+
+/* Free v; its work dir goes when the test passed (else kept to look at). */
+static void venv_env_done(struct venv_env *v)
+{
+    if (v->work && test__failed_checks == 0)
+        itest_rm_rf(v->work);
+    free(v->wheels);
+    free(v->allow);
+    free(v->empty);
+    free(v->work);
+}
+
+/* Install ipdtest-alpha (POST /v1/packages): a new current generation. */
+static bool install_alpha(struct itest_server *s)
+{
+    const char *body = "{\"packages\": [\"ipdtest-alpha\"]}";
     struct itest_resp r;
     itest_request(s, "POST", "/v1/packages", s->admin_key, NULL,
-                  "application/json", "{\"packages\": [\"ipdtest-alpha\"]}",
-                  strlen("{\"packages\": [\"ipdtest-alpha\"]}"), NULL, &r);
+                  "application/json", body, strlen(body), NULL, &r);
     CHECK_STATUS(&r, 200);
     const char *st = json_string_value(json_object_get(
         json_array_get(json_object_get(r.json, "results"), 0), "status"));
-    CHECKF(st && !strcmp(st, "installed"), "install: %s",
-           r.body ? r.body : "(no body)");
+    bool ok = r.status == 200 && st && !strcmp(st, "installed");
+    CHECKF(ok, "install: %s", r.body ? r.body : "(no body)");
     itest_resp_release(&r);
+    return ok;
+}
+
+#define ALPHA_CODE                                                       \
+    "import ipdtest_alpha; print(ipdtest_alpha.hello())\n" MOUNTS_CODE
+
+#define COPIED "copied into a private tmpfs for runs"
+#define BOUND "bind it by its host path"
+
+static void venv_run_sees_no_host_path(void)
+{
+    struct venv_env v;
+    if (!venv_env_setup(&v))
+        goto out;
+    struct itest_server *s = itest_start(&v.o);
+    REQUIRE(s);
+    install_alpha(s);
     char *id = upload(s, "in.txt");
-    const char *code = "import ipdtest_alpha; print(ipdtest_alpha.hello())\n"
-                       MOUNTS_CODE;
-    runs_see_no_host_path(s, code, id, "alpha 2.0", work);
+    runs_see_no_host_path(s, ALPHA_CODE, id, "alpha 2.0", v.work);
     /* Restarted: the current generation is copied at start, before the
      * server answers (the log is appended to across the restart). */
-    int copies = log_count(s, "copied into a private tmpfs for runs");
+    int copies = log_count(s, COPIED);
     CHECKF(copies >= 1, "%d copies logged at the install", copies);
-    CHECK(itest_restart(s, &o));
-    CHECKF(log_count(s, "copied into a private tmpfs for runs") == copies + 1,
+    CHECK(itest_restart(s, &v.o));
+    CHECKF(log_count(s, COPIED) == copies + 1,
            "no copy logged at the restart");
-    runs_see_no_host_path(s, code, id, "alpha 2.0", work);
+    runs_see_no_host_path(s, ALPHA_CODE, id, "alpha 2.0", v.work);
     free(id);
     itest_stop(s);
-    if (test__failed_checks == 0)
-        itest_rm_rf(work);
-    free(wheels);
-    free(allow);
-    free(empty);
-    free(work);
+out:
+    venv_env_done(&v);
+}
+
+/* A sync and an async run import ipdtest_alpha and see the generation
+ * bound by its host path (DATA-DIR-venv/gen-... in mountinfo; the part of
+ * it below the root of its filesystem, whichever that is).  The name
+ * (gen-...) of the generation the runs saw (free()), or NULL. */
+static char *runs_see_host_path(struct itest_server *s, const char *file_id)
+{
+    char *gen = NULL;
+    for (int async = 0; async < 2; async++) {
+        json_t *res = run(s, ALPHA_CODE, file_id, async);
+        const char *out = json_string_value(json_object_get(res, "stdout"));
+        const char *at = out ? strstr(out, "/data-venv/gen-") : NULL;
+        CHECKF(out && strstr(out, "alpha 2.0"), "run %d: stdout: %s",
+               async, out ? out : "(none)");
+        CHECKF(at, "run %d does not see the generation's host path:\n%s",
+               async, out ? out : "(none)");
+        if (at && !gen)
+            gen = itest_fmt("%.*s", (int)strcspn(at + 11, " \n"), at + 11);
+        json_decref(res);
+    }
+    return gen;
+}
+
+/* --venv-stage-max below the generation's size (a venv with pip is some
+ * MB): no copy, runs work on the generation bound by its host path, and
+ * the warning says so once for the generation, not once per run. */
+static void venv_stage_max_too_small(void)
+{
+    struct venv_env v;
+    if (!venv_env_setup(&v))
+        goto out;
+    v.args[v.n++] = "--venv-stage-max";
+    v.args[v.n++] = "1M";
+    struct itest_server *s = itest_start(&v.o);
+    REQUIRE(s);
+    install_alpha(s);
+    char *id = upload(s, "in.txt");
+    char *gen = runs_see_host_path(s, id);
+    /* Once for the generation the runs used, not once per run (an
+     * earlier generation, made before the install's, has its own). */
+    char *warned = itest_fmt("%s " BOUND, gen ? gen : "gen-?");
+    CHECK(itest_wait_log_line(s, 5000, warned, "larger than venv-stage-max",
+                              "1048576 bytes", NULL));
+    CHECKF(log_count(s, warned) == 1, "%d warnings \"%s\", want 1",
+           log_count(s, warned), warned);
+    free(warned);
+    free(gen);
+    CHECKF(log_count(s, COPIED) == 0, "a copy is logged");
+    free(id);
+    itest_stop(s);
+out:
+    venv_env_done(&v);
+}
+
+/* --venv-stage-max 0: the operator's choice, warned about at start; no
+ * copy is tried (none logged, no per-generation warning), runs work. */
+static void venv_stage_max_zero(void)
+{
+    struct venv_env v;
+    if (!venv_env_setup(&v))
+        goto out;
+    v.args[v.n++] = "--venv-stage-max";
+    v.args[v.n++] = "0";
+    struct itest_server *s = itest_start(&v.o);
+    REQUIRE(s);
+    CHECKF(log_count(s, "venv-stage-max is 0: runs on a generation see its "
+                        "host path") == 1, "no start-up warning");
+    install_alpha(s);
+    char *id = upload(s, "in.txt");
+    free(runs_see_host_path(s, id));
+    CHECKF(log_count(s, COPIED) == 0, "a copy is logged");
+    CHECKF(log_count(s, BOUND) == 0, "a per-generation warning is logged");
+    free(id);
+    itest_stop(s);
+out:
+    venv_env_done(&v);
+}
+
+/* The server on venv dir dir, the root of its own filesystem: said at
+ * start, no copy, runs see the generation as /gen-... only. */
+static void own_fs_runs(struct venv_env *v, const char *dir)
+{
+    v->args[v->n++] = "--venv-dir";
+    v->args[v->n++] = dir;
+    struct itest_server *s = itest_start(&v->o);
+    REQUIRE(s);
+    char *said = itest_fmt("venv: %s is the root of its own filesystem", dir);
+    CHECKF(log_count(s, said) == 1, "no start-up line: %s", said);
+    install_alpha(s);
+    char *id = upload(s, "in.txt");
+    /* " /gen-": mountinfo's root field of the generation's bind (a copy
+     * would show /venv); dir, below v->work, is a needle too. */
+    runs_see_no_host_path(s, ALPHA_CODE, id, " /gen-", v->work);
+    CHECKF(log_count(s, COPIED) == 0, "a copy is logged");
+    CHECKF(log_count(s, BOUND) == 0, "a per-generation warning is logged");
+    free(id);
+    free(said);
+    itest_stop(s);
+}
+
+/* --venv-dir the root of a tmpfs of its own (mounted here, on a fresh
+ * directory; unmounted whatever happened). */
+static void venv_dir_own_filesystem(void)
+{
+    struct venv_env v;
+    char *dir = NULL;
+    bool mounted = false;
+    if (!venv_env_setup(&v))
+        goto out;
+    dir = itest_fmt("%s/venvfs", v.work);
+    mounted = mkdir(dir, 0700) == 0 &&
+              mount("ipdtest-venv", dir, "tmpfs", MS_NOSUID | MS_NODEV,
+                    "mode=0700,size=512m") == 0;
+    CHECKF(mounted, "cannot mount a tmpfs on %s: %s", dir, strerror(errno));
+    if (mounted)
+        own_fs_runs(&v, dir);
+    if (mounted && umount2(dir, MNT_DETACH) != 0)
+        CHECKF(false, "umount %s: %s", dir, strerror(errno));
+out:
+    free(dir);
+    venv_env_done(&v);
 }
 
 TEST_MAIN(T(data_dir_is_the_services_alone), T(run_sees_no_host_path),
-          T(venv_run_sees_no_host_path))
+          T(venv_run_sees_no_host_path), T(venv_stage_max_too_small),
+          T(venv_stage_max_zero), T(venv_dir_own_filesystem))
