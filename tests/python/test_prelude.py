@@ -876,6 +876,214 @@ class TestFigures(PreludeCase):
             self.assertEqual(f.read(), compact)
 
 
+class TestDisplay(PreludeCase):
+    """display(obj) and the value of a bare last expression, as bundles in
+    .interpd/display.jsonl (issue 14, notebook output)."""
+
+    def shown(self, r):
+        """The display lines, parsed; [] when there is no file."""
+        path = os.path.join(self.out, ".interpd", "display.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path, "rb") as f:
+            raw = f.read()
+        return [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+
+    def test_last_expression_is_shown(self):
+        r = self.run_code("x = 40\nx + 2\n")
+        self.assert_ok(r)
+        self.assertEqual(self.shown(r), [{"text/plain": "42"}])
+        self.assertEqual(r.stdout, "")
+
+    def test_multiline_last_expression(self):
+        r = self.run_code("d = {'a': 1}\n(d['a'] +\n 1)  # two\n")
+        self.assert_ok(r)
+        self.assertEqual(self.shown(r), [{"text/plain": "2"}])
+
+    def test_none_assignment_and_semicolon_show_nothing(self):
+        for code in ("print('hi')\n", "x = 5\n", "x = 5\nx;\n",
+                     "x = 5\nx ;  # quiet\n", "None\n", "import os\n",
+                     "def f():\n    return 1\n", "for i in range(2):\n    i\n",
+                     "# only a comment\n", ""):
+            with self.subTest(code=code):
+                r = self.run_code(None, raw_code=code.encode())
+                self.assert_ok(r)
+                self.assertEqual(self.shown(r), [])
+
+    def test_semicolon_between_statements_still_shows_the_last(self):
+        r = self.run_code("x = 'é'; x\n")
+        self.assert_ok(r)
+        self.assertEqual(self.shown(r), [{"text/plain": "'é'"}])
+
+    def test_display_calls_in_order_then_last_expression(self):
+        r = self.run_code("""
+            def helper():
+                display("from a function")
+            display(1)
+            helper()
+            display([1, 2], {"k": None})
+            print("printed")
+            display(int)
+            "last"
+        """)
+        self.assert_ok(r)
+        self.assertEqual([b["text/plain"] for b in self.shown(r)],
+                         ["1", "'from a function'", "[1, 2]",
+                          "{'k': None}", "<class 'int'>", "'last'"])
+        self.assertEqual(r.stdout, "printed\n")
+        self.assertEqual(r.result, {"error": None, "figures": []})
+
+    def test_dataframe_has_html(self):
+        r = self.run_code("""
+            import pandas as pd
+            df = pd.DataFrame({"city": ["Oslo", "Lima"], "pop": [700, 9000]})
+            display(df.head(1))
+            df
+        """)
+        self.assert_ok(r)
+        first, last = self.shown(r)
+        self.assertIn("Oslo", first["text/plain"])
+        self.assertNotIn("Lima", first["text/plain"])
+        self.assertIn("<table", last["text/html"])
+        self.assertIn("<td>Lima</td>", last["text/html"])
+        self.assertIn("city", last["text/plain"])
+        self.assertNotIn("image/png", last)
+
+    def test_figure_and_pil_image_have_png(self):
+        import base64
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            from PIL import Image
+            fig, ax = plt.subplots(figsize=(2, 2))
+            ax.plot([1, 3, 2])
+            display(fig)
+            Image.new("CMYK", (7, 5))
+        """)
+        self.assert_ok(r)
+        fig, img = self.shown(r)
+        self.assertIn("Figure", fig["text/plain"])
+        png = base64.b64decode(fig["image/png"], validate=True)
+        self.assertTrue(png.startswith(PNG_SIGNATURE))
+        self.assertIn("PIL", img["text/plain"])
+        png = base64.b64decode(img["image/png"], validate=True)
+        self.assertTrue(png.startswith(PNG_SIGNATURE))
+        self.assertEqual(int.from_bytes(png[16:20], "big"), 7)
+        # charts still come back as files: the figure stayed open
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+
+    def test_raising_reprs_do_not_crash(self):
+        r = self.run_code("""
+            class Bad:
+                def __repr__(self):
+                    raise ValueError("no repr for you")
+                def _repr_html_(self):
+                    raise RuntimeError("no html either")
+                def _repr_png_(self):
+                    return b"not a png"
+            class Odd:
+                def _repr_html_(self):
+                    return 42
+                def __getattr__(self, name):
+                    return lambda: "<b>made up</b>"
+            display(Bad())
+            display(Odd())
+            Bad()
+        """)
+        self.assert_ok(r)
+        bad, odd, last = self.shown(r)
+        self.assertEqual(bad, {"text/plain": "<Bad object: repr() failed: "
+                                             "ValueError: no repr for you>"})
+        self.assertEqual(last, bad)
+        self.assertEqual(set(odd), {"text/plain"})
+
+    def test_huge_repr_is_capped(self):
+        r = self.run_code("""
+            display("x" * 300000)
+            "<p>" * 100000
+        """)
+        self.assert_ok(r)
+        plain, _ = self.shown(r)
+        self.assertTrue(plain["truncated"])
+        self.assertLess(len(plain["text/plain"]), 256 * 1024 + 100)
+        self.assertIn("characters omitted", plain["text/plain"])
+
+    def test_display_file_is_bounded(self):
+        r = self.run_code("""
+            for i in range(40):
+                display("y" * 250000)
+            print("done")
+        """)
+        self.assert_ok(r)
+        path = os.path.join(self.out, ".interpd", "display.jsonl")
+        self.assertLessEqual(os.path.getsize(path), 8 * 1024 * 1024 + 32)
+        shown = self.shown(r)
+        self.assertEqual(shown[-1], {"truncated": True})
+        self.assertGreater(len(shown), 10)
+
+    def test_last_expression_error_keeps_line_numbers(self):
+        r = self.run_code(
+            "def f(a):\n"
+            "    return a / 0\n"
+            "\n"
+            "x = 1\n"
+            "f(\n"
+            "  x)\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "ZeroDivisionError")
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(5, "<module>"), (2, "f")])
+        self.assertIn("    return a / 0\n", r.error["traceback"])
+        self.assert_no_prelude_frames(r.error["traceback"])
+        self.assertEqual(self.shown(r), [])
+
+    def test_last_expression_sys_exit(self):
+        r = self.run_code("import sys\nprint('bye')\nsys.exit(4)\n")
+        self.assertEqual(r.rc, 4, r)
+        self.assertEqual(r.error["type"], "SystemExit")
+        self.assertEqual(self.code_frames(r.error["traceback"]),
+                         [(3, "<module>")])
+        self.assertEqual(self.shown(r), [])
+
+    def test_compiler_errors_keep_line_numbers(self):
+        r = self.run_code("x = 1\n\nreturn x\n")
+        self.assertEqual(r.rc, 1, r)
+        self.assertEqual(r.error["type"], "SyntaxError")
+        self.assertIn('File "<code>", line 3', r.error["traceback"])
+        r = self.run_code("from __future__ import annotations\n"
+                          "def f(a: Undefined) -> int:\n"
+                          "    return 1\n"
+                          "f.__annotations__['a']\n")
+        self.assert_ok(r)
+        self.assertEqual(self.shown(r), [{"text/plain": "'Undefined'"}])
+
+    def test_display_file_cannot_redirect_writes(self):
+        target = os.path.join(self.dir, "target")
+        r = self.run_code("""
+            import os
+            os.unlink(".interpd/display.jsonl") if os.path.exists(
+                ".interpd/display.jsonl") else None
+            os.symlink(%r, ".interpd/display.jsonl")
+            display("through the link?")
+            os.unlink(".interpd/display.jsonl")
+            os.mkfifo(".interpd/display.jsonl")
+            display("into a fifo?")
+            print("still running")
+        """ % target)
+        self.assert_ok(r)
+        self.assertFalse(os.path.exists(target))
+        self.assertEqual(r.stdout, "still running\n")
+
+    def test_ipython_display_is_the_preludes(self):
+        r = self.run_code("""
+            from IPython.display import display as d, HTML
+            d(HTML("<b>bold</b>"))
+        """)
+        self.assert_ok(r)
+        (b,) = self.shown(r)
+        self.assertEqual(b["text/html"], "<b>bold</b>")
+        self.assertEqual(r.stdout, "")
+
+
 class TestReseed(unittest.TestCase):
 
     def test_reseed_when_already_imported(self):

@@ -29,6 +29,15 @@ Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
                   the code runs, so a code that fills the disk still gets its
                   result; error.message is capped at 16 Ki characters and
                   error.traceback at 64 Ki (its head and tail kept).
+  .interpd/display.jsonl, appended by each display(obj) and by a bare
+                  expression as the code's last statement: one MIME bundle
+                  per line, {"text/plain": repr, "text/html": ...,
+                  "image/png": base64}, in the order shown (see _show);
+                  a text over 256 Ki characters is cut (text/plain, with
+                  a note and "truncated": true) or left out (text/html);
+                  once the file would pass 8 MiB, one {"truncated": true}
+                  line and nothing more.  Untrusted by the executor, which
+                  checks every line (service/exec/result.c).
 
 Exit status: 0; 1 after an uncaught exception (KeyboardInterrupt too);
 sys.exit(n) gives n (a non-integer code is printed to stderr and gives 1,
@@ -39,7 +48,14 @@ result.json.
 
 The code is compiled with the filename "<code>" and runs in a fresh module
 (__name__ == "__main__", also sys.modules["__main__"]), so frames read
-File "<code>", line N with the user's own numbering.  Its source is entered
+File "<code>", line N with the user's own numbering.  It is parsed once
+(compile with PyCF_ONLY_AST: no import of ast) and, as in a notebook cell,
+a bare expression as its last statement is split off, evaluated after the
+rest with its own line numbers, and its value shown (display) unless it is
+None or the statement ends with ";" (read from the source text, as
+IPython does).  display(*objs) is a builtin (builtins.display, so the
+module's globals stay the code's own); IPython.display.display, when the
+code imports it, is the same function.  Its source is entered
 in linecache when linecache is first imported, so tracebacks and warnings
 show the lines.  Tracebacks leave out every frame of this file.
 
@@ -74,6 +90,7 @@ _CODE_NAME = "<code>"
 _EX_PRELUDE = 70
 _MAX_MESSAGE = 16 * 1024
 _MAX_TRACEBACK = 64 * 1024
+_ONLY_AST = 0x400   # PyCF_ONLY_AST
 
 _SOURCE_LINES = []  # the code's lines, for linecache
 _ENTRIES = {}       # file_id, filename and path -> files.json entry
@@ -171,6 +188,14 @@ def load_file(name, **kwargs):
     return _lib()["_load_file"](name, kwargs)
 
 
+def display(*objs, **kwargs):
+    """Show each object in the execution's result, as a notebook does: a
+    MIME bundle per object in the result's "display" list (text/plain, and
+    text/html or image/png where the object provides them).  Keyword
+    arguments of IPython's display are accepted and ignored."""
+    _lib()["_show"](objs)
+
+
 def _stderr(text):
     stream = sys.stderr or sys.__stderr__
     try:
@@ -204,8 +229,11 @@ def _reserve_result():
     try:
         try:
             os.mkdir(d, 0o755)
-        except FileExistsError:
-            pass
+        except FileExistsError:     # not a fresh output dir: no old display
+            try:
+                os.unlink(os.path.join(d, "display.jsonl"))
+            except OSError:
+                pass
         tmp = os.path.join(d, "result.json.%d.tmp" % os.getpid())
         fd = os.open(tmp, _TMP_FLAGS, 0o644)
     except OSError:
@@ -276,10 +304,46 @@ def _write_result(error, figures):
     os.replace(tmp, os.path.join(d, "result.json"))
 
 
-def _execute(source, ns):
-    """Run the code: (exit status or SystemExit code, error object)."""
+def _ends_with_semicolon(node):
+    """The source text has ";" right after node (IPython: show nothing).
+    Column offsets count UTF-8 bytes."""
     try:
-        exec(compile(source, _CODE_NAME, "exec", dont_inherit=True), ns)
+        line = _SOURCE_LINES[node.end_lineno - 1].encode("utf-8")
+        rest = line[node.end_col_offset:]
+    except Exception:
+        return False
+    return rest.lstrip(b" \t\f").startswith(b";")
+
+
+def _split_last(tree):
+    """The bare expression ending the module, removed from tree, as an
+    Expression to eval; None when the code does not end with one."""
+    body = tree.body
+    if not body or type(body[-1]).__name__ != "Expr":
+        return None
+    if _ends_with_semicolon(body[-1]):
+        return None
+    last = compile("0", _CODE_NAME, "eval", _ONLY_AST, dont_inherit=True)
+    last.body = body.pop().value
+    return last
+
+
+def _execute(source, ns):
+    """Run the code: (exit status or SystemExit code, error object).  A
+    bare expression as its last statement is shown (_split_last)."""
+    try:
+        tree = compile(source, _CODE_NAME, "exec", _ONLY_AST,
+                       dont_inherit=True)
+        last = _split_last(tree)
+        code = compile(tree, _CODE_NAME, "exec", dont_inherit=True)
+        if last is not None:
+            last = compile(last, _CODE_NAME, "eval", dont_inherit=True)
+        del tree
+        exec(code, ns)
+        if last is not None:
+            value = eval(last, ns)
+            if value is not None:
+                _lib()["_show"]((value,))
     except SystemExit as e:
         if e.code is None or e.code == 0 or e.code is False:
             return 0, None
@@ -297,6 +361,7 @@ def main():
     ns["__builtins__"] = sys.modules["builtins"]
     ns["FILES"] = _Files()
     ns["load_file"] = load_file
+    ns["__builtins__"].display = display
     try:
         os.chdir(_OUTPUT)
         source = _read_input("code.py", None)
@@ -322,6 +387,7 @@ def main():
     _watch("linecache", after="_register_source")
     _watch("matplotlib.pyplot", after="_patch_pyplot")
     _watch("matplotlib", before="_seed_mpl_cache")
+    _watch("IPython.display", after="_patch_ipython")
     _reserve_result()
     if "random" in sys.modules or "numpy" in sys.modules:
         _lib()["_reseed"]()
@@ -791,6 +857,150 @@ def _seed_mpl_cache():
             os.replace(tmp, target)
         except OSError:
             pass
+
+
+# ----------------------------------------------------------------- display
+
+_DISPLAY_FILE = "display.jsonl"
+_DISPLAY_TEXT_MAX = 256 * 1024          # characters of one text value
+_DISPLAY_FILE_MAX = 8 * 1024 * 1024     # bytes of display.jsonl
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_display_full = []                       # [True] once the file is full
+
+
+def _describe_failure(obj, what, e):
+    try:
+        detail = "%s: %s" % (type(e).__name__, e)
+    except Exception:
+        detail = type(e).__name__
+    return "<%s object: %s failed: %s>" % (type(obj).__name__, what, detail)
+
+
+def _text_plain(obj):
+    try:
+        return repr(obj)
+    except Exception as e:
+        return _describe_failure(obj, "repr()", e)
+
+
+def _repr_method(obj, name):
+    """What obj._repr_*_() returns (the data of a (data, metadata) pair);
+    None when obj is a class, has no such method or it fails."""
+    if isinstance(obj, type):
+        return None
+    try:
+        method = getattr(obj, name, None)
+        if not callable(method):
+            return None
+        value = method()
+    except Exception:
+        return None
+    if isinstance(value, tuple) and value:
+        value = value[0]
+    return value
+
+
+def _png_bytes(obj):
+    """PNG bytes of a matplotlib figure, a PIL image or an object with
+    _repr_png_; None otherwise or when it fails."""
+    if isinstance(obj, type):
+        return None
+    import io
+    data = None
+    figure = sys.modules.get("matplotlib.figure")
+    image = sys.modules.get("PIL.Image")
+    try:
+        if figure is not None and isinstance(obj, figure.Figure):
+            buf = io.BytesIO()
+            obj.savefig(buf, format="png", bbox_inches="tight")
+            data = buf.getvalue()
+        elif image is not None and isinstance(obj, image.Image):
+            buf = io.BytesIO()
+            try:
+                obj.save(buf, format="PNG")
+            except (OSError, ValueError):   # a mode PNG cannot hold
+                buf = io.BytesIO()
+                obj.convert("RGBA").save(buf, format="PNG")
+            data = buf.getvalue()
+        else:
+            data = _repr_method(obj, "_repr_png_")
+    except Exception:
+        return None
+    if isinstance(data, (bytes, bytearray)) and \
+            bytes(data[:8]) == _PNG_SIGNATURE:
+        return bytes(data)
+    return None
+
+
+def _bundle_line(obj):
+    """obj's MIME bundle as one line of JSON (bytes)."""
+    import binascii
+    cut = False
+    text = _text_plain(obj)
+    if len(text) > _DISPLAY_TEXT_MAX:
+        text = text[:_DISPLAY_TEXT_MAX] + "\n... (%d characters omitted)" % (
+            len(text) - _DISPLAY_TEXT_MAX)
+        cut = True
+    parts = ['"text/plain": ' + _jstr(text)]
+    html = _repr_method(obj, "_repr_html_")
+    if isinstance(html, str):
+        if len(html) <= _DISPLAY_TEXT_MAX:
+            parts.append('"text/html": ' + _jstr(html))
+        else:
+            cut = True
+    png = _png_bytes(obj)
+    if png is not None:
+        parts.append('"image/png": "%s"' % binascii.b2a_base64(
+            png, newline=False).decode("ascii"))
+    if cut:
+        parts.append('"truncated": true')
+    return ("{" + ", ".join(parts) + "}\n").encode("utf-8")
+
+
+def _append_display(line):
+    """Append line to .interpd/display.jsonl (a regular file only; never
+    through a symlink); past _DISPLAY_FILE_MAX a {"truncated": true} line
+    instead, once, then nothing."""
+    if _display_full:
+        return
+    d = os.path.join(_OUTPUT, ".interpd")
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+             | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            pass
+        fd = os.open(os.path.join(d, _DISPLAY_FILE), flags, 0o644)
+    except OSError:
+        return
+    try:
+        import stat
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if st.st_size + len(line) > _DISPLAY_FILE_MAX:
+            _display_full.append(True)
+            line = b'{"truncated": true}\n'
+        while line:
+            line = line[os.write(fd, line):]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _show(objs):
+    """display(*objs): a bundle per object, in order."""
+    for obj in objs:
+        if _display_full:
+            return
+        _append_display(_bundle_line(obj))
+
+
+def _patch_ipython(module):
+    """IPython.display.display is the prelude's display."""
+    module.display = display
 
 
 # ------------------------------------------------------------------ errors
