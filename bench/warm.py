@@ -80,6 +80,10 @@ class Contestant:
     op = None
     note = ""
 
+    def rest(self):
+        """Close idle keep-alive connections (the throughput part lasts
+        longer than the server's request-header-timeout)."""
+
     def close(self):
         pass
 
@@ -187,6 +191,7 @@ class Kernel(Contestant):
         self.kc.stop_channels()
         self.km.shutdown_kernel()
         self.log.close()
+        del self.kc, self.km   # not left to __del__ at interpreter exit
 
 
 def check_result(doc, who, want_chart):
@@ -223,6 +228,10 @@ class Interpd(Contestant):
         self.et[part].append(doc["execution_time"] * 1000)
         return ms
 
+    def rest(self):
+        self.c1.conn.close()   # http.client reconnects on the next request
+        self.cj.conn.close()
+
     def print1(self):
         return self.post(self.c1, "print1")
 
@@ -248,6 +257,9 @@ class Session(Contestant):
         ec.check(status, doc, data)
         check_result(doc, self.name, True)
         return ms
+
+    def rest(self):
+        self.c.conn.close()
 
     def close(self):
         self.c.conn.request("DELETE", "/v1/sessions/" + self.sid,
@@ -294,6 +306,8 @@ def throughput(contestants, seconds, reps, rng):
     """{name: {clients: [execs/s per rep]}}, plus the non-200 outcomes."""
     eps = {c.name: {n: [] for n in CLIENTS} for c in contestants if c.op}
     bad = {}
+    for c in contestants:
+        c.rest()
     for rep in range(reps):
         for n in CLIENTS:
             order = [c for c in contestants if c.op]
