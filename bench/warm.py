@@ -313,15 +313,17 @@ def throughput(contestants, seconds, reps, rng):
             order = [c for c in contestants if c.op]
             rng.shuffle(order)
             for c in order:
+                cpu0 = time.process_time()
                 elapsed, ok_ms, codes = ec.run_clients(n, seconds, c.op)
+                cpu = (time.process_time() - cpu0) * 1000 / max(1, len(ok_ms))
                 eps[c.name][n].append(len(ok_ms) / elapsed)
                 for k, v in codes.items():
                     if k != "200":
                         bad[(c.name, n, k)] = bad.get((c.name, n, k), 0) + v
                 print(f"# throughput {c.name}, {n} clients, rep {rep + 1}: "
                       f"{len(ok_ms) / elapsed:.1f}/s, outcomes {codes}, "
-                      f"latency p50 {ec.pct(ok_ms, 50) if ok_ms else 0:.1f} ms",
-                      flush=True)
+                      f"latency p50 {ec.pct(ok_ms, 50) if ok_ms else 0:.1f} ms, "
+                      f"driver CPU {cpu:.2f} ms per request", flush=True)
     return eps, bad
 
 
