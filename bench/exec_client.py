@@ -170,29 +170,25 @@ def latency(host, port, key, user, n, warmup, codefile, prelude=None,
           f"{kinds} max_rss_kb={doc['resources']['max_rss_kb']}")
 
 
-def throughput(host, port, key, user, clients, seconds, codefile):
-    body = body_of(codefile)
+def run_clients(clients, seconds, make_op):
+    """CLIENTS threads, each calling op = make_op() back to back for SECONDS
+    (make_op runs in the thread, before the common start).  op() returns
+    (outcome, ms): outcome "200" counts as a success, anything else is
+    tallied by name.  Returns (elapsed s, success latencies, {outcome: n})."""
     lock = threading.Lock()
     ok_ms, codes = [], {}
     start = threading.Barrier(clients + 1)
     deadline = [0.0]
 
     def worker():
-        c = Client(host, port, key, user, body)
+        op = make_op()
         start.wait()
         while time.perf_counter() < deadline[0]:
-            try:
-                status, doc, ms, data = c.post()
-            except (OSError, http.client.HTTPException) as e:
-                status, doc, ms = type(e).__name__, None, 0.0
-                c.conn.close()
+            outcome, ms = op()
             with lock:
-                if status == 200 and doc.get("success"):
+                codes[outcome] = codes.get(outcome, 0) + 1
+                if outcome == "200":
                     ok_ms.append(ms)
-                    codes["200"] = codes.get("200", 0) + 1
-                else:
-                    k = str(status) + ("" if status != 200 else " unsuccessful")
-                    codes[k] = codes.get(k, 0) + 1
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     for t in threads:
@@ -202,7 +198,30 @@ def throughput(host, port, key, user, clients, seconds, codefile):
     start.wait()
     for t in threads:
         t.join()
-    elapsed = time.perf_counter() - t0
+    return time.perf_counter() - t0, ok_ms, codes
+
+
+def http_op(host, port, key, user, body):
+    """make_op for run_clients: one execution on a keep-alive connection."""
+    def make():
+        c = Client(host, port, key, user, body)
+
+        def op():
+            try:
+                status, doc, ms, data = c.post()
+            except (OSError, http.client.HTTPException) as e:
+                c.conn.close()
+                return type(e).__name__, 0.0
+            if status == 200 and not doc.get("success"):
+                return "200 unsuccessful", ms
+            return str(status), ms
+        return op
+    return make
+
+
+def throughput(host, port, key, user, clients, seconds, codefile):
+    elapsed, ok_ms, codes = run_clients(
+        clients, seconds, http_op(host, port, key, user, body_of(codefile)))
     n429 = codes.get("429", 0)
     other = {k: v for k, v in codes.items() if k not in ("200", "429")}
     print(f"throughput clients={clients} seconds={elapsed:.2f} ok={len(ok_ms)} "

@@ -12,6 +12,7 @@ PY=/usr/bin/python3          # Debian's python, never the pyenv shim
 BENCH_TMP=${BENCH_TMP:-$BENCH_ROOT/build-bench/bench-tmp}
 
 SERVER_PID=
+SERVER_PIDS=()   # every server start_server started (bench_cleanup stops them)
 PORT=
 KEY=
 WORK=
@@ -31,18 +32,20 @@ bench_setup() {
 
 bench_cleanup() {
     local rc=$?
-    stop_server || true
+    stop_servers || true
     if [ -n "${WORK:-}" ] && [ -d "$WORK" ]; then
-        if [ -s "$WORK/server.log" ]; then
+        local log
+        for log in "$WORK"/server*.log; do
+            [ -s "$log" ] || continue
             # Surface anything the server complained about.
-            if grep -v "^.*config " "$WORK/server.log" | grep -qiE "error|warn|abort|assert|fatal"; then
-                echo "# server log lines mentioning error/warn (first 20):"
-                grep -v "^.*config " "$WORK/server.log" | grep -iE "error|warn|abort|assert|fatal" | head -20 | sed 's/^/#   /'
+            if grep -v "^.*config " "$log" | grep -qiE "error|warn|abort|assert|fatal"; then
+                echo "# $(basename "$log") lines mentioning error/warn (first 20):"
+                grep -v "^.*config " "$log" | grep -iE "error|warn|abort|assert|fatal" | head -20 | sed 's/^/#   /'
             fi
             if [ -n "${KEEP_LOGS:-}" ]; then
-                cp "$WORK/server.log" "$BENCH_TMP/$(basename "$WORK").server.log"
+                cp "$log" "$BENCH_TMP/$(basename "$WORK").$(basename "$log")"
             fi
-        fi
+        done
         rm -rf "$WORK"
     fi
     exit $rc
@@ -50,23 +53,27 @@ bench_cleanup() {
 
 # start_server [extra interpd options...]: start interpd on a free port,
 # wait (blocking read on a fifo) for it to report the port, read the admin key.
+# With SERVER_NAME=NAME set, its data dir is $WORK/data-NAME and its log
+# $WORK/server-NAME.log, so that several servers can run side by side.
 start_server() {
-    local fifo="$WORK/ready.fifo"
+    local sfx=${SERVER_NAME:+-$SERVER_NAME}
+    local fifo="$WORK/ready$sfx.fifo" data="$WORK/data$sfx"
     mkfifo "$fifo"
-    "$INTERPD" serve --listen 127.0.0.1:0 --data-dir "$WORK/data" \
+    "$INTERPD" serve --listen 127.0.0.1:0 --data-dir "$data" \
         --ready-fd 3 --log-level warn "$@" \
-        3>"$fifo" 2>"$WORK/server.log" >/dev/null &
+        3>"$fifo" 2>"$WORK/server$sfx.log" >/dev/null &
     SERVER_PID=$!
+    SERVER_PIDS+=("$SERVER_PID")
     # Blocks until the server writes its port and closes fd 3 (or dies,
     # which also closes the write end).
     PORT=$(head -n1 <"$fifo" || true)
     rm -f "$fifo"
     if [ -z "$PORT" ]; then
-        cat "$WORK/server.log" >&2
+        cat "$WORK/server$sfx.log" >&2
         die "server did not report a port"
     fi
-    [ -s "$WORK/data/admin.key" ] || die "no admin.key in $WORK/data"
-    KEY=$(tr -d '\n' <"$WORK/data/admin.key")
+    [ -s "$data/admin.key" ] || die "no admin.key in $data"
+    KEY=$(tr -d '\n' <"$data/admin.key")
     BASE="http://127.0.0.1:$PORT"
     echo "# server pid $SERVER_PID, port $PORT, options: $*"
 }
@@ -83,7 +90,20 @@ stop_server() {
         wait "$SERVER_PID" 2>/dev/null || rc=$?
         echo "# WARNING: server had already exited (status $rc) before stop"
     fi
+    local pid left=()
+    for pid in "${SERVER_PIDS[@]}"; do
+        [ "$pid" = "$SERVER_PID" ] || left+=("$pid")
+    done
+    SERVER_PIDS=("${left[@]}")
     SERVER_PID=
+}
+
+# stop_servers: stop_server for every server start_server started.
+stop_servers() {
+    while [ "${#SERVER_PIDS[@]}" -gt 0 ]; do
+        SERVER_PID=${SERVER_PIDS[0]}
+        stop_server
+    done
 }
 
 # Field from /proc/PID/status in KiB (VmRSS, VmHWM, ...).

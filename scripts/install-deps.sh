@@ -9,6 +9,7 @@ packages=(
   libcurl4-openssl-dev libssl-dev libseccomp-dev libmongoc-dev libbson-dev
   python3 python3-venv python3-numpy python3-pandas python3-matplotlib
   python3-scipy python3-openpyxl python3-pil python3-yaml
+  python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
   curl wrk nodejs
 )
 # npm comes with NodeSource's nodejs (which conflicts with Debian's npm);
