@@ -1,9 +1,12 @@
 /*
  * guard.c - guard.h: the SSRF guard's address classifier and the
- * allowlist.  Pure: no libcurl, no network, unit-tested on its own
+ * allowlist.  No libcurl, no network; the classifier is pure, and the
+ * check of a host's addresses also asks the kernel for this host's own
+ * interface addresses (getifaddrs).  Unit-tested on its own
  * (tests/unit/service/test_fetch_guard.c).
  */
 #include <arpa/inet.h>
+#include <ifaddrs.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 
@@ -311,6 +314,52 @@ void ipd__fetch_addr_str(const struct sockaddr *sa, char *out, size_t outsz)
         snprintf(out, outsz, "(family %d)", (int)sa->sa_family);
 }
 
+/* sa's address bytes into b (4 or 16; an IPv4-mapped IPv6 address gives
+ * its IPv4 one); the family, or 0 for neither. */
+static int addr_bytes(const struct sockaddr *sa, uint8_t b[16])
+{
+    if (sa->sa_family == AF_INET) {
+        memcpy(b, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
+               4);
+        return AF_INET;
+    }
+    if (sa->sa_family != AF_INET6)
+        return 0;
+    memcpy(b, &((const struct sockaddr_in6 *)(const void *)sa)->sin6_addr, 16);
+    if (memcmp(b, v4mapped, 12))
+        return AF_INET6;
+    memmove(b, b + 12, 4);
+    return AF_INET;
+}
+
+/* Whether sa is an address of one of this host's interfaces, which the
+ * kernel delivers locally whatever its class (a public address on eth0,
+ * a global IPv6 address): 1, 0, or -1 when they cannot be listed. */
+static int host_address(const struct sockaddr *sa)
+{
+    struct ifaddrs *ifs = NULL;
+    uint8_t want[16], have[16];
+    int fam = addr_bytes(sa, want), found = 0;
+    if (!fam)
+        return 0;
+    if (getifaddrs(&ifs))
+        return -1;
+    for (const struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+        if (i->ifa_addr && addr_bytes(i->ifa_addr, have) == fam &&
+            !memcmp(want, have, fam == AF_INET ? 4 : 16))
+            found = 1;
+    freeifaddrs(ifs);
+    return found;
+}
+
+static bool allowlisted(const struct sockaddr *sa,
+                        const struct ipd_fetch_allowlist *allow)
+{
+    uint8_t b[16];
+    int fam = addr_bytes(sa, b);
+    return fam && allow_match(allow, fam, b);
+}
+
 enum ipd_err ipd_fetch_addresses_check(const char *host,
                                        const struct sockaddr *const *addrs,
                                        size_t n,
@@ -322,11 +371,19 @@ enum ipd_err ipd_fetch_addresses_check(const char *host,
         return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: host %s has no address", host);
     for (size_t i = 0; i < n; i++) {
-        if (ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)))
-            continue;
         ipd__fetch_addr_str(addrs[i], a, sizeof(a));
-        return fail(err, IPD_ERR_FORBIDDEN,
-                    "address %s of host %s is not allowed (%s)", a, host, why);
+        if (!ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)))
+            return fail(err, IPD_ERR_FORBIDDEN,
+                        "address %s of host %s is not allowed (%s)", a, host,
+                        why);
+        if (allowlisted(addrs[i], allow))
+            continue;
+        int local = host_address(addrs[i]);
+        if (local)
+            return fail(err, IPD_ERR_FORBIDDEN,
+                        "address %s of host %s is not allowed (%s)", a, host,
+                        local > 0 ? "an address of this host"
+                                  : "this host's addresses cannot be listed");
     }
     return IPD_OK;
 }

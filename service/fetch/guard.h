@@ -57,8 +57,13 @@ bool ipd_fetch_address_allowed(const struct sockaddr *sa,
 /*
  * Check every address host resolved to (addrs[0..n)); any refused one
  * refuses them all: IPD_ERR_FORBIDDEN with "address A of host H is not
- * allowed (why)" in err.  n == 0 is IPD_ERR_UPSTREAM.  The fetches use
- * it for every hop; exported for tests.
+ * allowed (why)" in err.  Besides the classes of ipd_fetch_address_allowed,
+ * an address of one of this host's own interfaces is refused unless
+ * allowlisted (a public IPv4 or global IPv6 address of the host reaches
+ * its local services as loopback does); it asks the kernel (getifaddrs)
+ * at each call, and refuses when the addresses cannot be listed.  n == 0
+ * is IPD_ERR_UPSTREAM.  URL ingest uses it for every hop, the egress
+ * proxy for every connection; exported for tests.
  */
 enum ipd_err ipd_fetch_addresses_check(const char *host,
                                        const struct sockaddr *const *addrs,

@@ -6,9 +6,14 @@
  * rule) and the all-or-nothing check of a host's addresses.
  */
 #include <arpa/inet.h>
+#include <net/if.h>
 #include <netinet/in.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "service/common/buf.h"
 #include "service/fetch/guard.h"
@@ -542,7 +547,89 @@ static void addresses_check_messages(void)
     ipd_buf_release(&err);
 }
 
+/* In a network namespace of its own, lo up with the public address
+ * 203.0.114.5 (a host's address on its interface, as on a VPS): 0, or -1
+ * with errno.  Runs in a child: the namespace dies with it. */
+static int own_netns_with_address(void)
+{
+    struct ifreq ifr;
+    struct sockaddr_in *in = (struct sockaddr_in *)&ifr.ifr_addr;
+    if (unshare(CLONE_NEWNET))
+        return -1;
+    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -1;
+    memset(&ifr, 0, sizeof(ifr));
+    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+    in->sin_family = AF_INET;
+    inet_pton(AF_INET, "203.0.114.5", &in->sin_addr);
+    int rc = ioctl(fd, SIOCSIFADDR, &ifr);
+    if (!rc)
+        rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
+    ifr.ifr_flags |= IFF_UP;
+    if (!rc)
+        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+    close(fd);
+    return rc;
+}
+
+/* The checks of host_address_refused, in the child: its exit code is
+ * the number of failed checks (100: no namespace). */
+static int host_address_child(void)
+{
+    struct sockaddr_storage here, mapped, there;
+    const struct sockaddr *a[1];
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_buf err;
+    if (own_netns_with_address()) {
+        perror("namespace with 203.0.114.5 on lo");
+        return 100;
+    }
+    ipd_buf_init(&err, 256);
+    sa_make("203.0.114.5", &here);
+    sa_make("::ffff:203.0.114.5", &mapped);
+    sa_make("203.0.114.6", &there);
+    /* A public address, so the classifier alone lets it through... */
+    CHECK(ipd_fetch_address_allowed((struct sockaddr *)&here, NULL, NULL, 0));
+    /* ...but it is this host's: refused, written either way. */
+    a[0] = (struct sockaddr *)&here;
+    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, NULL, &err),
+              IPD_ERR_FORBIDDEN);
+    CHECK_HAS(err.buf, "an address of this host");
+    ipd_buf_reset(&err);
+    a[0] = (struct sockaddr *)&mapped;
+    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, NULL, &err),
+              IPD_ERR_FORBIDDEN);
+    /* Another public address is not the host's. */
+    a[0] = (struct sockaddr *)&there;
+    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, NULL, &err), IPD_OK);
+    /* The operator's allowlist names it: allowed. */
+    CHECK_INT(ipd_fetch_allowlist_parse("203.0.114.5", &allow, &err), IPD_OK);
+    a[0] = (struct sockaddr *)&here;
+    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, allow, &err), IPD_OK);
+    ipd_fetch_allowlist_free(allow);
+    ipd_buf_release(&err);
+    return test__failed_checks;
+}
+
+/* An address of this host's own interfaces is refused whatever its class
+ * (a public IPv4 or global IPv6 address reaches the host's services as
+ * loopback does), unless allowlisted. */
+static void host_address_refused(void)
+{
+    int st = 0;
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0)
+        _exit(host_address_child());
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+        fprintf(stderr, "the checks in the namespace failed (wait status "
+                        "0x%x)\n", (unsigned)st);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
 TEST_MAIN(T(address_classes), T(allowlist), T(any_refused_address_refuses_all),
           T(ipv4_edges), T(ipv6_edges), T(ipv6_embedding_ipv4), T(why_buffer),
           T(allowlist_exceptions), T(allowlist_parse_errors),
-          T(addresses_check_messages))
+          T(addresses_check_messages), T(host_address_refused))
