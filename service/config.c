@@ -739,11 +739,15 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
         ipd_buf_adds(err, "data-dir must not be empty");
         return false;
     }
+    /* The deadlines are added to clock readings: bounded (a "never"
+     * would wrap and close every connection at once). */
     if (c->max_connections_per_ip < 0 || c->request_header_timeout_ms <= 0 ||
-        c->request_body_timeout_ms <= 0) {
+        c->request_body_timeout_ms <= 0 ||
+        c->request_header_timeout_ms > 86400000 ||
+        c->request_body_timeout_ms > 86400000) {
         ipd_buf_adds(err, "max-connections-per-ip must be 0 or more, "
                           "request-header-timeout and request-body-timeout "
-                          "positive");
+                          "positive and at most 1d");
         return false;
     }
     if (c->max_file_size <= 0 || c->threads < 0 || c->max_connections < 1 ||

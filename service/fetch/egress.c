@@ -271,7 +271,9 @@ enum ipd_err ipd_egress_parse(const char *head, size_t len,
     enum ipd_err rc;
 
     memset(req, 0, sizeof *req);
-    ipd_buf_init(&req->out, IPD_EGRESS_HEAD_MAX + 512);
+    /* Each bare LF of the head becomes CRLF: the head can grow by a
+     * third ("a:\n" is 3 bytes, "a:\r\n" 4), plus the added lines. */
+    ipd_buf_init(&req->out, 2 * IPD_EGRESS_HEAD_MAX + 512);
     why[0] = '\0';
     if (len > IPD_EGRESS_HEAD_MAX)
         return bad(why, whysz, "request head too large");

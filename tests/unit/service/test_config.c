@@ -253,6 +253,10 @@ static void never_only_where_it_means_something(void)
         "--fetch-timeout=never",  "--fetch-connect-timeout=never",
         "--pip-timeout=never",    "--callback-retry-delay=never",
         "--fetch-timeout=2d",
+        /* a deadline added to the clock: never wrapped, closing every
+         * connection at once */
+        "--request-header-timeout=never", "--request-body-timeout=never",
+        "--request-body-timeout=2d",
     };
     static const char *const accepted[] = {
         "--venv-check-interval=never", "--venv-max-age=never",

@@ -81,6 +81,28 @@ static void absolute_forms(void)
     CHECK_STR(req.out.buf, "POST /?q HTTP/1.1\r\nContent-Length: 0\r\n"
                            "Host: h\r\nConnection: close\r\n\r\n");
     ipd_buf_release(&req.out);
+
+    /* A head of bare LFs near the limit grows by a third as CRLFs: all of
+     * it goes on, ended, never cut short. */
+    char head[IPD_EGRESS_HEAD_MAX + 1];
+    size_t n = (size_t)snprintf(head, sizeof head, "GET http://h/ HTTP/1.1\n");
+    while (n + 3 + 1 <= IPD_EGRESS_HEAD_MAX) {
+        memcpy(head + n, "a:\n", 3);
+        n += 3;
+    }
+    head[n++] = '\n';
+    head[n] = '\0';
+    size_t lines = (n - 24) / 3;
+    CHECK_INT(ipd_egress_parse(head, n, &req, why, sizeof why), IPD_OK);
+    CHECK(req.out.len > n);
+    CHECK(req.out.len >= 4 &&
+          !memcmp(req.out.buf + req.out.len - 4, "\r\n\r\n", 4));
+    CHECK(strstr(req.out.buf, "Connection: close\r\n\r\n") != NULL);
+    size_t kept = 0;
+    for (const char *p = req.out.buf; (p = strstr(p, "\r\na:\r\n")); p += 2)
+        kept++;
+    CHECK_INT(kept, lines);
+    ipd_buf_release(&req.out);
 }
 
 static void garbage(void)
