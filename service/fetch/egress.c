@@ -477,6 +477,27 @@ static int connect_one(const struct ipd_egress *eg, const struct addrinfo *a,
     return -1;
 }
 
+/* A tunnel is raw TCP: to port 443 (HTTPS) only, unless the operator's
+ * allowlist names every address (a mirror or an API of theirs on another
+ * port); so a run cannot tunnel SMTP, SSH or a database protocol to the
+ * internet.  Plain HTTP in absolute form goes to any port: it is HTTP. */
+static enum ipd_err tunnel_port_check(const struct ipd_egress *eg,
+                                      const struct ipd_egress_request *req,
+                                      const struct sockaddr **addrs, size_t n,
+                                      struct ipd_buf *why)
+{
+    if (!strcmp(req->port, "443"))
+        return IPD_OK;
+    for (size_t i = 0; i < n; i++)
+        if (!ipd_fetch_allowlisted(addrs[i], eg->o.allow))
+            return ipd_buf_fail(why, IPD_ERR_FORBIDDEN,
+                                "a tunnel (CONNECT) to port %s of host %s is "
+                                "not allowed: port 443 only, unless "
+                                "--fetch-allow names its addresses",
+                                req->port, req->host);
+    return IPD_OK;
+}
+
 /* Resolve req's host, check every address with the guard, connect to one
  * of exactly those.  The origin socket, or -1 with the status to answer
  * in *status and the reason in why. */
@@ -504,6 +525,8 @@ static int dial(const struct ipd_egress *eg,
     for (const struct addrinfo *p = ai; p; p = p->ai_next)
         addrs[i++] = p->ai_addr;
     rc = ipd_fetch_addresses_check(req->host, addrs, n, eg->o.allow, why);
+    if (!rc && req->tunnel)
+        rc = tunnel_port_check(eg, req, addrs, n, why);
     if (rc) {
         *status = rc == IPD_ERR_FORBIDDEN ? 403 : 502;
         goto out;

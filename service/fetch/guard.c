@@ -352,8 +352,8 @@ static int host_address(const struct sockaddr *sa)
     return found;
 }
 
-static bool allowlisted(const struct sockaddr *sa,
-                        const struct ipd_fetch_allowlist *allow)
+bool ipd_fetch_allowlisted(const struct sockaddr *sa,
+                           const struct ipd_fetch_allowlist *allow)
 {
     uint8_t b[16];
     int fam = addr_bytes(sa, b);
@@ -376,7 +376,7 @@ enum ipd_err ipd_fetch_addresses_check(const char *host,
             return fail(err, IPD_ERR_FORBIDDEN,
                         "address %s of host %s is not allowed (%s)", a, host,
                         why);
-        if (allowlisted(addrs[i], allow))
+        if (ipd_fetch_allowlisted(addrs[i], allow))
             continue;
         int local = host_address(addrs[i]);
         if (local)

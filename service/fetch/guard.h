@@ -54,6 +54,11 @@ bool ipd_fetch_address_allowed(const struct sockaddr *sa,
                                const struct ipd_fetch_allowlist *allow,
                                char *why, size_t whysz);
 
+/* True when the operator's allowlist names sa (an IPv4-mapped IPv6
+ * address by its IPv4 entry too); allow may be NULL. */
+bool ipd_fetch_allowlisted(const struct sockaddr *sa,
+                           const struct ipd_fetch_allowlist *allow);
+
 /*
  * Check every address host resolved to (addrs[0..n)); any refused one
  * refuses them all: IPD_ERR_FORBIDDEN with "address A of host H is not

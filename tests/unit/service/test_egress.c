@@ -263,12 +263,18 @@ static void proxy_in_process(void)
     r = ask(pport, "HELLO\r\n\r\n", NULL);
     CHECK(!strncmp(r, "HTTP/1.1 400 Bad Request\r\n", 26));
     free(r);
+    /* A public address the guard allows, but a tunnel to port 25 (SMTP)
+     * is raw TCP to a non-HTTPS port: refused before any connection. */
+    r = ask(pport, "CONNECT 203.0.114.9:25 HTTP/1.1\r\n\r\n", NULL);
+    CHECK(!strncmp(r, "HTTP/1.1 403 Forbidden\r\n", 24));
+    CHECK(strstr(r, "port 443 only") != NULL);
+    free(r);
     struct ipd_egress_stats st;
     ipd_egress_stop(eg, &st);
-    CHECK_INT((int)st.accepted, 2);
-    CHECK_INT((int)st.refused, 1);
+    CHECK_INT((int)st.accepted, 3);
+    CHECK_INT((int)st.refused, 2);
     CHECK_INT((int)st.failed, 0);
-    CHECK(strstr(st.last, "is not allowed (loopback)") != NULL);
+    CHECK(strstr(st.last, "port 443 only") != NULL);
 
     /* Allowlisted: a tunnel; a second connection meanwhile gets 503; the
      * stop ends the idle tunnel. */
