@@ -176,7 +176,17 @@ static int copy_file(struct copy_ctx *c, int sfd, int dfd, const char *name,
 
     if (sb->st_nlink > 1 && (found = tfind(&key, &c->links, cmp_link)))
         return linkat(c->root, (*found)->rel, dfd, name, 0);
-    int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    /* O_NONBLOCK: a FIFO swapped in since the stat must not block the
+     * copy (and the install lock behind it); what was opened must be the
+     * regular file that was stat'ed. */
+    int in = openat(sfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    struct stat now;
+    if (in >= 0 && (fstat(in, &now) || !S_ISREG(now.st_mode) ||
+                    now.st_dev != sb->st_dev || now.st_ino != sb->st_ino)) {
+        close(in);
+        in = -1;
+        errno = ESTALE;
+    }
     int out = in < 0 ? -1
                      : openat(dfd, name,
                               O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
