@@ -177,6 +177,33 @@ static unsigned group_held(const struct ipd_workq *q, const char *group,
     return k + group_running(q, group);
 }
 
+/* Whether a job of group (NULL: none) with running bound running_max
+ * would start at once: a worker is free once the waiting jobs that may
+ * start have theirs, and the group is under its bound (under lock). */
+static bool starts_now(const struct ipd_workq *q, const char *group,
+                       unsigned running_max)
+{
+    unsigned startable = 0;
+    for (const struct wq_job *j = q->head; j; j = j->next)
+        startable += !j->group || !j->running_max ||
+                     group_running(q, j->group) < j->running_max;
+    if (q->running + startable >= q->n)
+        return false;
+    return !group || !running_max || group_running(q, group) < running_max;
+}
+
+/* The queue's capacity: n running and queue_max waiting.  A job that
+ * starts at once needs no waiting place, so jobs held back by their
+ * group's running bound never leave a free worker idle while others are
+ * refused (under lock). */
+static bool over_capacity(const struct ipd_workq *q, const struct wq_job *j)
+{
+    if (starts_now(q, j->group, j->running_max))
+        return false;
+    return q->queued + q->running >= q->n + q->queue_max ||
+           q->queued >= q->queue_max;
+}
+
 enum ipd_err ipd_workq_submit_shared(struct ipd_workq *q, ipd_workq_fn fn,
                                      ipd_workq_done_fn done, void *arg,
                                      ipd_workq_admit_fn admit,
@@ -202,7 +229,7 @@ enum ipd_err ipd_workq_submit_shared(struct ipd_workq *q, ipd_workq_fn fn,
         rc = IPD_ERR_BUSY;
         if (share_full)
             *share_full = true;
-    } else if (q->queued + q->running >= q->n + q->queue_max) {
+    } else if (over_capacity(q, j)) {
         rc = IPD_ERR_BUSY;
     } else if (admit) {
         rc = admit(arg);

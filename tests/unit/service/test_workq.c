@@ -301,6 +301,40 @@ static void group_shares(void)
     CHECK_INT(atomic_load(&refused_ran), 0);
 }
 
+/* A job held back by its group's running bound takes no worker: with no
+ * waiting places (queue 0), a's second job is refused (it would have to
+ * wait) and b's starts on the idle worker.  (Before: a's second job was
+ * queued, held back, and b was refused while a worker sat idle.) */
+static void held_back_jobs_leave_no_worker_idle(void)
+{
+    struct ipd_workq *q = NULL;
+    struct gate ga = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
+                      false, false, false};
+    struct gate gb = ga;
+    const struct ipd_workq_share a = {"a", 1, 2}, b = {"b", 1, 2};
+    unsigned running = 9, queued = 9;
+    atomic_store(&refused_ran, 0);
+    REQUIRE(ipd_workq_new(2, 0, &q) == IPD_OK);
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &ga, NULL, &a,
+                                      NULL),
+              IPD_OK);
+    CHECK(gate_entered_within(&ga));
+    CHECK_INT(ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &a,
+                                      NULL),
+              IPD_ERR_BUSY);
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &gb, NULL, &b,
+                                      NULL),
+              IPD_OK);
+    CHECK(gate_entered_within(&gb));
+    ipd_workq_counts(q, &running, &queued);
+    CHECK_INT(running, 2);
+    CHECK_INT(queued, 0);
+    gate_open(&ga);
+    gate_open(&gb);
+    ipd_workq_free(q);
+    CHECK_INT(atomic_load(&refused_ran), 0);
+}
+
 TEST_MAIN(T(each_job_runs_once), T(capacity_admission_and_stop),
           T(stopped_queue_stays_usable), T(done_sees_job_no_longer_running),
-          T(group_shares))
+          T(group_shares), T(held_back_jobs_leave_no_worker_idle))
