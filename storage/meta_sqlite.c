@@ -1429,6 +1429,28 @@ out:
     return tx_end(c, rc);
 }
 
+/* chmod 0600 without following a symlink; a symlink (its target is not
+ * ours to change) and a file system that refuses modes (EPERM, EROFS)
+ * are left as they are with a warning.  -1 with errno on another
+ * failure. */
+static int tighten(const char *name)
+{
+    int fd = open(name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+    int rc = fd < 0 ? -1 : fchmod(fd, 0600);
+    int e = errno;
+    if (fd >= 0)
+        close(fd);
+    if (rc && e == ENOENT)
+        return 0;
+    if (rc && (e == ELOOP || e == EPERM || e == EROFS)) {
+        fprintf(stderr, "interpd: meta_sqlite: %s: cannot make it 0600: %s\n",
+                name, strerror(e));
+        return 0;
+    }
+    errno = e;
+    return rc;
+}
+
 /* The database holds key hashes and callback secrets: it and its -wal
  * and -shm are the service's alone (0600).  SQLite gives -wal and -shm
  * the database file's mode, so the file is made 0600 before SQLite first
@@ -1452,7 +1474,7 @@ static enum ipd_err own_files(const char *path)
         if ((size_t)snprintf(name, sizeof(name), "%s%s", path,
                              suffixes[i]) >= sizeof(name))
             return IPD_ERR_IO;
-        if (chmod(name, 0600) && errno != ENOENT)
+        if (tighten(name))
             return IPD_ERR_IO;
     }
     return IPD_OK;

@@ -493,6 +493,42 @@ static void lease_two_processes(void)
     unlink(marker);
 }
 
+/* The mode of a path (not followed), or -1. */
+static int mode_of(const char *path)
+{
+    struct stat st;
+    return lstat(path, &st) ? -1 : (int)(st.st_mode & 07777);
+}
+
+/* The store's files are the service's alone: a new one is 0600 with its
+ * -wal and -shm, an older 0644 one is tightened at open; a symlinked one
+ * opens and its target (not ours) keeps its mode. */
+static void file_modes(void)
+{
+    char path[128], wal[160], real[160];
+    struct ipd_meta *m;
+    new_path(path, sizeof(path));
+    m = open_path(path, BUSY_MS);
+    REQUIRE(m);
+    snprintf(wal, sizeof(wal), "%s-wal", path);
+    CHECK_INT(mode_of(path), 0600);
+    CHECK_INT(mode_of(wal), 0600);
+    ipd_meta_free(m);
+    CHECK_INT(chmod(path, 0644), 0);
+    m = open_path(path, BUSY_MS);
+    CHECK_INT(mode_of(path), 0600);
+    ipd_meta_free(m);
+
+    snprintf(real, sizeof(real), "%s.real", path);
+    CHECK_INT(rename(path, real), 0);
+    CHECK_INT(chmod(real, 0640), 0);
+    CHECK_INT(symlink(real, path), 0);
+    m = open_path(path, BUSY_MS);
+    CHECK(m != NULL);
+    CHECK_INT(mode_of(real), 0640);
+    ipd_meta_free(m);
+}
+
 static void cleanup(void)
 {
     if (!tmp_dir[0])
@@ -516,4 +552,4 @@ TEST_MAIN(T(conformance), T(schema_version_table), T(reopen_keeps_data),
           T(wal_mode), T(newer_schema_refused), T(bad_path),
           T(oversized_stored_value), T(locked_by_other_process),
           T(two_stores_one_file), T(lease_takeover_race),
-          T(lease_two_processes), T(cleanup))
+          T(lease_two_processes), T(file_modes), T(cleanup))
