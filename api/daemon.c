@@ -29,7 +29,7 @@ struct conn_entry {
     struct conn_entry *next, **pprev;
     int fd;
     int64_t deadline_ms;  /* monotonic; 0: none (a request being handled) */
-    const char *phase;    /* "head" or "body", for the log */
+    const char *phase;    /* "head", "body" or "idle" (keep-alive) */
     bool shut;            /* shutdown() done: libmicrohttpd closes it */
 };
 
@@ -80,8 +80,8 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
     pthread_mutex_unlock(&d->conns_lock);
 }
 
-/* The connection's next deadline: phase "head" or "body" from now, or
- * none (NULL phase). */
+/* The connection's next deadline: phase "head", "idle" (a keep-alive
+ * connection's next head) or "body" from now, or none (NULL phase). */
 static void conn_deadline(struct ipd_daemon *d, struct MHD_Connection *conn,
                           const char *phase)
 {
@@ -93,37 +93,48 @@ static void conn_deadline(struct ipd_daemon *d, struct MHD_Connection *conn,
     pthread_mutex_lock(&d->conns_lock);
     e->phase = phase;
     e->deadline_ms = !phase ? 0
-                     : ipd_mono_ms() + (strcmp(phase, "head") ? d->body_ms
-                                                              : d->head_ms);
+                     : ipd_mono_ms() + (strcmp(phase, "body") ? d->head_ms
+                                                              : d->body_ms);
     pthread_mutex_unlock(&d->conns_lock);
 }
 
 /* Every quarter second: shut down the connections past their deadline
- * (libmicrohttpd then reads the end and closes them as a client abort). */
+ * (libmicrohttpd then reads the end and closes them as a client abort).
+ * An idle keep-alive connection ("idle": no next request within the
+ * head's deadline) is closed silently; a trickled head or body is
+ * counted and logged once per sweep, after the lock. */
 static void *sweeper_main(void *arg)
 {
     struct ipd_daemon *d = arg;
     pthread_mutex_lock(&d->conns_lock);
     while (!d->sweeper_stop) {
         int64_t now = ipd_mono_ms();
+        unsigned heads = 0, bodies = 0;
         for (struct conn_entry *e = d->conns; e; e = e->next) {
             if (e->shut || !e->deadline_ms || now < e->deadline_ms ||
                 e->fd < 0)
                 continue;
             e->shut = true;
             (void)shutdown(e->fd, SHUT_RDWR);
-            ipd_warn("http: closing a connection whose request %s did not "
-                     "arrive within %lld s (request-%s-timeout)",
-                     e->phase,
-                     (long long)(strcmp(e->phase, "head") ? d->body_ms
-                                                          : d->head_ms) /
-                         1000,
-                     strcmp(e->phase, "head") ? "body" : "header");
+            heads += !strcmp(e->phase, "head");
+            bodies += !strcmp(e->phase, "body");
         }
+        pthread_mutex_unlock(&d->conns_lock);
+        if (heads)
+            ipd_warn("http: closed %u connection(s) whose request head did "
+                     "not arrive within %lld s (request-header-timeout)",
+                     heads, (long long)(d->head_ms / 1000));
+        if (bodies)
+            ipd_warn("http: closed %u connection(s) whose request body did "
+                     "not arrive within %lld s (request-body-timeout)",
+                     bodies, (long long)(d->body_ms / 1000));
+        pthread_mutex_lock(&d->conns_lock);
         int64_t due = now + 250;
         struct timespec ts = {.tv_sec = (time_t)(due / 1000),
                               .tv_nsec = (long)(due % 1000) * 1000000L};
-        (void)pthread_cond_timedwait(&d->sweep_wake, &d->conns_lock, &ts);
+        if (!d->sweeper_stop)
+            (void)pthread_cond_timedwait(&d->sweep_wake, &d->conns_lock,
+                                         &ts);
     }
     pthread_mutex_unlock(&d->conns_lock);
     return NULL;
@@ -396,7 +407,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
     struct ipd_daemon *d = cls;
     struct ipd_req *r = *req_cls;
     /* A keep-alive connection's next request head. */
-    conn_deadline(d, conn, "head");
+    conn_deadline(d, conn, "idle");
     if (!r)
         return;
     if (r->handler && r->handler->cleanup)
