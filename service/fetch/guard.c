@@ -332,24 +332,39 @@ static int addr_bytes(const struct sockaddr *sa, uint8_t b[16])
     return AF_INET;
 }
 
-/* Whether sa is an address of one of this host's interfaces, which the
- * kernel delivers locally whatever its class (a public address on eth0,
- * a global IPv6 address): 1, 0, or -1 when they cannot be listed. */
-static int host_address(const struct sockaddr *sa)
+/* Whether sa is one of the addresses of this host's interfaces in ifs,
+ * which the kernel delivers locally whatever their class (a public
+ * address on eth0, a global IPv6 address). */
+static bool host_address(const struct sockaddr *sa, const struct ifaddrs *ifs)
 {
-    struct ifaddrs *ifs = NULL;
     uint8_t want[16], have[16];
-    int fam = addr_bytes(sa, want), found = 0;
-    if (!fam)
-        return 0;
-    if (getifaddrs(&ifs))
-        return -1;
-    for (const struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+    int fam = addr_bytes(sa, want);
+    for (const struct ifaddrs *i = ifs; fam && i; i = i->ifa_next)
         if (i->ifa_addr && addr_bytes(i->ifa_addr, have) == fam &&
             !memcmp(want, have, fam == AF_INET ? 4 : 16))
-            found = 1;
-    freeifaddrs(ifs);
-    return found;
+            return true;
+    return false;
+}
+
+/* Whether sa, which the classifier allows, is refused as this host's own
+ * (the reason in why); the interfaces are listed once per check, on
+ * first need (*ifs, *listed). */
+static bool refused_as_host(const struct sockaddr *sa,
+                            const struct ipd_fetch_allowlist *allow,
+                            struct ifaddrs **ifs, bool *listed, char *why,
+                            size_t whysz)
+{
+    if (ipd_fetch_allowlisted(sa, allow))
+        return false;
+    if (!*listed) {
+        *listed = true;
+        if (getifaddrs(ifs))
+            *ifs = NULL;
+    }
+    if (!*ifs)
+        return say(why, whysz, "this host's addresses cannot be listed");
+    return host_address(sa, *ifs) &&
+           say(why, whysz, "an address of this host");
 }
 
 bool ipd_fetch_allowlisted(const struct sockaddr *sa,
@@ -370,20 +385,19 @@ enum ipd_err ipd_fetch_addresses_check(const char *host,
     if (!n)
         return fail(err, IPD_ERR_UPSTREAM,
                     "could not fetch: host %s has no address", host);
-    for (size_t i = 0; i < n; i++) {
-        ipd__fetch_addr_str(addrs[i], a, sizeof(a));
-        if (!ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)))
-            return fail(err, IPD_ERR_FORBIDDEN,
-                        "address %s of host %s is not allowed (%s)", a, host,
-                        why);
-        if (ipd_fetch_allowlisted(addrs[i], allow))
+    struct ifaddrs *ifs = NULL;
+    bool listed = false;
+    enum ipd_err rc = IPD_OK;
+    for (size_t i = 0; i < n && !rc; i++) {
+        if (ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)) &&
+            !refused_as_host(addrs[i], allow, &ifs, &listed, why,
+                             sizeof(why)))
             continue;
-        int local = host_address(addrs[i]);
-        if (local)
-            return fail(err, IPD_ERR_FORBIDDEN,
-                        "address %s of host %s is not allowed (%s)", a, host,
-                        local > 0 ? "an address of this host"
-                                  : "this host's addresses cannot be listed");
+        ipd__fetch_addr_str(addrs[i], a, sizeof(a));
+        rc = fail(err, IPD_ERR_FORBIDDEN,
+                  "address %s of host %s is not allowed (%s)", a, host, why);
     }
-    return IPD_OK;
+    if (ifs)
+        freeifaddrs(ifs);
+    return rc;
 }
