@@ -198,9 +198,8 @@ static bool starts_now(const struct ipd_workq *q, const char *group,
  * refused (under lock). */
 static bool over_capacity(const struct ipd_workq *q, const struct wq_job *j)
 {
-    if (starts_now(q, j->group, j->running_max))
-        return false;
-    return q->queued + q->running >= q->n + q->queue_max ||
+    /* (running never exceeds n, so a full queue is the whole test) */
+    return !starts_now(q, j->group, j->running_max) &&
            q->queued >= q->queue_max;
 }
 
