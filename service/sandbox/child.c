@@ -499,14 +499,14 @@ static void load_seccomp(const struct plan *pl)
         fail(pl, "seccomp", NULL, errno);
 }
 
-/* Raise fd to >= 3 so the dup2s onto 0..2 cannot clobber it. */
+/* Raise fd to >= 4 so the dup2s onto 0..3 cannot clobber it. */
 static int lift(const struct plan *pl, int fd)
 {
     int nfd;
 
-    if (fd < 0 || fd > 2)
+    if (fd < 0 || fd > 3)
         return fd;
-    nfd = fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    nfd = fcntl(fd, F_DUPFD_CLOEXEC, 4);
     if (nfd < 0)
         fail(pl, "dup", NULL, errno);
     return nfd;
@@ -522,6 +522,7 @@ IPD_NORETURN static void c2_main(struct plan *pl)
     out = lift(pl, pl->out_w);
     err = lift(pl, pl->err_w);
     in = lift(pl, in);
+    pl->extra_fd = lift(pl, pl->extra_fd);
     if (in < 0) {
         in = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (in < 0)
@@ -530,7 +531,13 @@ IPD_NORETURN static void c2_main(struct plan *pl)
     }
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
         fail(pl, "dup2", "stdio", errno);
-    close_except(&pl->ctl, 1);
+    /* A zygote's command socket: fd 3, kept across the exec. */
+    if (pl->extra_fd >= 0 && dup2(pl->extra_fd, 3) != 3)
+        fail(pl, "dup2", "zygote socket", errno);
+    {
+        int keep[2] = {pl->ctl, pl->extra_fd >= 0 ? 3 : -1};
+        close_except(keep, 2);
+    }
     if (chdir(pl->cwd) != 0)
         fail(pl, "chdir", pl->cwd, errno);
     if (pl->dry_run)
@@ -582,7 +589,7 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
     pid_t c2;
     char byte = 0;
     ssize_t n;
-    int keep[4 + IPD__SANDBOX_MAX_MOUNTS];
+    int keep[5 + IPD__SANDBOX_MAX_MOUNTS];
     size_t k = 0;
 
     /* Dies with P's thread (C1 is P's child).  A C0 already gone shows
@@ -599,6 +606,7 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
     keep[k++] = pl->out_w;
     keep[k++] = pl->err_w;
     keep[k++] = pl->in_r;
+    keep[k++] = pl->extra_fd;
     for (size_t i = 0; i < pl->n_mounts; i++)
         keep[k++] = pl->mounts[i].tree_fd;
     close_except(keep, k);
@@ -634,6 +642,8 @@ IPD_NORETURN static void c1_main(struct plan *pl, int sync_r)
     close(pl->err_w);
     if (pl->in_r >= 0)
         close(pl->in_r);
+    if (pl->extra_fd >= 0)
+        close(pl->extra_fd);
 
     init_loop(pl, c2);
 }
@@ -692,7 +702,7 @@ static void become_creator(const struct plan *pl, bool enter)
 
 IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
 {
-    int sync[2], keep[8 + IPD__SANDBOX_MAX_MOUNTS];
+    int sync[2], keep[9 + IPD__SANDBOX_MAX_MOUNTS];
     pid_t c1;
     size_t k = 0;
 
@@ -704,6 +714,7 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
     keep[k++] = pl->out_w;
     keep[k++] = pl->err_w;
     keep[k++] = pl->in_r;
+    keep[k++] = pl->extra_fd;
     for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++)
         keep[k++] = pl->procs_fd[i];
     for (size_t i = 0; i < pl->n_mounts; i++)

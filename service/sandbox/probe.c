@@ -124,7 +124,7 @@ static enum ipd_err dry_run(struct ipd_sandbox_config *cfg, char *err,
     memset(&spec, 0, sizeof spec);
     spec.argv = argv;
     spec.cwd = "/";
-    rc = ipd__sandbox_run(cfg, &p, &spec, true, &res);
+    rc = ipd__sandbox_run(cfg, &p, &spec, true, NULL, &res);
     if (!rc && (res.exit_code != 0 || res.output_dirfd < 0)) {
         snprintf(res.error, sizeof res.error,
                  "dry run exited %d (signal %d)", res.exit_code,
@@ -190,6 +190,7 @@ static void state_free(struct ipd_sandbox_state *st)
         return;
     ipd__sandbox_bpf_release(&st->bpf_nonet);
     ipd__sandbox_bpf_release(&st->bpf_net);
+    ipd__sandbox_bpf_release(&st->bpf_zygote);
     ipd__cgroups_free(st->cg);
     free(st);
 }
@@ -207,10 +208,14 @@ static enum ipd_err state_new(const char *cgroup_name, unsigned *mech,
     st->cap_last = read_cap_last();
     read_mm_areas(st);
     st->cgroupns = true;
-    rc = ipd__sandbox_seccomp_compile(false, &st->bpf_nonet, err, errlen);
+    rc = ipd__sandbox_seccomp_compile(false, false, &st->bpf_nonet, err, errlen);
     if (rc)
         goto out;
-    rc = ipd__sandbox_seccomp_compile(true, &st->bpf_net, err, errlen);
+    rc = ipd__sandbox_seccomp_compile(true, false, &st->bpf_net, err, errlen);
+    if (rc)
+        goto out;
+    rc = ipd__sandbox_seccomp_compile(false, true, &st->bpf_zygote, err,
+                                      errlen);
     if (rc)
         goto out;
     rc = ipd__cgroups_probe(cgroup_name, &st->cg, mech, err, errlen);

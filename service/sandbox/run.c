@@ -51,8 +51,8 @@ void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p)
 }
 
 /* Fill zero fields of *p from the defaults. */
-static void policy_complete(const struct ipd_sandbox_policy *in,
-                            struct ipd_sandbox_policy *p)
+void ipd__policy_complete(const struct ipd_sandbox_policy *in,
+                          struct ipd_sandbox_policy *p)
 {
     struct ipd_sandbox_policy d;
 
@@ -347,6 +347,17 @@ static void run_ids(const struct ipd_sandbox_config *cfg,
                             : cfg->host_gid;
 }
 
+void ipd__tmpfs_opts(const struct ipd_sandbox_config *cfg,
+                     const struct ipd_sandbox_policy *p, char *tmp,
+                     size_t tmplen, char *out, size_t outlen)
+{
+    snprintf(tmp, tmplen, "mode=1777,size=%lld,nr_inodes=%lld",
+             (long long)p->tmp_bytes, (long long)p->tmp_inodes);
+    snprintf(out, outlen, "mode=0755,uid=%u,gid=%u,size=%lld,nr_inodes=%lld",
+             (unsigned)cfg->inner_uid, (unsigned)cfg->inner_gid,
+             (long long)p->output_dir_bytes, (long long)p->output_dir_inodes);
+}
+
 static enum ipd_err plan_build(struct plan *pl,
                                const struct ipd_sandbox_config *cfg,
                                const struct ipd_sandbox_policy *p,
@@ -359,7 +370,7 @@ static enum ipd_err plan_build(struct plan *pl,
     gid_t host_gid;
 
     memset(pl, 0, sizeof *pl);
-    pl->ctl = pl->out_w = pl->err_w = pl->in_r = -1;
+    pl->ctl = pl->out_w = pl->err_w = pl->in_r = pl->extra_fd = -1;
     for (size_t i = 0; i < IPD_ARRAY_LEN(pl->procs_fd); i++)
         pl->procs_fd[i] = -1;
     pl->st = st;
@@ -377,13 +388,8 @@ static enum ipd_err plan_build(struct plan *pl,
         pl->creator_uid = host_uid;
         pl->creator_gid = host_gid;
     }
-    snprintf(pl->tmp_opts, sizeof pl->tmp_opts,
-             "mode=1777,size=%lld,nr_inodes=%lld", (long long)p->tmp_bytes,
-             (long long)p->tmp_inodes);
-    snprintf(pl->out_opts, sizeof pl->out_opts,
-             "mode=0755,uid=%u,gid=%u,size=%lld,nr_inodes=%lld",
-             (unsigned)cfg->inner_uid, (unsigned)cfg->inner_gid,
-             (long long)p->output_dir_bytes, (long long)p->output_dir_inodes);
+    ipd__tmpfs_opts(cfg, p, pl->tmp_opts, sizeof pl->tmp_opts, pl->out_opts,
+                    sizeof pl->out_opts);
     snprintf(pl->passwd, sizeof pl->passwd,
              "root:x:0:0:root:/root:/usr/sbin/nologin\n"
              "sandbox:x:%u:%u:sandbox:/tmp:/usr/sbin/nologin\n"
@@ -471,6 +477,8 @@ struct run {
     const unsigned char *in_data;
     size_t in_len, in_off;
     bool c0_done, c1_done, got_status, setup_error, timed_out, killed;
+    bool foreign; /* a parked child's init: not P's child, so never
+                     waited for; its pidfd says when it is gone */
     int status;
     struct rusage ru_all; /* C1's report: its reaped descendants */
     struct rusage ru_c1;  /* wait4 on C1: the whole tree, even if killed */
@@ -617,7 +625,11 @@ static void reap(struct run *r, bool block)
             si.si_pid != 0)
             r->c0_done = true;
     }
-    if (!r->c1_done && r->c1 > 0) {
+    if (!r->c1_done && r->c1 > 0 && r->foreign) {
+        struct pollfd pf = {r->c1fd, POLLIN, 0};
+        if (poll(&pf, 1, block ? KILL_GRACE_MS : 0) == 1)
+            r->c1_done = true;
+    } else if (!r->c1_done && r->c1 > 0) {
         int st;
         if (wait4(r->c1, &st, flags, &r->ru_c1) == r->c1)
             r->c1_done = true;
@@ -911,6 +923,7 @@ static void close_pipes(struct pipes *pp)
 enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
                               const struct ipd_sandbox_policy *policy,
                               const struct ipd_sandbox_spec *spec, bool dry_run,
+                              const struct ipd__run_extra *x,
                               struct ipd_sandbox_result *out)
 {
     enum ipd_err rc;
@@ -921,6 +934,7 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     struct pipes pp = {{-1, -1}, {-1, -1}, {-1, -1}, {-1, -1}};
     bool cg_made = false;
     int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
+    int xfd = x ? x->fd : -1; /* consumed */
 
     run_init(&r, out);
     r.egress = spec->egress;
@@ -931,12 +945,16 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     rc = validate(cfg, policy, spec, out->error, sizeof out->error);
     if (rc)
         goto out;
-    policy_complete(policy, &p);
+    ipd__policy_complete(policy, &p);
     r.cap = p.output_cap_bytes;
     rc = plan_build(&pl, cfg, &p, spec, out->error, sizeof out->error);
     if (rc)
         goto out;
     pl.dry_run = dry_run;
+    if (x) {
+        pl.extra_fd = xfd;
+        pl.bpf = &cfg->state->bpf_zygote;
+    }
     rc = ipd__cgroup_run_create(cfg->state->cg,
                                 &(struct ipd__cgroup_limits){
                                     p.memory_bytes, p.max_processes,
@@ -952,6 +970,7 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (rc)
         goto out;
     take_ends(&r, &pp, spec, &cgr);
+    close_fd(&xfd); /* a zygote's socket: the children hold it now */
     rc = supervise(&r, &cgr, start, p.wall_timeout_ms);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     ipd__cgroup_run_stats(&cgr, &oom, &cpu, &peak);
@@ -962,6 +981,7 @@ out:
     rc = end_run(&r, &cgr, cg_made, rc);
     close_pipes(&pp);
     plan_release(&pl);
+    close_fd(&xfd);
     return rc;
 }
 
@@ -970,7 +990,7 @@ enum ipd_err ipd_sandbox_run(const struct ipd_sandbox_config *cfg,
                              const struct ipd_sandbox_spec *spec,
                              struct ipd_sandbox_result *out)
 {
-    return ipd__sandbox_run(cfg, p, spec, false, out);
+    return ipd__sandbox_run(cfg, p, spec, false, NULL, out);
 }
 
 void ipd_sandbox_result_release(struct ipd_sandbox_result *r)
@@ -999,4 +1019,44 @@ int ipd_sandbox_output_open(const struct ipd_sandbox_result *r,
                   RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV;
     return (int)syscall(SYS_openat2, r->output_dirfd, relpath, &how,
                         sizeof how);
+}
+
+/* ---- a parked child's run (zygote.c parks it) -------------------------- */
+
+enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
+                                    int64_t timeout_ms,
+                                    struct ipd_sandbox_result *out)
+{
+    struct run r;
+    enum ipd_err rc = IPD_OK;
+    int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
+
+    run_init(&r, out);
+    r.cap = pk->p.output_cap_bytes;
+    r.c0_done = true; /* there is no C0 */
+    r.foreign = true;
+    r.c1 = pk->pid;
+    r.c1fd = pk->pidfd;
+    r.ctl = pk->ctl;
+    r.out_r = pk->out_r;
+    r.err_r = pk->err_r;
+    out->output_dirfd = pk->outdir;
+    pk->pidfd = pk->ctl = pk->out_r = pk->err_r = pk->outdir = -1;
+    if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
+        send(r.ctl, "G", 1, MSG_NOSIGNAL) != 1) {
+        snprintf(out->error, sizeof out->error, "parked child: go: %s",
+                 strerror(errno));
+        kill_tree(&r, &pk->cgr);
+        rc = IPD_ERR_INTERNAL;
+    }
+    if (!rc)
+        rc = supervise(&r, &pk->cgr, start,
+                       timeout_ms > 0 ? timeout_ms : pk->p.wall_timeout_ms);
+    out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
+    ipd__cgroup_run_stats(&pk->cgr, &oom, &cpu, &peak);
+    if (!rc)
+        rc = fill_result(&r, oom, cpu, peak);
+    rc = end_run(&r, &pk->cgr, true, rc);
+    free(pk);
+    return rc;
 }

@@ -275,6 +275,85 @@ enum ipd_err ipd_sandbox_run(const struct ipd_sandbox_config *cfg,
                              const struct ipd_sandbox_spec *spec,
                              struct ipd_sandbox_result *out);
 
+/*
+ * Warm runs (docs/SANDBOX.md, "Warm, cold and session runs").
+ *
+ * A zygote is a long-lived program run like any other (ipd_sandbox_run's
+ * namespaces, mounts, limits and ids: ipd_sandbox_zygote_run), except
+ * that its seccomp filter also lets it unshare namespaces, mount, and
+ * change capabilities inside namespaces it makes, and that it gets a
+ * command socket as fd 3.  It holds no request data.  On each park
+ * command it forks a child that makes itself a fresh user, mount, pid,
+ * IPC, UTS, network and cgroup namespace, mounts its own /proc, /tmp and
+ * /mnt/output and the stage mounts the park names, is attached by the
+ * service to a cgroup of its own, then drops every capability, loads the
+ * same filter as a cold run on top of the zygote's, forks the program
+ * child and waits.  Everything but the request is done when the request
+ * comes: ipd_sandbox_parked_run only says go and supervises, as
+ * ipd_sandbox_run does.  The zygote's side is service/exec/python/
+ * zygote.py; the wire protocol is in zygote.c.
+ *
+ * Thread-safety: one thread runs the zygote (ipd_sandbox_zygote_run
+ * blocks for its life); any thread may park and wait for readiness; a
+ * parked child is used by one thread.
+ */
+struct ipd_sandbox_zygote;
+struct ipd_sandbox_parked;
+
+/* A zygote handle for one zygote run.  IPD_ERR_INTERNAL when its
+ * command socket cannot be made. */
+enum ipd_err ipd_sandbox_zygote_new(const struct ipd_sandbox_config *cfg,
+                                    struct ipd_sandbox_zygote **out);
+/*
+ * Run the zygote program spec under p (p's wall timeout is the zygote's
+ * whole life) on the calling thread until it ends: see ipd_sandbox_run.
+ * It ends when its program exits (it does when the command socket
+ * closes: ipd_sandbox_zygote_stop), at the timeout, or when killed.
+ * Once per handle.
+ */
+enum ipd_err ipd_sandbox_zygote_run(struct ipd_sandbox_zygote *z,
+                                    const struct ipd_sandbox_policy *p,
+                                    const struct ipd_sandbox_spec *spec,
+                                    struct ipd_sandbox_result *out);
+/* Wait up to timeout_ms for the zygote's "ready" (its imports are
+ * done).  IPD_OK once it said so (at once after that); IPD_ERR_TIMEOUT;
+ * IPD_ERR_UNAVAILABLE when it ended or said it failed (why[]). */
+enum ipd_err ipd_sandbox_zygote_wait_ready(struct ipd_sandbox_zygote *z,
+                                           int64_t timeout_ms, char *why,
+                                           size_t whylen);
+/* Make the zygote end (its command socket is shut down: it exits); its
+ * parked children end with it.  Any thread; repeatable. */
+void ipd_sandbox_zygote_stop(struct ipd_sandbox_zygote *z);
+/* After ipd_sandbox_zygote_run returned and nobody parks any more. */
+void ipd_sandbox_zygote_free(struct ipd_sandbox_zygote *z);
+
+/*
+ * Park a child of the zygote for a run under policy p (its limits are
+ * set now; the wall timeout is the run's).  mounts: stage mounts only
+ * (m->stage set, detached stages: as root), attached read-only or as
+ * m->writable says before the request; fill them before
+ * ipd_sandbox_parked_run.  Blocks up to timeout_ms for the child's
+ * set-up (the cgroup attach is here).  IPD_ERR_UNAVAILABLE when the
+ * zygote is gone; IPD_ERR_INVALID for a mount that is not a detached
+ * stage; IPD_ERR_INTERNAL otherwise; the reason in err.
+ */
+enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
+                              const struct ipd_sandbox_policy *p,
+                              const struct ipd_sandbox_mount *mounts,
+                              size_t n_mounts, int64_t timeout_ms,
+                              struct ipd_sandbox_parked **out, char *err,
+                              size_t errlen);
+/*
+ * Start the parked child's program and supervise it as ipd_sandbox_run
+ * does (timeout_ms: its wall timeout; 0: the policy's).  Consumes pk.
+ * *out as ipd_sandbox_run's.
+ */
+enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
+                                    int64_t timeout_ms,
+                                    struct ipd_sandbox_result *out);
+/* A parked child not used: killed, its cgroup removed.  NULL is fine. */
+void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk);
+
 /* Free the output buffers and close output_dirfd.  Accepts NULL. */
 void ipd_sandbox_result_release(struct ipd_sandbox_result *r);
 

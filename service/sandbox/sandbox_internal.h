@@ -21,9 +21,11 @@ struct ipd__sandbox_bpf {
     void *filter; /* struct sock_filter[len], owned */
     unsigned short len;
 };
-/* Compile the filter for network on/off once; IPD_ERR_INTERNAL on
- * failure with a reason in err. */
-enum ipd_err ipd__sandbox_seccomp_compile(bool network,
+/* Compile the filter for network on/off once (zygote: a zygote's, the
+ * no-network filter plus what its children need to make their
+ * namespaces, sandbox.h); IPD_ERR_INTERNAL on failure with a reason in
+ * err. */
+enum ipd_err ipd__sandbox_seccomp_compile(bool network, bool zygote,
                                           struct ipd__sandbox_bpf *out,
                                           char *err, size_t errlen);
 void ipd__sandbox_bpf_release(struct ipd__sandbox_bpf *b);
@@ -73,6 +75,7 @@ enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run);
 struct ipd_sandbox_state {
     struct ipd__sandbox_bpf bpf_nonet; /* network denied */
     struct ipd__sandbox_bpf bpf_net;   /* network allowed */
+    struct ipd__sandbox_bpf bpf_zygote; /* a zygote's (no network) */
     struct ipd__cgroups *cg;
     int cap_last;                      /* /proc/sys/kernel/cap_last_cap */
     uintptr_t arg_start, arg_end;      /* P's argv and environment areas, */
@@ -89,6 +92,8 @@ enum msg_kind {
     MSG_STATUS = 3,
     MSG_INIT = 4,
     MSG_EGRESS = 5,
+    MSG_HELLO = 6, /* a parked child's init: its pidfd (zygote.c) */
+    MSG_READY = 7, /* a parked child: the program child waits for go */
 };
 
 struct ctl_msg {
@@ -146,6 +151,7 @@ struct plan {
                      listening on 127.0.0.1:IPD_SANDBOX_EGRESS_PORT */
     /* descriptors (child ends) */
     int ctl, out_w, err_w, in_r;
+    int extra_fd; /* a zygote's command socket, fd 3 in C2; else -1 */
     int procs_fd[4];
 };
 
@@ -153,11 +159,39 @@ struct plan {
  * exit.  Never returns; allocates nothing. */
 IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl);
 
+/* What differs for a zygote's run (zygote.c); NULL for any other. */
+struct ipd__run_extra {
+    int fd;          /* given to the program as fd 3; P closes it once the
+                        children have it */
+};
+
 /* ipd_sandbox_run (run.c); with dry_run the whole setup happens but C2
- * exits 0 instead of exec (the probe's trial run). */
+ * exits 0 instead of exec (the probe's trial run); x: a zygote's. */
 enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
                               const struct ipd_sandbox_policy *policy,
                               const struct ipd_sandbox_spec *spec, bool dry_run,
+                              const struct ipd__run_extra *x,
                               struct ipd_sandbox_result *out);
+
+/* The policy with its zero fields from the defaults (run.c). */
+void ipd__policy_complete(const struct ipd_sandbox_policy *in,
+                          struct ipd_sandbox_policy *p);
+/* tmpfs options of a run's /tmp and /mnt/output (run.c). */
+void ipd__tmpfs_opts(const struct ipd_sandbox_config *cfg,
+                     const struct ipd_sandbox_policy *p, char *tmp,
+                     size_t tmplen, char *out, size_t outlen);
+
+/* A parked child (zygote.c), seen from P until it runs (run.c). */
+struct ipd_sandbox_parked {
+    struct ipd_sandbox_policy p; /* completed; name borrowed */
+    struct ipd__cgroup_run cgr;  /* its own, attached at park */
+    int ctl;      /* P's end of its control socket */
+    int out_r, err_r;
+    int pidfd;    /* its init's (not P's child) */
+    pid_t pid;    /* its init's host pid */
+    int outdir;   /* its /mnt/output (MSG_OUTDIR) */
+};
+/* Kill a parked child's tree (cgroup and init).  Safe to repeat. */
+void ipd__parked_kill(struct ipd_sandbox_parked *pk);
 
 #endif

@@ -316,12 +316,42 @@ static int add_socket_rules(scmp_filter_ctx ctx, bool network)
     return rc;
 }
 
-static int add_rules(scmp_filter_ctx ctx, bool network)
+/* A zygote's extras (sandbox.h, warm runs): what its children need to
+ * make their own namespaces and mounts before they load the cold filter
+ * on top of this one.  Capabilities exist only in the namespaces the
+ * child makes (user namespaces it creates), so these reach nothing the
+ * zygote's own user namespace does not own; the program child never
+ * runs under this filter alone. */
+static const struct sc zygote_allow[] = {
+    {"unshare", 272},     {"mount", 165},        {"umount2", 166},
+    {"open_tree", 428},   {"move_mount", 429},   {"mount_setattr", 442},
+    {"capget", 125},      {"capset", 126},
+};
+
+static int add_zygote(scmp_filter_ctx ctx)
+{
+    for (size_t i = 0; i < IPD_ARRAY_LEN(zygote_allow); i++) {
+        int nr = seccomp_syscall_resolve_name(zygote_allow[i].name);
+        int rc;
+        if (nr >= 0 && nr != zygote_allow[i].nr) {
+            failed_nr = zygote_allow[i].nr;
+            return -EINVAL;
+        }
+        rc = add(ctx, SCMP_ACT_ALLOW, zygote_allow[i].nr, 0, NULL);
+        if (rc)
+            return rc;
+    }
+    return 0;
+}
+
+static int add_rules(scmp_filter_ctx ctx, bool network, bool zygote)
 {
     struct scmp_arg_cmp c;
     int rc;
 
     rc = add_allowed(ctx);
+    if (!rc && zygote)
+        rc = add_zygote(ctx);
     if (!rc)
         rc = add_newer(ctx);
     /* clone3 passes flags in memory the filter cannot read. */
@@ -348,7 +378,7 @@ static int add_rules(scmp_filter_ctx ctx, bool network)
     return rc;
 }
 
-enum ipd_err ipd__sandbox_seccomp_compile(bool network,
+enum ipd_err ipd__sandbox_seccomp_compile(bool network, bool zygote,
                                           struct ipd__sandbox_bpf *out,
                                           char *err, size_t errlen)
 {
@@ -383,7 +413,7 @@ enum ipd_err ipd__sandbox_seccomp_compile(bool network,
         set_err(err, errlen, "nnp attribute", rc);
         goto out;
     }
-    rc = add_rules(ctx, network);
+    rc = add_rules(ctx, network, zygote);
     if (rc) {
         char what[64];
         snprintf(what, sizeof what, "adding a rule for syscall %d",

@@ -1,0 +1,420 @@
+"""interpd zygote: the warm side of executions (docs/SANDBOX.md, "Warm,
+cold and session runs").
+
+The executor starts, inside a sandbox like any run's (its own
+namespaces, mounts, seccomp filter, limits and unprivileged uid),
+
+    python3 -u -I -B /opt/interpd/zygote.py
+
+with its command socket as fd 3 (service/sandbox/zygote.c has the wire
+protocol).  This process imports the warm modules (IPD_WARM_MODULES,
+default numpy,pandas,matplotlib), draws one plot, loads the prelude and
+freezes the garbage collector; then, for each park command, it forks a
+child that
+
+  1. makes a user namespace of its own (the zygote's uid mapped to
+     itself: no capability outside it) and, inside it, mount, IPC, UTS,
+     network and pid namespaces, and forks the pid namespace's init;
+  2. (the init) mounts a fresh /proc, /tmp and /mnt/output, the stage
+     trees the command names (/mnt/job, /mnt/data), sends the service
+     its output dir and a pidfd of itself and waits while the service
+     moves it into the run's cgroup;
+  3. makes a cgroup namespace, sets the policy's rlimits, drops every
+     capability (bounding set, securebits locked, capset, ambient),
+     sets no_new_privs and non-dumpable, and loads the cold runs' seccomp
+     filter on top of the zygote's;
+  4. forks the program child: setsid, stdio on the service's pipes, every
+     other descriptor closed, cwd /mnt/output; it waits for "go", then
+     runs the prelude's main() (prelude.py) exactly as a cold run does,
+     and exits with its status.  The init reaps, reports the program's
+     wait status and rusage, and exits, which ends the namespace.
+
+The zygote never holds request data: the code, files and variables are
+written by the service into the parked child's stage after it is parked.
+Nothing here runs user code: only the program child does, after step 3.
+"""
+
+import ctypes
+import gc
+import json
+import os
+import resource
+import signal
+import socket
+import struct
+import sys
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC = 2, 4, 8
+MS_REC, MS_PRIVATE = 0x4000, 1 << 18
+MOUNT_ATTR_RDONLY, MOUNT_ATTR_NOSUID, MOUNT_ATTR_NODEV = 1, 2, 4
+AT_FDCWD, AT_RECURSIVE = -100, 0x8000
+MOVE_MOUNT_F_EMPTY_PATH = 4
+SYS_CAPSET, SYS_MOVE_MOUNT, SYS_MOUNT_SETATTR = 126, 429, 442
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, PR_SET_SECCOMP = 1, 4, 22
+PR_CAPBSET_DROP, PR_SET_SECUREBITS, PR_SET_NO_NEW_PRIVS = 24, 28, 38
+PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 47, 4
+SECCOMP_MODE_FILTER = 2
+# NOROOT, NO_SETUID_FIXUP and NO_CAP_AMBIENT_RAISE, each locked, and
+# KEEP_CAPS locked off: as a cold run's init sets them (child.c).
+SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
+CAP_VERSION_3 = 0x20080522
+
+# struct ctl_msg (sandbox_internal.h): kind, status, struct rusage, text.
+MSG_ERROR, MSG_OUTDIR, MSG_STATUS, MSG_HELLO, MSG_READY = 1, 2, 3, 6, 7
+_CTL = struct.Struct("=Ii18q200s")
+SETUP_FAIL_EXIT = 121
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_libc.syscall.restype = ctypes.c_long
+_libc.mount.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p,
+                        ctypes.c_ulong, ctypes.c_char_p]
+_libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong,
+                        ctypes.c_ulong, ctypes.c_ulong]
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [("attr_set", ctypes.c_uint64), ("attr_clr", ctypes.c_uint64),
+                ("propagation", ctypes.c_uint64),
+                ("userns_fd", ctypes.c_uint64)]
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32),
+                ("permitted", ctypes.c_uint32),
+                ("inheritable", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+class _SetupError(Exception):
+    pass
+
+
+def _check(rc, what):
+    if rc < 0:
+        err = ctypes.get_errno()
+        raise _SetupError("%s: %s" % (what, os.strerror(err)))
+    return rc
+
+
+def _prctl(option, arg2=0, arg3=0):
+    _check(_libc.prctl(option, arg2, arg3, 0, 0), "prctl %d" % option)
+
+
+def _write(path, text):
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, text.encode())
+    finally:
+        os.close(fd)
+
+
+def _msg(kind, status=0, ru=None, text=""):
+    fields = [0] * 18
+    if ru is not None:
+        fields[0], fields[1] = int(ru.ru_utime), int(ru.ru_utime % 1 * 1e6)
+        fields[2], fields[3] = int(ru.ru_stime), int(ru.ru_stime % 1 * 1e6)
+        fields[4] = ru.ru_maxrss
+        fields[8], fields[9] = ru.ru_minflt, ru.ru_majflt
+        fields[16], fields[17] = ru.ru_nvcsw, ru.ru_nivcsw
+    return _CTL.pack(kind, status, *fields, text.encode()[:199])
+
+
+def _send(sock, kind, fd=None, **kw):
+    data = _msg(kind, **kw)
+    if fd is None:
+        sock.send(data)
+    else:
+        socket.send_fds(sock, [data], [fd])
+
+
+# ------------------------------------------------------------ the child
+
+def _enter_namespaces(p):
+    """A user namespace of our own, then the others inside it."""
+    rl = p["rlimits"]
+    # Before the user namespace: it keeps them as the most its owner may
+    # be charged (as a cold run's C0 does).
+    for name, res in (("sigpending", resource.RLIMIT_SIGPENDING),
+                      ("msgqueue", resource.RLIMIT_MSGQUEUE)):
+        _setrlimit(res, rl[name])
+    _check(_libc.unshare(CLONE_NEWUSER), "unshare user")
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", "%d %d 1\n" % (p["uid"], p["uid"]))
+    _write("/proc/self/gid_map", "%d %d 1\n" % (p["gid"], p["gid"]))
+    _check(_libc.unshare(CLONE_NEWNS | CLONE_NEWIPC | CLONE_NEWUTS |
+                         CLONE_NEWNET | CLONE_NEWPID), "unshare")
+
+
+def _setrlimit(res, pair):
+    """The policy's limits, never above what the zygote itself has."""
+    soft, hard = pair
+    cur_soft, cur_hard = resource.getrlimit(res)
+    if cur_hard != resource.RLIM_INFINITY:
+        hard = min(hard, cur_hard)
+    resource.setrlimit(res, (min(soft, hard), hard))
+
+
+def _mounts(p, trees):
+    flags = MS_NOSUID | MS_NODEV
+    _check(_libc.mount(None, b"/", None, MS_REC | MS_PRIVATE, None),
+           "make / private")
+    _check(_libc.mount(b"proc", b"/proc", b"proc", flags | MS_NOEXEC, None),
+           "mount /proc")
+    _check(_libc.mount(b"tmpfs", b"/tmp", b"tmpfs", flags,
+                       p["tmp"].encode()), "mount /tmp")
+    _check(_libc.mount(b"tmpfs", b"/mnt/output", b"tmpfs", flags,
+                       p["out"].encode()), "mount /mnt/output")
+    for fd, (dst, writable) in zip(trees, p["mounts"]):
+        path = dst.encode()
+        _check(_libc.syscall(SYS_MOVE_MOUNT, fd, b"", AT_FDCWD, path,
+                             MOVE_MOUNT_F_EMPTY_PATH), "move_mount " + dst)
+        attr = _MountAttr(MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+                          (0 if writable else MOUNT_ATTR_RDONLY), 0, 0, 0)
+        _check(_libc.syscall(SYS_MOUNT_SETATTR, AT_FDCWD, path, AT_RECURSIVE,
+                             ctypes.byref(attr), ctypes.sizeof(attr)),
+               "mount_setattr " + dst)
+
+
+def _lock_down(p, bpf):
+    """Everything a cold run's init does before its program starts."""
+    rl = p["rlimits"]
+    _check(_libc.unshare(CLONE_NEWCGROUP), "unshare cgroup")
+    for name, res in (("cpu", resource.RLIMIT_CPU),
+                      ("fsize", resource.RLIMIT_FSIZE),
+                      ("nofile", resource.RLIMIT_NOFILE)):
+        _setrlimit(res, rl[name])
+    resource.setrlimit(resource.RLIMIT_CORE, (1, 1))
+    for cap in range(p["cap_last"] + 1):
+        _prctl(PR_CAPBSET_DROP, cap)
+    _prctl(PR_SET_SECUREBITS, SECUREBITS)
+    os.setresgid(p["gid"], p["gid"], p["gid"])
+    os.setresuid(p["uid"], p["uid"], p["uid"])
+    hdr = _CapHeader(CAP_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.syscall(SYS_CAPSET, ctypes.byref(hdr), ctypes.byref(data)),
+           "capset")
+    _prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    _prctl(PR_SET_NO_NEW_PRIVS, 1)
+    _prctl(PR_SET_DUMPABLE, 0)
+    buf = ctypes.create_string_buffer(bpf, len(bpf))
+    prog = _SockFprog(len(bpf) // 8, ctypes.cast(buf, ctypes.c_void_p))
+    _prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER,
+           ctypes.cast(ctypes.pointer(prog), ctypes.c_void_p).value)
+
+
+def _program(ctl, out_w, err_w):
+    """The program child: set up like a cold run's, then wait for go."""
+    os.setsid()
+    _prctl(PR_SET_DUMPABLE, 1)   # as after a cold run's execve
+    null = os.open("/dev/null", os.O_RDONLY)
+    for fd in (ctl, out_w, err_w, null):
+        if fd <= 2:
+            raise _SetupError("descriptor %d in the way of stdio" % fd)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    os.closerange(3, ctl)
+    os.closerange(ctl + 1, 1 << 20)
+    os.chdir("/mnt/output")
+    go = os.read(ctl, 16)
+    os.close(ctl)
+    if go != b"G":
+        os._exit(SETUP_FAIL_EXIT)
+
+
+def _init_loop(sock, c2):
+    """Reap until the program child is gone, report it, end the
+    namespace."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    while True:
+        try:
+            pid, status, _ = os.wait4(-1, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(SETUP_FAIL_EXIT)
+        if pid == c2:
+            break
+    ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+    _send(sock, MSG_STATUS, status=status, ru=ru)
+    os._exit(0)
+
+
+def _child(p, fds, bpf):
+    """The parked child (see the top).  Returns only in the program
+    child, once it may run the request; every other process ends here."""
+    ctl, out_w, err_w, trees = fds[0], fds[1], fds[2], fds[3:]
+    sock = socket.socket(fileno=ctl)
+    try:
+        _enter_namespaces(p)
+        if os.fork() != 0:
+            os._exit(0)      # the init is the zygote's init's to reap
+        _mounts(p, trees)
+        for fd in trees:
+            os.close(fd)
+        outdir = os.open("/mnt/output", os.O_RDONLY | os.O_DIRECTORY)
+        _send(sock, MSG_OUTDIR, fd=outdir)
+        os.close(outdir)
+        pidfd = os.pidfd_open(os.getpid())
+        _send(sock, MSG_HELLO, fd=pidfd)
+        os.close(pidfd)
+        if sock.recv(16) != b"A":
+            os._exit(SETUP_FAIL_EXIT)
+        _lock_down(p, bpf)
+        c2 = os.fork()
+        if c2 == 0:
+            sock.detach()
+            _program(ctl, out_w, err_w)
+            return
+    except (OSError, _SetupError, ValueError, KeyError) as e:
+        try:
+            _send(sock, MSG_ERROR, text=str(e))
+        except OSError:
+            pass
+        os._exit(SETUP_FAIL_EXIT)
+    os.close(out_w)
+    os.close(err_w)
+    _send(sock, MSG_READY)
+    _init_loop(sock, c2)
+
+
+# ------------------------------------------------------------ the zygote
+
+def _load_prelude():
+    import importlib.util
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                        "prelude.py")
+    spec = importlib.util.spec_from_file_location("_interpd_prelude", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _warm(prelude):
+    """Import the warm modules, draw once, compile the prelude's rest."""
+    lib = prelude._lib()
+    names = [m.strip() for m in
+             os.environ.get("IPD_WARM_MODULES",
+                            "numpy,pandas,matplotlib").split(",")
+             if m.strip()]
+    if "matplotlib" in names:
+        lib["_seed_mpl_cache"]()
+    for name in names:
+        try:
+            __import__(name)
+        except Exception as e:
+            sys.stderr.write("zygote: %s not imported: %s: %s\n"
+                             % (name, type(e).__name__, e))
+    if "matplotlib" in sys.modules:
+        import io
+        import matplotlib.pyplot as plt
+        fig = plt.figure()
+        plt.plot([1, 2, 3], [1, 4, 9])
+        fig.savefig(io.BytesIO(), format="png")
+        plt.close("all")
+    import traceback  # noqa: F401  (the error path's)
+    gc.collect()
+    gc.freeze()
+
+
+def _run_request(prelude):
+    """The program child: the prelude's main(), then exit as python
+    would (non-daemon threads joined, atexit functions, streams
+    flushed)."""
+    status = 0
+    try:
+        prelude.main()
+    except SystemExit as e:
+        code = e.code
+        if code is None:
+            status = 0
+        elif isinstance(code, int):
+            status = code & 0xff
+        else:
+            sys.stderr.write("%s\n" % (code,))
+            status = 1
+    except BaseException:
+        status = 1
+    try:
+        import threading
+        threading._shutdown()
+    except BaseException:
+        pass
+    try:
+        import atexit
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+    os._exit(status)
+
+
+def _serve(cmd, bpf, prelude):
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(cmd, 1 << 16, 16)
+        except InterruptedError:
+            continue
+        if not data:
+            return 0
+        if data[:1] != b"P" or len(fds) < 3:
+            for fd in fds:
+                os.close(fd)
+            continue
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            try:
+                cmd.close()
+                _child(json.loads(data[1:]), fds, bpf)
+            except BaseException:
+                os._exit(SETUP_FAIL_EXIT)
+            _run_request(prelude)
+        for fd in fds:
+            os.close(fd)
+        try:
+            os.waitpid(pid, 0)
+        except ChildProcessError:
+            pass
+
+
+def main():
+    cmd = socket.socket(fileno=3)
+    init = cmd.recv(1 << 20)
+    if init[:1] != b"I" or (len(init) - 1) % 8 or len(init) < 9:
+        sys.stderr.write("zygote: no filter from the service\n")
+        return 2
+    bpf = init[1:]
+    try:
+        prelude = _load_prelude()
+        _warm(prelude)
+    except Exception as e:
+        cmd.send(b"E%s: %s" % (type(e).__name__.encode(),
+                               str(e).encode()[:200]))
+        return 2
+    cmd.send(b"R")
+    return _serve(cmd, bpf, prelude)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
