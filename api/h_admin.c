@@ -151,6 +151,9 @@ static void admin_status(struct ipd_req *r)
                                                     : json_null());
     json_object_set_new(st, "executions", ipd_exec_pool_stats(app->exec));
     json_object_set_new(st, "disk", disk_json(app));
+    json_object_set_new(st, "execution_mode",
+                        app->executor ? ipd_executor_warm_json(app->executor)
+                                      : json_null());
     json_object_set_new(st, "execution_check",
                         app->executor ? ipd_executor_check_json(app->executor)
                                       : json_null());

@@ -64,9 +64,13 @@ static void readyz(struct ipd_req *r)
                                venv ? "ok" : "unavailable", "disk",
                                disk ? "ok" : "low_space");
     if (!meta && !blobs && exec && venv && disk) {
+        /* Which mode serves executions: warm, mixed, starting, cold. */
         ipd_reply_json(r, MHD_HTTP_OK,
-                       json_pack("{s:s, s:o}", "status", "ready", "checks",
-                                 checks));
+                       json_pack("{s:s, s:o, s:s}", "status", "ready",
+                                 "checks", checks, "execution_mode",
+                                 r->app->executor
+                                     ? ipd_executor_mode(r->app->executor)
+                                     : "cold"));
         return;
     }
     json_decref(checks);

@@ -118,6 +118,15 @@ static const struct opt opts[] = {
     {"venv-stage-max", OPT_SIZE, OFF(venv_stage_max), "1G", false,
      "runs get a copy of the venv generation in a private tmpfs up to this "
      "size, so they see no host path (0: bind it by its host path)"},
+    {"exec-mode", OPT_STRING, OFF(exec_mode), "cold", false,
+     "warm: per slot a zygote with the warm modules imported and a child "
+     "parked (docs/SANDBOX.md); cold: a fresh interpreter per run"},
+    {"warm-modules", OPT_STRING, OFF(warm_modules), "numpy,pandas,matplotlib",
+     false, "modules a zygote imports (comma-separated)"},
+    {"warm-recycle-runs", OPT_INT, OFF(warm_recycle_runs), "1000", false,
+     "a zygote is replaced after this many runs (0: never)"},
+    {"warm-recycle-after", OPT_DURATION, OFF(warm_recycle_ms), "1h", false,
+     "a zygote is replaced after this long"},
     {"venv-python", OPT_STRING, OFF(venv_python), NULL, false,
      "base interpreter of the venv (default: the python option)"},
     {"venv-system-site-packages", OPT_INT, OFF(venv_system_site), "1", false,
@@ -769,6 +778,17 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
     if (!c->venv_clone || (strcmp(c->venv_clone, "link") != 0 &&
                            strcmp(c->venv_clone, "copy") != 0)) {
         ipd_buf_adds(err, "venv-clone must be link or copy");
+        return false;
+    }
+    if (!c->exec_mode || (strcmp(c->exec_mode, "warm") != 0 &&
+                          strcmp(c->exec_mode, "cold") != 0)) {
+        ipd_buf_adds(err, "exec-mode must be warm or cold");
+        return false;
+    }
+    if (c->warm_recycle_runs < 0 || c->warm_recycle_ms <= 0 ||
+        c->warm_recycle_ms > 7LL * 24 * 3600 * 1000) {
+        ipd_buf_adds(err, "warm-recycle-runs must be >= 0 and "
+                          "warm-recycle-after at most 7d");
         return false;
     }
     return true;

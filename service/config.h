@@ -63,6 +63,10 @@ struct ipd_config {
     int64_t venv_max_age_ms; /* rebuild period */
     char *venv_clone;        /* "link" or "copy" */
     int64_t venv_stage_max;  /* a generation's tmpfs copy for runs */
+    char *exec_mode;         /* "warm" or "cold" */
+    char *warm_modules;      /* a zygote's imports, comma-separated */
+    int64_t warm_recycle_runs; /* a zygote's runs before it is replaced */
+    int64_t warm_recycle_ms;   /* its life */
     char *allowlist;         /* file: one distribution per line */
     char *allowed_deps;      /* file: names allowed only as dependencies */
     char *import_names;      /* file: "module distribution" lines */

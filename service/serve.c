@@ -180,6 +180,10 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->prelude_dir = cfg->prelude_dir;
     o->sandbox_uid = (uid_t)cfg->sandbox_uid;
     o->venv_stage_max = cfg->venv_stage_max;
+    o->warm = !strcmp(cfg->exec_mode, "warm");
+    o->warm_modules = cfg->warm_modules;
+    o->warm_recycle_runs = cfg->warm_recycle_runs;
+    o->warm_recycle_ms = cfg->warm_recycle_ms;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
                                : (unsigned)(cores < 1 ? 1 : cores);
@@ -487,6 +491,8 @@ static void open_packages(struct server *sv)
     ipd_executor_set_venv(sv->executor, sv->app.venv, cfg->auto_install != 0);
     if (sv->app.venv)
         ipd_venv_set_metrics(sv->app.venv, sv->app.metrics);
+    if (ipd_executor_start_warm(sv->executor))
+        ipd_error("warm executions are unavailable; every run is cold");
 }
 
 /* Before listening: one execution end to end, through the staging, the

@@ -55,6 +55,12 @@ struct ipd_executor {
     pthread_mutex_t vstage_lock;
     pthread_cond_t vstage_cond;
     struct ipd__vstage *vstages; /* owned list (vstage_lock) */
+    /* warm.c: zygotes per slot (NULL: every run is cold) */
+    struct ipd__warm *warm;
+    bool warm_wanted;          /* the options' warm */
+    char warm_modules[256];    /* IPD_WARM_MODULES */
+    int64_t warm_recycle_runs; /* a zygote ends after so many (0: never) */
+    int64_t warm_recycle_ms;   /* ... or after so long */
     pthread_mutex_t check_lock;
     struct {                   /* the last end-to-end check (check_lock) */
         bool ok;
@@ -79,6 +85,86 @@ void ipd__vstage_drop(struct ipd_executor *ex, struct ipd__vstage *hold);
 void ipd__vstage_activate(struct ipd_executor *ex, const char *gen_dir);
 /* At the executor's end, no run left. */
 void ipd__vstage_free_all(struct ipd_executor *ex);
+
+/* executor.c, shared with warm.c ------------------------------------- */
+
+const struct ipd_exec_policy *ipd__policy_find(const struct ipd_executor *ex,
+                                               const char *name);
+/* The sandbox policy of ep with the wall timeout timeout_ms. */
+void ipd__policy_to_sandbox(const struct ipd_exec_policy *ep,
+                            int64_t timeout_ms,
+                            struct ipd_sandbox_policy *p);
+/* The read-only system binds every run gets; returns how many. */
+size_t ipd__system_mounts(const struct ipd_executor *ex,
+                          struct ipd_sandbox_mount *m);
+/* The host uid of a slot's runs (0: the sandbox's default). */
+uid_t ipd__slot_uid(const struct ipd_executor *ex, unsigned slot);
+
+#define IPD__RUN_ENV_MAX 12
+#define IPD__RUN_MOUNTS_MAX 16
+/* A prelude run's environment into env[IPD__RUN_ENV_MAX] (mpl_env and
+ * extra appended when not NULL). */
+void ipd__run_env(const char **env, const char *mpl_env, const char *extra);
+/* A prelude run's mounts into mounts[IPD__RUN_MOUNTS_MAX]: the system's,
+ * the font cache (its environment entry in *mpl_env, else NULL; the first
+ * caller with build_mpl builds it), st's interpd/, job/ and data/, the
+ * venv generation (its copy vst, else gen_dir; none without gen_dir). */
+size_t ipd__run_mounts(struct ipd_executor *ex,
+                       const struct ipd_sandbox_stage *st,
+                       const char *gen_dir,
+                       const struct ipd_sandbox_stage *vst, bool build_mpl,
+                       struct ipd_sandbox_mount *mounts, const char **mpl_env);
+/* The interpreter inside the sandbox: the generation's, else the base. */
+const char *ipd__run_python(const struct ipd_executor *ex,
+                            const char *gen_dir);
+
+/* One run's staging (executor.c, top): a stage with job/, data/ and
+ * interpd/ (the prelude's files). */
+struct ipd__work {
+    char id[IPD_ID_MAX];
+    struct ipd_sandbox_stage *stage;
+    int job_fd, data_fd;
+    uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
+};
+/* id: the execution's (NULL or invalid: a new one); why gets the reason
+ * of a failure (IPD_ERR_INTERNAL). */
+enum ipd_err ipd__work_create(struct ipd_executor *ex, struct ipd__work *wk,
+                              const char *id, uid_t host_uid,
+                              struct ipd_buf *why);
+void ipd__work_remove(struct ipd__work *wk);
+
+/* warm.c (see there) ------------------------------------------------ */
+
+struct ipd__warm;
+/* A parked child with its staging (the stage its mounts show). */
+struct ipd__parked_job {
+    struct ipd_sandbox_parked *pk;
+    struct ipd__work wk;
+    char policy[IPD_EXEC_POLICY_NAME_MAX]; /* what it was parked for */
+};
+/* Start the slots' zygotes (threads); ex->warm is set. */
+enum ipd_err ipd__warm_start(struct ipd_executor *ex);
+/* End them all and wait (no run may be in a parked child any more). */
+void ipd__warm_stop(struct ipd_executor *ex);
+/* A new venv generation is current: every zygote is recycled. */
+void ipd__warm_generation(struct ipd_executor *ex);
+/* The slot's parked child for policy ep on generation gen_dir (NULL:
+ * base), parked on the spot when the slot's zygote serves but holds none
+ * for ep; NULL when the slot cannot run it warm.  The caller adopts its
+ * staging (->wk) and runs it with ipd__warm_run, then frees it. */
+struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
+                                       const struct ipd_exec_policy *ep,
+                                       const char *gen_dir);
+/* Run pj's child (its parked handle is consumed) for at most
+ * timeout_ms; decides whether the slot's zygote is recycled. */
+enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
+                           struct ipd__parked_job *pj, int64_t timeout_ms,
+                           struct ipd_sandbox_result *r);
+void ipd__parked_job_free(struct ipd__parked_job *pj); /* NULL is fine */
+/* "warm", "mixed", "starting" or "cold" (no warm workers, or none up). */
+const char *ipd__warm_mode(struct ipd_executor *ex);
+/* The admin status's "execution_mode" object.  New reference. */
+json_t *ipd__warm_json(struct ipd_executor *ex);
 
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */

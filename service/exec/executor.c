@@ -42,7 +42,7 @@
 
 /* ---- policy ---------------------------------------------------------- */
 
-static const struct ipd_exec_policy *policy_find(const struct ipd_executor *ex,
+const struct ipd_exec_policy *ipd__policy_find(const struct ipd_executor *ex,
                                             const char *name)
 {
     if (!name)
@@ -53,7 +53,7 @@ static const struct ipd_exec_policy *policy_find(const struct ipd_executor *ex,
     return NULL;
 }
 
-static void policy_to_sandbox(const struct ipd_exec_policy *ep,
+void ipd__policy_to_sandbox(const struct ipd_exec_policy *ep,
                               int64_t timeout_ms,
                               struct ipd_sandbox_policy *p)
 {
@@ -133,6 +133,10 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->inline_image_max = 1024 * 1024;
     o->sandbox_uid = 0;
     o->venv_stage_max = 1LL << 30;
+    o->warm = false;
+    o->warm_modules = NULL;
+    o->warm_recycle_runs = 1000;
+    o->warm_recycle_ms = 60LL * 60 * 1000;
 }
 
 /*
@@ -184,7 +188,7 @@ static void remove_legacy_dirs(const char *data_dir)
 }
 
 /* The read-only system binds every run gets; returns how many. */
-static size_t system_mounts(const struct ipd_executor *ex,
+size_t ipd__system_mounts(const struct ipd_executor *ex,
                             struct ipd_sandbox_mount *m)
 {
     size_t n = 0;
@@ -274,7 +278,7 @@ static void prepare_mpl_cache(struct ipd_executor *ex)
 
     if (!st)
         return;
-    n = system_mounts(ex, mounts);
+    n = ipd__system_mounts(ex, mounts);
     mounts[n++] = (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache",
                                              true, st};
     memset(&spec, 0, sizeof(spec));
@@ -282,7 +286,7 @@ static void prepare_mpl_cache(struct ipd_executor *ex)
     spec.env = env;
     spec.mounts = mounts;
     spec.n_mounts = n;
-    policy_to_sandbox(policy_find(ex, "standard"), 120000, &p);
+    ipd__policy_to_sandbox(ipd__policy_find(ex, "standard"), 120000, &p);
     rc = ipd_sandbox_run(&ex->sbx, &p, &spec, &r);
     if (!rc && r.exit_code == 0 && has_fontlist(st)) {
         ex->mpl_stage = st;
@@ -353,6 +357,13 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     ex->egress.allow = opt->egress_allow;
     ex->egress.connect_timeout_ms = opt->egress_connect_timeout_ms;
     ex->venv_stage_max = opt->venv_stage_max > 0 ? opt->venv_stage_max : 0;
+    /* Warm runs need detached stages (root) for their mounts. */
+    ex->warm_wanted = opt->warm;
+    snprintf(ex->warm_modules, sizeof(ex->warm_modules), "%s",
+             opt->warm_modules ? opt->warm_modules
+                               : "numpy,pandas,matplotlib");
+    ex->warm_recycle_runs = opt->warm_recycle_runs;
+    ex->warm_recycle_ms = opt->warm_recycle_ms;
     ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();
@@ -407,6 +418,7 @@ void ipd_executor_free(struct ipd_executor *ex)
 {
     if (!ex)
         return;
+    ipd__warm_stop(ex);
     ipd_sandbox_config_release(&ex->sbx);
     free(ex->python);
     free(ex->prelude_dir);
@@ -417,6 +429,21 @@ void ipd_executor_free(struct ipd_executor *ex)
     pthread_mutex_destroy(&ex->vstage_lock);
     pthread_cond_destroy(&ex->vstage_cond);
     free(ex);
+}
+
+enum ipd_err ipd_executor_start_warm(struct ipd_executor *ex)
+{
+    return ex->warm_wanted && !ex->warm ? ipd__warm_start(ex) : IPD_OK;
+}
+
+const char *ipd_executor_mode(struct ipd_executor *ex)
+{
+    return ipd__warm_mode(ex);
+}
+
+json_t *ipd_executor_warm_json(struct ipd_executor *ex)
+{
+    return ipd__warm_json(ex);
 }
 
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex)
@@ -752,7 +779,7 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     struct ipd_sandbox_spec spec;
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
-    size_t n = system_mounts(ex, mounts);
+    size_t n = ipd__system_mounts(ex, mounts);
     /* (the sandbox writes its own nsswitch.conf and hosts) */
     static const char *const net_files[] = {"/etc/resolv.conf",
                                             "/etc/ssl/certs"};
@@ -817,6 +844,7 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
 static void venv_activated(void *ctx, const char *gen_dir)
 {
     ipd__vstage_activate(ctx, gen_dir);
+    ipd__warm_generation(ctx);
 }
 
 void ipd_executor_venv_runner(struct ipd_executor *ex,
@@ -850,7 +878,7 @@ static enum ipd_err check_request(const struct ipd_executor *ex,
     enum ipd_err rc = IPD_ERR_INVALID;
     const char *msg = NULL;
 
-    *ep = policy_find(ex, rq->policy);
+    *ep = ipd__policy_find(ex, rq->policy);
     if (!rq->tenant || !rq->user_id || (!rq->code && rq->code_len))
         msg = "tenant, user and code are required";
     else if (!*ep)
@@ -880,18 +908,11 @@ static enum ipd_err check_request(const struct ipd_executor *ex,
 
 /* The host uid of a slot's runs: its own as root; not root, the sandbox
  * can map only the service's uid (0: the sandbox's default). */
-static uid_t slot_uid(const struct ipd_executor *ex, unsigned slot)
+uid_t ipd__slot_uid(const struct ipd_executor *ex, unsigned slot)
 {
     return geteuid() == 0 ? ex->sbx.host_uid + 1 + slot : 0;
 }
 
-/* One run's staging (see the top of this file). */
-struct work {
-    char id[IPD_ID_MAX];
-    struct ipd_sandbox_stage *stage;
-    int job_fd, data_fd;
-    uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
-};
 
 /* Copy the regular files of the prelude dir into the stage's interpd/
  * (each run gets the prelude as it is on disk now, as a bind did). */
@@ -930,7 +951,7 @@ static enum ipd_err copy_prelude(const struct ipd_executor *ex, int to)
 /* The run's stage with job/, data/ and interpd/ (the prelude).  Its
  * size is a limit, not a reservation: every input file at the largest
  * size, and room for the job. */
-static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk,
+enum ipd_err ipd__work_create(struct ipd_executor *ex, struct ipd__work *wk,
                                 const char *id, uid_t host_uid,
                                 struct ipd_buf *why)
 {
@@ -973,21 +994,21 @@ static enum ipd_err work_create(struct ipd_executor *ex, struct work *wk,
 /* work_create for a request; a failure is logged (the client only
  * gets a 500). */
 static enum ipd_err work_create_logged(struct ipd_executor *ex,
-                                       struct work *wk,
+                                       struct ipd__work *wk,
                                        const struct ipd_exec_request *rq)
 {
     struct ipd_buf why;
     enum ipd_err rc;
 
     ipd_buf_init(&why, 512);
-    rc = work_create(ex, wk, rq->execution_id, slot_uid(ex, rq->slot), &why);
+    rc = ipd__work_create(ex, wk, rq->execution_id, ipd__slot_uid(ex, rq->slot), &why);
     if (rc)
         ipd_error("executor: cannot stage %s: %s", wk->id, why.buf);
     ipd_buf_release(&why);
     return rc;
 }
 
-static void work_remove(struct work *wk)
+void ipd__work_remove(struct ipd__work *wk)
 {
     close_fd(&wk->job_fd);
     close_fd(&wk->data_fd);
@@ -995,26 +1016,34 @@ static void work_remove(struct work *wk)
     wk->stage = NULL;
 }
 
-static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
-                                const struct ipd_exec_policy *ep,
-                                int64_t timeout_ms, const char *gen_dir,
-                                bool build_mpl, struct ipd_sandbox_result *r)
+/* The environment every run of the prelude gets (the sandbox already
+ * sets HOME, LANG, the thread counts and MPLBACKEND; these are the
+ * prelude's contract), then mpl_env and extra when not NULL. */
+void ipd__run_env(const char **env, const char *mpl_env, const char *extra)
 {
-    /* With a venv generation: its interpreter, bound read-only for the
-     * whole run (the caller holds the generation until we return). */
-    const char *argv[] = {gen_dir ? IPD_VENV_MOUNT "/bin/python" : ex->python,
-                          "-u", "-I", "-B", "/opt/interpd/prelude.py", NULL};
-    /* The sandbox already sets HOME, LANG, the thread counts and
-     * MPLBACKEND; these are the prelude's contract. */
-    const char *env[] = {"PYTHONUNBUFFERED=1", "PYTHONDONTWRITEBYTECODE=1",
-                         "MPLBACKEND=Agg",     "MPLCONFIGDIR=/tmp/mpl",
-                         "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1",
-                         "HOME=/tmp",          "LANG=C.UTF-8",
-                         NULL,                 NULL};
-    struct ipd_sandbox_mount mounts[12];
-    struct ipd_sandbox_spec spec;
-    struct ipd_sandbox_policy p;
-    size_t n = system_mounts(ex, mounts);
+    static const char *const base[] = {
+        "PYTHONUNBUFFERED=1",     "PYTHONDONTWRITEBYTECODE=1",
+        "MPLBACKEND=Agg",         "MPLCONFIGDIR=/tmp/mpl",
+        "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1",
+        "HOME=/tmp",              "LANG=C.UTF-8"};
+    size_t n = 0;
+
+    for (size_t i = 0; i < IPD_ARRAY_LEN(base); i++)
+        env[n++] = base[i];
+    if (mpl_env)
+        env[n++] = mpl_env;
+    if (extra)
+        env[n++] = extra;
+    env[n] = NULL;
+}
+
+size_t ipd__run_mounts(struct ipd_executor *ex,
+                       const struct ipd_sandbox_stage *st,
+                       const char *gen_dir,
+                       const struct ipd_sandbox_stage *vst, bool build_mpl,
+                       struct ipd_sandbox_mount *mounts, const char **mpl_env)
+{
+    size_t n = ipd__system_mounts(ex, mounts);
 
     /* The first run builds the font cache; runs meanwhile wait for it.
      * The readiness check only binds it when it is there. */
@@ -1025,25 +1054,49 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     }
     const struct ipd_sandbox_stage *mpl = ex->mpl_stage;
     pthread_mutex_unlock(&ex->mpl_lock);
+    *mpl_env = NULL;
     if (mpl) {
         mounts[n++] = (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache",
                                                  false, mpl};
-        env[IPD_ARRAY_LEN(env) - 2] = "IPD_PRELUDE_MPLCACHE=/opt/mplcache";
+        *mpl_env = "IPD_PRELUDE_MPLCACHE=/opt/mplcache";
     }
     mounts[n++] = (struct ipd_sandbox_mount){"interpd", "/opt/interpd", false,
-                                             wk->stage};
-    mounts[n++] =
-        (struct ipd_sandbox_mount){"job", "/mnt/job", false, wk->stage};
-    mounts[n++] =
-        (struct ipd_sandbox_mount){"data", "/mnt/data", false, wk->stage};
+                                             st};
+    mounts[n++] = (struct ipd_sandbox_mount){"job", "/mnt/job", false, st};
+    mounts[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false, st};
     /* The generation's copy in a private tmpfs (no host path), else the
      * generation itself. */
-    struct ipd__vstage *vhold = NULL;
-    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
-                                                           &vhold);
     if (gen_dir)
         mounts[n++] = (struct ipd_sandbox_mount){
             vst ? "venv" : gen_dir, IPD_VENV_MOUNT, false, vst};
+    return n;
+}
+
+const char *ipd__run_python(const struct ipd_executor *ex, const char *gen_dir)
+{
+    return gen_dir ? IPD_VENV_MOUNT "/bin/python" : ex->python;
+}
+
+static enum ipd_err sandbox_run(struct ipd_executor *ex, struct ipd__work *wk,
+                                const struct ipd_exec_policy *ep,
+                                int64_t timeout_ms, const char *gen_dir,
+                                bool build_mpl, struct ipd_sandbox_result *r)
+{
+    /* With a venv generation: its interpreter, bound read-only for the
+     * whole run (the caller holds the generation until we return). */
+    const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
+                          "/opt/interpd/prelude.py", NULL};
+    const char *env[IPD__RUN_ENV_MAX], *mpl_env;
+    struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
+    struct ipd_sandbox_spec spec;
+    struct ipd_sandbox_policy p;
+    struct ipd__vstage *vhold = NULL;
+    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
+                                                           &vhold);
+    size_t n = ipd__run_mounts(ex, wk->stage, gen_dir, vst, build_mpl, mounts,
+                               &mpl_env);
+
+    ipd__run_env(env, mpl_env, NULL);
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -1051,7 +1104,7 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct work *wk,
     spec.n_mounts = n;
     spec.cwd = "/mnt/output";
     spec.host_uid = wk->host_uid;
-    policy_to_sandbox(ep, timeout_ms, &p);
+    ipd__policy_to_sandbox(ep, timeout_ms, &p);
     struct ipd_egress_stats st;
     enum ipd_err rc = run_sandboxed(ex, &p, &spec, r, &st);
     ipd__vstage_drop(ex, vhold);
@@ -1073,15 +1126,111 @@ static void install_requested(struct ipd_executor *ex,
     ins->seconds = (double)(ipd_now_ms() - t0) / 1000.0;
 }
 
+/* A warm child for rq (ex->warm, a policy without network), taken for
+ * the current generation, which *wgen then holds; else NULL. */
+static struct ipd__parked_job *take_warm(struct ipd_executor *ex,
+                                         const struct ipd_exec_request *rq,
+                                         const struct ipd_exec_policy *ep,
+                                         struct ipd_venv_gen **wgen)
+{
+    struct ipd__parked_job *pj;
+
+    *wgen = NULL;
+    if (!ex->warm || ep->network)
+        return NULL;
+    if (ex->venv && ipd_venv_acquire(ex->venv, wgen))
+        return NULL;
+    pj = ipd__warm_take(ex, rq->slot, ep, ipd_venv_gen_dir(*wgen));
+    if (!pj) {
+        ipd_venv_release(ex->venv, *wgen);
+        *wgen = NULL;
+    }
+    return pj;
+}
+
+/* The parked child's staging becomes the run's (the stage its mounts
+ * show). */
+static void adopt_work(struct ipd__work *wk, struct ipd__parked_job *pj,
+                       const struct ipd_exec_request *rq)
+{
+    *wk = pj->wk;
+    pj->wk.stage = NULL;
+    pj->wk.job_fd = pj->wk.data_fd = -1;
+    if (rq->execution_id && ipd_id_valid("exec", rq->execution_id))
+        snprintf(wk->id, sizeof(wk->id), "%s", rq->execution_id);
+    else
+        ipd_id_new("exec", wk->id);
+}
+
+/* One run of the staged job: in the parked child *pj when there is one
+ * (consumed, with the generation *wgen it was taken for), else cold on
+ * the current generation; a warm run that fails to start runs cold.
+ * *ran: r holds a run's result (release it). */
+static enum ipd_err run_once(struct ipd_executor *ex,
+                             const struct ipd_exec_request *rq,
+                             const struct ipd_exec_policy *ep,
+                             struct ipd__work *wk,
+                             struct ipd__parked_job **pj,
+                             struct ipd_venv_gen **wgen, int64_t budget_ms,
+                             struct ipd_sandbox_result *r, bool *ran,
+                             struct ipd_buf *detail)
+{
+    struct ipd_venv_gen *gen = NULL;
+    enum ipd_err rc;
+
+    *ran = false;
+    if (*pj) {
+        rc = ipd__warm_run(ex, rq->slot, *pj, budget_ms, r);
+        ipd__parked_job_free(*pj);
+        *pj = NULL;
+        ipd_venv_release(ex->venv, *wgen);
+        *wgen = NULL;
+        *ran = true;
+        if (!rc)
+            return IPD_OK;
+        ipd_warn("executor: %s: the warm run failed (%s); running it cold",
+                 wk->id, r->error);
+        ipd_sandbox_result_release(r);
+        memset(r, 0, sizeof(*r));
+        r->output_dirfd = -1;
+        *ran = false;
+    }
+    if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
+        if (detail)
+            ipd_buf_adds(detail, "the Python environment is busy; retry");
+        return IPD_ERR_UNAVAILABLE;
+    }
+    rc = sandbox_run(ex, wk, ep, budget_ms, ipd_venv_gen_dir(gen), true, r);
+    ipd_venv_release(ex->venv, gen);
+    *ran = true;
+    return rc;
+}
+
+/* Write the request's job into the staging. */
+static enum ipd_err stage_job(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              struct ipd__work *wk, struct ipd_buf *detail)
+{
+    enum ipd_err rc = write_file_at(wk->job_fd, "code.py",
+                                    rq->code ? rq->code : "", rq->code_len);
+    if (!rc && rq->variables)
+        rc = write_json_at(wk->job_fd, "variables.json", rq->variables);
+    if (!rc)
+        rc = stage_files(ex, rq, wk->job_fd, wk->data_fd, detail);
+    return rc;
+}
+
 enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
 {
     const struct ipd_exec_policy *ep = NULL;
     int64_t timeout_ms = 0;
-    struct work wk;
+    struct ipd__work wk;
     struct ipd_sandbox_result r;
     struct ipd__installs ins;
+    struct ipd__parked_job *pj = NULL;
+    struct ipd_venv_gen *wgen = NULL;
     bool ran = false;
     enum ipd_err rc;
 
@@ -1098,41 +1247,29 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     if (rc)
         goto out;
     install_requested(ex, rq, &ins);
-    rc = work_create_logged(ex, &wk, rq);
-    if (rc)
-        goto out;
-    rc = write_file_at(wk.job_fd, "code.py", rq->code ? rq->code : "",
-                       rq->code_len);
-    if (!rc && rq->variables)
-        rc = write_json_at(wk.job_fd, "variables.json", rq->variables);
-    if (rc)
-        goto out;
-    rc = stage_files(ex, rq, wk.job_fd, wk.data_fd, detail);
+    pj = take_warm(ex, rq, ep, &wgen);
+    if (pj)
+        adopt_work(&wk, pj, rq);
+    else
+        rc = work_create_logged(ex, &wk, rq);
+    if (!rc)
+        rc = stage_job(ex, rq, &wk, detail);
     if (rc)
         goto out;
     int64_t run_t0 = ipd_mono_ms(), budget_ms = timeout_ms;
     for (int attempt = 0;; attempt++) {
-        struct ipd_venv_gen *gen = NULL;
         /* The run after an automatic install gets what is left of the
          * request's timeout: the first run and the install count. */
         if (attempt > 0)
             budget_ms = timeout_ms - (ipd_mono_ms() - run_t0);
         if (budget_ms < 1)
             budget_ms = 1;
-        if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
-            if (detail)
-                ipd_buf_adds(detail, "the Python environment is busy; retry");
-            rc = IPD_ERR_UNAVAILABLE;
+        rc = run_once(ex, rq, ep, &wk, &pj, &wgen, budget_ms, &r, &ran,
+                      detail);
+        if (rc == IPD_ERR_UNAVAILABLE && !ran)
             goto out;
-        }
-        rc = sandbox_run(ex, &wk, ep, budget_ms, ipd_venv_gen_dir(gen), true,
-                         &r);
-        ipd_venv_release(ex->venv, gen);
-        ran = true;
-        if (rc)
-            break;
         /* The install itself ends by the request's deadline too. */
-        if (attempt > 0 ||
+        if (rc || attempt > 0 ||
             !auto_install_once(ex, rq, &r, run_t0 + timeout_ms, &ins))
             break;
         /* The module is there now: the same job once more, from scratch
@@ -1154,7 +1291,9 @@ out:
     if (ran)
         ipd_sandbox_result_release(&r);
     json_decref(ins.results);
-    work_remove(&wk);
+    ipd__parked_job_free(pj);
+    ipd_venv_release(ex->venv, wgen);
+    ipd__work_remove(&wk);
     return rc;
 }
 
@@ -1179,7 +1318,7 @@ static void probe_policy(struct ipd_exec_policy *ep)
 
 /* Stage a job that reads its input back: code.py, files.json and
  * data/probe/probe.txt, as a request's staging writes them. */
-static enum ipd_err probe_stage(struct work *wk)
+static enum ipd_err probe_stage(struct ipd__work *wk)
 {
     static const char code[] =
         "print(open('/mnt/data/probe/probe.txt').read(), end='')\n";
@@ -1225,7 +1364,7 @@ static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
     struct ipd_exec_policy ep;
     struct ipd_sandbox_result r;
     struct ipd_venv_gen *gen = NULL;
-    struct work wk;
+    struct ipd__work wk;
     enum ipd_err rc;
 
     memset(&r, 0, sizeof(r));
@@ -1235,7 +1374,7 @@ static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
     probe_policy(&ep);
     struct ipd_buf werr;
     ipd_buf_init(&werr, 256);
-    rc = work_create(ex, &wk, NULL, 0, &werr);
+    rc = ipd__work_create(ex, &wk, NULL, 0, &werr);
     if (!rc && probe_stage(&wk))
         ipd_buf_addf(&werr, "writing the job: %s", strerror(errno));
     rc = werr.len ? IPD_ERR_INTERNAL : rc;
@@ -1258,7 +1397,7 @@ static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
         rc = probe_judge(&r, why, len);
 out:
     ipd_sandbox_result_release(&r);
-    work_remove(&wk);
+    ipd__work_remove(&wk);
     return rc;
 }
 

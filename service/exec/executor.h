@@ -117,6 +117,15 @@ struct ipd_executor_options {
      * HTTP_PROXY/HTTPS_PROXY (both cases) pointing at it. */
     const struct ipd_fetch_allowlist *egress_allow;
     int64_t egress_connect_timeout_ms; /* resolve + connect (0: 10 s) */
+    /* Warm executions (docs/SANDBOX.md): with warm, each slot keeps a
+     * zygote with these modules imported (comma-separated; NULL:
+     * "numpy,pandas,matplotlib") and a child of it parked; it is
+     * recycled after warm_recycle_runs runs (0: never) or
+     * warm_recycle_ms (0: never).  Started by ipd_executor_start_warm. */
+    bool warm;
+    const char *warm_modules;
+    int64_t warm_recycle_runs;
+    int64_t warm_recycle_ms;
     int64_t venv_stage_max;      /* runs get a copy of the venv generation
                                     in a private tmpfs of at most this
                                     many bytes, so they see no host path
@@ -179,6 +188,18 @@ bool ipd_executor_ready(struct ipd_executor *ex, char *why, size_t len);
 /* The last check for the admin status: {"ok", "runs", "checked_at",
  * "duration_ms", "error"}.  New reference. */
 json_t *ipd_executor_check_json(struct ipd_executor *ex);
+
+/* Start the warm workers when the options asked for them (after
+ * ipd_executor_set_venv: the zygotes run on the venv's generation).
+ * Runs are cold until a slot's zygote is ready, and whenever it cannot
+ * serve.  IPD_ERR_INTERNAL when its threads cannot start. */
+enum ipd_err ipd_executor_start_warm(struct ipd_executor *ex);
+/* Which mode serves: "warm", "mixed" (some slots), "starting", "cold". */
+const char *ipd_executor_mode(struct ipd_executor *ex);
+/* For the admin status: {"configured", "serving", "modules", "slots":
+ * [{"slot", "mode", "runs", "restarts", "generation", "started_at",
+ * "why"}]}.  New reference. */
+json_t *ipd_executor_warm_json(struct ipd_executor *ex);
 
 /* What isolation is active, for the admin status and the start-up log. */
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);

@@ -1,0 +1,542 @@
+/*
+ * warm.c - warm executions: per execution slot a zygote (sandbox.h,
+ * "Warm runs"; service/exec/python/zygote.py) on the venv's current
+ * generation, and one child of it parked for the "standard" policy with
+ * its staging ready (a work stage: job/, data/, interpd/ as a cold run's),
+ * so a request only writes its job and says go.
+ *
+ * Threads per slot: the zygote's (runs it, blocking for its life, and
+ * starts the next one: a new generation, N runs, T minutes, a timeout,
+ * OOM kill or seccomp kill in a child, or its death end it) and the
+ * parker's (keeps one child parked while the zygote serves).  The slot's
+ * execution worker takes the parked child (ipd__warm_take); a request
+ * for another policy parks one of its own on the spot.  A networked
+ * policy never runs warm: its runs are cold.  When a zygote cannot start
+ * (three failures in a row), the slot serves cold and tries again after
+ * a minute; the status says which mode serves and why.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../venv/venv.h"
+#include "../common/log.h"
+#include "../common/util.h"
+#include "exec_internal.h"
+
+#define PARK_TIMEOUT_MS 30000
+#define READY_TIMEOUT_MS 1000 /* one wait; the parker waits again */
+#define FAILURES_TO_COLD 3
+#define RETRY_COLD_MS 60000
+#define ZYGOTE_MEMORY_MIN (1LL << 30)
+
+enum slot_state { SLOT_STARTING, SLOT_READY, SLOT_COLD, SLOT_STOPPED };
+
+struct warm_slot {
+    struct ipd__warm *w;
+    unsigned idx;
+    pthread_t zthread, pthread;
+    bool zthread_made, pthread_made;
+    /* under w->lock: */
+    struct ipd_sandbox_zygote *z; /* while one runs */
+    bool z_ready;
+    enum slot_state state;
+    char gen[PATH_MAX];           /* the zygote's generation ("" base) */
+    struct ipd__parked_job *parked;
+    int64_t started_ms, runs, restarts;
+    unsigned failures;
+    bool recycle;                 /* this zygote is to end */
+    char why[256];                /* why the slot serves cold */
+};
+
+struct ipd__warm {
+    struct ipd_executor *ex;
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool stopping;
+    unsigned n;
+    struct warm_slot *slots;
+};
+
+void ipd__parked_job_free(struct ipd__parked_job *pj)
+{
+    if (!pj)
+        return;
+    ipd_sandbox_parked_free(pj->pk);
+    ipd__work_remove(&pj->wk);
+    free(pj);
+}
+
+static int64_t zygote_memory(const struct ipd_executor *ex)
+{
+    int64_t m = ZYGOTE_MEMORY_MIN;
+    for (size_t i = 0; i < ex->n_policies; i++)
+        if (ex->policies[i].memory_bytes > m)
+            m = ex->policies[i].memory_bytes;
+    return m;
+}
+
+/* The zygote's own limits: the standard policy's, with room for the
+ * imports and for every policy's children (their rlimits can only be
+ * lowered below the zygote's). */
+static void zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
+                          struct ipd_sandbox_policy *p)
+{
+    int64_t max_to = 0;
+
+    ipd__policy_to_sandbox(ipd__policy_find(ex, "standard"), life_ms, p);
+    for (size_t i = 0; i < ex->n_policies; i++) {
+        const struct ipd_exec_policy *ep = &ex->policies[i];
+        if (ep->max_timeout_ms > max_to)
+            max_to = ep->max_timeout_ms;
+        if (ep->tmp_bytes > p->fsize_bytes)
+            p->fsize_bytes = ep->tmp_bytes;
+        if (ep->output_dir_bytes > p->fsize_bytes)
+            p->fsize_bytes = ep->output_dir_bytes;
+    }
+    p->name = "zygote";
+    p->memory_bytes = zygote_memory(ex);
+    p->cpu_seconds = (life_ms + max_to) / 1000 + 60;
+    p->network = false;
+}
+
+/* Run one zygote on the current generation until it ends.  Returns how
+ * long it served (ms), or -1 when it never got ready. */
+static int64_t zygote_once(struct warm_slot *s)
+{
+    struct ipd_executor *ex = s->w->ex;
+    struct ipd__work zw;
+    struct ipd_venv_gen *gen = NULL;
+    struct ipd__vstage *vhold = NULL;
+    struct ipd_buf why;
+    struct ipd_sandbox_zygote *z = NULL;
+    int64_t t0 = ipd_mono_ms(), served = -1;
+    char modules[300];
+
+    ipd_buf_init(&why, 512);
+    memset(&zw, 0, sizeof(zw));
+    zw.job_fd = zw.data_fd = -1;
+    if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
+        snprintf(s->why, sizeof(s->why), "the venv is busy");
+        goto out;
+    }
+    const char *gen_dir = ipd_venv_gen_dir(gen);
+    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
+                                                           &vhold);
+    if (ipd__work_create(ex, &zw, NULL, ipd__slot_uid(ex, s->idx), &why) ||
+        ipd_sandbox_zygote_new(&ex->sbx, &z)) {
+        snprintf(s->why, sizeof(s->why), "staging: %s", why.buf);
+        goto out;
+    }
+    const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
+                          "/opt/interpd/zygote.py", NULL};
+    const char *env[IPD__RUN_ENV_MAX], *mpl_env;
+    struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
+    struct ipd_sandbox_spec spec;
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    snprintf(modules, sizeof(modules), "IPD_WARM_MODULES=%s",
+             ex->warm_modules);
+    memset(&spec, 0, sizeof(spec));
+    spec.mounts = mounts;
+    spec.n_mounts = ipd__run_mounts(ex, zw.stage, gen_dir, vst, true, mounts,
+                                    &mpl_env);
+    ipd__run_env(env, mpl_env, modules);
+    spec.argv = argv;
+    spec.env = env;
+    spec.cwd = "/tmp";
+    spec.host_uid = zw.host_uid;
+    zygote_policy(ex, ex->warm_recycle_ms + 60000, &p);
+    pthread_mutex_lock(&s->w->lock);
+    s->z = z;
+    s->z_ready = false;
+    s->recycle = s->w->stopping;
+    snprintf(s->gen, sizeof(s->gen), "%s", gen_dir ? gen_dir : "");
+    s->started_ms = ipd_now_ms();
+    s->runs = 0;
+    pthread_cond_broadcast(&s->w->cond);
+    pthread_mutex_unlock(&s->w->lock);
+    if (s->recycle)
+        ipd_sandbox_zygote_stop(z);
+    enum ipd_err rc = ipd_sandbox_zygote_run(z, &p, &spec, &r);
+    pthread_mutex_lock(&s->w->lock);
+    served = s->z_ready ? ipd_mono_ms() - t0 : -1;
+    if (!s->z_ready)
+        snprintf(s->why, sizeof(s->why), "the zygote ended before it was "
+                 "ready: %.100s%.100s", rc ? r.error : "",
+                 r.err.len ? r.err.buf : "");
+    s->z = NULL;
+    s->z_ready = false;
+    if (s->state == SLOT_READY)
+        s->state = SLOT_STARTING; /* the next one comes */
+    struct ipd__parked_job *pj = s->parked;
+    s->parked = NULL;
+    pthread_cond_broadcast(&s->w->cond);
+    pthread_mutex_unlock(&s->w->lock);
+    ipd__parked_job_free(pj);
+    if (served < 0 || r.exit_code != 0)
+        ipd_warn("executor: slot %u's zygote ended (exit %d, signal %d%s): "
+                 "%.300s", s->idx, r.exit_code, r.term_signal,
+                 r.timed_out ? ", its time was up" : "", r.err.buf);
+    ipd_sandbox_result_release(&r);
+out:
+    ipd_sandbox_zygote_free(z);
+    ipd__work_remove(&zw);
+    ipd__vstage_drop(ex, vhold);
+    ipd_venv_release(ex->venv, gen);
+    ipd_buf_release(&why);
+    return served;
+}
+
+/* Wait on the slot's condition until deadline (monotonic ms) or a
+ * broadcast. */
+static void timed_wait(struct ipd__warm *w, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_REALTIME, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    (void)pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+}
+
+static void *zygote_thread(void *arg)
+{
+    struct warm_slot *s = arg;
+    struct ipd__warm *w = s->w;
+
+    pthread_mutex_lock(&w->lock);
+    while (!w->stopping) {
+        pthread_mutex_unlock(&w->lock);
+        int64_t served = zygote_once(s);
+        pthread_mutex_lock(&w->lock);
+        s->restarts++;
+        if (served >= 0) {
+            s->failures = 0;
+            continue;
+        }
+        if (++s->failures >= FAILURES_TO_COLD) {
+            if (s->state != SLOT_COLD)
+                ipd_warn("executor: slot %u serves cold: %s", s->idx,
+                         s->why);
+            s->state = SLOT_COLD;
+        }
+        if (!w->stopping)
+            timed_wait(w, s->failures >= FAILURES_TO_COLD
+                              ? RETRY_COLD_MS
+                              : 1000LL << s->failures);
+    }
+    s->state = SLOT_STOPPED;
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* Park a child of z under policy ep with a work stage of its own. */
+static enum ipd_err park_one(struct warm_slot *s,
+                             struct ipd_sandbox_zygote *z,
+                             const struct ipd_exec_policy *ep,
+                             struct ipd__parked_job **out)
+{
+    struct ipd_executor *ex = s->w->ex;
+    struct ipd__parked_job *pj = ipd_xcalloc(1, sizeof(*pj));
+    struct ipd_sandbox_policy p;
+    struct ipd_buf why;
+    char err[256];
+    enum ipd_err rc;
+
+    ipd_buf_init(&why, 512);
+    pj->wk.job_fd = pj->wk.data_fd = -1;
+    snprintf(pj->policy, sizeof(pj->policy), "%s", ep->name);
+    rc = ipd__work_create(ex, &pj->wk, NULL, ipd__slot_uid(ex, s->idx), &why);
+    if (rc) {
+        snprintf(err, sizeof(err), "%s", why.buf);
+    } else {
+        struct ipd_sandbox_mount m[] = {
+            {"job", "/mnt/job", false, pj->wk.stage},
+            {"data", "/mnt/data", false, pj->wk.stage}};
+        ipd__policy_to_sandbox(ep, ep->max_timeout_ms, &p);
+        rc = ipd_sandbox_park(z, &p, m, 2, PARK_TIMEOUT_MS, &pj->pk, err,
+                              sizeof(err));
+    }
+    ipd_buf_release(&why);
+    if (rc) {
+        ipd_warn("executor: slot %u: parking a child failed: %s", s->idx,
+                 err);
+        ipd__parked_job_free(pj);
+        pj = NULL;
+    }
+    *out = pj;
+    return rc;
+}
+
+/* Wait until this slot's zygote said ready (under w->lock, released
+ * while waiting).  True when it did; false when it ended. */
+static bool zygote_ready(struct warm_slot *s, struct ipd_sandbox_zygote *z)
+{
+    char why[256];
+    enum ipd_err rc;
+
+    if (s->z_ready)
+        return true;
+    pthread_mutex_unlock(&s->w->lock);
+    rc = ipd_sandbox_zygote_wait_ready(z, READY_TIMEOUT_MS, why, sizeof(why));
+    pthread_mutex_lock(&s->w->lock);
+    if (rc == IPD_OK && s->z == z) {
+        s->z_ready = true;
+        s->state = SLOT_READY;
+        s->failures = 0;
+        ipd_info("executor: slot %u's zygote is ready", s->idx);
+        pthread_cond_broadcast(&s->w->cond);
+    } else if (rc == IPD_ERR_UNAVAILABLE && s->z == z) {
+        snprintf(s->why, sizeof(s->why), "%s", why);
+        ipd_sandbox_zygote_stop(z);
+    }
+    return rc == IPD_OK;
+}
+
+static void *parker_thread(void *arg)
+{
+    struct warm_slot *s = arg;
+    struct ipd__warm *w = s->w;
+    const struct ipd_exec_policy *std = ipd__policy_find(w->ex, "standard");
+
+    pthread_mutex_lock(&w->lock);
+    while (!w->stopping) {
+        struct ipd_sandbox_zygote *z = s->z;
+        if (!z || s->parked || s->recycle) {
+            pthread_cond_wait(&w->cond, &w->lock);
+            continue;
+        }
+        if (!zygote_ready(s, z))
+            continue;
+        pthread_mutex_unlock(&w->lock);
+        struct ipd__parked_job *pj = NULL;
+        enum ipd_err rc = park_one(s, z, std, &pj);
+        pthread_mutex_lock(&w->lock);
+        if (!rc && s->z == z && !s->parked && !s->recycle) {
+            s->parked = pj;
+            pj = NULL;
+        }
+        if (pj) {
+            pthread_mutex_unlock(&w->lock);
+            ipd__parked_job_free(pj);
+            pthread_mutex_lock(&w->lock);
+        }
+        if (rc && !w->stopping)
+            timed_wait(w, 1000); /* a zygote that cannot park: it ends */
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* ---- the executor's side ----------------------------------------------- */
+
+enum ipd_err ipd__warm_start(struct ipd_executor *ex)
+{
+    struct ipd__warm *w = ipd_xcalloc(1, sizeof(*w));
+
+    w->ex = ex;
+    w->n = ex->slots ? ex->slots : 1;
+    w->slots = ipd_xcalloc(w->n, sizeof(*w->slots));
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    ex->warm = w;
+    for (unsigned i = 0; i < w->n; i++) {
+        struct warm_slot *s = &w->slots[i];
+        s->w = w;
+        s->idx = i;
+        s->state = SLOT_STARTING;
+        s->zthread_made =
+            pthread_create(&s->zthread, NULL, zygote_thread, s) == 0;
+        s->pthread_made =
+            pthread_create(&s->pthread, NULL, parker_thread, s) == 0;
+        if (!s->zthread_made || !s->pthread_made) {
+            ipd_error("executor: cannot start the warm workers' threads");
+            return IPD_ERR_INTERNAL;
+        }
+    }
+    return IPD_OK;
+}
+
+void ipd__warm_stop(struct ipd_executor *ex)
+{
+    struct ipd__warm *w = ex->warm;
+
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    w->stopping = true;
+    for (unsigned i = 0; i < w->n; i++) {
+        w->slots[i].recycle = true;
+        ipd_sandbox_zygote_stop(w->slots[i].z);
+    }
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    for (unsigned i = 0; i < w->n; i++) {
+        if (w->slots[i].pthread_made)
+            pthread_join(w->slots[i].pthread, NULL);
+        if (w->slots[i].zthread_made)
+            pthread_join(w->slots[i].zthread, NULL);
+        ipd__parked_job_free(w->slots[i].parked);
+    }
+    pthread_mutex_destroy(&w->lock);
+    pthread_cond_destroy(&w->cond);
+    free(w->slots);
+    free(w);
+    ex->warm = NULL;
+}
+
+/* End s's zygote (the zygote thread starts the next).  Under w->lock. */
+static void recycle_locked(struct warm_slot *s, const char *why)
+{
+    if (s->recycle || !s->z)
+        return;
+    ipd_info("executor: slot %u's zygote is recycled: %s", s->idx, why);
+    s->recycle = true;
+    ipd_sandbox_zygote_stop(s->z);
+}
+
+void ipd__warm_generation(struct ipd_executor *ex)
+{
+    struct ipd__warm *w = ex->warm;
+
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    for (unsigned i = 0; i < w->n; i++)
+        recycle_locked(&w->slots[i], "a new venv generation");
+    pthread_mutex_unlock(&w->lock);
+}
+
+struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
+                                       const struct ipd_exec_policy *ep,
+                                       const char *gen_dir)
+{
+    struct ipd__warm *w = ex->warm;
+    struct ipd__parked_job *pj = NULL;
+    struct ipd_sandbox_zygote *z = NULL;
+    struct warm_slot *s;
+
+    if (!w || ep->network || slot >= w->n)
+        return NULL;
+    s = &w->slots[slot];
+    pthread_mutex_lock(&w->lock);
+    if (s->z && strcmp(s->gen, gen_dir ? gen_dir : "") != 0)
+        recycle_locked(s, "a new venv generation");
+    if (s->z && s->z_ready && !s->recycle) {
+        if (s->parked && !strcmp(s->parked->policy, ep->name)) {
+            pj = s->parked;
+            s->parked = NULL;
+            pthread_cond_broadcast(&w->cond);
+        } else if (!s->parked || strcmp(s->parked->policy, ep->name)) {
+            z = s->z; /* park one for this request: the parker is busy
+                         with another, or keeps the standard one */
+        }
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (z && !pj)
+        (void)park_one(s, z, ep, &pj);
+    return pj;
+}
+
+enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
+                           struct ipd__parked_job *pj, int64_t timeout_ms,
+                           struct ipd_sandbox_result *r)
+{
+    struct ipd__warm *w = ex->warm;
+    struct warm_slot *s = &w->slots[slot];
+    struct ipd_sandbox_parked *pk = pj->pk;
+    enum ipd_err rc;
+    const char *why = NULL;
+
+    pj->pk = NULL;
+    rc = ipd_sandbox_parked_run(pk, timeout_ms, r);
+    if (rc)
+        why = "a run failed to start";
+    else if (r->timed_out)
+        why = "a run timed out";
+    else if (r->oom_killed)
+        why = "a run was killed for its memory";
+    else if (r->term_signal == SIGSYS)
+        why = "a run was killed by the seccomp filter";
+    pthread_mutex_lock(&w->lock);
+    s->runs++;
+    if (!why && ex->warm_recycle_runs > 0 && s->runs >= ex->warm_recycle_runs)
+        why = "it served its number of runs";
+    if (!why && ex->warm_recycle_ms > 0 &&
+        ipd_now_ms() - s->started_ms >= ex->warm_recycle_ms)
+        why = "its time was up";
+    if (why)
+        recycle_locked(s, why);
+    pthread_mutex_unlock(&w->lock);
+    return rc;
+}
+
+static const char *state_name(enum slot_state st)
+{
+    switch (st) {
+    case SLOT_STARTING: return "starting";
+    case SLOT_READY: return "warm";
+    case SLOT_COLD: return "cold";
+    case SLOT_STOPPED: return "stopped";
+    }
+    return "unknown";
+}
+
+const char *ipd__warm_mode(struct ipd_executor *ex)
+{
+    struct ipd__warm *w = ex->warm;
+    unsigned ready = 0, starting = 0;
+
+    if (!w)
+        return "cold";
+    pthread_mutex_lock(&w->lock);
+    for (unsigned i = 0; i < w->n; i++) {
+        ready += w->slots[i].state == SLOT_READY;
+        starting += w->slots[i].state == SLOT_STARTING;
+    }
+    pthread_mutex_unlock(&w->lock);
+    if (ready == w->n)
+        return "warm";
+    if (ready)
+        return "mixed";
+    return starting ? "starting" : "cold";
+}
+
+json_t *ipd__warm_json(struct ipd_executor *ex)
+{
+    struct ipd__warm *w = ex->warm;
+    json_t *slots = json_array();
+
+    if (!w)
+        return json_pack("{s:s,s:s,s:o}", "configured", "cold", "serving",
+                         "cold", "slots", slots);
+    pthread_mutex_lock(&w->lock);
+    for (unsigned i = 0; i < w->n; i++) {
+        struct warm_slot *s = &w->slots[i];
+        json_t *o = json_pack("{s:i,s:s,s:I,s:I,s:s}", "slot", (int)i,
+                              "mode", state_name(s->state), "runs",
+                              (json_int_t)s->runs, "restarts",
+                              (json_int_t)s->restarts, "generation", s->gen);
+        if (s->state == SLOT_READY)
+            json_object_set_new(o, "started_at",
+                                json_integer(s->started_ms / 1000));
+        if (s->state == SLOT_COLD && s->why[0])
+            json_object_set_new(o, "why", json_string(s->why));
+        json_array_append_new(slots, o);
+    }
+    pthread_mutex_unlock(&w->lock);
+    return json_pack("{s:s,s:s,s:s,s:o}", "configured", "warm", "serving",
+                     ipd__warm_mode(ex), "modules", ex->warm_modules, "slots",
+                     slots);
+}
