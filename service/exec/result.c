@@ -991,12 +991,14 @@ json_t *ipd__build_result(struct ipd_executor *ex,
                                           : json_null());
     json_object_set_new(
         res, "resources",
-        json_pack("{s:f, s:I, s:b, s:s, s:f}", "cpu_time",
+        json_pack("{s:f, s:I, s:b, s:s, s:f, s:s}", "cpu_time",
                   round3(r->cpu_seconds), "max_rss_kb",
                   (json_int_t)r->max_rss_kib, "oom_killed",
                   (int)r->oom_killed, "policy", ep->name, "cpus",
                   (double)(ep->cpu_millis > 0 ? ep->cpu_millis : 1000) /
-                      1000.0));
+                      1000.0,
+                  /* beyond the contract: how it ran (docs/SANDBOX.md) */
+                  "mode", r->warm ? "warm" : "cold"));
     json_decref(prelude);
     return res;
 }

@@ -1032,6 +1032,7 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
 
     run_init(&r, out);
+    out->warm = true;
     r.cap = pk->p.output_cap_bytes;
     r.c0_done = true; /* there is no C0 */
     r.foreign = true;

@@ -231,6 +231,7 @@ struct ipd_sandbox_result {
     struct ipd_buf err;      /* owned; stderr, likewise */
     bool out_truncated;
     bool err_truncated;
+    bool warm;               /* a parked child of a zygote ran it */
     int output_dirfd;        /* owned; O_DIRECTORY fd of the sandbox's
                                 /mnt/output tmpfs, or -1 */
     char error[256];         /* why setup failed (IPD_ERR_INTERNAL) */
