@@ -321,6 +321,17 @@ static enum ipd_err check_uid_range(struct ipd_executor *ex)
     return IPD_OK;
 }
 
+static void warm_options(struct ipd_executor *ex,
+                         const struct ipd_executor_options *opt)
+{
+    ex->warm_wanted = opt->warm;
+    snprintf(ex->warm_modules, sizeof(ex->warm_modules), "%s",
+             opt->warm_modules ? opt->warm_modules
+                               : "numpy,pandas,matplotlib");
+    ex->warm_recycle_runs = opt->warm_recycle_runs;
+    ex->warm_recycle_ms = opt->warm_recycle_ms;
+}
+
 enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
                               struct ipd_filetype *ft,
                               const struct ipd_executor_options *opt,
@@ -357,13 +368,7 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     ex->egress.allow = opt->egress_allow;
     ex->egress.connect_timeout_ms = opt->egress_connect_timeout_ms;
     ex->venv_stage_max = opt->venv_stage_max > 0 ? opt->venv_stage_max : 0;
-    /* Warm runs need detached stages (root) for their mounts. */
-    ex->warm_wanted = opt->warm;
-    snprintf(ex->warm_modules, sizeof(ex->warm_modules), "%s",
-             opt->warm_modules ? opt->warm_modules
-                               : "numpy,pandas,matplotlib");
-    ex->warm_recycle_runs = opt->warm_recycle_runs;
-    ex->warm_recycle_ms = opt->warm_recycle_ms;
+    warm_options(ex, opt);
     ex->python = ipd_xstrdup(opt->python ? opt->python : "/usr/bin/python3");
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();

@@ -29,7 +29,10 @@
 #include "../common/util.h"
 #include "exec_internal.h"
 
-#define PARK_TIMEOUT_MS 30000
+#define PARK_TIMEOUT_MS 30000     /* the parker's (the first may wait
+                                     for the zygote's imports) */
+#define PARK_NOW_TIMEOUT_MS 5000  /* a request's own park */
+#define PARK_FAILURES_TO_COLD 3
 #define READY_TIMEOUT_MS 1000 /* one wait; the parker waits again */
 #define FAILURES_TO_COLD 3
 #define RETRY_COLD_MS 60000
@@ -50,6 +53,7 @@ struct warm_slot {
     struct ipd__parked_job *parked;
     int64_t started_ms, runs, restarts;
     unsigned failures;
+    unsigned park_failures;       /* in a row */
     bool recycle;                 /* this zygote is to end */
     char why[256];                /* why the slot serves cold */
 };
@@ -105,6 +109,29 @@ static void zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
     p->network = false;
 }
 
+/* The zygote's program: the prelude's mounts and environment with the
+ * warm modules (modules[] holds that entry), cwd /tmp. */
+static void zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
+                        const char *gen_dir,
+                        const struct ipd_sandbox_stage *vst,
+                        const char **argv, const char **env, char *modules,
+                        size_t modlen, struct ipd_sandbox_mount *mounts,
+                        struct ipd_sandbox_spec *spec)
+{
+    const char *mpl_env;
+
+    snprintf(modules, modlen, "IPD_WARM_MODULES=%s", ex->warm_modules);
+    memset(spec, 0, sizeof(*spec));
+    spec->mounts = mounts;
+    spec->n_mounts = ipd__run_mounts(ex, zw->stage, gen_dir, vst, true,
+                                     mounts, &mpl_env);
+    ipd__run_env(env, mpl_env, modules);
+    spec->argv = argv;
+    spec->env = env;
+    spec->cwd = "/tmp";
+    spec->host_uid = zw->host_uid;
+}
+
 /* Run one zygote on the current generation until it ends.  Returns how
  * long it served (ms), or -1 when it never got ready. */
 static int64_t zygote_once(struct warm_slot *s)
@@ -135,23 +162,14 @@ static int64_t zygote_once(struct warm_slot *s)
     }
     const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
                           "/opt/interpd/zygote.py", NULL};
-    const char *env[IPD__RUN_ENV_MAX], *mpl_env;
+    const char *env[IPD__RUN_ENV_MAX];
     struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
     struct ipd_sandbox_spec spec;
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
 
-    snprintf(modules, sizeof(modules), "IPD_WARM_MODULES=%s",
-             ex->warm_modules);
-    memset(&spec, 0, sizeof(spec));
-    spec.mounts = mounts;
-    spec.n_mounts = ipd__run_mounts(ex, zw.stage, gen_dir, vst, true, mounts,
-                                    &mpl_env);
-    ipd__run_env(env, mpl_env, modules);
-    spec.argv = argv;
-    spec.env = env;
-    spec.cwd = "/tmp";
-    spec.host_uid = zw.host_uid;
+    zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules, sizeof(modules),
+                mounts, &spec);
     zygote_policy(ex, ex->warm_recycle_ms + 60000, &p);
     pthread_mutex_lock(&s->w->lock);
     s->z = z;
@@ -241,10 +259,13 @@ static void *zygote_thread(void *arg)
     return NULL;
 }
 
+static void recycle_locked(struct warm_slot *s, const char *why);
+
 /* Park a child of z under policy ep with a work stage of its own. */
 static enum ipd_err park_one(struct warm_slot *s,
                              struct ipd_sandbox_zygote *z,
                              const struct ipd_exec_policy *ep,
+                             int64_t timeout_ms,
                              struct ipd__parked_job **out)
 {
     struct ipd_executor *ex = s->w->ex;
@@ -265,10 +286,21 @@ static enum ipd_err park_one(struct warm_slot *s,
             {"job", "/mnt/job", false, pj->wk.stage},
             {"data", "/mnt/data", false, pj->wk.stage}};
         ipd__policy_to_sandbox(ep, ep->max_timeout_ms, &p);
-        rc = ipd_sandbox_park(z, &p, m, 2, PARK_TIMEOUT_MS, &pj->pk, err,
+        rc = ipd_sandbox_park(z, &p, m, 2, timeout_ms, &pj->pk, err,
                               sizeof(err));
     }
     ipd_buf_release(&why);
+    pthread_mutex_lock(&s->w->lock);
+    if (rc && ++s->park_failures >= PARK_FAILURES_TO_COLD && s->z == z &&
+        s->state == SLOT_READY) {
+        /* A zygote that cannot park: cold until its successor can. */
+        snprintf(s->why, sizeof(s->why), "parking a child: %.200s", err);
+        s->state = SLOT_COLD;
+        recycle_locked(s, "it cannot park children");
+    } else if (!rc) {
+        s->park_failures = 0;
+    }
+    pthread_mutex_unlock(&s->w->lock);
     if (rc) {
         ipd_warn("executor: slot %u: parking a child failed: %s", s->idx,
                  err);
@@ -295,6 +327,7 @@ static bool zygote_ready(struct warm_slot *s, struct ipd_sandbox_zygote *z)
         s->z_ready = true;
         s->state = SLOT_READY;
         s->failures = 0;
+        s->park_failures = 0;
         ipd_info("executor: slot %u's zygote is ready", s->idx);
         pthread_cond_broadcast(&s->w->cond);
     } else if (rc == IPD_ERR_UNAVAILABLE && s->z == z) {
@@ -321,7 +354,7 @@ static void *parker_thread(void *arg)
             continue;
         pthread_mutex_unlock(&w->lock);
         struct ipd__parked_job *pj = NULL;
-        enum ipd_err rc = park_one(s, z, std, &pj);
+        enum ipd_err rc = park_one(s, z, std, PARK_TIMEOUT_MS, &pj);
         pthread_mutex_lock(&w->lock);
         if (!rc && s->z == z && !s->parked && !s->recycle) {
             s->parked = pj;
@@ -433,7 +466,7 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
     pthread_mutex_lock(&w->lock);
     if (s->z && strcmp(s->gen, gen_dir ? gen_dir : "") != 0)
         recycle_locked(s, "a new venv generation");
-    if (s->z && s->z_ready && !s->recycle) {
+    if (s->z && s->z_ready && !s->recycle && s->state == SLOT_READY) {
         if (s->parked && !strcmp(s->parked->policy, ep->name)) {
             pj = s->parked;
             s->parked = NULL;
@@ -445,7 +478,7 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
     }
     pthread_mutex_unlock(&w->lock);
     if (z && !pj)
-        (void)park_one(s, z, ep, &pj);
+        (void)park_one(s, z, ep, PARK_NOW_TIMEOUT_MS, &pj);
     return pj;
 }
 
