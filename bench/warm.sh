@@ -13,9 +13,9 @@
 #   sessions, and print(1) executions/s at 2 and 8 clients.
 #
 # MODES is a ';'-separated list of LABEL=OPTIONS (interpd serve options
-# added to the common ones below); default "cold=" (today's only mode).  A
-# mode added later is one more entry, e.g.
-#   MODES='cold=--exec-mode cold;warm=--exec-mode warm' bench/warm.sh
+# added to the common ones below); default
+#   MODES='cold=--exec-mode cold;warm=--exec-mode warm'
+# (a session mode is one more entry when sessions land).
 # Every server runs with --policy.standard.tenant-running 100%: the driver
 # is one tenant (the admin key) whose users are the bot's users, the usual
 # deployment, so its executions may use every slot (the default, 50%, would
@@ -34,7 +34,7 @@ ROUNDS=${1:-20}
 PER_ROUND=${2:-5}
 DURATION=${3:-5}
 REPS=${4:-3}
-MODES=${MODES:-cold=}
+MODES=${MODES:-cold=--exec-mode cold;warm=--exec-mode warm}
 OUT=$(dirname "$INTERPD")/warm-results.txt
 
 "$PY" -c 'import jupyter_client, ipykernel, pandas, matplotlib' 2>/dev/null ||
@@ -58,6 +58,19 @@ for m in "${modes[@]}"; do
         --sandbox-uid $((300000 + 1000 * i)) "${opts[@]}"
     servers+=("interpd $label=$PORT:$KEY")
     i=$((i + 1))
+done
+# A warm server answers cold until its zygotes are ready: wait for them
+# (/readyz's execution_mode), at most a minute each.
+for s in "${servers[@]}"; do
+    port=${s#*=}
+    port=${port%%:*}
+    for _ in $(seq 600); do
+        mode=$(curl -s "http://127.0.0.1:$port/readyz" |
+            "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("execution_mode", "cold"))' 2>/dev/null || true)
+        case $mode in warm | cold) break ;; esac
+        "$PY" -c 'import select; select.select([], [], [], 0.1)'
+    done
+    echo "# ${s%%=*}: execution_mode ${mode:-unknown}"
 done
 # PATH: the kernel and anything the driver starts by name get Debian's
 # python, not the pyenv shim first on PATH.
