@@ -286,7 +286,7 @@ static enum ipd_err park_one(struct warm_slot *s,
             {"job", "/mnt/job", false, pj->wk.stage},
             {"data", "/mnt/data", false, pj->wk.stage}};
         ipd__policy_to_sandbox(ep, ep->max_timeout_ms, &p);
-        rc = ipd_sandbox_park(z, &p, m, 2, timeout_ms, &pj->pk, err,
+        rc = ipd_sandbox_park(z, &p, m, 2, 0, timeout_ms, &pj->pk, err,
                               sizeof(err));
     }
     ipd_buf_release(&why);

@@ -808,6 +808,20 @@ void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
         *cpu_usec = strtoll(buf, NULL, 10) / 1000;
 }
 
+int64_t ipd__cgroup_run_memory(const struct ipd__cgroup_run *run)
+{
+    char path[CG_PATH], buf[64];
+
+    if (!run->mem[0] ||
+        !path_join(path, run->mem,
+                   run->mem_is_v2 ? "/memory.current"
+                                  : "/memory.usage_in_bytes",
+                   "") ||
+        read_file(path, buf, sizeof buf) <= 0)
+        return -1;
+    return strtoll(buf, NULL, 10);
+}
+
 enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run)
 {
     enum ipd_err ret = IPD_OK;

@@ -1061,3 +1061,211 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     free(pk);
     return rc;
 }
+
+/* ---- a session's calls ------------------------------------------------ */
+
+/* Send verb, with the call's stdout and stderr write ends for 'G'. */
+static int call_send(int ctl, char verb, int out_w, int err_w)
+{
+    struct iovec iov = {&verb, 1};
+    union {
+        char buf[CMSG_SPACE(2 * sizeof(int))];
+        struct cmsghdr align;
+    } u;
+    struct msghdr mh;
+    int fds[2] = {out_w, err_w};
+
+    memset(&mh, 0, sizeof mh);
+    memset(&u, 0, sizeof u);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    if (verb == 'G') {
+        struct cmsghdr *c;
+        mh.msg_control = u.buf;
+        mh.msg_controllen = sizeof u.buf;
+        c = CMSG_FIRSTHDR(&mh);
+        c->cmsg_level = SOL_SOCKET;
+        c->cmsg_type = SCM_RIGHTS;
+        c->cmsg_len = CMSG_LEN(sizeof fds);
+        memcpy(CMSG_DATA(c), fds, sizeof fds);
+    }
+    return sendmsg(ctl, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
+}
+
+/* One message from a session's child: "D" + int32 status (done), a
+ * ctl_msg (MSG_STATUS: the program is gone) or EOF.  Any descriptor
+ * that comes along is closed. */
+static void call_read_ctl(struct run *r, bool *done, bool *ended)
+{
+    union {
+        struct ctl_msg m;
+        char b[sizeof(struct ctl_msg)];
+    } u;
+    struct iovec iov = {&u, sizeof u};
+    union {
+        char buf[CMSG_SPACE(4 * sizeof(int))];
+        struct cmsghdr align;
+    } cm;
+    struct msghdr mh;
+    ssize_t n;
+
+    memset(&mh, 0, sizeof mh);
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = cm.buf;
+    mh.msg_controllen = sizeof cm.buf;
+    n = recvmsg(r->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+        return;
+    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c;
+         c = CMSG_NXTHDR(&mh, c)) {
+        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+            size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+            for (size_t i = 0; i < k; i++) {
+                int fd;
+                memcpy(&fd, CMSG_DATA(c) + i * sizeof fd, sizeof fd);
+                close(fd);
+            }
+        }
+    }
+    if (n == 5 && u.b[0] == 'D') {
+        int32_t st;
+        memcpy(&st, u.b + 1, sizeof st);
+        r->status = st;
+        *done = true;
+    } else if (n == (ssize_t)sizeof u.m && u.m.kind == MSG_STATUS) {
+        r->got_status = true; /* a wait status: the program ended */
+        r->status = u.m.status;
+        *ended = true;
+    } else if (n <= 0) {
+        *ended = true;
+    }
+}
+
+/* Poll the call until the child answers, ends, or the deadline. */
+static void call_wait(struct run *r, struct ipd_sandbox_parked *pk,
+                      int64_t deadline, bool *done, bool *ended)
+{
+    while (!*done && !*ended) {
+        struct pollfd pfd[4];
+        nfds_t n = 0;
+        int64_t now = ipd_mono_ms();
+        int idx_out = -1, idx_err = -1;
+
+        if (now >= deadline) {
+            r->timed_out = true;
+            r->hwm_kib = ipd__cgroup_run_hwm_kib(&pk->cgr);
+            *ended = true;
+            return;
+        }
+        pfd[n++] = (struct pollfd){r->ctl, POLLIN, 0};
+        pfd[n++] = (struct pollfd){pk->pidfd, POLLIN, 0};
+        if (r->out_r >= 0) {
+            idx_out = (int)n;
+            pfd[n++] = (struct pollfd){r->out_r, POLLIN, 0};
+        }
+        if (r->err_r >= 0) {
+            idx_err = (int)n;
+            pfd[n++] = (struct pollfd){r->err_r, POLLIN, 0};
+        }
+        if (poll(pfd, n, (int)(deadline - now)) < 0) {
+            if (errno == EINTR)
+                continue;
+            *ended = true;
+            return;
+        }
+        if (idx_out >= 0 && pfd[idx_out].revents)
+            drain(r, &r->out_r, &r->out->out, &r->out->out_truncated);
+        if (idx_err >= 0 && pfd[idx_err].revents)
+            drain(r, &r->err_r, &r->out->err, &r->out->err_truncated);
+        if (pfd[0].revents)
+            call_read_ctl(r, done, ended);
+        if (pfd[1].revents)
+            *ended = true;
+    }
+}
+
+/* What the call's answer, or the child's end, says. */
+static void call_result(struct run *r, struct ipd_sandbox_parked *pk,
+                        bool done, int64_t oom0, int64_t cpu0)
+{
+    struct ipd_sandbox_result *out = r->out;
+    int64_t oom = -1, cpu = -1, peak = -1;
+
+    ipd__cgroup_run_stats(&pk->cgr, &oom, &cpu, &peak);
+    out->oom_killed = oom > 0 && oom > oom0;
+    out->timed_out = r->timed_out;
+    out->memory_peak_bytes = peak > 0 ? peak : 0;
+    out->cpu_seconds = cpu >= 0 && cpu0 >= 0 ? (double)(cpu - cpu0) / 1e6
+                                             : 0.0;
+    out->max_rss_kib = r->hwm_kib ? r->hwm_kib
+                                  : ipd__cgroup_run_hwm_kib(&pk->cgr);
+    if (done) {
+        out->exit_code = r->status & 0xff;
+    } else if (r->got_status && WIFEXITED(r->status)) {
+        out->exit_code = WEXITSTATUS(r->status);
+    } else if (r->got_status && WIFSIGNALED(r->status)) {
+        out->term_signal = WTERMSIG(r->status);
+    } else {
+        out->term_signal = SIGKILL; /* killed: timeout, memory, or gone */
+    }
+}
+
+enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
+                                     int64_t timeout_ms,
+                                     struct ipd_sandbox_result *out,
+                                     bool *ended)
+{
+    struct run r;
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    int64_t start = ipd_mono_ms(), oom0 = -1, cpu0 = -1, peak0 = -1;
+    bool done = false;
+
+    *ended = false;
+    run_init(&r, out);
+    out->warm = true;
+    r.cap = pk->p.output_cap_bytes;
+    r.ctl = pk->ctl;
+    out->output_dirfd = fcntl(pk->outdir, F_DUPFD_CLOEXEC, 3);
+    ipd__cgroup_run_stats(&pk->cgr, &oom0, &cpu0, &peak0);
+    if (verb == 'G' &&
+        (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
+         set_nonblock(out_p[0]) || set_nonblock(err_p[0]))) {
+        snprintf(out->error, sizeof out->error, "pipes: %s", strerror(errno));
+        close_pipes(&(struct pipes){{out_p[0], out_p[1]}, {err_p[0], err_p[1]},
+                                    {-1, -1}, {-1, -1}});
+        return IPD_ERR_INTERNAL;
+    }
+    if (call_send(pk->ctl, verb, out_p[1], err_p[1])) {
+        snprintf(out->error, sizeof out->error, "session: the child is gone");
+        *ended = true;
+    }
+    close_fd(&out_p[1]);
+    close_fd(&err_p[1]);
+    r.out_r = out_p[0];
+    r.err_r = err_p[0];
+    if (!*ended)
+        call_wait(&r, pk, start + (timeout_ms > 0 ? timeout_ms
+                                                  : pk->p.wall_timeout_ms),
+                  &done, ended);
+    if (*ended)
+        ipd__parked_kill(pk);
+    /* What the call wrote before its answer is in the pipes; a
+     * background process still holding them gets EPIPE from now on. */
+    if (r.out_r >= 0)
+        drain(&r, &r.out_r, &out->out, &out->out_truncated);
+    if (r.err_r >= 0)
+        drain(&r, &r.err_r, &out->err, &out->err_truncated);
+    close_fd(&r.out_r);
+    close_fd(&r.err_r);
+    out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
+    call_result(&r, pk, done, oom0, cpu0);
+    return done || r.timed_out || r.got_status || out->oom_killed
+               ? IPD_OK
+               : IPD_ERR_INTERNAL;
+}
+
+int64_t ipd_sandbox_parked_memory(const struct ipd_sandbox_parked *pk)
+{
+    return ipd__cgroup_run_memory(&pk->cgr);
+}

@@ -338,10 +338,12 @@ void ipd_sandbox_zygote_free(struct ipd_sandbox_zygote *z);
  * zygote is gone; IPD_ERR_INVALID for a mount that is not a detached
  * stage; IPD_ERR_INTERNAL otherwise; the reason in err.
  */
+#define IPD_SANDBOX_PARK_SESSION 1u /* kept for calls (parked_call) */
 enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               const struct ipd_sandbox_policy *p,
                               const struct ipd_sandbox_mount *mounts,
-                              size_t n_mounts, int64_t timeout_ms,
+                              size_t n_mounts, unsigned flags,
+                              int64_t timeout_ms,
                               struct ipd_sandbox_parked **out, char *err,
                               size_t errlen);
 /*
@@ -352,6 +354,24 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
 enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
                                     int64_t timeout_ms,
                                     struct ipd_sandbox_result *out);
+/*
+ * A session's child (parked with IPD_SANDBOX_PARK_SESSION): one call.
+ * verb 'G' runs the job now in its stage mounts in the same interpreter
+ * (stdout and stderr new pipes for this call, capped as a run's); 'V'
+ * has it write .interpd/variables.json.  Waits for its answer at most
+ * timeout_ms (0: the policy's wall timeout).  *out as ipd_sandbox_run's
+ * for this call (output_dirfd a new descriptor of the session's
+ * /mnt/output; cpu_seconds and oom_killed this call's; exit_code the
+ * call's status).  *ended: the child is gone (it exited, was killed for
+ * memory, or timed out here: then killed); free pk then.  pk stays the
+ * caller's either way; one call at a time.
+ */
+enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
+                                     int64_t timeout_ms,
+                                     struct ipd_sandbox_result *out,
+                                     bool *ended);
+/* A session child's cgroup memory now (bytes), -1 when unknown. */
+int64_t ipd_sandbox_parked_memory(const struct ipd_sandbox_parked *pk);
 /* A parked child not used: killed, its cgroup removed.  NULL is fine. */
 void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk);
 

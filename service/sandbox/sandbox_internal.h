@@ -67,6 +67,8 @@ long ipd__cgroup_run_hwm_kib(const struct ipd__cgroup_run *run);
 void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,
                            int64_t *oom_kills, int64_t *cpu_usec,
                            int64_t *mem_peak);
+/* The run's memory use now (bytes; -1 when unknown). */
+int64_t ipd__cgroup_run_memory(const struct ipd__cgroup_run *run);
 /* Remove the run's cgroups (waiting, bounded, for them to empty) and
  * close the fds.  IPD_ERR_INTERNAL if a process survived. */
 enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run);

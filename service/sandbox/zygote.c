@@ -16,7 +16,8 @@
  *           JSON: {"tmp", "out": tmpfs options, "mounts": [[path,
  *           writable], ...] (the trees' places, in order), "uid", "gid"
  *           (inside), "cap_last", "rlimits": {"cpu", "fsize", "nofile",
- *           "sigpending", "msgqueue": [soft, hard]}}.
+ *           "sigpending", "msgqueue": [soft, hard]}, "session": a
+ *           session's child: its program child loops over calls}.
  *
  * The child then talks to P on its control socket, in struct ctl_msg
  * (sandbox_internal.h) one way and single bytes the other:
@@ -203,7 +204,8 @@ static json_t *rl_pair(int64_t soft, int64_t hard)
 /* The park command's JSON (see the top of this file). */
 static char *park_params(const struct ipd_sandbox_config *cfg,
                          const struct ipd_sandbox_policy *p,
-                         const struct ipd_sandbox_mount *mounts, size_t n)
+                         const struct ipd_sandbox_mount *mounts, size_t n,
+                         bool session)
 {
     char tmp[160], out[160];
     json_t *o, *m = json_array();
@@ -222,6 +224,8 @@ static char *park_params(const struct ipd_sandbox_config *cfg,
         rl_pair(p->nofile, p->nofile), "sigpending",
         rl_pair(p->sigpending, p->sigpending), "msgqueue",
         rl_pair(p->msgqueue_bytes, p->msgqueue_bytes));
+    if (o)
+        json_object_set_new(o, "session", json_boolean(session));
     text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
@@ -468,7 +472,8 @@ void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk)
 enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               const struct ipd_sandbox_policy *policy,
                               const struct ipd_sandbox_mount *mounts,
-                              size_t n_mounts, int64_t timeout_ms,
+                              size_t n_mounts, unsigned flags,
+                              int64_t timeout_ms,
                               struct ipd_sandbox_parked **out, char *err,
                               size_t errlen)
 {
@@ -523,7 +528,8 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
     fds[0] = ctl[1];
     fds[1] = out_p[1];
     fds[2] = err_p[1];
-    params = park_params(z->cfg, &pk->p, mounts, n_mounts);
+    params = park_params(z->cfg, &pk->p, mounts, n_mounts,
+                         flags & IPD_SANDBOX_PARK_SESSION);
     rc = params ? send_park(z, params, fds, 3 + n_mounts, err, errlen)
                 : IPD_ERR_INTERNAL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(fds); i++)

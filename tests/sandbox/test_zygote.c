@@ -160,6 +160,70 @@ static void test_process_limit(void)
     ipd_sandbox_result_release(&r);
 }
 
+static int write_code(struct ipd_sandbox_stage *st, const char *code)
+{
+    int fd = openat(ipd_sandbox_stage_fd(st), "job/code.py",
+                    O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    int rc = fd >= 0 && write(fd, code, strlen(code)) == (ssize_t)strlen(code)
+                 ? 0
+                 : -1;
+    if (fd >= 0)
+        close(fd);
+    return rc;
+}
+
+/* A session's child keeps its interpreter between calls; a timeout ends
+ * it. */
+static void test_session(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+    struct ipd_sandbox_stage *st = NULL;
+    struct ipd_sandbox_parked *pk = NULL;
+    char err[256], buf[4096];
+    bool ended = false;
+    int fd;
+
+    REQUIRE(zt_ok);
+    sbx_policy(&p);
+    REQUIRE(!ipd_sandbox_stage_new(16 << 20, 64, NULL, &st, err, sizeof err));
+    REQUIRE(!zt_mkdirs(st));
+    struct ipd_sandbox_mount m[] = {{"job", "/mnt/job", false, st},
+                                    {"data", "/mnt/data", false, st}};
+    REQUIRE(!ipd_sandbox_park(zt.z, &p, m, 2, IPD_SANDBOX_PARK_SESSION,
+                              30000, &pk, err, sizeof err));
+    CHECK(!write_code(st, "x = 41\nprint('one')\nopen('a.txt', 'w')\n"));
+    CHECK_INT(ipd_sandbox_parked_call(pk, 'G', 5000, &r, &ended), IPD_OK);
+    CHECK(!ended);
+    CHECK_INT(r.exit_code, 0);
+    CHECK_STR(r.out.buf, "one\n");
+    ipd_sandbox_result_release(&r);
+    CHECK(!write_code(st, "x += 1\nprint(x)\nimport sys; sys.exit(3)\n"));
+    CHECK_INT(ipd_sandbox_parked_call(pk, 'G', 5000, &r, &ended), IPD_OK);
+    CHECK(!ended);
+    CHECK_INT(r.exit_code, 3);
+    CHECK_STR(r.out.buf, "42\n");
+    ipd_sandbox_result_release(&r);
+    CHECK_INT(ipd_sandbox_parked_call(pk, 'V', 5000, &r, &ended), IPD_OK);
+    fd = ipd_sandbox_output_open(&r, ".interpd/variables.json", O_RDONLY);
+    CHECK(fd >= 0);
+    ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
+    buf[n > 0 ? n : 0] = '\0';
+    CHECK(strstr(buf, "{\"name\": \"x\", \"type\": \"int\", "
+                      "\"repr\": \"42\"}") != NULL);
+    if (fd >= 0)
+        close(fd);
+    ipd_sandbox_result_release(&r);
+    CHECK(!write_code(st, "print('loop', flush=True)\nwhile True: pass\n"));
+    CHECK_INT(ipd_sandbox_parked_call(pk, 'G', 300, &r, &ended), IPD_OK);
+    CHECK(ended);
+    CHECK(r.timed_out);
+    CHECK_STR(r.out.buf, "loop\n");
+    ipd_sandbox_result_release(&r);
+    ipd_sandbox_parked_free(pk);
+    ipd_sandbox_stage_free(st);
+}
+
 static void test_stop(void)
 {
     REQUIRE(zt_ok);
@@ -172,4 +236,5 @@ static void test_stop(void)
 
 TEST_MAIN(T(test_start), T(test_hello), T(test_locked_down),
           T(test_no_leak_between_children), T(test_timeout_then_next),
-          T(test_memory_limit), T(test_process_limit), T(test_stop))
+          T(test_memory_limit), T(test_process_limit), T(test_session),
+          T(test_stop))

@@ -120,7 +120,7 @@ IPD_UNUSED static enum ipd_err zt_run(struct zt *t,
     }
     struct ipd_sandbox_mount m[] = {{"job", "/mnt/job", false, st},
                                     {"data", "/mnt/data", false, st}};
-    rc = ipd_sandbox_park(t->z, p, m, 2, 30000, &pk, err, sizeof err);
+    rc = ipd_sandbox_park(t->z, p, m, 2, 0, 30000, &pk, err, sizeof err);
     if (rc) {
         fprintf(stderr, "park: %s\n", err);
         ipd_sandbox_stage_free(st);

@@ -353,15 +353,39 @@ def _execute(source, ns):
     return 0, None
 
 
-def main():
-    pid = os.getpid()
-    os.environ.setdefault("MPLBACKEND", "Agg")
+def new_main_module():
+    """The __main__ module the code runs in (kept between a session's
+    calls)."""
     mod = type(sys)("__main__")
     ns = mod.__dict__
     ns["__builtins__"] = sys.modules["builtins"]
     ns["FILES"] = _Files()
     ns["load_file"] = load_file
     ns["__builtins__"].display = display
+    return mod
+
+
+def _reset_call():
+    """What one call's results are made of starts empty (a session's
+    later calls)."""
+    _FIGURES[:] = []
+    if "_display_full" in globals():
+        _display_full[:] = []
+    for name in ("display.jsonl", "result.json"):
+        try:
+            os.unlink(os.path.join(_OUTPUT, ".interpd", name))
+        except OSError:
+            pass
+
+
+def run_cell(mod, first=True):
+    """Run the job under _JOB in mod and leave its result; the exit
+    status.  first: the process's first job (random state is reseeded
+    only then: a session's sequence goes on)."""
+    pid = os.getpid()
+    ns = mod.__dict__
+    if not first:
+        _reset_call()
     try:
         os.chdir(_OUTPUT)
         source = _read_input("code.py", None)
@@ -377,7 +401,7 @@ def main():
                            "traceback": msg}, [])
         except Exception:
             pass
-        sys.exit(_EX_PRELUDE)
+        return _EX_PRELUDE
 
     text = source.decode("utf-8", "replace")
     if text.startswith("\ufeff"):
@@ -389,7 +413,7 @@ def main():
     _watch("matplotlib", before="_seed_mpl_cache")
     _watch("IPython.display", after="_patch_ipython")
     _reserve_result()
-    if "random" in sys.modules or "numpy" in sys.modules:
+    if first and ("random" in sys.modules or "numpy" in sys.modules):
         _lib()["_reseed"]()
     sys.modules["__main__"] = mod
     sys.argv[:] = [_CODE_NAME]
@@ -409,7 +433,11 @@ def main():
             stream.flush()
         except Exception:
             pass
-    sys.exit(status)
+    return status
+
+
+def main():
+    sys.exit(run_cell(new_main_module()))
 
 
 # Everything below runs only when needed: compiled by _lib().  It is source
@@ -830,6 +858,8 @@ def _patch_pyplot(plt):
     def show(*args, **kwargs):
         """Save the open figures as figure_N.png and close them (interpd)."""
         _save_figures()
+    if getattr(plt.show, "__doc__", "") == show.__doc__:
+        return   # a session's later call: patched already
     show.__wrapped__ = plt.show
     plt.show = show
 
@@ -996,6 +1026,45 @@ def _show(objs):
         if _display_full:
             return
         _append_display(_bundle_line(obj))
+
+
+_VARIABLES_MAX = 1000      # listed by a session's variables call
+_VARIABLE_REPR_MAX = 500   # characters of each repr
+
+
+def _write_variables(ns):
+    """A session's user variables as .interpd/variables.json:
+    {"variables": [{"name", "type", "repr"}], "truncated"}; modules,
+    names starting with "_" and the prelude's own names are left out."""
+    import json
+    import types
+    out, truncated = [], False
+    for name in sorted(ns):
+        value = ns[name]
+        if (name.startswith("_") or name in ("FILES", "load_file")
+                or isinstance(value, types.ModuleType)):
+            continue
+        if len(out) >= _VARIABLES_MAX:
+            truncated = True
+            break
+        try:
+            text = repr(value)
+        except BaseException as e:
+            text = "<repr failed: %s>" % type(e).__name__
+        if not isinstance(text, str):
+            text = "<repr failed: not a str>"
+        if len(text) > _VARIABLE_REPR_MAX:
+            text = text[:_VARIABLE_REPR_MAX - 3] + "..."
+        out.append({"name": name, "type": type(value).__name__,
+                    "repr": text})
+    data = json.dumps({"variables": out, "truncated": truncated},
+                      ensure_ascii=True)
+    path = os.path.join(_OUTPUT, ".interpd", "variables.json")
+    tmp = path + ".%d.tmp" % os.getpid()
+    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+    with open(tmp, "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
 
 
 def _patch_ipython(module):

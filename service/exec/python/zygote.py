@@ -216,20 +216,23 @@ def _lock_down(p, bpf):
            ctypes.cast(ctypes.pointer(prog), ctypes.c_void_p).value)
 
 
-def _program(ctl, out_w, err_w):
-    """The program child: set up like a cold run's, then wait for go."""
+def _program(ctl, out_w, err_w, session):
+    """The program child: set up like a cold run's, then wait for go (a
+    session's: its calls come later, _session_loop)."""
     os.setsid()
     _prctl(PR_SET_DUMPABLE, 1)   # as after a cold run's execve
-    null = os.open("/dev/null", os.O_RDONLY)
+    null = os.open("/dev/null", os.O_RDWR)
     for fd in (ctl, out_w, err_w, null):
         if fd <= 2:
             raise _SetupError("descriptor %d in the way of stdio" % fd)
     os.dup2(null, 0)
-    os.dup2(out_w, 1)
-    os.dup2(err_w, 2)
+    os.dup2(null if session else out_w, 1)
+    os.dup2(null if session else err_w, 2)
     os.closerange(3, ctl)
     os.closerange(ctl + 1, 1 << 20)
     os.chdir("/mnt/output")
+    if session:
+        return
     go = os.read(ctl, 16)
     os.close(ctl)
     if go != b"G":
@@ -258,6 +261,7 @@ def _child(p, fds, bpf):
     """The parked child (see the top).  Returns only in the program
     child, once it may run the request; every other process ends here."""
     ctl, out_w, err_w, trees = fds[0], fds[1], fds[2], fds[3:]
+    session = bool(p.get("session"))
     sock = socket.socket(fileno=ctl)
     try:
         _enter_namespaces(p)
@@ -278,8 +282,8 @@ def _child(p, fds, bpf):
         c2 = os.fork()
         if c2 == 0:
             sock.detach()
-            _program(ctl, out_w, err_w)
-            return
+            _program(ctl, out_w, err_w, session)
+            return ctl if session else None
     except (OSError, _SetupError, ValueError, KeyError) as e:
         try:
             _send(sock, MSG_ERROR, text=str(e))
@@ -332,6 +336,16 @@ def _warm(prelude):
     gc.freeze()
 
 
+def _exit_status(code):
+    """An exit status as python gives one for sys.exit(code)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xff
+    sys.stderr.write("%s\n" % (code,))
+    return 1
+
+
 def _run_request(prelude):
     """The program child: the prelude's main(), then exit as python
     would (non-daemon threads joined, atexit functions, streams
@@ -340,14 +354,7 @@ def _run_request(prelude):
     try:
         prelude.main()
     except SystemExit as e:
-        code = e.code
-        if code is None:
-            status = 0
-        elif isinstance(code, int):
-            status = code & 0xff
-        else:
-            sys.stderr.write("%s\n" % (code,))
-            status = 1
+        status = _exit_status(e.code)
     except BaseException:
         status = 1
     try:
@@ -368,6 +375,68 @@ def _run_request(prelude):
     os._exit(status)
 
 
+def _flush():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except BaseException:
+            pass
+
+
+def _session_call(prelude, mod, first):
+    try:
+        status = _exit_status(prelude.run_cell(mod, first))
+    except SystemExit as e:   # a child the code forked ends here
+        _flush()
+        os._exit(_exit_status(e.code))
+    except BaseException:
+        status = 1
+    _flush()
+    return status
+
+
+def _session_loop(prelude, ctl):
+    """A session's program child: calls until the service ends it.  "G"
+    with the call's stdout and stderr runs the job now in /mnt/job in the
+    same __main__ module; "V" writes the user's variables to
+    .interpd/variables.json.  Each answers "D" + its status (int32)."""
+    sock = socket.socket(fileno=ctl)
+    mod = prelude.new_main_module()
+    first = True
+    null = os.open("/dev/null", os.O_RDWR)
+    while True:
+        try:
+            data, fds, _, _ = socket.recv_fds(sock, 64, 2)
+        except InterruptedError:
+            continue
+        except OSError:
+            os._exit(0)
+        if not data:
+            os._exit(0)
+        status = 0
+        if data[:1] == b"G" and len(fds) == 2:
+            os.dup2(fds[0], 1)
+            os.dup2(fds[1], 2)
+            for fd in fds:
+                os.close(fd)
+            status = _session_call(prelude, mod, first)
+            first = False
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+        elif data[:1] == b"V":
+            for fd in fds:
+                os.close(fd)
+            try:
+                prelude._lib()["_write_variables"](mod.__dict__)
+            except BaseException:
+                status = 1
+        else:
+            for fd in fds:
+                os.close(fd)
+            continue
+        sock.send(b"D" + struct.pack("=i", status))
+
+
 def _serve(cmd, bpf, prelude):
     while True:
         try:
@@ -386,9 +455,11 @@ def _serve(cmd, bpf, prelude):
         if pid == 0:
             try:
                 cmd.close()
-                _child(json.loads(data[1:]), fds, bpf)
+                ctl = _child(json.loads(data[1:]), fds, bpf)
             except BaseException:
                 os._exit(SETUP_FAIL_EXIT)
+            if ctl is not None:
+                _session_loop(prelude, ctl)
             _run_request(prelude)
         for fd in fds:
             os.close(fd)
