@@ -121,6 +121,20 @@ static void tenants_status(struct ipd_app *app, int64_t now, json_t *st,
  * failing the whole answer: status is what an operator reads when
  * something is wrong.
  */
+/* The executor's parts of the status: sessions, execution mode (warm
+ * or cold) and the end-to-end check. */
+static void executor_status(struct ipd_app *app, json_t *st)
+{
+    struct ipd_executor *ex = app->executor;
+
+    json_object_set_new(st, "sessions",
+                        ex ? ipd_executor_sessions_json(ex) : json_null());
+    json_object_set_new(st, "execution_mode",
+                        ex ? ipd_executor_warm_json(ex) : json_null());
+    json_object_set_new(st, "execution_check",
+                        ex ? ipd_executor_check_json(ex) : json_null());
+}
+
 static void admin_status(struct ipd_req *r)
 {
     struct ipd_app *app = r->app;
@@ -151,12 +165,7 @@ static void admin_status(struct ipd_req *r)
                                                     : json_null());
     json_object_set_new(st, "executions", ipd_exec_pool_stats(app->exec));
     json_object_set_new(st, "disk", disk_json(app));
-    json_object_set_new(st, "execution_mode",
-                        app->executor ? ipd_executor_warm_json(app->executor)
-                                      : json_null());
-    json_object_set_new(st, "execution_check",
-                        app->executor ? ipd_executor_check_json(app->executor)
-                                      : json_null());
+    executor_status(app, st);
     /* The seed's fields. */
     json_object_set_new(st, "venv_exists",
                         json_boolean(json_is_true(

@@ -47,7 +47,16 @@ static void reply_result(struct ipd_req *r, struct ipd_exec_job *j)
         msg = msg ? msg : "request too large";
         break;
     case IPD_ERR_UNAVAILABLE:
+    case IPD_ERR_BUSY:
         break;
+    case IPD_ERR_CONFLICT:
+        ipd_reply_code(r, IPD_HE_SESSION_BUSY, "%s",
+                       msg ? msg : "the session is busy");
+        return;
+    case IPD_ERR_GONE:
+        ipd_reply_code(r, IPD_HE_SESSION_EXPIRED, "%s",
+                       msg ? msg : "the session ended");
+        return;
     default:
         msg = NULL;
         break;
@@ -121,9 +130,19 @@ static bool unsupported(struct ipd_req *r, json_t *doc)
         return true;
     v = json_object_get(doc, "session_id");
     if (v && !json_is_null(v)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "sessions are not available on this server yet");
-        return true;
+        /* An id of the wrong shape is nobody's session. */
+        if (!json_is_string(v) || !ipd_id_valid("sess", json_string_value(v))) {
+            ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such session");
+            return true;
+        }
+        json_t *pk = json_object_get(doc, "packages");
+        if (json_array_size(pk) > 0) {
+            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                            "a session keeps the packages it started with: "
+                            "install them (POST /v1/packages) and create a "
+                            "new session");
+            return true;
+        }
     }
     v = json_object_get(doc, "store_outputs");
     if (v && !json_is_boolean(v) && !json_is_null(v)) {
@@ -252,6 +271,10 @@ static struct ipd_exec_job *job_new(struct ipd_req *r, json_t *doc,
     json_t *vars = json_object_get(doc, "variables");
     if (json_is_object(vars) && json_object_size(vars))
         j->variables = json_incref(vars);
+    json_t *sid = json_object_get(doc, "session_id");
+    if (json_is_string(sid))
+        snprintf(j->session_id, sizeof(j->session_id), "%s",
+                 json_string_value(sid));
     json_t *cbu = json_object_get(doc, "callback_url");
     if (json_is_string(cbu))
         j->callback_url = ipd_xstrdup(json_string_value(cbu));

@@ -207,6 +207,8 @@ extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get;
 extern const struct ipd_handler ipd_h_admin_cleanup;
 extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
 extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;
+extern const struct ipd_handler ipd_h_sessions_create, ipd_h_sessions_list,
+    ipd_h_session_get, ipd_h_session_delete, ipd_h_session_variables;
 
 /* Remember a sweep's result for the admin status (h_admin.c); borrows
  * res's fields.  Thread-safe. */

@@ -41,6 +41,12 @@ static const struct route routes[] = {
     {"/v1/files/{id}/content",
      "GET, HEAD, OPTIONS",
      {{"GET", &ipd_h_files_content}}},
+    {"/v1/sessions", "GET, HEAD, POST, OPTIONS",
+     {{"GET", &ipd_h_sessions_list}, {"POST", &ipd_h_sessions_create}}},
+    {"/v1/sessions/{id}", "GET, HEAD, DELETE, OPTIONS",
+     {{"GET", &ipd_h_session_get}, {"DELETE", &ipd_h_session_delete}}},
+    {"/v1/sessions/{id}/variables", "GET, HEAD, OPTIONS",
+     {{"GET", &ipd_h_session_variables}}},
 };
 
 /* Match path against pattern; the {id} segment goes to param. */

@@ -127,6 +127,17 @@ static const struct opt opts[] = {
      "a zygote is replaced after this many runs (0: never)"},
     {"warm-recycle-after", OPT_DURATION, OFF(warm_recycle_ms), "1h", false,
      "a zygote is replaced after this long"},
+    {"max-sessions", OPT_INT, OFF(max_sessions), "8", false,
+     "live sessions on this node (0: none); as root each has its own uid "
+     "after the slots'"},
+    {"sessions-per-user", OPT_INT, OFF(sessions_per_user), "3", false,
+     "live sessions of one user"},
+    {"session-idle-timeout", OPT_DURATION, OFF(session_idle_ms), "20m",
+     false, "a session unused this long ends"},
+    {"session-max-life", OPT_DURATION, OFF(session_max_life_ms), "8h", false,
+     "a session ends after this long, used or not"},
+    {"session-reap-interval", OPT_DURATION, OFF(session_reap_ms), "30s",
+     false, "how often idle sessions are looked for"},
     {"venv-python", OPT_STRING, OFF(venv_python), NULL, false,
      "base interpreter of the venv (default: the python option)"},
     {"venv-system-site-packages", OPT_INT, OFF(venv_system_site), "1", false,
@@ -783,6 +794,18 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
     if (!c->exec_mode || (strcmp(c->exec_mode, "warm") != 0 &&
                           strcmp(c->exec_mode, "cold") != 0)) {
         ipd_buf_adds(err, "exec-mode must be warm or cold");
+        return false;
+    }
+    if (c->max_sessions < 0 || c->max_sessions > 1000 ||
+        c->sessions_per_user < 1 || c->session_idle_ms <= 0 ||
+        c->session_max_life_ms <= 0 ||
+        c->session_idle_ms > 7LL * 24 * 3600 * 1000 ||
+        c->session_max_life_ms > 30LL * 24 * 3600 * 1000 ||
+        c->session_reap_ms <= 0 || c->session_reap_ms > 3600LL * 1000) {
+        ipd_buf_adds(err, "max-sessions must be 0-1000, sessions-per-user at "
+                          "least 1, session-idle-timeout at most 7d, "
+                          "session-max-life at most 30d and "
+                          "session-reap-interval at most 1h");
         return false;
     }
     if (c->warm_recycle_runs < 0 || c->warm_recycle_ms <= 0 ||

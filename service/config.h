@@ -67,6 +67,11 @@ struct ipd_config {
     char *warm_modules;      /* a zygote's imports, comma-separated */
     int64_t warm_recycle_runs; /* a zygote's runs before it is replaced */
     int64_t warm_recycle_ms;   /* its life */
+    int64_t max_sessions;      /* live sessions on this node */
+    int64_t sessions_per_user; /* live sessions of one user */
+    int64_t session_idle_ms;   /* an unused session ends */
+    int64_t session_max_life_ms; /* a session ends anyway */
+    int64_t session_reap_ms;   /* how often idle ones are looked for */
     char *allowlist;         /* file: one distribution per line */
     char *allowed_deps;      /* file: names allowed only as dependencies */
     char *import_names;      /* file: "module distribution" lines */

@@ -184,6 +184,10 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->warm_modules = cfg->warm_modules;
     o->warm_recycle_runs = cfg->warm_recycle_runs;
     o->warm_recycle_ms = cfg->warm_recycle_ms;
+    o->max_sessions = (unsigned)cfg->max_sessions;
+    o->sessions_per_user = (unsigned)cfg->sessions_per_user;
+    o->session_idle_ms = cfg->session_idle_ms;
+    o->session_max_life_ms = cfg->session_max_life_ms;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
     o->slots = cfg->exec_slots ? (unsigned)cfg->exec_slots
                                : (unsigned)(cores < 1 ? 1 : cores);
@@ -247,6 +251,15 @@ static enum ipd_err job_ready_check(void *ctx, struct ipd_job_run *run)
     return ipd_executor_check(j->app->executor);
 }
 
+/* Idle and too old sessions end (executor.h). */
+static enum ipd_err job_sessions(void *ctx, struct ipd_job_run *run)
+{
+    struct jobs *j = ctx;
+    (void)run;
+    ipd_executor_sessions_reap(j->app->executor);
+    return IPD_OK;
+}
+
 /* Gauges read at scrape time. */
 static enum ipd_err gauge_exec(void *ctx, double *value, bool queued)
 {
@@ -257,6 +270,27 @@ static enum ipd_err gauge_exec(void *ctx, double *value, bool queued)
     ipd_exec_pool_counts(app->exec, &running, &waiting);
     *value = queued ? waiting : running;
     return IPD_OK;
+}
+
+static enum ipd_err gauge_sessions(void *ctx, double *value, bool memory)
+{
+    struct ipd_app *app = ctx;
+    int64_t live = 0, mem = 0;
+    if (!app->executor)
+        return IPD_ERR_UNAVAILABLE;
+    ipd_executor_sessions_gauges(app->executor, &live, &mem);
+    *value = (double)(memory ? mem : live);
+    return IPD_OK;
+}
+
+static enum ipd_err gauge_sessions_live(void *ctx, double *value)
+{
+    return gauge_sessions(ctx, value, false);
+}
+
+static enum ipd_err gauge_sessions_memory(void *ctx, double *value)
+{
+    return gauge_sessions(ctx, value, true);
 }
 
 static enum ipd_err gauge_queued(void *ctx, double *value)
@@ -583,6 +617,9 @@ static void start_jobs(struct server *sv)
         ipd_scheduler_add(app->sched, "ready-check",
                           cfg->ready_check_interval_ms, job_ready_check,
                           &sv->jobs, 0);
+    if (app->executor)
+        ipd_scheduler_add(app->sched, "sessions", cfg->session_reap_ms,
+                          job_sessions, &sv->jobs, 0);
     if (app->venv && cfg->venv_check_interval_ms != IPD_TIME_NEVER)
         ipd_scheduler_add(app->sched, "venv", cfg->venv_check_interval_ms,
                           job_venv, &sv->jobs, IPD_JOB_RUN_AT_START);
@@ -598,6 +635,10 @@ static void set_gauges(struct ipd_app *app)
                              gauge_queued, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_EXEC_RUNNING,
                              gauge_running, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_SESSIONS_LIVE,
+                             gauge_sessions_live, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_SESSIONS_MEMORY,
+                             gauge_sessions_memory, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_FILES_STORED,
                              gauge_files, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_BYTES_STORED,

@@ -40,6 +40,7 @@ enum ipd_err {
     IPD_ERR_UPSTREAM = 15,     /* a remote server failed or answered non-2xx */
     IPD_ERR_UPSTREAM_TIMEOUT = 16, /* a remote server ran out of time */
     IPD_ERR_NO_SPACE = 17,     /* the disk (or the database's) is full */
+    IPD_ERR_GONE = 18,         /* the object existed and ended (a session) */
 };
 
 /* A short stable name for an error ("not_found"); never NULL, static. */

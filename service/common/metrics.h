@@ -136,6 +136,8 @@ enum ipd_metrics_gauge {
     IPD_METRICS_EXEC_RUNNING,     /* interpd_exec_running */
     IPD_METRICS_FILES_STORED,     /* interpd_files_stored */
     IPD_METRICS_BYTES_STORED,     /* interpd_bytes_stored */
+    IPD_METRICS_SESSIONS_LIVE,    /* interpd_sessions_live */
+    IPD_METRICS_SESSIONS_MEMORY,  /* interpd_sessions_memory_bytes */
 };
 
 /* Set a gauge, or add delta (negative to subtract) to it.  The two exec

@@ -55,6 +55,14 @@ struct ipd_executor {
     pthread_mutex_t vstage_lock;
     pthread_cond_t vstage_cond;
     struct ipd__vstage *vstages; /* owned list (vstage_lock) */
+    /* session.c: sessions (always made; max 0: none allowed) */
+    struct ipd__sessions *sessions;
+    struct ipd__executor_sessions_cfg {
+        unsigned max;          /* live sessions on this node */
+        unsigned per_user;     /* live sessions of one (tenant, user) */
+        int64_t idle_ms;       /* ended after this long unused */
+        int64_t max_life_ms;   /* ended after this long anyway */
+    } sess_cfg;
     /* warm.c: zygotes per slot (NULL: every run is cold) */
     struct ipd__warm *warm;
     bool warm_wanted;          /* the options' warm */
@@ -166,6 +174,40 @@ const char *ipd__warm_mode(struct ipd_executor *ex);
 /* The admin status's "execution_mode" object.  New reference. */
 json_t *ipd__warm_json(struct ipd_executor *ex);
 
+/* The zygote's program and limits (warm.c; sessions' zygotes too). */
+void ipd__zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
+                      const char *gen_dir,
+                      const struct ipd_sandbox_stage *vst, const char **argv,
+                      const char **env, char *modules, size_t modlen,
+                      struct ipd_sandbox_mount *mounts,
+                      struct ipd_sandbox_spec *spec);
+void ipd__zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
+                        struct ipd_sandbox_policy *p);
+
+/* session.c (see there) ---------------------------------------------- */
+
+struct ipd__session;
+enum ipd_err ipd__sessions_new(struct ipd_executor *ex);
+void ipd__sessions_free(struct ipd_executor *ex);
+/* The host uid of session index i's processes (0: the sandbox's). */
+uid_t ipd__session_uid(const struct ipd_executor *ex, unsigned i);
+/* Take the caller's session for one call (busy until ipd__session_end):
+ * NOT_FOUND, GONE (ended), CONFLICT (busy), UNAVAILABLE, with detail. */
+enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
+                                const char *user, const char *id,
+                                struct ipd__session **sp,
+                                struct ipd_buf *detail);
+enum ipd_err ipd__session_park(struct ipd_executor *ex,
+                               struct ipd__session *s,
+                               struct ipd_buf *detail);
+/* The call is over; why: it ended the session (NULL: it did not). */
+void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
+                      const char *why, const struct ipd_sandbox_result *r);
+struct ipd__work *ipd__session_work(struct ipd__session *s);
+struct ipd_sandbox_parked *ipd__session_parked(struct ipd__session *s);
+json_t *ipd__session_snapshot(struct ipd__session *s);
+const char *ipd__session_policy(const struct ipd__session *s);
+
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */
 struct ipd__installs {
@@ -190,6 +232,14 @@ json_t *ipd__build_result(struct ipd_executor *ex,
                           const struct ipd_exec_policy *ep,
                           int64_t timeout_ms,
                           const struct ipd_sandbox_result *r,
-                          const struct ipd__installs *ins);
+                          const struct ipd__installs *ins, json_t *snapshot);
+/* snapshot (NULL: none): a session's /mnt/output files after its last
+ * call; only files new or changed since are generated_files, and it is
+ * updated to what this call left. */
+
+/* result.c: a JSON object file of the run's output dir, read through its
+ * handle, at most max bytes; NULL when absent, larger or not an object. */
+json_t *ipd__read_output_json(const struct ipd_sandbox_result *r,
+                              const char *rel, size_t max);
 
 #endif

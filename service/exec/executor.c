@@ -137,6 +137,10 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->warm_modules = NULL;
     o->warm_recycle_runs = 1000;
     o->warm_recycle_ms = 60LL * 60 * 1000;
+    o->max_sessions = 8;
+    o->sessions_per_user = 3;
+    o->session_idle_ms = 20LL * 60 * 1000;
+    o->session_max_life_ms = 8LL * 3600 * 1000;
 }
 
 /*
@@ -310,12 +314,16 @@ static enum ipd_err check_uid_range(struct ipd_executor *ex)
 
     if (geteuid() != 0)
         return IPD_OK;
-    if (ipd_sandbox_check_ids(ex->sbx.host_uid, ex->slots + 1, why,
+    if (ipd_sandbox_check_ids(ex->sbx.host_uid,
+                              ex->slots + 1 + ex->sess_cfg.max, why,
                               sizeof(why))) {
-        ipd_error("executor: the sandbox's host ids %u-%u (--sandbox-uid and "
-                  "one per execution slot) must belong to nobody: %s",
+        ipd_error("executor: the sandbox's host ids %u-%u (--sandbox-uid, "
+                  "one per execution slot and one per session) must "
+                  "belong to nobody: %s",
                   (unsigned)ex->sbx.host_uid,
-                  (unsigned)(ex->sbx.host_uid + ex->slots), why);
+                  (unsigned)(ex->sbx.host_uid + ex->slots +
+                             ex->sess_cfg.max),
+                  why);
         return IPD_ERR_UNAVAILABLE;
     }
     return IPD_OK;
@@ -330,6 +338,16 @@ static void warm_options(struct ipd_executor *ex,
                                : "numpy,pandas,matplotlib");
     ex->warm_recycle_runs = opt->warm_recycle_runs;
     ex->warm_recycle_ms = opt->warm_recycle_ms;
+    ex->sess_cfg.max = opt->max_sessions;
+    ex->sess_cfg.per_user = opt->sessions_per_user;
+    ex->sess_cfg.idle_ms = opt->session_idle_ms;
+    ex->sess_cfg.max_life_ms = opt->session_max_life_ms;
+    (void)ipd__sessions_new(ex);
+}
+
+uid_t ipd__session_uid(const struct ipd_executor *ex, unsigned i)
+{
+    return geteuid() == 0 ? ex->sbx.host_uid + 1 + ex->slots + i : 0;
 }
 
 enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
@@ -424,6 +442,7 @@ void ipd_executor_free(struct ipd_executor *ex)
     if (!ex)
         return;
     ipd__warm_stop(ex);
+    ipd__sessions_free(ex);
     ipd_sandbox_config_release(&ex->sbx);
     free(ex->python);
     free(ex->prelude_dir);
@@ -504,6 +523,10 @@ static enum ipd_err stage_file(struct ipd_executor *ex, int data_fd,
         !strcmp(f->filename, "..") || !f->filename[0])
         goto out;
     dfd = mkdir_open_at(data_fd, f->file_id, 0755);
+    if (dfd < 0 && errno == EEXIST) {
+        rc = IPD_OK; /* staged by a session's earlier call */
+        goto out;
+    }
     if (dfd < 0)
         goto out;
     ofd = openat(dfd, f->filename,
@@ -1225,6 +1248,81 @@ static enum ipd_err stage_job(struct ipd_executor *ex,
     return rc;
 }
 
+/* A later call's job replaces the earlier one's (its files stay). */
+static void clear_job(struct ipd__work *wk)
+{
+    static const char *const names[] = {"code.py", "files.json",
+                                        "variables.json"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++)
+        (void)unlinkat(wk->job_fd, names[i], 0);
+}
+
+/* Why a call ended its session, or NULL. */
+static const char *session_end_why(const struct ipd_sandbox_result *r,
+                                   bool ended)
+{
+    if (!ended)
+        return NULL;
+    if (r->timed_out)
+        return "an execution timed out";
+    if (r->oom_killed)
+        return "an execution used more memory than its policy allows";
+    return "its interpreter exited";
+}
+
+/* rq in its session (rq->session_id): the session's interpreter and
+ * staging, its policy's limits. */
+static enum ipd_err session_run(struct ipd_executor *ex,
+                                const struct ipd_exec_request *rq,
+                                int64_t timeout_ms, json_t **result,
+                                struct ipd_buf *detail)
+{
+    struct ipd__session *s = NULL;
+    struct ipd_sandbox_result r;
+    struct ipd__installs ins;
+    char id[IPD_ID_MAX];
+    bool ended = false;
+    enum ipd_err rc = ipd__session_begin(ex, rq->tenant, rq->user_id,
+                                         rq->session_id, &s, detail);
+    if (rc)
+        return rc;
+    const struct ipd_exec_policy *ep =
+        ipd__policy_find(ex, ipd__session_policy(s));
+    struct ipd__work *wk = ipd__session_work(s);
+    if (timeout_ms > ep->max_timeout_ms)
+        timeout_ms = ep->max_timeout_ms;
+    memset(&ins, 0, sizeof(ins));
+    ins.results = json_array();
+    if (rq->execution_id && ipd_id_valid("exec", rq->execution_id))
+        snprintf(id, sizeof(id), "%s", rq->execution_id);
+    else
+        ipd_id_new("exec", id);
+    clear_job(wk);
+    rc = stage_job(ex, rq, wk, detail);
+    if (!rc) {
+        rc = ipd_sandbox_parked_call(ipd__session_parked(s), 'G', timeout_ms,
+                                     &r, &ended);
+        if (!rc) {
+            *result = ipd__build_result(ex, rq, id, ep, timeout_ms, &r, &ins,
+                                        ipd__session_snapshot(s));
+            json_object_set_new(*result, "session_id",
+                                json_string(rq->session_id));
+            json_object_set_new(*result, "session_ended",
+                                json_boolean(ended));
+        } else {
+            ipd_error("executor: session %s: %s", rq->session_id, r.error);
+            ipd_buf_adds(detail, "the session's interpreter failed");
+            ended = true;
+        }
+        ipd__session_end(ex, s, session_end_why(&r, ended), &r);
+        ipd_sandbox_result_release(&r);
+    } else {
+        ipd__session_end(ex, s, NULL, NULL);
+    }
+    json_decref(ins.results);
+    return rc;
+}
+
 enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
@@ -1251,6 +1349,10 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = check_packages(ex, rq, detail);
     if (rc)
         goto out;
+    if (rq->session_id) {
+        rc = session_run(ex, rq, timeout_ms, result, detail);
+        goto out;
+    }
     install_requested(ex, rq, &ins);
     pj = take_warm(ex, rq, ep, &wgen);
     if (pj)
@@ -1291,7 +1393,8 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
-    *result = ipd__build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins);
+    *result = ipd__build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins,
+                                NULL);
 out:
     if (ran)
         ipd_sandbox_result_release(&r);

@@ -63,6 +63,9 @@ struct ipd_exec_request {
                                     and never stored */
     bool admin;                  /* an admin key: its installs may change
                                     the version of what is installed */
+    const char *session_id;      /* run in this session of the caller's
+                                    (NULL: none); its policy and
+                                    interpreter, not the request's */
     unsigned slot;               /* the execution slot running it (0 ..
                                     slots-1; the pool's): as root the code
                                     runs as host uid/gid sandbox_uid + 1 +
@@ -126,6 +129,14 @@ struct ipd_executor_options {
     const char *warm_modules;
     int64_t warm_recycle_runs;
     int64_t warm_recycle_ms;
+    /* Sessions (CONTRACT.md; session.c): at most max_sessions live on
+     * this node (0: none), sessions_per_user per (tenant, user), ended
+     * after session_idle_ms unused or session_max_life_ms.  As root,
+     * session i runs as sandbox_uid + 1 + slots + i. */
+    unsigned max_sessions;
+    unsigned sessions_per_user;
+    int64_t session_idle_ms;
+    int64_t session_max_life_ms;
     int64_t venv_stage_max;      /* runs get a copy of the venv generation
                                     in a private tmpfs of at most this
                                     many bytes, so they see no host path
@@ -200,6 +211,45 @@ const char *ipd_executor_mode(struct ipd_executor *ex);
  * [{"slot", "mode", "runs", "restarts", "generation", "started_at",
  * "why"}]}.  New reference. */
 json_t *ipd_executor_warm_json(struct ipd_executor *ex);
+
+/*
+ * Sessions (CONTRACT.md, Sessions; service/exec/session.c).  A session
+ * belongs to its (tenant, user): any other caller gets IPD_ERR_NOT_FOUND.
+ * An ended one answers IPD_ERR_GONE (410 session_expired) for an hour.
+ * Create: *out {"session_id", "created_at", "expires_at", "last_used_at",
+ * "status", "policy"}; IPD_ERR_BUSY at the node's or the user's cap,
+ * IPD_ERR_INVALID for a networked policy; never blocks on the
+ * interpreter's start (the first call waits for it).  Variables blocks
+ * up to 10 s (call from a worker): {"variables": [{"name", "type",
+ * "repr"}], "truncated"}, IPD_ERR_CONFLICT while the session runs an
+ * execution.  Details for the client in detail.
+ */
+enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
+                                         const char *tenant,
+                                         const char *user,
+                                         const char *policy, json_t **out,
+                                         struct ipd_buf *detail);
+enum ipd_err ipd_executor_session_get(struct ipd_executor *ex,
+                                      const char *tenant, const char *user,
+                                      const char *id, json_t **out);
+/* {"sessions": [...]}: the caller's live ones.  New reference. */
+json_t *ipd_executor_session_list(struct ipd_executor *ex, const char *tenant,
+                                  const char *user);
+enum ipd_err ipd_executor_session_delete(struct ipd_executor *ex,
+                                         const char *tenant,
+                                         const char *user, const char *id);
+enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
+                                            const char *tenant,
+                                            const char *user, const char *id,
+                                            json_t **out,
+                                            struct ipd_buf *detail);
+/* End idle and too old sessions; drop old tombstones (the scheduler). */
+void ipd_executor_sessions_reap(struct ipd_executor *ex);
+/* {"live", "max", "per_user", "memory_bytes"} for the admin status. */
+json_t *ipd_executor_sessions_json(struct ipd_executor *ex);
+/* Live sessions and their memory (bytes, at their last call's end). */
+void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live,
+                                  int64_t *memory);
 
 /* What isolation is active, for the admin status and the start-up log. */
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);

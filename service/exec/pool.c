@@ -434,6 +434,7 @@ static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         .packages = (const char *const *)j->packages,
         .n_packages = j->n_packages,
         .execution_id = j->exec_id[0] ? j->exec_id : NULL,
+        .session_id = j->session_id[0] ? j->session_id : NULL,
         .outputs_inline_only = !j->store_outputs,
         .admin = j->admin,
         .slot = my_slot(p),

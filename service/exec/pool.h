@@ -81,6 +81,7 @@ struct ipd_exec_job {
     bool store_outputs;              /* false: generated files come back
                                         inline only (ipd_exec_job_new:
                                         true) */
+    char session_id[IPD_ID_MAX];     /* run in this session, or "" */
     char *callback_url;              /* owned, or NULL (async only) */
     char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
     char prev_secret[IPD_SHA256_HEX]; /* the one before it, or "" */

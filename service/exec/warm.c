@@ -88,8 +88,8 @@ static int64_t zygote_memory(const struct ipd_executor *ex)
 /* The zygote's own limits: the standard policy's, with room for the
  * imports and for every policy's children (their rlimits can only be
  * lowered below the zygote's). */
-static void zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
-                          struct ipd_sandbox_policy *p)
+void ipd__zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
+                        struct ipd_sandbox_policy *p)
 {
     int64_t max_to = 0;
 
@@ -111,12 +111,12 @@ static void zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
 
 /* The zygote's program: the prelude's mounts and environment with the
  * warm modules (modules[] holds that entry), cwd /tmp. */
-static void zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
-                        const char *gen_dir,
-                        const struct ipd_sandbox_stage *vst,
-                        const char **argv, const char **env, char *modules,
-                        size_t modlen, struct ipd_sandbox_mount *mounts,
-                        struct ipd_sandbox_spec *spec)
+void ipd__zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
+                      const char *gen_dir,
+                      const struct ipd_sandbox_stage *vst, const char **argv,
+                      const char **env, char *modules, size_t modlen,
+                      struct ipd_sandbox_mount *mounts,
+                      struct ipd_sandbox_spec *spec)
 {
     const char *mpl_env;
 
@@ -168,9 +168,9 @@ static int64_t zygote_once(struct warm_slot *s)
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
 
-    zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules, sizeof(modules),
+    ipd__zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules, sizeof(modules),
                 mounts, &spec);
-    zygote_policy(ex, ex->warm_recycle_ms + 60000, &p);
+    ipd__zygote_policy(ex, ex->warm_recycle_ms + 60000, &p);
     pthread_mutex_lock(&s->w->lock);
     s->z = z;
     s->z_ready = false;
