@@ -393,8 +393,52 @@ static void policy_share_of_pool(void)
     CHECK_INT(ipd_policy_share(INT64_MAX, 4), 0xFFFFFF);
 }
 
+/* exec-mode and the session options: defaults, and what is refused. */
+static void warm_and_sessions(void)
+{
+    static const char *const refused[] = {
+        "--exec-mode=hot",          "--exec-mode=",
+        "--warm-recycle-runs=-1",   "--warm-recycle-after=8d",
+        "--max-sessions=-1",        "--max-sessions=1001",
+        "--sessions-per-user=0",    "--session-idle-timeout=never",
+        "--session-max-life=31d",   "--session-reap-interval=2h",
+    };
+    struct ipd_config c;
+    struct ipd_buf err;
+
+    ipd_buf_init(&err, 4096);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 0, NULL, NULL, NULL, &err), IPD_OK);
+    CHECK_STR(c.exec_mode, "cold");
+    CHECK_STR(c.warm_modules, "numpy,pandas,matplotlib");
+    CHECK_INT(c.warm_recycle_runs, 1000);
+    CHECK_INT(c.warm_recycle_ms, 3600 * 1000);
+    CHECK_INT(c.max_sessions, 8);
+    CHECK_INT(c.sessions_per_user, 3);
+    CHECK_INT(c.session_idle_ms, 20 * 60 * 1000);
+    CHECK_INT(c.session_max_life_ms, 8LL * 3600 * 1000);
+    ipd_config_release(&c);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(refused); i++) {
+        ipd_config_init(&c);
+        ipd_buf_reset(&err);
+        const char *one[] = {refused[i]};
+        if (ipd_config_load(&c, 1, one, NULL, NULL, &err) != IPD_ERR_INVALID)
+            fprintf(stderr, "accepted: %s\n", refused[i]);
+        CHECK_INT(ipd_config_load(&c, 1, one, NULL, NULL, &err),
+                  IPD_ERR_INVALID);
+        ipd_config_release(&c);
+    }
+    ipd_config_init(&c);
+    const char *ok[] = {"--exec-mode=warm", "--max-sessions=0"};
+    CHECK_INT(ipd_config_load(&c, 2, ok, NULL, NULL, &err), IPD_OK);
+    CHECK_STR(c.exec_mode, "warm");
+    CHECK_INT(c.max_sessions, 0);
+    ipd_config_release(&c);
+    ipd_buf_release(&err);
+}
+
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
           T(command_args_pass_through), T(never_ttl_and_redaction),
           T(never_only_where_it_means_something),
           T(policies), T(callback_secret_grace), T(policy_shares),
-          T(policy_share_of_pool))
+          T(policy_share_of_pool), T(warm_and_sessions))
