@@ -108,14 +108,16 @@ static json_t *session_json(const struct ipd__session *s)
  * the rest once no call is in. */
 static void end_locked(struct ipd__session *s, const char *why)
 {
-    if (s->state == S_ENDING || s->state == S_ENDED)
+    if (s->state == S_ENDED)
         return;
-    snprintf(s->why, sizeof(s->why), "%s", why);
-    s->ended_ms = ipd_now_ms();
+    if (!s->ended_ms) { /* the first reason is the one kept */
+        snprintf(s->why, sizeof(s->why), "%s", why);
+        s->ended_ms = ipd_now_ms();
+        ipd_sandbox_zygote_stop(s->z);
+        ipd_info("session %s ended: %s", s->id, why);
+    }
     if (s->state != S_BUSY)
         s->state = S_ENDING;
-    ipd_sandbox_zygote_stop(s->z);
-    ipd_info("session %s ended: %s", s->id, why);
     pthread_cond_broadcast(&s->ss->cond);
 }
 
@@ -554,10 +556,9 @@ void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
     s->memory = mem > 0 ? mem : 0;
     if (s->state == S_BUSY)
         s->state = S_READY;
-    if (why || ss->stopping)
+    /* Ended by this call, or during it (DELETE, idleness, shutdown). */
+    if (why || ss->stopping || s->ended_ms)
         end_locked(s, why ? why : "the service stopped");
-    else if (s->ended_ms)   /* ended (DELETE, shutdown) during the call */
-        s->state = S_ENDING;
     pthread_cond_broadcast(&ss->cond);
     pthread_mutex_unlock(&ss->lock);
 }
