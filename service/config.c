@@ -100,6 +100,16 @@ static const struct opt opts[] = {
      "executions running at once (0: one per CPU core)"},
     {"exec-queue", OPT_INT, OFF(exec_queue), "32", false,
      "executions waiting for a slot; beyond that 429"},
+    {"exec-mode", OPT_STRING, OFF(exec_mode), "cold", false,
+     "cold: a fresh interpreter per run; warm: per execution slot a zygote "
+     "with warm-modules imported and a child parked; networked policies "
+     "always run cold (docs/DEPLOYMENT.md)"},
+    {"warm-modules", OPT_STRING, OFF(warm_modules), "numpy,pandas,matplotlib",
+     false, "modules a zygote imports (comma-separated)"},
+    {"warm-recycle-runs", OPT_INT, OFF(warm_recycle_runs), "1000", false,
+     "a zygote is replaced after this many runs (0: never)"},
+    {"warm-recycle-after", OPT_DURATION, OFF(warm_recycle_ms), "1h", false,
+     "a zygote is replaced after this long (more than 0, at most 7d)"},
     {"python", OPT_STRING, OFF(python), "/usr/bin/python3", false,
      "Python interpreter run inside the sandbox"},
     {"prelude-dir", OPT_STRING, OFF(prelude_dir), IPD_PRELUDE_DIR, false,
@@ -118,15 +128,6 @@ static const struct opt opts[] = {
     {"venv-stage-max", OPT_SIZE, OFF(venv_stage_max), "1G", false,
      "runs get a copy of the venv generation in a private tmpfs up to this "
      "size, so they see no host path (0: bind it by its host path)"},
-    {"exec-mode", OPT_STRING, OFF(exec_mode), "cold", false,
-     "warm: per slot a zygote with the warm modules imported and a child "
-     "parked (docs/SANDBOX.md); cold: a fresh interpreter per run"},
-    {"warm-modules", OPT_STRING, OFF(warm_modules), "numpy,pandas,matplotlib",
-     false, "modules a zygote imports (comma-separated)"},
-    {"warm-recycle-runs", OPT_INT, OFF(warm_recycle_runs), "1000", false,
-     "a zygote is replaced after this many runs (0: never)"},
-    {"warm-recycle-after", OPT_DURATION, OFF(warm_recycle_ms), "1h", false,
-     "a zygote is replaced after this long"},
     {"max-sessions", OPT_INT, OFF(max_sessions), "8", false,
      "live sessions on this node (0: none); as root each has its own uid "
      "after the slots'"},
@@ -808,10 +809,13 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
                           "session-reap-interval at most 1h");
         return false;
     }
-    if (c->warm_recycle_runs < 0 || c->warm_recycle_ms <= 0 ||
-        c->warm_recycle_ms > 7LL * 24 * 3600 * 1000) {
-        ipd_buf_adds(err, "warm-recycle-runs must be >= 0 and "
-                          "warm-recycle-after at most 7d");
+    if (c->warm_recycle_runs < 0) {
+        ipd_buf_adds(err, "warm-recycle-runs must be >= 0");
+        return false;
+    }
+    if (c->warm_recycle_ms <= 0 || c->warm_recycle_ms > 7LL * 24 * 3600 * 1000) {
+        ipd_buf_adds(err, "warm-recycle-after must be more than 0 and at "
+                          "most 7d");
         return false;
     }
     return true;

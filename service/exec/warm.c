@@ -515,6 +515,13 @@ enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
     return rc;
 }
 
+/* A slot whose zygote is being replaced serves cold until the next is
+ * ready: shown as starting. */
+static enum slot_state shown_state(const struct warm_slot *s)
+{
+    return s->state == SLOT_READY && s->recycle ? SLOT_STARTING : s->state;
+}
+
 static const char *state_name(enum slot_state st)
 {
     switch (st) {
@@ -535,8 +542,8 @@ const char *ipd__warm_mode(struct ipd_executor *ex)
         return "cold";
     pthread_mutex_lock(&w->lock);
     for (unsigned i = 0; i < w->n; i++) {
-        ready += w->slots[i].state == SLOT_READY;
-        starting += w->slots[i].state == SLOT_STARTING;
+        ready += shown_state(&w->slots[i]) == SLOT_READY;
+        starting += shown_state(&w->slots[i]) == SLOT_STARTING;
     }
     pthread_mutex_unlock(&w->lock);
     if (ready == w->n)
@@ -558,10 +565,10 @@ json_t *ipd__warm_json(struct ipd_executor *ex)
     for (unsigned i = 0; i < w->n; i++) {
         struct warm_slot *s = &w->slots[i];
         json_t *o = json_pack("{s:i,s:s,s:I,s:I,s:s}", "slot", (int)i,
-                              "mode", state_name(s->state), "runs",
+                              "mode", state_name(shown_state(s)), "runs",
                               (json_int_t)s->runs, "restarts",
                               (json_int_t)s->restarts, "generation", s->gen);
-        if (s->state == SLOT_READY)
+        if (shown_state(s) == SLOT_READY)
             json_object_set_new(o, "started_at",
                                 json_integer(s->started_ms / 1000));
         if (s->state == SLOT_COLD && s->why[0])

@@ -483,7 +483,10 @@ def main():
         cmd.send(b"E%s: %s" % (type(e).__name__.encode(),
                                str(e).encode()[:200]))
         return 2
-    cmd.send(b"R")
+    try:
+        cmd.send(b"R")
+    except OSError:
+        return 0    # the service stopped this zygote while it started
     return _serve(cmd, bpf, prelude)
 
 
