@@ -1,15 +1,17 @@
 /*
  * warm.c - warm executions: per execution slot a zygote (sandbox.h,
  * "Warm runs"; service/exec/python/zygote.py) on the venv's current
- * generation, and one child of it parked for the "standard" policy with
+ * generation, and WARM_PARKED children of it parked for the "standard" policy with
  * its staging ready (a work stage: job/, data/, interpd/ as a cold run's),
  * so a request only writes its job and says go.
  *
  * Threads per slot: the zygote's (runs it, blocking for its life, and
  * starts the next one: a new generation, N runs, T minutes, a timeout,
  * OOM kill or seccomp kill in a child, or its death end it) and the
- * parker's (keeps one child parked while the zygote serves).  The slot's
- * execution worker takes the parked child (ipd__warm_take); a request
+ * parker's (keeps WARM_PARKED children parked while the zygote serves, so
+ * back-to-back requests never wait for one).  The slot's execution
+ * worker takes a parked child (ipd__warm_take), or waits for the one
+ * being parked; a request
  * for another policy parks one of its own on the spot.  A networked
  * policy never runs warm: its runs are cold.  When a zygote cannot start
  * (three failures in a row), the slot serves cold and tries again after
@@ -35,6 +37,7 @@
 #define PARK_FAILURES_TO_COLD 3
 #define READY_TIMEOUT_MS 1000 /* one wait; the parker waits again */
 #define FAILURES_TO_COLD 3
+#define WARM_PARKED 2             /* children kept parked per slot */
 #define RETRY_COLD_MS 60000
 #define ZYGOTE_MEMORY_MIN (1LL << 30)
 
@@ -50,7 +53,9 @@ struct warm_slot {
     bool z_ready;
     enum slot_state state;
     char gen[PATH_MAX];           /* the zygote's generation ("" base) */
-    struct ipd__parked_job *parked;
+    struct ipd__parked_job *parked[WARM_PARKED]; /* standard's */
+    unsigned n_parked;
+    bool parking;                 /* the parker is parking one now */
     int64_t started_ms, runs, restarts;
     unsigned failures;
     unsigned park_failures;       /* in a row */
@@ -193,11 +198,14 @@ static int64_t zygote_once(struct warm_slot *s)
     s->z_ready = false;
     if (s->state == SLOT_READY)
         s->state = SLOT_STARTING; /* the next one comes */
-    struct ipd__parked_job *pj = s->parked;
-    s->parked = NULL;
+    struct ipd__parked_job *left[WARM_PARKED];
+    unsigned n_left = s->n_parked;
+    memcpy(left, s->parked, sizeof(left));
+    s->n_parked = 0;
     pthread_cond_broadcast(&s->w->cond);
     pthread_mutex_unlock(&s->w->lock);
-    ipd__parked_job_free(pj);
+    for (unsigned i = 0; i < n_left; i++)
+        ipd__parked_job_free(left[i]);
     if (served < 0 || r.exit_code != 0)
         ipd_warn("executor: slot %u's zygote ended (exit %d, signal %d%s): "
                  "%.300s", s->idx, r.exit_code, r.term_signal,
@@ -346,20 +354,23 @@ static void *parker_thread(void *arg)
     pthread_mutex_lock(&w->lock);
     while (!w->stopping) {
         struct ipd_sandbox_zygote *z = s->z;
-        if (!z || s->parked || s->recycle) {
+        if (!z || s->n_parked >= WARM_PARKED || s->recycle) {
             pthread_cond_wait(&w->cond, &w->lock);
             continue;
         }
         if (!zygote_ready(s, z))
             continue;
+        s->parking = true;
         pthread_mutex_unlock(&w->lock);
         struct ipd__parked_job *pj = NULL;
         enum ipd_err rc = park_one(s, z, std, PARK_TIMEOUT_MS, &pj);
         pthread_mutex_lock(&w->lock);
-        if (!rc && s->z == z && !s->parked && !s->recycle) {
-            s->parked = pj;
+        s->parking = false;
+        if (!rc && s->z == z && s->n_parked < WARM_PARKED && !s->recycle) {
+            s->parked[s->n_parked++] = pj;
             pj = NULL;
         }
+        pthread_cond_broadcast(&w->cond);
         if (pj) {
             pthread_mutex_unlock(&w->lock);
             ipd__parked_job_free(pj);
@@ -420,7 +431,8 @@ void ipd__warm_stop(struct ipd_executor *ex)
             pthread_join(w->slots[i].pthread, NULL);
         if (w->slots[i].zthread_made)
             pthread_join(w->slots[i].zthread, NULL);
-        ipd__parked_job_free(w->slots[i].parked);
+        for (unsigned k = 0; k < w->slots[i].n_parked; k++)
+            ipd__parked_job_free(w->slots[i].parked[k]);
     }
     pthread_mutex_destroy(&w->lock);
     pthread_cond_destroy(&w->cond);
@@ -451,6 +463,34 @@ void ipd__warm_generation(struct ipd_executor *ex)
     pthread_mutex_unlock(&w->lock);
 }
 
+/* A parked child for ep (under w->lock): one of the slot's, or, for
+ * standard while the parker is at work, the one it parks (waited for,
+ * bounded).  NULL: none; *park_now: park one for this request. */
+static struct ipd__parked_job *take_locked(struct warm_slot *s,
+                                           const struct ipd_exec_policy *ep,
+                                           bool *park_now)
+{
+    int64_t deadline = ipd_mono_ms() + PARK_NOW_TIMEOUT_MS;
+
+    *park_now = false;
+    while (s->z && s->z_ready && !s->recycle && s->state == SLOT_READY) {
+        if (s->n_parked && !strcmp(s->parked[0]->policy, ep->name)) {
+            struct ipd__parked_job *pj = s->parked[0];
+            memmove(s->parked, s->parked + 1,
+                    --s->n_parked * sizeof(s->parked[0]));
+            pthread_cond_broadcast(&s->w->cond);
+            return pj;
+        }
+        if (strcmp(ep->name, "standard") != 0 || !s->parking ||
+            ipd_mono_ms() >= deadline) {
+            *park_now = true;
+            return NULL;
+        }
+        timed_wait(s->w, deadline - ipd_mono_ms());
+    }
+    return NULL;
+}
+
 struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
                                        const struct ipd_exec_policy *ep,
                                        const char *gen_dir)
@@ -459,6 +499,7 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
     struct ipd__parked_job *pj = NULL;
     struct ipd_sandbox_zygote *z = NULL;
     struct warm_slot *s;
+    bool park_now = false;
 
     if (!w || ep->network || slot >= w->n)
         return NULL;
@@ -466,18 +507,11 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
     pthread_mutex_lock(&w->lock);
     if (s->z && strcmp(s->gen, gen_dir ? gen_dir : "") != 0)
         recycle_locked(s, "a new venv generation");
-    if (s->z && s->z_ready && !s->recycle && s->state == SLOT_READY) {
-        if (s->parked && !strcmp(s->parked->policy, ep->name)) {
-            pj = s->parked;
-            s->parked = NULL;
-            pthread_cond_broadcast(&w->cond);
-        } else if (!s->parked || strcmp(s->parked->policy, ep->name)) {
-            z = s->z; /* park one for this request: the parker is busy
-                         with another, or keeps the standard one */
-        }
-    }
+    pj = take_locked(s, ep, &park_now);
+    if (park_now)
+        z = s->z;
     pthread_mutex_unlock(&w->lock);
-    if (z && !pj)
+    if (z)
         (void)park_one(s, z, ep, PARK_NOW_TIMEOUT_MS, &pj);
     return pj;
 }
