@@ -199,8 +199,10 @@ enum ipd_err ipd__sessions_new(struct ipd_executor *ex)
     return IPD_OK;
 }
 
+/* After its thread was joined (or never made). */
 static void session_free(struct ipd__session *s)
 {
+    ipd_sandbox_zygote_free(s->z);
     free(s->tenant);
     free(s->user);
     json_decref(s->snapshot);
@@ -323,7 +325,6 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
     if (ipd_sandbox_zygote_new(&ex->sbx, &s->z) ||
         pthread_create(&s->th, NULL, session_thread, s)) {
         pthread_mutex_unlock(&ss->lock);
-        ipd_sandbox_zygote_free(s->z);
         session_free(s);
         ipd_buf_adds(detail, "the session could not be started");
         return IPD_ERR_INTERNAL;
