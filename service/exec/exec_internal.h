@@ -174,6 +174,16 @@ const char *ipd__warm_mode(struct ipd_executor *ex);
 /* The admin status's "execution_mode" object.  New reference. */
 json_t *ipd__warm_json(struct ipd_executor *ex);
 
+/* Run zygote z on the venv's current generation as host uid (0: the
+ * sandbox's) for at most life_ms, blocking until it ends; started(ctx,
+ * generation dir or "") is called just before it starts.  *r is its
+ * run's (release it); why[] says why it could not start. */
+enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
+                               struct ipd_sandbox_zygote *z, uid_t uid,
+                               int64_t life_ms,
+                               void (*started)(void *ctx, const char *gen),
+                               void *ctx, struct ipd_sandbox_result *r,
+                               char *why, size_t whylen);
 /* The zygote's program and limits (warm.c; sessions' zygotes too). */
 void ipd__zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
                       const char *gen_dir,

@@ -123,40 +123,25 @@ static void end_locked(struct ipd__session *s, const char *why)
 
 /* ---- the session's thread ---------------------------------------------- */
 
+static void session_started(void *ctx, const char *gen)
+{
+    (void)ctx;
+    (void)gen;
+}
+
 static void session_run(struct ipd__session *s)
 {
     struct ipd_executor *ex = s->ss->ex;
-    struct ipd_venv_gen *gen = NULL;
-    struct ipd__vstage *vhold = NULL;
-    struct ipd__work zw;
-    struct ipd_buf why;
-    char modules[300];
-    uid_t uid = ipd__session_uid(ex, s->idx);
-
-    ipd_buf_init(&why, 512);
-    memset(&zw, 0, sizeof(zw));
-    zw.job_fd = zw.data_fd = -1;
-    if (ex->venv && ipd_venv_acquire(ex->venv, &gen))
-        goto out;
-    const char *gen_dir = ipd_venv_gen_dir(gen);
-    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
-                                                           &vhold);
-    if (ipd__work_create(ex, &zw, NULL, uid, &why))
-        goto out;
-    const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
-                          "/opt/interpd/zygote.py", NULL};
-    const char *env[IPD__RUN_ENV_MAX];
-    struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
-    struct ipd_sandbox_spec spec;
-    struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
+    char why[200] = "";
 
-    ipd__zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules,
-                     sizeof(modules), mounts, &spec);
-    ipd__zygote_policy(ex, ex->sess_cfg.max_life_ms + 60000, &p);
-    (void)ipd_sandbox_zygote_run(s->z, &p, &spec, &r);
+    if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx),
+                          ex->sess_cfg.max_life_ms + 60000, session_started,
+                          s, &r, why, sizeof(why)) &&
+        why[0])
+        ipd_warn("session %s: its interpreter did not start: %s", s->id,
+                 why);
     ipd_sandbox_result_release(&r);
-out:
     pthread_mutex_lock(&s->ss->lock);
     end_locked(s, "its interpreter ended");
     while (s->state == S_BUSY)
@@ -164,10 +149,6 @@ out:
     pthread_mutex_unlock(&s->ss->lock);
     ipd_sandbox_parked_free(s->pk);
     ipd__work_remove(&s->wk);
-    ipd__work_remove(&zw);
-    ipd__vstage_drop(ex, vhold);
-    ipd_venv_release(ex->venv, gen);
-    ipd_buf_release(&why);
     pthread_mutex_lock(&s->ss->lock);
     s->pk = NULL;
     s->state = S_ENDED;

@@ -50,6 +50,7 @@ struct warm_slot {
     bool zthread_made, pthread_made;
     /* under w->lock: */
     struct ipd_sandbox_zygote *z; /* while one runs */
+    struct ipd_sandbox_zygote *next_z; /* the zygote thread's own */
     bool z_ready;
     enum slot_state state;
     char gen[PATH_MAX];           /* the zygote's generation ("" base) */
@@ -137,32 +138,34 @@ void ipd__zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
     spec->host_uid = zw->host_uid;
 }
 
-/* Run one zygote on the current generation until it ends.  Returns how
- * long it served (ms), or -1 when it never got ready. */
-static int64_t zygote_once(struct warm_slot *s)
+enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
+                               struct ipd_sandbox_zygote *z, uid_t uid,
+                               int64_t life_ms,
+                               void (*started)(void *ctx, const char *gen),
+                               void *ctx, struct ipd_sandbox_result *r,
+                               char *why, size_t whylen)
 {
-    struct ipd_executor *ex = s->w->ex;
     struct ipd__work zw;
     struct ipd_venv_gen *gen = NULL;
     struct ipd__vstage *vhold = NULL;
-    struct ipd_buf why;
-    struct ipd_sandbox_zygote *z = NULL;
-    int64_t t0 = ipd_mono_ms(), served = -1;
+    struct ipd_buf err;
+    enum ipd_err rc = IPD_ERR_UNAVAILABLE;
     char modules[300];
 
-    ipd_buf_init(&why, 512);
+    ipd_buf_init(&err, 512);
     memset(&zw, 0, sizeof(zw));
     zw.job_fd = zw.data_fd = -1;
+    memset(r, 0, sizeof(*r));
+    r->output_dirfd = -1;
     if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
-        snprintf(s->why, sizeof(s->why), "the venv is busy");
+        snprintf(why, whylen, "the venv is busy");
         goto out;
     }
     const char *gen_dir = ipd_venv_gen_dir(gen);
     const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
                                                            &vhold);
-    if (ipd__work_create(ex, &zw, NULL, ipd__slot_uid(ex, s->idx), &why) ||
-        ipd_sandbox_zygote_new(&ex->sbx, &z)) {
-        snprintf(s->why, sizeof(s->why), "staging: %s", why.buf);
+    if (ipd__work_create(ex, &zw, NULL, uid, &err)) {
+        snprintf(why, whylen, "staging: %s", err.buf);
         goto out;
     }
     const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
@@ -171,28 +174,60 @@ static int64_t zygote_once(struct warm_slot *s)
     struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
     struct ipd_sandbox_spec spec;
     struct ipd_sandbox_policy p;
-    struct ipd_sandbox_result r;
 
-    ipd__zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules, sizeof(modules),
-                mounts, &spec);
-    ipd__zygote_policy(ex, ex->warm_recycle_ms + 60000, &p);
+    ipd__zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules,
+                     sizeof(modules), mounts, &spec);
+    ipd__zygote_policy(ex, life_ms, &p);
+    started(ctx, gen_dir ? gen_dir : "");
+    rc = ipd_sandbox_zygote_run(z, &p, &spec, r);
+out:
+    ipd__work_remove(&zw);
+    ipd__vstage_drop(ex, vhold);
+    ipd_venv_release(ex->venv, gen);
+    ipd_buf_release(&err);
+    return rc;
+}
+
+/* The slot's zygote runs now (its thread, before ipd_sandbox_zygote_run). */
+static void slot_started(void *ctx, const char *gen)
+{
+    struct warm_slot *s = ctx;
+
     pthread_mutex_lock(&s->w->lock);
-    s->z = z;
+    s->z = s->next_z;
     s->z_ready = false;
     s->recycle = s->w->stopping;
-    snprintf(s->gen, sizeof(s->gen), "%s", gen_dir ? gen_dir : "");
+    snprintf(s->gen, sizeof(s->gen), "%s", gen);
     s->started_ms = ipd_now_ms();
     s->runs = 0;
     pthread_cond_broadcast(&s->w->cond);
     pthread_mutex_unlock(&s->w->lock);
     if (s->recycle)
-        ipd_sandbox_zygote_stop(z);
-    enum ipd_err rc = ipd_sandbox_zygote_run(z, &p, &spec, &r);
+        ipd_sandbox_zygote_stop(s->next_z);
+}
+
+/* Run one zygote on the current generation until it ends.  Returns how
+ * long it served (ms), or -1 when it never got ready. */
+static int64_t zygote_once(struct warm_slot *s)
+{
+    struct ipd_executor *ex = s->w->ex;
+    struct ipd_sandbox_result r;
+    int64_t t0 = ipd_mono_ms(), served = -1;
+    char why[200] = "";
+
+    if (ipd_sandbox_zygote_new(&ex->sbx, &s->next_z)) {
+        snprintf(s->why, sizeof(s->why), "no command socket");
+        return -1;
+    }
+    enum ipd_err rc = ipd__zygote_serve(ex, s->next_z, ipd__slot_uid(ex, s->idx),
+                                        ex->warm_recycle_ms + 60000,
+                                        slot_started, s, &r, why,
+                                        sizeof(why));
     pthread_mutex_lock(&s->w->lock);
     served = s->z_ready ? ipd_mono_ms() - t0 : -1;
     if (!s->z_ready)
         snprintf(s->why, sizeof(s->why), "the zygote ended before it was "
-                 "ready: %.100s%.100s", rc ? r.error : "",
+                 "ready: %.100s%.100s", why[0] ? why : rc ? r.error : "",
                  r.err.len ? r.err.buf : "");
     s->z = NULL;
     s->z_ready = false;
@@ -209,14 +244,11 @@ static int64_t zygote_once(struct warm_slot *s)
     if (served < 0 || r.exit_code != 0)
         ipd_warn("executor: slot %u's zygote ended (exit %d, signal %d%s): "
                  "%.300s", s->idx, r.exit_code, r.term_signal,
-                 r.timed_out ? ", its time was up" : "", r.err.buf);
+                 r.timed_out ? ", its time was up" : "",
+                 r.err.len ? r.err.buf : why);
     ipd_sandbox_result_release(&r);
-out:
-    ipd_sandbox_zygote_free(z);
-    ipd__work_remove(&zw);
-    ipd__vstage_drop(ex, vhold);
-    ipd_venv_release(ex->venv, gen);
-    ipd_buf_release(&why);
+    ipd_sandbox_zygote_free(s->next_z);
+    s->next_z = NULL;
     return served;
 }
 
