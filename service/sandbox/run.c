@@ -883,6 +883,23 @@ static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
     return IPD_OK;
 }
 
+/* A parked child's init is its zygote's init's to reap, not P's: its
+ * pidfd turns readable when it exits, while it may still be a zombie of
+ * the run's host uid.  Wait, bounded, until it is reaped (newer kernels
+ * report POLLHUP on the pidfd then, 6.18 measured; pidfd_send_signal(0)
+ * fails with ESRCH on any kernel), so no process of the run exists on
+ * return, as after a cold run. */
+void ipd__wait_reaped(int pidfd)
+{
+    int64_t end = ipd_mono_ms() + KILL_GRACE_MS;
+
+    while (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0 &&
+           ipd_mono_ms() < end) {
+        struct pollfd pf = {pidfd, 0, 0};
+        (void)poll(&pf, 1, 1);
+    }
+}
+
 /* However the run went: kill and reap what is left, remove the cgroups
  * (a survivor turns IPD_OK into IPD_ERR_INTERNAL), close P's ends.
  * Returns rc, or the cgroup's error. */
@@ -893,6 +910,8 @@ static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
         kill_tree(r, cgr);
         reap(r, true);
     }
+    if (r->foreign && r->c1_done && r->c1fd >= 0)
+        ipd__wait_reaped(r->c1fd);
     close_fd(&r->pidfd);
     close_fd(&r->c1fd);
     if (cg_made) {

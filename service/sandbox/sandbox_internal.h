@@ -193,6 +193,9 @@ struct ipd_sandbox_parked {
     pid_t pid;    /* its init's host pid */
     int outdir;   /* its /mnt/output (MSG_OUTDIR) */
 };
+/* Wait (bounded) until the process behind pidfd, not P's child, has
+ * been reaped by its parent (run.c). */
+void ipd__wait_reaped(int pidfd);
 /* Kill a parked child's tree (cgroup and init).  Safe to repeat. */
 void ipd__parked_kill(struct ipd_sandbox_parked *pk);
 

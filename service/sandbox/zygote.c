@@ -456,9 +456,10 @@ void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk)
         return;
     ipd__parked_kill(pk);
     if (pk->pidfd >= 0) {
-        /* gone within the grace: the cgroup can then be removed */
+        /* gone (reaped) within the grace: the cgroup can then go */
         struct pollfd pf = {pk->pidfd, POLLIN, 0};
         (void)poll(&pf, 1, 5000);
+        ipd__wait_reaped(pk->pidfd);
     }
     close_fd(&pk->pidfd);
     close_fd(&pk->ctl);

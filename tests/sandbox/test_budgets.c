@@ -4,9 +4,13 @@
  * own, never root's or another slot's, and its CPU share is bounded.
  *
  * A run that holds a budget while the test looks: the program fills it,
- * creates /mnt/sync/full on a writable bind and waits (bounded) for
- * /mnt/sync/done, which the test creates once it has checked; the run
- * itself goes on a thread (ipd_sandbox_run blocks).
+ * creates /mnt/sync/full on a writable stage mount and waits (bounded)
+ * for /mnt/sync/done, which the test creates once it has checked; the
+ * run itself goes on a thread (a run blocks).
+ *
+ * Registered twice: cold and warm (sandbox_test.h).  Warm, each host uid
+ * (slot) has its zygote, whose parked children are the runs; the case
+ * that checks ipd_sandbox_run's refusal of a bad uid stays cold.
  */
 #define SBX_HOST_UID 200500 /* own range: suites run concurrently */
 #include <mqueue.h>
@@ -18,8 +22,8 @@
 #include "sandbox_test.h"
 #include "service/common/util.h"
 
-#define SLOT_A (SBX_HOST_UID + 1)
-#define SLOT_B (SBX_HOST_UID + 2)
+#define SLOT_A (sbx_uid_base() + 1)
+#define SLOT_B (sbx_uid_base() + 2)
 
 /* Appended to a holding program: announce, then wait for the test. */
 #define HOLD                                                                   \
@@ -34,61 +38,35 @@ struct held {
     struct ipd_sandbox_policy p;
     const char *code;
     uid_t uid;
-    char dir[64];
+    struct ipd_sandbox_stage *sync; /* sync/ at /mnt/sync, writable */
     struct ipd_sandbox_result r;
     enum ipd_err rc;
     atomic_bool over;
 };
 
-/* Run code as host uid (0: the config's) with extra mounts. */
+/* Run code as host uid (0: the config's) with extra mounts, in the
+ * suite's mode. */
 static enum ipd_err run_as(const struct ipd_sandbox_policy *p, uid_t uid,
-                          const char *code,
-                          const struct ipd_sandbox_mount *extra,
-                          size_t n_extra, struct ipd_sandbox_result *res)
+                           const char *code,
+                           const struct ipd_sandbox_mount *extra,
+                           size_t n_extra, struct ipd_sandbox_result *res)
 {
-    const char *argv[] = {"/usr/bin/python3", "-I", "-c", code, NULL};
-    struct ipd_sandbox_mount mounts[8];
-    struct ipd_sandbox_spec spec;
-    size_t n = 0;
-    enum ipd_err rc;
-
-    for (size_t i = 0; i < IPD_ARRAY_LEN(sbx_mounts); i++)
-        mounts[n++] = sbx_mounts[i];
-    for (size_t i = 0; i < n_extra; i++)
-        mounts[n++] = extra[i];
-    memset(&spec, 0, sizeof spec);
-    spec.argv = argv;
-    spec.mounts = mounts;
-    spec.n_mounts = n;
-    spec.host_uid = uid;
-    rc = ipd_sandbox_run(&sbx_cfg, p, &spec, res);
-    if (rc || res->exit_code != 0)
-        fprintf(stderr, "  run: rc=%d exit=%d sig=%d error=%s\n"
-                        "  stdout: %.2000s\n  stderr: %.2000s\n",
-                rc, res->exit_code, res->term_signal, res->error,
-                res->out.buf, res->err.buf);
-    return rc;
+    return sbx_run_as(p, uid, code, NULL, extra, n_extra, res);
 }
 
 static void *held_main(void *arg)
 {
     struct held *h = arg;
-    struct ipd_sandbox_mount sync = {h->dir, "/mnt/sync", true, NULL};
+    struct ipd_sandbox_mount sync = {"sync", "/mnt/sync", true, h->sync};
 
     h->rc = run_as(&h->p, h->uid, h->code, &sync, 1, &h->r);
     atomic_store(&h->over, true);
     return NULL;
 }
 
-static bool file_in(const char *dir, const char *name)
-{
-    char path[128];
-    snprintf(path, sizeof path, "%s/%s", dir, name);
-    return access(path, F_OK) == 0;
-}
-
 /* Start the holding run; true once it announced it is full (30 s at
- * most: the machine is shared and loaded). */
+ * most: the machine is shared and loaded).  Call held_finish after it
+ * whatever it returned. */
 static bool held_start(struct held *h, const char *code, uid_t uid)
 {
     int64_t deadline = ipd_mono_ms() + 30000;
@@ -98,32 +76,29 @@ static bool held_start(struct held *h, const char *code, uid_t uid)
     h->p.wall_timeout_ms = 60000;
     h->code = code;
     h->uid = uid;
-    snprintf(h->dir, sizeof h->dir, "/tmp/ipd-budgets-XXXXXX");
-    if (!mkdtemp(h->dir) || chmod(h->dir, 0777) != 0)
+    h->sync = sbx_stage_dir("sync", 0777);
+    if (!h->sync || pthread_create(&h->th, NULL, held_main, h) != 0) {
+        ipd_sandbox_stage_free(h->sync);
+        h->sync = NULL;
         return false;
-    if (pthread_create(&h->th, NULL, held_main, h) != 0)
-        return false;
-    while (!file_in(h->dir, "full") && !atomic_load(&h->over) &&
-           ipd_mono_ms() < deadline)
+    }
+    while (!sbx_stage_exists(h->sync, "sync/full") &&
+           !atomic_load(&h->over) && ipd_mono_ms() < deadline)
         usleep(5000);
-    return file_in(h->dir, "full");
+    return sbx_stage_exists(h->sync, "sync/full");
 }
 
 /* Let the run end and join it; the result stays in h->r. */
 static void held_finish(struct held *h)
 {
-    char path[128];
-    int fd;
-
-    snprintf(path, sizeof path, "%s/done", h->dir);
-    fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    if (fd >= 0)
-        close(fd);
+    if (!h->sync)
+        return;
+    if (sbx_stage_write(h->sync, "sync/done", "", 0644))
+        fprintf(stderr, "  sync/done: %s\n", strerror(errno));
     pthread_join(h->th, NULL);
-    unlink(path);
-    snprintf(path, sizeof path, "%s/full", h->dir);
-    unlink(path);
-    rmdir(h->dir);
+    fprintf(stderr, "  the holding run printed: %s", h->r.out.buf);
+    ipd_sandbox_stage_free(h->sync);
+    h->sync = NULL;
 }
 
 /* Item 1: pending signals.  The run makes POSIX timers (each one holds a
@@ -318,14 +293,18 @@ static void test_cpu_share_is_one_core(void)
     ipd_sandbox_result_release(&r);
 }
 
-/* The status names the CPU share's mechanism. */
+/* The status names the CPU share's mechanism (no run: the same in both
+ * modes). */
 static void test_status_names_cpu_share(void)
 {
     REQUIRE(sbx_setup());
     CHECK(strstr(sbx_cfg.status, "cpu share: cgroup v") != NULL);
 }
 
-/* Item 2: a run's own ids are refused where they can't be right. */
+/* Item 2: a run's own ids are refused where they can't be right.
+ * ipd_sandbox_run's refusal of a bad spec: cold in both modes (a zygote
+ * is started with the uid once, ipd_sandbox_zygote_run refuses it
+ * alike). */
 static void test_run_ids_checked(void)
 {
     struct ipd_sandbox_policy p;
@@ -334,13 +313,14 @@ static void test_run_ids_checked(void)
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
-    CHECK_INT(run_as(&p, (uid_t)-1, "pass", NULL, 0, &r), IPD_ERR_INVALID);
+    CHECK_INT(sbx_run_cold_as(&p, (uid_t)-1, "pass", NULL, NULL, 0, &r),
+              IPD_ERR_INVALID);
     ipd_sandbox_result_release(&r);
     /* root has a passwd entry; the suite's range has none */
     CHECK_INT(ipd_sandbox_check_ids(0, 1, why, sizeof why),
               IPD_ERR_UNAVAILABLE);
     CHECK(strstr(why, "root") != NULL);
-    CHECK_INT(ipd_sandbox_check_ids(SBX_HOST_UID, 8, why, sizeof why),
+    CHECK_INT(ipd_sandbox_check_ids(sbx_uid_base(), 8, why, sizeof why),
               IPD_OK);
 }
 

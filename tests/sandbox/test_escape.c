@@ -113,7 +113,9 @@ static void egress_take(void *ctx, int lfd)
  * loopback listener of the host (as the service's own port, a database
  * with trust auth) is out of reach; the only interface is its own
  * loopback; its one way out is the egress socket, handed to the caller
- * (without a taker, connecting to it is refused). */
+ * (without a taker, connecting to it is refused).  Cold in both modes: a
+ * networked run is never parked (ipd_sandbox_park refuses it), and the
+ * egress socket is ipd_sandbox_run's. */
 static void test_networked_own_namespace(void)
 {
     struct ipd_sandbox_policy p;
@@ -170,11 +172,20 @@ static void test_networked_own_namespace(void)
     close(lfd);
 }
 
+/* A warm run is a child of the zygote's sandbox: its root also has the
+ * zygote's binds (/opt/interpd: the prelude and zygote.py;
+ * /etc/alternatives: numpy's BLAS link, sandbox_test.h), and its init is
+ * a fork of the zygote, so /proc/1/cmdline is the zygote's command line
+ * (a cold run's init is a copy of the service, whose argv it wipes).
+ * The init is closed to the program either way: its environment, memory,
+ * descriptors, cwd and root (a warm init's cwd is the zygote's own
+ * /mnt/output) answer EACCES. */
 static void test_host_files_unreachable(void)
 {
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
     char code[2048];
+    bool warm = sbx_warm();
 
     REQUIRE(sbx_setup());
     snprintf(code, sizeof code,
@@ -186,13 +197,17 @@ static void test_host_files_unreachable(void)
              "print(sorted(os.listdir('/etc')))\n"
              "print(sorted(os.listdir('/dev')))\n"
              "pids = [d for d in os.listdir('/proc') if d.isdigit()]\n"
-             "print('pids', len(pids) <= 3)\n"
-             "print('1' in pids and "
-             "open('/proc/1/cmdline', 'rb').read().strip(b'\\0') == b'')\n"
-             "try:\n"
-             "    open('/proc/1/environ').read(); print('environ readable')\n"
-             "except OSError as e:\n"
-             "    print('environ', e.errno)\n",
+             "print('pids', len(pids) <= 3, '1' in pids)\n"
+             "print(open('/proc/1/cmdline', 'rb').read().strip(b'\\0'))\n"
+             "for name in ('environ', 'mem', 'fd', 'cwd', 'root'):\n"
+             "    path = '/proc/1/' + name\n"
+             "    try:\n"
+             "        if name in ('cwd', 'root'): os.readlink(path)\n"
+             "        elif name == 'fd': os.listdir(path)\n"
+             "        else: open(path, 'rb').read(1)\n"
+             "        print(name, 'readable')\n"
+             "    except OSError as e:\n"
+             "        print(name, e.errno)\n",
              secret_dir, secret_dir);
     sbx_policy(&p);
     CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
@@ -200,13 +215,24 @@ static void test_host_files_unreachable(void)
     CHECK(strstr(r.out.buf, "/secret.txt False\n/sys False\n/home False\n"
                             "/work False\n/var False\n/etc/ssh False\n"
                             "/run False\n") != NULL);
-    CHECK(strstr(r.out.buf, "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
-                            "'proc', 'tmp', 'usr']\n") != NULL);
-    CHECK(strstr(r.out.buf, "['group', 'hostname', 'hosts', "
-                            "'nsswitch.conf', 'passwd']\n") != NULL);
+    CHECK(strstr(r.out.buf,
+                 warm ? "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
+                        "'opt', 'proc', 'tmp', 'usr']\n"
+                      : "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
+                        "'proc', 'tmp', 'usr']\n") != NULL);
+    CHECK(strstr(r.out.buf,
+                 warm ? "['alternatives', 'group', 'hostname', 'hosts', "
+                        "'nsswitch.conf', 'passwd']\n"
+                      : "['group', 'hostname', 'hosts', "
+                        "'nsswitch.conf', 'passwd']\n") != NULL);
     CHECK(strstr(r.out.buf, "['fd', 'null', 'shm', 'stderr', 'stdin', "
                             "'stdout', 'urandom', 'zero']\n") != NULL);
-    CHECK(strstr(r.out.buf, "pids True\nTrue\nenviron 13\n") != NULL);
+    CHECK(strstr(r.out.buf,
+                 warm ? "pids True True\nb'/usr/bin/python3\\x00-u\\x00-I"
+                        "\\x00-B\\x00/opt/interpd/zygote.py'\n"
+                      : "pids True True\nb''\n") != NULL);
+    CHECK(strstr(r.out.buf, "environ 13\nmem 13\nfd 13\ncwd 13\nroot 13\n") !=
+          NULL);
     ipd_sandbox_result_release(&r);
 }
 
@@ -235,12 +261,45 @@ static void test_no_host_secrets_in_environment(void)
     unsetenv("IPD_TEST_SECRET");
 }
 
-static void test_writes_outside_fail(void)
+/* Writes anywhere but /tmp and /mnt/output fail, also into a read-only
+ * /mnt/data whose directory and file are writable by everyone. */
+static void writes_outside_fail(const struct ipd_sandbox_mount *data,
+                                bool cold)
 {
+    static const char code[] =
+        "import os, errno\n"
+        "for path in ('/x', '/etc/passwd', '/etc/x', '/usr/x',"
+        " '/usr/bin/python3', '/mnt/x', '/mnt/data/x',"
+        " '/mnt/data/input.csv', '/dev/x', '/proc/x', '/lib/x'):\n"
+        "    try:\n"
+        "        open(path, 'a').write('x'); print(path, 'WROTE')\n"
+        "    except OSError as e:\n"
+        "        print(path, errno.errorcode[e.errno])\n"
+        "open('/tmp/ok', 'w').write('1')\n"
+        "open('/mnt/output/ok', 'w').write('1')\n"
+        "print(open('/mnt/data/input.csv').read().split())\n";
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
+
+    sbx_policy(&p);
+    CHECK_INT(cold ? sbx_run_cold(&p, code, NULL, data, 1, &r)
+                   : sbx_run_mounts(&p, code, NULL, data, 1, &r),
+              IPD_OK);
+    CHECK(strstr(r.out.buf, "WROTE") == NULL);
+    CHECK(strstr(r.out.buf, "/usr/bin/python3 EACCES\n") != NULL);
+    CHECK(strstr(r.out.buf, "/x EROFS\n/etc/passwd EROFS\n") != NULL);
+    CHECK(strstr(r.out.buf, "/mnt/data/x EROFS\n"
+                            "/mnt/data/input.csv EROFS\n") != NULL);
+    CHECK(strstr(r.out.buf, "['a,b', '1,2']\n") != NULL);
+    CHECK_INT(r.exit_code, 0);
+    ipd_sandbox_result_release(&r);
+}
+
+static void test_writes_outside_fail(void)
+{
     char data_dir[64] = "/tmp/ipd-sbx-data-XXXXXX";
     char path[128];
+    struct ipd_sandbox_stage *st;
     FILE *f;
 
     REQUIRE(sbx_setup());
@@ -250,40 +309,31 @@ static void test_writes_outside_fail(void)
     REQUIRE(f != NULL);
     fputs("a,b\n1,2\n", f);
     fclose(f);
-    /* World-writable on the host: only the read-only bind stops writes. */
+    /* World-writable on the host: only the read-only bind stops writes.
+     * A host-path bind: cold in both modes (a parked child takes stage
+     * mounts only). */
     chmod(data_dir, 0777);
     chmod(path, 0666);
     {
-        struct ipd_sandbox_mount data[] = {{data_dir, "/mnt/data", false, NULL}};
-        sbx_policy(&p);
-        CHECK_INT(
-            sbx_run_mounts(
-                &p,
-                "import os, errno\n"
-                "for path in ('/x', '/etc/passwd', '/etc/x', '/usr/x',"
-                " '/usr/bin/python3', '/mnt/x', '/mnt/data/x',"
-                " '/mnt/data/input.csv', '/dev/x', '/proc/x', '/lib/x'):\n"
-                "    try:\n"
-                "        open(path, 'a').write('x'); print(path, 'WROTE')\n"
-                "    except OSError as e:\n"
-                "        print(path, errno.errorcode[e.errno])\n"
-                "open('/tmp/ok', 'w').write('1')\n"
-                "open('/mnt/output/ok', 'w').write('1')\n"
-                "print(open('/mnt/data/input.csv').read().split())\n",
-                NULL, data, 1, &r),
-            IPD_OK);
-        CHECK(strstr(r.out.buf, "WROTE") == NULL);
-        CHECK(strstr(r.out.buf, "/usr/bin/python3 EACCES\n") != NULL);
-        CHECK(strstr(r.out.buf, "/x EROFS\n/etc/passwd EROFS\n") != NULL);
-        CHECK(strstr(r.out.buf, "/mnt/data/x EROFS\n"
-                                "/mnt/data/input.csv EROFS\n") != NULL);
-        CHECK(strstr(r.out.buf, "['a,b', '1,2']\n") != NULL);
-        CHECK_INT(r.exit_code, 0);
-        ipd_sandbox_result_release(&r);
+        struct ipd_sandbox_mount data[] = {{data_dir, "/mnt/data", false,
+                                            NULL}};
+        writes_outside_fail(data, true);
     }
     CHECK(access("/usr/x", F_OK) != 0);
     unlink(path);
     rmdir(data_dir);
+
+    /* The same from a stage, as a warm run gets its data: in the suite's
+     * mode. */
+    st = sbx_stage_dir("data", 0777);
+    REQUIRE(st != NULL);
+    CHECK(sbx_stage_write(st, "data/input.csv", "a,b\n1,2\n", 0666) == 0);
+    {
+        struct ipd_sandbox_mount data[] = {{"data", "/mnt/data", false, st}};
+        writes_outside_fail(data, false);
+    }
+    CHECK(!sbx_stage_exists(st, "data/x"));
+    ipd_sandbox_stage_free(st);
 }
 
 static void test_fork_bomb_contained(void)
@@ -312,7 +362,7 @@ static void test_fork_bomb_contained(void)
     ipd_sandbox_result_release(&r);
     /* The host is fine: no sleeper survived, and the next run works. */
     n = sbx_count_uid(sbx_cfg.host_uid);
-    CHECK_INT(n, 0);
+    CHECK_INT(n, sbx_resident(0));
     CHECK_INT(sbx_run(&p, "print('fine')", &r), IPD_OK);
     CHECK_STR(r.out.buf, "fine\n");
     ipd_sandbox_result_release(&r);
@@ -423,7 +473,7 @@ static void test_daemon_killed_no_survivors(void)
     CHECK_STR(r.out.buf, "daemonized\n");
     CHECK(r.wall_seconds < 5);
     ipd_sandbox_result_release(&r);
-    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
+    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0));
 
     /* The program exits, leaving the daemon: it dies with the run, and
      * the run does not wait for it. */
@@ -433,7 +483,7 @@ static void test_daemon_killed_no_survivors(void)
     CHECK_INT(r.exit_code, 0);
     CHECK(r.wall_seconds < 5);
     ipd_sandbox_result_release(&r);
-    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
+    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0));
 }
 
 static void test_kill_all_hurts_nothing_outside(void)
@@ -469,6 +519,12 @@ static void test_kill_all_hurts_nothing_outside(void)
     CHECK_STR(r.out.buf, "still here 9\n");
     ipd_sandbox_result_release(&r);
     CHECK_INT(waitpid(victim, &status, WNOHANG), 0); /* still alive */
+    /* and so is everything else of the uid: a warm run's zygote and its
+     * init (same host uid, outside the run's pid namespace) serve on */
+    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0) + 1);
+    CHECK_INT(sbx_run(&p, "print('next')", &r), IPD_OK);
+    CHECK_STR(r.out.buf, "next\n");
+    ipd_sandbox_result_release(&r);
     kill(victim, SIGKILL);
     waitpid(victim, &status, 0);
     CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
@@ -702,7 +758,7 @@ static void test_crash_never_reaches_core_helper(void)
     fclose(f);
     atexit(core_pattern_restore);
     /* The crashing process's host uid and pid: the run's uid is this
-     * suite's own (SBX_HOST_UID), so an unrelated crash elsewhere on the
+     * suite's own (sbx_uid_base()), so an unrelated crash elsewhere on the
      * host cannot be mistaken for the run's. */
     snprintf(pattern, sizeof pattern, "|%s %%u %%P", path);
     f = fopen("/proc/sys/kernel/core_pattern", "w");
@@ -762,16 +818,24 @@ static void test_crash_never_reaches_core_helper(void)
     CHECK(system(path) == 0);
 }
 
+/* Inside uid/gid 1000 is the configured host uid and gid, nothing else,
+ * no groups.  A warm run's user namespace is nested in its zygote's: its
+ * map says 1000 -> 1000 (the zygote's 1000), and the zygote's (a cold
+ * run's) says 1000 -> the host uid.  What the run writes is the host
+ * uid's in both modes. */
 static void test_uid_maps_to_configured_host_uid(void)
 {
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
+    struct stat sb;
     char want[128];
+    unsigned outer_uid, outer_gid;
+    int fd;
 
     REQUIRE(sbx_setup());
     CHECK(sbx_cfg.host_uid != 0 && sbx_cfg.host_gid != 0);
     if (geteuid() == 0)
-        CHECK_INT(sbx_cfg.host_uid, SBX_HOST_UID);
+        CHECK_INT(sbx_cfg.host_uid, sbx_uid_base());
     sbx_policy(&p);
     CHECK_INT(sbx_run(&p,
                       "import os\n"
@@ -779,12 +843,22 @@ static void test_uid_maps_to_configured_host_uid(void)
                       ".split()))\n"
                       "print(' '.join(open('/proc/self/gid_map').read()"
                       ".split()))\n"
-                      "print(os.getgroups())\n",
+                      "print(os.getgroups())\n"
+                      "open('/mnt/output/mine', 'w').close()\n",
                       &r),
               IPD_OK);
-    snprintf(want, sizeof want, "1000 %u 1\n1000 %u 1\n[]\n",
-             (unsigned)sbx_cfg.host_uid, (unsigned)sbx_cfg.host_gid);
+    outer_uid = sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_uid;
+    outer_gid = sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_gid;
+    snprintf(want, sizeof want, "1000 %u 1\n1000 %u 1\n[]\n", outer_uid,
+             outer_gid);
     CHECK_STR(r.out.buf, want);
+    fd = ipd_sandbox_output_open(&r, "mine", O_RDONLY);
+    CHECK(fd >= 0 && fstat(fd, &sb) == 0);
+    if (fd >= 0) {
+        CHECK_INT(sb.st_uid, sbx_cfg.host_uid);
+        CHECK_INT(sb.st_gid, sbx_cfg.host_gid);
+        close(fd);
+    }
     ipd_sandbox_result_release(&r);
 }
 
@@ -925,7 +999,8 @@ static void test_inotify_on_shared_bind_refused(void)
 
 /* Families outside the policy's list fail with EAFNOSUPPORT even when
  * the policy allows network (AF_VSOCK, AF_ALG, AF_PACKET, a family with
- * high bits set). */
+ * high bits set).  Cold in both modes: a networked run is never parked
+ * (ipd_sandbox_park refuses it). */
 static void test_networked_socket_families(void)
 {
     struct ipd_sandbox_policy p;
@@ -934,24 +1009,53 @@ static void test_networked_socket_families(void)
     REQUIRE(sbx_setup());
     sbx_policy(&p);
     p.network = true;
-    CHECK_INT(sbx_run(&p,
-                      SC_HELPER
-                      "import socket\n"
-                      "for fam, kind in ((socket.AF_INET, 1), "
-                      "(socket.AF_INET6, 1), (socket.AF_UNIX, 1), "
-                      "(socket.AF_NETLINK, 3), (40, 1), (38, 5), "
-                      "(socket.AF_PACKET, 3)):\n"
-                      "    try:\n"
-                      "        socket.socket(fam, kind).close(); "
-                      "print(fam, 'ok')\n"
-                      "    except OSError as e:\n"
-                      "        print(fam, errno.errorcode[e.errno])\n"
-                      "sc('high_bits', 41, 2 | (1 << 32), 1, 0)\n",
-                      &r),
+    CHECK_INT(sbx_run_cold(&p,
+                           SC_HELPER
+                           "import socket\n"
+                           "for fam, kind in ((socket.AF_INET, 1), "
+                           "(socket.AF_INET6, 1), (socket.AF_UNIX, 1), "
+                           "(socket.AF_NETLINK, 3), (40, 1), (38, 5), "
+                           "(socket.AF_PACKET, 3)):\n"
+                           "    try:\n"
+                           "        socket.socket(fam, kind).close(); "
+                           "print(fam, 'ok')\n"
+                           "    except OSError as e:\n"
+                           "        print(fam, errno.errorcode[e.errno])\n"
+                           "sc('high_bits', 41, 2 | (1 << 32), 1, 0)\n",
+                           NULL, NULL, 0, &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "2 ok\n10 ok\n1 ok\n16 ok\n40 EAFNOSUPPORT\n"
                          "38 EAFNOSUPPORT\n17 EAFNOSUPPORT\n"
                          "high_bits EAFNOSUPPORT\n");
+    ipd_sandbox_result_release(&r);
+}
+
+/* The program holds stdin (/dev/null), stdout and stderr (pipes) and
+ * nothing else of its parents': no control socket, no zygote command
+ * socket, no stage tree, no other run's pipe.  A warm run's prelude
+ * also holds its reserved result file (prelude.py, _reserve_result). */
+static void test_no_stray_descriptors(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import os, re\n"
+                      "for fd in sorted(int(n) for n in "
+                      "os.listdir('/proc/self/fd')):\n"
+                      "    try:\n"
+                      "        t = os.readlink('/proc/self/fd/%d' % fd)\n"
+                      "    except OSError:\n"
+                      "        continue\n"
+                      "    print(fd, re.sub(r':\\[\\d+\\]$', '', t))\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf,
+              sbx_warm() ? "0 /dev/null\n1 pipe\n2 pipe\n"
+                           "3 /mnt/output/.interpd/result.json.2.tmp\n"
+                         : "0 /dev/null\n1 pipe\n2 pipe\n");
     ipd_sandbox_result_release(&r);
 }
 
@@ -979,6 +1083,9 @@ static void test_setup(void)
     char path[128];
     FILE *f;
 
+    /* In the environment before warm mode's zygote starts (on the first
+     * run): test_no_host_secrets_in_environment looks for it. */
+    setenv("IPD_TEST_SECRET", "hunter2-db-password", 1);
     REQUIRE(sbx_setup());
     snprintf(secret_dir, sizeof secret_dir, "/tmp/ipd-sbx-secret-XXXXXX");
     REQUIRE(mkdtemp(secret_dir) != NULL);
@@ -998,8 +1105,8 @@ static void test_teardown(void)
     snprintf(path, sizeof path, "%s/secret.txt", secret_dir);
     unlink(path);
     rmdir(secret_dir);
+    sbx_teardown(); /* warm: the zygote goes, and with it its 2 */
     CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
-    sbx_teardown();
 }
 
 TEST_MAIN(T(test_setup), T(test_network_denied),
@@ -1016,5 +1123,6 @@ TEST_MAIN(T(test_setup), T(test_network_denied),
           T(test_crash_never_reaches_core_helper),
           T(test_unlisted_syscalls_refused),
           T(test_inotify_on_shared_bind_refused),
-          T(test_networked_socket_families), T(test_x32_abi_killed),
+          T(test_networked_socket_families), T(test_no_stray_descriptors),
+          T(test_x32_abi_killed),
           T(test_teardown))

@@ -1,6 +1,8 @@
 /*
  * test_functional.c - the sandbox runs Python and reports what happened:
  * output, exit codes, signals, timeouts, stdin, limits, setup failures.
+ * Registered twice: cold and warm (sandbox_test.h); each case that stays
+ * cold in warm mode says why.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -11,6 +13,7 @@
 
 #include "sandbox_test.h"
 
+/* No run: the probe's findings (the same in both modes). */
 static void test_probe(void)
 {
     REQUIRE(sbx_setup());
@@ -22,6 +25,25 @@ static void test_probe(void)
     /* The status is the value of admin status's "sandbox" field: it
      * does not repeat the word (issue 12). */
     CHECK(strncmp(sbx_cfg.status, "user namespace", 14) == 0);
+}
+
+/* The run is what the mode says: warm, a parked child of a zygote that
+ * imported numpy, running the prelude (sys.argv is its "<code>"); cold,
+ * a fresh python3 -c. */
+static void test_mode_is_what_it_says(void)
+{
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r;
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    CHECK_INT(sbx_run(&p,
+                      "import sys\n"
+                      "print('numpy' in sys.modules, sys.argv)\n",
+                      &r),
+              IPD_OK);
+    CHECK_STR(r.out.buf, sbx_warm() ? "True ['<code>']\n" : "False ['-c']\n");
+    ipd_sandbox_result_release(&r);
 }
 
 static void test_stdout_stderr(void)
@@ -82,15 +104,17 @@ static void test_stdin(void)
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
-    CHECK_INT(sbx_run_mounts(&p,
-                             "import sys\nd = sys.stdin.read()\n"
-                             "print(len(d), d.upper())\n",
-                             "abc\n", NULL, 0, &r),
+    /* Cold in both modes: a parked child's stdin is always /dev/null
+     * (ipd_sandbox_park takes no stdin data). */
+    CHECK_INT(sbx_run_cold(&p,
+                           "import sys\nd = sys.stdin.read()\n"
+                           "print(len(d), d.upper())\n",
+                           "abc\n", NULL, 0, &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "4 ABC\n\n");
     ipd_sandbox_result_release(&r);
 
-    /* Without stdin data, stdin is /dev/null. */
+    /* Without stdin data, stdin is /dev/null (in the suite's mode). */
     CHECK_INT(sbx_run(&p, "import sys; print(repr(sys.stdin.read()))", &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "''\n");
@@ -180,20 +204,36 @@ static void test_cpu_limit(void)
     ipd_sandbox_result_release(&r);
 }
 
+/* The run's whole environment: the sandbox's defaults and nothing of
+ * the service's (in the suite's mode; a warm run has its zygote's, which
+ * adds IPD_WARM_MODULES).  spec->env overriding a default and adding a
+ * key is ipd_sandbox_run's alone (a parked child has its zygote's
+ * environment): cold in both modes. */
 static void test_environment(void)
 {
+    static const char code[] = "import os\n"
+                               "for k in sorted(os.environ): "
+                               "print(k + '=' + os.environ[k])\n";
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
-    const char *argv[] = {"/usr/bin/python3", "-I", "-c",
-                          "import os\n"
-                          "for k in sorted(os.environ): "
-                          "print(k + '=' + os.environ[k])\n",
-                          NULL};
+    const char *argv[] = {"/usr/bin/python3", "-I", "-c", code, NULL};
     const char *env[] = {"MPLCONFIGDIR=/tmp/mpl", "EXTRA=1", NULL};
     struct ipd_sandbox_spec spec;
+    char want[1024];
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
+    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
+    snprintf(want, sizeof want,
+             "HOME=/tmp\n%sLANG=C.UTF-8\nMKL_NUM_THREADS=1\n"
+             "MPLBACKEND=Agg\nMPLCONFIGDIR=/tmp/matplotlib\n"
+             "NUMEXPR_NUM_THREADS=1\nOMP_NUM_THREADS=1\n"
+             "OPENBLAS_NUM_THREADS=1\nPATH=/usr/local/bin:/usr/bin:/bin\n"
+             "PYTHONDONTWRITEBYTECODE=1\nPYTHONUNBUFFERED=1\nTMPDIR=/tmp\n",
+             sbx_warm() ? "IPD_WARM_MODULES=numpy\n" : "");
+    CHECK_STR(r.out.buf, want);
+    ipd_sandbox_result_release(&r);
+
     memset(&spec, 0, sizeof spec);
     spec.argv = argv;
     spec.env = env;
@@ -211,6 +251,10 @@ static void test_environment(void)
     ipd_sandbox_result_release(&r);
 }
 
+/* Who the program is.  A warm run's user namespace is nested in its
+ * zygote's, so its maps say 1000 -> 1000 (the zygote's 1000, which the
+ * zygote's own map makes the host uid: test_output_dir_handle checks
+ * that what the run writes is the host uid's). */
 static void test_identity(void)
 {
     struct ipd_sandbox_policy p;
@@ -233,12 +277,16 @@ static void test_identity(void)
     snprintf(want, sizeof want,
              "1000 1000 []\n['1000', '%u', '1']\n['1000', '%u', '1']\n"
              "deny\n2 True\nsandbox sandbox /mnt/output\n",
-             (unsigned)sbx_cfg.host_uid, (unsigned)sbx_cfg.host_gid);
+             sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_uid,
+             sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_gid);
     CHECK_STR(r.out.buf, want);
     CHECK(sbx_cfg.host_uid != 0);
     ipd_sandbox_result_release(&r);
 }
 
+/* ipd_sandbox_run's own reports of a bad spec or a failed setup: cold
+ * in both modes (a parked child's setup failures are ipd_sandbox_park's,
+ * test_zygote). */
 static void test_setup_failure_is_an_error(void)
 {
     struct ipd_sandbox_policy p;
@@ -299,6 +347,7 @@ static void test_setup_failure_is_an_error(void)
     ipd_sandbox_result_release(&r);
 }
 
+/* No run: the probe (the same in both modes). */
 static void test_probe_refuses_root_mapping(void)
 {
     struct ipd_sandbox_config c;
@@ -354,7 +403,8 @@ static void test_output_dir_handle(void)
 /* Binds whose host paths lie under a directory the sandbox's uid cannot
  * search (a data dir under /root, 0700): the service's side makes the
  * mounts, so the run reads them (a directory and a single file) and
- * writes into a writable one. */
+ * writes into a writable one.  Host-path binds: cold in both modes (a
+ * parked child takes stage mounts only). */
 static void test_bind_under_private_dir(void)
 {
     struct ipd_sandbox_policy p;
@@ -388,11 +438,11 @@ static void test_bind_under_private_dir(void)
         const struct ipd_sandbox_mount extra[] = {{in, "/mnt/in", false, NULL},
                                                   {file, "/mnt/one", false, NULL},
                                                   {rw, "/mnt/rw", true, NULL}};
-        CHECK_INT(sbx_run_mounts(&p,
-                                 "print(open('/mnt/in/msg').read(),"
-                                 " open('/mnt/one').read())\n"
-                                 "open('/mnt/rw/written', 'w').write('w')\n",
-                                 NULL, extra, IPD_ARRAY_LEN(extra), &r),
+        CHECK_INT(sbx_run_cold(&p,
+                               "print(open('/mnt/in/msg').read(),"
+                               " open('/mnt/one').read())\n"
+                               "open('/mnt/rw/written', 'w').write('w')\n",
+                               NULL, extra, IPD_ARRAY_LEN(extra), &r),
                   IPD_OK);
     }
     if (r.exit_code != 0)
@@ -413,8 +463,9 @@ static void test_teardown(void)
     sbx_teardown();
 }
 
-TEST_MAIN(T(test_probe), T(test_stdout_stderr), T(test_exit_codes),
-          T(test_stdin), T(test_timeout_keeps_output),
+TEST_MAIN(T(test_probe), T(test_mode_is_what_it_says),
+          T(test_stdout_stderr), T(test_exit_codes), T(test_stdin),
+          T(test_timeout_keeps_output),
           T(test_timeout_reports_peak_rss), T(test_cpu_limit),
           T(test_environment), T(test_identity),
           T(test_setup_failure_is_an_error),

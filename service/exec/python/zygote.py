@@ -189,6 +189,18 @@ def _mounts(p, trees):
                "mount_setattr " + dst)
 
 
+def _lower_ns_limits():
+    """The namespace's own inotify limits, as a cold run's init sets
+    them (child.c, lower_ns_limits): writable while the init has its
+    capabilities in the namespace."""
+    for name, value in (("max_inotify_instances", "16"),
+                        ("max_inotify_watches", "1024")):
+        try:
+            _write("/proc/sys/user/" + name, value)
+        except FileNotFoundError:
+            pass
+
+
 def _lock_down(p, bpf):
     """Everything a cold run's init does before its program starts."""
     rl = p["rlimits"]
@@ -268,6 +280,7 @@ def _child(p, fds, bpf):
         if os.fork() != 0:
             os._exit(0)      # the init is the zygote's init's to reap
         _mounts(p, trees)
+        _lower_ns_limits()
         for fd in trees:
             os.close(fd)
         outdir = os.open("/mnt/output", os.O_RDONLY | os.O_DIRECTORY)
