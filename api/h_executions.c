@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include "../service/common/util.h"
+#include "../service/exec/executor.h"
 #include "../service/exec/pool.h"
 #include "../service/fetch/fetch.h"
 #include "../venv/requirement.h"
@@ -102,9 +103,9 @@ static bool callback_url_ok(struct ipd_req *r, json_t *v)
 }
 
 /* Check the optional fields (packages, async, callback_url, store_outputs,
- * variables);
- * sessions are not built yet: refused clearly.  Replies and returns true
- * on a bad request. */
+ * session_id, variables): a session id of the wrong shape is nobody's
+ * (404), and a session keeps its packages (400).  Replies and returns
+ * true on a bad request. */
 static bool unsupported(struct ipd_req *r, json_t *doc)
 {
     json_t *v = json_object_get(doc, "packages");
@@ -365,6 +366,18 @@ static void executions_finish(struct ipd_req *r)
     if (!j)
         return;
     ipd_buf_init(&why, 512);
+    /* An unknown, ended or busy session is told now, not after a place
+     * in the queue (the worker checks again: it may change meanwhile). */
+    if (j->session_id[0] &&
+        (rc = ipd_executor_session_check(r->app->executor, j->tenant,
+                                         j->user_id, j->session_id, &why))) {
+        j->rc = rc;
+        ipd_buf_add(&j->detail, why.buf, why.len);
+        reply_result(r, j);
+        ipd_exec_job_free(j);
+        ipd_buf_release(&why);
+        return;
+    }
     if (async) {
         rc = ipd_exec_pool_submit_async(p, j, id, &why);
         if (!rc)

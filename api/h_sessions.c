@@ -173,12 +173,13 @@ static void session_variables(struct ipd_req *r)
     j = ipd_xcalloc(1, sizeof(*j));
     ipd_buf_init(&j->detail, 512);
     r->state = j;
-    j->submitted = ipd_bg_submit(r->app->bg, r, vars_run);
-    if (!j->submitted) {
-        r->retry_after_s = 1;
-        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
-                       "too many requests are waiting; retry later");
-    }
+    /* The URL-fetch threads: a tenant gets its tenant-fetches share of
+     * them (a slow __repr__ holds one for up to 10 s), and a stopping
+     * service answers 503, not 429. */
+    const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
+    j->submitted = ipd_bg_submit_shared(
+        r->app->bg, r, vars_run, kp ? kp->tenant_fetches : -50,
+        "URL fetches and variables calls", "tenant-fetches");
 }
 
 static void vars_cleanup(struct ipd_req *r)

@@ -116,8 +116,8 @@ static const struct opt opts[] = {
      "directory holding prelude.py"},
     {"sandbox-uid", OPT_INT, OFF(sandbox_uid), "200000", false,
      "as root: first host uid/gid of the sandbox's range (package installs; "
-     "execution slot i runs as this+1+i); none may have a passwd/group "
-     "entry"},
+     "execution slot i runs as this+1+i, session i as this+1+slots+i); "
+     "none up to this+slots+max-sessions may have a passwd/group entry"},
     {"max-generated-files", OPT_INT, OFF(max_generated_files), "20", false,
      "generated files returned per execution"},
     {"inline-image-max", OPT_SIZE, OFF(inline_image_max), "1M", false,

@@ -217,6 +217,9 @@ struct ipd__work *ipd__session_work(struct ipd__session *s);
 struct ipd_sandbox_parked *ipd__session_parked(struct ipd__session *s);
 json_t *ipd__session_snapshot(struct ipd__session *s);
 const char *ipd__session_policy(const struct ipd__session *s);
+/* True when s was ended during its call (DELETE, reaping, shutdown);
+ * appends "the session ended: <why>" to detail then. */
+bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail);
 
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */

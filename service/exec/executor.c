@@ -1289,6 +1289,10 @@ static enum ipd_err session_run(struct ipd_executor *ex,
     const struct ipd_exec_policy *ep =
         ipd__policy_find(ex, ipd__session_policy(s));
     struct ipd__work *wk = ipd__session_work(s);
+    /* The session's policy sets the limits, so its default timeout too
+     * (not the one of a policy the request names). */
+    if (!rq->timeout_ms)
+        timeout_ms = ep->timeout_ms;
     if (timeout_ms > ep->max_timeout_ms)
         timeout_ms = ep->max_timeout_ms;
     memset(&ins, 0, sizeof(ins));
@@ -1309,6 +1313,11 @@ static enum ipd_err session_run(struct ipd_executor *ex,
                                 json_string(rq->session_id));
             json_object_set_new(*result, "session_ended",
                                 json_boolean(ended));
+        } else if (ipd__session_ended(s, detail)) {
+            /* Ended under the call (DELETE, shutdown): its zygote, and
+             * the child with it, were stopped.  Not an internal error. */
+            rc = IPD_ERR_GONE;
+            ended = true;
         } else {
             ipd_error("executor: session %s: %s", rq->session_id, r.error);
             ipd_buf_adds(detail, "the session's interpreter failed");

@@ -243,6 +243,12 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
                                             const char *user, const char *id,
                                             json_t **out,
                                             struct ipd_buf *detail);
+/* Whether the caller's session could take a call now: IPD_OK,
+ * NOT_FOUND, GONE (ended) or CONFLICT (busy), with detail. */
+enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
+                                        const char *tenant, const char *user,
+                                        const char *id,
+                                        struct ipd_buf *detail);
 /* End idle and too old sessions; drop old tombstones (the scheduler). */
 void ipd_executor_sessions_reap(struct ipd_executor *ex);
 /* {"live", "max", "per_user", "memory_bytes"} for the admin status. */

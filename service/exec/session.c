@@ -39,6 +39,7 @@
 #define VARIABLES_TIMEOUT_MS 10000
 #define TOMBSTONE_MS (3600LL * 1000)
 #define VARIABLES_FILE_MAX (1 << 20)
+#define ENDING_WAIT_MS 5000   /* a create waits for an ending one's uid */
 
 enum sess_state { S_STARTING, S_READY, S_BUSY, S_ENDING, S_ENDED };
 
@@ -241,6 +242,16 @@ static void count_locked(struct ipd__sessions *ss, const char *tenant,
     }
 }
 
+/* A session is ending: its uid comes free soon (under the lock). */
+static bool ending_locked(struct ipd__sessions *ss)
+{
+    for (struct ipd__session *s = ss->list; s; s = s->next) {
+        if (s->state == S_ENDING || (s->ended_ms && s->state != S_ENDED))
+            return true;
+    }
+    return false;
+}
+
 static enum ipd_err create_checks(struct ipd__sessions *ss,
                                   const char *tenant, const char *user,
                                   unsigned *idx, struct ipd_buf *detail)
@@ -289,6 +300,21 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
     }
     pthread_mutex_lock(&ss->lock);
     rc = create_checks(ss, tenant, user, &idx, detail);
+    /* A session that just ended (DELETE) holds its uid until its
+     * processes are gone, a few ms: wait for that rather than refuse. */
+    for (int64_t end = ipd_mono_ms() + ENDING_WAIT_MS;
+         rc == IPD_ERR_BUSY && ending_locked(ss) && ipd_mono_ms() < end;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&ss->cond, &ss->lock, &ts);
+        ipd_buf_reset(detail);
+        rc = create_checks(ss, tenant, user, &idx, detail);
+    }
     if (rc) {
         pthread_mutex_unlock(&ss->lock);
         return rc;
@@ -447,6 +473,30 @@ void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live,
 
 /* ---- calls -------------------------------------------------------------- */
 
+enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
+                                        const char *tenant, const char *user,
+                                        const char *id,
+                                        struct ipd_buf *detail)
+{
+    struct ipd__sessions *ss = ex->sessions;
+    enum ipd_err rc = IPD_OK;
+
+    pthread_mutex_lock(&ss->lock);
+    struct ipd__session *s = find_locked(ss, tenant, user, id);
+    if (!s) {
+        rc = IPD_ERR_NOT_FOUND;
+        ipd_buf_adds(detail, "no such session");
+    } else if (s->ended_ms || s->state == S_ENDED) {
+        rc = IPD_ERR_GONE;
+        ipd_buf_addf(detail, "the session ended: %s", s->why);
+    } else if (s->state == S_BUSY) {
+        rc = IPD_ERR_CONFLICT;
+        ipd_buf_adds(detail, "the session is running another execution");
+    }
+    pthread_mutex_unlock(&ss->lock);
+    return rc;
+}
+
 /* Take the caller's session for a call: BUSY, parked (the first call
  * waits for the zygote and parks its child).  *sp on IPD_OK; else
  * NOT_FOUND, GONE, CONFLICT (busy), UNAVAILABLE, with detail. */
@@ -461,7 +511,7 @@ enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
 
     *sp = NULL;
     pthread_mutex_lock(&ss->lock);
-    s = ss ? find_locked(ss, tenant, user, id) : NULL;
+    s = find_locked(ss, tenant, user, id);
     if (!s)
         rc = IPD_ERR_NOT_FOUND;
     else if (s->state == S_ENDED || s->state == S_ENDING)
@@ -563,6 +613,18 @@ json_t *ipd__session_snapshot(struct ipd__session *s)
 const char *ipd__session_policy(const struct ipd__session *s)
 {
     return s->policy;
+}
+
+bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail)
+{
+    bool ended;
+
+    pthread_mutex_lock(&s->ss->lock);
+    ended = s->ended_ms != 0;
+    if (ended)
+        ipd_buf_addf(detail, "the session ended: %s", s->why);
+    pthread_mutex_unlock(&s->ss->lock);
+    return ended;
 }
 
 /* ---- variables ---------------------------------------------------------- */
