@@ -1,0 +1,1306 @@
+/*
+ * test_sessions.c - stateful sessions through the real daemon (CONTRACT.md,
+ * "Sessions"): POST/GET/DELETE /v1/sessions, a session's variables, and
+ * POST /v1/executions with "session_id".
+ *
+ * What is checked, each as an outcome seen over HTTP (or in the host's
+ * /proc and the data dir):
+ *  - state persists from call to call (variables, imports, /mnt/output
+ *    files), generated_files lists only what is new or changed since the
+ *    previous call, a bare last expression (a DataFrame) is displayed as
+ *    text/html: on a cold server and on a warm one;
+ *  - "variables" and "files" on any call of a session, "packages" refused;
+ *  - the variables listing: a long repr capped at 500 characters, modules
+ *    and names starting with "_" left out;
+ *  - two users (and another tenant) never see each other's sessions,
+ *    variables or files; malformed and unknown ids are 404;
+ *  - a networked policy cannot have a session, a strict one keeps its
+ *    policy;
+ *  - a call past the output cap is truncated and the session goes on; a
+ *    timeout, a memory kill and the interpreter's exit end the session
+ *    (that call says session_ended, later ones 410), and its processes go;
+ *  - a concurrent call is 409 session_busy;
+ *  - --max-sessions and --sessions-per-user (429 with Retry-After), the
+ *    admin status and the metrics;
+ *  - idle sessions and sessions past --session-max-life are reaped;
+ *  - SIGTERM ends every session: no process of the sandbox uid range stays
+ *    and nothing of theirs is left in the data dir.
+ *
+ * Servers whose processes are counted get a sandbox uid range of their own
+ * (400000 + 8 * (pid % 50000), clear of test_escape's), so runs of other
+ * test programs never show up in the counts.  Waits are bounded polls of
+ * the API: nothing else announces a session's state.
+ */
+#include <dirent.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "harness.h"
+
+#define CALL_MS 120000 /* one call's transfer (a first call starts Python) */
+
+/* ---- helpers ----------------------------------------------------------- */
+
+/* A sandbox uid range of this program's own (8 uids). */
+static unsigned own_sandbox_uid(void)
+{
+    return 400000u + 8u * ((unsigned)getpid() % 50000u);
+}
+
+/* Processes of the host whose real or effective uid is in [lo, hi]. */
+static int count_uids(unsigned lo, unsigned hi)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    int n = 0;
+    if (!d)
+        return -1;
+    while ((e = readdir(d)) != NULL) {
+        char path[300], line[256];
+        FILE *f;
+        if (e->d_name[0] < '0' || e->d_name[0] > '9')
+            continue;
+        snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
+        f = fopen(path, "r");
+        if (!f)
+            continue; /* gone meanwhile */
+        while (fgets(line, sizeof(line), f)) {
+            unsigned ruid, euid;
+            if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
+                if ((ruid >= lo && ruid <= hi) || (euid >= lo && euid <= hi))
+                    n++;
+                break;
+            }
+        }
+        fclose(f);
+    }
+    closedir(d);
+    return n;
+}
+
+/* Poll (bounded) until no process has a uid in [lo, hi]; the count last
+ * seen. */
+static int wait_no_uids(unsigned lo, unsigned hi, int timeout_ms)
+{
+    double until = itest_now() + timeout_ms / 1000.0;
+    int n = count_uids(lo, hi);
+    while (n != 0 && itest_now() < until) {
+        usleep(50 * 1000);
+        n = count_uids(lo, hi);
+    }
+    return n;
+}
+
+/* POST /v1/sessions {} as user with key. */
+static long post_session(struct itest_server *s, const char *key,
+                         const char *user, struct itest_resp *r)
+{
+    return itest_request(s, "POST", "/v1/sessions", key, user,
+                         "application/json", "{}", 2, NULL, r);
+}
+
+/* A Session object: its id, timestamps, a live status and policy. */
+static void check_session_obj(const json_t *j, const char *id,
+                              const char *policy)
+{
+    const char *sid = itest_json_str(j, "session_id");
+    const char *st = itest_json_str(j, "status");
+    CHECKF(sid && !strncmp(sid, "sess_", 5) && strlen(sid) > 10,
+           "session_id %s", sid ? sid : "(none)");
+    if (id)
+        CHECK_STR(sid, id);
+    CHECK(itest_parse_time(itest_json_str(j, "created_at")) > 0);
+    CHECK(itest_parse_time(itest_json_str(j, "expires_at")) > 0);
+    CHECK(itest_parse_time(itest_json_str(j, "last_used_at")) > 0);
+    CHECKF(st && (!strcmp(st, "starting") || !strcmp(st, "ready") ||
+                  !strcmp(st, "busy")),
+           "status %s", st ? st : "(none)");
+    CHECK_STR(itest_json_str(j, "policy"), policy);
+}
+
+/* A new session of user (201 checked); its id (free()) or NULL. */
+static char *new_session_p(struct itest_server *s, const char *key,
+                           const char *user, const char *policy)
+{
+    struct itest_resp r;
+    char *id = NULL;
+    post_session(s, key, user, &r);
+    CHECK_STATUS(&r, 201);
+    if (r.status == 201) {
+        check_session_obj(r.json, NULL, policy);
+        id = itest_json_dup(r.json, "session_id");
+    }
+    itest_resp_release(&r);
+    if (id && !id[0]) {
+        free(id);
+        id = NULL;
+    }
+    return id;
+}
+
+static char *new_session(struct itest_server *s, const char *key,
+                         const char *user)
+{
+    return new_session_p(s, key, user, "standard");
+}
+
+/* METHOD /v1/sessions/{sid}{tail}. */
+static long sess_req(struct itest_server *s, const char *method,
+                     const char *key, const char *user, const char *sid,
+                     const char *tail, struct itest_resp *r)
+{
+    char *path = itest_fmt("/v1/sessions/%s%s", sid, tail);
+    long st = itest_request(s, method, path, key, user, NULL, NULL, 0, NULL,
+                            r);
+    free(path);
+    return st;
+}
+
+/* POST /v1/executions with body (stolen) plus "session_id": sid. */
+static long run_body(struct itest_server *s, const char *key,
+                     const char *user, const char *sid, json_t *body,
+                     struct itest_resp *r)
+{
+    if (body && sid)
+        json_object_set_new(body, "session_id", json_string(sid));
+    return itest_exec(s, key, user, body, CALL_MS, r);
+}
+
+static long run_in(struct itest_server *s, const char *key, const char *user,
+                   const char *sid, const char *code, struct itest_resp *r)
+{
+    return run_body(s, key, user, sid, json_pack("{s:s}", "code", code), r);
+}
+
+/* A session call's result: 200, success, the session's id, not ended,
+ * the stdout wanted (NULL: not checked). */
+static void check_call_ok(const struct itest_resp *r, const char *sid,
+                          const char *want_out)
+{
+    CHECK_STATUS(r, 200);
+    CHECKF(json_is_true(itest_json_get(r->json, "success")),
+           "not a success: %s", r->body);
+    CHECK_STR(itest_json_str(r->json, "session_id"), sid);
+    CHECKF(json_is_false(itest_json_get(r->json, "session_ended")),
+           "session_ended not false: %s", r->body);
+    if (want_out)
+        CHECK_STR(itest_exec_stdout(r), want_out);
+}
+
+/* Run code in sid and check it succeeded with want_out. */
+static void run_ok(struct itest_server *s, const char *key, const char *user,
+                   const char *sid, const char *code, const char *want_out)
+{
+    struct itest_resp r;
+    run_in(s, key, user, sid, code, &r);
+    check_call_ok(&r, sid, want_out);
+    itest_resp_release(&r);
+}
+
+/* The names of r's generated_files, sorted, comma-separated (free()). */
+static char *gen_names(const struct itest_resp *r)
+{
+    json_t *gen = itest_json_get(r->json, "generated_files");
+    size_t n = json_array_size(gen), i, j;
+    const char **v = calloc(n + 1, sizeof(*v));
+    char *out = itest_fmt("%s", json_is_array(gen) ? "" : "(no array)");
+    for (i = 0; i < n; i++)
+        v[i] = itest_json_str(json_array_get(gen, i), "filename");
+    for (i = 0; i < n; i++) /* insertion sort: a handful of names */
+        for (j = i; j > 0 && strcmp(v[j - 1] ? v[j - 1] : "",
+                                    v[j] ? v[j] : "") > 0; j--) {
+            const char *t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    for (i = 0; i < n; i++) {
+        char *next = itest_fmt("%s%s%s", out, i ? "," : "",
+                               v[i] ? v[i] : "(null)");
+        free(out);
+        out = next;
+    }
+    free(v);
+    return out;
+}
+
+#define CHECK_GEN(r, want)                                                     \
+    do {                                                                       \
+        char *got__ = gen_names(r);                                            \
+        CHECKF(!strcmp(got__, (want)), "generated_files [%s], want [%s]",     \
+               got__, (want));                                                 \
+        free(got__);                                                           \
+    } while (0)
+
+/* sid is among user's GET /v1/sessions. */
+static bool listed(struct itest_server *s, const char *key, const char *user,
+                   const char *sid, size_t *count)
+{
+    struct itest_resp r;
+    bool found = false;
+    size_t i;
+    json_t *e;
+    itest_request(s, "GET", "/v1/sessions", key, user, NULL, NULL, 0, NULL,
+                  &r);
+    CHECK_STATUS(&r, 200);
+    json_t *a = itest_json_get(r.json, "sessions");
+    CHECKF(json_is_array(a), "no sessions array: %s", r.body);
+    if (count)
+        *count = json_array_size(a);
+    json_array_foreach(a, i, e) {
+        const char *id = itest_json_str(e, "session_id");
+        if (id && sid && !strcmp(id, sid))
+            found = true;
+    }
+    itest_resp_release(&r);
+    return found;
+}
+
+/* The session ended: GET, variables and a call are 410 session_expired,
+ * and it is no longer listed. */
+static void check_gone(struct itest_server *s, const char *key,
+                       const char *user, const char *sid)
+{
+    struct itest_resp r;
+    sess_req(s, "GET", key, user, sid, "", &r);
+    CHECK_ERROR(&r, 410, "session_expired");
+    itest_resp_release(&r);
+    sess_req(s, "GET", key, user, sid, "/variables", &r);
+    CHECK_ERROR(&r, 410, "session_expired");
+    itest_resp_release(&r);
+    run_in(s, key, user, sid, "print('after the end')", &r);
+    CHECK_ERROR(&r, 410, "session_expired");
+    CHECK(strstr(r.body, "after the end") == NULL);
+    itest_resp_release(&r);
+    CHECKF(!listed(s, key, user, sid, NULL), "%s still listed", sid);
+}
+
+/* A call that ends its session: 200, session_ended true. */
+static void check_call_ended(const struct itest_resp *r, const char *sid)
+{
+    CHECK_STATUS(r, 200);
+    CHECK_STR(itest_json_str(r->json, "session_id"), sid);
+    CHECKF(json_is_true(itest_json_get(r->json, "session_ended")),
+           "session_ended not true: %s", r->body);
+    CHECK(json_is_false(itest_json_get(r->json, "success")));
+}
+
+static void delete_ok(struct itest_server *s, const char *key,
+                      const char *user, const char *sid)
+{
+    struct itest_resp r;
+    sess_req(s, "DELETE", key, user, sid, "", &r);
+    CHECK_STATUS(&r, 204);
+    CHECK(r.len == 0);
+    itest_resp_release(&r);
+}
+
+/* The "sessions" object of GET /v1/admin/status (new reference). */
+static json_t *status_sessions(struct itest_server *s)
+{
+    struct itest_resp r;
+    json_t *out = NULL;
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                  NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    out = json_incref(itest_json_get(r.json, "sessions"));
+    CHECKF(json_is_object(out), "no \"sessions\" in the status: %s", r.body);
+    itest_resp_release(&r);
+    return out;
+}
+
+static long long status_int(const json_t *ss, const char *name)
+{
+    json_t *v = json_object_get(ss, name);
+    CHECKF(json_is_integer(v), "sessions.%s is not an integer", name);
+    return json_integer_value(v);
+}
+
+/* The value of an unlabelled metric in GET /metrics; -1 when absent. */
+static long long metric(struct itest_server *s, const char *name)
+{
+    struct itest_resp r;
+    long long v = -1;
+    size_t n = strlen(name);
+    itest_request(s, "GET", "/metrics", s->admin_key, NULL, NULL, NULL, 0,
+                  NULL, &r);
+    CHECK_STATUS(&r, 200);
+    for (const char *p = r.body; p && *p;) {
+        if (!strncmp(p, name, n) && p[n] == ' ') {
+            v = strtoll(p + n + 1, NULL, 10);
+            break;
+        }
+        p = strchr(p, '\n');
+        if (p)
+            p++;
+    }
+    itest_resp_release(&r);
+    CHECKF(v >= 0, "no metric %s", name);
+    return v;
+}
+
+/* A key of tenant with an execution policy (free()); NULL on failure. */
+static char *policy_key(struct itest_server *s, const char *tenant,
+                        const char *policy)
+{
+    char *out = NULL, *key = NULL;
+    json_error_t jerr;
+    int code = itest_cli(s, &out, "keys", "create", "--data-dir",
+                         s->data_dir, "--tenant", tenant, "--policy", policy,
+                         NULL);
+    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
+    CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
+           out ? out : "");
+    if (itest_json_str(j, "key"))
+        key = itest_json_dup(j, "key");
+    json_decref(j);
+    free(out);
+    return key;
+}
+
+/* ---- state from call to call (cold and warm) ---------------------------- */
+
+static const char df_code[] =
+    "import pandas as pd\n"
+    "df = pd.DataFrame({'city': ['Oslo', 'Lima'], 'pop': [700, 9000]})\n"
+    "df\n";
+
+/* Variables, imports and files persist; generated_files has what is new
+ * or changed; a bare DataFrame is displayed as HTML. */
+static void state_persists(struct itest_server *s, const char *user)
+{
+    const char *k = s->admin_key;
+    struct itest_resp r;
+    char *sid = new_session(s, k, user);
+    REQUIRE(sid);
+    run_in(s, k, user, sid,
+           "import math\nx = 41\nopen('a.txt', 'w').write('a')\n"
+           "open('b.txt', 'w').write('b')\nprint('one')", &r);
+    check_call_ok(&r, sid, "one\n");
+    CHECK_GEN(&r, "a.txt,b.txt");
+    itest_resp_release(&r);
+
+    /* b.txt changed, c.txt new, a.txt untouched: only b and c come back. */
+    run_in(s, k, user, sid,
+           "x += 1\nprint(x, round(math.pi, 2))\n"
+           "open('b.txt', 'w').write('bb')\nopen('c.txt', 'w').write('c')\n"
+           "import os\n"
+           "print(sorted(f for f in os.listdir('.') if f[0] != '.'))", &r);
+    check_call_ok(&r, sid, "42 3.14\n['a.txt', 'b.txt', 'c.txt']\n");
+    CHECK_GEN(&r, "b.txt,c.txt");
+    json_t *gen = itest_json_get(r.json, "generated_files");
+    for (size_t i = 0; i < json_array_size(gen); i++) {
+        json_t *f = json_array_get(gen, i);
+        if (!strcmp(itest_json_str(f, "filename"), "b.txt"))
+            CHECK_INT(json_integer_value(json_object_get(f, "size")), 2);
+    }
+    itest_resp_release(&r);
+
+    run_in(s, k, user, sid, "print(x, open('a.txt').read())", &r);
+    check_call_ok(&r, sid, "42 a\n");
+    CHECK_GEN(&r, "");
+    itest_resp_release(&r);
+
+    run_in(s, k, user, sid, df_code, &r);
+    check_call_ok(&r, sid, "");
+    json_t *d = itest_json_get(r.json, "display");
+    const char *html = itest_json_str(json_array_get(d, 0), "text/html");
+    const char *plain = itest_json_str(json_array_get(d, 0), "text/plain");
+    CHECKF(json_array_size(d) == 1 && html && strstr(html, "<table") &&
+               strstr(html, "Oslo") && plain && strstr(plain, "Lima"),
+           "want one bundle with an HTML table: %s", r.body);
+    itest_resp_release(&r);
+    run_ok(s, k, user, sid, "print(len(df), df['pop'].sum())", "2 9700\n");
+    delete_ok(s, k, user, sid);
+    free(sid);
+}
+
+static void cold_server_sessions(void)
+{
+    const char *args[] = {"--exec-mode", "cold", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    state_persists(s, "u1");
+    itest_stop(s);
+}
+
+static void warm_server_sessions(void)
+{
+    const char *args[] = {"--exec-mode", "warm", "--exec-slots", "1", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    state_persists(s, "u1");
+    /* The warm slot still serves plain executions beside the session. */
+    struct itest_resp r;
+    itest_exec(s, s->admin_key, "u1",
+               json_pack("{s:s}", "code", "print('plain')"), CALL_MS, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_exec_stdout(&r), "plain\n");
+    CHECK(itest_json_get(r.json, "session_id") == NULL ||
+          json_is_null(itest_json_get(r.json, "session_id")));
+    itest_resp_release(&r);
+    itest_stop(s);
+}
+
+/* ---- one server for the API cases --------------------------------------- */
+
+static struct itest_server *srv;
+
+static void start_api_server(void)
+{
+    struct itest_opts o = {0};
+    srv = itest_start(&o);
+    REQUIRE(srv);
+}
+
+static void stop_api_server(void)
+{
+    itest_stop(srv);
+    srv = NULL;
+}
+
+/* Create, get, list, delete; afterwards 410 everywhere. */
+static void lifecycle(void)
+{
+    const char *k;
+    struct itest_resp r;
+    REQUIRE(srv);
+    k = srv->admin_key;
+    post_session(srv, k, "life", &r);
+    CHECK_STATUS(&r, 201);
+    check_session_obj(r.json, NULL, "standard");
+    char *sid = itest_json_dup(r.json, "session_id");
+    int64_t created = itest_parse_time(itest_json_str(r.json, "created_at"));
+    int64_t expires = itest_parse_time(itest_json_str(r.json, "expires_at"));
+    CHECKF(expires - created == 20 * 60, "expires_at %lld s after created_at"
+           " (want the 20 min idle timeout)", (long long)(expires - created));
+    itest_resp_release(&r);
+    REQUIRE(sid[0]);
+
+    sess_req(srv, "GET", k, "life", sid, "", &r);
+    CHECK_STATUS(&r, 200);
+    check_session_obj(r.json, sid, "standard");
+    itest_resp_release(&r);
+    size_t n = 0;
+    CHECK(listed(srv, k, "life", sid, &n));
+    CHECK_INT(n, 1);
+
+    run_ok(srv, k, "life", sid, "v = 'kept'\nprint(v)", "kept\n");
+    sess_req(srv, "GET", k, "life", sid, "", &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_json_str(r.json, "status"), "ready");
+    CHECK(itest_parse_time(itest_json_str(r.json, "last_used_at")) >=
+          created);
+    itest_resp_release(&r);
+
+    delete_ok(srv, k, "life", sid);
+    check_gone(srv, k, "life", sid);
+    /* A plain execution of the same user is unaffected. */
+    itest_exec(srv, k, "life", json_pack("{s:s}", "code", "print(2)"),
+               CALL_MS, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_exec_stdout(&r), "2\n");
+    itest_resp_release(&r);
+    free(sid);
+}
+
+/* "variables" and "files" on calls of a session; "packages" refused. */
+static void variables_and_files(void)
+{
+    static const char csv[] = "city,pop\nOslo,700\nLima,9000\n";
+    static const char notes[] = "hello notes";
+    const char *k, *u = "vf";
+    struct itest_resp r;
+    REQUIRE(srv);
+    k = srv->admin_key;
+    itest_upload_raw(srv, k, u, "in.csv", "text/csv", csv, sizeof(csv) - 1,
+                     NULL, &r);
+    REQUIRE_STATUS(&r, 201);
+    char *csv_id = itest_json_dup(r.json, "file_id");
+    itest_resp_release(&r);
+    itest_upload_raw(srv, k, u, "notes.txt", "text/plain", notes,
+                     sizeof(notes) - 1, NULL, &r);
+    REQUIRE_STATUS(&r, 201);
+    char *notes_id = itest_json_dup(r.json, "file_id");
+    itest_resp_release(&r);
+    char *sid = new_session(srv, k, u);
+    REQUIRE(sid);
+
+    run_body(srv, k, u, sid,
+             json_pack("{s:s, s:{s:[i,i], s:{s:s}, s:s}}", "code",
+                       "print(y, z['k'], name)", "variables", "y", 1, 2, "z",
+                       "k", "v", "name", "ada"),
+             &r);
+    check_call_ok(&r, sid, "[1, 2] v ada\n");
+    itest_resp_release(&r);
+    run_ok(srv, k, u, sid, "print(y[1] + 1, name)", "3 ada\n");
+
+    /* Files of a later call: FILES and load_file see them. */
+    run_body(srv, k, u, sid,
+             json_pack("{s:s, s:[s]}", "code",
+                       "df2 = load_file('in.csv')\n"
+                       "print(list(df2['city']), "
+                       "open(FILES['in.csv']).read().count('\\n'))",
+                       "files", csv_id),
+             &r);
+    check_call_ok(&r, sid, "['Oslo', 'Lima'] 3\n");
+    CHECK_GEN(&r, "");
+    itest_resp_release(&r);
+    run_body(srv, k, u, sid,
+             json_pack("{s:s, s:[s]}", "code",
+                       "print(open(FILES['notes.txt']).read(), len(df2))",
+                       "files", notes_id),
+             &r);
+    check_call_ok(&r, sid, "hello notes 2\n");
+    itest_resp_release(&r);
+
+    run_body(srv, k, u, sid,
+             json_pack("{s:s, s:[s]}", "code", "print('installed')",
+                       "packages", "six"),
+             &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    CHECK(strstr(r.body, "installed\\n") == NULL);
+    itest_resp_release(&r);
+    run_ok(srv, k, u, sid, "print(name)", "ada\n");
+    delete_ok(srv, k, u, sid);
+    free(sid);
+    free(csv_id);
+    free(notes_id);
+}
+
+/* The variable named name in a listing, or NULL. */
+static json_t *var_named(json_t *vars, const char *name)
+{
+    size_t i;
+    json_t *v;
+    json_array_foreach(vars, i, v) {
+        const char *n = itest_json_str(v, "name");
+        if (n && !strcmp(n, name))
+            return v;
+    }
+    return NULL;
+}
+
+/* GET .../variables: reprs capped at 500, no modules, no "_" names. */
+static void variables_listing(void)
+{
+    const char *k, *u = "vl";
+    struct itest_resp r;
+    REQUIRE(srv);
+    k = srv->admin_key;
+    char *sid = new_session(srv, k, u);
+    REQUIRE(sid);
+    /* Before any call: the interpreter starts, nothing is defined. */
+    sess_req(srv, "GET", k, u, sid, "/variables", &r);
+    CHECK_STATUS(&r, 200);
+    CHECKF(json_array_size(itest_json_get(r.json, "variables")) == 0 &&
+               json_is_array(itest_json_get(r.json, "variables")),
+           "a fresh session's variables: %s", r.body);
+    itest_resp_release(&r);
+
+    run_ok(srv, k, u, sid,
+           "import json, os\nimport numpy as np\nlong_text = 'a' * 2000\n"
+           "n = 3\n_hidden = 1\n__also_hidden = 2\ndata = {'k': [0, 1, 2]}\n"
+           "def f():\n    return 1\nprint('defined')", "defined\n");
+    sess_req(srv, "GET", k, u, sid, "/variables", &r);
+    CHECK_STATUS(&r, 200);
+    json_t *vars = itest_json_get(r.json, "variables");
+    CHECK(json_is_false(itest_json_get(r.json, "truncated")));
+    CHECKF(json_array_size(vars) == 4, "want data, f, long_text, n: %s",
+           r.body);
+    json_t *lt = var_named(vars, "long_text");
+    const char *lrepr = itest_json_str(lt, "repr");
+    CHECK_STR(itest_json_str(lt, "type"), "str");
+    CHECKF(lrepr && strlen(lrepr) == 500 && !strncmp(lrepr, "'aaaa", 5),
+           "long_text repr of %zu characters", lrepr ? strlen(lrepr) : 0);
+    CHECK_STR(itest_json_str(var_named(vars, "n"), "repr"), "3");
+    CHECK_STR(itest_json_str(var_named(vars, "n"), "type"), "int");
+    CHECK_STR(itest_json_str(var_named(vars, "data"), "repr"),
+              "{'k': [0, 1, 2]}");
+    CHECK_STR(itest_json_str(var_named(vars, "data"), "type"), "dict");
+    CHECK_STR(itest_json_str(var_named(vars, "f"), "type"), "function");
+    const char *hidden[] = {"json", "os", "np", "_hidden", "__also_hidden",
+                            "FILES", "load_file", "__builtins__", NULL};
+    for (int i = 0; hidden[i]; i++)
+        CHECKF(!var_named(vars, hidden[i]), "%s listed: %s", hidden[i],
+               r.body);
+    itest_resp_release(&r);
+    /* Listing writes nothing the next call reports as generated. */
+    run_in(srv, k, u, sid, "print(n)", &r);
+    check_call_ok(&r, sid, "3\n");
+    CHECK_GEN(&r, "");
+    itest_resp_release(&r);
+    delete_ok(srv, k, u, sid);
+    free(sid);
+}
+
+/* Probes one user's session runs for another's traces. */
+static const char probe_code[] =
+    "import os\n"
+    "print('secret' in globals(), 'theirs' in dir())\n"
+    "print(sorted(f for f in os.listdir('/mnt/output') if f[0] != '.'))\n"
+    "print([os.path.join(d, f) for top in ('/mnt', '/tmp')\n"
+    "       for d, _, fs in os.walk(top) for f in fs\n"
+    "       if f in ('alice.txt', 'bob.txt')])\n";
+
+static void check_not_listed_for(const char *user, const char *k,
+                                 const char *sid)
+{
+    struct itest_resp r;
+    sess_req(srv, "GET", k, user, sid, "", &r);
+    CHECK_ERROR(&r, 404, "not_found");
+    itest_resp_release(&r);
+    sess_req(srv, "GET", k, user, sid, "/variables", &r);
+    CHECK_ERROR(&r, 404, "not_found");
+    itest_resp_release(&r);
+    sess_req(srv, "DELETE", k, user, sid, "", &r);
+    CHECK_ERROR(&r, 404, "not_found");
+    itest_resp_release(&r);
+    run_in(srv, k, user, sid, "print(secret)", &r);
+    CHECK_ERROR(&r, 404, "not_found");
+    CHECK(strstr(r.body, "alice-") == NULL);
+    itest_resp_release(&r);
+    CHECK(!listed(srv, k, user, sid, NULL));
+}
+
+/* Two users, and another tenant, never reach each other's sessions. */
+static void users_are_isolated(void)
+{
+    const char *k;
+    struct itest_resp r;
+    REQUIRE(srv);
+    k = srv->admin_key;
+    char *sa = new_session(srv, k, "alice");
+    char *sb = new_session(srv, k, "bob");
+    REQUIRE(sa && sb);
+    CHECK(strcmp(sa, sb) != 0);
+    run_ok(srv, k, "alice", sa,
+           "secret = 'alice-' + 'secret'\ntheirs = 1\n"
+           "open('alice.txt', 'w').write(secret)\nprint('ok')", "ok\n");
+    run_ok(srv, k, "bob", sb, probe_code, "False False\n[]\n[]\n");
+    run_ok(srv, k, "bob", sb,
+           "secret = 'bob'\nopen('bob.txt', 'w').write(secret)\nprint('ok')",
+           "ok\n");
+    run_ok(srv, k, "alice", sa,
+           "import os\nprint(secret, sorted(f for f in os.listdir('.') "
+           "if f[0] != '.'))", "alice-secret ['alice.txt']\n");
+
+    sess_req(srv, "GET", k, "bob", sb, "/variables", &r);
+    CHECK_STATUS(&r, 200);
+    json_t *vars = itest_json_get(r.json, "variables");
+    CHECK_STR(itest_json_str(var_named(vars, "secret"), "repr"), "'bob'");
+    CHECK(var_named(vars, "theirs") == NULL);
+    itest_resp_release(&r);
+
+    /* Bob, and alice of another tenant, get 404 for alice's session. */
+    check_not_listed_for("bob", k, sa);
+    char *other = NULL;
+    REQUIRE(itest_create_key(srv, "other", false, &other, NULL));
+    check_not_listed_for("alice", other, sa);
+    size_t n = 9;
+    CHECK(!listed(srv, other, "alice", sa, &n));
+    CHECK_INT(n, 0);
+    CHECK(listed(srv, k, "bob", sb, &n));
+    CHECK_INT(n, 1);
+    /* None of that touched alice's session. */
+    run_ok(srv, k, "alice", sa, "print(secret)", "alice-secret\n");
+    delete_ok(srv, k, "alice", sa);
+    delete_ok(srv, k, "bob", sb);
+    free(other);
+    free(sa);
+    free(sb);
+}
+
+/* Ids that are nobody's session: 404 everywhere. */
+static void malformed_ids(void)
+{
+    static const char *const ids[] = {
+        "nonsense", "sess_", "sess_bad", "file_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+        "sess_aaaaaaaaaaaaaaaaaaaaaaaaaa", "SESS_AAAAAAAAAAAAAAAAAAAAAAAAAA",
+        NULL};
+    const char *k;
+    struct itest_resp r;
+    REQUIRE(srv);
+    k = srv->admin_key;
+    for (int i = 0; ids[i]; i++) {
+        sess_req(srv, "GET", k, "u1", ids[i], "", &r);
+        CHECK_ERROR(&r, 404, "not_found");
+        itest_resp_release(&r);
+        sess_req(srv, "GET", k, "u1", ids[i], "/variables", &r);
+        CHECK_ERROR(&r, 404, "not_found");
+        itest_resp_release(&r);
+        sess_req(srv, "DELETE", k, "u1", ids[i], "", &r);
+        CHECK_ERROR(&r, 404, "not_found");
+        itest_resp_release(&r);
+        run_in(srv, k, "u1", ids[i], "print(1)", &r);
+        CHECK_ERROR(&r, 404, "not_found");
+        itest_resp_release(&r);
+    }
+}
+
+/* A networked key cannot have a session; a strict one keeps its policy. */
+static void session_policies(void)
+{
+    struct itest_resp r;
+    REQUIRE(srv);
+    char *net = policy_key(srv, "net", "networked");
+    char *strict = policy_key(srv, "str", "strict");
+    REQUIRE(net && strict);
+    post_session(srv, net, "u1", &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    itest_resp_release(&r);
+    size_t n = 9;
+    listed(srv, net, "u1", NULL, &n);
+    CHECK_INT(n, 0);
+
+    char *sid = new_session_p(srv, strict, "u1", "strict");
+    REQUIRE(sid);
+    run_in(srv, strict, "u1", sid, "print('strict')", &r);
+    check_call_ok(&r, sid, "strict\n");
+    CHECK_STR(itest_json_str(r.json, "resources.policy"), "strict");
+    itest_resp_release(&r);
+    delete_ok(srv, strict, "u1", sid);
+    free(sid);
+    free(net);
+    free(strict);
+}
+
+/* ---- calls that end a session, and the output cap ---------------------- */
+
+/* standard: 4 KiB of output, 256 MiB of memory; one slot, 3 sessions. */
+static struct itest_server *start_limits(unsigned uid)
+{
+    char u[16];
+    snprintf(u, sizeof(u), "%u", uid);
+    const char *args[] = {"--sandbox-uid", u, "--exec-slots", "1",
+                          "--max-sessions", "3", "--ready-check-interval",
+                          "never", NULL};
+    struct itest_opts o = {.args = args,
+                           .config = "policy.standard.output-limit = 4K\n"
+                                     "policy.standard.memory = 256M\n"};
+    return itest_start(&o);
+}
+
+/* Per-call timeouts and the output cap; then a timeout ends it. */
+static void ended_by_timeout(struct itest_server *s, unsigned first,
+                             unsigned last)
+{
+    const char *k = s->admin_key;
+    struct itest_resp r;
+    char *sid = new_session(s, k, "u1");
+    REQUIRE(sid);
+    run_body(s, k, "u1", sid,
+             json_pack("{s:s, s:i}", "code",
+                       "import time\ntime.sleep(1)\nprint('slept')",
+                       "timeout", 5),
+             &r);
+    check_call_ok(&r, sid, "slept\n");
+    CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
+    itest_resp_release(&r);
+    CHECK(count_uids(first, last) > 0);
+
+    run_in(s, k, "u1", sid,
+           "import sys\nprint('x' * 10000)\nsys.stderr.write('e' * 10000)\n"
+           "after_cap = 7", &r);
+    check_call_ok(&r, sid, NULL);
+    CHECK(json_is_true(itest_json_get(r.json, "stdout_truncated")));
+    CHECK_INT(strlen(itest_exec_stdout(&r)), 4096);
+    CHECK(json_is_true(itest_json_get(r.json, "stderr_truncated")));
+    CHECKF(strlen(itest_exec_stderr(&r)) <= 4096 &&
+               strlen(itest_exec_stderr(&r)) >= 1024,
+           "stderr of %zu bytes", strlen(itest_exec_stderr(&r)));
+    itest_resp_release(&r);
+    run_ok(s, k, "u1", sid, "print(after_cap)", "7\n");
+
+    double t0 = itest_now();
+    run_body(s, k, "u1", sid,
+             json_pack("{s:s, s:i}", "code",
+                       "import time\nprint('before', flush=True)\n"
+                       "time.sleep(60)",
+                       "timeout", 1),
+             &r);
+    double took = itest_now() - t0;
+    check_call_ended(&r, sid);
+    CHECK(json_is_true(itest_json_get(r.json, "timed_out")));
+    CHECK_STR(itest_json_str(r.json, "error.type"), "Timeout");
+    CHECK_STR(itest_exec_stdout(&r), "before\n");
+    CHECKF(took < 15, "a 1 s timeout took %.1f s", took);
+    itest_resp_release(&r);
+    check_gone(s, k, "u1", sid);
+    int left = wait_no_uids(first, last, 15000);
+    CHECKF(left == 0, "%d processes of the ended session's uids", left);
+    free(sid);
+}
+
+static void ended_by_exit(struct itest_server *s, unsigned first,
+                          unsigned last)
+{
+    const char *k = s->admin_key;
+    struct itest_resp r;
+    char *sid = new_session(s, k, "u1");
+    REQUIRE(sid);
+    run_ok(s, k, "u1", sid, "y = 1", "");
+    run_in(s, k, "u1", sid, "import os\nprint('bye', flush=True)\nos._exit(3)",
+           &r);
+    check_call_ended(&r, sid);
+    CHECK_STR(itest_exec_stdout(&r), "bye\n");
+    CHECK_INT(json_integer_value(itest_json_get(r.json, "exit_code")), 3);
+    itest_resp_release(&r);
+    check_gone(s, k, "u1", sid);
+    int left = wait_no_uids(first, last, 15000);
+    CHECKF(left == 0, "%d processes of the ended session's uids", left);
+    free(sid);
+}
+
+static void ended_by_memory(struct itest_server *s, unsigned first,
+                            unsigned last)
+{
+    const char *k = s->admin_key;
+    struct itest_resp r;
+    char *sid = new_session(s, k, "u1");
+    REQUIRE(sid);
+    run_ok(s, k, "u1", sid, "z = 1", "");
+    /* 1 GiB written byte by byte under a 256 MiB policy. */
+    run_in(s, k, "u1", sid, "b = b'x' * (1 << 30)\nprint(len(b))", &r);
+    check_call_ended(&r, sid);
+    CHECK(json_is_true(itest_json_get(r.json, "resources.oom_killed")));
+    CHECK(strstr(itest_exec_stdout(&r), "1073741824") == NULL);
+    itest_resp_release(&r);
+    check_gone(s, k, "u1", sid);
+    int left = wait_no_uids(first, last, 15000);
+    CHECKF(left == 0, "%d processes of the ended session's uids", left);
+    free(sid);
+}
+
+static void calls_that_end_a_session(void)
+{
+    unsigned uid = own_sandbox_uid();
+    /* Sessions' host uids: after the internal uid and the one slot. */
+    unsigned first = uid + 2, last = uid + 2 + 2;
+    struct itest_server *s = start_limits(uid);
+    REQUIRE(s);
+    CHECK(itest_wait_job_ran(s, "venv", 60000));
+    CHECK_INT(count_uids(first, last), 0);
+    ended_by_timeout(s, first, last);
+    ended_by_exit(s, first, last);
+    ended_by_memory(s, first, last);
+    json_t *ss = status_sessions(s);
+    CHECK_INT(status_int(ss, "live"), 0);
+    json_decref(ss);
+    itest_stop(s);
+}
+
+/* ---- busy ------------------------------------------------------------- */
+
+/* Poll (bounded) until GET says the session's status is want. */
+static bool wait_session_status(struct itest_server *s, const char *user,
+                                const char *sid, const char *want,
+                                int timeout_ms)
+{
+    double until = itest_now() + timeout_ms / 1000.0;
+    bool seen = false;
+    while (!seen && itest_now() < until) {
+        struct itest_resp r;
+        sess_req(s, "GET", s->admin_key, user, sid, "", &r);
+        const char *st = itest_json_str(r.json, "status");
+        seen = r.status == 200 && st && !strcmp(st, want);
+        itest_resp_release(&r);
+        if (!seen)
+            usleep(20 * 1000);
+    }
+    return seen;
+}
+
+/* The result of an async execution once done (new reference), polled
+ * with a bound; NULL when it did not finish. */
+static json_t *wait_async(struct itest_server *s, const char *user,
+                          const char *id, int timeout_ms)
+{
+    char *path = itest_fmt("/v1/executions/%s", id);
+    double until = itest_now() + timeout_ms / 1000.0;
+    json_t *res = NULL;
+    while (!res && itest_now() < until) {
+        struct itest_resp r;
+        itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0,
+                      NULL, &r);
+        const char *st = itest_json_str(r.json, "status");
+        if (r.status == 200 && st && !strcmp(st, "done"))
+            res = json_incref(itest_json_get(r.json, "result"));
+        else if (r.status != 200)
+            CHECKF(0, "GET %s: %ld %s", path, r.status, r.body);
+        bool failed = r.status != 200;
+        itest_resp_release(&r);
+        if (failed)
+            break;
+        if (!res)
+            usleep(50 * 1000);
+    }
+    free(path);
+    return res;
+}
+
+/* A call while another runs in the session is 409 session_busy, at
+ * once; the first one's result and state are whole. */
+static void concurrent_call(const char *const *args)
+{
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    struct itest_resp r;
+    REQUIRE(s);
+    const char *k = s->admin_key;
+    char *sid = new_session(s, k, "u1");
+    REQUIRE(sid);
+    run_ok(s, k, "u1", sid, "x = 1", "");
+    run_body(s, k, "u1", sid,
+             json_pack("{s:s, s:b}", "code",
+                       "import time\ntime.sleep(5)\nx = 2\nprint('slow done')",
+                       "async", 1),
+             &r);
+    CHECK_STATUS(&r, 202);
+    char *eid = itest_json_dup(r.json, "execution_id");
+    itest_resp_release(&r);
+    REQUIRE(eid[0]);
+    CHECK(wait_session_status(s, "u1", sid, "busy", 30000));
+
+    double t0 = itest_now();
+    run_in(s, k, "u1", sid, "print('second')", &r);
+    double took = itest_now() - t0;
+    CHECK_ERROR(&r, 409, "session_busy");
+    CHECK(strstr(r.body, "second") == NULL);
+    CHECKF(took < 2.5, "the concurrent call was answered after %.1f s "
+           "(waited for the first instead of 409 at once)", took);
+    itest_resp_release(&r);
+    sess_req(s, "GET", k, "u1", sid, "/variables", &r);
+    CHECK_ERROR(&r, 409, "session_busy");
+    itest_resp_release(&r);
+
+    json_t *res = wait_async(s, "u1", eid, 60000);
+    CHECKF(res != NULL, "the first call did not finish");
+    CHECK(json_is_true(json_object_get(res, "success")));
+    CHECK_STR(itest_json_str(res, "stdout"), "slow done\n");
+    CHECK_STR(itest_json_str(res, "session_id"), sid);
+    CHECK(json_is_false(json_object_get(res, "session_ended")));
+    json_decref(res);
+    run_ok(s, k, "u1", sid, "print(x)", "2\n");
+    CHECK(wait_session_status(s, "u1", sid, "ready", 5000));
+    free(eid);
+    free(sid);
+    itest_stop(s);
+}
+
+/* Two slots, the default shares: one tenant runs one execution at a
+ * time, so a second call of a busy session must not wait in the queue. */
+static void concurrent_call_default_shares(void)
+{
+    const char *args[] = {"--exec-slots", "2", NULL};
+    concurrent_call(args);
+}
+
+/* The tenant may use every slot: the second call gets one at once. */
+static void concurrent_call_free_slot(void)
+{
+    const char *args[] = {"--exec-slots", "2",
+                          "--policy.standard.tenant-running", "100%", NULL};
+    concurrent_call(args);
+}
+
+/* ---- caps, status and metrics ------------------------------------------ */
+
+static void check_refused(struct itest_server *s, const char *user)
+{
+    struct itest_resp r;
+    post_session(s, s->admin_key, user, &r);
+    CHECK_ERROR(&r, 429, "too_many_requests");
+    const char *ra = itest_header(&r, "Retry-After");
+    CHECKF(ra && atoi(ra) > 0, "Retry-After %s", ra ? ra : "(none)");
+    itest_resp_release(&r);
+}
+
+static void caps_status_metrics(void)
+{
+    const char *args[] = {"--max-sessions", "3", "--sessions-per-user", "2",
+                          NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    const char *k = s->admin_key;
+    json_t *ss = status_sessions(s);
+    CHECK_INT(status_int(ss, "live"), 0);
+    CHECK_INT(status_int(ss, "max"), 3);
+    CHECK_INT(status_int(ss, "per_user"), 2);
+    CHECK_INT(status_int(ss, "memory_bytes"), 0);
+    json_decref(ss);
+    CHECK_INT(metric(s, "interpd_sessions_live"), 0);
+
+    char *a = new_session(s, k, "u1");
+    char *b = new_session(s, k, "u1");
+    REQUIRE(a && b);
+    check_refused(s, "u1");          /* the user's 2 */
+    char *d = new_session(s, k, "u2");
+    REQUIRE(d);
+    check_refused(s, "u3");          /* the node's 3 */
+    size_t n = 0;
+    listed(s, k, "u1", a, &n);
+    CHECK_INT(n, 2);
+    run_ok(s, k, "u1", a, "big = list(range(200000))\nprint(len(big))",
+           "200000\n");
+
+    ss = status_sessions(s);
+    CHECK_INT(status_int(ss, "live"), 3);
+    CHECKF(status_int(ss, "memory_bytes") > 0, "memory_bytes %lld",
+           status_int(ss, "memory_bytes"));
+    json_decref(ss);
+    CHECK_INT(metric(s, "interpd_sessions_live"), 3);
+    CHECK(metric(s, "interpd_sessions_memory_bytes") > 0);
+
+    /* An ended session frees its place at once. */
+    delete_ok(s, k, "u1", b);
+    char *e = new_session(s, k, "u3");
+    CHECK(e != NULL);
+    check_refused(s, "u1");          /* the node's 3 again */
+    delete_ok(s, k, "u1", a);
+    delete_ok(s, k, "u2", d);
+    if (e)
+        delete_ok(s, k, "u3", e);
+    ss = status_sessions(s);
+    CHECK_INT(status_int(ss, "live"), 0);
+    CHECK_INT(status_int(ss, "memory_bytes"), 0);
+    json_decref(ss);
+    CHECK_INT(metric(s, "interpd_sessions_live"), 0);
+    free(a);
+    free(b);
+    free(d);
+    free(e);
+    itest_stop(s);
+}
+
+/* ---- reaping ------------------------------------------------------------ */
+
+struct reaped {
+    const char *name;
+    char *sid;
+    double created, last_used, ended; /* itest_now(); ended 0: live */
+    bool keep_using;
+};
+
+/* One step of the reaping poll for one session. */
+static void reap_step(struct itest_server *s, struct reaped *x)
+{
+    struct itest_resp r;
+    double t = itest_now();
+    if (x->ended)
+        return;
+    if (x->keep_using)
+        run_in(s, s->admin_key, "u1", x->sid, "print(1)", &r);
+    else
+        sess_req(s, "GET", s->admin_key, "u1", x->sid, "", &r);
+    if (r.status == 410) {
+        CHECK_ERROR(&r, 410, "session_expired");
+        x->ended = t;
+    } else {
+        CHECKF(r.status == 200, "%s: %ld %s", x->name, r.status, r.body);
+        if (x->keep_using)
+            x->last_used = t;
+    }
+    itest_resp_release(&r);
+}
+
+/* idle 2 s, at most 8 s of life, reaped every second. */
+static void idle_and_old_sessions_end(void)
+{
+    unsigned uid = own_sandbox_uid();
+    char u[16];
+    snprintf(u, sizeof(u), "%u", uid);
+    const char *args[] = {"--sandbox-uid", u, "--exec-slots", "1",
+                          "--max-sessions", "3", "--session-idle-timeout",
+                          "2s", "--session-max-life", "8s",
+                          "--session-reap-interval", "1s",
+                          "--ready-check-interval", "never", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    struct reaped x[3] = {{"used once", NULL, 0, 0, 0, false},
+                          {"never used", NULL, 0, 0, 0, false},
+                          {"kept busy", NULL, 0, 0, 0, true}};
+    for (int i = 0; i < 3; i++) {
+        x[i].sid = new_session(s, s->admin_key, "u1");
+        x[i].created = x[i].last_used = itest_now();
+        REQUIRE(x[i].sid);
+    }
+    run_ok(s, s->admin_key, "u1", x[0].sid, "x = 1", "");
+    x[0].last_used = itest_now();
+    struct itest_resp r;
+    sess_req(s, "GET", s->admin_key, "u1", x[0].sid, "", &r);
+    CHECK_INT(itest_parse_time(itest_json_str(r.json, "expires_at")) -
+                  itest_parse_time(itest_json_str(r.json, "last_used_at")),
+              2);
+    itest_resp_release(&r);
+
+    /* Bounded poll; the busy one is used every 250 ms meanwhile. */
+    double until = itest_now() + 40;
+    while (itest_now() < until && !(x[0].ended && x[1].ended && x[2].ended)) {
+        for (int i = 0; i < 3; i++)
+            reap_step(s, &x[i]);
+        usleep(250 * 1000);
+    }
+    for (int i = 0; i < 3; i++)
+        CHECKF(x[i].ended, "%s: not reaped within 40 s", x[i].name);
+    /* Idle ones end once idle 2 s (reaped within a second or so), long
+     * before the 8 s life; the used one lives until its 8 s. */
+    for (int i = 0; i < 2; i++)
+        CHECKF(x[i].ended - x[i].last_used >= 1.5 &&
+                   x[i].ended - x[i].created < 6.5,
+               "%s ended %.1f s after its last use, %.1f s after creation",
+               x[i].name, x[i].ended - x[i].last_used,
+               x[i].ended - x[i].created);
+    CHECKF(x[2].ended - x[2].created >= 6.5 &&
+               x[2].ended - x[2].last_used < 1.5,
+           "the used session ended %.1f s after creation, %.1f s after its "
+           "last use", x[2].ended - x[2].created,
+           x[2].ended - x[2].last_used);
+    for (int i = 0; i < 3; i++) {
+        check_gone(s, s->admin_key, "u1", x[i].sid);
+        free(x[i].sid);
+    }
+    json_t *ss = status_sessions(s);
+    CHECK_INT(status_int(ss, "live"), 0);
+    json_decref(ss);
+    int left = wait_no_uids(uid + 2, uid + 2 + 2, 15000);
+    CHECKF(left == 0, "%d processes of reaped sessions' uids", left);
+    itest_stop(s);
+}
+
+/* ---- shutdown ---------------------------------------------------------- */
+
+/* Every path under dir (files and folders), relative, appended to *v. */
+static void list_tree(const char *dir, const char *rel, char ***v, size_t *n)
+{
+    char *path = rel[0] ? itest_fmt("%s/%s", dir, rel) : itest_fmt("%s", dir);
+    DIR *d = opendir(path);
+    struct dirent *e;
+    if (!d) {
+        free(path);
+        return;
+    }
+    while ((e = readdir(d)) != NULL) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+            continue;
+        char *sub = rel[0] ? itest_fmt("%s/%s", rel, e->d_name)
+                           : itest_fmt("%s", e->d_name);
+        char *full = itest_fmt("%s/%s", dir, sub);
+        struct stat st;
+        bool is_dir = !lstat(full, &st) && S_ISDIR(st.st_mode);
+        free(full);
+        *v = realloc(*v, (*n + 2) * sizeof(**v));
+        (*v)[(*n)++] = sub;
+        (*v)[*n] = NULL;
+        if (is_dir)
+            list_tree(dir, sub, v, n);
+    }
+    closedir(d);
+    free(path);
+}
+
+static bool in_list(char **v, const char *s)
+{
+    for (size_t i = 0; v && v[i]; i++)
+        if (!strcmp(v[i], s))
+            return true;
+    return false;
+}
+
+struct call_ctx {
+    struct itest_server *s;
+    const char *sid;
+    struct itest_resp r;
+};
+
+static void *slow_call(void *arg)
+{
+    struct call_ctx *c = arg;
+    run_in(c->s, c->s->admin_key, "u1", c->sid,
+           "import time\ntime.sleep(2)\nprint('late')", &c->r);
+    return NULL;
+}
+
+/* As root, session i's processes run as host uid sandbox-uid + 1 +
+ * slots + i (inside, every sandbox is uid 1000 of its own namespace, so
+ * only the host's /proc tells). */
+static void check_session_uids(unsigned uid, unsigned slots, unsigned n)
+{
+    if (geteuid() != 0)
+        return;
+    for (unsigned i = 0; i < n; i++) {
+        unsigned want = uid + 1 + slots + i;
+        CHECKF(count_uids(want, want) > 0, "no process of session %u's "
+               "host uid %u", i, want);
+    }
+    CHECKF(count_uids(uid + 1 + slots + n, uid + 7) == 0,
+           "processes of uids past the %u sessions'", n);
+}
+
+/* SIGTERM with sessions ready, starting and busy: the service exits 0,
+ * no process of its uid range stays, nothing new in the data dir. */
+static void shutdown_ends_sessions(void)
+{
+    unsigned uid = own_sandbox_uid();
+    char u[16];
+    snprintf(u, sizeof(u), "%u", uid);
+    const char *args[] = {"--sandbox-uid", u, "--exec-slots", "1",
+                          "--max-sessions", "4", "--exec-mode", "cold",
+                          "--ready-check-interval", "never", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    REQUIRE(s);
+    CHECK(itest_wait_job_ran(s, "venv", 60000));
+    char **before = NULL, **after = NULL;
+    size_t nb = 0, na = 0;
+    list_tree(s->data_dir, "", &before, &nb);
+
+    char *s0 = new_session(s, s->admin_key, "u1");
+    char *s1 = new_session(s, s->admin_key, "u1");
+    char *s2 = new_session(s, s->admin_key, "u2"); /* never called */
+    REQUIRE(s0 && s1 && s2);
+    run_ok(s, s->admin_key, "u1", s0, "a = 0", "");
+    run_ok(s, s->admin_key, "u1", s1, "b = 1", "");
+    check_session_uids(uid, 1, 3);
+
+    struct call_ctx c = {s, s1, {0}};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, slow_call, &c) == 0);
+    CHECK(wait_session_status(s, "u1", s1, "busy", 30000));
+    itest_signal(s, SIGTERM);
+    pthread_join(th, NULL);
+    CHECKF(c.r.status != 0, "the busy call got no answer: %s", c.r.curl_err);
+    itest_resp_release(&c.r);
+    int status = 0;
+    CHECK(itest_wait_exit(s, 60000, &status));
+    CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x",
+           status);
+    int left = count_uids(uid, uid + 1 + 1 + 4);
+    CHECKF(left == 0, "%d processes of uids %u-%u after the exit", left, uid,
+           uid + 6);
+
+    list_tree(s->data_dir, "", &after, &na);
+    for (size_t i = 0; i < na; i++)
+        CHECKF(in_list(before, after[i]) || !strncmp(after[i], "meta.db", 7),
+               "left in the data dir after shutdown: %s", after[i]);
+    itest_strv_free(before);
+    itest_strv_free(after);
+    free(s0);
+    free(s1);
+    free(s2);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(cold_server_sessions), T(warm_server_sessions),
+          T(start_api_server), T(lifecycle), T(variables_and_files),
+          T(variables_listing), T(users_are_isolated), T(malformed_ids),
+          T(session_policies), T(stop_api_server),
+          T(calls_that_end_a_session), T(concurrent_call_default_shares),
+          T(concurrent_call_free_slot), T(caps_status_metrics),
+          T(idle_and_old_sessions_end), T(shutdown_ends_sessions))
