@@ -60,7 +60,8 @@ static char *key_with_policy(struct itest_server *s, const char *tenant,
     json_error_t jerr;
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     char *key = itest_json_str(j, "key") ? itest_json_dup(j, "key") : NULL;
-    CHECKF(code == 0 && key && !strcmp(itest_json_str(j, "policy"), policy),
+    const char *got = itest_json_str(j, "policy");
+    CHECKF(code == 0 && key && got && !strcmp(got, policy),
            "keys create --policy %s: exit %d: %s", policy, code,
            out ? out : "");
     json_decref(j);
