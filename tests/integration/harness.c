@@ -35,6 +35,8 @@ extern char **environ;
 #define STARTUP_TIMEOUT_MS 30000
 #define STOP_TIMEOUT_MS 20000
 #define CLI_TIMEOUT_MS 30000
+#define WARM_TIMEOUT_MS 60000 /* ITEST_EXEC_MODE=warm: until every zygote is
+                               * up */
 #define LOG_TAIL_LINES 60
 
 static struct itest_server *live_servers;
@@ -283,6 +285,39 @@ static int backend_kind(void)
         }
     }
     return kind;
+}
+
+/* ITEST_EXEC_MODE: 0 unset, 1 cold, 2 warm; anything else stops the
+ * program loudly, as a wrong ITEST_BACKEND does. */
+static int exec_mode_env(void)
+{
+    static int kind = -1;
+    if (kind < 0) {
+        const char *e = getenv("ITEST_EXEC_MODE");
+        if (!e || !e[0]) {
+            kind = 0;
+        } else if (!strcmp(e, "cold")) {
+            kind = 1;
+        } else if (!strcmp(e, "warm")) {
+            kind = 2;
+        } else {
+            fprintf(stderr, "harness: ITEST_EXEC_MODE=\"%s\": want warm or "
+                            "cold\n",
+                    e);
+            exit(2);
+        }
+    }
+    return kind;
+}
+
+bool itest_exec_warm(void)
+{
+    return exec_mode_env() == 2;
+}
+
+const char *itest_exec_mode_name(void)
+{
+    return itest_exec_warm() ? "warm" : "cold";
 }
 
 bool itest_backend_mongo(void)
@@ -1097,6 +1132,72 @@ static int read_port(int fd, pid_t pid)
     return (int)port;
 }
 
+/* The value of the last `exec-mode = VALUE` line of a config text, into
+ * buf; NULL when it sets none. */
+static const char *config_exec_mode(const char *config, char *buf,
+                                    size_t len)
+{
+    const char *found = NULL;
+    for (const char *l = config; l && *l;) {
+        const char *eol = strchr(l, '\n');
+        size_t n = eol ? (size_t)(eol - l) : strlen(l);
+        while (n && (*l == ' ' || *l == '\t'))
+            l++, n--;
+        if (n > 9 && !strncmp(l, "exec-mode", 9) &&
+            (l[9] == ' ' || l[9] == '\t' || l[9] == '=')) {
+            const char *v = memchr(l, '=', n);
+            if (v) {
+                size_t vn = n - (size_t)(v + 1 - l);
+                v++;
+                while (vn && (*v == ' ' || *v == '\t' || *v == '"'))
+                    v++, vn--;
+                while (vn && strchr(" \t\r\"", v[vn - 1]))
+                    vn--;
+                snprintf(buf, len, "%.*s", (int)vn, v);
+                found = buf;
+            }
+        }
+        l = eol ? eol + 1 : l + n;
+    }
+    return found;
+}
+
+/* The mode of the last --exec-mode of args; NULL when there is none. */
+static const char *args_exec_mode(const char *const *args)
+{
+    const char *found = NULL;
+    for (size_t i = 0; args && args[i]; i++) {
+        if (!strcmp(args[i], "--exec-mode") && args[i + 1])
+            found = args[++i];
+        else if (!strncmp(args[i], "--exec-mode=", 12))
+            found = args[i] + 12;
+    }
+    return found;
+}
+
+/* ITEST_EXEC_MODE=warm|cold adds `--exec-mode MODE` to argv, before the
+ * test's own arguments (the command line is read in order: a later flag
+ * wins, service/config.c load_flags) and only when the test's config
+ * text sets no exec-mode (a flag would override the file).  s->warm says
+ * which mode the server was asked for in the end. */
+static void push_exec_mode(struct itest_server *s, const struct itest_opts *o,
+                           struct strv *argv)
+{
+    char buf[32];
+    const char *mode = args_exec_mode(o ? o->args : NULL);
+    const char *file = config_exec_mode(o ? o->config : NULL, buf,
+                                        sizeof(buf));
+    if (exec_mode_env() && !file) {
+        strv_push(argv, xstrdup("--exec-mode"));
+        strv_push(argv, xstrdup(itest_exec_mode_name()));
+    }
+    if (!mode)
+        mode = file;
+    if (!mode && exec_mode_env())
+        mode = itest_exec_mode_name();
+    s->warm = mode && !strcmp(mode, "warm");
+}
+
 static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
                          const char *config_path)
 {
@@ -1160,6 +1261,7 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
         strv_push(&argv, xstrdup("--config"));
         strv_push(&argv, xstrdup(config_path));
     }
+    push_exec_mode(s, o, &argv);
     for (size_t i = 0; o && o->args && o->args[i]; i++)
         strv_push(&argv, xstrdup(o->args[i]));
     char **envp = child_env(o ? o->env : NULL);
@@ -1268,6 +1370,67 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
     return true;
 }
 
+/* Poll GET /readyz until it answers 200 with execution_mode == mode or
+ * the deadline; the last answer's body (new string) in *last when asked. */
+static bool poll_exec_mode(struct itest_server *s, const char *mode,
+                           int timeout_ms, char **last)
+{
+    int64_t deadline = mono_ms() + scaled(timeout_ms);
+    for (;;) {
+        struct itest_resp r;
+        itest_request(s, "GET", "/readyz", NULL, NULL, NULL, NULL, 0, NULL,
+                      &r);
+        const char *m = r.status == 200
+                            ? itest_json_str(r.json, "execution_mode")
+                            : NULL;
+        bool ok = m && !strcmp(m, mode);
+        if (last && (ok || mono_ms() >= deadline))
+            *last = itest_fmt("%ld %s", r.status, r.body);
+        itest_resp_release(&r);
+        if (ok)
+            return true;
+        if (mono_ms() >= deadline)
+            return false;
+        sleep_ms(50);
+    }
+}
+
+bool itest_wait_exec_mode(struct itest_server *s, const char *mode,
+                          int timeout_ms)
+{
+    return poll_exec_mode(s, mode, timeout_ms, NULL);
+}
+
+/* A server started warm serves warm before the test measures anything:
+ * every slot's zygote is up.  Loud when it never gets there. */
+static bool wait_warm_after_start(struct itest_server *s,
+                                  const struct itest_opts *o)
+{
+    char *last = NULL;
+    if (!s->warm || (o && o->no_warm_wait))
+        return true;
+    if (poll_exec_mode(s, "warm", WARM_TIMEOUT_MS, &last)) {
+        free(last);
+        return true;
+    }
+    fprintf(stderr, "harness: server pid %d started with --exec-mode warm "
+                    "never served warm within %d ms; last GET /readyz: %s\n",
+            (int)s->pid, scaled(WARM_TIMEOUT_MS), last ? last : "(none)");
+    free(last);
+    if (s->admin_key) {
+        struct itest_resp r;
+        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                      NULL, 0, NULL, &r);
+        json_t *em = itest_json_get(r.json, "execution_mode");
+        char *dump = em ? json_dumps(em, JSON_COMPACT) : NULL;
+        fprintf(stderr, "harness: admin status execution_mode: %s\n",
+                dump ? dump : r.body);
+        free(dump);
+        itest_resp_release(&r);
+    }
+    return false;
+}
+
 static void server_free(struct itest_server *s)
 {
     for (struct itest_server **pp = &live_servers; *pp; pp = &(*pp)->next) {
@@ -1354,7 +1517,8 @@ struct itest_server *itest__start(const struct itest_opts *opts,
             return NULL;
         }
     }
-    bool ok = spawn_server(s, opts, config_path);
+    bool ok = spawn_server(s, opts, config_path) &&
+              wait_warm_after_start(s, opts);
     free(config_path);
     if (!ok) {
         fprintf(stderr, "harness: the server did not start\n");
@@ -1431,6 +1595,14 @@ bool itest_restart(struct itest_server *s, const struct itest_opts *opts)
     }
     bool ok = spawn_server(s, opts, config_path);
     free(config_path);
+    if (ok && !wait_warm_after_start(s, opts)) {
+        int st;
+        kill(s->pid, SIGKILL);
+        wait_pid(s->pid, 5000, &st);
+        s->pid = 0;
+        s->exit_status = st;
+        ok = false;
+    }
     if (!ok)
         fprintf(stderr, "harness: the server did not restart\n");
     return ok;

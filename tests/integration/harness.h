@@ -36,6 +36,12 @@
  * --error-exitcode=99"); ITEST_TIMEOUT_SCALE=N stretches every bounded
  * wait of the harness N times.  Inherited INTERPD_* variables never reach
  * the server.
+ * ITEST_EXEC_MODE=warm|cold gives every server `--exec-mode MODE`, before
+ * the test's own arguments (a test's --exec-mode comes later and wins) and
+ * unless the test's config text sets exec-mode.  A server started warm
+ * (by either) is waited for (bounded, 60 s) until GET /readyz says
+ * "execution_mode": "warm", so the test measures warm runs; when it never
+ * does, it did not start (itest_opts.no_warm_wait skips the wait).
  *
  * Thread-safety: itest_do/itest_request and the helpers that do not take a
  * server's lifecycle (start, stop, restart, kill) may run from many threads
@@ -72,6 +78,8 @@ struct itest_server {
                          * NULL on SQLite + local disk */
     bool drop_db;       /* the harness made the database: itest_stop drops
                          * it when the test passed */
+    bool warm;          /* started with --exec-mode warm (ITEST_EXEC_MODE or
+                         * the test's own flag or config) */
     bool no_admin_key;  /* from itest_opts */
     int fail_mark;      /* failed-check count when the test started it */
     struct itest_server *next; /* registry of live servers */
@@ -93,6 +101,8 @@ struct itest_opts {
     bool relative_data_dir;  /* run the server in tmp_dir with --data-dir
                               * ./data (data_dir stays absolute) */
     bool private_parent;     /* tmp_dir 0700, like /root (else 0711) */
+    bool no_warm_wait;       /* started warm: don't wait until it serves
+                              * warm (a zygote that is meant to fail) */
 };
 
 #define itest_start(opts) itest__start((opts), test__failed_checks)
@@ -140,6 +150,17 @@ bool itest_wait_job_ran(struct itest_server *s, const char *name,
  * path (as itest_json_get) equals want. */
 bool itest_wait_status_int(struct itest_server *s, const char *path,
                            long long want, int timeout_ms);
+
+/* Poll GET /readyz (bounded by timeout_ms) until it answers 200 with
+ * "execution_mode" equal to mode ("warm", "mixed", "starting", "cold"). */
+bool itest_wait_exec_mode(struct itest_server *s, const char *mode,
+                          int timeout_ms);
+/* True when ITEST_EXEC_MODE=warm: the servers run warm unless a test says
+ * otherwise (any value but "warm", "cold" or unset stops the program
+ * loudly). */
+bool itest_exec_warm(void);
+/* "warm" or "cold", for messages and for a test's own --exec-mode. */
+const char *itest_exec_mode_name(void);
 
 /* ---- HTTP ---- */
 

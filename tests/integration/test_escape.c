@@ -93,6 +93,215 @@ static int count_uid(unsigned uid)
     return n;
 }
 
+/* ---- warm runs (ITEST_EXEC_MODE=warm) ----
+ *
+ * With warm executions the slots' uids are never idle: each slot's zygote
+ * (a sandbox init, local pid 1, and python running zygote.py, local pid
+ * 2, in a pid namespace of their own) and the child it keeps parked (a pid
+ * namespace one level deeper holding the child's init, local pid 1, and
+ * its program child, local pid 2, both still zygote.py, waiting for a
+ * request) live as long as the server does.  So there "no process of the
+ * sandbox uids" is checked as:
+ *  - idle (no run in flight, idle_procs): every process of the sandbox
+ *    uids is one of those (polled, bounded: after a run the slot parks a
+ *    new child, after a timeout it starts a new zygote);
+ *  - after a run (run_left): nothing is left in the run's own pid
+ *    namespace.  The run writes that namespace and the start time of its
+ *    init to stderr (RUN_NS_CODE).  While that init lives the namespace is
+ *    the run's (its inode number may be reused by a later one once it is
+ *    gone); once the init is gone, so is everything else in it (the kernel
+ *    ends a pid namespace with its init, and a run's processes cannot
+ *    leave it).  The init of a warm run is not the service's child but
+ *    the zygote's (cold: the service reaps its run's init before it
+ *    answers), so it may be a zombie a moment after the response, for the
+ *    zygote's init to reap: not counted at once, but it must be gone
+ *    within check_no_survivors' 5 s.
+ * Cold runs keep the plain count of every process of the sandbox uids. */
+#define RUN_NS_CODE                                                            \
+    "import os as _o\n"                                                        \
+    "_o.write(2, ('pidns %s %s\\n' % (_o.readlink('/proc/self/ns/pid'),"       \
+    " open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]))"            \
+    ".encode())\n"
+
+struct run_ns {
+    unsigned long long ino;   /* the run's pid namespace */
+    unsigned long long start; /* its init's start time (clock ticks) */
+};
+
+struct sbx_proc {
+    int pid;
+    int depth;                /* NSpid entries (1: the test's namespace) */
+    int local;                /* its pid in its own namespace */
+    unsigned uid;             /* real uid */
+    unsigned long long ns;    /* inode of /proc/PID/ns/pid */
+    unsigned long long start; /* field 22 of /proc/PID/stat */
+    bool zygote;              /* cmdline: python ... zygote.py */
+    char state;               /* 'Z': a zombie */
+};
+
+/* What /proc/pid says of one process; false when it is gone or (unless
+ * any_uid) not of the sandbox uids. */
+static bool read_proc(const char *pid, bool any_uid, struct sbx_proc *p)
+{
+    char path[300], line[256], buf[512];
+    bool uid_ok = false;
+    memset(p, 0, sizeof(*p));
+    p->pid = atoi(pid);
+    snprintf(path, sizeof(path), "/proc/%s/status", pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return false;
+    while (fgets(line, sizeof(line), f)) {
+        unsigned ruid, euid;
+        if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
+            uid_ok = ruid - sbx_uid <= 2 || euid - sbx_uid <= 2;
+            p->uid = ruid;
+        } else if (sscanf(line, "State:\t%c", &p->state) == 1) {
+            continue;
+        } else if (!strncmp(line, "NSpid:", 6)) {
+            for (char *t = strtok(line + 6, " \t\n"); t;
+                 t = strtok(NULL, " \t\n")) {
+                p->depth++;
+                p->local = atoi(t);
+            }
+        }
+    }
+    fclose(f);
+    snprintf(path, sizeof(path), "/proc/%s/ns/pid", pid);
+    ssize_t n = readlink(path, buf, sizeof(buf) - 1);
+    if (!(uid_ok || any_uid) || n <= 0)
+        return false;
+    buf[n] = 0;
+    if (sscanf(buf, "pid:[%llu]", &p->ns) != 1)
+        return false;
+    snprintf(path, sizeof(path), "/proc/%s/stat", pid);
+    char *stat = itest_read_file(path, NULL);
+    char *rp = stat ? strrchr(stat, ')') : NULL;
+    for (int field = 2; rp && field < 22; field++)
+        rp = strchr(rp + 1, ' ');
+    p->start = rp ? strtoull(rp + 1, NULL, 10) : 0;
+    free(stat);
+    snprintf(path, sizeof(path), "/proc/%s/cmdline", pid);
+    size_t len = 0;
+    char *cmd = itest_read_file(path, &len);
+    for (size_t i = 0; cmd && i < len; i += strlen(cmd + i) + 1) {
+        size_t l = strlen(cmd + i);
+        if (l >= 10 && !strcmp(cmd + i + l - 10, "/zygote.py"))
+            p->zygote = true;
+    }
+    free(cmd);
+    return true;
+}
+
+/* Every process of the sandbox uids (as count_uid sees them), at most
+ * max, into out; how many. */
+static size_t list_sbx_procs(struct sbx_proc *out, size_t max)
+{
+    DIR *d = opendir("/proc");
+    struct dirent *e;
+    size_t n = 0;
+    while (d && (e = readdir(d)) != NULL && n < max) {
+        if (e->d_name[0] >= '0' && e->d_name[0] <= '9' &&
+            read_proc(e->d_name, false, &out[n]))
+            n++;
+    }
+    if (d)
+        closedir(d);
+    return n;
+}
+
+#define MAX_SBX_PROCS 4096
+
+/* The depth (NSpid entries) of the server's own processes. */
+static int server_depth(void)
+{
+    char pid[32];
+    struct sbx_proc p;
+    snprintf(pid, sizeof(pid), "%d", (int)srv->pid);
+    return read_proc(pid, true, &p) ? p.depth : 1;
+}
+
+/* Processes of the sandbox uids that are not a zygote's or a parked
+ * child's (see above). */
+static int warm_extra(void)
+{
+    struct sbx_proc *v = calloc(MAX_SBX_PROCS, sizeof(*v));
+    int zd = server_depth() + 1, extra = 0;
+    size_t n = v ? list_sbx_procs(v, MAX_SBX_PROCS) : 0;
+    if (!v)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        /* Who else shares its namespace, and is it a zygote's? */
+        size_t peers = 0;
+        bool zyg_ns = false, pair = true;
+        for (size_t j = 0; j < n; j++) {
+            if (v[j].ns != v[i].ns)
+                continue;
+            peers++;
+            zyg_ns |= v[j].local == 2 && v[j].zygote;
+            pair &= (v[j].local == 1 || v[j].local == 2) && v[j].zygote;
+        }
+        bool mine = (v[i].depth == zd && zyg_ns &&
+                     (v[i].local == 1 || v[i].zygote)) ||
+                    (v[i].depth == zd + 1 && pair && peers == 2);
+        extra += !mine;
+    }
+    free(v);
+    return extra;
+}
+
+/* The processes of the sandbox uids that no run should leave: all of
+ * them on cold runs; on warm ones, all but the zygotes' and parked
+ * children's, polled (20 s at most) until there are want. */
+static int idle_procs(int want)
+{
+    if (!itest_exec_warm())
+        return count_uid(sbx_uid);
+    double deadline = itest_now() + 20;
+    int n = warm_extra();
+    while (n != want && itest_now() < deadline) {
+        usleep(50 * 1000);
+        n = warm_extra();
+    }
+    return n;
+}
+
+/* The run's namespace from what RUN_NS_CODE wrote to r's stderr. */
+static struct run_ns run_ns_of(const struct itest_resp *r)
+{
+    struct run_ns ns = {0, 0};
+    const char *l = strstr(err_of(r), "pidns pid:[");
+    if (!l || sscanf(l, "pidns pid:[%llu] %llu", &ns.ino, &ns.start) != 2)
+        fprintf(stderr, "no \"pidns\" line in the run's stderr:\n%s\n",
+                err_of(r));
+    return ns;
+}
+
+/* Processes a run left behind: on cold runs every process of the sandbox
+ * uids; on warm ones those of its pid namespace while its init exists,
+ * zombies only when asked (-1: the run did not say which). */
+static int run_left(struct run_ns ns, bool zombies)
+{
+    if (!itest_exec_warm())
+        return count_uid(sbx_uid);
+    if (!ns.ino)
+        return -1;
+    struct sbx_proc *v = calloc(MAX_SBX_PROCS, sizeof(*v));
+    size_t n = v ? list_sbx_procs(v, MAX_SBX_PROCS) : 0;
+    int in_ns = 0;
+    bool init_alive = false;
+    if (!v)
+        return -1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].ns != ns.ino)
+            continue;
+        in_ns += zombies || v[i].state != 'Z';
+        init_alive |= v[i].local == 1 && v[i].start == ns.start;
+    }
+    free(v);
+    return init_alive ? in_ns : 0;
+}
+
 /* GET /healthz is 200 and print(1) runs. */
 static void check_service_healthy(const char *user)
 {
@@ -172,9 +381,10 @@ static void start_server(void)
     srv = itest_start(&o);
     REQUIRE(srv);
     /* The venv job lists the base interpreter in the sandbox at start:
-     * once it is done, nothing runs as the sandbox uid. */
+     * once it is done, nothing runs as the sandbox uid (warm: nothing but
+     * the zygotes and their parked children, see idle_procs). */
     CHECK(itest_wait_job_ran(srv, "venv", 60000));
-    CHECK_INT(count_uid(sbx_uid), 0);
+    CHECK_INT(idle_procs(0), 0);
 }
 
 static void network_refused(void)
@@ -514,6 +724,7 @@ static void fork_bomb_contained(void)
     double t0 = itest_now();
     /* Every process forks as fast as it can, for 5 s at most. */
     run_py("esc_fork",
+           RUN_NS_CODE
            "import os, time\n"
            "top = os.getpid()\n"
            "end = time.monotonic() + 5\n"
@@ -537,8 +748,9 @@ static void fork_bomb_contained(void)
     CHECKF(took < 30, "the fork bomb's request took %.1f s", took);
     CHECK_OUT(&r, " limited True\n");
     CHECK(json_is_object(itest_json_get(r.json, "resources")));
+    struct run_ns ns = run_ns_of(&r);
     itest_resp_release(&r);
-    CHECK_INT(count_uid(sbx_uid), 0);
+    CHECK_INT(run_left(ns, false), 0);
     check_service_healthy("esc_fork");
 }
 
@@ -638,6 +850,7 @@ static void print_flood_truncated(void)
 }
 
 static const char daemon_code[] =
+    RUN_NS_CODE
     "import os, time\n"
     "if os.fork() == 0:\n"
     "    os.setsid()\n"
@@ -648,14 +861,15 @@ static const char daemon_code[] =
     "print('daemonized', flush=True)\n";
 
 /* After a response, no process of the run exists: counted at once (the
- * teardown is synchronous); also polled 5 s to tell "late" from "never". */
-static void check_no_survivors(const char *what)
+ * teardown is synchronous); also polled 5 s to tell "late" from "never".
+ * ns: the run's namespace (warm runs count there, see run_left). */
+static void check_no_survivors(const char *what, struct run_ns ns)
 {
-    int now = count_uid(sbx_uid), later = now;
+    int now = run_left(ns, false), later = run_left(ns, true);
     double deadline = itest_now() + 5;
     while (later > 0 && itest_now() < deadline) {
         usleep(100 * 1000);
-        later = count_uid(sbx_uid);
+        later = run_left(ns, true);
     }
     CHECKF(now == 0, "%s: %d processes of uid %u right after the response "
            "(%d after 5 s)", what, now, sbx_uid, later);
@@ -677,8 +891,9 @@ static void daemon_killed_no_survivors(void)
     CHECK_STR(itest_json_str(r.json, "error.type"), "Timeout");
     CHECK_STR(out_of(&r), "daemonized\n");
     CHECKF(took < 10, "a 2 s timeout took %.1f s", took);
+    struct run_ns ns = run_ns_of(&r);
     itest_resp_release(&r);
-    check_no_survivors("after the timeout");
+    check_no_survivors("after the timeout", ns);
 
     /* The parent exits at once, leaving the daemon: the run ends without
      * waiting for it, and it dies with the run. */
@@ -689,8 +904,9 @@ static void daemon_killed_no_survivors(void)
     CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
     CHECK(json_is_true(itest_json_get(r.json, "success")));
     CHECKF(took < 10, "the run waited %.1f s for its daemon", took);
+    ns = run_ns_of(&r);
     itest_resp_release(&r);
-    check_no_survivors("after the parent exited");
+    check_no_survivors("after the parent exited", ns);
 }
 
 static void kill_all_hurts_nothing_outside(void)
@@ -714,8 +930,9 @@ static void kill_all_hurts_nothing_outside(void)
         }
         usleep(50 * 1000);
         /* Also shows count_uid sees such a process (the survivor counts
-         * of the other cases are not vacuous). */
-        CHECK_INT(count_uid(sbx_uid), 1);
+         * of the other cases are not vacuous; warm: besides the zygotes'
+         * and parked children's, see idle_procs). */
+        CHECK_INT(idle_procs(1), 1);
     }
     run_py("esc_kill",
            "import os, signal, time\n"
@@ -931,6 +1148,35 @@ static void newline_names_handled(void)
     json_decref(files);
 }
 
+/* Warm: each slot's zygote maps uid 1000 of its user namespace to the
+ * slot's host uid, alone (seen from the host). */
+static void check_zygote_maps(void)
+{
+    struct sbx_proc *v = calloc(MAX_SBX_PROCS, sizeof(*v));
+    size_t n = v ? list_sbx_procs(v, MAX_SBX_PROCS) : 0, zygotes = 0;
+    int zd = server_depth() + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].depth != zd || v[i].local != 2 || !v[i].zygote)
+            continue;
+        zygotes++;
+        char *path = itest_fmt("/proc/%d/uid_map", v[i].pid);
+        char *map = itest_read_file(path, NULL);
+        unsigned in = 1, out = 0, count = 0;
+        CHECKF(map && sscanf(map, "%u %u %u", &in, &out, &count) == 3 &&
+                   in == 1000 && count == 1 &&
+                   (out == sbx_uid + 1 || out == sbx_uid + 2) &&
+                   out == v[i].uid,
+               "zygote pid %d (uid %u): uid_map %s", v[i].pid, v[i].uid,
+               map ? map : "(unreadable)");
+        free(map);
+        free(path);
+    }
+    /* Both, unless one is being replaced (after the timeout above). */
+    CHECKF(zygotes >= 1 && zygotes <= 2, "%zu zygotes of the 2 slots' uids",
+           zygotes);
+    free(v);
+}
+
 static void status_locked_down(void)
 {
     struct itest_resp r;
@@ -953,7 +1199,18 @@ static void status_locked_down(void)
     CHECK_OUT(&r, "CapInh: 0000000000000000\n");
     CHECK_OUT(&r, "CapBnd: 0000000000000000\n");
     CHECK_OUT(&r, "CapAmb: 0000000000000000\n");
-    if (geteuid() == 0) {
+    const char *mode = itest_json_str(r.json, "resources.mode");
+    if (geteuid() == 0 && mode && !strcmp(mode, "warm")) {
+        /* A warm run's user namespace is made by its zygote, whose own
+         * namespace maps 1000 to the slot's uid: the run sees 1000 mapped
+         * to itself one level up, and the zygotes' maps say the rest.  (A
+         * server started warm still runs cold while a slot's zygote
+         * restarts, as after the timeout above: then the cold map.) */
+        CHECKF(strstr(out_of(&r), "map ['1000', '1000', '1']\n"),
+               "want the zygote's uid mapped to itself in stdout:\n%s",
+               out_of(&r));
+        check_zygote_maps();
+    } else if (geteuid() == 0) {
         /* a slot's uid, after --sandbox-uid (2 slots) */
         char want[96], want2[96];
         snprintf(want, sizeof(want), "map ['1000', '%u', '1']\n",
@@ -970,9 +1227,12 @@ static void status_locked_down(void)
 static void stop_server(void)
 {
     REQUIRE(srv);
-    CHECK_INT(count_uid(sbx_uid), 0);
+    CHECK_INT(idle_procs(0), 0);
     itest_stop(srv);
     srv = NULL;
+    /* Whatever ran as the sandbox uids (warm: the zygotes too) ended with
+     * the server. */
+    CHECK_INT(count_uid(sbx_uid), 0);
 }
 
 TEST_MAIN(T(start_server), T(network_refused), T(host_files_unreachable),
