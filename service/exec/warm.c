@@ -57,6 +57,9 @@ struct warm_slot {
     struct ipd__parked_job *parked[WARM_PARKED]; /* standard's */
     unsigned n_parked;
     bool parking;                 /* the parker is parking one now */
+    unsigned z_users;             /* threads using z outside the lock:
+                                     the zygote thread frees it only
+                                     when none is */
     int64_t started_ms, runs, restarts;
     unsigned failures;
     unsigned park_failures;       /* in a row */
@@ -231,6 +234,8 @@ static int64_t zygote_once(struct warm_slot *s)
                  r.err.len ? r.err.buf : "");
     s->z = NULL;
     s->z_ready = false;
+    while (s->z_users > 0)
+        pthread_cond_wait(&s->w->cond, &s->w->lock);
     if (s->state == SLOT_READY)
         s->state = SLOT_STARTING; /* the next one comes */
     struct ipd__parked_job *left[WARM_PARKED];
@@ -289,10 +294,13 @@ static void *zygote_thread(void *arg)
                          s->why);
             s->state = SLOT_COLD;
         }
-        if (!w->stopping)
-            timed_wait(w, s->failures >= FAILURES_TO_COLD
-                              ? RETRY_COLD_MS
-                              : 1000LL << s->failures);
+        /* The whole pause: w->cond is every slot's, broadcast whenever
+         * any of them changes. */
+        int64_t until = ipd_mono_ms() + (s->failures >= FAILURES_TO_COLD
+                                             ? RETRY_COLD_MS
+                                             : 1000LL << s->failures);
+        while (!w->stopping && ipd_mono_ms() < until)
+            timed_wait(w, until - ipd_mono_ms());
     }
     s->state = SLOT_STOPPED;
     pthread_mutex_unlock(&w->lock);
@@ -300,6 +308,13 @@ static void *zygote_thread(void *arg)
 }
 
 static void recycle_locked(struct warm_slot *s, const char *why);
+
+/* A thread is done with s->z outside the lock (under the lock). */
+static void z_release(struct warm_slot *s)
+{
+    if (--s->z_users == 0)
+        pthread_cond_broadcast(&s->w->cond);
+}
 
 /* Park a child of z under policy ep with a work stage of its own. */
 static enum ipd_err park_one(struct warm_slot *s,
@@ -390,13 +405,17 @@ static void *parker_thread(void *arg)
             pthread_cond_wait(&w->cond, &w->lock);
             continue;
         }
-        if (!zygote_ready(s, z))
+        s->z_users++;
+        if (!zygote_ready(s, z)) {
+            z_release(s);
             continue;
+        }
         s->parking = true;
         pthread_mutex_unlock(&w->lock);
         struct ipd__parked_job *pj = NULL;
         enum ipd_err rc = park_one(s, z, std, PARK_TIMEOUT_MS, &pj);
         pthread_mutex_lock(&w->lock);
+        z_release(s);
         s->parking = false;
         if (!rc && s->z == z && s->n_parked < WARM_PARKED && !s->recycle) {
             s->parked[s->n_parked++] = pj;
@@ -540,11 +559,17 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
     if (s->z && strcmp(s->gen, gen_dir ? gen_dir : "") != 0)
         recycle_locked(s, "a new venv generation");
     pj = take_locked(s, ep, &park_now);
-    if (park_now)
+    if (park_now) {
         z = s->z;
+        s->z_users++;
+    }
     pthread_mutex_unlock(&w->lock);
-    if (z)
+    if (z) {
         (void)park_one(s, z, ep, PARK_NOW_TIMEOUT_MS, &pj);
+        pthread_mutex_lock(&w->lock);
+        z_release(s);
+        pthread_mutex_unlock(&w->lock);
+    }
     return pj;
 }
 

@@ -1062,8 +1062,15 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     r.err_r = pk->err_r;
     out->output_dirfd = pk->outdir;
     pk->pidfd = pk->ctl = pk->out_r = pk->err_r = pk->outdir = -1;
+    /* The run's RLIMIT_CPU as a cold run's: never past the wall (the
+     * child was parked with the policy's longest timeout's). */
+    int64_t cpu_s = pk->p.cpu_seconds;
+    if (timeout_ms > 0 && (timeout_ms + 999) / 1000 + 1 < cpu_s)
+        cpu_s = (timeout_ms + 999) / 1000 + 1;
+    char go[32];
+    int golen = snprintf(go, sizeof go, "G%lld", (long long)cpu_s);
     if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
-        send(r.ctl, "G", 1, MSG_NOSIGNAL) != 1) {
+        send(r.ctl, go, (size_t)golen, MSG_NOSIGNAL) != golen) {
         snprintf(out->error, sizeof out->error, "parked child: go: %s",
                  strerror(errno));
         kill_tree(&r, &pk->cgr);

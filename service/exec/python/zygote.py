@@ -245,10 +245,13 @@ def _program(ctl, out_w, err_w, session):
     os.chdir("/mnt/output")
     if session:
         return
-    go = os.read(ctl, 16)
+    go = os.read(ctl, 32)
     os.close(ctl)
-    if go != b"G":
+    if go[:1] != b"G":
         os._exit(SETUP_FAIL_EXIT)
+    if len(go) > 1:  # "G" + the run's CPU seconds: its RLIMIT_CPU
+        cpu = int(go[1:])
+        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 
 
 def _init_loop(sock, c2):
@@ -326,7 +329,7 @@ def _warm(prelude):
     """Import the warm modules, draw once, compile the prelude's rest."""
     lib = prelude._lib()
     names = [m.strip() for m in
-             os.environ.get("IPD_WARM_MODULES",
+             os.environ.pop("IPD_WARM_MODULES",
                             "numpy,pandas,matplotlib").split(",")
              if m.strip()]
     if "matplotlib" in names:
@@ -359,17 +362,20 @@ def _exit_status(code):
     return 1
 
 
-def _run_request(prelude):
-    """The program child: the prelude's main(), then exit as python
-    would (non-daemon threads joined, atexit functions, streams
-    flushed)."""
-    status = 0
-    try:
-        prelude.main()
-    except SystemExit as e:
-        status = _exit_status(e.code)
-    except BaseException:
-        status = 1
+class _Go(BaseException):
+    """Raised in a program child once it may run the request (ctl: a
+    session's control socket, else None): unwinds it to the module level
+    (the end of this file), where the prelude runs as deep in the stack
+    as a cold run's, so the code may recurse as deep."""
+
+    def __init__(self, ctl):
+        super().__init__()
+        self.ctl = ctl
+
+
+def _finish(status):
+    """Exit as python would (non-daemon threads joined, atexit
+    functions, streams flushed)."""
     try:
         import threading
         threading._shutdown()
@@ -471,9 +477,7 @@ def _serve(cmd, bpf, prelude):
                 ctl = _child(json.loads(data[1:]), fds, bpf)
             except BaseException:
                 os._exit(SETUP_FAIL_EXIT)
-            if ctl is not None:
-                _session_loop(prelude, ctl)
-            _run_request(prelude)
+            raise _Go(ctl)
         for fd in fds:
             os.close(fd)
         try:
@@ -482,7 +486,11 @@ def _serve(cmd, bpf, prelude):
             pass
 
 
+_PRELUDE = None  # the prelude module, for the program children
+
+
 def main():
+    global _PRELUDE
     cmd = socket.socket(fileno=3)
     init = cmd.recv(1 << 20)
     if init[:1] != b"I" or (len(init) - 1) % 8 or len(init) < 9:
@@ -496,6 +504,7 @@ def main():
         cmd.send(b"E%s: %s" % (type(e).__name__.encode(),
                                str(e).encode()[:200]))
         return 2
+    _PRELUDE = prelude
     try:
         cmd.send(b"R")
     except OSError:
@@ -504,4 +513,19 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    _go = None
+    try:
+        sys.exit(main())
+    except _Go as e:
+        _go = e     # a program child; out of the handler first, so the
+                    # code's exceptions have no context
+    if _go.ctl is not None:
+        _session_loop(_PRELUDE, _go.ctl)
+    _status = 0
+    try:
+        _PRELUDE.main()
+    except SystemExit as _e:
+        _status = _exit_status(_e.code)
+    except BaseException:
+        _status = 1
+    _finish(_status)
