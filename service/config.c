@@ -100,7 +100,7 @@ static const struct opt opts[] = {
      "executions running at once (0: one per CPU core)"},
     {"exec-queue", OPT_INT, OFF(exec_queue), "32", false,
      "executions waiting for a slot; beyond that 429"},
-    {"exec-mode", OPT_STRING, OFF(exec_mode), "cold", false,
+    {"exec-mode", OPT_STRING, OFF(exec_mode), "warm", false,
      "cold: a fresh interpreter per run; warm: per execution slot a zygote "
      "with warm-modules imported and a child parked; networked policies "
      "always run cold (docs/DEPLOYMENT.md)"},

@@ -133,7 +133,7 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->inline_image_max = 1024 * 1024;
     o->sandbox_uid = 0;
     o->venv_stage_max = 1LL << 30;
-    o->warm = false;
+    o->warm = true;
     o->warm_modules = NULL;
     o->warm_recycle_runs = 1000;
     o->warm_recycle_ms = 60LL * 60 * 1000;

@@ -287,15 +287,18 @@ static int backend_kind(void)
     return kind;
 }
 
-/* ITEST_EXEC_MODE: 0 unset, 1 cold, 2 warm; anything else stops the
- * program loudly, as a wrong ITEST_BACKEND does. */
+/* ITEST_EXEC_MODE: 1 cold (also when unset: the suites that are not
+ * about executions pin cold, the product's default being warm, so only
+ * the integration-warm/ and -session/ variants pay for zygotes), 2 warm;
+ * anything else stops the program loudly, as a wrong ITEST_BACKEND
+ * does. */
 static int exec_mode_env(void)
 {
     static int kind = -1;
     if (kind < 0) {
         const char *e = getenv("ITEST_EXEC_MODE");
         if (!e || !e[0]) {
-            kind = 0;
+            kind = 1;
         } else if (!strcmp(e, "cold")) {
             kind = 1;
         } else if (!strcmp(e, "warm")) {

@@ -409,7 +409,7 @@ static void warm_and_sessions(void)
     ipd_buf_init(&err, 4096);
     ipd_config_init(&c);
     CHECK_INT(ipd_config_load(&c, 0, NULL, NULL, NULL, &err), IPD_OK);
-    CHECK_STR(c.exec_mode, "cold");
+    CHECK_STR(c.exec_mode, "warm");
     CHECK_STR(c.warm_modules, "numpy,pandas,matplotlib");
     CHECK_INT(c.warm_recycle_runs, 1000);
     CHECK_INT(c.warm_recycle_ms, 3600 * 1000);
@@ -429,9 +429,9 @@ static void warm_and_sessions(void)
         ipd_config_release(&c);
     }
     ipd_config_init(&c);
-    const char *ok[] = {"--exec-mode=warm", "--max-sessions=0"};
+    const char *ok[] = {"--exec-mode=cold", "--max-sessions=0"};
     CHECK_INT(ipd_config_load(&c, 2, ok, NULL, NULL, &err), IPD_OK);
-    CHECK_STR(c.exec_mode, "warm");
+    CHECK_STR(c.exec_mode, "cold");
     CHECK_INT(c.max_sessions, 0);
     ipd_config_release(&c);
     ipd_buf_release(&err);
