@@ -170,6 +170,20 @@ static void session_variables(struct ipd_req *r)
     }
     if (!executor(r) || !id_ok(r))
         return;
+    if (!strcmp(r->method, "HEAD")) {
+        /* Headers only: never a call into the session (it would run the
+         * code's __repr__s and count as a use). */
+        struct ipd_buf why;
+        ipd_buf_init(&why, 256);
+        enum ipd_err rc = ipd_executor_session_check(
+            r->app->executor, r->key.tenant, r->user_id, r->param, &why);
+        if (rc)
+            reply_err(r, rc, why.buf);
+        else
+            ipd_reply_json(r, MHD_HTTP_OK, json_object());
+        ipd_buf_release(&why);
+        return;
+    }
     j = ipd_xcalloc(1, sizeof(*j));
     ipd_buf_init(&j->detail, 512);
     r->state = j;
