@@ -1122,7 +1122,7 @@ static void reap_step(struct itest_server *s, struct reaped *x)
 {
     struct itest_resp r;
     double t = itest_now();
-    if (x->ended)
+    if (x->ended > 0)
         return;
     if (x->keep_using)
         run_in(s, s->admin_key, "u1", x->sid, "print(1)", &r);
@@ -1174,13 +1174,14 @@ static void idle_and_old_sessions_end(void)
 
     /* Bounded poll; the busy one is used every 250 ms meanwhile. */
     double until = itest_now() + 40;
-    while (itest_now() < until && !(x[0].ended && x[1].ended && x[2].ended)) {
+    while (itest_now() < until &&
+           !(x[0].ended > 0 && x[1].ended > 0 && x[2].ended > 0)) {
         for (int i = 0; i < 3; i++)
             reap_step(s, &x[i]);
         usleep(250 * 1000);
     }
     for (int i = 0; i < 3; i++)
-        CHECKF(x[i].ended, "%s: not reaped within 40 s", x[i].name);
+        CHECKF(x[i].ended > 0, "%s: not reaped within 40 s", x[i].name);
     /* Idle ones end once idle 4 s (reaped within a second or so), long
      * before the 16 s life; the used one lives until its 16 s. */
     for (int i = 0; i < 2; i++)

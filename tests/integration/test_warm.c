@@ -368,7 +368,7 @@ static void mode_reported_warm(void)
     CHECK(json_is_integer(json_object_get(s0, "restarts")));
     CHECK(json_is_string(json_object_get(s0, "generation")));
     json_int_t t = json_integer_value(json_object_get(s0, "started_at"));
-    CHECKF(t > itest_now() - 3600 && t <= itest_now() + 1,
+    CHECKF((double)t > itest_now() - 3600 && (double)t <= itest_now() + 1,
            "started_at %lld", (long long)t);
     CHECK(json_object_get(s0, "why") == NULL);
     json_decref(em);
