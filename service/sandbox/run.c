@@ -1090,10 +1090,14 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
 
 /* ---- a session's calls ------------------------------------------------ */
 
-/* Send verb, with the call's stdout and stderr write ends for 'G'. */
-static int call_send(int ctl, char verb, int out_w, int err_w)
+/* Send verb and the call's CPU seconds (its RLIMIT_CPU, on top of what
+ * the interpreter has used so far), with the call's stdout and stderr
+ * write ends for 'G'. */
+static int call_send(int ctl, char verb, int64_t cpu_s, int out_w, int err_w)
 {
-    struct iovec iov = {&verb, 1};
+    char msg[32];
+    int len = snprintf(msg, sizeof msg, "%c%lld", verb, (long long)cpu_s);
+    struct iovec iov = {msg, (size_t)len};
     union {
         char buf[CMSG_SPACE(2 * sizeof(int))];
         struct cmsghdr align;
@@ -1115,7 +1119,7 @@ static int call_send(int ctl, char verb, int out_w, int err_w)
         c->cmsg_len = CMSG_LEN(sizeof fds);
         memcpy(CMSG_DATA(c), fds, sizeof fds);
     }
-    return sendmsg(ctl, &mh, MSG_NOSIGNAL) == 1 ? 0 : -1;
+    return sendmsg(ctl, &mh, MSG_NOSIGNAL) == len ? 0 : -1;
 }
 
 /* One message from a session's child: "D" + int32 status (done), a
@@ -1262,7 +1266,13 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
                                     {-1, -1}, {-1, -1}});
         return IPD_ERR_INTERNAL;
     }
-    if (call_send(pk->ctl, verb, out_p[1], err_p[1])) {
+    /* The call's CPU limit as a warm run's (ipd_sandbox_parked_run):
+     * never past its wall. */
+    int64_t wall = timeout_ms > 0 ? timeout_ms : pk->p.wall_timeout_ms;
+    int64_t cpu_s = pk->p.cpu_seconds;
+    if ((wall + 999) / 1000 + 1 < cpu_s)
+        cpu_s = (wall + 999) / 1000 + 1;
+    if (call_send(pk->ctl, verb, cpu_s, out_p[1], err_p[1])) {
         snprintf(out->error, sizeof out->error, "session: the child is gone");
         *ended = true;
     }

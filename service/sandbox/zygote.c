@@ -219,7 +219,11 @@ static char *park_params(const struct ipd_sandbox_config *cfg,
         "{s:s,s:s,s:o,s:i,s:i,s:i,s:{s:o,s:o,s:o,s:o,s:o}}", "tmp", tmp,
         "out", out, "mounts", m, "uid", (int)cfg->inner_uid, "gid",
         (int)cfg->inner_gid, "cap_last", cfg->state->cap_last, "rlimits",
-        "cpu", rl_pair(p->cpu_seconds, p->cpu_seconds + 1), "fsize",
+        /* a session's calls set their own soft limit (zygote.py,
+         * _session_loop): its hard one is the zygote's */
+        "cpu", rl_pair(p->cpu_seconds, session ? INT64_MAX
+                                               : p->cpu_seconds + 1),
+        "fsize",
         rl_pair(p->fsize_bytes, p->fsize_bytes), "nofile",
         rl_pair(p->nofile, p->nofile), "sigpending",
         rl_pair(p->sigpending, p->sigpending), "msgqueue",

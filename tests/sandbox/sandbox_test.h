@@ -3,21 +3,35 @@
  * (a probe failure fails every test, never skips), run a Python snippet
  * with /usr/bin/python3 under a real policy.
  *
- * Two modes, chosen by the environment (tests/sandbox/CMakeLists.txt
+ * Three modes, chosen by the environment (tests/sandbox/CMakeLists.txt
  * registers the escape, functional and budget suites once in each):
  *
  *   cold (IPD_SANDBOX_TEST_MODE unset or "cold"): sbx_run* run the code
  *     with ipd_sandbox_run, `python3 -I -c CODE`;
  *   warm (IPD_SANDBOX_TEST_MODE=warm): sbx_run* run it in a parked child
  *     of a zygote (sandbox.h, "Warm runs"), through the prelude (the code
- *     is job/code.py of a detached stage at /mnt/job).  One zygote per
- *     host uid, started on first need with IPD_WARM_MODULES=numpy and
- *     stopped by sbx_teardown.  While one lives its uid has 2 processes
- *     more on the host (the zygote and its init): sbx_resident.
+ *     is job/code.py of a detached stage at /mnt/job);
+ *   session (IPD_SANDBOX_TEST_MODE=session): sbx_run* run it as the one
+ *     call ('G') of a session child of a zygote (parked with
+ *     IPD_SANDBOX_PARK_SESSION, ipd_sandbox_parked_call): a fresh session
+ *     per run, so each case starts clean, freed once the call answered.
+ *     The program is then the session's interpreter, which outlives the
+ *     call: exit_code is the call's status (SystemExit ends the call, not
+ *     the process), and sbx_session_ended checks whether the call ended
+ *     the session (the program exited, was killed, or timed out).
+ *     sbx_run_seq runs codes as the calls of one session (as runs in a
+ *     row in the other modes).
+ *
+ * A session's child is a warm run's parked child that keeps its
+ * interpreter, so what the cases say of a warm run holds for it too.
+ * Warm and session mode (sbx_parked) have one zygote per host uid,
+ * started on first need with IPD_WARM_MODULES=numpy and stopped by
+ * sbx_teardown.  While one lives its uid has 2 processes more on the
+ * host (the zygote and its init): sbx_resident.
  *
  * A parked child takes no stdin and no host-path mounts (stage mounts
  * only), so a case that needs them says so and calls sbx_run_cold, which
- * is ipd_sandbox_run in both modes.
+ * is ipd_sandbox_run in every mode.
  *
  * The zygote of test_zygote.c (zt_*) is the same machinery: see
  * zygote_test.h.
@@ -46,25 +60,40 @@ static bool sbx_probed, sbx_ok;
 #define SBX_HOST_UID 200000
 #endif
 
-/* The suite's host uid: SBX_HOST_UID, or 20000 above it for a suite's
- * warm variant, which ctest may run at the same time as the cold one
- * (both count the processes of their uids). */
-static inline uid_t sbx_uid_base(void)
+/* The mode's name from the environment: "cold" when unset or empty. */
+static inline const char *sbx_mode(void)
 {
     const char *m = getenv("IPD_SANDBOX_TEST_MODE");
-    return (uid_t)(SBX_HOST_UID + (m && !strcmp(m, "warm") ? 20000 : 0));
+    return m && *m ? m : "cold";
 }
 
-/* True in warm mode (see the top). */
-static bool sbx_warm(void)
+/* True in session mode (see the top). */
+static inline bool sbx_session(void)
 {
-    const char *m = getenv("IPD_SANDBOX_TEST_MODE");
-    return m && !strcmp(m, "warm");
+    return !strcmp(sbx_mode(), "session");
+}
+
+/* True when the suite's runs are parked children of a zygote: warm and
+ * session mode (see the top). */
+static inline bool sbx_parked(void)
+{
+    return !strcmp(sbx_mode(), "warm") || sbx_session();
+}
+
+/* The suite's host uid: SBX_HOST_UID, or 20000 above it for a suite's
+ * warm variant and 40000 for its session variant, which ctest may run
+ * at the same time as the cold one (all count the processes of their
+ * uids). */
+static inline uid_t sbx_uid_base(void)
+{
+    if (sbx_session())
+        return (uid_t)(SBX_HOST_UID + 40000);
+    return (uid_t)(SBX_HOST_UID + (sbx_parked() ? 20000 : 0));
 }
 
 static bool sbx_setup(void)
 {
-    const char *m = getenv("IPD_SANDBOX_TEST_MODE");
+    const char *m = sbx_mode();
 
     if (!sbx_probed) {
         sbx_probed = true;
@@ -75,16 +104,17 @@ static bool sbx_setup(void)
         }
         sbx_ok = ipd_sandbox_probe(&sbx_cfg) == IPD_OK;
         fprintf(stderr, "%s\n", sbx_cfg.status);
-        if (m && *m && strcmp(m, "warm") && strcmp(m, "cold")) {
-            fprintf(stderr, "IPD_SANDBOX_TEST_MODE=%s: not warm or cold\n",
+        if (strcmp(m, "cold") && !sbx_parked()) {
+            fprintf(stderr, "IPD_SANDBOX_TEST_MODE=%s: not cold, warm or "
+                            "session\n",
                     m);
             sbx_ok = false;
         }
-        if (sbx_warm() && geteuid() != 0) {
-            fprintf(stderr, "warm mode needs root (detached stages)\n");
+        if (sbx_parked() && geteuid() != 0) {
+            fprintf(stderr, "%s mode needs root (detached stages)\n", m);
             sbx_ok = false;
         }
-        fprintf(stderr, "mode: %s\n", sbx_warm() ? "warm" : "cold");
+        fprintf(stderr, "mode: %s\n", m);
     }
     return sbx_ok;
 }
@@ -289,12 +319,14 @@ IPD_UNUSED static void zt_stop(struct zt *t)
     t->st = NULL;
 }
 
-/* Write code into the run stage's job/code.py.  0 or -1. */
+/* Write code into the run stage's job/code.py (anew: a session's next
+ * call rewrites it).  0 or -1. */
 static int zt_write_code(const struct ipd_sandbox_stage *st, const char *code)
 {
     size_t len = strlen(code);
     int fd = openat(ipd_sandbox_stage_fd(st), "job/code.py",
-                    O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
+                    0644);
     bool ok = fd >= 0 && write(fd, code, len) == (ssize_t)len;
 
     if (fd >= 0)
@@ -303,11 +335,60 @@ static int zt_write_code(const struct ipd_sandbox_stage *st, const char *code)
 }
 
 /*
+ * Park a child of t under p for a job (flags: ipd_sandbox_park's) with
+ * a stage of its own, *st: job/ at /mnt/job and an empty data/ at
+ * /mnt/data; extra: further stage mounts (an extra at /mnt/data takes
+ * the empty one's place); their places must exist in the zygote's root
+ * (/mnt/job, /mnt/data, /mnt/sync).  On success *st and *pk are the
+ * caller's (ipd_sandbox_stage_free; pk as ipd_sandbox_park's); on
+ * failure (said on stderr) both are NULL.
+ */
+static enum ipd_err zt_park_job(struct zt *t,
+                                const struct ipd_sandbox_policy *p,
+                                const struct ipd_sandbox_mount *extra,
+                                size_t n_extra, unsigned flags,
+                                struct ipd_sandbox_stage **st,
+                                struct ipd_sandbox_parked **pk)
+{
+    struct ipd_sandbox_mount m[8];
+    size_t n = 0;
+    bool own_data = true;
+    char err[256] = "";
+    enum ipd_err rc = IPD_ERR_INTERNAL;
+
+    *st = NULL;
+    *pk = NULL;
+    if (n_extra > IPD_ARRAY_LEN(m) - 2) {
+        fprintf(stderr, "zt_park_job: %zu mounts are too many\n", n_extra);
+        goto out;
+    }
+    if (ipd_sandbox_stage_new(16 << 20, 64, NULL, st, err, sizeof err) ||
+        zt_mkdirs(*st)) {
+        fprintf(stderr, "stage: %s\n", err);
+        goto out;
+    }
+    for (size_t i = 0; i < n_extra; i++)
+        own_data = own_data && strcmp(extra[i].sandbox_path, "/mnt/data");
+    m[n++] = (struct ipd_sandbox_mount){"job", "/mnt/job", false, *st};
+    if (own_data)
+        m[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false, *st};
+    for (size_t i = 0; i < n_extra; i++)
+        m[n++] = extra[i];
+    rc = ipd_sandbox_park(t->z, p, m, n, flags, 30000, pk, err, sizeof err);
+    if (rc)
+        fprintf(stderr, "park: %s\n", err);
+out:
+    if (rc) {
+        ipd_sandbox_stage_free(*st);
+        *st = NULL;
+    }
+    return rc;
+}
+
+/*
  * Run code in a parked child of t under p (the prelude's job: code.py in
- * /mnt/job of a stage of its own, with an empty /mnt/data).  extra:
- * further stage mounts (an extra at /mnt/data takes the empty one's
- * place); their places must exist in the zygote's root (/mnt/job,
- * /mnt/data, /mnt/sync).
+ * /mnt/job of a stage of its own, written once the child is parked, as
+ * the service does; extra as zt_park_job's).
  */
 IPD_UNUSED static enum ipd_err zt_run_mounts(
     struct zt *t, const struct ipd_sandbox_policy *p, const char *code,
@@ -316,32 +397,16 @@ IPD_UNUSED static enum ipd_err zt_run_mounts(
 {
     struct ipd_sandbox_stage *st = NULL;
     struct ipd_sandbox_parked *pk = NULL;
-    struct ipd_sandbox_mount m[8];
-    size_t n = 0;
-    bool own_data = true;
-    char err[256] = "";
-    enum ipd_err rc = IPD_ERR_INTERNAL;
+    enum ipd_err rc;
 
     sbx_result_init(res);
-    if (n_extra > IPD_ARRAY_LEN(m) - 2) {
-        fprintf(stderr, "zt_run_mounts: %zu mounts are too many\n", n_extra);
+    rc = zt_park_job(t, p, extra, n_extra, 0, &st, &pk);
+    if (rc)
         goto out;
-    }
-    if (ipd_sandbox_stage_new(16 << 20, 64, NULL, &st, err, sizeof err) ||
-        zt_mkdirs(st) || zt_write_code(st, code)) {
-        fprintf(stderr, "stage: %s\n", err);
-        goto out;
-    }
-    for (size_t i = 0; i < n_extra; i++)
-        own_data = own_data && strcmp(extra[i].sandbox_path, "/mnt/data");
-    m[n++] = (struct ipd_sandbox_mount){"job", "/mnt/job", false, st};
-    if (own_data)
-        m[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false, st};
-    for (size_t i = 0; i < n_extra; i++)
-        m[n++] = extra[i];
-    rc = ipd_sandbox_park(t->z, p, m, n, 0, 30000, &pk, err, sizeof err);
-    if (rc) {
-        fprintf(stderr, "park: %s\n", err);
+    if (zt_write_code(st, code)) {
+        fprintf(stderr, "job/code.py: %s\n", strerror(errno));
+        ipd_sandbox_parked_free(pk);
+        rc = IPD_ERR_INTERNAL;
         goto out;
     }
     rc = ipd_sandbox_parked_run(pk, 0, res);
@@ -349,6 +414,53 @@ IPD_UNUSED static enum ipd_err zt_run_mounts(
 out:
     ipd_sandbox_stage_free(st);
     return rc;
+}
+
+/*
+ * Run codes[0..n-1] as the calls, in order, of one fresh session of t
+ * under p: a child parked with IPD_SANDBOX_PARK_SESSION (stage and extra
+ * as zt_park_job's), job/code.py rewritten for each call, one 'G' call
+ * each with the policy's wall timeout.  res[i] is call i's result
+ * (ipd_sandbox_parked_call's; each the caller's to release); a call
+ * after one that ended the session is not made (its result as a run's
+ * that never started, IPD_ERR_UNAVAILABLE).  Then the session is freed
+ * (its child killed and reaped, its cgroup removed; the results'
+ * output_dirfd stay the caller's).  *ended: the last call made ended
+ * the session (false when none was).  The first rc that is not IPD_OK,
+ * else IPD_OK.
+ */
+IPD_UNUSED static enum ipd_err zt_calls_mounts(
+    struct zt *t, const struct ipd_sandbox_policy *p,
+    const char *const *codes, size_t n,
+    const struct ipd_sandbox_mount *extra, size_t n_extra,
+    struct ipd_sandbox_result *res, bool *ended)
+{
+    struct ipd_sandbox_stage *st = NULL;
+    struct ipd_sandbox_parked *pk = NULL;
+    enum ipd_err rc, first = IPD_OK;
+    size_t i = 0;
+
+    *ended = false;
+    for (size_t k = 0; k < n; k++)
+        sbx_result_init(&res[k]);
+    rc = zt_park_job(t, p, extra, n_extra, IPD_SANDBOX_PARK_SESSION, &st,
+                     &pk);
+    for (; !rc && i < n && !*ended; i++) {
+        if (zt_write_code(st, codes[i])) {
+            fprintf(stderr, "job/code.py: %s\n", strerror(errno));
+            rc = IPD_ERR_INTERNAL;
+            break;
+        }
+        rc = ipd_sandbox_parked_call(pk, 'G', 0, &res[i], ended);
+        sbx_report(*ended ? "session call (ended it)" : "session call", rc,
+                   &res[i]);
+        first = first ? first : rc;
+    }
+    if (i < n)
+        first = first ? first : rc ? rc : IPD_ERR_UNAVAILABLE;
+    ipd_sandbox_parked_free(pk);
+    ipd_sandbox_stage_free(st);
+    return first;
 }
 
 /* Run code in a parked child of t under p (see zt_run_mounts). */
@@ -362,7 +474,7 @@ IPD_UNUSED static enum ipd_err zt_run(struct zt *t,
 
 /* ---- the suite's runs ------------------------------------------------- */
 
-/* Warm mode's zygotes, one per host uid, in start order. */
+/* Warm and session mode's zygotes, one per host uid, in start order. */
 static struct zt sbx_zt[4];
 static bool sbx_zt_ready[IPD_ARRAY_LEN(sbx_zt)];
 static size_t sbx_n_zt;
@@ -394,11 +506,10 @@ static struct zt *sbx_zygote(uid_t uid)
 }
 
 /* Host processes of uid (0: the config's) that live between runs: in
- * warm mode, its zygote and the zygote's init while they are up.
- * NEEDSWORK: ipd_sandbox_parked_run returns once the run's init has
- * exited, not once the zygote's init has reaped it, so a count right
- * after a warm run sometimes sees that zombie (one more): a run.c bug,
- * reported with its fix; these counts stay strict meanwhile. */
+ * warm and session mode, its zygote and the zygote's init while they
+ * are up.  A parked run's child, and a session's, is gone (reaped by
+ * the zygote's init) when sbx_run* returns: ipd_sandbox_parked_run and
+ * ipd_sandbox_parked_free wait for it. */
 IPD_UNUSED static int sbx_resident(uid_t uid)
 {
     uid = sbx_uid_of(uid);
@@ -408,7 +519,7 @@ IPD_UNUSED static int sbx_resident(uid_t uid)
     return 0;
 }
 
-/* Run code cold in both modes, with python3 -I -c as host uid (0: the
+/* Run code cold in every mode, with python3 -I -c as host uid (0: the
  * config's); extra mounts (host paths or stages) appended to the system
  * ones; stdin_data NULL: stdin is /dev/null. */
 IPD_UNUSED static enum ipd_err sbx_run_cold_as(
@@ -449,10 +560,28 @@ IPD_UNUSED static enum ipd_err sbx_run_cold(
     return sbx_run_cold_as(p, 0, code, stdin_data, extra, n_extra, res);
 }
 
+/* Session mode: whether the calling thread's last sbx_run* call ended
+ * its session (sbx_session_ended). */
+static _Thread_local bool sbx_last_ended;
+
+/* In session mode, whether the calling thread's last sbx_run* call
+ * ended its session (the program exited, was killed or timed out) as
+ * want says (said on stderr when not); true in the other modes, which
+ * have no session. */
+IPD_UNUSED static bool sbx_session_ended(bool want)
+{
+    if (!sbx_session() || sbx_last_ended == want)
+        return true;
+    fprintf(stderr, "  the session call %s the session\n",
+            sbx_last_ended ? "ended" : "did not end");
+    return false;
+}
+
 /* Run code in the suite's mode as host uid (0: the config's): cold as
- * sbx_run_cold_as; warm in a parked child of uid's zygote, where extra
- * must be stage mounts (see zt_run_mounts) and stdin_data NULL: a case
- * that needs either calls sbx_run_cold_as. */
+ * sbx_run_cold_as; warm in a parked child of uid's zygote, session as
+ * the call of a fresh session of it (zt_run_mounts, zt_calls_mounts),
+ * where extra must be stage mounts and stdin_data NULL: a case that
+ * needs either calls sbx_run_cold_as. */
 IPD_UNUSED static enum ipd_err sbx_run_as(
     const struct ipd_sandbox_policy *p, uid_t uid, const char *code,
     const char *stdin_data, const struct ipd_sandbox_mount *extra,
@@ -461,7 +590,8 @@ IPD_UNUSED static enum ipd_err sbx_run_as(
     struct zt *t;
     bool host_path = false;
 
-    if (!sbx_warm())
+    sbx_last_ended = false;
+    if (!sbx_parked())
         return sbx_run_cold_as(p, uid, code, stdin_data, extra, n_extra,
                                res);
     for (size_t i = 0; i < n_extra; i++)
@@ -469,14 +599,17 @@ IPD_UNUSED static enum ipd_err sbx_run_as(
     sbx_result_init(res);
     if (stdin_data || host_path) {
         /* the case is wrong, not the sandbox: fail it loudly */
-        fprintf(stderr, "  warm run: a parked child takes no %s; run this "
+        fprintf(stderr, "  %s run: a parked child takes no %s; run this "
                         "case with sbx_run_cold\n",
-                stdin_data ? "stdin" : "host-path mount");
+                sbx_mode(), stdin_data ? "stdin" : "host-path mount");
         return IPD_ERR_INVALID;
     }
     t = sbx_zygote(uid);
     if (!t)
         return IPD_ERR_UNAVAILABLE;
+    if (sbx_session())
+        return zt_calls_mounts(t, p, &code, 1, extra, n_extra, res,
+                               &sbx_last_ended);
     return zt_run_mounts(t, p, code, extra, n_extra, res);
 }
 
@@ -495,8 +628,37 @@ IPD_UNUSED static enum ipd_err sbx_run(const struct ipd_sandbox_policy *p,
     return sbx_run_mounts(p, code, NULL, NULL, 0, res);
 }
 
-/* Stop warm mode's zygotes (each must end cleanly: exit 0, nothing
- * left over) and release the config. */
+/* Run codes[0..n-1] one after the other in the suite's mode as the
+ * config's host uid, res[i] the result of codes[i] (each the caller's to
+ * release): cold and warm as n runs (sbx_run), session as the n calls of
+ * one fresh session (zt_calls_mounts: what a call leaves, the next one
+ * has).  The first rc that is not IPD_OK, else IPD_OK. */
+IPD_UNUSED static enum ipd_err sbx_run_seq(const struct ipd_sandbox_policy *p,
+                                           const char *const *codes,
+                                           size_t n,
+                                           struct ipd_sandbox_result *res)
+{
+    enum ipd_err rc, first = IPD_OK;
+    struct zt *t;
+
+    sbx_last_ended = false;
+    if (sbx_session()) {
+        t = sbx_zygote(0);
+        for (size_t i = 0; !t && i < n; i++)
+            sbx_result_init(&res[i]);
+        return t ? zt_calls_mounts(t, p, codes, n, NULL, 0, res,
+                                   &sbx_last_ended)
+                 : IPD_ERR_UNAVAILABLE;
+    }
+    for (size_t i = 0; i < n; i++) {
+        rc = sbx_run(p, codes[i], &res[i]);
+        first = first ? first : rc;
+    }
+    return first;
+}
+
+/* Stop warm and session mode's zygotes (each must end cleanly: exit 0,
+ * nothing left over) and release the config. */
 static void sbx_teardown(void)
 {
     for (size_t i = 0; i < sbx_n_zt; i++) {

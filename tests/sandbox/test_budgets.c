@@ -8,9 +8,10 @@
  * for /mnt/sync/done, which the test creates once it has checked; the
  * run itself goes on a thread (a run blocks).
  *
- * Registered twice: cold and warm (sandbox_test.h).  Warm, each host uid
- * (slot) has its zygote, whose parked children are the runs; the case
- * that checks ipd_sandbox_run's refusal of a bad uid stays cold.
+ * Registered three times: cold, warm and session (sandbox_test.h).  Warm
+ * and session, each host uid (slot) has its zygote, whose parked
+ * children (session children) are the runs; the case that checks
+ * ipd_sandbox_run's refusal of a bad uid stays cold.
  */
 #define SBX_HOST_UID 200500 /* own range: suites run concurrently */
 #include <mqueue.h>
@@ -302,7 +303,7 @@ static void test_status_names_cpu_share(void)
 }
 
 /* Item 2: a run's own ids are refused where they can't be right.
- * ipd_sandbox_run's refusal of a bad spec: cold in both modes (a zygote
+ * ipd_sandbox_run's refusal of a bad spec: cold in every mode (a zygote
  * is started with the uid once, ipd_sandbox_zygote_run refuses it
  * alike). */
 static void test_run_ids_checked(void)

@@ -113,7 +113,7 @@ static void egress_take(void *ctx, int lfd)
  * loopback listener of the host (as the service's own port, a database
  * with trust auth) is out of reach; the only interface is its own
  * loopback; its one way out is the egress socket, handed to the caller
- * (without a taker, connecting to it is refused).  Cold in both modes: a
+ * (without a taker, connecting to it is refused).  Cold in every mode: a
  * networked run is never parked (ipd_sandbox_park refuses it), and the
  * egress socket is ipd_sandbox_run's. */
 static void test_networked_own_namespace(void)
@@ -185,7 +185,7 @@ static void test_host_files_unreachable(void)
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
     char code[2048];
-    bool warm = sbx_warm();
+    bool warm = sbx_parked();
 
     REQUIRE(sbx_setup());
     snprintf(code, sizeof code,
@@ -310,7 +310,7 @@ static void test_writes_outside_fail(void)
     fputs("a,b\n1,2\n", f);
     fclose(f);
     /* World-writable on the host: only the read-only bind stops writes.
-     * A host-path bind: cold in both modes (a parked child takes stage
+     * A host-path bind: cold in every mode (a parked child takes stage
      * mounts only). */
     chmod(data_dir, 0777);
     chmod(path, 0666);
@@ -359,6 +359,7 @@ static void test_fork_bomb_contained(void)
               IPD_OK);
     CHECK_STR(r.out.buf, "blocked EAGAIN True\n");
     CHECK(r.wall_seconds < 10);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
     /* The host is fine: no sleeper survived, and the next run works. */
     n = sbx_count_uid(sbx_cfg.host_uid);
@@ -385,6 +386,7 @@ static void test_oom_killed(void)
     CHECK_INT(r.term_signal, SIGKILL);
     CHECK_STR(r.out.buf, "start\n");
     CHECK(!r.timed_out);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
@@ -472,16 +474,20 @@ static void test_daemon_killed_no_survivors(void)
     CHECK(r.timed_out);
     CHECK_STR(r.out.buf, "daemonized\n");
     CHECK(r.wall_seconds < 5);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
     CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0));
 
     /* The program exits, leaving the daemon: it dies with the run, and
-     * the run does not wait for it. */
+     * the run does not wait for it.  A session's program is its
+     * interpreter: the call ends, the daemon lives on in the session
+     * until sbx_run* frees it. */
     p.wall_timeout_ms = 20000;
     CHECK_INT(sbx_run(&p, daemon_code, &r), IPD_OK);
     CHECK(!r.timed_out);
     CHECK_INT(r.exit_code, 0);
     CHECK(r.wall_seconds < 5);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
     CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0));
 }
@@ -517,6 +523,7 @@ static void test_kill_all_hurts_nothing_outside(void)
                       &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "still here 9\n");
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
     CHECK_INT(waitpid(victim, &status, WNOHANG), 0); /* still alive */
     /* and so is everything else of the uid: a warm run's zygote and its
@@ -635,6 +642,7 @@ static void test_foreign_arch_killed(void)
               IPD_OK);
     CHECK_STR(r.out.buf, "calling\n");
     CHECK_INT(r.term_signal, SIGSYS);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
@@ -777,6 +785,8 @@ static void test_crash_never_reaches_core_helper(void)
                       &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "(1, 1)\nrefused\n");
+    CHECK_INT(r.term_signal, SIGSEGV);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 
     /* Outside, after it: the helper runs (so it would have for the crash
@@ -819,10 +829,10 @@ static void test_crash_never_reaches_core_helper(void)
 }
 
 /* Inside uid/gid 1000 is the configured host uid and gid, nothing else,
- * no groups.  A warm run's user namespace is nested in its zygote's: its
- * map says 1000 -> 1000 (the zygote's 1000), and the zygote's (a cold
+ * no groups.  A parked run's user namespace is nested in its zygote's:
+ * its map says 1000 -> 1000 (the zygote's 1000), and the zygote's (a cold
  * run's) says 1000 -> the host uid.  What the run writes is the host
- * uid's in both modes. */
+ * uid's in every mode. */
 static void test_uid_maps_to_configured_host_uid(void)
 {
     struct ipd_sandbox_policy p;
@@ -847,8 +857,8 @@ static void test_uid_maps_to_configured_host_uid(void)
                       "open('/mnt/output/mine', 'w').close()\n",
                       &r),
               IPD_OK);
-    outer_uid = sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_uid;
-    outer_gid = sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_gid;
+    outer_uid = sbx_parked() ? 1000 : (unsigned)sbx_cfg.host_uid;
+    outer_gid = sbx_parked() ? 1000 : (unsigned)sbx_cfg.host_gid;
     snprintf(want, sizeof want, "1000 %u 1\n1000 %u 1\n[]\n", outer_uid,
              outer_gid);
     CHECK_STR(r.out.buf, want);
@@ -999,7 +1009,7 @@ static void test_inotify_on_shared_bind_refused(void)
 
 /* Families outside the policy's list fail with EAFNOSUPPORT even when
  * the policy allows network (AF_VSOCK, AF_ALG, AF_PACKET, a family with
- * high bits set).  Cold in both modes: a networked run is never parked
+ * high bits set).  Cold in every mode: a networked run is never parked
  * (ipd_sandbox_park refuses it). */
 static void test_networked_socket_families(void)
 {
@@ -1033,29 +1043,48 @@ static void test_networked_socket_families(void)
 /* The program holds stdin (/dev/null), stdout and stderr (pipes) and
  * nothing else of its parents': no control socket, no zygote command
  * socket, no stage tree, no other run's pipe.  A warm run's prelude
- * also holds its reserved result file (prelude.py, _reserve_result). */
+ * also holds its reserved result file (prelude.py, _reserve_result).  A
+ * session's program is the session's interpreter (zygote.py,
+ * _session_loop), which also holds its own: the session's control
+ * socket, on which its calls come, and the /dev/null it points stdout
+ * and stderr at between calls.  What the program starts (fork and exec)
+ * holds stdin, stdout and stderr alone in every mode. */
 static void test_no_stray_descriptors(void)
 {
+    static const char code[] =
+        "import os\n"
+        "LIST = r'''\n"
+        "import os, re\n"
+        "for fd in sorted(int(n) for n in os.listdir('/proc/self/fd')):\n"
+        "    try:\n"
+        "        t = os.readlink('/proc/self/fd/%d' % fd)\n"
+        "    except OSError:\n"
+        "        continue\n"
+        "    print(fd, re.sub(r':\\[\\d+\\]$', '', t))\n"
+        "'''\n"
+        "exec(LIST)\n"
+        "print('started', flush=True)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    os.execv('/usr/bin/python3', ['python3', '-I', '-c', LIST])\n"
+        "os.waitpid(pid, 0)\n";
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
+    char want[512];
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
-    CHECK_INT(sbx_run(&p,
-                      "import os, re\n"
-                      "for fd in sorted(int(n) for n in "
-                      "os.listdir('/proc/self/fd')):\n"
-                      "    try:\n"
-                      "        t = os.readlink('/proc/self/fd/%d' % fd)\n"
-                      "    except OSError:\n"
-                      "        continue\n"
-                      "    print(fd, re.sub(r':\\[\\d+\\]$', '', t))\n",
-                      &r),
-              IPD_OK);
-    CHECK_STR(r.out.buf,
-              sbx_warm() ? "0 /dev/null\n1 pipe\n2 pipe\n"
-                           "3 /mnt/output/.interpd/result.json.2.tmp\n"
-                         : "0 /dev/null\n1 pipe\n2 pipe\n");
+    CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
+    snprintf(want, sizeof want,
+             "0 /dev/null\n1 pipe\n2 pipe\n%s"
+             "started\n0 /dev/null\n1 pipe\n2 pipe\n",
+             sbx_session()  ? "3 /dev/null\n4 socket\n"
+                              "5 /mnt/output/.interpd/result.json.2.tmp\n"
+             : sbx_parked() ? "3 /mnt/output/.interpd/result.json.2.tmp\n"
+                            : "");
+    CHECK_STR(r.out.buf, want);
+    CHECK_INT(r.exit_code, 0);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
 }
 
@@ -1075,6 +1104,7 @@ static void test_x32_abi_killed(void)
               IPD_OK);
     CHECK_STR(r.out.buf, "calling\n");
     CHECK_INT(r.term_signal, SIGSYS);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
@@ -1083,7 +1113,7 @@ static void test_setup(void)
     char path[128];
     FILE *f;
 
-    /* In the environment before warm mode's zygote starts (on the first
+    /* In the environment before a parked mode's zygote starts (the first
      * run): test_no_host_secrets_in_environment looks for it. */
     setenv("IPD_TEST_SECRET", "hunter2-db-password", 1);
     REQUIRE(sbx_setup());

@@ -1,8 +1,8 @@
 /*
  * test_functional.c - the sandbox runs Python and reports what happened:
  * output, exit codes, signals, timeouts, stdin, limits, setup failures.
- * Registered twice: cold and warm (sandbox_test.h); each case that stays
- * cold in warm mode says why.
+ * Registered three times: cold, warm and session (sandbox_test.h); each
+ * case that stays cold in the other modes says why.
  */
 #include <fcntl.h>
 #include <signal.h>
@@ -13,7 +13,7 @@
 
 #include "sandbox_test.h"
 
-/* No run: the probe's findings (the same in both modes). */
+/* No run: the probe's findings (the same in every mode). */
 static void test_probe(void)
 {
     REQUIRE(sbx_setup());
@@ -42,7 +42,8 @@ static void test_mode_is_what_it_says(void)
                       "print('numpy' in sys.modules, sys.argv)\n",
                       &r),
               IPD_OK);
-    CHECK_STR(r.out.buf, sbx_warm() ? "True ['<code>']\n" : "False ['-c']\n");
+    CHECK_STR(r.out.buf,
+              sbx_parked() ? "True ['<code>']\n" : "False ['-c']\n");
     ipd_sandbox_result_release(&r);
 }
 
@@ -67,9 +68,13 @@ static void test_stdout_stderr(void)
     CHECK(r.wall_seconds > 0 && r.wall_seconds < 10);
     CHECK(r.max_rss_kib > 1000);
     CHECK(r.output_dirfd >= 0);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
 }
 
+/* A session call's exit status is the code's: sys.exit and an exception
+ * end the call, not the session; a signal ends the program, and the
+ * session with it. */
 static void test_exit_codes(void)
 {
     struct ipd_sandbox_policy p;
@@ -79,6 +84,7 @@ static void test_exit_codes(void)
     sbx_policy(&p);
     CHECK_INT(sbx_run(&p, "import sys; sys.exit(7)", &r), IPD_OK);
     CHECK_INT(r.exit_code, 7);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
 
     CHECK_INT(sbx_run(&p, "x = 1\nraise ValueError('bad value')\n", &r),
@@ -86,6 +92,7 @@ static void test_exit_codes(void)
     CHECK_INT(r.exit_code, 1);
     CHECK(strstr(r.err.buf, "line 2") != NULL);
     CHECK(strstr(r.err.buf, "ValueError: bad value") != NULL);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
 
     CHECK_INT(sbx_run(&p, "import os, signal\n"
@@ -94,6 +101,7 @@ static void test_exit_codes(void)
               IPD_OK);
     CHECK_INT(r.term_signal, SIGTERM);
     CHECK_INT(r.exit_code, -1);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
@@ -104,7 +112,7 @@ static void test_stdin(void)
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
-    /* Cold in both modes: a parked child's stdin is always /dev/null
+    /* Cold in every mode: a parked child's stdin is always /dev/null
      * (ipd_sandbox_park takes no stdin data). */
     CHECK_INT(sbx_run_cold(&p,
                            "import sys\nd = sys.stdin.read()\n"
@@ -156,6 +164,7 @@ static void test_timeout_keeps_output(void)
         fprintf(stderr, "cpu_seconds %.3f, the run saw %.3f\n",
                 r.cpu_seconds, seen);
     CHECK(r.cpu_seconds > 0 && r.cpu_seconds + 0.02 >= seen);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
@@ -180,6 +189,7 @@ static void test_timeout_reports_peak_rss(void)
     if (r.max_rss_kib < 64 * 1024)
         fprintf(stderr, "max_rss_kib %ld\n", (long)r.max_rss_kib);
     CHECK(r.max_rss_kib >= 64 * 1024);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
@@ -201,14 +211,45 @@ static void test_cpu_limit(void)
         fprintf(stderr, "  cpu_seconds %.3f, wall %.3f\n", r.cpu_seconds,
                 r.wall_seconds);
     CHECK(r.cpu_seconds >= 0.5 && r.cpu_seconds < 3.0);
+    CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
 
+/* The CPU limit is each run's: two runs in a row that each use 1.2 s of
+ * CPU under a 2 s limit both finish.  In session mode the two are calls
+ * of one session, whose interpreter lives on between them, so its CPU
+ * time adds up; the limit is still each call's, as the wall timeout is
+ * (a session's policy is its calls'). */
+static void test_cpu_limit_is_each_runs(void)
+{
+    static const char burn[] = "import time\n"
+                               "t = time.process_time()\n"
+                               "while time.process_time() - t < 1.2:\n"
+                               "    pass\n"
+                               "print('done')\n";
+    const char *codes[] = {burn, burn};
+    struct ipd_sandbox_policy p;
+    struct ipd_sandbox_result r[2];
+
+    REQUIRE(sbx_setup());
+    sbx_policy(&p);
+    p.cpu_seconds = 2;
+    CHECK_INT(sbx_run_seq(&p, codes, 2, r), IPD_OK);
+    for (size_t i = 0; i < 2; i++) {
+        CHECK_STR(r[i].out.buf, "done\n");
+        CHECK_INT(r[i].exit_code, 0);
+        CHECK_INT(r[i].term_signal, 0);
+        ipd_sandbox_result_release(&r[i]);
+    }
+    CHECK(sbx_session_ended(false));
+}
+
 /* The run's whole environment: the sandbox's defaults and nothing of
- * the service's, in either mode (a warm run has its zygote's, which
- * takes IPD_WARM_MODULES out of it).  spec->env overriding a default and adding a
- * key is ipd_sandbox_run's alone (a parked child has its zygote's
- * environment): cold in both modes. */
+ * the service's, the same in every mode (a parked child has its
+ * zygote's, which takes its own IPD_WARM_MODULES out before any child
+ * exists).  spec->env overriding a default and adding a key is
+ * ipd_sandbox_run's alone (a parked child has its zygote's
+ * environment): cold in every mode. */
 static void test_environment(void)
 {
     static const char code[] = "import os\n"
@@ -219,18 +260,16 @@ static void test_environment(void)
     const char *argv[] = {"/usr/bin/python3", "-I", "-c", code, NULL};
     const char *env[] = {"MPLCONFIGDIR=/tmp/mpl", "EXTRA=1", NULL};
     struct ipd_sandbox_spec spec;
-    char want[1024];
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
     CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
-    snprintf(want, sizeof want,
-             "HOME=/tmp\nLANG=C.UTF-8\nMKL_NUM_THREADS=1\n"
-             "MPLBACKEND=Agg\nMPLCONFIGDIR=/tmp/matplotlib\n"
-             "NUMEXPR_NUM_THREADS=1\nOMP_NUM_THREADS=1\n"
-             "OPENBLAS_NUM_THREADS=1\nPATH=/usr/local/bin:/usr/bin:/bin\n"
-             "PYTHONDONTWRITEBYTECODE=1\nPYTHONUNBUFFERED=1\nTMPDIR=/tmp\n");
-    CHECK_STR(r.out.buf, want);
+    CHECK_STR(r.out.buf,
+              "HOME=/tmp\nLANG=C.UTF-8\nMKL_NUM_THREADS=1\n"
+              "MPLBACKEND=Agg\nMPLCONFIGDIR=/tmp/matplotlib\n"
+              "NUMEXPR_NUM_THREADS=1\nOMP_NUM_THREADS=1\n"
+              "OPENBLAS_NUM_THREADS=1\nPATH=/usr/local/bin:/usr/bin:/bin\n"
+              "PYTHONDONTWRITEBYTECODE=1\nPYTHONUNBUFFERED=1\nTMPDIR=/tmp\n");
     ipd_sandbox_result_release(&r);
 
     memset(&spec, 0, sizeof spec);
@@ -276,15 +315,15 @@ static void test_identity(void)
     snprintf(want, sizeof want,
              "1000 1000 []\n['1000', '%u', '1']\n['1000', '%u', '1']\n"
              "deny\n2 True\nsandbox sandbox /mnt/output\n",
-             sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_uid,
-             sbx_warm() ? 1000 : (unsigned)sbx_cfg.host_gid);
+             sbx_parked() ? 1000 : (unsigned)sbx_cfg.host_uid,
+             sbx_parked() ? 1000 : (unsigned)sbx_cfg.host_gid);
     CHECK_STR(r.out.buf, want);
     CHECK(sbx_cfg.host_uid != 0);
     ipd_sandbox_result_release(&r);
 }
 
 /* ipd_sandbox_run's own reports of a bad spec or a failed setup: cold
- * in both modes (a parked child's setup failures are ipd_sandbox_park's,
+ * in every mode (a parked child's setup failures are ipd_sandbox_park's,
  * test_zygote). */
 static void test_setup_failure_is_an_error(void)
 {
@@ -346,7 +385,7 @@ static void test_setup_failure_is_an_error(void)
     ipd_sandbox_result_release(&r);
 }
 
-/* No run: the probe (the same in both modes). */
+/* No run: the probe (the same in every mode). */
 static void test_probe_refuses_root_mapping(void)
 {
     struct ipd_sandbox_config c;
@@ -396,13 +435,14 @@ static void test_output_dir_handle(void)
     if (fd >= 0)
         close(fd);
     CHECK(ipd_sandbox_output_open(&r, "../etc/passwd", O_RDONLY) < 0);
+    CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
 }
 
 /* Binds whose host paths lie under a directory the sandbox's uid cannot
  * search (a data dir under /root, 0700): the service's side makes the
  * mounts, so the run reads them (a directory and a single file) and
- * writes into a writable one.  Host-path binds: cold in both modes (a
+ * writes into a writable one.  Host-path binds: cold in every mode (a
  * parked child takes stage mounts only). */
 static void test_bind_under_private_dir(void)
 {
@@ -466,6 +506,7 @@ TEST_MAIN(T(test_probe), T(test_mode_is_what_it_says),
           T(test_stdout_stderr), T(test_exit_codes), T(test_stdin),
           T(test_timeout_keeps_output),
           T(test_timeout_reports_peak_rss), T(test_cpu_limit),
+          T(test_cpu_limit_is_each_runs),
           T(test_environment), T(test_identity),
           T(test_setup_failure_is_an_error),
           T(test_probe_refuses_root_mapping), T(test_output_dir_handle),

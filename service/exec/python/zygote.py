@@ -414,11 +414,28 @@ def _session_call(prelude, mod, first):
     return status
 
 
+def _call_cpu(data):
+    """A call's RLIMIT_CPU (its verb is followed by its CPU seconds): it
+    counts the interpreter's whole life, so the call may use what it has
+    used so far and the call's own on top."""
+    try:
+        cpu = int(data[1:])
+    except ValueError:
+        return
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(ru.ru_utime + ru.ru_stime) + 1 + cpu
+    hard = resource.getrlimit(resource.RLIMIT_CPU)[1]
+    if hard != resource.RLIM_INFINITY:
+        soft = min(soft, hard)
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
+
+
 def _session_loop(prelude, ctl):
     """A session's program child: calls until the service ends it.  "G"
     with the call's stdout and stderr runs the job now in /mnt/job in the
     same __main__ module; "V" writes the user's variables to
     .interpd/variables.json.  Each answers "D" + its status (int32)."""
+    os.set_inheritable(ctl, False)  # the program's own: never what it runs
     sock = socket.socket(fileno=ctl)
     mod = prelude.new_main_module()
     first = True
@@ -433,6 +450,8 @@ def _session_loop(prelude, ctl):
         if not data:
             os._exit(0)
         status = 0
+        if data[:1] in (b"G", b"V"):
+            _call_cpu(data)
         if data[:1] == b"G" and len(fds) == 2:
             os.dup2(fds[0], 1)
             os.dup2(fds[1], 2)
