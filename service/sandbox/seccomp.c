@@ -228,22 +228,28 @@ static int add(scmp_filter_ctx ctx, uint32_t action, int nr, unsigned n,
     return rc;
 }
 
-/* The table's number must be libseccomp's for the name, where it knows
- * the name (a typo or a wrong number fails the probe, closed). */
-static int add_allowed(scmp_filter_ctx ctx)
+/* Allow every call of table t (n entries).  The table's number must be
+ * libseccomp's for the name, where it knows the name (a typo or a wrong
+ * number fails the probe, closed). */
+static int add_table(scmp_filter_ctx ctx, const struct sc *t, size_t n)
 {
-    for (size_t i = 0; i < IPD_ARRAY_LEN(allow); i++) {
-        int nr = seccomp_syscall_resolve_name(allow[i].name);
+    for (size_t i = 0; i < n; i++) {
+        int nr = seccomp_syscall_resolve_name(t[i].name);
         int rc;
-        if (nr >= 0 && nr != allow[i].nr) {
-            failed_nr = allow[i].nr;
+        if (nr >= 0 && nr != t[i].nr) {
+            failed_nr = t[i].nr;
             return -EINVAL;
         }
-        rc = add(ctx, SCMP_ACT_ALLOW, allow[i].nr, 0, NULL);
+        rc = add(ctx, SCMP_ACT_ALLOW, t[i].nr, 0, NULL);
         if (rc)
             return rc;
     }
     return 0;
+}
+
+static int add_allowed(scmp_filter_ctx ctx)
+{
+    return add_table(ctx, allow, IPD_ARRAY_LEN(allow));
 }
 
 static bool is_allowed(int nr)
@@ -330,18 +336,7 @@ static const struct sc zygote_allow[] = {
 
 static int add_zygote(scmp_filter_ctx ctx)
 {
-    for (size_t i = 0; i < IPD_ARRAY_LEN(zygote_allow); i++) {
-        int nr = seccomp_syscall_resolve_name(zygote_allow[i].name);
-        int rc;
-        if (nr >= 0 && nr != zygote_allow[i].nr) {
-            failed_nr = zygote_allow[i].nr;
-            return -EINVAL;
-        }
-        rc = add(ctx, SCMP_ACT_ALLOW, zygote_allow[i].nr, 0, NULL);
-        if (rc)
-            return rc;
-    }
-    return 0;
+    return add_table(ctx, zygote_allow, IPD_ARRAY_LEN(zygote_allow));
 }
 
 static int add_rules(scmp_filter_ctx ctx, bool network, bool zygote)
