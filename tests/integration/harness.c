@@ -1590,9 +1590,12 @@ static bool sessions_clean(struct itest_server *s)
         json_t *live = itest_json_get(r.json, "sessions.live");
         if (r.status == 200 && json_is_integer(live) &&
             json_integer_value(live) != 0) {
+            char *d = json_dumps(itest_json_get(r.json, "sessions"),
+                                 JSON_COMPACT);
             fprintf(stderr, "harness: session mode: %lld live sessions left "
-                            "at the end: %s\n",
-                    (long long)json_integer_value(live), r.body);
+                            "at the end: \"sessions\": %s\n",
+                    (long long)json_integer_value(live), d ? d : "?");
+            free(d);
             ok = false;
         }
         itest_resp_release(&r);
