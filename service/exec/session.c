@@ -40,6 +40,7 @@
 #define TOMBSTONE_MS (3600LL * 1000)
 #define VARIABLES_FILE_MAX (1 << 20)
 #define ENDING_WAIT_MS 5000   /* a create waits for an ending one's uid */
+#define DELETE_WAIT_MS 5000   /* a DELETE waits for the session's end */
 
 enum sess_state { S_STARTING, S_READY, S_BUSY, S_ENDING, S_ENDED };
 
@@ -115,6 +116,11 @@ static void end_locked(struct ipd__session *s, const char *why)
         snprintf(s->why, sizeof(s->why), "%s", why);
         s->ended_ms = ipd_now_ms();
         ipd_sandbox_zygote_stop(s->z);
+        /* What the code runs stops now, not once the zygote has wound
+         * down (its interpreter's exit, some 50 ms).  Not under a call:
+         * that one kills the child itself when it sees the zygote go. */
+        if (s->state != S_BUSY)
+            ipd_sandbox_parked_kill(s->pk);
         ipd_info("session %s ended: %s", s->id, why);
     }
     if (s->state != S_BUSY)
@@ -226,6 +232,25 @@ static struct ipd__session *find_locked(struct ipd__sessions *ss,
             return s;
     }
     return NULL;
+}
+
+/* Wait (under the lock, bounded) until s has ENDED: its thread has freed
+ * the child and its zygote's run is over, so no process of it is left.
+ * s stays listed meanwhile (a tombstone lives an hour). */
+static void wait_ended_locked(struct ipd__sessions *ss,
+                              struct ipd__session *s)
+{
+    for (int64_t end = ipd_mono_ms() + DELETE_WAIT_MS;
+         s->state != S_ENDED && ipd_mono_ms() < end;) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_nsec += 50 * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) {
+            ts.tv_sec++;
+            ts.tv_nsec -= 1000000000L;
+        }
+        (void)pthread_cond_timedwait(&ss->cond, &ss->lock, &ts);
+    }
 }
 
 /* Counts of live sessions: all, and the caller's (under the lock). */
@@ -391,6 +416,11 @@ enum ipd_err ipd_executor_session_delete(struct ipd_executor *ex,
     struct ipd__session *s = find_locked(ss, tenant, user, id);
     if (s) {
         end_locked(s, "deleted");
+        /* Answer once its processes are gone, as a run answers once its
+         * tree is (a call running in it ends first: its child is
+         * killed).  Bounded: the zygote's exit takes some 50 ms. */
+        if (!ss->stopping)
+            wait_ended_locked(ss, s);
         rc = IPD_OK;
     }
     pthread_mutex_unlock(&ss->lock);

@@ -372,6 +372,10 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
                                      bool *ended);
 /* A session child's cgroup memory now (bytes), -1 when unknown. */
 int64_t ipd_sandbox_parked_memory(const struct ipd_sandbox_parked *pk);
+/* SIGKILL every process of a parked child (its cgroup's, and its init)
+ * without waiting for them; pk stays the caller's (free it with
+ * ipd_sandbox_parked_free).  Any thread; NULL is fine. */
+void ipd_sandbox_parked_kill(struct ipd_sandbox_parked *pk);
 /* A parked child not used: killed, its cgroup removed.  NULL is fine. */
 void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk);
 

@@ -454,6 +454,12 @@ void ipd__parked_kill(struct ipd_sandbox_parked *pk)
         (void)syscall(SYS_pidfd_send_signal, pk->pidfd, SIGKILL, NULL, 0);
 }
 
+void ipd_sandbox_parked_kill(struct ipd_sandbox_parked *pk)
+{
+    if (pk)
+        ipd__parked_kill(pk);
+}
+
 void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk)
 {
     if (!pk)

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -289,7 +290,7 @@ static int backend_kind(void)
 
 /* ITEST_EXEC_MODE: 1 cold (also when unset: the suites that are not
  * about executions pin cold, the product's default being warm, so only
- * the integration-warm/ and -session/ variants pay for zygotes), 2 warm;
+ * the integration-warm/ and -session/ variants pay for zygotes), 2 warm, 3 session;
  * anything else stops the program loudly, as a wrong ITEST_BACKEND
  * does. */
 static int exec_mode_env(void)
@@ -303,9 +304,11 @@ static int exec_mode_env(void)
             kind = 1;
         } else if (!strcmp(e, "warm")) {
             kind = 2;
+        } else if (!strcmp(e, "session")) {
+            kind = 3;
         } else {
-            fprintf(stderr, "harness: ITEST_EXEC_MODE=\"%s\": want warm or "
-                            "cold\n",
+            fprintf(stderr, "harness: ITEST_EXEC_MODE=\"%s\": want warm, "
+                            "cold or session\n",
                     e);
             exit(2);
         }
@@ -315,7 +318,13 @@ static int exec_mode_env(void)
 
 bool itest_exec_warm(void)
 {
-    return exec_mode_env() == 2;
+    /* Session mode starts its servers warm too (see harness.h). */
+    return exec_mode_env() >= 2;
+}
+
+bool itest_exec_session(void)
+{
+    return exec_mode_env() == 3;
 }
 
 const char *itest_exec_mode_name(void)
@@ -1562,11 +1571,47 @@ static bool terminate(struct itest_server *s)
     return ok;
 }
 
+/* Session mode: the hook deleted every session it made, each answer
+ * named its session, and the server has no live session left. */
+static bool sessions_clean(struct itest_server *s)
+{
+    if (!itest_exec_session() || !s->pid)
+        return true;
+    int errs = __atomic_load_n(&s->session_errors, __ATOMIC_SEQ_CST);
+    bool ok = errs == 0;
+    fprintf(stderr, "harness: session mode: server pid %d ran %d "
+                    "executions in sessions of their own\n",
+            (int)s->pid, __atomic_load_n(&s->session_calls, __ATOMIC_SEQ_CST));
+    if (errs)
+        fprintf(stderr, "harness: session mode: %d failures of the session "
+                        "hook (above)\n",
+                errs);
+    if (s->admin_key) {
+        struct itest_resp r;
+        itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
+                      NULL, 0, NULL, &r);
+        json_t *live = itest_json_get(r.json, "sessions.live");
+        if (r.status == 200 && json_is_integer(live) &&
+            json_integer_value(live) != 0) {
+            char *d = json_dumps(itest_json_get(r.json, "sessions"),
+                                 JSON_COMPACT);
+            fprintf(stderr, "harness: session mode: %lld live sessions left "
+                            "at the end: \"sessions\": %s\n",
+                    (long long)json_integer_value(live), d ? d : "?");
+            free(d);
+            ok = false;
+        }
+        itest_resp_release(&r);
+    }
+    return ok;
+}
+
 bool itest__stop(struct itest_server *s, int failed_now)
 {
     if (!s)
         return true;
-    bool ok = terminate(s);
+    bool clean = sessions_clean(s);
+    bool ok = terminate(s) && clean;
     if (!ok || failed_now != s->fail_mark) {
         itest_print_log_tail(s, LOG_TAIL_LINES);
         fprintf(stderr, "harness: test failed; keeping %s\n", s->tmp_dir);
@@ -2038,8 +2083,9 @@ static void add_parts(CURL *h, curl_mime **mimep, const struct itest_req *rq)
     *mimep = mime;
 }
 
-long itest_do(struct itest_server *s, const struct itest_req *rq,
-              struct itest_resp *out)
+/* Send rq to s as it is (itest_do, but for the session hook). */
+static long perform(struct itest_server *s, const struct itest_req *rq,
+                    struct itest_resp *out)
 {
     memset(out, 0, sizeof(*out));
     struct sink body = {NULL, 0, 0};
@@ -2135,6 +2181,167 @@ long itest_do(struct itest_server *s, const struct itest_req *rq,
                         "%s\n",
                 out->what, out->status, out->curl_err);
     return out->status;
+}
+
+/* ---- ITEST_EXEC_MODE=session: each execution in a session of its own */
+
+/* rq's body (new reference) when the session hook takes rq: a
+ * synchronous POST /v1/executions whose body is a JSON object that names
+ * no session; else NULL (rq goes as it is). */
+static json_t *session_hook_body(const struct itest_req *rq)
+{
+    static const char path[] = "/v1/executions";
+    const char *method = rq->method ? rq->method : rq->body ? "POST" : "GET";
+    size_t n = sizeof(path) - 1;
+    if (strcmp(method, "POST") || !rq->body || rq->read_cb || rq->parts ||
+        !rq->content_type ||
+        strncasecmp(rq->content_type, "application/json", 16) ||
+        strncmp(rq->path, path, n) || (rq->path[n] && rq->path[n] != '?'))
+        return NULL;
+    json_error_t err;
+    json_t *j = json_loadb(rq->body, rq->body_len, 0, &err);
+    json_t *cb = json_object_get(j, "callback_url");
+    /* async or a callback: the answer (202) comes before the run, which
+     * a DELETE right after it would end. */
+    if (!json_is_object(j) || json_object_get(j, "session_id") ||
+        json_is_true(json_object_get(j, "async")) ||
+        (cb && !json_is_null(cb))) {
+        json_decref(j);
+        return NULL;
+    }
+    return j;
+}
+
+/* The caller's headers of rq among its extra ones (Authorization,
+ * X-User-Id), NULL-terminated: a new array of borrowed strings. */
+static const char **caller_headers(const struct itest_req *rq)
+{
+    size_t n = 0, k = 0;
+    while (rq->headers && rq->headers[n])
+        n++;
+    const char **v = xrealloc(NULL, (n + 1) * sizeof(*v));
+    for (size_t i = 0; i < n; i++) {
+        const char *h = rq->headers[i];
+        if (!strncasecmp(h, "Authorization:", 14) ||
+            !strncasecmp(h, "X-User-Id:", 10))
+            v[k++] = h;
+    }
+    v[k] = NULL;
+    return v;
+}
+
+/* rq's body with "session_id": id added before its closing brace (the rest
+ * byte for byte as the test wrote it): a new string.  obj is the body
+ * parsed, so the body ends with '}' and blanks. */
+static char *with_session_id(const struct itest_req *rq, const json_t *obj,
+                             const char *id)
+{
+    const char *b = rq->body;
+    size_t end = rq->body_len;
+    while (end && isspace((unsigned char)b[end - 1]))
+        end--;
+    return itest_fmt("%.*s%s\"session_id\":\"%s\"%.*s", (int)(end - 1), b,
+                     json_object_size(obj) ? "," : "", id,
+                     (int)(rq->body_len - end + 1), b + end - 1);
+}
+
+/* DELETE the hook's session id as the caller of cr; a failure is counted
+ * against the server (itest_stop fails then), unless it no longer
+ * answers at all (its sessions ended with it). */
+static void session_hook_delete(struct itest_server *s,
+                                const struct itest_req *cr, const char *id)
+{
+    struct itest_resp r;
+    char *path = itest_fmt("/v1/sessions/%s", id);
+    struct itest_req dr = *cr;
+    dr.method = "DELETE";
+    dr.path = path;
+    dr.content_type = NULL;
+    dr.body = NULL;
+    dr.body_len = 0;
+    perform(s, &dr, &r);
+    if (r.status != 204) {
+        fprintf(stderr, "harness: session mode: DELETE %s answered %ld "
+                        "(want 204): %s%s\n",
+                path, r.status, r.body, r.curl_err);
+        if (r.status)
+            __atomic_add_fetch(&s->session_errors, 1, __ATOMIC_SEQ_CST);
+    }
+    itest_resp_release(&r);
+    free(path);
+}
+
+/* ITEST_EXEC_MODE=session: when session_hook_body takes rq, run it in a
+ * session of the caller's own made for it, then delete that session.
+ * false when rq is not taken (send it as it is): not such a request, or
+ * POST /v1/sessions refused the caller (400, 401, 403: no session for
+ * this key, user or token).  Any other failure to make the session is
+ * the request's answer, so the test sees it. */
+static bool session_hook(struct itest_server *s, const struct itest_req *rq,
+                         struct itest_resp *out)
+{
+    json_t *body = session_hook_body(rq);
+    if (!body)
+        return false;
+    const char **hdrs = caller_headers(rq);
+    struct itest_req cr = {.method = "POST",
+                           .path = "/v1/sessions",
+                           .key = rq->key,
+                           .user_id = rq->user_id,
+                           .content_type = "application/json",
+                           .body = "{}",
+                           .body_len = 2,
+                           .headers = hdrs,
+                           .timeout_ms = 30000};
+    perform(s, &cr, out);
+    const char *sid = out->status == 201
+                          ? itest_json_str(out->json, "session_id")
+                          : NULL;
+    bool taken = true;
+    if (!sid) {
+        taken = !(out->status == 400 || out->status == 401 ||
+                  out->status == 403);
+        fprintf(stderr, "harness: session mode: POST /v1/sessions answered "
+                        "%ld: %s%s; %s\n",
+                out->status, out->body, out->curl_err,
+                taken ? "that is the answer to POST /v1/executions"
+                      : "POST /v1/executions goes without a session");
+        snprintf(out->what, sizeof(out->what),
+                 "POST /v1/sessions (session mode, for %.100s)", rq->path);
+        if (!taken)
+            itest_resp_release(out);
+        goto done;
+    }
+    char *id = xstrdup(sid);
+    char *text = with_session_id(rq, body, id);
+    struct itest_req er = *rq;
+    er.body = text;
+    er.body_len = strlen(text);
+    itest_resp_release(out);
+    perform(s, &er, out);
+    __atomic_add_fetch(&s->session_calls, 1, __ATOMIC_SEQ_CST);
+    const char *echo = itest_json_str(out->json, "session_id");
+    if (out->status == 200 && (!echo || strcmp(echo, id))) {
+        fprintf(stderr, "harness: session mode: the answer does not name "
+                        "session %s: %s\n",
+                id, out->body);
+        __atomic_add_fetch(&s->session_errors, 1, __ATOMIC_SEQ_CST);
+    }
+    session_hook_delete(s, &cr, id);
+    free(text);
+    free(id);
+done:
+    free(hdrs);
+    json_decref(body);
+    return taken;
+}
+
+long itest_do(struct itest_server *s, const struct itest_req *rq,
+              struct itest_resp *out)
+{
+    if (itest_exec_session() && session_hook(s, rq, out))
+        return out->status;
+    return perform(s, rq, out);
 }
 
 long itest_request(struct itest_server *s, const char *method,

@@ -42,6 +42,22 @@
  * (by either) is waited for (bounded, 60 s) until GET /readyz says
  * "execution_mode": "warm", so the test measures warm runs; when it never
  * does, it did not start (itest_opts.no_warm_wait skips the wait).
+ * ITEST_EXEC_MODE=session starts servers as warm does, and runs every
+ * synchronous POST /v1/executions of the test in a session of its own
+ * (itest_do, through which every request goes): the harness first POSTs
+ * /v1/sessions as the same caller (the request's key and user id, and
+ * any Authorization or X-User-Id among its extra headers), adds
+ * "session_id" to the body (the rest of it byte for byte), sends it, and
+ * DELETEs the session, so each execution still starts from a fresh
+ * interpreter but runs through the session path (a session's zygote and
+ * host uid, one parked child, its calls).  Passed through unchanged: any
+ * other request, a body that is not a JSON object or already has
+ * "session_id", "async": true or a "callback_url", and a caller that
+ * POST /v1/sessions refuses with 400, 401 or 403 (a networked policy, no
+ * or a bad key, a token without the scope).  Any other failure to make
+ * the session is the answer the test gets (its `what` says so).  A
+ * DELETE that fails, or a 200 that does not name its session, fails the
+ * test at itest_stop, as does a live session left on the server then.
  *
  * Thread-safety: itest_do/itest_request and the helpers that do not take a
  * server's lifecycle (start, stop, restart, kill) may run from many threads
@@ -81,6 +97,9 @@ struct itest_server {
     bool warm;          /* started with --exec-mode warm (ITEST_EXEC_MODE or
                          * the test's own flag or config) */
     bool no_admin_key;  /* from itest_opts */
+    int session_errors; /* ITEST_EXEC_MODE=session: the hook's failures
+                         * (atomic; itest_stop fails when not 0) */
+    int session_calls;  /* ... and the executions it ran in sessions */
     int fail_mark;      /* failed-check count when the test started it */
     struct itest_server *next; /* registry of live servers */
 };
@@ -155,11 +174,14 @@ bool itest_wait_status_int(struct itest_server *s, const char *path,
  * "execution_mode" equal to mode ("warm", "mixed", "starting", "cold"). */
 bool itest_wait_exec_mode(struct itest_server *s, const char *mode,
                           int timeout_ms);
-/* True when ITEST_EXEC_MODE=warm: the servers run warm unless a test says
- * otherwise (any value but "warm", "cold" or unset stops the program
- * loudly). */
+/* True when ITEST_EXEC_MODE=warm or session: the servers run warm unless
+ * a test says otherwise (any value but "warm", "cold", "session" or unset
+ * stops the program loudly). */
 bool itest_exec_warm(void);
-/* "warm" or "cold", for messages and for a test's own --exec-mode. */
+/* True when ITEST_EXEC_MODE=session: executions run in sessions (above). */
+bool itest_exec_session(void);
+/* "warm" or "cold" (the servers' --exec-mode), for messages and for a
+ * test's own --exec-mode. */
 const char *itest_exec_mode_name(void);
 
 /* ---- HTTP ---- */

@@ -28,6 +28,14 @@
 
 static struct itest_server *srv;
 static unsigned sbx_uid;        /* the server's --sandbox-uid */
+/* Host uids after it: one per execution slot (2), then one per session
+ * (--max-sessions, 8): sessions (ITEST_EXEC_MODE=session runs every
+ * execution in one) run as sandbox-uid + 1 + slots + i. */
+#define SLOTS 2
+#define MAX_SESSIONS 8
+#define SBX_UIDS (1 + SLOTS + MAX_SESSIONS)
+#define STR_(x) #x
+#define STR(x) STR_(x)
 static char secret_env[96];     /* INTERPD_TEST_SECRET=... */
 static char secret_env2[96];    /* DB_PASSWORD=... */
 static char secret1[64], secret2[64];
@@ -69,10 +77,22 @@ static long run_py_policy(const char *user, const char *code, int timeout,
            "unwanted \"%s\" in stdout:\n%s\nstderr:\n%s", (needle),            \
            out_of(r), err_of(r))
 
-/* Processes of the host whose real or effective uid is uid. */
-/* Processes of the server's sandbox uids: --sandbox-uid itself (internal
- * runs) and one per execution slot after it (2 slots). */
-static int count_uid(unsigned uid)
+/* A uid of the server's sandbox: --sandbox-uid itself (internal runs),
+ * a slot's or a session's. */
+static bool sbx_uid_of(unsigned uid)
+{
+    return uid - sbx_uid < SBX_UIDS;
+}
+
+/* A uid of an execution slot (not a session's). */
+static bool slot_uid_of(unsigned uid)
+{
+    return uid - sbx_uid >= 1 && uid - sbx_uid <= SLOTS;
+}
+
+/* Processes of the server's sandbox uids (sbx_uid_of, real or effective
+ * uid). */
+static int count_uid(void)
 {
     DIR *d = opendir("/proc");
     struct dirent *e;
@@ -91,7 +111,7 @@ static int count_uid(unsigned uid)
         while (fgets(line, sizeof(line), f)) {
             unsigned ruid, euid;
             if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
-                if (ruid - uid <= 2 || euid - uid <= 2)
+                if (sbx_uid_of(ruid) || sbx_uid_of(euid))
                     n++;
                 break;
             }
@@ -163,7 +183,7 @@ static bool read_proc(const char *pid, bool any_uid, struct sbx_proc *p)
     while (fgets(line, sizeof(line), f)) {
         unsigned ruid, euid;
         if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
-            uid_ok = ruid - sbx_uid <= 2 || euid - sbx_uid <= 2;
+            uid_ok = sbx_uid_of(ruid) || sbx_uid_of(euid);
             p->uid = ruid;
         } else if (sscanf(line, "State:\t%c", &p->state) == 1) {
             continue;
@@ -250,9 +270,13 @@ static int warm_extra(void)
             zyg_ns |= v[j].local == 2 && v[j].zygote;
             pair &= (v[j].local == 1 || v[j].local == 2) && v[j].zygote;
         }
-        bool mine = (v[i].depth == zd && zyg_ns &&
-                     (v[i].local == 1 || v[i].zygote)) ||
-                    (v[i].depth == zd + 1 && pair && peers == 2);
+        /* A slot's only: a session's processes (its zygote and child
+         * look the same) are gone once the session is (the session
+         * mode's harness deletes each session after its call). */
+        bool mine = slot_uid_of(v[i].uid) &&
+                    ((v[i].depth == zd && zyg_ns &&
+                      (v[i].local == 1 || v[i].zygote)) ||
+                     (v[i].depth == zd + 1 && pair && peers == 2));
         extra += !mine;
     }
     free(v);
@@ -265,7 +289,7 @@ static int warm_extra(void)
 static int idle_procs(int want)
 {
     if (!itest_exec_warm())
-        return count_uid(sbx_uid);
+        return count_uid();
     double deadline = itest_now() + 20;
     int n = warm_extra();
     while (n != want && itest_now() < deadline) {
@@ -292,7 +316,7 @@ static struct run_ns run_ns_of(const struct itest_resp *r)
 static int run_left(struct run_ns ns, bool zombies)
 {
     if (!itest_exec_warm())
-        return count_uid(sbx_uid);
+        return count_uid();
     if (!ns.ino)
         return -1;
     struct sbx_proc *v = calloc(MAX_SBX_PROCS, sizeof(*v));
@@ -370,8 +394,9 @@ static bool mongo_host_port(const char *uri, char host[128], int *port)
 
 static void start_server(void)
 {
-    /* An own sandbox uid: runs of other servers (other test programs
-     * running alongside) don't show up in count_uid. */
+    /* An own range of sandbox uids (SBX_UIDS of them): runs of other
+     * servers (other test programs running alongside) don't show up in
+     * count_uid. */
     char uid[16];
     /* A range of 12 per process (the sandbox uid, 2 slots, 8 sessions'
      * uids), so variants running at once (cold, warm, session) never
@@ -390,7 +415,8 @@ static void start_server(void)
      * within its 5 s even where each fork is slow (a warm run forks a
      * copy of the zygote's 300 MiB image; on a loaded machine 128 were
      * not reached). */
-    const char *args[] = {"--sandbox-uid", uid, "--exec-slots", "2",
+    const char *args[] = {"--sandbox-uid", uid, "--exec-slots", STR(SLOTS),
+                          "--max-sessions", STR(MAX_SESSIONS),
                           "--ready-check-interval", "never",
                           "--policy.bomb.processes", "16", NULL};
     const char *env[] = {secret_env, secret_env2, NULL};
@@ -767,6 +793,8 @@ static void fork_bomb_contained(void)
     CHECK(json_is_object(itest_json_get(r.json, "resources")));
     struct run_ns ns = run_ns_of(&r);
     itest_resp_release(&r);
+    /* Session mode: forks still alive when the call answered were the
+     * session's, and it has been deleted (see check_no_survivors). */
     CHECK_INT(run_left(ns, false), 0);
     check_service_healthy("esc_fork");
 }
@@ -879,7 +907,12 @@ static const char daemon_code[] =
 
 /* After a response, no process of the run exists: counted at once (the
  * teardown is synchronous); also polled 5 s to tell "late" from "never".
- * ns: the run's namespace (warm runs count there, see run_left). */
+ * ns: the run's namespace (warm runs count there, see run_left).
+ * Session mode (ITEST_EXEC_MODE=session): what a call leaves running is
+ * the session's until the session ends, and the harness has ended it
+ * (DELETE) before the test sees the response: DELETE "ends the session at
+ * once: its interpreter and everything it runs are killed" (docs/API.md),
+ * so the same holds there. */
 static void check_no_survivors(const char *what, struct run_ns ns)
 {
     int now = run_left(ns, false), later = run_left(ns, true);
@@ -1166,14 +1199,16 @@ static void newline_names_handled(void)
 }
 
 /* Warm: each slot's zygote maps uid 1000 of its user namespace to the
- * slot's host uid, alone (seen from the host). */
+ * slot's host uid, alone (seen from the host).  (A session's zygote, of a
+ * session's uid, is check_session_uid's.) */
 static void check_zygote_maps(void)
 {
     struct sbx_proc *v = calloc(MAX_SBX_PROCS, sizeof(*v));
     size_t n = v ? list_sbx_procs(v, MAX_SBX_PROCS) : 0, zygotes = 0;
     int zd = server_depth() + 1;
     for (size_t i = 0; i < n; i++) {
-        if (v[i].depth != zd || v[i].local != 2 || !v[i].zygote)
+        if (v[i].depth != zd || v[i].local != 2 || !v[i].zygote ||
+            !slot_uid_of(v[i].uid))
             continue;
         zygotes++;
         char *path = itest_fmt("/proc/%d/uid_map", v[i].pid);
@@ -1192,6 +1227,75 @@ static void check_zygote_maps(void)
     CHECKF(zygotes >= 1 && zygotes <= 2, "%zu zygotes of the 2 slots' uids",
            zygotes);
     free(v);
+}
+
+/* Session mode: a session's processes (its zygote, its child's init and
+ * program child) run as a host uid of the session's own, sandbox-uid + 1
+ * + slots + i, never a slot's, and its zygote maps uid 1000 to it alone.
+ * The hook deletes each of its sessions before the test sees the answer,
+ * so this one is made here (the hook passes a request naming a session
+ * through), looked at while it lives, then deleted. */
+static void check_session_uid(void)
+{
+    struct itest_resp r;
+    itest_request(srv, "POST", "/v1/sessions", srv->admin_key, "esc_sess",
+                  "application/json", "{}", 2, NULL, &r);
+    REQUIRE_STATUS(&r, 201);
+    char *sid = itest_json_dup(r.json, "session_id");
+    itest_resp_release(&r);
+    exec_body("esc_sess",
+              json_pack("{s:s, s:i, s:s}", "code", RUN_NS_CODE "print('in')",
+                        "timeout", 20, "session_id", sid),
+              &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(out_of(&r), "in\n");
+    CHECK_STR(itest_json_str(r.json, "session_id"), sid);
+    struct run_ns ns = run_ns_of(&r);
+    itest_resp_release(&r);
+    struct sbx_proc *v = calloc(MAX_SBX_PROCS, sizeof(*v));
+    size_t n = v ? list_sbx_procs(v, MAX_SBX_PROCS) : 0, in_ns = 0;
+    size_t zygotes = 0;
+    unsigned uid = 0;
+    int zd = server_depth() + 1;
+    for (size_t i = 0; i < n; i++) {
+        if (v[i].ns != ns.ino)
+            continue;
+        in_ns++;
+        uid = uid ? uid : v[i].uid;
+        CHECKF(v[i].uid == uid && v[i].uid - sbx_uid >= 1 + SLOTS &&
+                   v[i].uid - sbx_uid < SBX_UIDS,
+               "pid %d of the session's child: uid %u (sandbox-uid %u, "
+               "want a session's, after the %d slots', the same for all)",
+               v[i].pid, v[i].uid, sbx_uid, SLOTS);
+    }
+    CHECKF(in_ns >= 2, "%zu processes in the session child's namespace "
+                       "(want its init and its program)", in_ns);
+    for (size_t i = 0; uid && i < n; i++) {
+        if (v[i].depth != zd || v[i].local != 2 || !v[i].zygote ||
+            v[i].uid != uid)
+            continue;
+        zygotes++;
+        char *path = itest_fmt("/proc/%d/uid_map", v[i].pid);
+        char *map = itest_read_file(path, NULL);
+        unsigned in = 1, out = 0, count = 0;
+        CHECKF(map && sscanf(map, "%u %u %u", &in, &out, &count) == 3 &&
+                   in == 1000 && out == uid && count == 1,
+               "session zygote pid %d (uid %u): uid_map %s", v[i].pid, uid,
+               map ? map : "(unreadable)");
+        free(map);
+        free(path);
+    }
+    CHECKF(zygotes == 1, "%zu zygotes of the session's uid %u", zygotes, uid);
+    free(v);
+    char *path = itest_fmt("/v1/sessions/%s", sid);
+    itest_request(srv, "DELETE", path, srv->admin_key, "esc_sess", NULL, NULL,
+                  0, NULL, &r);
+    CHECK_STATUS(&r, 204);
+    itest_resp_release(&r);
+    free(path);
+    free(sid);
+    /* Gone with the session. */
+    CHECK_INT(idle_procs(0), 0);
 }
 
 static void status_locked_down(void)
@@ -1222,11 +1326,15 @@ static void status_locked_down(void)
          * namespace maps 1000 to the slot's uid: the run sees 1000 mapped
          * to itself one level up, and the zygotes' maps say the rest.  (A
          * server started warm still runs cold while a slot's zygote
-         * restarts, as after the timeout above: then the cold map.) */
+         * restarts, as after the timeout above: then the cold map.)  A
+         * session's call (always "warm") is its zygote's child the same
+         * way, with a session's uid: check_session_uid. */
         CHECKF(strstr(out_of(&r), "map ['1000', '1000', '1']\n"),
                "want the zygote's uid mapped to itself in stdout:\n%s",
                out_of(&r));
         check_zygote_maps();
+        if (itest_exec_session())
+            check_session_uid();
     } else if (geteuid() == 0) {
         /* a slot's uid, after --sandbox-uid (2 slots) */
         char want[96], want2[96];
@@ -1249,7 +1357,7 @@ static void stop_server(void)
     srv = NULL;
     /* Whatever ran as the sandbox uids (warm: the zygotes too) ended with
      * the server. */
-    CHECK_INT(count_uid(sbx_uid), 0);
+    CHECK_INT(count_uid(), 0);
 }
 
 TEST_MAIN(T(start_server), T(network_refused), T(host_files_unreachable),
