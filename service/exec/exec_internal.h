@@ -143,6 +143,10 @@ void ipd__work_remove(struct ipd__work *wk);
 
 /* warm.c (see there) ------------------------------------------------ */
 
+/* Wait on c (m held) for at most ms, or until a signal (warm.c; the
+ * sessions' waits too). */
+void ipd__cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms);
+
 struct ipd__warm;
 /* A parked child with its staging (the stage its mounts show). */
 struct ipd__parked_job {

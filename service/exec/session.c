@@ -242,14 +242,7 @@ static void wait_ended_locked(struct ipd__sessions *ss,
 {
     for (int64_t end = ipd_mono_ms() + DELETE_WAIT_MS;
          s->state != S_ENDED && ipd_mono_ms() < end;) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        (void)pthread_cond_timedwait(&ss->cond, &ss->lock, &ts);
+        ipd__cond_wait_ms(&ss->cond, &ss->lock, 50);
     }
 }
 
@@ -329,14 +322,7 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
      * processes are gone, a few ms: wait for that rather than refuse. */
     for (int64_t end = ipd_mono_ms() + ENDING_WAIT_MS;
          rc == IPD_ERR_BUSY && ending_locked(ss) && ipd_mono_ms() < end;) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_nsec += 50 * 1000000L;
-        if (ts.tv_nsec >= 1000000000L) {
-            ts.tv_sec++;
-            ts.tv_nsec -= 1000000000L;
-        }
-        (void)pthread_cond_timedwait(&ss->cond, &ss->lock, &ts);
+        ipd__cond_wait_ms(&ss->cond, &ss->lock, 50);
         ipd_buf_reset(detail);
         rc = create_checks(ss, tenant, user, &idx, detail);
     }

@@ -257,9 +257,7 @@ static int64_t zygote_once(struct warm_slot *s)
     return served;
 }
 
-/* Wait on the slot's condition until deadline (monotonic ms) or a
- * broadcast. */
-static void timed_wait(struct ipd__warm *w, int64_t ms)
+void ipd__cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms)
 {
     struct timespec ts;
 
@@ -270,7 +268,7 @@ static void timed_wait(struct ipd__warm *w, int64_t ms)
         ts.tv_sec++;
         ts.tv_nsec -= 1000000000L;
     }
-    (void)pthread_cond_timedwait(&w->cond, &w->lock, &ts);
+    (void)pthread_cond_timedwait(c, m, &ts);
 }
 
 static void *zygote_thread(void *arg)
@@ -300,7 +298,7 @@ static void *zygote_thread(void *arg)
                                              ? RETRY_COLD_MS
                                              : 1000LL << s->failures);
         while (!w->stopping && ipd_mono_ms() < until)
-            timed_wait(w, until - ipd_mono_ms());
+            ipd__cond_wait_ms(&w->cond, &w->lock, until - ipd_mono_ms());
     }
     s->state = SLOT_STOPPED;
     pthread_mutex_unlock(&w->lock);
@@ -428,7 +426,8 @@ static void *parker_thread(void *arg)
             pthread_mutex_lock(&w->lock);
         }
         if (rc && !w->stopping)
-            timed_wait(w, 1000); /* a zygote that cannot park: it ends */
+            /* a zygote that cannot park: it ends */
+            ipd__cond_wait_ms(&w->cond, &w->lock, 1000);
     }
     pthread_mutex_unlock(&w->lock);
     return NULL;
@@ -537,7 +536,8 @@ static struct ipd__parked_job *take_locked(struct warm_slot *s,
             *park_now = true;
             return NULL;
         }
-        timed_wait(s->w, deadline - ipd_mono_ms());
+        ipd__cond_wait_ms(&s->w->cond, &s->w->lock,
+                          deadline - ipd_mono_ms());
     }
     return NULL;
 }

@@ -447,6 +447,32 @@ static enum ipd_err park_trees(const struct ipd_sandbox_mount *mounts,
     return IPD_OK;
 }
 
+/* The child's control socket and stdout/stderr pipes: P's ends into
+ * pk, the child's into fds[0..2]. */
+static enum ipd_err park_pipes(struct ipd_sandbox_parked *pk, int *fds,
+                               char *err, size_t errlen)
+{
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, ctl[2] = {-1, -1};
+
+    if (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
+        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl)) {
+        snprintf(err, errlen, "zygote: pipes: %s", strerror(errno));
+        for (int i = 0; i < 2; i++) {
+            close_fd(&out_p[i]);
+            close_fd(&err_p[i]);
+            close_fd(&ctl[i]);
+        }
+        return IPD_ERR_INTERNAL;
+    }
+    pk->ctl = ctl[0];
+    pk->out_r = out_p[0];
+    pk->err_r = err_p[0];
+    fds[0] = ctl[1];
+    fds[1] = out_p[1];
+    fds[2] = err_p[1];
+    return IPD_OK;
+}
+
 void ipd__parked_kill(struct ipd_sandbox_parked *pk)
 {
     ipd__cgroup_run_kill(&pk->cgr);
@@ -489,8 +515,7 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               size_t errlen)
 {
     struct ipd_sandbox_parked *pk = ipd_xcalloc(1, sizeof *pk);
-    int fds[PARK_FDS_MAX], out_p[2] = {-1, -1}, err_p[2] = {-1, -1},
-        ctl[2] = {-1, -1};
+    int fds[PARK_FDS_MAX];
     int64_t deadline = ipd_mono_ms() + timeout_ms;
     char *params = NULL;
     enum ipd_err rc;
@@ -522,23 +547,9 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
         pk->cgr.v2_fd = -1; /* nothing to destroy */
         goto out;
     }
-    if (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
-        socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl)) {
-        snprintf(err, errlen, "zygote: pipes: %s", strerror(errno));
-        for (int i = 0; i < 2; i++) {
-            close_fd(&out_p[i]);
-            close_fd(&err_p[i]);
-            close_fd(&ctl[i]);
-        }
-        rc = IPD_ERR_INTERNAL;
+    rc = park_pipes(pk, fds, err, errlen);
+    if (rc)
         goto out;
-    }
-    pk->ctl = ctl[0];
-    pk->out_r = out_p[0];
-    pk->err_r = err_p[0];
-    fds[0] = ctl[1];
-    fds[1] = out_p[1];
-    fds[2] = err_p[1];
     params = park_params(z->cfg, &pk->p, mounts, n_mounts,
                          flags & IPD_SANDBOX_PARK_SESSION);
     rc = params ? send_park(z, params, fds, 3 + n_mounts, err, errlen)
