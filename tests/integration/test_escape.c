@@ -94,32 +94,7 @@ static bool slot_uid_of(unsigned uid)
  * uid). */
 static int count_uid(void)
 {
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    if (!d)
-        return -1;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], line[256];
-        FILE *f;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
-        f = fopen(path, "r");
-        if (!f)
-            continue; /* gone meanwhile */
-        while (fgets(line, sizeof(line), f)) {
-            unsigned ruid, euid;
-            if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
-                if (sbx_uid_of(ruid) || sbx_uid_of(euid))
-                    n++;
-                break;
-            }
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
+    return itest_count_uids(sbx_uid, sbx_uid + SBX_UIDS - 1);
 }
 
 /* ---- warm runs (ITEST_EXEC_MODE=warm) ----
@@ -1198,6 +1173,21 @@ static void newline_names_handled(void)
     json_decref(files);
 }
 
+/* A zygote's user namespace maps uid 1000 to its own host uid, alone
+ * (seen from the host). */
+static void check_map_own_uid(const struct sbx_proc *p, const char *what)
+{
+    char *path = itest_fmt("/proc/%d/uid_map", p->pid);
+    char *map = itest_read_file(path, NULL);
+    unsigned in = 1, out = 0, count = 0;
+    CHECKF(map && sscanf(map, "%u %u %u", &in, &out, &count) == 3 &&
+               in == 1000 && out == p->uid && count == 1,
+           "%s pid %d (uid %u): uid_map %s", what, p->pid, p->uid,
+           map ? map : "(unreadable)");
+    free(map);
+    free(path);
+}
+
 /* Warm: each slot's zygote maps uid 1000 of its user namespace to the
  * slot's host uid, alone (seen from the host).  (A session's zygote, of a
  * session's uid, is check_session_uid's.) */
@@ -1211,17 +1201,7 @@ static void check_zygote_maps(void)
             !slot_uid_of(v[i].uid))
             continue;
         zygotes++;
-        char *path = itest_fmt("/proc/%d/uid_map", v[i].pid);
-        char *map = itest_read_file(path, NULL);
-        unsigned in = 1, out = 0, count = 0;
-        CHECKF(map && sscanf(map, "%u %u %u", &in, &out, &count) == 3 &&
-                   in == 1000 && count == 1 &&
-                   (out == sbx_uid + 1 || out == sbx_uid + 2) &&
-                   out == v[i].uid,
-               "zygote pid %d (uid %u): uid_map %s", v[i].pid, v[i].uid,
-               map ? map : "(unreadable)");
-        free(map);
-        free(path);
+        check_map_own_uid(&v[i], "slot zygote"); /* a slot's: filtered */
     }
     /* Both, unless one is being replaced (after the timeout above). */
     CHECKF(zygotes >= 1 && zygotes <= 2, "%zu zygotes of the 2 slots' uids",
@@ -1275,15 +1255,7 @@ static void check_session_uid(void)
             v[i].uid != uid)
             continue;
         zygotes++;
-        char *path = itest_fmt("/proc/%d/uid_map", v[i].pid);
-        char *map = itest_read_file(path, NULL);
-        unsigned in = 1, out = 0, count = 0;
-        CHECKF(map && sscanf(map, "%u %u %u", &in, &out, &count) == 3 &&
-                   in == 1000 && out == uid && count == 1,
-               "session zygote pid %d (uid %u): uid_map %s", v[i].pid, uid,
-               map ? map : "(unreadable)");
-        free(map);
-        free(path);
+        check_map_own_uid(&v[i], "session zygote"); /* its uid is uid */
     }
     CHECKF(zygotes == 1, "%zu zygotes of the session's uid %u", zygotes, uid);
     free(v);
