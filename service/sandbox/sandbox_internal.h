@@ -30,6 +30,31 @@ enum ipd_err ipd__sandbox_seccomp_compile(bool network, bool zygote,
                                           char *err, size_t errlen);
 void ipd__sandbox_bpf_release(struct ipd__sandbox_bpf *b);
 
+/* The tables the filter is compiled from (seccomp.c), one copy read by
+ * the compile and by tests/unit/service/test_seccomp_filter.c, which
+ * evaluates the compiled program against them.  Static, never freed. */
+struct ipd__seccomp_sc {
+    const char *name;
+    int nr; /* x86_64; checked against libseccomp's table when it knows */
+};
+struct ipd__seccomp_tables {
+    const struct ipd__seccomp_sc *allow; /* allowed whatever the args */
+    size_t n_allow;
+    const struct ipd__seccomp_sc *zygote_allow; /* a zygote's extras */
+    size_t n_zygote_allow;
+    const unsigned long *ioctl_ok; /* ioctl commands (low 32 bits) */
+    size_t n_ioctl_ok;
+    const unsigned long *fcntl_ok; /* fcntl commands */
+    size_t n_fcntl_ok;
+    const int *families;      /* socket/socketpair families: the first */
+    size_t n_families_nonet;  /* n_families_nonet without network, */
+    size_t n_families_net;    /* the first n_families_net with it */
+    uint64_t ns_clone_flags;  /* clone with any of these: EPERM */
+    int last_reviewed;        /* above it, up to newer_last: ENOSYS */
+    int newer_last;
+};
+const struct ipd__seccomp_tables *ipd__seccomp_tables(void);
+
 /* cgroups (cgroup.c) */
 struct ipd__cgroups;       /* parents found at probe */
 struct ipd__cgroup_run {   /* one run's cgroups */

@@ -82,13 +82,13 @@
 #define REFUSE(e) SCMP_ACT_ERRNO(e)
 #endif
 
-struct sc {
-    const char *name;
-    int nr; /* x86_64; checked against libseccomp's table when it knows */
-};
+/* The tables below are the policy; ipd__seccomp_tables (at their end)
+ * hands them to the compile and to tests/unit/service/
+ * test_seccomp_filter.c, which checks the compiled program against them
+ * call by call. */
 
 /* Allowed whatever the arguments. */
-static const struct sc allow[] = {
+static const struct ipd__seccomp_sc allow[] = {
     /* memory [W P V] */
     {"brk", 12}, {"mmap", 9}, {"munmap", 11}, {"mprotect", 10},
     {"mremap", 25}, {"madvise", 28}, {"msync", 26},
@@ -212,6 +212,45 @@ static const unsigned long fcntl_ok[] = {
     F_SETPIPE_SZ, /* [B] pipe pages are counted per host uid: one per slot */
 };
 
+/* socket and socketpair: without network the first one, with network
+ * all four (glibc's getaddrinfo asks the kernel for the host's
+ * addresses over AF_NETLINK). */
+static const int families[] = {AF_UNIX, AF_INET, AF_INET6, AF_NETLINK};
+
+/* A zygote's extras (sandbox.h, warm runs): what its children need to
+ * make their own namespaces and mounts before they load the cold filter
+ * on top of this one.  Capabilities exist only in the namespaces the
+ * child makes (user namespaces it creates), so these reach nothing the
+ * zygote's own user namespace does not own; the program child never
+ * runs under this filter alone. */
+static const struct ipd__seccomp_sc zygote_allow[] = {
+    {"unshare", 272},     {"mount", 165},        {"umount2", 166},
+    {"open_tree", 428},   {"move_mount", 429},   {"mount_setattr", 442},
+    {"capget", 125},      {"capset", 126},
+};
+
+static const struct ipd__seccomp_tables tables = {
+    .allow = allow,
+    .n_allow = IPD_ARRAY_LEN(allow),
+    .zygote_allow = zygote_allow,
+    .n_zygote_allow = IPD_ARRAY_LEN(zygote_allow),
+    .ioctl_ok = ioctl_ok,
+    .n_ioctl_ok = IPD_ARRAY_LEN(ioctl_ok),
+    .fcntl_ok = fcntl_ok,
+    .n_fcntl_ok = IPD_ARRAY_LEN(fcntl_ok),
+    .families = families,
+    .n_families_nonet = 1,
+    .n_families_net = IPD_ARRAY_LEN(families),
+    .ns_clone_flags = ns_clone_flags,
+    .last_reviewed = LAST_REVIEWED,
+    .newer_last = NEWER_LAST,
+};
+
+const struct ipd__seccomp_tables *ipd__seccomp_tables(void)
+{
+    return &tables;
+}
+
 static void set_err(char *err, size_t errlen, const char *what, int rc)
 {
     snprintf(err, errlen, "seccomp: %s: %s", what, strerror(-rc));
@@ -231,7 +270,8 @@ static int add(scmp_filter_ctx ctx, uint32_t action, int nr, unsigned n,
 /* Allow every call of table t (n entries).  The table's number must be
  * libseccomp's for the name, where it knows the name (a typo or a wrong
  * number fails the probe, closed). */
-static int add_table(scmp_filter_ctx ctx, const struct sc *t, size_t n)
+static int add_table(scmp_filter_ctx ctx, const struct ipd__seccomp_sc *t,
+                     size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         int nr = seccomp_syscall_resolve_name(t[i].name);
@@ -247,15 +287,10 @@ static int add_table(scmp_filter_ctx ctx, const struct sc *t, size_t n)
     return 0;
 }
 
-static int add_allowed(scmp_filter_ctx ctx)
-{
-    return add_table(ctx, allow, IPD_ARRAY_LEN(allow));
-}
-
 static bool is_allowed(int nr)
 {
-    for (size_t i = 0; i < IPD_ARRAY_LEN(allow); i++) {
-        if (allow[i].nr == nr)
+    for (size_t i = 0; i < tables.n_allow; i++) {
+        if (tables.allow[i].nr == nr)
             return true;
     }
     return false;
@@ -268,7 +303,7 @@ static int add_newer(scmp_filter_ctx ctx)
     (void)ctx; /* the default action already logs them */
     return 0;
 #endif
-    for (int nr = LAST_REVIEWED + 1; nr <= NEWER_LAST; nr++) {
+    for (int nr = tables.last_reviewed + 1; nr <= tables.newer_last; nr++) {
         int rc;
         if (is_allowed(nr))
             continue;
@@ -301,10 +336,8 @@ static int add_cmd_list(scmp_filter_ctx ctx, int nr,
  * as the kernel would read only the low ones). */
 static int add_socket_rules(scmp_filter_ctx ctx, bool network)
 {
-    static const int net_families[] = {AF_UNIX, AF_INET, AF_INET6,
-                                       AF_NETLINK};
     const int nrs[] = {SCMP_SYS(socket), SCMP_SYS(socketpair)};
-    size_t n_ok = network ? IPD_ARRAY_LEN(net_families) : 1;
+    size_t n_ok = network ? tables.n_families_net : tables.n_families_nonet;
     int rc = 0;
 
     for (size_t s = 0; s < IPD_ARRAY_LEN(nrs) && !rc; s++) {
@@ -313,7 +346,7 @@ static int add_socket_rules(scmp_filter_ctx ctx, bool network)
         for (int fam = 0; fam < 64 && !rc; fam++) {
             bool ok = false;
             for (size_t i = 0; i < n_ok; i++)
-                ok = ok || net_families[i] == fam;
+                ok = ok || tables.families[i] == fam;
             c = SCMP_A0(SCMP_CMP_EQ, (scmp_datum_t)fam, 0);
             rc = add(ctx, ok ? SCMP_ACT_ALLOW : SCMP_ACT_ERRNO(EAFNOSUPPORT),
                      nrs[s], 1, &c);
@@ -322,38 +355,21 @@ static int add_socket_rules(scmp_filter_ctx ctx, bool network)
     return rc;
 }
 
-/* A zygote's extras (sandbox.h, warm runs): what its children need to
- * make their own namespaces and mounts before they load the cold filter
- * on top of this one.  Capabilities exist only in the namespaces the
- * child makes (user namespaces it creates), so these reach nothing the
- * zygote's own user namespace does not own; the program child never
- * runs under this filter alone. */
-static const struct sc zygote_allow[] = {
-    {"unshare", 272},     {"mount", 165},        {"umount2", 166},
-    {"open_tree", 428},   {"move_mount", 429},   {"mount_setattr", 442},
-    {"capget", 125},      {"capset", 126},
-};
-
-static int add_zygote(scmp_filter_ctx ctx)
-{
-    return add_table(ctx, zygote_allow, IPD_ARRAY_LEN(zygote_allow));
-}
-
 static int add_rules(scmp_filter_ctx ctx, bool network, bool zygote)
 {
     struct scmp_arg_cmp c;
     int rc;
 
-    rc = add_allowed(ctx);
+    rc = add_table(ctx, tables.allow, tables.n_allow);
     if (!rc && zygote)
-        rc = add_zygote(ctx);
+        rc = add_table(ctx, tables.zygote_allow, tables.n_zygote_allow);
     if (!rc)
         rc = add_newer(ctx);
     /* clone3 passes flags in memory the filter cannot read. */
     if (!rc)
         rc = add(ctx, SCMP_ACT_ERRNO(ENOSYS), SCMP_SYS(clone3), 0, NULL);
     /* clone only without namespace flags (else the default, EPERM). */
-    c = SCMP_A0(SCMP_CMP_MASKED_EQ, ns_clone_flags, 0);
+    c = SCMP_A0(SCMP_CMP_MASKED_EQ, tables.ns_clone_flags, 0);
     if (!rc)
         rc = add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(clone), 1, &c);
     /* personality: only PER_LINUX (0); any other persona
@@ -363,11 +379,11 @@ static int add_rules(scmp_filter_ctx ctx, bool network, bool zygote)
     if (!rc)
         rc = add(ctx, SCMP_ACT_ALLOW, SCMP_SYS(personality), 1, &c);
     if (!rc)
-        rc = add_cmd_list(ctx, SCMP_SYS(ioctl), ioctl_ok,
-                          IPD_ARRAY_LEN(ioctl_ok));
+        rc = add_cmd_list(ctx, SCMP_SYS(ioctl), tables.ioctl_ok,
+                          tables.n_ioctl_ok);
     if (!rc)
-        rc = add_cmd_list(ctx, SCMP_SYS(fcntl), fcntl_ok,
-                          IPD_ARRAY_LEN(fcntl_ok));
+        rc = add_cmd_list(ctx, SCMP_SYS(fcntl), tables.fcntl_ok,
+                          tables.n_fcntl_ok);
     if (!rc)
         rc = add_socket_rules(ctx, network);
     return rc;
