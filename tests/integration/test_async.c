@@ -299,7 +299,29 @@ static void poll_to_completion(void)
     itest_request(s, "GET", "/v1/executions/exec_aaaaaaaaaaaaaaaaaaaaaaaaaa",
                   s->admin_key, "u1", NULL, NULL, 0, NULL, &r);
     CHECK_ERROR(&r, 404, "not_found");
+    char *unknown = itest_json_dup(r.json, "error.message");
     itest_resp_release(&r);
+    /* Another tenant's user of the same id: 404 too, the answer of an
+     * unknown id (existence does not leak), on GET and HEAD. */
+    char *beta = NULL;
+    CHECK(itest_create_key(s, "beta", false, &beta, NULL));
+    if (beta) {
+        itest_request(s, "GET", path, beta, "u1", NULL, NULL, 0, NULL, &r);
+        CHECK_ERROR(&r, 404, "not_found");
+        CHECK_STR(itest_json_str(r.json, "error.message"), unknown);
+        itest_resp_release(&r);
+        itest_request(s, "HEAD", path, beta, "u1", NULL, NULL, 0, NULL, &r);
+        CHECK_STATUS(&r, 404);
+        itest_resp_release(&r);
+    }
+    /* ... while the owner still gets it. */
+    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL,
+                  &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_json_str(r.json, "result.stdout"), "4\n");
+    itest_resp_release(&r);
+    free(beta);
+    free(unknown);
     free(path);
 
     /* Failures come back as results too; bad fields are 400 at once. */

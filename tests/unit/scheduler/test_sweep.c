@@ -1,10 +1,13 @@
 /*
  * test_sweep.c - the expiry sweep on SQLite and local disk: expired
  * records and their bytes go, live ones stay, a second sweep finds
- * nothing, and two sweeps at once delete each file exactly once.
+ * nothing, two sweeps at once delete each file exactly once, and a
+ * record the sweep fails to delete keeps its bytes.
  */
 #include <pthread.h>
 #include <unistd.h>
+
+#include <sqlite3.h>
 
 #include "scheduler/sweep.h"
 #include "service/common/util.h"
@@ -41,7 +44,8 @@ static void put(const char *user, int64_t size, int64_t expires,
 {
     struct ipd_file_meta f;
     struct ipd_blob_writer *w = NULL;
-    char buf[64] = {0};
+    char buf[64];
+    memset(buf, 'p', sizeof(buf));
     memset(&f, 0, sizeof(f));
     ipd_id_new("file", f.file_id);
     IPD_ASSERT(ipd_blob_writer_new(blobs, f.file_id, 1 << 20, &w) == IPD_OK);
@@ -114,6 +118,77 @@ static void record_first_then_bytes(void)
     close_stores();
 }
 
+/* The blob of id read whole: its size, or -1 when it can't be read or a
+ * byte is not put's. */
+static int64_t read_blob(const char *id)
+{
+    struct ipd_blob_reader *r = NULL;
+    char buf[256];
+    int64_t total = 0;
+    ssize_t n = 0;
+    bool same = true;
+    if (ipd_blob_open(blobs, id, &r))
+        return -1;
+    while ((n = ipd_blob_reader_read(r, buf, sizeof(buf))) > 0) {
+        for (ssize_t i = 0; i < n; i++)
+            same = same && buf[i] == 'p';
+        total += n;
+    }
+    ipd_blob_reader_free(r);
+    return n < 0 || !same ? -1 : total;
+}
+
+/* SQL on meta.db through a connection of its own, behind the store's
+ * back. */
+static int raw_exec(const char *sql)
+{
+    char path[128];
+    sqlite3 *db = NULL;
+    snprintf(path, sizeof(path), "%s/meta.db", dir);
+    int src = sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE, NULL);
+    if (!src)
+        src = sqlite3_busy_timeout(db, 5000);
+    if (!src)
+        src = sqlite3_exec(db, sql, NULL, NULL, NULL);
+    if (src)
+        fprintf(stderr, "raw_exec: %s: %s\n", sql, sqlite3_errmsg(db));
+    sqlite3_close(db);
+    return src;
+}
+
+/* The metadata delete fails during a sweep: the sweep says so, and the
+ * file stays whole, record and bytes, for the next sweep to take.  Bytes
+ * deleted before their record would leave a record of a file whose
+ * content is gone. */
+static void failed_record_delete_keeps_bytes(void)
+{
+    char a[IPD_ID_MAX];
+    struct ipd_sweep_result res;
+    struct ipd_file_list l = {0};
+    open_stores();
+    put("u1", 40, NOW - 1, a);
+    REQUIRE(raw_exec("CREATE TRIGGER injected BEFORE DELETE ON files "
+                     "BEGIN SELECT RAISE(ABORT, 'injected'); END") == 0);
+    CHECK_INT(ipd_sweep_expired(meta, blobs, NOW, &res), IPD_ERR_INTERNAL);
+    CHECK_INT(res.deleted_files, 0);
+    CHECK_INT(res.freed_bytes, 0);
+    /* No delete waits for a retry, so what is read below is final. */
+    CHECK_INT(ipd_blobs_pending_deletes(blobs), 0);
+    CHECK_INT(ipd_meta_file_list_expired(meta, NOW, 10, &l), IPD_OK);
+    CHECK_INT(l.n, 1);
+    CHECK(l.n == 1 && !strcmp(l.items[0].file_id, a));
+    ipd_file_list_release(&l);
+    CHECK_INT(read_blob(a), 40);
+
+    /* The failure gone, the next sweep deletes both. */
+    REQUIRE(raw_exec("DROP TRIGGER injected") == 0);
+    CHECK_INT(ipd_sweep_expired(meta, blobs, NOW, &res), IPD_OK);
+    CHECK_INT(res.deleted_files, 1);
+    CHECK_INT(res.freed_bytes, 40);
+    CHECK(!has_blob(a));
+    close_stores();
+}
+
 struct sweeper {
     struct ipd_sweep_result res;
     enum ipd_err rc;
@@ -148,4 +223,5 @@ static void concurrent_sweeps_delete_once(void)
 }
 
 TEST_MAIN(T(sweeps_expired_only), T(record_first_then_bytes),
+          T(failed_record_delete_keeps_bytes),
           T(concurrent_sweeps_delete_once))

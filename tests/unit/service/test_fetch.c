@@ -3,6 +3,8 @@
  * servers run on threads of this program (raw sockets on 127.0.0.1 and
  * 127.0.0.2, ephemeral ports, scripted answers).  No mocks, no sleeps: a
  * stalled server waits on a pipe that the test writes when it is done.
+ * A name with two addresses comes from a private /etc/hosts, in a child
+ * with a mount namespace of its own (mixed_name_refused_whole).
  * The guard's verdicts on addresses alone are test_fetch_guard.c's, the
  * suggested filename's parsing test_fetch_filename.c's.
  */
@@ -11,8 +13,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <netdb.h>
 #include <pthread.h>
+#include <sched.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "service/common/buf.h"
@@ -526,6 +533,153 @@ static void redirect_to_refused_address(void)
     CHECK_INT(b.conns, 1); /* only the allowed one */
 }
 
+/* ---- a name with an allowed and a refused address --------------------- */
+
+#define MIXED_NAME "mixed.interpd.test"
+
+static bool write_text(const char *path, const char *text)
+{
+    int fd = open(path, O_WRONLY | O_CLOEXEC);
+    bool ok = fd >= 0 && write(fd, text, strlen(text)) == (ssize_t)strlen(text);
+    if (fd >= 0)
+        ok = close(fd) == 0 && ok;
+    return ok;
+}
+
+/*
+ * Give this process (a child forked for it: it must be single-threaded)
+ * an /etc/hosts of its own in which MIXED_NAME has 127.0.0.1 and
+ * 127.0.0.2: a private mount namespace (in a user namespace of its own
+ * unless root) and a file bind-mounted over /etc/hosts.  getaddrinfo
+ * reads it as it reads the real one: the fetch resolves the name for
+ * real, no resolver is mocked, and nothing outside the child changes.
+ */
+static bool private_hosts(void)
+{
+    char tmp[] = "/tmp/ipd-hosts-XXXXXX", map[64];
+    const char *text = "127.0.0.1 localhost\n127.0.0.1 " MIXED_NAME
+                       "\n127.0.0.2 " MIXED_NAME "\n";
+    uid_t uid = geteuid();
+    gid_t gid = getegid();
+    bool ok = false;
+    int fd = -1;
+
+    if (uid != 0 || unshare(CLONE_NEWNS)) {
+        if (unshare(CLONE_NEWUSER | CLONE_NEWNS)) {
+            perror("private_hosts: unshare");
+            return false;
+        }
+        snprintf(map, sizeof(map), "0 %u 1", (unsigned)uid);
+        if (!write_text("/proc/self/setgroups", "deny") ||
+            !write_text("/proc/self/uid_map", map))
+            return false;
+        snprintf(map, sizeof(map), "0 %u 1", (unsigned)gid);
+        if (!write_text("/proc/self/gid_map", map))
+            return false;
+    }
+    fd = mkstemp(tmp);
+    if (fd < 0)
+        return false;
+    ok = write(fd, text, strlen(text)) == (ssize_t)strlen(text) &&
+         fchmod(fd, 0644) == 0 &&
+         mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0 &&
+         mount(tmp, "/etc/hosts", NULL, MS_BIND, NULL) == 0;
+    if (!ok)
+        perror("private_hosts: writing or mounting the hosts file");
+    close(fd);
+    unlink(tmp); /* the bind mount keeps the file */
+    return ok;
+}
+
+/* MIXED_NAME resolves to exactly 127.0.0.1 and 127.0.0.2 here (else the
+ * test would prove nothing). */
+static bool mixed_name_resolves(void)
+{
+    struct addrinfo hints, *ai = NULL;
+    bool one = false, two = false, other = false;
+    memset(&hints, 0, sizeof(hints));
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(MIXED_NAME, "80", &hints, &ai))
+        return false;
+    for (const struct addrinfo *p = ai; p; p = p->ai_next) {
+        char s[INET6_ADDRSTRLEN] = "";
+        const struct sockaddr_in *in = (const void *)p->ai_addr;
+        if (p->ai_family == AF_INET)
+            inet_ntop(AF_INET, &in->sin_addr, s, sizeof(s));
+        one = one || !strcmp(s, "127.0.0.1");
+        two = two || !strcmp(s, "127.0.0.2");
+        other = other || (strcmp(s, "127.0.0.1") && strcmp(s, "127.0.0.2"));
+    }
+    freeaddrinfo(ai);
+    return one && two && !other;
+}
+
+/* The child's checks; the number of failed ones. */
+static int mixed_name_child(void)
+{
+    int before = test__failed_checks;
+    struct srv a, b;
+    struct fx f;
+
+    if (!private_hosts() || !mixed_name_resolves()) {
+        fprintf(stderr, "%s:%d: no private /etc/hosts giving %s two "
+                        "addresses\n", __FILE__, __LINE__, MIXED_NAME);
+        return 1;
+    }
+    if (!srv_start(&a, "127.0.0.1") || !srv_start(&b, "127.0.0.1"))
+        return 1;
+    /* b listens on the allowed address, at the port the name is asked
+     * for: any connection the guard lets through reaches it. */
+    snprintf(a.redirect_to, sizeof(a.redirect_to),
+             "http://" MIXED_NAME ":%d/hello.txt", b.port);
+    fx_init(&f, "127.0.0.1/32");
+
+    /* The first URL, and a redirect hop: refused as a whole. */
+    CHECK_INT(fx_get(&f, "http://" MIXED_NAME ":%d/hello.txt", b.port),
+              IPD_ERR_FORBIDDEN);
+    CHECK_STR(f.err.buf, "address 127.0.0.2 of host " MIXED_NAME
+                         " is not allowed (loopback)");
+    CHECK_INT(f.rec.discards, 1);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
+              IPD_ERR_FORBIDDEN);
+    CHECK_STR(f.err.buf, "address 127.0.0.2 of host " MIXED_NAME
+                         " is not allowed (loopback)");
+    CHECK_INT(f.res.redirects, 1);
+    CHECK_INT(f.rec.got.len, 0);
+    fx_release(&f);
+
+    /* The control: with both addresses allowed the same redirect gets
+     * the file (from b, whichever address curl tries first). */
+    fx_init(&f, "127.0.0.0/8");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_OK);
+    CHECK_STR(f.rec.got.buf, "hello world");
+    fx_release(&f);
+
+    srv_stop(&a);
+    srv_stop(&b);
+    CHECK_INT(a.conns, 2);
+    CHECK_INT(b.conns, 1); /* the control's: the refused hops made none */
+    return test__failed_checks - before;
+}
+
+/*
+ * A host that resolves to any refused address is refused as a whole, on
+ * the first URL and on a redirect hop, before any connection: never just
+ * the refused address at connect time while the allowed one is used.
+ */
+static void mixed_name_refused_whole(void)
+{
+    int st = 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0)
+        _exit(mixed_name_child() ? 1 : 0);
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* its checks said why */
+}
+
 static void error_status(void)
 {
     struct srv s;
@@ -783,6 +937,7 @@ static void url_check_on_its_face(void)
 
 TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(refused_schemes),
           T(plain_fetch), T(localhost_via_etc_hosts), T(redirects),
-          T(redirect_to_refused_address), T(error_status),
+          T(redirect_to_refused_address), T(mixed_name_refused_whole),
+          T(error_status),
           T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
           T(post_callback), T(url_check_on_its_face))
