@@ -10,7 +10,7 @@ packages=(
   python3 python3-venv python3-numpy python3-pandas python3-matplotlib
   python3-scipy python3-openpyxl python3-pil python3-yaml
   python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
-  curl wrk nodejs
+  curl wrk nodejs rsync   # rsync: tests/mutants/run.sh
 )
 # npm comes with NodeSource's nodejs (which conflicts with Debian's npm);
 # with Debian's nodejs it is a package of its own.

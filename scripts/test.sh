@@ -3,17 +3,36 @@
 #   1. gcc, -Werror, every ctest label;
 #   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer
 #      (-fno-sanitize-recover=all, leak checking on), every label again;
-#   3. libFuzzer (clang, ASan+UBSan, -DIPD_FUZZ=ON): fuzz_request for 60 s
+#   3. the mutation check (tests/mutants/run.sh): every curated mutant of
+#      a security or integrity property must be killed by its tests; the
+#      gcc stage ran the whole suite on the same tree, so it is the
+#      baseline;
+#   4. libFuzzer (clang, ASan+UBSan, -DIPD_FUZZ=ON): fuzz_request for 60 s
 #      and the other harnesses for 10 s each (scripts/fuzz.sh; new inputs
 #      and findings stay in build-fuzz/fuzz/).
-# Exits non-zero on the first failing stage.
+# Exits non-zero on the first failing stage.  Each stage's time is
+# printed when it ends, and all of them at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=$(nproc)
 export CTEST_OUTPUT_ON_FAILURE=1
 
-stage() { printf '\n==== %s ====\n' "$*"; }
+times=()
+stage_name=""
+stage_t0=$SECONDS
+stage_end() {
+  if [ -n "$stage_name" ]; then
+    times+=("$(printf '%5d s  %s' $((SECONDS - stage_t0)) "$stage_name")")
+    printf '==== %s: %d s ====\n' "$stage_name" $((SECONDS - stage_t0))
+  fi
+}
+stage() {
+  stage_end
+  stage_name=$*
+  stage_t0=$SECONDS
+  printf '\n==== %s ====\n' "$*"
+}
 
 stage "gcc -Werror build"
 CC=gcc scripts/build.sh build-ci -DIPD_WERROR=ON
@@ -27,6 +46,9 @@ stage "tests (ASan+UBSan)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
+
+stage "mutation check"
+tests/mutants/run.sh --no-baseline --jobs "$jobs"
 
 # Only the harnesses are built: ipdcore with coverage instrumentation is
 # what they need, and the tests above already ran on the same code.
@@ -44,4 +66,6 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   scripts/fuzz.sh build-fuzz 10 filename cursor duration requirement \
   content_disposition
 
-stage "all stages passed"
+stage_end
+printf '\n==== all stages passed in %d s ====\n' "$SECONDS"
+printf '%s\n' "${times[@]}"

@@ -1,0 +1,191 @@
+#!/usr/bin/env bash
+# The mutation check (tests/mutants/README.md): plant each curated bug of
+# tests/mutants/*.patch, one at a time, in a scratch copy of the tree,
+# build what its tests need, run the tests its header names, and count it
+# killed when they fail.  Exits non-zero when any mutant survives, when a
+# mutant does not apply or does not build (a stale mutant is a broken
+# check, not a pass), or when the baseline fails.
+#
+#   tests/mutants/run.sh [--no-baseline] [--jobs N] [--dir DIR] [NAME...]
+#
+#   NAME...        only these mutants (file names without .patch)
+#   --no-baseline  do not first run every named test on the unmutated
+#                  tree (CI: its gcc stage ran the whole suite on the
+#                  same tree just before)
+#   --dir DIR      scratch directory (default build-mutants; its src/ is
+#                  the copy, its build/ the build; kept between runs so
+#                  builds stay incremental)
+#
+# Each mutant's header (lines before the diff):
+#   # property: what the planted bug breaks
+#   # class: which class of the list in README.md it belongs to
+#   # tests: a ctest -R regex; these tests must fail with the bug
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+
+jobs=$(nproc)
+baseline=1
+dir=build-mutants
+names=()
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --no-baseline) baseline=0 ;;
+    --jobs) jobs=$2; shift ;;
+    --dir) dir=$2; shift ;;
+    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    -*) echo "mutants: unknown option $1" >&2; exit 2 ;;
+    *) names+=("$1") ;;
+  esac
+  shift
+done
+
+mdir=tests/mutants
+if [ ${#names[@]} -eq 0 ]; then
+  for p in "$mdir"/*.patch; do names+=("$(basename "$p" .patch)"); done
+fi
+[ ${#names[@]} -gt 0 ] || { echo "mutants: no mutant in $mdir" >&2; exit 2; }
+
+header() { # header FILE KEY: the value of "# KEY:" before the diff
+  sed -n "/^diff --git/q; s/^# $2: *//p" "$1" | head -n 1
+}
+
+for n in "${names[@]}"; do
+  p="$mdir/$n.patch"
+  [ -f "$p" ] || { echo "mutants: no $p" >&2; exit 2; }
+  for k in property class tests; do
+    [ -n "$(header "$p" $k)" ] || { echo "mutants: $p has no '# $k:' line" >&2; exit 2; }
+  done
+done
+
+mkdir -p "$dir"
+dir=$(cd "$dir" && pwd)
+src=$dir/src
+bld=$dir/build
+t0=$SECONDS
+
+# ---- the scratch copy: tracked and untracked (not ignored) files of the
+# working tree.  rsync --checksum rewrites only files whose content
+# differs, so an incremental build rebuilds exactly what changed (a file
+# a mutant touched was reverted with a newer mtime than its object).
+mkdir -p "$src"
+git ls-files -z -co --exclude-standard | grep -zv '^tests/mutants/' | sort -z \
+  >"$dir/files"
+rsync -rlc --from0 --files-from="$dir/files" ./ "$src/"
+if [ ! -d "$src/.git" ]; then
+  git -C "$src" init -q
+else # files gone from the tree go from the copy
+  git -C "$src" ls-files -z | sort -z | comm -z -23 - "$dir/files" |
+    (cd "$src" && xargs -0r rm -f --)
+fi
+git -C "$src" add -A
+git -C "$src" -c user.name=mutants -c user.email=mutants@interpd.invalid \
+  commit -q --allow-empty -m base
+git -C "$src" reset -q --hard
+
+echo "mutants: configure and build in $bld"
+cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build "$bld" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' \
+  >"$dir/targets"
+
+# The build targets of the tests a regex names, by ctest's naming
+# (tests/CMakeLists.txt: unit/X is unit_X, integration*/X is itest_X,
+# sandbox/X[_warm|_session] is sandbox_X), kept when the build knows them,
+# plus interpd, which every integration test starts.
+targets_of() {
+  ctest --test-dir "$bld" -R "$1" -N | sed -n 's/^ *Test *#[0-9]*: //p' |
+    sed -E -e 's#^unit/#unit_#' -e 's#^integration[^/]*/#itest_#' \
+      -e 's#^sandbox/(.*)_(warm|session)$#sandbox_\1#' -e 's#^sandbox/#sandbox_#' |
+    { cat; echo interpd; } | sort -u | grep -Fxf "$dir/targets" | paste -sd' '
+}
+count_of() {
+  ctest --test-dir "$bld" -R "$1" -N | sed -n 's/^Total Tests: //p'
+}
+
+# Every mutant's targets, built once before the first mutant.
+all_re=$(for n in "${names[@]}"; do header "$mdir/$n.patch" tests; done |
+  paste -sd'|')
+# shellcheck disable=SC2046
+cmake --build "$bld" -j"$jobs" --target $(targets_of "$all_re") >/dev/null
+echo "mutants: built in $((SECONDS - t0)) s"
+
+# MongoDB for the tests that need it: one server for the whole run (the
+# ctest fixture would start and stop one per mutant).
+mongo_state=$bld/mongo-server
+mongo_started=0
+stop_mongo() {
+  if [ $mongo_started = 1 ]; then
+    "$src/tests/support/mongo-server.sh" stop "$mongo_state" >/dev/null 2>&1 || true
+  fi
+}
+trap stop_mongo EXIT
+if ctest --test-dir "$bld" -R "$all_re" -N | grep -q mongo; then
+  "$src/tests/support/mongo-server.sh" start "$mongo_state" >/dev/null
+  mongo_started=1
+fi
+
+log=$dir/log
+mkdir -p "$log"
+run_tests() { # run_tests REGEX LOGFILE [--stop-on-failure]
+  local re=$1 out=$2
+  shift 2
+  ctest --test-dir "$bld" -R "$re" -FS mongo -FC mongo -j"$jobs" \
+    --output-on-failure "$@" >"$out" 2>&1
+}
+
+if [ $baseline = 1 ]; then
+  tb=$SECONDS
+  if ! run_tests "$all_re" "$log/baseline.log"; then
+    echo "mutants: the baseline fails (the unmutated tree); see $log/baseline.log" >&2
+    grep -E '^\s*[0-9]+ - ' "$log/baseline.log" >&2 || true
+    exit 1
+  fi
+  echo "mutants: baseline passed in $((SECONDS - tb)) s"
+fi
+
+killed=0
+survived=()
+broken=()
+printf '%-34s %-9s %5s  %s\n' mutant result secs "failing tests (of those named)"
+for n in "${names[@]}"; do
+  p=$mdir/$n.patch
+  re=$(header "$p" tests)
+  tm=$SECONDS
+  status=""
+  detail=""
+  if ! git -C "$src" apply --whitespace=nowarn "$root/$p" 2>"$log/$n.log"; then
+    status=NO-APPLY
+  elif c=$(count_of "$re") && [ "${c:-0}" = 0 ]; then
+    status=NO-TESTS
+  # shellcheck disable=SC2046
+  elif ! cmake --build "$bld" -j"$jobs" --target $(targets_of "$re") \
+      >>"$log/$n.log" 2>&1; then
+    status=NO-BUILD
+  elif run_tests "$re" "$log/$n.tests.log" --stop-on-failure; then
+    status=SURVIVED
+  else
+    status=killed
+    detail=$(grep -v '(Not Run)' "$log/$n.tests.log" |
+      sed -nE 's/^[[:space:]]+[0-9]+ - ([^ ]+) .*/\1/p' |
+      paste -sd' ')
+    [ -n "$detail" ] || detail="(ctest failed; see $log/$n.tests.log)"
+  fi
+  git -C "$src" checkout -q -- . && git -C "$src" clean -qfd
+  case $status in
+    killed) killed=$((killed + 1)) ;;
+    SURVIVED) survived+=("$n") ;;
+    *) broken+=("$n:$status") ;;
+  esac
+  printf '%-34s %-9s %5d  %s\n' "$n" "$status" $((SECONDS - tm)) "$detail"
+done
+
+total=${#names[@]}
+echo "mutants: $killed of $total killed (score $((100 * killed / total))%)," \
+  "${#survived[@]} survived, ${#broken[@]} broken; $((SECONDS - t0)) s in all"
+# Leave the build matching the source again for the next incremental run.
+cmake --build "$bld" -j"$jobs" --target $(targets_of "$all_re") >/dev/null || true
+if [ ${#survived[@]} -gt 0 ] || [ ${#broken[@]} -gt 0 ]; then
+  [ ${#survived[@]} -eq 0 ] || echo "mutants: SURVIVED: ${survived[*]}" >&2
+  [ ${#broken[@]} -eq 0 ] || echo "mutants: BROKEN (fix the patch): ${broken[*]}" >&2
+  exit 1
+fi
