@@ -6,6 +6,7 @@
  */
 #include <fcntl.h>
 #include <signal.h>
+#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 
@@ -25,6 +26,58 @@ static void test_probe(void)
     /* The status is the value of admin status's "sandbox" field: it
      * does not repeat the word (issue 12). */
     CHECK(strncmp(sbx_cfg.status, "user namespace", 14) == 0);
+}
+
+/* The harness's wall-clock guard (sandbox_test.h): a case that hangs
+ * fails its process within its allowance (here 300 ms), named, with
+ * SBX_GUARD_EXIT, instead of waiting for ctest's TIMEOUT.  No run: the
+ * same in every mode. */
+static void test_guard_names_a_hung_case(void)
+{
+    static char self[] = "/proc/self/exe",
+                selftest[] = "IPD_SANDBOX_GUARD_SELFTEST=300";
+    char *argv[] = {self, NULL};
+    char **envp = NULL, out[4096];
+    size_t n_env = 0, len = 0;
+    posix_spawn_file_actions_t fa;
+    int pfd[2], status = 0;
+    int64_t t0 = sbx_now_ms();
+    double took;
+    ssize_t got;
+    pid_t pid = -1;
+
+    while (environ[n_env])
+        n_env++;
+    envp = calloc(n_env + 2, sizeof *envp);
+    REQUIRE(envp && pipe2(pfd, O_CLOEXEC) == 0);
+    memcpy(envp, environ, n_env * sizeof *envp);
+    envp[n_env] = selftest;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], STDOUT_FILENO);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], STDERR_FILENO);
+    CHECK_INT(posix_spawn(&pid, argv[0], &fa, NULL, argv, envp), 0);
+    posix_spawn_file_actions_destroy(&fa);
+    free(envp);
+    close(pfd[1]);
+    /* Until the child is gone (if its guard fails to fire, this case's
+     * own guard does). */
+    while (len < sizeof out - 1 &&
+           (got = read(pfd[0], out + len, sizeof out - 1 - len)) > 0)
+        len += (size_t)got;
+    out[len] = '\0';
+    close(pfd[0]);
+    REQUIRE(pid > 0 && waitpid(pid, &status, 0) == pid);
+    took = (double)(sbx_now_ms() - t0) / 1000.0;
+    if (!strstr(out, "FAIL sbx_guard_selftest_hang (wall-clock guard"))
+        fprintf(stderr, "  the hung suite said:\n%s\n", out);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == SBX_GUARD_EXIT);
+    CHECK(strstr(out, "FAIL sbx_guard_selftest_hang (wall-clock guard") !=
+          NULL);
+    CHECK(strstr(out, "wall-clock guard: case sbx_guard_selftest_hang hung "
+                      "in the case's own code") != NULL);
+    /* 300 ms and the guard's 100 ms look; the bound is for a loaded
+     * machine's process start, far below ctest's 600 s */
+    CHECK(took >= 0.3 && took < 10.0);
 }
 
 /* The run is what the mode says: warm, a parked child of a zygote that
@@ -502,13 +555,11 @@ static void test_teardown(void)
     sbx_teardown();
 }
 
-TEST_MAIN(T(test_probe), T(test_mode_is_what_it_says),
-          T(test_stdout_stderr), T(test_exit_codes), T(test_stdin),
-          T(test_timeout_keeps_output),
-          T(test_timeout_reports_peak_rss), T(test_cpu_limit),
-          T(test_cpu_limit_is_each_runs),
-          T(test_environment), T(test_identity),
-          T(test_setup_failure_is_an_error),
-          T(test_probe_refuses_root_mapping), T(test_output_dir_handle),
-          T(test_bind_under_private_dir),
-          T(test_teardown))
+SBX_TEST_MAIN(T(test_probe), T(test_guard_names_a_hung_case),
+              T(test_mode_is_what_it_says), T(test_stdout_stderr),
+              T(test_exit_codes), T(test_stdin), T(test_timeout_keeps_output),
+              T(test_timeout_reports_peak_rss), T(test_cpu_limit),
+              T(test_cpu_limit_is_each_runs), T(test_environment),
+              T(test_identity), T(test_setup_failure_is_an_error),
+              T(test_probe_refuses_root_mapping), T(test_output_dir_handle),
+              T(test_bind_under_private_dir), T(test_teardown))
