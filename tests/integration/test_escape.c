@@ -735,6 +735,148 @@ static void writes_outside_fail(void)
     itest_resp_release(&up);
 }
 
+/* The code of read_only_mounts_refuse_writes: every mount the run sees
+ * with the "ro" option (its own or its superblock's, in
+ * /proc/self/mountinfo; at each mount point the one visible there, on
+ * top of the others: the one no other there has as its parent, as
+ * mountinfo's order is not the stacking order) must
+ * refuse creating a file, a directory and a symlink in it (directories)
+ * and chmod and utime on it with EROFS: the mount refuses, whatever the
+ * permissions would say (the run's uid may not write there either,
+ * which is why "refused" alone proved nothing).  Remounting it
+ * read-write (mount MS_REMOUNT, with and without MS_BIND;
+ * mount_setattr clearing MOUNT_ATTR_RDONLY) must fail and leave it
+ * read-only.  Anything else is a "BAD" line.  It also names, for every
+ * mount, "mount ro|rw PATH", and the mounts of the interpreter, its
+ * stdlib and its prefix (the venv, when there is one). */
+static const char ro_mounts_code[] =
+    "import ctypes, errno, os, re, sys, sysconfig\n"
+    "libc = ctypes.CDLL(None, use_errno=True)\n"
+    "libc.syscall.restype = ctypes.c_long\n"
+    "def mounts():\n"
+    "    at = {}\n"
+    "    for line in open('/proc/self/mountinfo'):\n"
+    "        f = line.split()\n"
+    "        sup = f[f.index('-') + 3].split(',')\n"
+    "        mp = re.sub(r'\\\\([0-7]{3})', lambda m: chr(int(m[1], 8)),"
+    " f[4])\n"
+    "        ro = 'ro' in f[5].split(',') or 'ro' in sup\n"
+    "        at.setdefault(mp, []).append((f[0], f[1], ro))\n"
+    "    seen = {}\n"
+    "    for mp, ms in at.items():\n"
+    "        under = {parent for _, parent, _ in ms}\n"
+    "        seen[mp] = [ro for i, _, ro in ms if i not in under][0]\n"
+    "    return seen\n"
+    "def err(fn):\n"
+    "    try:\n"
+    "        fn()\n"
+    "    except OSError as e:\n"
+    "        return errno.errorcode.get(e.errno, str(e.errno))\n"
+    "    return 'DONE'\n"
+    "def sys_err(rc):\n"
+    "    e = ctypes.get_errno()\n"
+    "    return 'DONE' if rc >= 0 else errno.errorcode.get(e, str(e))\n"
+    "class Attr(ctypes.Structure):\n"
+    "    _fields_ = [(n, ctypes.c_uint64) for n in"
+    " ('set', 'clr', 'prop', 'userns')]\n"
+    "def remounts(m):\n"
+    "    b = m.encode()\n"
+    "    yield 'remount', libc.mount(None, b, None, ctypes.c_ulong(32), None)\n"
+    "    yield 'remount_bind', libc.mount(None, b, None,"
+    " ctypes.c_ulong(32 | 4096), None)\n"
+    "    a = Attr(0, 1, 0, 0)\n"
+    "    yield 'setattr_rw', libc.syscall(ctypes.c_long(442),"
+    " ctypes.c_int(-100), b, ctypes.c_uint(0), ctypes.byref(a),"
+    " ctypes.c_size_t(ctypes.sizeof(a)))\n"
+    "seen = mounts()\n"
+    "ro = sorted(m for m in seen if seen[m])\n"
+    "for m in sorted(seen):\n"
+    "    print('mount', 'ro' if seen[m] else 'rw', m)\n"
+    "bad, n = [], 0\n"
+    "for m in ro:\n"
+    "    p = os.path.join(m, '.ipd-ro-probe')\n"
+    "    st = os.stat(m)\n"
+    "    ops = [('chmod', lambda: os.chmod(m, st.st_mode & 0o7777)),\n"
+    "           ('utime', lambda: os.utime(m, ns=(st.st_atime_ns,"
+    " st.st_mtime_ns)))]\n"
+    "    if os.path.isdir(m):\n"
+    "        ops += [('create', lambda: os.close(os.open(p, os.O_WRONLY |"
+    " os.O_CREAT | os.O_EXCL, 0o644))),\n"
+    "                ('mkdir', lambda: os.mkdir(p)),\n"
+    "                ('symlink', lambda: os.symlink('x', p))]\n"
+    "    for op, fn in ops:\n"
+    "        e = err(fn)\n"
+    "        n += 1\n"
+    "        if e != 'EROFS':\n"
+    "            bad.append('%s %s %s' % (m, op, e))\n"
+    "        if e == 'DONE' and op != 'chmod' and op != 'utime':\n"
+    "            (os.rmdir if op == 'mkdir' else os.unlink)(p)\n"
+    "    for op, rc in remounts(m):\n"
+    "        e = sys_err(rc)\n"
+    "        n += 1\n"
+    "        if e == 'DONE':\n"
+    "            bad.append('%s %s %s' % (m, op, e))\n"
+    "after = mounts()\n"
+    "bad += ['%s not read-only after the remounts' % m for m in ro"
+    " if not after.get(m)]\n"
+    "def mount_of(path):\n"
+    "    path = os.path.realpath(path)\n"
+    "    return max((m for m in seen if path == m or"
+    " path.startswith(m.rstrip('/') + '/')), key=len)\n"
+    "for what, path in (('interpreter', sys.executable),"
+    " ('stdlib', sysconfig.get_paths()['stdlib']), ('prefix', sys.prefix)):\n"
+    "    m = mount_of(path)\n"
+    "    print(what, path, 'on', 'ro' if seen[m] else 'rw', m)\n"
+    "for b in bad:\n"
+    "    print('BAD', b)\n"
+    "print('read-only mounts %d, refusals checked %d' % (len(ro), n))\n";
+
+/* The read-only mounts of a run (the system binds, the prelude, the
+ * job and data stages, the venv, the root) refuse writes with EROFS
+ * from inside a real execution, and cannot be made writable again: on
+ * a mount made writable by mistake, the run's unprivileged uid still
+ * gets EACCES/EPERM from the permissions, so writes_outside_fail's
+ * "refused" does not see it. */
+static void read_only_mounts_refuse_writes(void)
+{
+    /* (/lib and /bin are binds too where they are not symlinks into
+     * /usr; the interpreter's lines cover what they hold) */
+    static const char *const expect[] = {"/", "/usr", "/opt/interpd",
+                                         "/mnt/job", "/mnt/data"};
+    static const char *const host[] = {"/usr/.ipd-ro-probe",
+                                       "/lib/.ipd-ro-probe",
+                                       "/bin/.ipd-ro-probe"};
+    size_t n_expect = sizeof(expect) / sizeof(expect[0]);
+    struct itest_resp r;
+    const char *sum;
+    int n_ro = 0, n_ops = 0;
+    REQUIRE(srv);
+    run_py("esc_ro", ro_mounts_code, 30, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK(json_is_true(itest_json_get(r.json, "success")));
+    CHECK_NOT_OUT(&r, "BAD");
+    sum = strstr(out_of(&r), "read-only mounts ");
+    CHECKF(sum && sscanf(sum, "read-only mounts %d, refusals checked %d",
+                         &n_ro, &n_ops) == 2 &&
+               n_ro >= (int)n_expect && n_ops >= 5 * n_ro,
+           "stdout:\n%s\nstderr:\n%s", out_of(&r), err_of(&r));
+    for (size_t i = 0; i < n_expect; i++) {
+        char *line = itest_fmt("mount ro %s\n", expect[i]);
+        CHECK_OUT(&r, line);
+        free(line);
+    }
+    /* what the run writes must stay writable (and the parse sees rw) */
+    CHECK_OUT(&r, "mount rw /tmp\n");
+    CHECK_OUT(&r, "mount rw /mnt/output\n");
+    CHECK_OUT(&r, "\ninterpreter ");
+    CHECK_OUT(&r, "\nstdlib ");
+    CHECK_OUT(&r, "\nprefix ");
+    CHECK_NOT_OUT(&r, " on rw ");
+    for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+        CHECKF(access(host[i], F_OK) != 0, "%s exists on the host", host[i]);
+    itest_resp_release(&r);
+}
+
 static void fork_bomb_contained(void)
 {
     struct itest_resp r;
@@ -1334,9 +1476,9 @@ static void stop_server(void)
 
 TEST_MAIN(T(start_server), T(network_refused), T(host_files_unreachable),
           T(environment_has_no_secrets), T(writes_outside_fail),
-          T(fork_bomb_contained), T(big_allocation_oom_killed),
-          T(disk_fill_stops), T(print_flood_truncated),
-          T(daemon_killed_no_survivors), T(kill_all_hurts_nothing_outside),
-          T(dangerous_syscalls_eperm), T(symlink_in_output_not_followed),
-          T(thousand_files_capped), T(newline_names_handled),
-          T(status_locked_down), T(stop_server))
+          T(read_only_mounts_refuse_writes), T(fork_bomb_contained),
+          T(big_allocation_oom_killed), T(disk_fill_stops),
+          T(print_flood_truncated), T(daemon_killed_no_survivors),
+          T(kill_all_hurts_nothing_outside), T(dangerous_syscalls_eperm),
+          T(symlink_in_output_not_followed), T(thousand_files_capped),
+          T(newline_names_handled), T(status_locked_down), T(stop_server))

@@ -46,6 +46,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/types.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "service/sandbox/sandbox.h"
@@ -53,6 +54,131 @@
 
 static struct ipd_sandbox_config sbx_cfg;
 static bool sbx_probed, sbx_ok;
+
+/* ---- the wall-clock guard ----------------------------------------------
+ *
+ * A hang (a run the sandbox never ends, a wait that never returns) must
+ * fail the suite within seconds, naming the case, instead of sitting
+ * until ctest's TIMEOUT.  A thread watches one deadline.  Each case
+ * starts with sbx_guard_case_ms; a step with a bound of its own (a run's
+ * wall timeout, parking a child, a zygote's start) re-arms it to
+ * SBX_GUARD_FACTOR times that bound plus SBX_GUARD_SLACK_MS
+ * (sbx_guard_step), and to sbx_guard_case_ms again once the step
+ * returned (sbx_guard_done).  A run with a 1.5 s timeout that is never
+ * killed fails the process 14.5 s after it started.  Every arm is
+ * progress, whichever thread makes it (test_budgets holds runs in
+ * threads of its own): only a stretch with none fails.
+ *
+ * When the deadline passes the guard prints "FAIL <case>" and the step
+ * it waited for, and ends the process with status SBX_GUARD_EXIT; the
+ * runs die with it (their inits have PDEATHSIG).  The suites' main is
+ * SBX_TEST_MAIN (below), which arms it for each case.
+ */
+#define SBX_GUARD_FACTOR 3
+#define SBX_GUARD_SLACK_MS 10000
+#define SBX_GUARD_EXIT 3
+
+static int64_t sbx_guard_case_ms = 60000; /* a case, between steps */
+
+static struct {
+    pthread_mutex_t lock;
+    bool started;
+    int64_t deadline; /* sbx_now_ms */
+    int64_t since;    /* when the step began */
+    const char *name; /* the case (static) */
+    char step[160];   /* what it waits for */
+} sbx_guard = {PTHREAD_MUTEX_INITIALIZER, false, 0, 0, "(no case yet)", ""};
+
+static int64_t sbx_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+IPD_NORETURN static void sbx_guard_fire(void)
+{
+    double held = (double)(sbx_now_ms() - sbx_guard.since) / 1000.0;
+
+    /* The cases' "ok" lines first (stdout is a pipe under ctest), then
+     * our own with write(2): never wait on a FILE lock a hung thread
+     * may hold. */
+    fflush(stdout);
+    dprintf(STDERR_FILENO,
+            "wall-clock guard: case %s hung in %s for %.1f s; failing the "
+            "process\n",
+            sbx_guard.name, sbx_guard.step, held);
+    dprintf(STDOUT_FILENO, "FAIL %s (wall-clock guard: %s, %.1f s)\n",
+            sbx_guard.name, sbx_guard.step, held);
+    _exit(SBX_GUARD_EXIT);
+}
+
+/* The guard's thread: a look at the deadline every 100 ms (a deadline
+ * is seconds away, so that is precise enough and needs no wake-up). */
+static void *sbx_guard_main(void *arg)
+{
+    const struct timespec tick = {0, 100 * 1000000};
+    bool passed = false;
+
+    (void)arg;
+    while (!passed) {
+        (void)nanosleep(&tick, NULL);
+        pthread_mutex_lock(&sbx_guard.lock);
+        passed = sbx_now_ms() >= sbx_guard.deadline;
+        pthread_mutex_unlock(&sbx_guard.lock);
+    }
+    pthread_mutex_lock(&sbx_guard.lock); /* held: the step is final */
+    sbx_guard_fire();
+}
+
+/* Re-arm the guard: what is waited for, for how long from now.  Starts
+ * the guard's thread on first use (a failure to start it fails the
+ * process: a suite without its guard could hang again). */
+IPD_UNUSED static void sbx_guard_arm(const char *step, int64_t ms)
+{
+    pthread_mutex_lock(&sbx_guard.lock);
+    sbx_guard.since = sbx_now_ms();
+    sbx_guard.deadline = sbx_guard.since + ms;
+    snprintf(sbx_guard.step, sizeof sbx_guard.step, "%s", step);
+    if (!sbx_guard.started) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, sbx_guard_main, NULL)) {
+            fprintf(stderr, "wall-clock guard: cannot start\n");
+            _exit(SBX_GUARD_EXIT);
+        }
+        pthread_detach(th);
+        sbx_guard.started = true;
+    }
+    pthread_mutex_unlock(&sbx_guard.lock);
+}
+
+/* A step bounded by bound_ms of its own (<= 0: the case's allowance)
+ * begins: what (with the bound) says which on failure. */
+IPD_UNUSED static void sbx_guard_step(const char *what, int64_t bound_ms)
+{
+    char step[160];
+
+    if (bound_ms <= 0)
+        bound_ms = sbx_guard_case_ms;
+    snprintf(step, sizeof step, "%s (its own bound %.1f s)", what,
+             (double)bound_ms / 1000.0);
+    sbx_guard_arm(step, SBX_GUARD_FACTOR * bound_ms + SBX_GUARD_SLACK_MS);
+}
+
+/* The step returned: the case's allowance again. */
+IPD_UNUSED static void sbx_guard_done(void)
+{
+    sbx_guard_arm("the case's own code", sbx_guard_case_ms);
+}
+
+/* test.h's test__case_start: a case begins. */
+IPD_UNUSED static void sbx_guard_case(const char *name)
+{
+    pthread_mutex_lock(&sbx_guard.lock);
+    sbx_guard.name = name;
+    pthread_mutex_unlock(&sbx_guard.lock);
+    sbx_guard_done();
+}
 
 /* The suite's host uid: its own, so counting survivors is not disturbed
  * by other suites running at the same time. */
@@ -286,10 +412,12 @@ IPD_UNUSED static bool zt_start_as(struct zt *t, const char *modules,
     if (pthread_create(&t->th, NULL, zt_thread, t))
         return false;
     t->th_started = true;
+    sbx_guard_step("a zygote's start", 120000);
     if (ipd_sandbox_zygote_wait_ready(t->z, 120000, why, sizeof why)) {
         fprintf(stderr, "zygote not ready: %s\n", why);
         return false;
     }
+    sbx_guard_done();
     return true;
 }
 
@@ -374,7 +502,9 @@ static enum ipd_err zt_park_job(struct zt *t,
         m[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false, *st};
     for (size_t i = 0; i < n_extra; i++)
         m[n++] = extra[i];
+    sbx_guard_step("parking a child", 30000);
     rc = ipd_sandbox_park(t->z, p, m, n, flags, 30000, pk, err, sizeof err);
+    sbx_guard_done();
     if (rc)
         fprintf(stderr, "park: %s\n", err);
 out:
@@ -409,7 +539,9 @@ IPD_UNUSED static enum ipd_err zt_run_mounts(
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
+    sbx_guard_step("a warm run", p->wall_timeout_ms);
     rc = ipd_sandbox_parked_run(pk, 0, res);
+    sbx_guard_done();
     sbx_report("warm run", rc, res);
 out:
     ipd_sandbox_stage_free(st);
@@ -451,7 +583,9 @@ IPD_UNUSED static enum ipd_err zt_calls_mounts(
             rc = IPD_ERR_INTERNAL;
             break;
         }
+        sbx_guard_step("a session call", p->wall_timeout_ms);
         rc = ipd_sandbox_parked_call(pk, 'G', 0, &res[i], ended);
+        sbx_guard_done();
         sbx_report(*ended ? "session call (ended it)" : "session call", rc,
                    &res[i]);
         first = first ? first : rc;
@@ -546,7 +680,9 @@ IPD_UNUSED static enum ipd_err sbx_run_cold_as(
         spec.stdin_data = stdin_data;
         spec.stdin_len = strlen(stdin_data);
     }
+    sbx_guard_step("a cold run", p->wall_timeout_ms);
     rc = ipd_sandbox_run(&sbx_cfg, p, &spec, res);
+    sbx_guard_done();
     sbx_report("run", rc, res);
     return rc;
 }
@@ -703,5 +839,40 @@ IPD_UNUSED static int sbx_count_uid(uid_t uid)
     closedir(d);
     return count;
 }
+
+/* ---- main ------------------------------------------------------------- */
+
+/* The guard's own check (test_functional test_guard_names_a_hung_case):
+ * with IPD_SANDBOX_GUARD_SELFTEST=<ms> in its environment a suite runs
+ * only this case, which hangs, under a case allowance of ms. */
+static void sbx_guard_selftest_hang(void)
+{
+    for (;;)
+        pause();
+}
+
+/* The suites' main (SBX_TEST_MAIN): test.h's test_run over cases, with
+ * the wall-clock guard armed for each. */
+IPD_UNUSED static int sbx_main(const struct test_case *cases, size_t n)
+{
+    static const struct test_case hang[] = {
+        {"sbx_guard_selftest_hang", sbx_guard_selftest_hang}};
+    const char *selftest = getenv("IPD_SANDBOX_GUARD_SELFTEST");
+
+    test__case_start = sbx_guard_case;
+    if (selftest && *selftest) {
+        sbx_guard_case_ms = strtoll(selftest, NULL, 10);
+        return test_run(hang, 1);
+    }
+    return test_run(cases, n);
+}
+
+/* TEST_MAIN for the sandbox suites: each case under the guard. */
+#define SBX_TEST_MAIN(...)                                                     \
+    int main(void)                                                             \
+    {                                                                          \
+        static const struct test_case cases[] = {__VA_ARGS__};                 \
+        return sbx_main(cases, IPD_ARRAY_LEN(cases));                          \
+    }
 
 #endif

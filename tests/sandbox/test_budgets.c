@@ -330,7 +330,8 @@ static void test_teardown(void)
     sbx_teardown();
 }
 
-TEST_MAIN(T(test_pending_signals_are_not_roots),
-          T(test_mqueue_bytes_are_not_roots), T(test_pipe_budget_is_per_slot),
-          T(test_cpu_share_is_one_core), T(test_status_names_cpu_share),
-          T(test_run_ids_checked), T(test_teardown))
+SBX_TEST_MAIN(T(test_pending_signals_are_not_roots),
+              T(test_mqueue_bytes_are_not_roots),
+              T(test_pipe_budget_is_per_slot), T(test_cpu_share_is_one_core),
+              T(test_status_names_cpu_share), T(test_run_ids_checked),
+              T(test_teardown))

@@ -298,6 +298,6 @@ static void test_teardown(void)
     sbx_teardown();
 }
 
-TEST_MAIN(T(test_sandbox_probes), T(test_run_takes_over_or_skips_leftovers),
-          T(test_probe_reaps_dead_pids_only),
-          T(test_sandbox_runs_through_leftovers), T(test_teardown))
+SBX_TEST_MAIN(T(test_sandbox_probes), T(test_run_takes_over_or_skips_leftovers),
+              T(test_probe_reaps_dead_pids_only),
+              T(test_sandbox_runs_through_leftovers), T(test_teardown))

@@ -72,4 +72,4 @@ static void test_teardown(void)
     sbx_teardown();
 }
 
-TEST_MAIN(T(test_overhead), T(test_teardown))
+SBX_TEST_MAIN(T(test_overhead), T(test_teardown))

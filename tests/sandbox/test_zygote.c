@@ -236,7 +236,7 @@ static void test_stop(void)
     sbx_teardown();
 }
 
-TEST_MAIN(T(test_start), T(test_hello), T(test_locked_down),
-          T(test_no_leak_between_children), T(test_timeout_then_next),
-          T(test_memory_limit), T(test_process_limit), T(test_session),
-          T(test_stop))
+SBX_TEST_MAIN(T(test_start), T(test_hello), T(test_locked_down),
+              T(test_no_leak_between_children), T(test_timeout_then_next),
+              T(test_memory_limit), T(test_process_limit), T(test_session),
+              T(test_stop))

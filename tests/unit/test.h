@@ -59,6 +59,11 @@ struct test_case {
     void (*fn)(void);
 };
 
+/* Called with each case's name just before it runs, when set: a suite's
+ * per-case set-up (tests/sandbox/sandbox_test.h arms its wall-clock
+ * guard there). */
+static void (*test__case_start)(const char *name);
+
 /* Run the cases in order, print ok/FAIL for each and a total; the exit
  * status for main.  For a main that does more first (TEST_MAIN below is
  * the usual way). */
@@ -67,6 +72,8 @@ static inline int test_run(const struct test_case *cases, size_t n)
     int passed = 0, failed = 0;
     for (size_t i = 0; i < n; i++) {
         int before = test__failed_checks;
+        if (test__case_start)
+            test__case_start(cases[i].name);
         cases[i].fn();
         if (test__failed_checks == before) {
             passed++;
