@@ -1816,7 +1816,9 @@ int itest_run(const char *const *argv, const char *const *unset,
 
 /* ------------------------------------------------------------------ CLI */
 
-int itest_cli(struct itest_server *s, char **out, ...)
+/* itest_cli and itest_cli_in: the CLI run in cwd (NULL: ours). */
+static int cli_run(struct itest_server *s, const char *cwd, char **out,
+                   va_list ap)
 {
     if (out)
         *out = NULL;
@@ -1825,12 +1827,9 @@ int itest_cli(struct itest_server *s, char **out, ...)
         return -1;
     struct strv argv = {NULL, 0};
     strv_push(&argv, xstrdup(bin));
-    va_list ap;
-    va_start(ap, out);
     const char *a;
     while ((a = va_arg(ap, const char *)) != NULL)
         strv_push(&argv, xstrdup(a));
-    va_end(ap);
     /* The CLI works on the server's stores: on MongoDB, its database. */
     char *mongo_env = s->mongo_uri
                           ? itest_fmt("INTERPD_MONGO_URI=%s", s->mongo_uri)
@@ -1858,6 +1857,10 @@ int itest_cli(struct itest_server *s, char **out, ...)
             dup2(nullfd, 0);
         dup2(p[1], 1);
         dup2(logfd, 2);
+        if (cwd && chdir(cwd)) {
+            dprintf(2, "harness: chdir %s: %s\n", cwd, strerror(errno));
+            _exit(127);
+        }
         execve(argv.v[0], argv.v, envp);
         dprintf(2, "harness: execve %s: %s\n", argv.v[0], strerror(errno));
         _exit(127);
@@ -1911,6 +1914,24 @@ int itest_cli(struct itest_server *s, char **out, ...)
     free(cli_log);
     itest_strv_free(argv.v);
     itest_strv_free(envp);
+    return code;
+}
+
+int itest_cli(struct itest_server *s, char **out, ...)
+{
+    va_list ap;
+    va_start(ap, out);
+    int code = cli_run(s, NULL, out, ap);
+    va_end(ap);
+    return code;
+}
+
+int itest_cli_in(struct itest_server *s, const char *cwd, char **out, ...)
+{
+    va_list ap;
+    va_start(ap, out);
+    int code = cli_run(s, cwd, out, ap);
+    va_end(ap);
     return code;
 }
 

@@ -348,6 +348,9 @@ bool itest__check_file(const char *file, int line, const json_t *f,
  * stderr to tmp_dir/cli.log.  Returns the exit code, -1 when it did not
  * exit normally within 30 s. */
 int itest_cli(struct itest_server *s, char **out, ...);
+/* itest_cli with the working directory cwd (a relative --data-dir, or
+ * the default ./interpd-data, counts from there). */
+int itest_cli_in(struct itest_server *s, const char *cwd, char **out, ...);
 /* `keys create --tenant tenant [--admin]`: the plain key and key id (new
  * strings, free()).  false (after printing why) on any failure. */
 bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,

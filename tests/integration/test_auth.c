@@ -417,9 +417,24 @@ static void isolation(void)
     itest_stop(s);
 }
 
-/* `keys create` and `keys list` on a data dir (or MongoDB database)
- * without a store exit 2 naming it and create nothing: a key printed
- * there would be one the server answers 401. */
+/* How many times the CLI's stderr so far (tmp_dir/cli.log, appended to
+ * by every itest_cli) holds needle. */
+static int cli_said_count(struct itest_server *s, const char *needle)
+{
+    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
+    char *log = itest_read_file(path, NULL);
+    int n = 0;
+    for (const char *p = log ? strstr(log, needle) : NULL; p;
+         p = strstr(p + 1, needle))
+        n++;
+    free(log);
+    free(path);
+    return n;
+}
+
+/* `keys create`, `list`, `revoke` and `rotate-secret` on a data dir (or
+ * MongoDB database) without a store exit 2 naming it and create nothing:
+ * a key printed there would be one the server answers 401. */
 static void keys_refuse_no_store(void)
 {
     struct itest_server *s = itest_start(NULL);
@@ -448,6 +463,27 @@ static void keys_refuse_no_store(void)
               2);
     CHECKF(!out || !out[0], "keys list printed: %s", out);
     free(out);
+    /* The commands that change a store: refused before any of their own
+     * checks (an unknown key id, a tenant without keys), each naming
+     * what it looked at. */
+    int said = cli_said_count(s, where);
+    out = NULL;
+    CHECK_INT(itest_cli(s, &out, "keys", "revoke", "X", store_flag, store,
+                        "--data-dir", absent, NULL),
+              2);
+    CHECKF(!out || !out[0], "keys revoke printed: %s", out);
+    free(out);
+    CHECKF(cli_said_count(s, where) > said, "keys revoke did not name %s",
+           where);
+    said = cli_said_count(s, where);
+    out = NULL;
+    CHECK_INT(itest_cli(s, &out, "keys", "rotate-secret", "--tenant", "t",
+                        store_flag, store, "--data-dir", absent, NULL),
+              2);
+    CHECKF(!out || !out[0], "keys rotate-secret printed: %s", out);
+    free(out);
+    CHECKF(cli_said_count(s, where) > said,
+           "keys rotate-secret did not name %s", where);
     CHECK(stat(absent, &st) != 0);
     if (fresh)
         CHECK_INT(itest_mongo_collection_count(fresh), 0);

@@ -3,6 +3,7 @@
  * files are deleted from the store and the disk (or GridFS); admin keys
  * only; the CLI prints the same JSON for cron.
  */
+#include <errno.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -113,4 +114,41 @@ static void cleanup_refuses_no_store(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(expired_files_are_swept), T(cleanup_refuses_no_store))
+/* `interpd cleanup` with no --data-dir, as cron might run it from an
+ * empty directory: the default ./interpd-data is not there, so exit 2
+ * naming it and nothing is created (on MongoDB too: the environment
+ * names the server's database, but the local blob store needs the data
+ * dir).  `interpd status` from there reads no admin key: exit 1 naming
+ * the path (docs/DEPLOYMENT.md), nothing created either. */
+static void cleanup_default_data_dir_absent(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    char *cwd = itest_fmt("%s/cron", s->tmp_dir);
+    char *dflt = itest_fmt("%s/interpd-data", cwd);
+    REQUIRE(mkdir(cwd, 0700) == 0);
+    char *out = NULL;
+    CHECK_INT(itest_cli_in(s, cwd, &out, "cleanup", NULL), 2);
+    CHECKF(!out || !out[0], "cleanup printed: %s", out);
+    free(out);
+    CHECK(itest_cli_said(s, dflt));
+    out = NULL;
+    CHECK_INT(itest_cli_in(s, cwd, &out, "status", NULL), 1);
+    CHECKF(!out || !out[0], "status printed: %s", out);
+    free(out);
+    char *key = itest_fmt("%s/admin.key", dflt);
+    CHECK(itest_cli_said(s, key));
+    struct stat st;
+    CHECKF(lstat(dflt, &st) != 0, "%s was created", dflt);
+    char **left = NULL;
+    CHECKF(itest_list_files(cwd, &left) == 0, "%s is no longer empty", cwd);
+    itest_strv_free(left);
+    CHECKF(rmdir(cwd) == 0, "rmdir %s: %s", cwd, strerror(errno));
+    free(key);
+    free(dflt);
+    free(cwd);
+    itest_stop(s);
+}
+
+TEST_MAIN(T(expired_files_are_swept), T(cleanup_refuses_no_store),
+          T(cleanup_default_data_dir_absent))

@@ -1605,17 +1605,19 @@ static void index_unreachable_named(void)
 }
 
 /* --pip-no-index with a wheel folder: installs with the index URL
- * pointing at a closed port (pip never tries it, and runs without
- * network); a missing version names the folder's versions. */
+ * pointing at the suite's own index, which sees no request for the
+ * projects installed (pip never asks it, and runs without network); a
+ * missing version names the folder's versions. */
 static void offline_wheel_folder(void)
 {
     struct srv_opts so;
     struct itest_resp r;
-    const char *extra[] = {"--pip-index-url", "http://127.0.0.1:1/simple/",
+    const char *extra[] = {"--pip-index-url", ix.index_url,
                            "--pip-no-index", "1", "--pip-find-links",
                            ix.wheels, NULL};
     REQUIRE(index_setup());
     extra[5] = ix.wheels;
+    int hits = index_hits("ipdtest-mapped") + index_hits("ipdtest-alpha");
     /* The sandbox (another uid) binds the folder: every directory above
      * it must be searchable (mkdtemp made ours 0700). */
     CHECK(chmod(ix.work, 0711) == 0);
@@ -1639,6 +1641,11 @@ static void offline_wheel_folder(void)
              &e);
     CHECK_EXEC(&e, true, "alpha 1.0\n");
     itest_resp_release(&e);
+    int after = index_hits("ipdtest-mapped") + index_hits("ipdtest-alpha");
+    CHECKF(after == hits,
+           "pip asked the index with --pip-no-index (%d -> %d requests; "
+           "index log %s)",
+           hits, after, ix.log);
     itest_stop(s);
 }
 
@@ -1777,6 +1784,53 @@ static void auto_install_within_timeout(void)
     itest_stop(s);
 }
 
+/* ---- 14. a relative --venv-dir ------------------------------------------- */
+
+/* --venv-dir ./venv with the server started in tmp_dir (and --data-dir
+ * ./data): made absolute at start (the config line shows it), a package
+ * installs into tmp_dir/venv, nothing beside the data dir, and an
+ * execution imports it without installing it again, also after a
+ * restart. */
+static void relative_venv_dir(void)
+{
+    struct srv_opts so;
+    struct itest_resp r;
+    struct stat st;
+    const char *extra[] = {"--venv-dir", "./venv", NULL};
+    REQUIRE(index_setup());
+    make_opts(&so, extra);
+    so.o.relative_data_dir = true;
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    char *venv = itest_fmt("%s/venv", s->tmp_dir);
+    char *line = itest_fmt("venv-dir = %s (flag)", venv);
+    CHECK(itest_wait_log_line(s, 5000, line, NULL));
+    CHECK_INSTALL(s, "ipdtest-alpha==2.0", "installed", "2.0", NULL);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 2.0\n");
+    CHECKF(json_array_size(itest_json_get(r.json, "installed_packages")) == 0,
+           "installed again for the run: %s", r.body);
+    itest_resp_release(&r);
+    char *current = itest_fmt("%s/current", venv);
+    CHECKF(lstat(current, &st) == 0 && S_ISLNK(st.st_mode), "no %s",
+           current);
+    char *beside = itest_fmt("%s-venv", s->data_dir);
+    CHECKF(lstat(beside, &st) != 0, "%s exists", beside);
+    REQUIRE(itest_restart(s, &so.o));
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
+             &r);
+    CHECK_EXEC(&r, true, "alpha 2.0\n");
+    CHECKF(json_array_size(itest_json_get(r.json, "installed_packages")) == 0,
+           "installed again after the restart: %s", r.body);
+    itest_resp_release(&r);
+    free(beside);
+    free(current);
+    free(line);
+    free(venv);
+    itest_stop(s);
+}
+
 /* ---- teardown ------------------------------------------------------------------------------ */
 
 /* ---- version changes need an admin key (hardening item 14) --------------- */
@@ -1877,7 +1931,8 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(sdist_build_stays_in_its_generation),
           T(sigterm_with_queued_install), T(install_share_per_tenant),
           T(index_unreachable_named),
-          T(offline_wheel_folder), T(no_such_version_named),
+          T(offline_wheel_folder), T(relative_venv_dir),
+          T(no_such_version_named),
           T(auto_install_failure_remembered),
           T(auto_install_within_timeout), T(version_change_needs_admin),
           T(stop_servers))

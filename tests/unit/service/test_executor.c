@@ -481,12 +481,18 @@ static void test_inline_only(void)
     CHECK_INT(count, 0);
 }
 
+/* Killed by its timeout after touching 64 MiB: the result still reports
+ * that peak in resources.max_rss_kb (issue 12: the killed init reports no
+ * rusage, and a timed-out run said 0). */
 static void test_timeout(void)
 {
     json_t *res, *err;
+    json_int_t rss;
     REQUIRE(setup());
-    res = run_files("u1", "print('before')\nwhile True: pass\n", NULL, 0,
-                    1000, IPD_OK);
+    res = run_files("u1",
+                    "b = bytearray(64 << 20)\nprint('before')\n"
+                    "while True: pass\n",
+                    NULL, 0, 1000, IPD_OK);
     REQUIRE(res);
     CHECK(json_is_true(json_object_get(res, "timed_out")));
     CHECK(json_is_false(json_object_get(res, "success")));
@@ -495,6 +501,11 @@ static void test_timeout(void)
     CHECK_STR(jstr(err, "type"), "Timeout");
     CHECK_STR(jstr(err, "message"), "execution exceeded 1 seconds");
     CHECK(json_real_value(json_object_get(res, "execution_time")) < 5.0);
+    rss = json_integer_value(
+        json_object_get(json_object_get(res, "resources"), "max_rss_kb"));
+    if (rss < 64 * 1024)
+        fprintf(stderr, "  max_rss_kb %lld\n", (long long)rss);
+    CHECK(rss >= 64 * 1024);
     json_decref(res);
 }
 
