@@ -83,19 +83,21 @@ bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
                         : IPD_ERR_UNAVAILABLE;
     if (rc == IPD_OK)
         return true;
-    r->retry_after_s = 1;
+    /* IPD_ERR_BUSY (the queue, or the tenant's share of it, is full) or
+     * IPD_ERR_UNAVAILABLE (stopping): reply.c's 429 or 503. */
+    char msg[512];
     if (share_full)
-        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
-                       "this tenant has %u %s running or waiting, its share "
-                       "(policy %s); retry later",
-                       share.held_max, what, field);
+        snprintf(msg, sizeof(msg),
+                 "this tenant has %u %s running or waiting, its share "
+                 "(policy %s); retry later",
+                 share.held_max, what, field);
     else if (rc == IPD_ERR_BUSY)
-        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS,
-                       "all %u places for %s are taken; retry later", cap,
-                       what);
+        snprintf(msg, sizeof(msg),
+                 "all %u places for %s are taken; retry later", cap, what);
     else
-        ipd_reply_code(r, IPD_HE_UNAVAILABLE,
-                       "%s are unavailable: the service is shutting down",
-                       what);
+        snprintf(msg, sizeof(msg),
+                 "%s are unavailable: the service is shutting down", what);
+    r->retry_after_s = 1;
+    ipd_reply_failure(r, rc, msg, what);
     return false;
 }

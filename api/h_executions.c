@@ -27,41 +27,36 @@
 #define FILES_MAX 100
 #define CALLBACK_URL_MAX 2048
 
-/* The executor's answer to a synchronous job.  Its message goes to the
- * client when the request was at fault or the service is unavailable; an
- * internal failure's stays in the server log. */
+/* The failures whose detail from the executor goes to the client: the
+ * request was at fault, or the service is unavailable or busy (an
+ * internal failure's stays in the server log).  Without a detail, the
+ * fallback, or (NULL) reply.c's message for the error. */
+static const struct {
+    enum ipd_err rc;
+    const char *fallback;
+} told[] = {
+    {IPD_ERR_NOT_FOUND, "no such file"},
+    {IPD_ERR_INVALID, "invalid execution request"},
+    {IPD_ERR_TOO_LARGE, "request too large"},
+    {IPD_ERR_UNAVAILABLE, NULL},
+    {IPD_ERR_BUSY, NULL},
+    {IPD_ERR_IN_USE, NULL}, /* the session runs another call */
+    {IPD_ERR_GONE, NULL},   /* the session ended */
+};
+
+/* The executor's answer to a synchronous job. */
 static void reply_result(struct ipd_req *r, struct ipd_exec_job *j)
 {
-    const char *msg = j->detail.len ? j->detail.buf : NULL;
-    switch (j->rc) {
-    case IPD_OK:
+    const char *msg = NULL;
+
+    if (!j->rc) {
         ipd_reply_json(r, MHD_HTTP_OK, j->result);
         j->result = NULL;
         return;
-    case IPD_ERR_NOT_FOUND:
-        msg = msg ? msg : "no such file";
-        break;
-    case IPD_ERR_INVALID:
-        msg = msg ? msg : "invalid execution request";
-        break;
-    case IPD_ERR_TOO_LARGE:
-        msg = msg ? msg : "request too large";
-        break;
-    case IPD_ERR_UNAVAILABLE:
-    case IPD_ERR_BUSY:
-        break;
-    case IPD_ERR_CONFLICT:
-        ipd_reply_code(r, IPD_HE_SESSION_BUSY, "%s",
-                       msg ? msg : "the session is busy");
-        return;
-    case IPD_ERR_GONE:
-        ipd_reply_code(r, IPD_HE_SESSION_EXPIRED, "%s",
-                       msg ? msg : "the session ended");
-        return;
-    default:
-        msg = NULL;
-        break;
     }
+    for (size_t i = 0; i < IPD_ARRAY_LEN(told); i++)
+        if (told[i].rc == j->rc)
+            msg = j->detail.len ? j->detail.buf : told[i].fallback;
     ipd_reply_failure(r, j->rc, msg, "running the code");
 }
 
@@ -454,13 +449,13 @@ static void executions_get(struct ipd_req *r)
     ipd_exec_reply_init(x);
     if (p)
         rc = ipd_exec_pool_lookup(p, r->param, r->key.tenant, r->user_id, x);
-    if (rc == IPD_ERR_NOT_FOUND)
-        ipd_reply_code(r, IPD_HE_NOT_FOUND,
-                        "no such execution (results are kept for a limited "
-                        "time)");
-    else if (rc)
-        ipd_reply_failure(r, rc, NULL, "reading the result");
     if (rc) {
+        ipd_reply_failure(r, rc,
+                          rc == IPD_ERR_NOT_FOUND
+                              ? "no such execution (results are kept for "
+                                "a limited time)"
+                              : NULL,
+                          "reading the result");
         free_reply(x);
         return;
     }

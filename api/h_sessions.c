@@ -32,27 +32,15 @@ static bool id_ok(struct ipd_req *r)
     return false;
 }
 
-static void reply_err(struct ipd_req *r, enum ipd_err rc, const char *msg)
+/* A session call failed: reply.c's status for rc, with the executor's
+ * detail (msg, may be NULL or empty).  An unknown id and another
+ * caller's are told alike. */
+static void session_failure(struct ipd_req *r, enum ipd_err rc,
+                            const char *msg)
 {
-    switch (rc) {
-    case IPD_ERR_NOT_FOUND:
-        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such session");
-        return;
-    case IPD_ERR_GONE:
-        ipd_reply_code(r, IPD_HE_SESSION_EXPIRED, "%s",
-                       msg && msg[0] ? msg : "the session ended");
-        return;
-    case IPD_ERR_CONFLICT:
-        ipd_reply_code(r, IPD_HE_SESSION_BUSY, "%s",
-                       msg && msg[0] ? msg : "the session is busy");
-        return;
-    case IPD_ERR_INVALID:
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s", msg);
-        return;
-    default:
-        ipd_reply_failure(r, rc, msg && msg[0] ? msg : NULL,
-                          "serving the session");
-    }
+    if (rc == IPD_ERR_NOT_FOUND)
+        msg = "no such session";
+    ipd_reply_failure(r, rc, msg, "serving the session");
 }
 
 static void sessions_create(struct ipd_req *r)
@@ -80,14 +68,11 @@ static void sessions_create(struct ipd_req *r)
     rc = ipd_executor_session_create(
         ex, r->key.tenant, r->user_id,
         r->key.policy[0] ? r->key.policy : "standard", &out, &detail);
-    if (rc == IPD_ERR_BUSY) {
-        r->retry_after_s = 5;
-        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS, "%s", detail.buf);
-    } else if (rc) {
-        reply_err(r, rc, detail.buf);
-    } else {
+    /* At a cap (IPD_ERR_BUSY) Retry-After is the default, 5 s. */
+    if (rc)
+        session_failure(r, rc, detail.buf);
+    else
         ipd_reply_json(r, MHD_HTTP_CREATED, out);
-    }
     ipd_buf_release(&detail);
 }
 
@@ -112,7 +97,7 @@ static void session_get(struct ipd_req *r)
     rc = ipd_executor_session_get(ex, r->key.tenant, r->user_id, r->param,
                                   &out);
     if (rc)
-        reply_err(r, rc, NULL);
+        session_failure(r, rc, NULL);
     else
         ipd_reply_json(r, MHD_HTTP_OK, out);
 }
@@ -126,7 +111,7 @@ static void session_delete(struct ipd_req *r)
         return;
     rc = ipd_executor_session_delete(ex, r->key.tenant, r->user_id, r->param);
     if (rc)
-        reply_err(r, rc, NULL);
+        session_failure(r, rc, NULL);
     else
         ipd_reply_empty(r, MHD_HTTP_NO_CONTENT);
 }
@@ -161,7 +146,7 @@ static void session_variables(struct ipd_req *r)
             ipd_reply_code(r, IPD_HE_UNAVAILABLE,
                            "the service is shutting down");
         else if (j->rc)
-            reply_err(r, j->rc, j->detail.buf);
+            session_failure(r, j->rc, j->detail.buf);
         else {
             ipd_reply_json(r, MHD_HTTP_OK, j->out);
             j->out = NULL;
@@ -178,7 +163,7 @@ static void session_variables(struct ipd_req *r)
         enum ipd_err rc = ipd_executor_session_check(
             r->app->executor, r->key.tenant, r->user_id, r->param, &why);
         if (rc)
-            reply_err(r, rc, why.buf);
+            session_failure(r, rc, why.buf);
         else
             ipd_reply_json(r, MHD_HTTP_OK, json_object());
         ipd_buf_release(&why);

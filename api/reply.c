@@ -206,8 +206,11 @@ static const struct {
     [IPD_ERR_NO_SPACE] = {true, IPD_HE_QUOTA_EXCEEDED,
                           "the server is out of storage space while ",
                           "; delete files or retry later"},
+    /* Only sessions end and are busy (service/exec/session.c). */
     [IPD_ERR_GONE] = {true, IPD_HE_SESSION_EXPIRED, "the session ended",
                       NULL},
+    [IPD_ERR_IN_USE] = {true, IPD_HE_SESSION_BUSY, "the session is busy",
+                        NULL},
     [IPD_ERR_BUSY] = {true, IPD_HE_TOO_MANY_REQUESTS, "too busy while ",
                       "; retry later"},
     [IPD_ERR_UNAUTHORIZED] = {true, IPD_HE_UNAUTHORIZED, "invalid API key",

@@ -15,6 +15,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../service/common/json_out.h"
 #include "../service/common/log.h"
 #include "../service/common/util.h"
 #include "scheduler.h"
@@ -476,13 +477,10 @@ enum ipd_err ipd_scheduler_status(struct ipd_scheduler *s, const char *name,
 }
 
 /* RFC 3339 of ms, or null for 0 (never).  New reference. */
-static json_t *time_or_null(int64_t ms)
+/* A status time (0: none yet) as JSON: a string, or null. */
+static json_t *status_time(int64_t ms)
 {
-    char t[IPD_TIME_STR];
-    if (!ms)
-        return json_null();
-    ipd_time_format(ms, t);
-    return json_string(t);
+    return ipd_json_time(ms ? ms : IPD_TIME_NEVER);
 }
 
 static json_t *status_json(const struct ipd_job_status *st)
@@ -492,15 +490,15 @@ static json_t *status_json(const struct ipd_job_status *st)
     json_object_set_new(o, "interval_ms", json_integer(st->interval_ms));
     json_object_set_new(o, "leased", json_boolean(st->leased));
     json_object_set_new(o, "running", json_boolean(st->running));
-    json_object_set_new(o, "last_start", time_or_null(st->last_start_ms));
-    json_object_set_new(o, "last_end", time_or_null(st->last_end_ms));
+    json_object_set_new(o, "last_start", status_time(st->last_start_ms));
+    json_object_set_new(o, "last_end", status_time(st->last_end_ms));
     json_object_set_new(o, "last_result",
                         st->runs ? json_string(ipd_err_name(st->last_result))
                                  : json_null());
     json_object_set_new(o, "runs", json_integer(st->runs));
     json_object_set_new(o, "failures", json_integer(st->failures));
     json_object_set_new(o, "skipped", json_integer(st->skipped));
-    json_object_set_new(o, "next_run", time_or_null(st->next_run_ms));
+    json_object_set_new(o, "next_run", status_time(st->next_run_ms));
     return o;
 }
 

@@ -339,26 +339,16 @@ static enum ipd_err local_write(struct ipd_blob_writer *base,
                                 const void *data, size_t len)
 {
     struct local_writer *w = (struct local_writer *)base;
-    const char *p = data;
     if (!w->hashing && !base->own_sha256 &&
         base->size + (int64_t)len >= HASH_THREAD_MIN)
         hash_start(w);
-    while (len) {
-        ssize_t n = write(w->fd, p, len);
-        if (n < 0 && errno == EINTR)
-            continue;
-        if (n <= 0) {
-            /* n == 0 never happens for a regular file; treat it as full. */
-            if (!n)
-                errno = ENOSPC;
-            enum ipd_err rc = errno_err();
-            ipd_error("writing temporary upload: %s", strerror(errno));
-            return rc;
-        }
-        p += n;
-        len -= (size_t)n;
+    if (ipd_write_all(w->fd, data, len)) {
+        /* errno says which: a full disk or quota is NO_SPACE (507). */
+        enum ipd_err rc = errno_err();
+        ipd_error("writing temporary upload: %s", strerror(errno));
+        return rc;
     }
-    int64_t end = base->size + (p - (const char *)data);
+    int64_t end = base->size + (int64_t)len;
     if (w->hashing) {
         pthread_mutex_lock(&w->lock);
         w->written = end;

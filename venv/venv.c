@@ -12,6 +12,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "../service/common/json_out.h"
 #include "../service/common/log.h"
 #include "../service/common/metrics.h"
 #include "../service/common/util.h"
@@ -1626,15 +1627,12 @@ json_t *ipd_venv_status(struct ipd_venv *v)
     json_object_set_new(venv, "python_version", pv ? json_copy(pv) : json_null());
     json_t *vc = json_object_get(rec, "venv_created_at");
     if (have && json_is_integer(vc)) {
-        char a[IPD_TIME_STR], b[IPD_TIME_STR];
-        ipd_time_format(json_integer_value(vc), a);
-        json_object_set_new(venv, "created_at", json_string(a));
-        if (v->max_age_ms == IPD_TIME_NEVER) {
-            json_object_set_new(venv, "rebuild_at", json_null());
-        } else {
-            ipd_time_format(json_integer_value(vc) + v->max_age_ms, b);
-            json_object_set_new(venv, "rebuild_at", json_string(b));
-        }
+        int64_t at = json_integer_value(vc);
+        json_object_set_new(venv, "created_at", ipd_json_time(at));
+        json_object_set_new(venv, "rebuild_at",
+                            ipd_json_time(v->max_age_ms == IPD_TIME_NEVER
+                                              ? IPD_TIME_NEVER
+                                              : at + v->max_age_ms));
     } else {
         json_object_set_new(venv, "created_at", json_null());
         json_object_set_new(venv, "rebuild_at", json_null());

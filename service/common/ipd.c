@@ -30,6 +30,7 @@ const char *ipd_err_name(enum ipd_err err)
     case IPD_ERR_UPSTREAM_TIMEOUT: return "upstream_timeout";
     case IPD_ERR_NO_SPACE: return "no_space";
     case IPD_ERR_GONE: return "gone";
+    case IPD_ERR_IN_USE: return "in_use";
     }
     return "unknown";
 }

@@ -27,7 +27,7 @@ enum ipd_err {
     IPD_ERR_IO = 2,            /* disk or socket I/O failed */
     IPD_ERR_INVALID = 3,       /* the caller's input is malformed */
     IPD_ERR_NOT_FOUND = 4,     /* no such object in the caller's scope */
-    IPD_ERR_CONFLICT = 5,      /* unique constraint, busy object */
+    IPD_ERR_CONFLICT = 5,      /* unique constraint, lost race or lease */
     IPD_ERR_TOO_LARGE = 6,     /* over a size limit */
     IPD_ERR_QUOTA = 7,         /* over the user's quota */
     IPD_ERR_UNAVAILABLE = 8,   /* a backend is down; retry later */
@@ -41,6 +41,8 @@ enum ipd_err {
     IPD_ERR_UPSTREAM_TIMEOUT = 16, /* a remote server ran out of time */
     IPD_ERR_NO_SPACE = 17,     /* the disk (or the database's) is full */
     IPD_ERR_GONE = 18,         /* the object existed and ended (a session) */
+    IPD_ERR_IN_USE = 19,       /* the object is busy with another call (a
+                                  session running an execution) */
 };
 
 /* A short stable name for an error ("not_found"); never NULL, static. */

@@ -712,8 +712,8 @@ static enum ipd_err open_fds(void *ctx, double *value)
         return IPD_ERR_IO;
     long self = dirfd(d), n = 0;
     struct dirent *e;
-    while ((e = readdir(d)) != NULL) {
-        if (e->d_name[0] != '.' && strtol(e->d_name, NULL, 10) != self)
+    while ((e = ipd_readdir(d)) != NULL) {
+        if (strtol(e->d_name, NULL, 10) != self)
             n++;
     }
     closedir(d);

@@ -385,14 +385,8 @@ enum ipd_err ipd_copy_fd(int in, int out, int64_t *copied)
             return IPD_ERR_IO;
         if (n == 0)
             return IPD_OK;
-        for (ssize_t done = 0; done < n;) {
-            ssize_t w = write(out, buf + done, (size_t)(n - done));
-            if (w < 0 && errno == EINTR)
-                continue;
-            if (w <= 0)
-                return IPD_ERR_IO;
-            done += w;
-        }
+        if (ipd_write_all(out, buf, (size_t)n))
+            return IPD_ERR_IO;
         *copied += n;
     }
 }
@@ -471,8 +465,13 @@ enum ipd_err ipd_write_all(int fd, const void *data, size_t len)
         ssize_t n = write(fd, p, len);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n <= 0)
+        if (n <= 0) {
+            /* Nothing written without an error: take it as a full
+             * device, so callers can read errno either way. */
+            if (!n)
+                errno = ENOSPC;
             return IPD_ERR_IO;
+        }
         p += n;
         len -= (size_t)n;
     }

@@ -89,7 +89,8 @@ int ipd_remove_tree_at(int dirfd, const char *name);
 struct dirent *ipd_readdir(DIR *d);
 
 /* Write all of data[0..len) to fd, retrying short writes and EINTR.
- * Allocates nothing: safe in a forked child. */
+ * IPD_ERR_IO on a failure, errno set (ENOSPC for a write that wrote
+ * nothing).  Allocates nothing: safe in a forked child. */
 enum ipd_err ipd_write_all(int fd, const void *data, size_t len);
 
 /* A URI with its password replaced by "****".  New string, free(). */

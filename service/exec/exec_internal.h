@@ -206,7 +206,7 @@ void ipd__sessions_free(struct ipd_executor *ex);
 /* The host uid of session index i's processes (0: the sandbox's). */
 uid_t ipd__session_uid(const struct ipd_executor *ex, unsigned i);
 /* Take the caller's session for one call (busy until ipd__session_end):
- * NOT_FOUND, GONE (ended), CONFLICT (busy), UNAVAILABLE, with detail. */
+ * NOT_FOUND, GONE (ended), IN_USE (busy), UNAVAILABLE, with detail. */
 enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
                                 const char *user, const char *id,
                                 struct ipd__session **sp,

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "../../venv/venv.h"
+#include "../common/json_out.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "exec_internal.h"
@@ -1555,16 +1556,14 @@ bool ipd_executor_ready(struct ipd_executor *ex, char *why, size_t len)
 
 json_t *ipd_executor_check_json(struct ipd_executor *ex)
 {
-    char at[IPD_TIME_STR] = "";
     json_t *j;
 
     pthread_mutex_lock(&ex->check_lock);
-    if (ex->check.runs)
-        ipd_time_format(ex->check.at_ms, at);
-    j = json_pack("{s:b, s:I, s:s?, s:I, s:s?}", "ok", ex->check.ok,
+    j = json_pack("{s:b, s:I, s:o, s:I, s:s?}", "ok", ex->check.ok,
                   "runs", (json_int_t)ex->check.runs, "checked_at",
-                  ex->check.runs ? at : NULL, "duration_ms",
-                  (json_int_t)ex->check.duration_ms, "error",
+                  ipd_json_time(ex->check.runs ? ex->check.at_ms
+                                               : IPD_TIME_NEVER),
+                  "duration_ms", (json_int_t)ex->check.duration_ms, "error",
                   ex->check.ok ? NULL : ex->check.error);
     pthread_mutex_unlock(&ex->check_lock);
     return j;

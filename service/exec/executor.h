@@ -221,8 +221,8 @@ json_t *ipd_executor_warm_json(struct ipd_executor *ex);
  * IPD_ERR_INVALID for a networked policy; never blocks on the
  * interpreter's start (the first call waits for it).  Variables blocks
  * up to 10 s (call from a worker): {"variables": [{"name", "type",
- * "repr"}], "truncated"}, IPD_ERR_CONFLICT while the session runs an
- * execution.  Details for the client in detail.
+ * "repr"}], "truncated"}, IPD_ERR_IN_USE (409 session_busy) while the
+ * session runs an execution.  Details for the client in detail.
  */
 enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
                                          const char *tenant,
@@ -244,7 +244,7 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
                                             json_t **out,
                                             struct ipd_buf *detail);
 /* Whether the caller's session could take a call now: IPD_OK,
- * NOT_FOUND, GONE (ended) or CONFLICT (busy), with detail. */
+ * NOT_FOUND, GONE (ended) or IN_USE (busy), with detail. */
 enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         const char *tenant, const char *user,
                                         const char *id,

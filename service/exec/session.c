@@ -506,7 +506,7 @@ enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
         rc = IPD_ERR_GONE;
         ipd_buf_addf(detail, "the session ended: %s", s->why);
     } else if (s->state == S_BUSY) {
-        rc = IPD_ERR_CONFLICT;
+        rc = IPD_ERR_IN_USE;
         ipd_buf_adds(detail, "the session is running another execution");
     }
     pthread_mutex_unlock(&ss->lock);
@@ -515,7 +515,7 @@ enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
 
 /* Take the caller's session for a call: BUSY, parked (the first call
  * waits for the zygote and parks its child).  *sp on IPD_OK; else
- * NOT_FOUND, GONE, CONFLICT (busy), UNAVAILABLE, with detail. */
+ * NOT_FOUND, GONE, IN_USE (busy), UNAVAILABLE, with detail. */
 enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
                                 const char *user, const char *id,
                                 struct ipd__session **sp,
@@ -533,12 +533,12 @@ enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
     else if (s->state == S_ENDED || s->state == S_ENDING)
         rc = IPD_ERR_GONE;
     else if (s->state == S_BUSY)
-        rc = IPD_ERR_CONFLICT;
+        rc = IPD_ERR_IN_USE;
     if (rc) {
         if (rc == IPD_ERR_GONE)
             ipd_buf_addf(detail, "the session ended: %s", s->why);
         else
-            ipd_buf_adds(detail, rc == IPD_ERR_CONFLICT
+            ipd_buf_adds(detail, rc == IPD_ERR_IN_USE
                                      ? "the session is running another "
                                        "execution"
                                      : "no such session");

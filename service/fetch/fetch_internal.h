@@ -41,7 +41,7 @@ char *ipd__fetch_path_filename(const char *path);
  * literal, resolved at once.  *ai is the caller's to free with
  * freeaddrinfo.  IPD_ERR_UPSTREAM (no such host), _UPSTREAM_TIMEOUT,
  * _NOMEM, _INTERNAL, with a "could not fetch: ..." line in err (may be
- * NULL).  fetch_curl.c; the egress proxy uses it too. */
+ * NULL).  resolve.c; fetch_curl.c and the egress proxy use it. */
 enum ipd_err ipd__fetch_resolve(const char *host, const char *port,
                                 bool literal, int64_t timeout_ms,
                                 struct addrinfo **ai, struct ipd_buf *err);

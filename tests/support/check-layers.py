@@ -6,8 +6,13 @@
 
 Rules:
   * which folder may include which (ALLOWED below; a folder always sees
-    itself and its own subfolders' headers only where listed);
-  * only api/ includes <microhttpd.h>;
+    itself and its own subfolders' headers only where listed), for
+    quoted includes and for angle-bracket ones that name a project
+    folder (<service/common/ipd.h>);
+  * only api/ includes microhttpd.h (<microhttpd.h> or "microhttpd.h");
+  * an enum ipd_err becomes an HTTP status only in api/reply.c: no other
+    api/*.c has a `case IPD_ERR_...` or a hand mapping (`== IPD_ERR_X ?
+    404`, or an `if (... == IPD_ERR_X)` that answers with ipd_reply_code);
   * no function in the product's sources is longer than FUNC_MAX lines.
 """
 import os
@@ -34,7 +39,18 @@ ALLOWED = {
                 'storage', 'venv', 'scheduler', 'api'},
 }
 FOLDERS = sorted(ALLOWED, key=len, reverse=True)
+TOP = {f.split('/')[0] for f in ALLOWED}
 INCLUDE = re.compile(r'^\s*#\s*include\s+([<"])([^">]+)[">]', re.M)
+# The one file that maps enum ipd_err to HTTP statuses.
+STATUS_MAP = 'api/reply.c'
+CASE_ERR = re.compile(r'\bcase\s+IPD_ERR_\w+')
+# `rc == IPD_ERR_X ? 404` / `? IPD_HE_...` / `? MHD_HTTP_...`
+TERNARY_MAP = re.compile(r'IPD_ERR_\w+\s*\)?\s*\?\s*'
+                         r'(?:[1-5]\d\d\b|IPD_HE_|MHD_HTTP_)')
+# `if (rc == IPD_ERR_X)` whose branch answers with a chosen contract code
+# within its first two statements.
+IF_MAP = re.compile(r'\bif\s*\([^;{]*[=!]=\s*IPD_ERR_\w+[^;{]*\)\s*\{?'
+                    r'\s*(?:[^;{}]*;\s*)?ipd_reply_code\s*\(')
 
 
 def folder_of(rel):
@@ -60,12 +76,20 @@ def check_includes(root, rel, text):
     for m in INCLUDE.finditer(text):
         kind, name = m.group(1), m.group(2)
         line = text.count('\n', 0, m.start()) + 1
-        if kind == '<':
-            if name == 'microhttpd.h' and me != 'api':
+        if os.path.basename(name) == 'microhttpd.h':
+            if me != 'api':
                 errs.append(f'{rel}:{line}: only api/ may include '
-                            f'<microhttpd.h>')
+                            f'microhttpd.h')
             continue
-        target = os.path.normpath(os.path.join(os.path.dirname(rel), name))
+        if kind == '<':
+            # A system header, unless it names a project folder (the
+            # build's include path could make <storage/meta.h> work).
+            if name.split('/')[0] not in TOP:
+                continue
+            target = os.path.normpath(name)
+        else:
+            target = os.path.normpath(os.path.join(os.path.dirname(rel),
+                                                   name))
         them = folder_of(target)
         if them is None:
             errs.append(f'{rel}:{line}: "{name}" is outside the known '
@@ -73,6 +97,31 @@ def check_includes(root, rel, text):
         elif them != me and them not in ALLOWED[me]:
             errs.append(f'{rel}:{line}: {me}/ may not include {them}/ '
                         f'("{name}")')
+    return errs
+
+
+def strip_comments(text):
+    """text with each comment blanked (its newlines kept, so line numbers
+    stay)."""
+    return re.sub(r'/\*.*?\*/|//[^\n]*',
+                  lambda m: re.sub(r'[^\n]', ' ', m.group(0)), text,
+                  flags=re.S)
+
+
+def check_status_map(rel, text):
+    if not rel.startswith('api/') or rel == STATUS_MAP:
+        return []
+    errs = []
+    code = strip_comments(text)
+    for pat, what in ((CASE_ERR, 'a case on an enum ipd_err'),
+                      (TERNARY_MAP, 'an enum ipd_err mapped to a status'),
+                      (IF_MAP, 'an enum ipd_err answered with '
+                               'ipd_reply_code')):
+        for m in pat.finditer(code):
+            line = code.count('\n', 0, m.start()) + 1
+            errs.append(f'{rel}:{line}: {what}: only {STATUS_MAP} turns '
+                        f'an enum ipd_err into an HTTP status '
+                        f'(ipd_reply_failure)')
     return errs
 
 
@@ -110,6 +159,7 @@ def check(root):
         errs += check_includes(root, rel, text)
         if rel.endswith('.c'):
             errs += check_functions(rel, text)
+            errs += check_status_map(rel, text)
     return errs
 
 
@@ -124,11 +174,47 @@ def selftest():
                                 'may not include'),
         'storage/f.c': ('static int f(void)\n{\n' + '    x();\n' * 81 +
                         '}\n', 'is 81 lines'),
+        'venv/g.c': ('#include <api/http.h>\n', 'may not include'),
+        'storage/h.c': ('#include <service/exec/executor.h>\n',
+                        'may not include'),
+        'storage/i.c': ('#include "microhttpd.h"\n', 'microhttpd'),
+        'api/j.c': ('static void f(int rc)\n{\n    switch (rc) {\n'
+                    '    case IPD_ERR_GONE:\n        g();\n    }\n}\n',
+                    'a case on an enum ipd_err'),
+        'api/k.c': ('static void f(int rc)\n{\n    g(rc == IPD_ERR_BUSY ? '
+                    '429 : 503);\n}\n', 'mapped to a status'),
+        'api/l.c': ('static void f(int rc)\n{\n    g(rc == '
+                    'IPD_ERR_NOT_FOUND\n          ? IPD_HE_NOT_FOUND : '
+                    'IPD_HE_INTERNAL_ERROR);\n}\n', 'mapped to a status'),
+        'api/m.c': ('static void f(struct ipd_req *r, int rc)\n{\n'
+                    '    if (rc == IPD_ERR_BUSY) {\n'
+                    '        r->retry_after_s = 5;\n'
+                    '        ipd_reply_code(r, IPD_HE_TOO_MANY_REQUESTS, '
+                    '"x");\n    }\n}\n', 'answered with ipd_reply_code'),
+        'api/n.c': ('static void f(struct ipd_req *r, int rc)\n{\n'
+                    '    if (!rc)\n        return;\n'
+                    '    else if (rc == IPD_ERR_NOT_FOUND)\n'
+                    '        ipd_reply_code(r, IPD_HE_NOT_FOUND, "x");\n'
+                    '}\n', 'answered with ipd_reply_code'),
     }
     good = {
         'storage/ok.c': '#include "../service/common/ipd.h"\n#include "meta.h"\n'
                         'static int f(void)\n{\n' + '    x();\n' * 80 + '}\n',
         'api/ok.c': '#include <microhttpd.h>\n#include "../service/config.h"\n',
+        'venv/ok.c': '#include <stdio.h>\n#include <sys/stat.h>\n'
+                     '#include <service/common/ipd.h>\n',
+        'api/reply.c': 'static int f(int rc)\n{\n    switch (rc) {\n'
+                       '    case IPD_ERR_GONE:\n        return 410;\n'
+                       '    }\n    return rc == IPD_ERR_BUSY ? 429 : 500;\n'
+                       '}\n',
+        'api/ok2.c': '/* case IPD_ERR_GONE: a comment is no code */\n'
+                     'static void f(struct ipd_req *r, int rc)\n{\n'
+                     '    if (rc == IPD_ERR_NOT_FOUND)\n'
+                     '        ipd_reply_failure(r, rc, "no such x", "y");\n'
+                     '    ipd_reply_failure(r, rc, rc == IPD_ERR_QUOTA ? '
+                     '"full" : NULL, "y");\n'
+                     '    if (!ok)\n        ipd_reply_code(r, '
+                     'IPD_HE_INVALID_REQUEST, "bad");\n}\n',
     }
     failed = 0
     for rel, (text, want) in cases.items():
