@@ -237,17 +237,10 @@ static void record(struct job *j, enum ipd_err rc, bool ran, int64_t start_ms)
 /* Wait on s->cond until the monotonic time due_mono (or a wake-up). */
 static void wait_until(struct ipd_scheduler *s, int64_t due_mono)
 {
-    struct timespec ts;
     int64_t delta = due_mono - ipd_mono_ms();
     if (delta <= 0)
         return;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(delta / 1000);
-    ts.tv_nsec += (long)(delta % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    struct timespec ts = ipd_deadline_after(CLOCK_MONOTONIC, delta);
     pthread_cond_timedwait(&s->cond, &s->lock, &ts);
 }
 
@@ -476,7 +469,6 @@ enum ipd_err ipd_scheduler_status(struct ipd_scheduler *s, const char *name,
     return rc;
 }
 
-/* RFC 3339 of ms, or null for 0 (never).  New reference. */
 /* A status time (0: none yet) as JSON: a string, or null. */
 static json_t *status_time(int64_t ms)
 {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "../service/common/log.h"
+#include "../service/common/util.h"
 #include "blob_internal.h"
 #include "meta.h"
 
@@ -79,14 +80,7 @@ static void *retry_thread(void *arg)
             pthread_cond_wait(&q->wake, &q->lock);
             continue;
         }
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += (time_t)(delay / 1000);
-        until.tv_nsec += (long)(delay % 1000) * 1000000;
-        if (until.tv_nsec >= 1000000000) {
-            until.tv_sec++;
-            until.tv_nsec -= 1000000000;
-        }
+        struct timespec until = ipd_deadline_after(CLOCK_REALTIME, delay);
         while (!q->stop &&
                pthread_cond_timedwait(&q->wake, &q->lock, &until) != ETIMEDOUT)
             ;

@@ -438,27 +438,12 @@ out:
     return rc;
 }
 
-/* An absolute deadline timeout_ms from now on clock. */
-static struct timespec deadline_after(clockid_t clock, int timeout_ms)
-{
-    struct timespec ts;
-
-    clock_gettime(clock, &ts);
-    ts.tv_sec += timeout_ms / 1000;
-    ts.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
-    return ts;
-}
-
 /* Take the writer connection, waiting at most the busy timeout.
  * [out] *out is borrowed until writer_release. */
 static enum ipd_err writer_acquire(struct meta_sqlite *s, struct conn **out)
 {
     /* pthread_mutex_timedlock measures against CLOCK_REALTIME. */
-    struct timespec dl = deadline_after(CLOCK_REALTIME, s->busy_timeout_ms);
+    struct timespec dl = ipd_deadline_after(CLOCK_REALTIME, s->busy_timeout_ms);
     enum ipd_err rc = IPD_OK;
     int e;
 
@@ -484,7 +469,7 @@ static void writer_release(struct meta_sqlite *s, struct conn *c)
  * [out] *out is borrowed until reader_release. */
 static enum ipd_err reader_acquire(struct meta_sqlite *s, struct conn **out)
 {
-    struct timespec dl = deadline_after(CLOCK_MONOTONIC, s->busy_timeout_ms);
+    struct timespec dl = ipd_deadline_after(CLOCK_MONOTONIC, s->busy_timeout_ms);
     enum ipd_err rc = IPD_OK;
     int e = 0;
 

@@ -87,6 +87,20 @@ int64_t ipd_mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+struct timespec ipd_deadline_after(clockid_t clock, int64_t ms)
+{
+    struct timespec ts;
+
+    clock_gettime(clock, &ts);
+    ts.tv_sec += (time_t)(ms / 1000);
+    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts.tv_nsec >= 1000000000L) {
+        ts.tv_sec++;
+        ts.tv_nsec -= 1000000000L;
+    }
+    return ts;
+}
+
 static char *put2(char *p, int v)
 {
     p[0] = (char)('0' + v / 10 % 10);

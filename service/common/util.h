@@ -8,6 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <dirent.h>
 
@@ -33,6 +34,10 @@ void ipd_random_bytes(void *buf, size_t n);
 int64_t ipd_now_ms(void);
 /* Monotonic clock, milliseconds. */
 int64_t ipd_mono_ms(void);
+/* The absolute time ms from now on clock (CLOCK_REALTIME for a default
+ * condition variable, CLOCK_MONOTONIC for one set to it), as the
+ * timespec pthread_cond_timedwait and friends take. */
+struct timespec ipd_deadline_after(clockid_t clock, int64_t ms);
 
 /* RFC 3339 UTC with second precision, "2026-11-21T22:10:00Z". */
 #define IPD_TIME_STR 32

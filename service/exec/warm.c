@@ -259,15 +259,8 @@ static int64_t zygote_once(struct warm_slot *s)
 
 void ipd__cond_wait_ms(pthread_cond_t *c, pthread_mutex_t *m, int64_t ms)
 {
-    struct timespec ts;
+    struct timespec ts = ipd_deadline_after(CLOCK_REALTIME, ms);
 
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_sec += (time_t)(ms / 1000);
-    ts.tv_nsec += (long)(ms % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
     (void)pthread_cond_timedwait(c, m, &ts);
 }
 

@@ -15,6 +15,7 @@
 
 #include "../common/buf.h"
 #include "../common/ipd.h"
+#include "../common/util.h"
 #include "fetch_internal.h"
 
 #define fail ipd_buf_fail /* append why to err, return the code */
@@ -117,13 +118,7 @@ enum ipd_err ipd__fetch_resolve(const char *host, const char *port,
                     "could not fetch: no thread to resolve %s", host);
     }
 
-    clock_gettime(CLOCK_MONOTONIC, &until);
-    until.tv_sec += (time_t)(timeout_ms / 1000);
-    until.tv_nsec += (long)(timeout_ms % 1000) * 1000000L;
-    if (until.tv_nsec >= 1000000000L) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000L;
-    }
+    until = ipd_deadline_after(CLOCK_MONOTONIC, timeout_ms);
     pthread_mutex_lock(&j->mu);
     while (!j->done)
         if (pthread_cond_timedwait(&j->cv, &j->mu, &until) == ETIMEDOUT)

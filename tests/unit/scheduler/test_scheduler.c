@@ -43,13 +43,7 @@ static bool cv_wait_until(int64_t deadline_mono)
     struct timespec ts;
     if (left <= 0)
         return false;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    ts.tv_sec += (time_t)(left / 1000);
-    ts.tv_nsec += (long)(left % 1000) * 1000000L;
-    if (ts.tv_nsec >= 1000000000L) {
-        ts.tv_sec++;
-        ts.tv_nsec -= 1000000000L;
-    }
+    ts = ipd_deadline_after(CLOCK_MONOTONIC, left);
     pthread_cond_timedwait(&cv, &mu, &ts);
     return ipd_mono_ms() < deadline_mono;
 }
