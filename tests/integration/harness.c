@@ -146,36 +146,6 @@ void itest_sleep_until(double t)
 
 /* ---------------------------------------------------------------- files */
 
-int itest_count_uids(unsigned lo, unsigned hi)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int n = 0;
-    if (!d)
-        return -1;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], line[256];
-        FILE *f;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof(path), "/proc/%s/status", e->d_name);
-        f = fopen(path, "r");
-        if (!f)
-            continue; /* gone meanwhile */
-        while (fgets(line, sizeof(line), f)) {
-            unsigned ruid, euid;
-            if (sscanf(line, "Uid:\t%u\t%u", &ruid, &euid) == 2) {
-                if ((ruid >= lo && ruid <= hi) || (euid >= lo && euid <= hi))
-                    n++;
-                break;
-            }
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return n;
-}
-
 char *itest_read_file(const char *path, size_t *len)
 {
     FILE *f = fopen(path, "rb");

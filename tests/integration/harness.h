@@ -76,6 +76,7 @@
 #include <jansson.h>
 
 #ifndef ITEST_NO_TEST_H
+#include "proc_count.h" /* test_count_uids */
 #include "test.h"
 #endif
 
@@ -420,9 +421,6 @@ void itest_print_strays(const struct itest_server *s);
 bool itest_store_consistent(const struct itest_server *s, size_t *nrecords);
 /* The whole file (new, NUL-terminated, *len set when len non-NULL). */
 char *itest_read_file(const char *path, size_t *len);
-/* Processes of the host whose real or effective uid is in [lo, hi]
- * (/proc/<pid>/status); -1 when /proc cannot be read. */
-int itest_count_uids(unsigned lo, unsigned hi);
 
 /* ---- Data, hashes, time ---- */
 

@@ -94,7 +94,7 @@ static bool slot_uid_of(unsigned uid)
  * uid). */
 static int count_uid(void)
 {
-    return itest_count_uids(sbx_uid, sbx_uid + SBX_UIDS - 1);
+    return test_count_uids(sbx_uid, sbx_uid + SBX_UIDS - 1);
 }
 
 /* ---- warm runs (ITEST_EXEC_MODE=warm) ----

@@ -55,10 +55,10 @@ static unsigned own_sandbox_uid(void)
 static int wait_no_uids(unsigned lo, unsigned hi, int timeout_ms)
 {
     double until = itest_now() + timeout_ms / 1000.0;
-    int n = itest_count_uids(lo, hi);
+    int n = test_count_uids(lo, hi);
     while (n != 0 && itest_now() < until) {
         usleep(50 * 1000);
-        n = itest_count_uids(lo, hi);
+        n = test_count_uids(lo, hi);
     }
     return n;
 }
@@ -800,7 +800,7 @@ static void ended_by_timeout(struct itest_server *s, unsigned first,
     check_call_ok(&r, sid, "slept\n");
     CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
     itest_resp_release(&r);
-    CHECK(itest_count_uids(first, last) > 0);
+    CHECK(test_count_uids(first, last) > 0);
 
     run_in(s, k, "u1", sid,
            "import sys\nprint('x' * 10000)\nsys.stderr.write('e' * 10000)\n"
@@ -883,7 +883,7 @@ static void calls_that_end_a_session(void)
     struct itest_server *s = start_limits(uid);
     REQUIRE(s);
     CHECK(itest_wait_job_ran(s, "venv", 60000));
-    CHECK_INT(itest_count_uids(first, last), 0);
+    CHECK_INT(test_count_uids(first, last), 0);
     ended_by_timeout(s, first, last);
     ended_by_exit(s, first, last);
     ended_by_memory(s, first, last);
@@ -1238,10 +1238,10 @@ static void check_session_uids(unsigned uid, unsigned slots, unsigned n)
         return;
     for (unsigned i = 0; i < n; i++) {
         unsigned want = uid + 1 + slots + i;
-        CHECKF(itest_count_uids(want, want) > 0, "no process of session %u's "
+        CHECKF(test_count_uids(want, want) > 0, "no process of session %u's "
                "host uid %u", i, want);
     }
-    CHECKF(itest_count_uids(uid + 1 + slots + n, uid + 7) == 0,
+    CHECKF(test_count_uids(uid + 1 + slots + n, uid + 7) == 0,
            "processes of uids past the %u sessions'", n);
 }
 
@@ -1283,7 +1283,7 @@ static void shutdown_ends_sessions(void)
     CHECK(itest_wait_exit(s, 60000, &status));
     CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x",
            status);
-    int left = itest_count_uids(uid, uid + 1 + 1 + 4);
+    int left = test_count_uids(uid, uid + 1 + 1 + 4);
     CHECKF(left == 0, "%d processes of uids %u-%u after the exit", left, uid,
            uid + 6);
 

@@ -49,6 +49,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "proc_count.h" /* test_count_uids */
 #include "service/sandbox/sandbox.h"
 #include "test.h"
 
@@ -806,38 +807,6 @@ static void sbx_teardown(void)
     }
     sbx_n_zt = 0;
     ipd_sandbox_config_release(&sbx_cfg);
-}
-
-/* Processes on the host whose real uid is uid (from /proc/<pid>/status). */
-IPD_UNUSED static int sbx_count_uid(uid_t uid)
-{
-    DIR *d = opendir("/proc");
-    struct dirent *e;
-    int count = 0;
-
-    if (!d)
-        return -1;
-    while ((e = readdir(d)) != NULL) {
-        char path[300], buf[4096];
-        FILE *f;
-        if (e->d_name[0] < '0' || e->d_name[0] > '9')
-            continue;
-        snprintf(path, sizeof path, "/proc/%s/status", e->d_name);
-        f = fopen(path, "r");
-        if (!f)
-            continue;
-        while (fgets(buf, sizeof buf, f)) {
-            unsigned r;
-            if (sscanf(buf, "Uid:\t%u", &r) == 1) {
-                if (r == (unsigned)uid)
-                    count++;
-                break;
-            }
-        }
-        fclose(f);
-    }
-    closedir(d);
-    return count;
 }
 
 /* ---- main ------------------------------------------------------------- */

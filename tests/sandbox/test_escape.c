@@ -362,7 +362,7 @@ static void test_fork_bomb_contained(void)
     CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
     /* The host is fine: no sleeper survived, and the next run works. */
-    n = sbx_count_uid(sbx_cfg.host_uid);
+    n = test_count_uids(sbx_cfg.host_uid, sbx_cfg.host_uid);
     CHECK_INT(n, sbx_resident(0));
     CHECK_INT(sbx_run(&p, "print('fine')", &r), IPD_OK);
     CHECK_STR(r.out.buf, "fine\n");
@@ -476,7 +476,8 @@ static void test_daemon_killed_no_survivors(void)
     CHECK(r.wall_seconds < 5);
     CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
-    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0));
+    CHECK_INT(test_count_uids(sbx_cfg.host_uid, sbx_cfg.host_uid),
+              sbx_resident(0));
 
     /* The program exits, leaving the daemon: it dies with the run, and
      * the run does not wait for it.  A session's program is its
@@ -489,7 +490,8 @@ static void test_daemon_killed_no_survivors(void)
     CHECK(r.wall_seconds < 5);
     CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
-    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0));
+    CHECK_INT(test_count_uids(sbx_cfg.host_uid, sbx_cfg.host_uid),
+              sbx_resident(0));
 }
 
 static void test_kill_all_hurts_nothing_outside(void)
@@ -528,7 +530,8 @@ static void test_kill_all_hurts_nothing_outside(void)
     CHECK_INT(waitpid(victim, &status, WNOHANG), 0); /* still alive */
     /* and so is everything else of the uid: a warm run's zygote and its
      * init (same host uid, outside the run's pid namespace) serve on */
-    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), sbx_resident(0) + 1);
+    CHECK_INT(test_count_uids(sbx_cfg.host_uid, sbx_cfg.host_uid),
+              sbx_resident(0) + 1);
     CHECK_INT(sbx_run(&p, "print('next')", &r), IPD_OK);
     CHECK_STR(r.out.buf, "next\n");
     ipd_sandbox_result_release(&r);
@@ -1139,7 +1142,7 @@ static void test_teardown(void)
     unlink(path);
     rmdir(secret_dir);
     sbx_teardown(); /* warm: the zygote goes, and with it its 2 */
-    CHECK_INT(sbx_count_uid(sbx_cfg.host_uid), 0);
+    CHECK_INT(test_count_uids(sbx_cfg.host_uid, sbx_cfg.host_uid), 0);
 }
 
 SBX_TEST_MAIN(T(test_setup), T(test_network_denied),

@@ -96,7 +96,7 @@ static void test_no_leak_between_children(void)
     CHECK_STR(r.out.buf, "done\n");
     ipd_sandbox_result_release(&r);
     /* only the zygote and its init: the child's sleep is gone */
-    CHECK_INT(sbx_count_uid(sbx_uid_base()), 2);
+    CHECK_INT(test_count_uids(sbx_uid_base(), sbx_uid_base()), 2);
     CHECK_INT(zt_run(&zt, &p, second, &r), IPD_OK);
     CHECK_STR(r.out.buf, "False False False ['.interpd']\n");
     ipd_sandbox_result_release(&r);
@@ -232,7 +232,7 @@ static void test_stop(void)
     zt_stop(&zt);
     CHECK_INT(zt.rc, IPD_OK);
     CHECK_INT(zt.res.exit_code, 0);
-    CHECK_INT(sbx_count_uid(sbx_uid_base()), 0);
+    CHECK_INT(test_count_uids(sbx_uid_base(), sbx_uid_base()), 0);
     sbx_teardown();
 }
 
