@@ -88,28 +88,29 @@ cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build "$bld" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' \
   >"$dir/targets"
 
+# The names of the tests a regex names.  ctest -N lists the MongoDB
+# fixture's own mongo/start and mongo/stop too: never those (they would
+# start a second server in this run's state dir).
+tests_of() {
+  ctest --test-dir "$bld" -R "$1" -N | sed -n 's/^ *Test *#[0-9]*: //p' |
+    grep -v '^mongo/' || true
+}
 # The build targets of the tests a regex names, by ctest's naming
 # (tests/CMakeLists.txt: unit/X is unit_X, integration*/X is itest_X,
 # sandbox/X[_warm|_session] is sandbox_X), kept when the build knows them,
 # plus interpd, which every integration test starts.
 targets_of() {
-  ctest --test-dir "$bld" -R "$1" -N | sed -n 's/^ *Test *#[0-9]*: //p' |
+  tests_of "$1" |
     sed -E -e 's#^unit/#unit_#' -e 's#^integration[^/]*/#itest_#' \
       -e 's#^sandbox/(.*)_(warm|session)$#sandbox_\1#' -e 's#^sandbox/#sandbox_#' |
     { cat; echo interpd; } | sort -u | grep -Fxf "$dir/targets" | paste -sd' '
-}
-count_of() { # the tests a regex names, the fixture's own left out
-  ctest --test-dir "$bld" -R "$1" -N | sed -n 's/^ *Test *#[0-9]*: //p' |
-    grep -vc '^mongo/' || true
 }
 
 # Every mutant's tests, as one flat regex of exact names (ctest's regex
 # engine allows few groups, so the mutants' own regexes cannot simply be
 # joined), and their targets, built once before the first mutant.
 for n in "${names[@]}"; do header "$mdir/$n.patch" tests; done | sort -u |
-  while IFS= read -r re; do
-    ctest --test-dir "$bld" -R "$re" -N | sed -n 's/^ *Test *#[0-9]*: //p'
-  done | grep -v '^mongo/' | sort -u >"$dir/tests"
+  while IFS= read -r re; do tests_of "$re"; done | sort -u >"$dir/tests"
 all_re=$(sed 's/.*/^&$/' "$dir/tests" | paste -sd'|')
 [ -n "$all_re" ] || { echo "mutants: the mutants name no test" >&2; exit 2; }
 # shellcheck disable=SC2046
@@ -163,7 +164,7 @@ for n in "${names[@]}"; do
   detail=""
   if ! git -C "$src" apply --whitespace=nowarn "$root/$p" 2>"$log/$n.log"; then
     status=NO-APPLY
-  elif c=$(count_of "$re") && [ "${c:-0}" = 0 ]; then
+  elif [ -z "$(tests_of "$re")" ]; then
     status=NO-TESTS
   # shellcheck disable=SC2046
   elif ! cmake --build "$bld" -j"$jobs" --target $(targets_of "$re") \
@@ -191,8 +192,6 @@ done
 total=${#names[@]}
 echo "mutants: $killed of $total killed (score $((100 * killed / total))%)," \
   "${#survived[@]} survived, ${#broken[@]} broken; $((SECONDS - t0)) s in all"
-# Leave the build matching the source again for the next incremental run.
-cmake --build "$bld" -j"$jobs" --target $(targets_of "$all_re") >/dev/null || true
 if [ ${#survived[@]} -gt 0 ] || [ ${#broken[@]} -gt 0 ]; then
   [ ${#survived[@]} -eq 0 ] || echo "mutants: SURVIVED: ${survived[*]}" >&2
   [ ${#broken[@]} -eq 0 ] || echo "mutants: BROKEN (fix the patch): ${broken[*]}" >&2
