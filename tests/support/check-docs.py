@@ -1,0 +1,523 @@
+#!/usr/bin/python3
+"""The docs against the code (ctest: unit/docs_drift).
+
+    check-docs.py SRC_ROOT INTERPD_BIN
+    check-docs.py --selftest
+
+Every check derives what is true from the code, so an option, a command or
+a message added later with its docs keeps it passing, and one added without
+them (or docs left behind by a change) fails it:
+
+- options: every option of service/config.c's table (opts[]) has a row in
+  docs/API.md's options table, and every row names an option the server
+  knows; the row's environment variable is INTERPD_<NAME>, and a default
+  written as one literal (`50M`) is the table's default.  Every policy
+  field of config.c (policy_fields[]) is named in `interpd help`.
+- the command line: every command and flag the CLI parser accepts
+  (service/main.c and service/cli_keys.c: the words compared with strcmp)
+  appears in `interpd help`, and every command and flag `interpd help`
+  shows is accepted; the same both ways for the command block under
+  "## Command line" in docs/API.md.
+- messages: every double-quoted sentence (three words or more) in the prose
+  of docs/API.md and docs/DEPLOYMENT.md must be a string the server can
+  write: it matches a string literal of the C or Python sources (printf
+  conversions match any text, numbers match a number or a one-letter
+  placeholder such as N, `...` in the docs stands for any rest).  A
+  parenthesised reason of three words or more that fills a %s must itself
+  be such a string.  Quotes that are not the server's words are listed in
+  NOT_MESSAGES with the reason.
+
+Messages quoted in a response block of an example are compared with the
+real reply by tests/support/api-examples.py instead.
+"""
+import os
+import re
+import subprocess
+import sys
+
+failures = []
+
+
+def fail(msg):
+    failures.append(msg)
+    print("FAIL " + msg, flush=True)
+
+
+# ---- the code -----------------------------------------------------------------
+
+def c_literal(text):
+    """The value of the C string literal body text (between the quotes)."""
+    out, i = [], 0
+    esc = {"n": "\n", "t": "\t", "r": "\r", '"': '"', "\\": "\\", "'": "'",
+           "0": "\0"}
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text):
+            out.append(esc.get(text[i + 1], text[i + 1]))
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+def options(root):
+    """[(name, default literal or None, default is a plain literal)] of
+    config.c's opts[]."""
+    src = open(os.path.join(root, "service", "config.c")).read()
+    m = re.search(r"static const struct opt opts\[\] = \{(.*?)\n\};", src,
+                  re.S)
+    if not m:
+        fail("service/config.c: no `static const struct opt opts[]` table")
+        return []
+    out = []
+    for om in re.finditer(r'\{"([a-z0-9-]+)",\s*OPT_\w+,\s*OFF\(\w+\),\s*'
+                          r'(NULL|"(?:[^"\\]|\\.)*"\s*,|[^,]+,)', m.group(1)):
+        d = om.group(2).rstrip(",").strip()
+        if d == "NULL":
+            out.append((om.group(1), None, True))
+        elif re.fullmatch(r'"(?:[^"\\]|\\.)*"', d):
+            out.append((om.group(1), c_literal(d[1:-1]), True))
+        else:
+            out.append((om.group(1), None, False))  # a macro: not compared
+    return out
+
+
+def policy_fields(root):
+    src = open(os.path.join(root, "service", "config.c")).read()
+    m = re.search(r"\} policy_fields\[\] = \{(.*?)\n\};", src, re.S)
+    if not m:
+        fail("service/config.c: no policy_fields[] table")
+        return []
+    return re.findall(r'\{"([a-z0-9-]+)",\s*PF_', m.group(1))
+
+
+def compared_words(path):
+    """The string literals a C file compares with strcmp/strncmp."""
+    src = open(path).read()
+    return re.findall(r'\bstrn?cmp\(\s*[^,()]+(?:\([^()]*\))?[^,()]*,\s*'
+                      r'"([^"]+)"', src)
+
+
+def cli_accepts(root):
+    """(top-level commands, keys subcommands, flags) the parser accepts."""
+    top = set()
+    for w in compared_words(os.path.join(root, "service", "main.c")):
+        top.add(w)
+    subs, flags = set(), set()
+    for w in compared_words(os.path.join(root, "service", "cli_keys.c")):
+        if w.startswith("--"):
+            flags.add(w.rstrip("="))
+        else:
+            subs.add(w)
+    return top, subs, flags
+
+
+# ---- options ------------------------------------------------------------------
+
+def section(doc, title):
+    """The text of the section whose heading is title, up to the next
+    heading of the same or a higher level."""
+    m = re.search(r"^(#+) " + re.escape(title) + r"\s*$", doc, re.M)
+    if not m:
+        return None
+    level = len(m.group(1))
+    rest = doc[m.end():]
+    end = re.search(r"^#{1,%d} " % level, rest, re.M)
+    return rest[:end.start()] if end else rest
+
+
+def check_options(root, api):
+    opts = options(root)
+    table = section(api, "Options")
+    if table is None:
+        fail("docs/API.md has no '### Options' section")
+        return
+    rows = {}
+    for line in table.split("\n"):
+        m = re.match(r"^\| `--([a-z0-9.A-Z-]+)` \|(.*)$", line)
+        if m:
+            cells = [c.strip() for c in m.group(2).split("|")]
+            rows[m.group(1)] = cells
+    names = {n for n, _, _ in opts}
+    for name, default, plain in opts:
+        if name not in rows:
+            fail("option --%s (service/config.c) has no row in docs/API.md's "
+                 "options table" % name)
+            continue
+        env, doc_default = rows[name][0], rows[name][1]
+        want_env = "`INTERPD_%s`" % name.upper().replace("-", "_")
+        if env != want_env:
+            fail("docs/API.md options table: --%s's environment is %s, the "
+                 "server reads %s" % (name, env, want_env))
+        m = re.fullmatch(r"`([^`]*)`", doc_default)
+        if plain and m and m.group(1) != default:
+            fail("docs/API.md options table: --%s's default is %s, "
+                 "service/config.c says %s" % (name, doc_default,
+                                               default or "none (NULL)"))
+    for name in rows:
+        if name == "policy.NAME.FIELD":
+            continue
+        if name not in names:
+            fail("docs/API.md's options table has --%s, which the server "
+                 "does not know (service/config.c)" % name)
+    if policy_fields(root) and "policy.NAME.FIELD" not in rows:
+        fail("docs/API.md's options table has no --policy.NAME.FIELD row")
+    print("---- options: %d in service/config.c, %d rows in docs/API.md"
+          % (len(opts), len(rows)), flush=True)
+
+
+# ---- the command line ---------------------------------------------------------
+
+def help_text(binary):
+    p = subprocess.run([binary, "help"], capture_output=True, text=True,
+                       timeout=30)
+    if p.returncode != 0:
+        fail("`interpd help` exited %d" % p.returncode)
+    return p.stdout
+
+
+def shown_commands(lines):
+    """{command: set of flags} of usage lines such as
+    `keys create --tenant NAME [--admin]` or `help, --help, -h` (three
+    commands)."""
+    shown = {}
+    for line in lines:
+        for alt in re.split(r",\s+", line.strip()):
+            words = alt.split()
+            if not words:
+                continue
+            cmd = words[0]
+            if (cmd == "keys" and len(words) > 1 and
+                    re.fullmatch(r"[a-z][a-z-]*", words[1])):
+                cmd += " " + words[1]
+            flags = set(re.findall(r"(?<![\w-])(--[a-z][a-z-]*)", alt))
+            flags.discard(cmd)
+            shown.setdefault(cmd, set()).update(flags)
+    return shown
+
+
+def help_commands(text):
+    """The usage lines of `interpd help`: its "commands:" part, each
+    command's first line (the ones indented by two)."""
+    part = text.split("commands:", 1)[-1].split("\noptions", 1)[0]
+    lines = []
+    for line in part.split("\n"):
+        if re.match(r"^  \S", line):
+            lines.append(re.split(r"\s{2,}", line.strip())[0])
+    return lines
+
+
+def api_commands(api):
+    sec = section(api, "Command line")
+    m = re.search(r"```\n(.*?)```", sec or "", re.S)
+    if not m:
+        fail("docs/API.md's '## Command line' has no command block")
+        return []
+    return [re.sub(r"^interpd\s+", "", ln) for ln in m.group(1).split("\n")
+            if ln.strip()]
+
+
+def check_cli(root, binary, api):
+    top, subs, flags = cli_accepts(root)
+    known_opts = {"--" + n for n, _, _ in options(root)}
+    accepted = set(top) | {"keys " + s for s in subs}
+    for where, lines in (("`interpd help`", help_commands(help_text(binary))),
+                         ("docs/API.md's command block", api_commands(api))):
+        shown = shown_commands(lines)
+        words = set(shown)
+        for w in sorted(top):
+            if w != "keys" and w not in words:
+                fail("%s does not show the command %r (service/main.c "
+                     "accepts it)" % (where, w))
+        for s in sorted(subs):
+            if "keys " + s not in words:
+                fail("%s does not show `keys %s` (service/cli_keys.c "
+                     "accepts it)" % (where, s))
+        all_flags = set().union(*shown.values()) if shown else set()
+        for f in sorted(flags):
+            if f not in all_flags:
+                fail("%s does not show the flag %s (service/cli_keys.c "
+                     "accepts it)" % (where, f))
+        for cmd, fl in sorted(shown.items()):
+            if cmd not in accepted:
+                fail("%s shows the command %r, which the parser does not "
+                     "accept" % (where, cmd))
+            for f in sorted(fl - flags - known_opts):
+                fail("%s shows %s with %s, which the parser does not accept"
+                     % (where, cmd, f))
+        print("---- command line: %s shows %d commands" % (where, len(shown)),
+              flush=True)
+    text = help_text(binary)
+    for field in policy_fields(root):
+        if not re.search(r"(?<![\w-])%s(?![\w-])" % re.escape(field), text):
+            fail("`interpd help` does not name the policy field %s "
+                 "(service/config.c)" % field)
+
+
+# ---- messages -----------------------------------------------------------------
+
+# Double-quoted sentences of the docs that are not the server's words.
+NOT_MESSAGES = {
+    "the tenant's storage quota is exhausted (at most 10000 files, at most "
+    "10737418240 bytes for all of the tenant's users together)":
+    "storage/meta.c builds it from five pieces (a format of conversions "
+    "alone); its head is the literal \"the tenant's storage quota is "
+    "exhausted\"",
+}
+
+CONVERSION = re.compile(r"%[-+ #0]*(\*|[0-9]+)?(\.(\*|[0-9]+))?"
+                        r"(hh|h|ll|l|z|j|t|L)?([diouxXeEfgGcsp%])")
+SOURCE_DIRS = ("api", "service", "storage", "venv", "scheduler")
+
+
+def source_strings(root):
+    """Every string literal of the sources, adjacent literals joined (C),
+    as (text, is a printf format)."""
+    out = []
+    for d in SOURCE_DIRS:
+        for dirpath, _, files in os.walk(os.path.join(root, d)):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                if name.endswith((".c", ".h")):
+                    out += c_strings(open(path, errors="replace").read())
+                elif name.endswith(".py"):
+                    out += py_strings(open(path, errors="replace").read())
+    return out
+
+
+C_LITERALS = r'"(?:[^"\\\n]|\\.)*"(?:\s*"(?:[^"\\\n]|\\.)*")*'
+
+
+def c_strings(src):
+    """The literals of src; two separated by a comma alone (a message's
+    head and tail in a table, as api/reply.c's failures[]) also as one
+    format with a %s between them."""
+    src = re.sub(r"/\*.*?\*/", " ", src, flags=re.S)
+    out, prev_end, prev = [], -1, None
+    for m in re.finditer(C_LITERALS, src):
+        parts = re.findall(r'"((?:[^"\\\n]|\\.)*)"', m.group(0))
+        text = c_literal("".join(parts))
+        out.append((text, True))
+        if prev is not None and re.fullmatch(r"\s*,\s*",
+                                             src[prev_end:m.start()]):
+            out.append((prev + "%s" + text, True))
+        prev, prev_end = text, m.end()
+    return out
+
+
+def py_strings(src):
+    out = []
+    for m in re.finditer(r'(?<![\w])[fr]?("(?:[^"\\\n]|\\.)*"|'
+                         r"'(?:[^'\\\n]|\\.)*')", src):
+        s = m.group(1)[1:-1]
+        # f-string fields and %-formats both stand for any text
+        s = re.sub(r"\{[^{}]*\}", "%s", s)
+        out.append((c_literal(s), True))
+    return out
+
+
+MIN_LETTERS = 8
+
+
+def literal_letters(fmt):
+    """How many letters fmt writes itself (outside its conversions)."""
+    return sum(c.isalpha() for c in CONVERSION.sub("", fmt))
+
+
+def format_regex(fmt):
+    """A regex for what the printf format fmt writes: %s and the like any
+    text (as a group), numbers a number or a one-letter placeholder."""
+    out, at = [], 0
+    for m in CONVERSION.finditer(fmt):
+        out.append(re.escape(fmt[at:m.start()]))
+        conv = m.group(5)
+        if conv == "%":
+            out.append("%")
+        elif conv in "diouxX":
+            out.append(r"(-?[0-9]+|[A-Z])")
+        elif conv in "eEfgG":
+            out.append(r"(-?[0-9.]+|[A-Z])")
+        else:
+            out.append(r"(.*)")
+        at = m.end()
+    out.append(re.escape(fmt[at:]))
+    return "".join(out)
+
+
+def prefixes_regex(fmt):
+    """A regex matching every prefix of what fmt writes (for a quote that
+    ends in `...`)."""
+    pieces, at = [], 0
+    for m in CONVERSION.finditer(fmt):
+        pieces += [re.escape(c) for c in fmt[at:m.start()]]
+        pieces.append(format_regex(m.group(0)))
+        at = m.end()
+    pieces += [re.escape(c) for c in fmt[at:]]
+    rx = ""
+    for p in reversed(pieces):
+        rx = "(?:%s%s)?" % (p, rx)
+    return rx
+
+
+def inner_reasons(text):
+    """The parenthesised parts of text (outermost), three words or more."""
+    out, depth, start = [], 0, 0
+    for i, c in enumerate(text):
+        if c == "(":
+            if depth == 0:
+                start = i + 1
+            depth += 1
+        elif c == ")" and depth:
+            depth -= 1
+            if depth == 0 and len(text[start:i].split()) >= 3:
+                out.append(text[start:i])
+    return out
+
+
+class Messages:
+    def __init__(self, strings):
+        self.formats = []
+        seen = set()
+        for s in strings:
+            s = " ".join(s.split())
+            # "%s: %s" would vouch for anything: a format must say
+            # something of its own.
+            if literal_letters(s) >= MIN_LETTERS and s not in seen:
+                seen.add(s)
+                self.formats.append(s)
+        # The most specific format first: its holes are the smallest.
+        self.formats.sort(key=literal_letters, reverse=True)
+        self.compiled = {}
+
+    def _rx(self, fmt):
+        rx = self.compiled.get(fmt)
+        if rx is None:
+            rx = self.compiled[fmt] = re.compile(format_regex(fmt), re.S)
+        return rx
+
+    def match(self, quote, depth=0):
+        """None when the server can write quote, else why not."""
+        if quote.endswith("..."):
+            head = quote[:-3].rstrip()
+            for fmt in self.formats:
+                if fmt[:8] == head[:8] and re.fullmatch(
+                        prefixes_regex(fmt), head, re.S):
+                    return None
+            return "no string of the server starts so"
+        bad = None
+        for fmt in self.formats:
+            m = self._rx(fmt).fullmatch(quote)
+            if not m:
+                continue
+            holes = [g.strip() for g in m.groups() if g]
+            inner = [r for h in holes if depth < 3 and self.match(h, 3)
+                     for r in inner_reasons(h) if self.match(r, depth + 1)]
+            if not inner:
+                return None
+            bad = bad or inner[0]
+        if bad:
+            return "the reason (%s) is not the server's" % bad
+        return "no string of the server matches it"
+
+
+def prose_quotes(text):
+    """(line, quote) of every double-quoted run of three words or more in
+    text outside fenced blocks (in a code span or not), whitespace
+    collapsed."""
+    lines, out, fenced = text.split("\n"), [], False
+    keep = []
+    for i, line in enumerate(lines, 1):
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            keep.append((i, ""))
+            continue
+        keep.append((i, "" if fenced else line))
+    joined = "\n".join(l for _, l in keep)
+    for m in re.finditer(r'(?<![\w])"([^"`]{3,}?)"(?![\w:])', joined):
+        q = " ".join(m.group(1).split())
+        if len(q.split()) >= 3:
+            out.append((joined.count("\n", 0, m.start()) + 1, q))
+    return out
+
+
+def check_messages(root, docs):
+    msgs = Messages(s for s, _ in source_strings(root))
+    n = 0
+    for name, text in docs:
+        for line, quote in prose_quotes(text):
+            if quote in NOT_MESSAGES:
+                continue
+            n += 1
+            why = msgs.match(quote)
+            if why:
+                fail('%s:%d: "%s" is quoted as the server\'s words, but %s '
+                     "(or list it in check-docs.py's NOT_MESSAGES with a "
+                     "reason)" % (name, line, quote, why))
+    print("---- messages: %d quotes checked against the sources" % n,
+          flush=True)
+
+
+# ---- the checker's own refusals -----------------------------------------------
+
+def selftest():
+    msgs = Messages(["not ready:%s%s%s%s", "cannot stage a job: %s",
+                     "disk space (%lld MiB free, below %lld MiB)",
+                     "could not fetch: %s", "no such file", "%s: %s", "%s",
+                     "a %s b %s c"])
+    cases = [
+        ("no such file", True),
+        ("no such files", False),
+        ("not ready: executions (cannot stage a job: mkdir: EPERM)", True),
+        ("not ready: executions (cannot stage a job under /x: ENOTDIR)",
+         False),
+        ("disk space (N MiB free, below 1024 MiB)", True),
+        ("disk space (some MiB free, below M MiB)", False),
+        ("could not fetch: ...", True),
+        ("could not get: ...", False),
+        ("anything at all: really", False),
+        ("not ready: disk space (N MiB free, below M MiB)", True),
+    ]
+    bad = 0
+    for quote, ok in cases:
+        got = msgs.match(quote) is None
+        if got != ok:
+            bad += 1
+            print("FAIL selftest: %r matched=%s, want %s" % (quote, got, ok))
+    pair = [t for t, _ in c_strings('{1, "out of space while ", "; retry"}')]
+    if "out of space while %s; retry" not in pair:
+        bad += 1
+        print("FAIL selftest: c_strings gave %r" % pair)
+    pair = [t for t, _ in c_strings('{1, "out of space while ", "; retry"}')]
+    if "out of space while %s; retry" not in pair:
+        bad += 1
+        print("FAIL selftest: c_strings gave %r" % pair)
+    shown = shown_commands(["keys create --tenant NAME [--admin]",
+                            "help, --help, -h", "serve"])
+    if shown != {"keys create": {"--tenant", "--admin"}, "help": set(),
+                 "--help": set(), "-h": set(), "serve": set()}:
+        bad += 1
+        print("FAIL selftest: shown_commands gave %r" % shown)
+    print("selftest: %d failures" % bad)
+    return 1 if bad else 0
+
+
+def main():
+    if sys.argv[1:] == ["--selftest"]:
+        return selftest()
+    if len(sys.argv) != 3:
+        print("usage: check-docs.py SRC_ROOT INTERPD_BIN | --selftest",
+              file=sys.stderr)
+        return 2
+    root, binary = sys.argv[1], sys.argv[2]
+    api = open(os.path.join(root, "docs", "API.md")).read()
+    dep = open(os.path.join(root, "docs", "DEPLOYMENT.md")).read()
+    check_options(root, api)
+    check_cli(root, binary, api)
+    check_messages(root, [("docs/API.md", api), ("docs/DEPLOYMENT.md", dep)])
+    print("%d failures" % len(failures))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
