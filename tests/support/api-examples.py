@@ -54,6 +54,8 @@ The scheme, which docs/API.md states for its readers under "Examples":
   each required header parameter present and valid against its schema, no
   X-Interpd-* header it does not name, its Content-Type, and a body valid
   against the requestBody's schema.
+- After the examples, every entry of the server's data dir must be named
+  in the data-dir row of docs/DEPLOYMENT.md's option table.
 - Any other `json` block must parse as JSON.
 - A `python` block is run with /usr/bin/python3.  A block that defines
   verify_interpd_signature(secret, header, body) must accept the callback
@@ -975,6 +977,34 @@ def check_callbacks(api):
           flush=True)
 
 
+def check_data_dir(data):
+    """What the server keeps in its data dir, after every example ran,
+    against the data-dir row of docs/DEPLOYMENT.md's option table: each
+    entry must be named there (`meta.db-wal` as `meta.db` with `-wal`)."""
+    with open(os.path.join(ROOT, "docs", "DEPLOYMENT.md"),
+              encoding="utf-8") as f:
+        row = [ln for ln in f.read().split("\n")
+               if ln.startswith("| `data-dir` |")]
+    if len(row) != 1:
+        fail("docs/DEPLOYMENT.md has %d data-dir rows in its option table, "
+             "not 1" % len(row))
+        return
+    named = {n.rstrip("/") for n in re.findall(r"`([^`]+)`", row[0])}
+    extra = []
+    for entry in sorted(os.listdir(data)):
+        base, _, suffix = entry.partition("-")
+        if entry in named or (suffix and base in named and
+                              "-" + suffix in named):
+            continue
+        extra.append(entry)
+    if extra:
+        fail("the data dir holds %s, which docs/DEPLOYMENT.md's data-dir row "
+             "does not name" % ", ".join(extra))
+    else:
+        print("ok   the data dir holds only what docs/DEPLOYMENT.md names: %s"
+              % ", ".join(sorted(os.listdir(data))), flush=True)
+
+
 def run_python(b, ctx):
     defines_verify = re.search(r"^def verify_interpd_signature\(", b.text,
                                re.M)
@@ -1129,6 +1159,7 @@ def main():
         if counts["run"] == 0:
             fail("no example found in docs/API.md")
         check_callbacks(api)
+        check_data_dir(data)
         print("%d examples run, %d not run, %d failures" % (
             counts["run"], counts["not run"], len(failures)))
     finally:

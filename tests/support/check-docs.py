@@ -12,7 +12,9 @@ them (or docs left behind by a change) fails it:
   docs/API.md's options table, and every row names an option the server
   knows; the row's environment variable is INTERPD_<NAME>, and a default
   written as one literal (`50M`) is the table's default.  Every policy
-  field of config.c (policy_fields[]) is named in `interpd help`.
+  field of config.c (policy_fields[]) is named in `interpd help`.  The
+  option tables of docs/DEPLOYMENT.md (a subset) name only options the
+  server knows, with its defaults.
 - the command line: every command and flag the CLI parser accepts
   (service/main.c and service/cli_keys.c: the words compared with strcmp)
   appears in `interpd help`, and every command and flag `interpd help`
@@ -216,6 +218,39 @@ def api_commands(api):
         return []
     return [re.sub(r"^interpd\s+", "", ln) for ln in m.group(1).split("\n")
             if ln.strip()]
+
+
+def check_option_tables(root, name, text):
+    """The tables of an operator's doc whose first column is `option`: each
+    row names an option the server knows (or policy.NAME.FIELD), and a
+    default written as one literal is the server's."""
+    opts = {n: (d, plain) for n, d, plain in options(root)}
+    n, in_table = 0, False
+    for i, line in enumerate(text.split("\n"), 1):
+        if re.match(r"^\| option \|", line):
+            in_table = True
+            continue
+        if not line.startswith("|"):
+            in_table = False
+            continue
+        m = re.match(r"^\| `([a-zA-Z0-9.*-]+)` \| ([^|]*) \|", line)
+        if not in_table or not m:
+            continue
+        n += 1
+        opt, doc_default = m.group(1), m.group(2).strip()
+        if opt.startswith("policy."):
+            continue
+        if opt not in opts:
+            fail("%s:%d: the option table names %s, which the server does "
+                 "not know (service/config.c)" % (name, i, opt))
+            continue
+        d, plain = opts[opt]
+        lit = re.fullmatch(r"`([^`]*)`", doc_default)
+        if plain and lit and lit.group(1) != d:
+            fail("%s:%d: %s's default is %s, service/config.c says %s"
+                 % (name, i, opt, doc_default, d or "none (NULL)"))
+    print("---- options: %d rows of %s's option tables" % (n, name),
+          flush=True)
 
 
 def check_cli(root, binary, api):
@@ -513,6 +548,7 @@ def main():
     api = open(os.path.join(root, "docs", "API.md")).read()
     dep = open(os.path.join(root, "docs", "DEPLOYMENT.md")).read()
     check_options(root, api)
+    check_option_tables(root, "docs/DEPLOYMENT.md", dep)
     check_cli(root, binary, api)
     check_messages(root, [("docs/API.md", api), ("docs/DEPLOYMENT.md", dep)])
     print("%d failures" % len(failures))
