@@ -14,7 +14,9 @@ them (or docs left behind by a change) fails it:
   written as one literal (`50M`) is the table's default.  Every policy
   field of config.c (policy_fields[]) is named in `interpd help`.  The
   option tables of docs/DEPLOYMENT.md (a subset) name only options the
-  server knows, with its defaults.
+  server knows, with its defaults, and every `--name` in the prose of
+  both is an option or flag of the server (or another program's, listed
+  in OTHER_FLAGS).
 - the command line: every command and flag the CLI parser accepts
   (service/main.c and service/cli_keys.c: the words compared with strcmp)
   appears in `interpd help`, and every command and flag `interpd help`
@@ -163,6 +165,13 @@ def check_options(root, api):
         if name not in names:
             fail("docs/API.md's options table has --%s, which the server "
                  "does not know (service/config.c)" % name)
+    limits = section(api, "Limits and defaults") or ""
+    for line in limits.split("\n"):
+        cells = [c.strip() for c in line.split("|")]
+        if len(cells) > 4 and re.fullmatch(r"`[a-z0-9-]+`", cells[3]):
+            if cells[3].strip("`") not in names:
+                fail("docs/API.md's limits table names %s, which the server "
+                     "does not know" % cells[3])
     if policy_fields(root) and "policy.NAME.FIELD" not in rows:
         fail("docs/API.md's options table has no --policy.NAME.FIELD row")
     print("---- options: %d in service/config.c, %d rows in docs/API.md"
@@ -251,6 +260,41 @@ def check_option_tables(root, name, text):
                  % (name, i, opt, doc_default, d or "none (NULL)"))
     print("---- options: %d rows of %s's option tables" % (n, name),
           flush=True)
+
+
+# `--name` words of the docs' prose that are another program's flags (or
+# a placeholder), not the server's: name -> whose.
+OTHER_FLAGS = {
+    "name": "the placeholder of `--name value`",
+    "retries": "pip's", "no-index": "pip's", "version": "python3's",
+    "bounding-set": "setpriv's", "install": "cmake's", "target": "cmake's",
+    "security-opt": "docker's", "cgroupns": "docker's",
+    "privileged": "docker's", "cap-add": "docker's", "memory": "docker's",
+    "pull": "docker compose's", "ppid": "ps's", "oplog": "mongodump's",
+}
+
+
+def check_prose_flags(root, name, text):
+    """Every `--name` in the prose (outside fenced blocks) of an operator's
+    or client's doc is an option or CLI flag of the server, a policy
+    setting, or in OTHER_FLAGS: a renamed or removed option left in the
+    docs fails."""
+    known = {n for n, _, _ in options(root)} | {"policy"}
+    known |= {f[2:] for f in cli_accepts(root)[2]}
+    fenced, n = False, 0
+    for i, line in enumerate(text.split("\n"), 1):
+        if line.strip().startswith("```"):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        for m in re.finditer(r"(?<![\w-])--([a-z][a-z0-9-]*)", line):
+            n += 1
+            if m.group(1) not in known and m.group(1) not in OTHER_FLAGS:
+                fail("%s:%d: --%s is no option or flag of the server (nor "
+                     "in check-docs.py's OTHER_FLAGS)" % (name, i,
+                                                         m.group(1)))
+    print("---- flags: %d in %s's prose" % (n, name), flush=True)
 
 
 def check_cli(root, binary, api):
@@ -549,6 +593,8 @@ def main():
     dep = open(os.path.join(root, "docs", "DEPLOYMENT.md")).read()
     check_options(root, api)
     check_option_tables(root, "docs/DEPLOYMENT.md", dep)
+    check_prose_flags(root, "docs/API.md", api)
+    check_prose_flags(root, "docs/DEPLOYMENT.md", dep)
     check_cli(root, binary, api)
     check_messages(root, [("docs/API.md", api), ("docs/DEPLOYMENT.md", dep)])
     print("%d failures" % len(failures))
