@@ -84,6 +84,9 @@ def options(root):
             out.append((om.group(1), c_literal(d[1:-1]), True))
         else:
             out.append((om.group(1), None, False))  # a macro: not compared
+    if not out:
+        fail("service/config.c: no option found in opts[]: the table changed "
+             "shape; teach check-docs.py's options()")
     return out
 
 
@@ -97,23 +100,33 @@ def policy_fields(root):
 
 
 def compared_words(path):
-    """The string literals a C file compares with strcmp/strncmp."""
+    """(expression, literal) of every strcmp/strncmp of a C file with a
+    string literal."""
     src = open(path).read()
-    return re.findall(r'\bstrn?cmp\(\s*[^,()]+(?:\([^()]*\))?[^,()]*,\s*'
-                      r'"([^"]+)"', src)
+    return re.findall(r'\bstrn?cmp\(\s*([^,()]+(?:\([^()]*\))?[^,()]*),'
+                      r'\s*"([^"]+)"', src)
 
 
 def cli_accepts(root):
-    """(top-level commands, keys subcommands, flags) the parser accepts."""
-    top = set()
-    for w in compared_words(os.path.join(root, "service", "main.c")):
-        top.add(w)
-    subs, flags = set(), set()
-    for w in compared_words(os.path.join(root, "service", "cli_keys.c")):
-        if w.startswith("--"):
+    """(top-level commands, keys subcommands, flags) the parser accepts:
+    the words main.c compares argv[1] (or cmd) with, the words cli_keys.c
+    compares args[0] with, and the --flags cli_keys.c compares with."""
+    top, subs, flags = set(), set(), set()
+    for expr, w in compared_words(os.path.join(root, "service", "main.c")):
+        if expr.strip() in ("argv[1]", "cmd") and re.fullmatch(
+                r"-{0,2}[a-z][a-z-]*", w):
+            top.add(w)
+    for expr, w in compared_words(os.path.join(root, "service",
+                                               "cli_keys.c")):
+        if re.fullmatch(r"--[a-z][a-z-]*=?", w):
             flags.add(w.rstrip("="))
-        else:
+        elif expr.strip() == "args[0]" and re.fullmatch(r"[a-z][a-z-]*", w):
             subs.add(w)
+    if not top or not subs or not flags:
+        fail("found no %s in service/main.c and service/cli_keys.c: the "
+             "parser changed shape; teach check-docs.py's cli_accepts" %
+             ("commands" if not top else "keys subcommands" if not subs
+              else "flags"))
     return top, subs, flags
 
 
