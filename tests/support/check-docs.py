@@ -28,12 +28,15 @@ them (or docs left behind by a change) fails it:
   conversions match any text, numbers match a number or a one-letter
   placeholder such as N, `...` in the docs stands for any rest).  A
   parenthesised reason of three words or more that fills a %s must itself
-  be such a string.  Quotes that are not the server's words are listed in
-  NOT_MESSAGES with the reason.
+  be such a string.  The same for the server messages in docs/openapi.json's
+  examples (an error body's `message`, a `message` property's `examples`).
+  Quotes the check cannot vouch for are listed in NOT_MESSAGES with the
+  reason.
 
 Messages quoted in a response block of an example are compared with the
 real reply by tests/support/api-examples.py instead.
 """
+import json
 import os
 import re
 import subprocess
@@ -356,6 +359,11 @@ NOT_MESSAGES = {
     "storage/meta.c builds it from five pieces (a format of conversions "
     "alone); its head is the literal \"the tenant's storage quota is "
     "exhausted\"",
+    "not stored: it would pass the user's file quota (at most 100 files, at "
+    "most 1073741824 bytes); its bytes are returned inline in data_base64":
+    "service/exec/result.c builds it from two formats; API.md's generated "
+    "files example shows the same text, which api-examples.py compares "
+    "with the real reply word for word",
 }
 
 CONVERSION = re.compile(r"%[-+ #0]*(\*|[0-9]+)?(\.(\*|[0-9]+))?"
@@ -533,9 +541,46 @@ def prose_quotes(text):
     return out
 
 
-def check_messages(root, docs):
+def openapi_messages(doc):
+    """(where, message) of the server's messages in docs/openapi.json's
+    examples: the `message` of every error body (an object with `code`)
+    and every item of a `message` property's `examples`."""
+    out = []
+
+    def walk(node, where, in_example):
+        if isinstance(node, dict):
+            if (in_example and isinstance(node.get("message"), str) and
+                    "code" in node):
+                out.append((where + "/message", node["message"]))
+            for k, v in node.items():
+                sub = "%s/%s" % (where, k)
+                if (k == "message" and isinstance(v, dict) and
+                        isinstance(v.get("examples"), list)):
+                    out.extend(("%s/examples/%d" % (sub, i), e)
+                               for i, e in enumerate(v["examples"])
+                               if isinstance(e, str))
+                walk(v, sub, in_example or k in ("example", "examples"))
+        elif isinstance(node, list):
+            for i, v in enumerate(node):
+                walk(v, "%s/%d" % (where, i), in_example)
+
+    walk(doc, "#", False)
+    return out
+
+
+def check_messages(root, docs, openapi=None):
     msgs = Messages(s for s, _ in source_strings(root))
     n = 0
+    for where, quote in openapi_messages(openapi or {}):
+        quote = " ".join(quote.split())
+        if quote in NOT_MESSAGES:
+            continue
+        n += 1
+        why = msgs.match(quote)
+        if why:
+            fail('docs/openapi.json %s: "%s" is the example of a server '
+                 "message, but %s (or list it in check-docs.py's "
+                 "NOT_MESSAGES with a reason)" % (where, quote, why))
     for name, text in docs:
         for line, quote in prose_quotes(text):
             if quote in NOT_MESSAGES:
@@ -609,7 +654,10 @@ def main():
     check_prose_flags(root, "docs/API.md", api)
     check_prose_flags(root, "docs/DEPLOYMENT.md", dep)
     check_cli(root, binary, api)
-    check_messages(root, [("docs/API.md", api), ("docs/DEPLOYMENT.md", dep)])
+    with open(os.path.join(root, "docs", "openapi.json")) as f:
+        openapi = json.load(f)
+    check_messages(root, [("docs/API.md", api), ("docs/DEPLOYMENT.md", dep)],
+                   openapi)
     print("%d failures" % len(failures))
     return 1 if failures else 0
 
