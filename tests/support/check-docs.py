@@ -16,7 +16,9 @@ them (or docs left behind by a change) fails it:
   option tables of docs/DEPLOYMENT.md (a subset) name only options the
   server knows, with its defaults, and every `--name` in the prose of
   both is an option or flag of the server (or another program's, listed
-  in OTHER_FLAGS).
+  in OTHER_FLAGS).  Every `interpd COMMAND ...` line in their fenced blocks
+  is a command the CLI accepts with options and flags it knows, and every
+  `name = value` line of their ini blocks names an option or policy field.
 - the command line: every command and flag the CLI parser accepts
   (service/main.c and service/cli_keys.c: the words compared with strcmp)
   appears in `interpd help`, and every command and flag `interpd help`
@@ -311,6 +313,68 @@ def check_prose_flags(root, name, text):
                      "in check-docs.py's OTHER_FLAGS)" % (name, i,
                                                          m.group(1)))
     print("---- flags: %d in %s's prose" % (n, name), flush=True)
+
+
+def fenced_blocks(text):
+    """(info, first line number, lines) of text's fenced blocks."""
+    out, cur = [], None
+    for i, line in enumerate(text.split("\n"), 1):
+        m = re.match(r"^\s*```(.*)$", line)
+        if m and cur is None:
+            cur = (m.group(1).strip(), i + 1, [])
+        elif m:
+            out.append(cur)
+            cur = None
+        elif cur is not None:
+            cur[2].append(line)
+    return out
+
+
+def check_block_commands(root, name, text):
+    """Every `interpd COMMAND ...` in a fenced block (a shell line, a unit's
+    ExecStart=) is a command the CLI accepts, with options and flags it
+    knows; every `name = value` line of an ini block (commented out or
+    not) names an option or a policy field the server knows."""
+    top, subs, flags = cli_accepts(root)
+    opts = {n for n, _, _ in options(root)}
+    fields = set(policy_fields(root))
+    n = 0
+    for info, first, lines in fenced_blocks(text):
+        # A systemd unit is an ini block too: one with [Sections].
+        unit = any(re.match(r"^\[[A-Za-z]+\]", ln) for ln in lines)
+        for k, line in enumerate(lines):
+            where = "%s:%d" % (name, first + k)
+            if info.startswith("ini") and not unit:
+                m = re.match(r"^#?\s*([A-Za-z][\w.-]*)\s*=", line)
+                if not m:
+                    continue
+                n += 1
+                key = m.group(1).lower().replace("_", "-")
+                pm = re.fullmatch(r"policy\.[a-z0-9_-]+\.([a-z-]+)", key)
+                if (key not in opts and not (pm and pm.group(1) in fields)):
+                    fail("%s: the config line names %s, which the server "
+                         "does not know" % (where, m.group(1)))
+                continue
+            code = line.split(" #", 1)[0]
+            for m in re.finditer(r"(?:^|[\s=/])interpd\s+([a-z][a-z-]*)"
+                                 r"((?:\s+[a-z][a-z-]*)?)(.*)$", code):
+                cmd, sub, rest = m.group(1), m.group(2).strip(), m.group(3)
+                if cmd not in top:
+                    continue  # prose in a block ("interpd builds ...")
+                n += 1
+                if cmd == "keys" and sub not in subs:
+                    fail("%s: `interpd keys %s` is no command of the CLI"
+                         % (where, sub))
+                for f in re.findall(r"(?<![\w-])--([a-z][a-z0-9.-]*)",
+                                    sub + " " + rest):
+                    f = f.split("=", 1)[0]
+                    if (f not in opts and "--" + f not in flags and
+                            "--" + f not in top and
+                            not f.startswith("policy.")):
+                        fail("%s: `interpd %s` with --%s, which the server "
+                             "does not know" % (where, cmd, f))
+    print("---- blocks: %d interpd commands and config lines in %s"
+          % (n, name), flush=True)
 
 
 def check_cli(root, binary, api):
@@ -653,6 +717,8 @@ def main():
     check_option_tables(root, "docs/DEPLOYMENT.md", dep)
     check_prose_flags(root, "docs/API.md", api)
     check_prose_flags(root, "docs/DEPLOYMENT.md", dep)
+    check_block_commands(root, "docs/API.md", api)
+    check_block_commands(root, "docs/DEPLOYMENT.md", dep)
     check_cli(root, binary, api)
     with open(os.path.join(root, "docs", "openapi.json")) as f:
         openapi = json.load(f)
