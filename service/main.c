@@ -40,9 +40,10 @@ static void usage(FILE *out)
             "  help, --help, -h           print this help (no command: the "
             "same on\n"
             "                             stderr, exit 2)\n\n"
-            "options (also INTERPD_<NAME> in the environment and `name = "
-            "value` in --config FILE;\nflags win over environment, "
-            "environment over file):\n");
+            "options (also `name = value` in --config FILE and, all but "
+            "--policy.*,\nINTERPD_<NAME> in the environment; flags win over "
+            "environment, environment\nover file, file over the defaults in "
+            "[brackets]):\n");
     ipd_config_usage(out);
 }
 
