@@ -15,8 +15,12 @@ static void usage(FILE *out)
             "usage: interpd COMMAND [options]\n\n"
             "commands:\n"
             "  serve                      run the HTTP service\n"
-            "  keys create --tenant NAME [--admin]\n"
-            "                             create an API key (printed once)\n"
+            "  keys create --tenant NAME [--admin] [--policy NAME]\n"
+            "                             create an API key (printed once);\n"
+            "                             --policy: strict, standard (the "
+            "default),\n"
+            "                             networked or a policy.NAME of the "
+            "config\n"
             "  keys list                  list keys (never the keys "
             "themselves)\n"
             "  keys revoke KEY_ID         revoke a key\n"
@@ -32,10 +36,14 @@ static void usage(FILE *out)
             "                             (at --listen, with DATA-DIR/admin.key"
             " or\n"
             "                             INTERPD_ADMIN_KEY)\n"
-            "  version                    print the version\n\n"
-            "options (also INTERPD_<NAME> in the environment and `name = "
-            "value` in --config FILE;\nflags win over environment, "
-            "environment over file):\n");
+            "  version, --version         print the version\n"
+            "  help, --help, -h           print this help (no command: the "
+            "same on\n"
+            "                             stderr, exit 2)\n\n"
+            "options (also `name = value` in --config FILE and, all but "
+            "--policy.*,\nINTERPD_<NAME> in the environment; flags win over "
+            "environment, environment\nover file, file over the defaults in "
+            "[brackets]):\n");
     ipd_config_usage(out);
 }
 

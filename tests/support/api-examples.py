@@ -42,6 +42,20 @@ The scheme, which docs/API.md states for its readers under "Examples":
   no property in the reply that the schema does not name (UNDOCUMENTED_OK
   lists the exceptions, with reasons), so the document cannot fall behind
   the server.
+- A `message` a response block shows (at any depth) must be the real
+  reply's, word for word (`...` at its end stands for any rest): the
+  shape check above compares no values, and a message quoted from an old
+  version of the server is a wrong promise.
+- Every `example` and `examples` in docs/openapi.json must validate
+  against the schema it illustrates, as a reply must (also alone, without
+  a server: `api-examples.py --document-only`, ctest unit/openapi_examples).
+- Every callback the examples cause (CALLBACK_URL records them) must be
+  what the `callbacks` of POST /v1/executions in docs/openapi.json say:
+  each required header parameter present and valid against its schema, no
+  X-Interpd-* header it does not name, its Content-Type, and a body valid
+  against the requestBody's schema.
+- After the examples, every entry of the server's data dir must be named
+  in the data-dir row of docs/DEPLOYMENT.md's option table.
 - Any other `json` block must parse as JSON.
 - A `python` block is run with /usr/bin/python3.  A block that defines
   verify_interpd_signature(secret, header, body) must accept the callback
@@ -170,6 +184,26 @@ def same_shape(doc, real, path, out):
             same_shape(doc[0], r, "%s[%d]" % (path, n), out)
 
 
+def same_messages(doc, real, path, out):
+    """A `message` the response block shows is the server's words: the
+    real one must be the same text (`...` in the block stands for any
+    rest)."""
+    if isinstance(doc, dict) and isinstance(real, dict):
+        for k in sorted(set(doc) & set(real)):
+            d, r = doc[k], real[k]
+            if (k == "message" and isinstance(d, str) and
+                    isinstance(r, str)):
+                head = d[:-3] if d.endswith("...") else None
+                if (r != d if head is None else not r.startswith(head)):
+                    out.append("%s.message: documented %s, the server says "
+                               "%s" % (path, json.dumps(d), json.dumps(r)))
+            else:
+                same_messages(d, r, "%s.%s" % (path, k), out)
+    elif isinstance(doc, list) and isinstance(real, list):
+        for n, (d, r) in enumerate(zip(doc, real)):
+            same_messages(d, r, "%s[%d]" % (path, n), out)
+
+
 # ---- docs/openapi.json: every real reply against its response schema -------
 
 # Keywords that only annotate a schema: they assert nothing about a value.
@@ -296,6 +330,75 @@ class OpenAPI:
             loc = "#/components/responses/NotFound"
             return name, self.resolve(loc), loc
         return name, None, "no such path"
+
+    # -- the document's own examples ---------------------------------------
+
+    def example_problems(self):
+        """Every `example` and `examples` of the document against the
+        schema it illustrates: a schema's own (`examples` a list), and a
+        media type's, parameter's or header's (`examples` a map of Example
+        Objects).  An example must pass exactly as a real reply must."""
+        out = []
+        comps = self.doc.get("components", {})
+        for name, s in comps.get("schemas", {}).items():
+            self._schema_examples(s, "#/components/schemas/" + name, out)
+        for key, node in self.doc.items():
+            if key != "components":
+                self._doc_examples(node, "#/" + key, out)
+        for key, node in comps.items():
+            if key != "schemas":
+                self._doc_examples(node, "#/components/" + key, out)
+        return out
+
+    def _check_example(self, schema, loc, value, where, out):
+        try:
+            errs = self.validate(schema, loc, value)
+        except (KeyError, ValueError) as e:
+            errs = ["the schema cannot be applied: %r" % (e,)]
+        out += ["%s: %s" % (where, e) for e in errs]
+
+    def _schema_examples(self, s, loc, out):
+        if not isinstance(s, dict):
+            return
+        if "example" in s:
+            self._check_example(s, loc, s["example"], loc + "/example", out)
+        if isinstance(s.get("examples"), list):
+            for i, ex in enumerate(s["examples"]):
+                self._check_example(s, loc, ex, "%s/examples/%d" % (loc, i),
+                                    out)
+        for name, sub in s.get("properties", {}).items():
+            self._schema_examples(sub, "%s/properties/%s" % (loc, name), out)
+        for kw in ("items", "not", "additionalProperties"):
+            if isinstance(s.get(kw), dict):
+                self._schema_examples(s[kw], "%s/%s" % (loc, kw), out)
+        for kw in ("oneOf", "anyOf", "allOf"):
+            for i, sub in enumerate(s.get(kw, [])):
+                self._schema_examples(sub, "%s/%s/%d" % (loc, kw, i), out)
+
+    def _doc_examples(self, node, loc, out):
+        if isinstance(node, list):
+            for i, v in enumerate(node):
+                self._doc_examples(v, "%s/%d" % (loc, i), out)
+            return
+        if not isinstance(node, dict):
+            return
+        schema = node.get("schema")
+        if schema is not None:
+            sloc = loc + "/schema"
+            self._schema_examples(schema, sloc, out)
+            if "example" in node:
+                self._check_example(schema, sloc, node["example"],
+                                    loc + "/example", out)
+            for name, ex in (node.get("examples") or {}).items():
+                if "$ref" in ex:
+                    ex = self.resolve(ex["$ref"])
+                if "value" in ex:
+                    self._check_example(schema, sloc, ex["value"],
+                                        "%s/examples/%s" % (loc, name), out)
+        for k, v in node.items():
+            if k not in ("schema", "example", "examples"):
+                self._doc_examples(v, "%s/%s" % (loc, k.replace("~", "~0")
+                                                 .replace("/", "~1")), out)
 
     # -- the validator ------------------------------------------------------
 
@@ -807,12 +910,99 @@ def judge_sh(b, out, status):
         return None
     problems = []
     same_shape(doc, real, "$", problems)
+    same_messages(doc, real, "$", problems)
     if problems:
         fail("%s: the response differs from docs/API.md:%d:\n  %s\n"
              "real response: %s" % (b.where(), b.response.line,
                                     "\n  ".join(problems), out.strip()))
         return None
     return said + ", shape of line %d" % b.response.line
+
+
+def check_callbacks(api):
+    """Every callback this script's receiver got against the `callbacks`
+    of POST /v1/executions: its headers (the required header parameters,
+    each against its schema), its Content-Type and its body against the
+    requestBody's schema."""
+    op = api.doc["paths"]["/v1/executions"]["post"]
+    posts = [(name, expr, item["post"])
+             for name, cb in op.get("callbacks", {}).items()
+             for expr, item in cb.items() if "post" in item]
+    got = list(Receiver.callbacks)
+    if not got:
+        fail("no callback arrived from the examples, so none was checked "
+             "against docs/openapi.json")
+        return
+    if not posts:
+        fail("%d callbacks arrived, but docs/openapi.json's createExecution "
+             "describes none (callbacks)" % len(got))
+        return
+    name, expr, post = posts[0]
+    loc = "#/paths/~1v1~1executions/post/callbacks/%s/%s/post" % (
+        name, expr.replace("~", "~0").replace("/", "~1"))
+    content = post.get("requestBody", {}).get("content", {})
+    params = [api.resolve(p["$ref"]) if "$ref" in p else p
+              for p in post.get("parameters", [])]
+    for i, (headers, body) in enumerate(got):
+        h = {k.lower(): v for k, v in headers.items()}
+        errs = []
+        for p in params:
+            if p.get("in") != "header":
+                continue
+            v = h.get(p["name"].lower())
+            if v is None:
+                if p.get("required"):
+                    errs.append("no %s header" % p["name"])
+                continue
+            errs += ["header %s: %s" % (p["name"], e) for e in
+                     api.validate(p.get("schema", {}), loc, v)]
+        documented = {p["name"].lower() for p in params
+                      if p.get("in") == "header"}
+        for k in sorted(k for k in h if k.startswith("x-interpd-")):
+            if k not in documented:
+                errs.append("header %s is not in the document" % k)
+        if not media_types_match(content, h.get("content-type", "")):
+            errs.append("Content-Type %r, the document has %s"
+                        % (h.get("content-type"), ", ".join(content)))
+        elif "application/json" in content:
+            try:
+                errs += api.validate(content["application/json"]["schema"],
+                                     loc + "/requestBody", json.loads(body))
+            except ValueError as e:
+                errs.append("the body is not JSON: %s" % e)
+        if errs:
+            fail("callback %d of %d against %s:\n  %s"
+                 % (i + 1, len(got), loc, "\n  ".join(errs)))
+    print("ok   %d callbacks as docs/openapi.json's %s says" % (len(got), loc),
+          flush=True)
+
+
+def check_data_dir(data):
+    """What the server keeps in its data dir, after every example ran,
+    against the data-dir row of docs/DEPLOYMENT.md's option table: each
+    entry must be named there (`meta.db-wal` as `meta.db` with `-wal`)."""
+    with open(os.path.join(ROOT, "docs", "DEPLOYMENT.md"),
+              encoding="utf-8") as f:
+        row = [ln for ln in f.read().split("\n")
+               if ln.startswith("| `data-dir` |")]
+    if len(row) != 1:
+        fail("docs/DEPLOYMENT.md has %d data-dir rows in its option table, "
+             "not 1" % len(row))
+        return
+    named = {n.rstrip("/") for n in re.findall(r"`([^`]+)`", row[0])}
+    extra = []
+    for entry in sorted(os.listdir(data)):
+        base, _, suffix = entry.partition("-")
+        if entry in named or (suffix and base in named and
+                              "-" + suffix in named):
+            continue
+        extra.append(entry)
+    if extra:
+        fail("the data dir holds %s, which docs/DEPLOYMENT.md's data-dir row "
+             "does not name" % ", ".join(extra))
+    else:
+        print("ok   the data dir holds only what docs/DEPLOYMENT.md names: %s"
+              % ", ".join(sorted(os.listdir(data))), flush=True)
 
 
 def run_python(b, ctx):
@@ -868,7 +1058,26 @@ def run_ini(b, ctx):
           flush=True)
 
 
+def check_document(api):
+    """The document alone: the keywords it uses are ones the validator
+    checks, and every example in it validates against its schema."""
+    if api.unknown:
+        print("api_examples: docs/openapi.json uses schema keywords this "
+              "script does not check (teach OpenAPI._eval first):\n  " +
+              "\n  ".join(api.unknown), file=sys.stderr)
+        return False
+    bad = api.example_problems()
+    for p in bad:
+        fail("docs/openapi.json example %s" % p)
+    if not bad:
+        print("ok   every example of docs/openapi.json validates against "
+              "its schema", flush=True)
+    return not bad
+
+
 def main():
+    if sys.argv[1:] == ["--document-only"]:
+        return 0 if check_document(OpenAPI(OPENAPI)) else 1
     binary = os.environ.get("INTERPD_BIN")
     if not binary or not os.access(binary, os.X_OK):
         print("api_examples: INTERPD_BIN is not set to the interpd binary "
@@ -877,10 +1086,7 @@ def main():
     with open(DOC, encoding="utf-8") as f:
         blocks = parse_blocks(f.read())
     api = OpenAPI(OPENAPI)
-    if api.unknown:
-        print("api_examples: docs/openapi.json uses schema keywords this "
-              "script does not check (teach OpenAPI._eval first):\n  " +
-              "\n  ".join(api.unknown), file=sys.stderr)
+    if not check_document(api) and api.unknown:
         return 1
     tmp = tempfile.mkdtemp(prefix="ipd-api-examples-")
     # The sandbox user must reach the data dir inside (as with any data dir).
@@ -952,6 +1158,8 @@ def main():
                 run_ini(b, ctx)
         if counts["run"] == 0:
             fail("no example found in docs/API.md")
+        check_callbacks(api)
+        check_data_dir(data)
         print("%d examples run, %d not run, %d failures" % (
             counts["run"], counts["not run"], len(failures)))
     finally:
