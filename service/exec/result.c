@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "../../storage/meta.h"
+#include "../../storage/space.h"
 #include "../common/crypto.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -630,6 +631,8 @@ static void not_stored_message(const struct ipd_executor *ex,
     } else if (!strcmp(reason, "store_outputs_false")) {
         snprintf(out, n, "not stored: the request asked for "
                          "\"store_outputs\": false");
+    } else if (!strcmp(reason, "no_space")) {
+        snprintf(out, n, "not stored: the server is out of storage space");
     } else if (!strcmp(reason, "too_large")) {
         snprintf(out, n,
                  "not stored: %lld bytes is over the file size limit of "
@@ -690,6 +693,10 @@ static const char *store_refusal(const struct ipd_executor *ex,
         return "store_outputs_false";
     if (size > ex->max_file_size)
         return "too_large";
+    /* While the delete reserve is out the disk is full: what is stored
+     * now would eat the room deletes need (storage/space.h). */
+    if (ipd_space_check_write(ex->space))
+        return "no_space";
     if (u->known && ipd_quota_exceeded(&ex->quota, u->count, u->bytes, size))
         *quota = "user";
     else if (u->tknown && ipd_quota_exceeded(&ex->tenant_quota, u->tcount,
