@@ -986,6 +986,19 @@ static int host_addresses_child(void)
                          "] is not allowed (an address of this host)");
     CHECK_INT(f.rec.got.len, 0);
 
+    /* A callback_url on its face (the handler's 400), in each family. */
+    static const char *const faces[] = {
+        "http://" TEST_HOST_V4 ":9/hook", "http://[::ffff:" TEST_HOST_V4 "]/",
+        "https://[" TEST_HOST_V6 "]/hook"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(faces); i++) {
+        ipd_buf_reset(&err);
+        CHECKF(ipd_fetch_url_check(&f.o, faces[i], &err) ==
+                       IPD_ERR_FORBIDDEN &&
+                   strstr(err.buf, "(an address of this host)"),
+               "%s: %s", faces[i], err.buf);
+    }
+    ipd_buf_reset(&err);
+
     /* Callbacks: the same refusal, before any connection. */
     snprintf(f.url, sizeof(f.url), "http://" TEST_HOST_V4 ":%d/hook",
              v4.port);
