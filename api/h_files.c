@@ -579,6 +579,10 @@ static void ingest_run(struct ipd_req *r, bool stopping)
         ingest_fail(u, rc, msg);
         goto out;
     }
+    /* While the delete reserve is spent the disk is full: refuse before
+     * fetching (507), as an upload is refused before its body. */
+    if (!rc)
+        rc = ipd_space_check_write(r->app->space);
     if (!rc)
         rc = ipd_blob_writer_new(r->app->blobs, u->file_id,
                                  cfg->max_file_size, &u->w);

@@ -572,6 +572,7 @@ static enum ipd_err open_executions(struct server *sv)
         return IPD_OK;
     }
     sv->app.executor = sv->executor;
+    ipd_executor_set_space(sv->executor, sv->app.space);
     unsigned slots = eo.slots;
     sv->app.sandbox = ipd_executor_sandbox_status(sv->executor);
     ipd_info("sandbox: %s", sv->app.sandbox);
@@ -584,6 +585,7 @@ static enum ipd_err open_executions(struct server *sv)
         .callbacks = sv->callbacks,
         .data_dir = cfg->data_dir,
         .tenant_results_max_bytes = cfg->async_results_max_bytes,
+        .space = sv->app.space,
     };
     if (ipd_exec_pool_new(sv->executor, &po, &sv->app.exec)) {
         ipd_error("executions are unavailable: no worker threads");

@@ -42,6 +42,7 @@ struct ipd_executor {
     struct ipd_quota tenant_quota;
     size_t max_generated;
     int64_t inline_max;
+    struct ipd_space *space;   /* borrowed; NULL: no delete reserve */
     unsigned slots;            /* execution slots: uids host_uid+1.. */
     struct ipd_egress_opts egress; /* networked runs' proxy (allowlist
                                       borrowed from the options) */

@@ -897,6 +897,11 @@ void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
     ipd_venv_release(venv, gen);
 }
 
+void ipd_executor_set_space(struct ipd_executor *ex, struct ipd_space *space)
+{
+    ex->space = space;
+}
+
 /* ---- run ------------------------------------------------------------- */
 
 static enum ipd_err check_request(const struct ipd_executor *ex,

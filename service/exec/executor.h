@@ -182,6 +182,14 @@ void ipd_executor_venv_runner(struct ipd_executor *ex,
 void ipd_executor_set_venv(struct ipd_executor *ex, struct ipd_venv *venv,
                            bool auto_install);
 
+struct ipd_space;
+
+/* The data dir's delete reserve (borrowed, must outlive the executor;
+ * NULL, the default: none): while it is out, generated files are not
+ * stored (not_stored_reason "no_space"), as uploads are refused.  Call
+ * before the first run. */
+void ipd_executor_set_space(struct ipd_executor *ex, struct ipd_space *space);
+
 /*
  * The end-to-end check behind readiness: one execution through the same
  * staging (a work dir with job/ and data/), the venv's current generation,

@@ -9,6 +9,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../../storage/space.h"
 #include "../common/json_out.h"
 #include "../common/log.h"
 #include "../common/metrics.h"
@@ -75,6 +76,7 @@ struct ipd_exec_pool {
     struct async_table async;        /* under lock */
     int64_t result_ttl_ms;
     int64_t tenant_max_bytes;        /* done results' bytes per tenant */
+    struct ipd_space *space;         /* borrowed; NULL: no delete reserve */
     struct ipd_results *results;     /* owned: the results' files */
     struct ipd_callbacks *callbacks; /* borrowed, may be NULL */
     unsigned slots_claimed;          /* worker threads that took a slot
@@ -702,6 +704,11 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
                                         char id[IPD_ID_MAX],
                                         struct ipd_buf *why)
 {
+    /* Its result is kept on the data dir's disk: not while the delete
+     * reserve is out (storage/space.h), so results cannot eat the room
+     * deletes need.  The caller still owns j. */
+    if (ipd_space_check_write(p->space))
+        return IPD_ERR_NO_SPACE;
     struct pool_job *pj = ipd_xcalloc(1, sizeof(*pj));
     pj->pool = p;
     pj->job = j;
@@ -792,6 +799,7 @@ enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
     p->callbacks = o->callbacks;
     p->result_ttl_ms = o->result_ttl_ms > 0 ? o->result_ttl_ms : 3600000;
     p->tenant_max_bytes = o->tenant_results_max_bytes;
+    p->space = o->space;
     pthread_mutex_init(&p->lock, NULL);
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);

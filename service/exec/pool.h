@@ -50,6 +50,7 @@ struct ipd_exec_pool;
 struct ipd_executor;
 struct ipd_metrics;
 struct ipd_callbacks;
+struct ipd_space;
 
 struct ipd_exec_pool_options {
     unsigned slots;                  /* worker threads (0: 1) */
@@ -61,6 +62,11 @@ struct ipd_exec_pool_options {
                                         <data_dir>/results (required) */
     int64_t tenant_results_max_bytes; /* done async results' bytes per
                                          tenant; < 0: no bound */
+    struct ipd_space *space;         /* borrowed; NULL: no delete reserve.
+                                        While it is out, asynchronous
+                                        submissions are refused
+                                        (IPD_ERR_NO_SPACE): their results
+                                        are kept on the data dir's disk */
 };
 
 /* One execution: what to run (ipd_executor_run's request, owned here)
@@ -147,7 +153,7 @@ enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
  * queue is full, IPD_EXEC_ASYNC_MAX results are held, or j's tenant holds
  * its share of the queue, tenant_results_max_bytes of results, its share
  * of results or of callbacks; j->retry_after_s set), IPD_ERR_UNAVAILABLE
- * (stopping).
+ * (stopping), IPD_ERR_NO_SPACE (the delete reserve is out: why empty).
  */
 enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
                                         struct ipd_exec_job *j,

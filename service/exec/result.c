@@ -12,9 +12,8 @@
  *
  * display: the bundles the prelude appended to .interpd/display.jsonl
  * (display(obj) and a bare last expression), which the code could have
- * rewritten: read bounded, each line parsed on its own, only the MIME
- * keys text/plain, text/html and image/png (strict base64 of a PNG) kept,
- * within the budgets of collect_display.
+ * rewritten: read bounded here, parsed by display.h's parser, within the
+ * budgets of collect_display.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -27,9 +26,11 @@
 #include <unistd.h>
 
 #include "../../storage/meta.h"
+#include "../../storage/space.h"
 #include "../common/crypto.h"
 #include "../common/log.h"
 #include "../common/util.h"
+#include "display.h"
 #include "exec_internal.h"
 
 #define RESULT_JSON_MAX (1024 * 1024) /* the prelude's result.json */
@@ -38,9 +39,6 @@
 #define SCAN_MAX 10000               /* output entries looked at */
 #define SCAN_DEPTH_MAX 16            /* output subfolder depth */
 #define SKIPPED_LIST_MAX 20          /* entries of generated_files_skipped */
-#define DISPLAY_FILE_MAX (8 * 1024 * 1024 + 4096) /* display.jsonl read */
-#define DISPLAY_ENTRIES_MAX 1000     /* bundles in display */
-#define DISPLAY_ENTRY_COST 32        /* text budget charged per bundle */
 
 /* ---- the result object ------------------------------------------------- */
 
@@ -633,6 +631,8 @@ static void not_stored_message(const struct ipd_executor *ex,
     } else if (!strcmp(reason, "store_outputs_false")) {
         snprintf(out, n, "not stored: the request asked for "
                          "\"store_outputs\": false");
+    } else if (!strcmp(reason, "no_space")) {
+        snprintf(out, n, "not stored: the server is out of storage space");
     } else if (!strcmp(reason, "too_large")) {
         snprintf(out, n,
                  "not stored: %lld bytes is over the file size limit of "
@@ -693,6 +693,10 @@ static const char *store_refusal(const struct ipd_executor *ex,
         return "store_outputs_false";
     if (size > ex->max_file_size)
         return "too_large";
+    /* While the delete reserve is out the disk is full: what is stored
+     * now would eat the room deletes need (storage/space.h). */
+    if (ipd_space_check_write(ex->space))
+        return "no_space";
     if (u->known && ipd_quota_exceeded(&ex->quota, u->count, u->bytes, size))
         *quota = "user";
     else if (u->tknown && ipd_quota_exceeded(&ex->tenant_quota, u->tcount,
@@ -848,154 +852,26 @@ static void collect_generated(struct ipd_executor *ex,
 
 /* ---- display ---------------------------------------------------------- */
 
-/* What is left for the rest of display (collect_display). */
-struct display_budget {
-    int64_t text_left;   /* bytes of text/plain and text/html */
-    int64_t png_left;    /* decoded bytes of image/png */
-    size_t entries;
-    bool truncated;      /* something was cut or left out */
-};
-
-static int b64_value(unsigned char c)
-{
-    const char *p = c ? strchr(b64, c) : NULL;
-    return p ? (int)(p - b64) : -1;
-}
-
-/* s is strict base64 (padded, no whitespace) of bytes that start like a
- * PNG; *size: how many bytes it decodes to. */
-static bool png_base64_ok(const char *s, size_t len, int64_t *size)
-{
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G',
-                                         '\r', '\n', 0x1a, '\n'};
-    unsigned char head[9];
-    size_t pad = 0;
-
-    if (len < 16 || len % 4)
-        return false;
-    pad = (s[len - 1] == '=') + (s[len - 1] == '=' && s[len - 2] == '=');
-    for (size_t i = 0; i < len - pad; i++)
-        if (b64_value((unsigned char)s[i]) < 0)
-            return false;
-    for (size_t i = 0; i < 3; i++) {
-        uint32_t v = 0;
-        for (size_t k = 0; k < 4; k++)
-            v = v << 6 | (uint32_t)b64_value((unsigned char)s[i * 4 + k]);
-        head[i * 3] = (unsigned char)(v >> 16);
-        head[i * 3 + 1] = (unsigned char)(v >> 8);
-        head[i * 3 + 2] = (unsigned char)v;
-    }
-    *size = (int64_t)(len / 4 * 3 - pad);
-    return !memcmp(head, sig, sizeof(sig));
-}
-
-/* Charge len bytes of text: false (and truncated) when they do not fit. */
-static bool display_charge(struct display_budget *b, int64_t len)
-{
-    if (len > b->text_left) {
-        b->truncated = true;
-        return false;
-    }
-    b->text_left -= len;
-    return true;
-}
-
-/* display's bundle for one line of display.jsonl, or NULL to leave it
- * out: a line that is no bundle (the prelude's {"truncated": true}, or
- * whatever the code wrote) or one over the budget.  text/plain is cut to
- * what is left of the budget (at a character boundary); text/html and
- * image/png that do not fit are left out.  New ref. */
-static json_t *display_bundle(const json_t *line, struct display_budget *b)
-{
-    json_t *plain = json_object_get(line, "text/plain");
-    json_t *html = json_object_get(line, "text/html");
-    json_t *png = json_object_get(line, "image/png");
-    const char *s;
-    size_t n;
-    int64_t size;
-    json_t *out;
-
-    if (!json_is_string(plain) || json_is_true(json_object_get(line,
-                                                               "truncated")))
-        b->truncated = true;
-    if (!json_is_string(plain))
-        return NULL;
-    if (b->entries >= DISPLAY_ENTRIES_MAX ||
-        b->text_left <= DISPLAY_ENTRY_COST) {
-        b->truncated = true;
-        b->text_left = 0;
-        return NULL;
-    }
-    b->text_left -= DISPLAY_ENTRY_COST;
-    s = json_string_value(plain);
-    n = json_string_length(plain);
-    if ((int64_t)n > b->text_left) {
-        b->truncated = true;
-        n = (size_t)b->text_left;
-        while (n && ((unsigned char)s[n] & 0xc0) == 0x80)
-            n--;
-    }
-    b->text_left -= (int64_t)n;
-    out = json_pack("{s:s%}", "text/plain", s, n);
-    if (json_is_string(html)) {
-        if (display_charge(b, (int64_t)json_string_length(html)))
-            json_object_set(out, "text/html", html);
-    } else if (html) {
-        b->truncated = true;
-    }
-    if (png && json_is_string(png) &&
-        png_base64_ok(json_string_value(png), json_string_length(png),
-                      &size) &&
-        size <= b->png_left) {
-        b->png_left -= size;
-        json_object_set(out, "image/png", png);
-    } else if (png) {
-        b->truncated = true;
-    }
-    b->entries++;
-    return out;
-}
-
-/* display and display_truncated: the bundles of display.jsonl, in order,
+/* display and display_truncated: the bundles of display.jsonl (display.h),
  * their text/plain and text/html together within the policy's output
- * limit (as stdout; each bundle also costs DISPLAY_ENTRY_COST), their
- * image/png together within the inline limit (--inline-image-max; 0: no
- * images), at most DISPLAY_ENTRIES_MAX bundles. */
+ * limit (as stdout), their image/png together within the inline limit
+ * (--inline-image-max; 0: no images). */
 static void collect_display(const struct ipd_executor *ex,
                             const struct ipd_exec_policy *ep,
                             const struct ipd_sandbox_result *r,
                             json_t *result)
 {
-    struct display_budget b = {
-        .text_left = ep && ep->output_bytes > 0 ? ep->output_bytes : 64 << 10,
-        .png_left = ex->inline_max > 0 ? ex->inline_max : 0,
-    };
-    json_t *list = json_array();
-    size_t len, at = 0;
-    bool over;
+    size_t len;
+    bool over, truncated;
     char *text = read_output_file(r, ".interpd/display.jsonl",
-                                  DISPLAY_FILE_MAX, &len, &over);
-
-    b.truncated = over;
-    while (at < len) {
-        const char *nl = memchr(text + at, '\n', len - at);
-        size_t end = nl ? (size_t)(nl - text) : len;
-        json_t *line, *bundle = NULL;
-        if (!nl && over)
-            break; /* the cut's partial line */
-        line = end > at ? json_loadb(text + at, end - at, 0, NULL) : NULL;
-        if (end > at && !json_is_object(line))
-            b.truncated = true;
-        else if (line)
-            bundle = display_bundle(line, &b);
-        if (bundle)
-            json_array_append_new(list, bundle);
-        json_decref(line);
-        at = end + 1;
-    }
+                                  IPD_DISPLAY_FILE_MAX, &len, &over);
+    json_t *list = ipd_display_parse(
+        text, len, over,
+        ep && ep->output_bytes > 0 ? ep->output_bytes : 64 << 10,
+        ex->inline_max > 0 ? ex->inline_max : 0, &truncated);
     free(text);
     json_object_set_new(result, "display", list);
-    json_object_set_new(result, "display_truncated", json_boolean(b.truncated));
+    json_object_set_new(result, "display_truncated", json_boolean(truncated));
 }
 
 json_t *ipd__build_result(struct ipd_executor *ex,

@@ -330,17 +330,7 @@ bool itest__check_file(const char *file, int line, const json_t *f,
 #define CHECK_FILE(f, filename, data, len)                                     \
     ITEST__FAIL_IF(itest__check_file(__FILE__, __LINE__, (f), (filename),     \
                                      (data), (len)))
-/* A CHECK with a printf-style explanation. */
-#define CHECKF(cond, ...)                                                      \
-    do {                                                                       \
-        if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__,   \
-                    #cond);                                                    \
-            fprintf(stderr, __VA_ARGS__);                                      \
-            fputc('\n', stderr);                                               \
-            test__failed_checks++;                                             \
-        }                                                                      \
-    } while (0)
+/* CHECKF: tests/unit/test.h. */
 
 /* ---- Keys and the CLI ---- */
 

@@ -8,6 +8,11 @@
  * and a DELETE still answers 204 (the delete reserve) and frees space;
  * /readyz names the low space below --min-free-space and is ready again
  * after deletes; admin status shows the free bytes; uploads work again.
+ * While the reserve is out (not laid: the disk has less than twice its
+ * size free) every write that adds data is refused though it would fit,
+ * on both backends: an upload and URL ingest 507, a generated file not
+ * stored ("no_space"), an asynchronous execution 507; all are accepted
+ * again once the reserve is back (reserve_gate).
  * On MongoDB + GridFS the bytes live on the database server's disk, so
  * only readiness and status about the data dir's disk are checked there.
  */
@@ -17,6 +22,7 @@
 #include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #define FS_SIZE "32m"
@@ -144,7 +150,8 @@ static struct itest_server *start_on(const char *data_dir, char **admin)
     const char *args[] = {"--data-dir", data_dir, "--venv-dir", venv,
                           "--min-free-space", "8M", "--disk-reserve", "2M",
                           "--max-file-size", "8M", "--quota-bytes", "1G",
-                          "--quota-files", "1000", NULL};
+                          "--quota-files", "1000", "--fetch-allow",
+                          "127.0.0.1/32", NULL};
     struct itest_opts o = {.args = args, .no_admin_key = true};
     struct itest_server *s = itest_start(&o);
     free(venv);
@@ -169,6 +176,88 @@ static size_t temporary_uploads(const char *data_dir)
     itest_strv_free(v);
     free(tmp);
     return n;
+}
+
+/* Shrink the test's filler (on the small disk) until the data dir's
+ * filesystem has at least want bytes free, and less than want + 1 MiB. */
+static void free_about(const char *filler, int64_t want)
+{
+    struct stat st;
+    struct statvfs v;
+    int64_t size;
+    if (stat(filler, &st))
+        abort();
+    size = st.st_size;
+    for (;;) {
+        if (statvfs(filler, &v))
+            abort();
+        if ((int64_t)v.f_bavail * (int64_t)v.f_frsize >= want)
+            return;
+        if (size < 64 * 1024)
+            abort();
+        size -= 64 * 1024;
+        if (truncate(filler, size))
+            abort();
+    }
+}
+
+/* Every write path that adds data to the data dir, with the delete
+ * reserve out (ok false: each refused, though the write would fit on the
+ * disk) or in place (ok true: each accepted).  The paths: an upload, URL
+ * ingest, a generated file, an asynchronous execution's result. */
+static void write_paths(struct itest_server *s, const char *admin, bool ok)
+{
+    struct itest_resp r;
+    const char *what = ok ? "reserve in place" : "reserve out";
+    static const char small[] = "a small file that would fit on the disk\n";
+    itest_upload_raw(s, admin, "u1", "small.txt", "text/plain", small,
+                     sizeof(small) - 1, NULL, &r);
+    CHECKF(r.status == (ok ? 201 : 507), "%s: upload: %s", what, r.body);
+    if (!ok)
+        CHECK_ERROR(&r, 507, "quota_exceeded");
+    itest_resp_release(&r);
+
+    char *url = itest_fmt("%s/healthz", s->url);
+    json_t *body = json_pack("{s:s, s:s}", "url", url, "filename", "h.json");
+    char *text = json_dumps(body, 0);
+    itest_request(s, "POST", "/v1/files", admin, "u1", "application/json",
+                  text, strlen(text), NULL, &r);
+    CHECKF(r.status == (ok ? 201 : 507), "%s: URL ingest: %s", what, r.body);
+    const char *msg = itest_json_str(r.json, "error.message");
+    CHECKF(ok || (msg && strstr(msg, "out of storage space")),
+           "%s: URL ingest: %s", what, r.body);
+    itest_resp_release(&r);
+    free(text);
+    json_decref(body);
+    free(url);
+
+    itest_exec(s, admin, "u1",
+               json_pack("{s:s}", "code",
+                         "open('/mnt/output/out.txt', 'w').write('x' * 100)"),
+               120000, &r);
+    CHECK_STATUS(&r, 200);
+    json_t *g = json_array_get(itest_json_get(r.json, "generated_files"), 0);
+    CHECKF(json_is_boolean(json_object_get(g, "stored")) &&
+               json_is_true(json_object_get(g, "stored")) == ok,
+           "%s: generated file: %s", what, r.body);
+    const char *why = itest_json_str(g, "not_stored_reason");
+    const char *gmsg = itest_json_str(g, "message");
+    if (!ok)
+        CHECKF(why && !strcmp(why, "no_space") && gmsg &&
+                   strstr(gmsg, "out of storage space") &&
+                   itest_json_str(g, "data_base64"),
+               "%s: generated file: %s", what, r.body);
+    itest_resp_release(&r);
+
+    itest_exec(s, admin, "u1",
+               json_pack("{s:s, s:b}", "code", "print(1)", "async", 1), 60000,
+               &r);
+    CHECKF(r.status == (ok ? 202 : 507), "%s: async execution: %s", what,
+           r.body);
+    msg = itest_json_str(r.json, "error.message");
+    CHECKF(ok || (msg && strstr(msg, "out of storage space")),
+           "%s: async execution: %s", what, r.body);
+    itest_resp_release(&r);
 }
 
 static void full_disk_sqlite(struct itest_server *s, const char *admin,
@@ -304,4 +393,53 @@ static void full_disk(void)
     unmount_at_exit();
 }
 
-TEST_MAIN(T(full_disk))
+/*
+ * The gate both ways.  A server started on a disk with less room than its
+ * reserve (2 MiB) has no reserve yet: every write that adds data to the
+ * data dir is refused though it would fit (1.5 MiB free), on both
+ * backends (the data dir's disk is the one deletes need).  With room for
+ * the reserve twice over it is laid again and every write is accepted.
+ */
+static void reserve_gate(void)
+{
+    const char *m = mount_small_fs();
+    REQUIRE(m);
+    char *filler = fill_to_the_brim(m);
+    REQUIRE(filler);
+    free_about(filler, 3 << 19);
+    char *data_dir = itest_fmt("%s/data", m);
+    char *admin = NULL;
+    struct itest_server *s = start_on(data_dir, &admin);
+    REQUIRE(s);
+    REQUIRE(admin);
+    struct itest_resp r;
+    json_t *d = status_disk(s, admin, &r);
+    CHECKF(json_is_false(itest_json_get(d, "reserve_in_place")) &&
+               jint(d, "free_bytes") > (1 << 20) &&
+               jint(d, "free_bytes") < (4 << 20),
+           "the reserve is in place, or the room is not as planned: %s",
+           r.body);
+    itest_resp_release(&r);
+    write_paths(s, admin, false);
+    d = status_disk(s, admin, &r);
+    CHECKF(json_is_false(itest_json_get(d, "reserve_in_place")),
+           "refused writes laid the reserve: %s", r.body);
+    itest_resp_release(&r);
+
+    free_about(filler, 6 << 20);
+    write_paths(s, admin, true);
+    d = status_disk(s, admin, &r);
+    CHECKF(json_is_true(itest_json_get(d, "reserve_in_place")),
+           "the reserve is not back: %s", r.body);
+    itest_resp_release(&r);
+    itest_stop(s);
+    free(admin);
+    free(data_dir);
+    free(filler);
+    char *venv = itest_fmt("%s-venv", mnt);
+    itest_rm_rf(venv);
+    free(venv);
+    unmount_at_exit();
+}
+
+TEST_MAIN(T(full_disk), T(reserve_gate))

@@ -1007,6 +1007,55 @@ class TestDisplay(PreludeCase):
         self.assertLess(len(plain["text/plain"]), 256 * 1024 + 100)
         self.assertIn("characters omitted", plain["text/plain"])
 
+    def test_each_mime_type_against_its_own_length(self):
+        r = self.run_code("""
+            class Wide:
+                def __repr__(self):
+                    return "w"
+                def _repr_html_(self):
+                    return "<p>" * 100000
+            class Tall:
+                def __repr__(self):
+                    return "t" * 300000
+                def _repr_html_(self):
+                    return "<b>t</b>"
+            display(Wide())
+            display(Tall())
+        """)
+        self.assert_ok(r)
+        wide, tall = self.shown(r)
+        # html over its cap is left out, however short the text is...
+        self.assertEqual(wide, {"text/plain": "w", "truncated": True})
+        # ...and html within it is kept, however long the text was.
+        self.assertEqual(tall["text/html"], "<b>t</b>")
+        self.assertTrue(tall["truncated"])
+        self.assertIn("characters omitted", tall["text/plain"])
+
+    def test_str_subclasses_cannot_dodge_the_caps(self):
+        """A repr or _repr_html_ returning a str subclass whose __len__,
+        encode or translate lie is cut on its real text."""
+        r = self.run_code("""
+            class Liar(str):
+                def __len__(self):
+                    return 1
+                def encode(self, *a, **k):
+                    return b"lie"
+                def translate(self, *a):
+                    return "lie"
+            class Big:
+                def __repr__(self):
+                    return Liar("x" * 300000)
+                def _repr_html_(self):
+                    return Liar("<p>" * 100000)
+            display(Big())
+        """)
+        self.assert_ok(r)
+        (b,) = self.shown(r)
+        self.assertTrue(b["truncated"])
+        self.assertTrue(b["text/plain"].startswith("x" * 1000))
+        self.assertLess(len(b["text/plain"]), 256 * 1024 + 100)
+        self.assertNotIn("text/html", b)
+
     def test_display_file_is_bounded(self):
         r = self.run_code("""
             for i in range(40):

@@ -23,6 +23,18 @@ static int test__failed_checks;
         }                                                                      \
     } while (0)
 
+/* A CHECK with a printf-style explanation. */
+#define CHECKF(cond, ...)                                                      \
+    do {                                                                       \
+        if (!(cond)) {                                                         \
+            fprintf(stderr, "%s:%d: CHECK failed: %s: ", __FILE__, __LINE__,   \
+                    #cond);                                                    \
+            fprintf(stderr, __VA_ARGS__);                                      \
+            fputc('\n', stderr);                                               \
+            test__failed_checks++;                                             \
+        }                                                                      \
+    } while (0)
+
 #define REQUIRE(cond)                                                          \
     do {                                                                       \
         if (!(cond)) {                                                         \

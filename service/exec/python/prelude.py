@@ -907,8 +907,10 @@ def _describe_failure(obj, what, e):
 
 
 def _text_plain(obj):
+    """repr(obj) as an exact str: a subclass's __len__, encode or
+    translate could lie about its text (str.__str__ copies the real one)."""
     try:
-        return repr(obj)
+        return str.__str__(repr(obj))
     except Exception as e:
         return _describe_failure(obj, "repr()", e)
 
@@ -974,6 +976,7 @@ def _bundle_line(obj):
     parts = ['"text/plain": ' + _jstr(text)]
     html = _repr_method(obj, "_repr_html_")
     if isinstance(html, str):
+        html = str.__str__(html)    # its real text, as _text_plain
         if len(html) <= _DISPLAY_TEXT_MAX:
             parts.append('"text/html": ' + _jstr(html))
         else:

@@ -9,11 +9,13 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "service/common/buf.h"
 #include "service/common/util.h"
 #include "service/fetch/egress.h"
+#include "netns.h"
 #include "test.h"
 
 /* Parse head; IPD_OK or not, with req filled (release req->out). */
@@ -316,5 +318,103 @@ static void proxy_in_process(void)
     CHECK_INT((int)st.accepted, 0);
 }
 
+/* A listener on ip:port (IPv6 text); the fd. */
+static int listen_at6(const char *ip, int port)
+{
+    struct sockaddr_in6 sa;
+    int fd = socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int on = 1;
+
+    IPD_ASSERT(fd >= 0);
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    memset(&sa, 0, sizeof sa);
+    sa.sin6_family = AF_INET6;
+    sa.sin6_port = htons((uint16_t)port);
+    IPD_ASSERT(inet_pton(AF_INET6, ip, &sa.sin6_addr) == 1);
+    IPD_ASSERT(bind(fd, (struct sockaddr *)&sa, sizeof sa) == 0);
+    IPD_ASSERT(listen(fd, 16) == 0);
+    return fd;
+}
+
+/* The checks of host_addresses_refused, in the child; the number of
+ * failed ones. */
+static int host_addresses_child(void)
+{
+    static const char *const reqs[] = {
+        "CONNECT " TEST_HOST_V4 ":443 HTTP/1.1\r\n\r\n",
+        "CONNECT [::ffff:" TEST_HOST_V4 "]:443 HTTP/1.1\r\n\r\n",
+        "CONNECT [" TEST_HOST_V6 "]:443 HTTP/1.1\r\n\r\n",
+        "GET http://" TEST_HOST_V4 ":443/ HTTP/1.1\r\nHost: x\r\n\r\n",
+        "GET http://[" TEST_HOST_V6 "]:443/ HTTP/1.1\r\nHost: x\r\n\r\n",
+    };
+    int before = test__failed_checks;
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_egress *eg = NULL;
+    struct ipd_egress_opts o = {.max_conns = 4, .head_timeout_ms = 2000};
+    struct ipd_egress_stats st;
+    int pport;
+
+    if (test_netns_with_host_addresses())
+        return 1;
+    /* Origins on both of the host's addresses, port 443: a connection
+     * the guard let through would reach them. */
+    int o4 = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    struct sockaddr_in sa4 = {.sin_family = AF_INET, .sin_port = htons(443)};
+    inet_pton(AF_INET, TEST_HOST_V4, &sa4.sin_addr);
+    IPD_ASSERT(o4 >= 0 && !bind(o4, (struct sockaddr *)&sa4, sizeof sa4) &&
+               !listen(o4, 16));
+    int o6 = listen_at6(TEST_HOST_V6, 443);
+    CHECK_INT(ipd_egress_start(&o, listen_lo(&pport), &eg), IPD_OK);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(reqs); i++) {
+        char *r = ask(pport, reqs[i], NULL);
+        CHECKF(!strncmp(r, "HTTP/1.1 403 Forbidden\r\n", 24) &&
+                   strstr(r, "is not allowed (an address of this host)\n"),
+               "%.60s answered %s", reqs[i], r);
+        free(r);
+    }
+    ipd_egress_stop(eg, &st);
+    CHECK_INT((int)st.refused, (int)IPD_ARRAY_LEN(reqs));
+
+    /* The control: allowlisted, a tunnel to each. */
+    CHECK_INT(ipd_fetch_allowlist_parse(TEST_HOST_V4 " " TEST_HOST_V6, &allow,
+                                        NULL),
+              IPD_OK);
+    o.allow = allow;
+    CHECK_INT(ipd_egress_start(&o, listen_lo(&pport), &eg), IPD_OK);
+    for (size_t i = 0; i < 3; i += 2) {
+        int c = dial_lo(pport);
+        CHECK(write(c, reqs[i], strlen(reqs[i])) == (ssize_t)strlen(reqs[i]));
+        char *r = read_reply(c, "\r\n\r\n");
+        CHECKF(!strcmp(r, "HTTP/1.1 200 Connection established\r\n\r\n"),
+               "allowlisted %.60s answered %s", reqs[i], r);
+        free(r);
+        int of = accept(i ? o6 : o4, NULL, NULL);
+        CHECK(of >= 0);
+        if (of >= 0)
+            close(of);
+        close(c);
+    }
+    ipd_egress_stop(eg, &st);
+    ipd_fetch_allowlist_free(allow);
+    close(o4);
+    close(o6);
+    return test__failed_checks - before;
+}
+
+/* An address of this host's own interfaces (a public IPv4 or a global
+ * IPv6 one) is refused by the egress proxy, for a tunnel and for plain
+ * HTTP, in either family, unless allowlisted. */
+static void host_addresses_refused(void)
+{
+    int st = 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0)
+        _exit(host_addresses_child() ? 1 : 0);
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* its checks said why */
+}
+
 TEST_MAIN(T(connect_forms), T(absolute_forms), T(garbage), T(head_len),
-          T(proxy_in_process))
+          T(proxy_in_process), T(host_addresses_refused))

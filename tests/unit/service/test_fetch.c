@@ -25,6 +25,7 @@
 #include "service/common/buf.h"
 #include "service/fetch/fetch.h"
 #include "service/common/util.h"
+#include "netns.h"
 #include "test.h"
 
 /* ---- a scripted HTTP server ------------------------------------------- */
@@ -200,21 +201,30 @@ static void *srv_main(void *arg)
     return NULL;
 }
 
+/* Listen on ip (IPv4 or IPv6 text), an ephemeral port, on a thread. */
 static bool srv_start(struct srv *s, const char *ip)
 {
-    struct sockaddr_in a;
+    struct sockaddr_storage a;
+    struct sockaddr_in *in = (struct sockaddr_in *)&a;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)&a;
     socklen_t alen = sizeof(a);
     memset(s, 0, sizeof(*s));
     memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    inet_pton(AF_INET, ip, &a.sin_addr);
-    s->lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (s->lfd < 0 || bind(s->lfd, (struct sockaddr *)&a, sizeof(a)) ||
+    if (inet_pton(AF_INET, ip, &in->sin_addr) == 1)
+        a.ss_family = AF_INET;
+    else if (inet_pton(AF_INET6, ip, &in6->sin6_addr) == 1)
+        a.ss_family = AF_INET6;
+    else
+        return false;
+    s->lfd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (s->lfd < 0 ||
+        bind(s->lfd, (struct sockaddr *)&a,
+             a.ss_family == AF_INET ? sizeof(*in) : sizeof(*in6)) ||
         listen(s->lfd, 16) ||
         getsockname(s->lfd, (struct sockaddr *)&a, &alen) ||
         pipe2(s->stop, O_CLOEXEC))
         return false;
-    s->port = ntohs(a.sin_port);
+    s->port = ntohs(a.ss_family == AF_INET ? in->sin_port : in6->sin6_port);
     return pthread_create(&s->th, NULL, srv_main, s) == 0;
 }
 
@@ -935,9 +945,118 @@ static void url_check_on_its_face(void)
     ipd_buf_release(&err);
 }
 
+/* The checks of host_addresses_refused, in the child; the number of
+ * failed ones. */
+static int host_addresses_child(void)
+{
+    int before = test__failed_checks;
+    struct srv v4, v6, lo;
+    struct fx f;
+    struct ipd_buf err;
+    int status = -1;
+
+    if (test_netns_with_host_addresses())
+        return 1;
+    if (!srv_start(&v4, TEST_HOST_V4) || !srv_start(&v6, TEST_HOST_V6) ||
+        !srv_start(&lo, "127.0.0.1")) {
+        perror("listening on the host's addresses");
+        return 1;
+    }
+    snprintf(lo.redirect_to, sizeof(lo.redirect_to),
+             "http://[" TEST_HOST_V6 "]:%d/hello.txt", v6.port);
+    fx_init(&f, "127.0.0.1");
+    ipd_buf_init(&err, 1024);
+
+    /* URL ingest: the first URL, written in each family, and a hop. */
+    CHECK_INT(fx_get(&f, "http://" TEST_HOST_V4 ":%d/hello.txt", v4.port),
+              IPD_ERR_FORBIDDEN);
+    CHECK_STR(f.err.buf, "address " TEST_HOST_V4 " of host " TEST_HOST_V4
+                         " is not allowed (an address of this host)");
+    CHECK_INT(fx_get(&f, "http://[::ffff:" TEST_HOST_V4 "]:%d/hello.txt",
+                     v4.port),
+              IPD_ERR_FORBIDDEN);
+    CHECK_HAS(f.err.buf, "is not allowed (an address of this host)");
+    CHECK_INT(fx_get(&f, "http://[" TEST_HOST_V6 "]:%d/hello.txt", v6.port),
+              IPD_ERR_FORBIDDEN);
+    CHECK_STR(f.err.buf, "address " TEST_HOST_V6 " of host [" TEST_HOST_V6
+                         "] is not allowed (an address of this host)");
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", lo.port),
+              IPD_ERR_FORBIDDEN);
+    CHECK_STR(f.err.buf, "address " TEST_HOST_V6 " of host [" TEST_HOST_V6
+                         "] is not allowed (an address of this host)");
+    CHECK_INT(f.rec.got.len, 0);
+
+    /* A callback_url on its face (the handler's 400), in each family. */
+    static const char *const faces[] = {
+        "http://" TEST_HOST_V4 ":9/hook", "http://[::ffff:" TEST_HOST_V4 "]/",
+        "https://[" TEST_HOST_V6 "]/hook"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(faces); i++) {
+        ipd_buf_reset(&err);
+        CHECKF(ipd_fetch_url_check(&f.o, faces[i], &err) ==
+                       IPD_ERR_FORBIDDEN &&
+                   strstr(err.buf, "(an address of this host)"),
+               "%s: %s", faces[i], err.buf);
+    }
+    ipd_buf_reset(&err);
+
+    /* Callbacks: the same refusal, before any connection. */
+    snprintf(f.url, sizeof(f.url), "http://" TEST_HOST_V4 ":%d/hook",
+             v4.port);
+    CHECK_INT(ipd_fetch_post(&f.o, f.url, "application/json", "{}", 2, NULL,
+                             &status, &err),
+              IPD_ERR_FORBIDDEN);
+    CHECK_HAS(err.buf, "(an address of this host)");
+    ipd_buf_reset(&err);
+    snprintf(f.url, sizeof(f.url), "http://[" TEST_HOST_V6 "]:%d/hook",
+             v6.port);
+    CHECK_INT(ipd_fetch_post(&f.o, f.url, "application/json", "{}", 2, NULL,
+                             &status, &err),
+              IPD_ERR_FORBIDDEN);
+    CHECK_HAS(err.buf, "(an address of this host)");
+    fx_release(&f);
+
+    /* The control: allowlisted, both are reached (so the refusals above
+     * were the guard's, not a dead address). */
+    fx_init(&f, TEST_HOST_V4 ", " TEST_HOST_V6);
+    CHECK_INT(fx_get(&f, "http://" TEST_HOST_V4 ":%d/hello.txt", v4.port),
+              IPD_OK);
+    CHECK_STR(f.rec.got.buf, "hello world");
+    CHECKF(fx_get(&f, "http://[" TEST_HOST_V6 "]:%d/hello.txt", v6.port) ==
+               IPD_OK,
+           "%s", f.err.buf);
+    CHECK_STR(f.rec.got.buf, "hello world");
+    fx_release(&f);
+    ipd_buf_release(&err);
+    srv_stop(&v4);
+    srv_stop(&v6);
+    srv_stop(&lo);
+    CHECK_INT(v4.conns, 1); /* the controls' only */
+    CHECK_INT(v6.conns, 1);
+    return test__failed_checks - before;
+}
+
+/*
+ * An address of this host's own interfaces (a public IPv4 or a global
+ * IPv6 one, as a VPS has) is refused for URL ingest (every hop) and for
+ * callbacks, in either family, unless allowlisted: it reaches the host's
+ * own services as loopback does.
+ */
+static void host_addresses_refused(void)
+{
+    int st = 0;
+    fflush(NULL);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0)
+        _exit(host_addresses_child() ? 1 : 0);
+    REQUIRE(waitpid(pid, &st, 0) == pid);
+    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0); /* its checks said why */
+}
+
 TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(refused_schemes),
           T(plain_fetch), T(localhost_via_etc_hosts), T(redirects),
           T(redirect_to_refused_address), T(mixed_name_refused_whole),
           T(error_status),
           T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
-          T(post_callback), T(url_check_on_its_face))
+          T(post_callback), T(url_check_on_its_face),
+          T(host_addresses_refused))

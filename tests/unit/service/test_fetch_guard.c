@@ -17,6 +17,7 @@
 
 #include "service/common/buf.h"
 #include "service/fetch/guard.h"
+#include "netns.h"
 #include "test.h"
 
 #define CHECK_HAS(hay, needle)                                                 \
@@ -547,66 +548,113 @@ static void addresses_check_messages(void)
     ipd_buf_release(&err);
 }
 
-/* In a network namespace of its own, lo up with the public address
- * 203.0.114.5 (a host's address on its interface, as on a VPS): 0, or -1
- * with errno.  Runs in a child: the namespace dies with it. */
-static int own_netns_with_address(void)
+/* One address for the check of a host's addresses: ip (IPv4 or IPv6
+ * text), with scope id scope for IPv6. */
+struct host_case {
+    const char *ip;
+    unsigned scope;
+    const char *want; /* the reason refused, or NULL: allowed */
+};
+
+/* ipd_fetch_addresses_check on the one address c: its verdict as
+ * c->want says, with the exact reason. */
+static void check_host_case(const struct host_case *c,
+                            const struct ipd_fetch_allowlist *allow)
 {
-    struct ifreq ifr;
-    struct sockaddr_in *in = (struct sockaddr_in *)&ifr.ifr_addr;
-    if (unshare(CLONE_NEWNET))
-        return -1;
-    int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    memset(&ifr, 0, sizeof(ifr));
-    snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-    in->sin_family = AF_INET;
-    inet_pton(AF_INET, "203.0.114.5", &in->sin_addr);
-    int rc = ioctl(fd, SIOCSIFADDR, &ifr);
-    if (!rc)
-        rc = ioctl(fd, SIOCGIFFLAGS, &ifr);
-    ifr.ifr_flags |= IFF_UP;
-    if (!rc)
-        rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-    close(fd);
-    return rc;
+    struct sockaddr_storage ss;
+    const struct sockaddr *a[1] = {(struct sockaddr *)&ss};
+    struct ipd_buf err;
+    char want[256];
+    ipd_buf_init(&err, 256);
+    sa_make(c->ip, &ss);
+    if (ss.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&ss)->sin6_scope_id = c->scope;
+    enum ipd_err rc = ipd_fetch_addresses_check("h", a, 1, allow, &err);
+    if (c->want) {
+        char txt[INET6_ADDRSTRLEN];
+        if (ss.ss_family == AF_INET6)
+            inet_ntop(AF_INET6, &((struct sockaddr_in6 *)&ss)->sin6_addr, txt,
+                      sizeof(txt));
+        else
+            inet_ntop(AF_INET, &((struct sockaddr_in *)&ss)->sin_addr, txt,
+                      sizeof(txt));
+        snprintf(want, sizeof(want), "address %s of host h is not allowed (%s)",
+                 txt, c->want);
+        CHECKF(rc == IPD_ERR_FORBIDDEN && !strcmp(err.buf, want),
+               "%s%%%u: rc %d \"%s\", want \"%s\"", c->ip, c->scope, (int)rc,
+               err.buf, want);
+    } else {
+        CHECKF(rc == IPD_OK, "%s%%%u: rc %d \"%s\", want allowed", c->ip,
+               c->scope, (int)rc, err.buf);
+    }
+    ipd_buf_release(&err);
 }
 
 /* The checks of host_address_refused, in the child: its exit code is
  * the number of failed checks (100: no namespace). */
 static int host_address_child(void)
 {
-    struct sockaddr_storage here, mapped, there;
-    const struct sockaddr *a[1];
+    /* Every family and scope an address of this host can be written in,
+     * and the classes that are the host whatever its interfaces. */
+    static const struct host_case refused[] = {
+        {TEST_HOST_V4, 0, "an address of this host"},
+        {"::ffff:" TEST_HOST_V4, 0, "an address of this host"},
+        {TEST_HOST_V6, 0, "an address of this host"},
+        {TEST_HOST_V6, 1, "an address of this host"}, /* %lo */
+        {TEST_HOST_V6, 7, "an address of this host"}, /* any scope id */
+        {"::" TEST_HOST_V4, 0, "reserved (IPv4-compatible)"},
+        {"127.0.0.1", 0, "loopback"},
+        {"127.9.9.9", 0, "loopback"},
+        {"::1", 0, "loopback"},
+        {"::1", 1, "loopback"},
+        {"::ffff:127.0.0.1", 0, "loopback (IPv4-mapped)"},
+        {"::127.0.0.1", 0, "loopback (IPv4-compatible)"},
+        {"0.0.0.0", 0, "unspecified"},
+        {"::", 0, "unspecified"},
+        {"::ffff:0.0.0.0", 0, "unspecified (IPv4-mapped)"},
+        {"fe80::1", 1, "link-local"},
+        {"fe80::1", 0, "link-local"},
+        {"169.254.1.1", 0, "link-local"},
+        {"fd00::5", 0, "private"},
+        {"fc00::5", 0, "private"},
+    };
+    static const struct host_case allowed[] = {
+        {"203.0.114.6", 0, NULL},           /* public, not the host's */
+        {"::ffff:203.0.114.6", 0, NULL},
+        {"2a01:4f8:1::6", 0, NULL},         /* global, not the host's */
+        {"2a01:4f8:1::6", 1, NULL},
+    };
     struct ipd_fetch_allowlist *allow = NULL;
     struct ipd_buf err;
-    if (own_netns_with_address()) {
-        perror("namespace with 203.0.114.5 on lo");
+    if (test_netns_with_host_addresses())
         return 100;
-    }
     ipd_buf_init(&err, 256);
-    sa_make("203.0.114.5", &here);
-    sa_make("::ffff:203.0.114.5", &mapped);
-    sa_make("203.0.114.6", &there);
-    /* A public address, so the classifier alone lets it through... */
-    CHECK(ipd_fetch_address_allowed((struct sockaddr *)&here, NULL, NULL, 0));
-    /* ...but it is this host's: refused, written either way. */
-    a[0] = (struct sockaddr *)&here;
-    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, NULL, &err),
-              IPD_ERR_FORBIDDEN);
-    CHECK_HAS(err.buf, "an address of this host");
-    ipd_buf_reset(&err);
-    a[0] = (struct sockaddr *)&mapped;
-    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, NULL, &err),
-              IPD_ERR_FORBIDDEN);
-    /* Another public address is not the host's. */
-    a[0] = (struct sockaddr *)&there;
-    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, NULL, &err), IPD_OK);
-    /* The operator's allowlist names it: allowed. */
-    CHECK_INT(ipd_fetch_allowlist_parse("203.0.114.5", &allow, &err), IPD_OK);
-    a[0] = (struct sockaddr *)&here;
-    CHECK_INT(ipd_fetch_addresses_check("h", a, 1, allow, &err), IPD_OK);
+    /* Public addresses, so the classifier alone lets them through... */
+    CHECK(verdict(TEST_HOST_V4, NULL, NULL, 0));
+    CHECK(verdict(TEST_HOST_V6, NULL, NULL, 0));
+    /* ...but they are this host's: refused, in every form. */
+    for (size_t i = 0; i < IPD_ARRAY_LEN(refused); i++)
+        check_host_case(&refused[i], NULL);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(allowed); i++)
+        check_host_case(&allowed[i], NULL);
+    /* The operator's allowlist names them: allowed (the IPv4 entry covers
+     * the IPv4-mapped form). */
+    CHECK_INT(ipd_fetch_allowlist_parse(TEST_HOST_V4 ", " TEST_HOST_V6,
+                                        &allow, &err),
+              IPD_OK);
+    for (size_t i = 0; i < 5; i++) {
+        struct host_case c = refused[i];
+        c.want = NULL;
+        check_host_case(&c, allow);
+    }
+    ipd_fetch_allowlist_free(allow);
+    /* An allowlist of one family does not cover the other's address. */
+    CHECK_INT(ipd_fetch_allowlist_parse(TEST_HOST_V4, &allow, &err), IPD_OK);
+    check_host_case(&refused[2], allow);
+    ipd_fetch_allowlist_free(allow);
+    CHECK_INT(ipd_fetch_allowlist_parse(TEST_HOST_V6, &allow, &err), IPD_OK);
+    check_host_case(&refused[0], allow);
+    check_host_case(&refused[1], allow);
     ipd_fetch_allowlist_free(allow);
     ipd_buf_release(&err);
     return test__failed_checks;
@@ -614,10 +662,11 @@ static int host_address_child(void)
 
 /* An address of this host's own interfaces is refused whatever its class
  * (a public IPv4 or global IPv6 address reaches the host's services as
- * loopback does), unless allowlisted. */
+ * loopback does), in either family and any scope, unless allowlisted. */
 static void host_address_refused(void)
 {
     int st = 0;
+    fflush(NULL);
     pid_t pid = fork();
     REQUIRE(pid >= 0);
     if (pid == 0)
