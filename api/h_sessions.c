@@ -65,10 +65,13 @@ static void sessions_create(struct ipd_req *r)
         json_decref(doc);
     }
     ipd_buf_init(&detail, 512);
+    /* The key's policy: the session's limits and the tenant's shares. */
     rc = ipd_executor_session_create(
         ex, r->key.tenant, r->user_id,
-        r->key.policy[0] ? r->key.policy : "standard", &out, &detail);
-    /* At a cap (IPD_ERR_BUSY) Retry-After is the default, 5 s. */
+        r->key.policy[0] ? r->key.policy : "standard", &out,
+        &r->retry_after_s, &detail);
+    /* At a bound (IPD_ERR_BUSY) Retry-After is when the earliest session
+     * holding it can end. */
     if (rc)
         session_failure(r, rc, detail.buf);
     else

@@ -133,6 +133,10 @@ static const struct opt opts[] = {
      "after the slots'"},
     {"sessions-per-user", OPT_INT, OFF(sessions_per_user), "3", false,
      "live sessions of one user"},
+    {"sessions-memory", OPT_SIZE, OFF(sessions_memory), "8G", false,
+     "memory the live sessions of this node may hold together, each "
+     "charged its policy's memory limit (0: no bound but max-sessions); "
+     "a tenant gets its policy's tenant-session-memory share of it"},
     {"session-idle-timeout", OPT_DURATION, OFF(session_idle_ms), "20m",
      false, "a session unused this long ends"},
     {"session-max-life", OPT_DURATION, OFF(session_max_life_ms), "8h", false,
@@ -227,7 +231,8 @@ _Static_assert(IPD_ARRAY_LEN(opts) <= 80, "grow ipd_config.source");
      .max_processes = procs, .output_bytes = out, .tmp_bytes = tmp,            \
      .output_dir_bytes = dir, .network = net, .cpu_millis = 1000,             \
      .tenant_running = -50, .tenant_queued = -50, .tenant_results = -10,      \
-     .tenant_fetches = -50, .tenant_callbacks = -10, .tenant_installs = -25}
+     .tenant_fetches = -50, .tenant_callbacks = -10, .tenant_installs = -25, \
+     .tenant_sessions = -50, .tenant_session_memory = -50}
 static const struct ipd_exec_policy builtin_policies[] = {
     IPD_POLICY("strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
                64LL << 20, false),
@@ -239,7 +244,7 @@ static const struct ipd_exec_policy builtin_policies[] = {
 #undef IPD_POLICY
 
 enum policy_field_type {
-    PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS, PF_SHARE
+    PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS, PF_SHARE, PF_SIZE_SHARE
 };
 
 static const struct policy_field {
@@ -271,6 +276,10 @@ static const struct policy_field {
      offsetof(struct ipd_exec_policy, tenant_callbacks), -100},
     {"tenant-installs", PF_SHARE,
      offsetof(struct ipd_exec_policy, tenant_installs), -100},
+    {"tenant-sessions", PF_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_sessions), -100},
+    {"tenant-session-memory", PF_SIZE_SHARE,
+     offsetof(struct ipd_exec_policy, tenant_session_memory), -100},
 };
 
 /* "8" (a count), "50%" (of the pool: stored as -50) or "0" (no bound). */
@@ -287,6 +296,15 @@ static enum ipd_err share_parse(const char *s, int64_t *out)
     enum ipd_err rc = ipd_int_parse(num, 1, 100, out);
     *out = -*out;
     return rc;
+}
+
+/* "4G" (bytes), "50%" (of the budget: stored as -50) or "0" (no bound). */
+static enum ipd_err size_share_parse(const char *s, int64_t *out)
+{
+    size_t n = s ? strlen(s) : 0;
+    if (n && s[n - 1] == '%')
+        return share_parse(s, out);
+    return ipd_size_parse(s, out);
 }
 
 /* "1", "0.5", "2.25": cores with at most three decimals, as thousandths;
@@ -372,6 +390,9 @@ static enum ipd_err policy_value(const struct policy_field *f,
     case PF_SHARE:
         rc = share_parse(value, v);
         break;
+    case PF_SIZE_SHARE:
+        rc = size_share_parse(value, v);
+        break;
     case PF_BOOL:
         if (value && (!strcmp(value, "true") || !strcmp(value, "yes") ||
                       !strcmp(value, "1")))
@@ -415,7 +436,8 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
                           "output-limit, tmp-size, output-dir-size, network, "
                           "cpus, tenant-running, tenant-queued, "
                           "tenant-async-results, tenant-fetches, "
-                          "tenant-callbacks or tenant-installs",
+                          "tenant-callbacks, tenant-installs, "
+                          "tenant-sessions or tenant-session-memory",
                      key, source);
         return IPD_ERR_INVALID;
     }
@@ -798,7 +820,8 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
         return false;
     }
     if (c->max_sessions < 0 || c->max_sessions > 1000 ||
-        c->sessions_per_user < 1 || c->session_idle_ms <= 0 ||
+        c->sessions_per_user < 1 || c->sessions_memory < 0 ||
+        c->session_idle_ms <= 0 ||
         c->session_max_life_ms <= 0 ||
         c->session_idle_ms > 7LL * 24 * 3600 * 1000 ||
         c->session_max_life_ms > 30LL * 24 * 3600 * 1000 ||
@@ -983,11 +1006,12 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
     }
     for (size_t i = 0; i < c->n_policies; i++) {
         const struct ipd_exec_policy *p = &c->policies[i];
-        char sh[6][24];
-        const int64_t shv[6] = {p->tenant_running, p->tenant_queued,
+        char sh[8][24];
+        const int64_t shv[8] = {p->tenant_running, p->tenant_queued,
                                 p->tenant_results, p->tenant_fetches,
-                                p->tenant_callbacks, p->tenant_installs};
-        for (int k = 0; k < 6; k++)
+                                p->tenant_callbacks, p->tenant_installs,
+                                p->tenant_sessions, p->tenant_session_memory};
+        for (int k = 0; k < 8; k++)
             snprintf(sh[k], sizeof(sh[k]), "%lld%s",
                      (long long)(shv[k] < 0 ? -shv[k] : shv[k]),
                      shv[k] < 0 ? "%" : "");
@@ -997,14 +1021,15 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
                 "%lld, output-dir-size %lld, network %s, cpus %.3g, "
                 "tenant-running %s, tenant-queued %s, tenant-async-results "
                 "%s, tenant-fetches %s, tenant-callbacks %s, "
-                "tenant-installs %s\n",
+                "tenant-installs %s, tenant-sessions %s, "
+                "tenant-session-memory %s\n",
                 p->name, (long long)(p->timeout_ms / 1000),
                 (long long)(p->max_timeout_ms / 1000),
                 (long long)p->memory_bytes, (long long)p->max_processes,
                 (long long)p->output_bytes, (long long)p->tmp_bytes,
                 (long long)p->output_dir_bytes, p->network ? "yes" : "no",
                 (double)p->cpu_millis / 1000.0, sh[0], sh[1], sh[2], sh[3],
-                sh[4], sh[5]);
+                sh[4], sh[5], sh[6], sh[7]);
     }
     funlockfile(out);
 }
@@ -1017,9 +1042,12 @@ void ipd_config_usage(FILE *out)
                  "output-dir-size, network, cpus (see docs/SANDBOX.md),\n"
                  "                         tenant-running, tenant-queued, "
                  "tenant-async-results, tenant-fetches,\n"
-                 "                         tenant-callbacks, tenant-installs "
-                 "(N, N%% of the pool, 0: none;\n"
-                 "                         docs/DEPLOYMENT.md)\n");
+                 "                         tenant-callbacks, tenant-installs, "
+                 "tenant-sessions (N, N%% of the pool,\n"
+                 "                         0: none; docs/DEPLOYMENT.md), "
+                 "tenant-session-memory (a size or\n"
+                 "                         N%% of sessions-memory; "
+                 "docs/SANDBOX.md)\n");
     for (size_t i = 0; i < IPD_ARRAY_LEN(opts); i++)
         fprintf(out, "  --%-20s %s%s%s%s\n", opts[i].name, opts[i].help,
                 opts[i].def ? " [" : "", opts[i].def ? opts[i].def : "",

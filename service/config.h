@@ -69,6 +69,8 @@ struct ipd_config {
     int64_t warm_recycle_ms;   /* its life */
     int64_t max_sessions;      /* live sessions on this node */
     int64_t sessions_per_user; /* live sessions of one user */
+    int64_t sessions_memory;   /* the live sessions' memory limits, summed
+                                  (0: no bound) */
     int64_t session_idle_ms;   /* an unused session ends */
     int64_t session_max_life_ms; /* a session ends anyway */
     int64_t session_reap_ms;   /* how often idle ones are looked for */

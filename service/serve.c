@@ -186,6 +186,7 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->warm_recycle_ms = cfg->warm_recycle_ms;
     o->max_sessions = (unsigned)cfg->max_sessions;
     o->sessions_per_user = (unsigned)cfg->sessions_per_user;
+    o->sessions_memory = cfg->sessions_memory;
     o->session_idle_ms = cfg->session_idle_ms;
     o->session_max_life_ms = cfg->session_max_life_ms;
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -272,25 +273,31 @@ static enum ipd_err gauge_exec(void *ctx, double *value, bool queued)
     return IPD_OK;
 }
 
-static enum ipd_err gauge_sessions(void *ctx, double *value, bool memory)
+/* which: 0 live sessions, 1 their memory, 2 what they are charged. */
+static enum ipd_err gauge_sessions(void *ctx, double *value, int which)
 {
     struct ipd_app *app = ctx;
-    int64_t live = 0, mem = 0;
+    int64_t v[3] = {0, 0, 0};
     if (!app->executor)
         return IPD_ERR_UNAVAILABLE;
-    ipd_executor_sessions_gauges(app->executor, &live, &mem);
-    *value = (double)(memory ? mem : live);
+    ipd_executor_sessions_gauges(app->executor, &v[0], &v[1], &v[2]);
+    *value = (double)v[which];
     return IPD_OK;
 }
 
 static enum ipd_err gauge_sessions_live(void *ctx, double *value)
 {
-    return gauge_sessions(ctx, value, false);
+    return gauge_sessions(ctx, value, 0);
 }
 
 static enum ipd_err gauge_sessions_memory(void *ctx, double *value)
 {
-    return gauge_sessions(ctx, value, true);
+    return gauge_sessions(ctx, value, 1);
+}
+
+static enum ipd_err gauge_sessions_charged(void *ctx, double *value)
+{
+    return gauge_sessions(ctx, value, 2);
 }
 
 static enum ipd_err gauge_queued(void *ctx, double *value)
@@ -641,6 +648,8 @@ static void set_gauges(struct ipd_app *app)
                              gauge_sessions_live, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_SESSIONS_MEMORY,
                              gauge_sessions_memory, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_SESSIONS_CHARGED,
+                             gauge_sessions_charged, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_FILES_STORED,
                              gauge_files, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_BYTES_STORED,

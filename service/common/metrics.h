@@ -138,6 +138,7 @@ enum ipd_metrics_gauge {
     IPD_METRICS_BYTES_STORED,     /* interpd_bytes_stored */
     IPD_METRICS_SESSIONS_LIVE,    /* interpd_sessions_live */
     IPD_METRICS_SESSIONS_MEMORY,  /* interpd_sessions_memory_bytes */
+    IPD_METRICS_SESSIONS_CHARGED, /* interpd_sessions_memory_charged_bytes */
 };
 
 /* Set a gauge, or add delta (negative to subtract) to it.  The two exec

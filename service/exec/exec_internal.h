@@ -61,6 +61,7 @@ struct ipd_executor {
     struct ipd__executor_sessions_cfg {
         unsigned max;          /* live sessions on this node */
         unsigned per_user;     /* live sessions of one (tenant, user) */
+        int64_t memory;        /* their charges summed (0: no bound) */
         int64_t idle_ms;       /* ended after this long unused */
         int64_t max_life_ms;   /* ended after this long anyway */
     } sess_cfg;
@@ -215,7 +216,8 @@ enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
 enum ipd_err ipd__session_park(struct ipd_executor *ex,
                                struct ipd__session *s,
                                struct ipd_buf *detail);
-/* The call is over; why: it ended the session (NULL: it did not). */
+/* The call is over; why: it ended the session (NULL: it did not).  A
+ * session past its maximum life ends here too. */
 void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
                       const char *why, const struct ipd_sandbox_result *r);
 struct ipd__work *ipd__session_work(struct ipd__session *s);
@@ -225,6 +227,10 @@ const char *ipd__session_policy(const struct ipd__session *s);
 /* True when s was ended during its call (DELETE, reaping, shutdown);
  * appends "the session ended: <why>" to detail then. */
 bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail);
+/* After ipd__session_end: set the call's result's "session_ended" (the
+ * session has ended, by this call or when it ended: its maximum life)
+ * and "session_end_reason" (why, or null).  result NULL: nothing. */
+void ipd__session_result(struct ipd__session *s, json_t *result);
 
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */

@@ -140,6 +140,7 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->warm_recycle_ms = 60LL * 60 * 1000;
     o->max_sessions = 8;
     o->sessions_per_user = 3;
+    o->sessions_memory = 8LL << 30;
     o->session_idle_ms = 20LL * 60 * 1000;
     o->session_max_life_ms = 8LL * 3600 * 1000;
 }
@@ -341,6 +342,7 @@ static void warm_options(struct ipd_executor *ex,
     ex->warm_recycle_ms = opt->warm_recycle_ms;
     ex->sess_cfg.max = opt->max_sessions;
     ex->sess_cfg.per_user = opt->sessions_per_user;
+    ex->sess_cfg.memory = opt->sessions_memory;
     ex->sess_cfg.idle_ms = opt->session_idle_ms;
     ex->sess_cfg.max_life_ms = opt->session_max_life_ms;
     (void)ipd__sessions_new(ex);
@@ -1317,8 +1319,6 @@ static enum ipd_err session_run(struct ipd_executor *ex,
                                         ipd__session_snapshot(s));
             json_object_set_new(*result, "session_id",
                                 json_string(rq->session_id));
-            json_object_set_new(*result, "session_ended",
-                                json_boolean(ended));
         } else if (ipd__session_ended(s, detail)) {
             /* Ended under the call (DELETE, shutdown): its zygote, and
              * the child with it, were stopped.  Not an internal error. */
@@ -1330,6 +1330,7 @@ static enum ipd_err session_run(struct ipd_executor *ex,
             ended = true;
         }
         ipd__session_end(ex, s, session_end_why(&r, ended), &r);
+        ipd__session_result(s, *result); /* session_ended, and why */
         ipd_sandbox_result_release(&r);
     } else {
         ipd__session_end(ex, s, NULL, NULL);

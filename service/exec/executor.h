@@ -131,10 +131,14 @@ struct ipd_executor_options {
     int64_t warm_recycle_ms;
     /* Sessions (CONTRACT.md; session.c): at most max_sessions live on
      * this node (0: none), sessions_per_user per (tenant, user), ended
-     * after session_idle_ms unused or session_max_life_ms.  As root,
-     * session i runs as sandbox_uid + 1 + slots + i. */
+     * after session_idle_ms unused or session_max_life_ms; each is
+     * charged its policy's memory limit, the live ones' sum at most
+     * sessions_memory (0: no bound).  A tenant holds at most its key's
+     * policy's tenant_sessions and tenant_session_memory shares of
+     * those.  As root, session i runs as sandbox_uid + 1 + slots + i. */
     unsigned max_sessions;
     unsigned sessions_per_user;
+    int64_t sessions_memory;
     int64_t session_idle_ms;
     int64_t session_max_life_ms;
     int64_t venv_stage_max;      /* runs get a copy of the venv generation
@@ -225,8 +229,12 @@ json_t *ipd_executor_warm_json(struct ipd_executor *ex);
  * belongs to its (tenant, user): any other caller gets IPD_ERR_NOT_FOUND.
  * An ended one answers IPD_ERR_GONE (410 session_expired) for an hour.
  * Create: *out {"session_id", "created_at", "expires_at", "last_used_at",
- * "status", "policy"}; IPD_ERR_BUSY at the node's or the user's cap,
- * IPD_ERR_INVALID for a networked policy; never blocks on the
+ * "status", "policy"}; IPD_ERR_BUSY at a bound (the user's, the
+ * tenant's share of sessions or of their memory, the node's), with
+ * *retry_after_s the seconds until the earliest session that holds that
+ * bound can end (1..3600); IPD_ERR_UNAVAILABLE when the policy's memory
+ * alone is over a budget; IPD_ERR_INVALID for a networked policy; never
+ * blocks on the
  * interpreter's start (the first call waits for it).  Variables blocks
  * up to 10 s (call from a worker): {"variables": [{"name", "type",
  * "repr"}], "truncated"}, IPD_ERR_IN_USE (409 session_busy) while the
@@ -236,6 +244,7 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
                                          const char *tenant,
                                          const char *user,
                                          const char *policy, json_t **out,
+                                         int *retry_after_s,
                                          struct ipd_buf *detail);
 enum ipd_err ipd_executor_session_get(struct ipd_executor *ex,
                                       const char *tenant, const char *user,
@@ -259,11 +268,15 @@ enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         struct ipd_buf *detail);
 /* End idle and too old sessions; drop old tombstones (the scheduler). */
 void ipd_executor_sessions_reap(struct ipd_executor *ex);
-/* {"live", "max", "per_user", "memory_bytes"} for the admin status. */
+/* {"live", "max", "per_user", "memory_bytes", "memory_charged_bytes",
+ * "memory_budget_bytes", "tenants": [{"tenant", "live",
+ * "memory_charged_bytes"}]} for the admin status.  New reference. */
 json_t *ipd_executor_sessions_json(struct ipd_executor *ex);
-/* Live sessions and their memory (bytes, at their last call's end). */
+/* Live sessions, their memory (bytes, at their last call's end) and
+ * what they are charged against the budget (their policies' memory
+ * limits). */
 void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live,
-                                  int64_t *memory);
+                                  int64_t *memory, int64_t *charged);
 
 /* What isolation is active, for the admin status and the start-up log. */
 const char *ipd_executor_sandbox_status(const struct ipd_executor *ex);

@@ -14,7 +14,8 @@
  * asks; beyond it that tenant gets 429 with Retry-After while others go
  * on.  A share is a count ("8"), a percentage of the pool's capacity
  * ("50%", stored negated: -50; at least 1), or 0 for no bound but the
- * pool's own.
+ * pool's own.  The sessions' memory share is a size ("4G") or a
+ * percentage of sessions-memory, the node's budget (issue 20).
  */
 #ifndef IPD_EXEC_POLICY_H
 #define IPD_EXEC_POLICY_H
@@ -44,6 +45,10 @@ struct ipd_exec_policy {
     int64_t tenant_fetches;     /* URL ingests running or waiting */
     int64_t tenant_callbacks;   /* callbacks not yet delivered or failed */
     int64_t tenant_installs;    /* package installs running or waiting */
+    int64_t tenant_sessions;    /* live sessions: of max-sessions */
+    int64_t tenant_session_memory; /* bytes the tenant's live sessions are
+                                      charged (each its policy's memory):
+                                      of sessions-memory */
 };
 
 /* A share v of a pool of capacity: a count, capacity * percent / 100
@@ -53,6 +58,18 @@ static inline unsigned ipd_policy_share(int64_t v, unsigned capacity)
     if (v >= 0)
         return v > 0xFFFFFF ? 0xFFFFFF : (unsigned)v;
     unsigned n = (unsigned)(((uint64_t)capacity * (uint64_t)-v) / 100);
+    return n ? n : 1;
+}
+
+/* A byte share v of a budget: bytes, budget * percent / 100 (at least
+ * 1), or 0 (no bound); a percentage of no budget (0) is no bound. */
+static inline int64_t ipd_policy_share_bytes(int64_t v, int64_t budget)
+{
+    if (v >= 0)
+        return v;
+    if (budget <= 0)
+        return 0;
+    int64_t n = budget / 100 * -v + budget % 100 * -v / 100;
     return n ? n : 1;
 }
 

@@ -18,6 +18,22 @@
  * for idleness, the maximum life, DELETE and shutdown).  Ended sessions
  * are kept as tombstones for an hour so their callers learn why.
  *
+ * Time (issue 20): a session past its idle expiry or its maximum life
+ * ends at whatever touches it first (a call's start: 410; GET, a list, a
+ * create's count, the admin status; the reaper otherwise), never later
+ * than its expires_at says.  A call that started in time runs to its own
+ * end (its timeout at most), and the session ends then if its maximum
+ * life passed meanwhile: that call's result says so.  So the zygote's
+ * own wall limit is the maximum life plus the longest a call can take
+ * (waiting for the interpreter, parking, the policy's max-timeout) and a
+ * margin: no call ever meets it.
+ *
+ * Bounds at create (issue 20): the node's max-sessions and
+ * sessions-memory, the (tenant, user)'s sessions-per-user, and the
+ * tenant's shares of the node's, from its key's policy: tenant-sessions
+ * and tenant-session-memory.  Each session is charged its policy's
+ * memory limit (what its code may hold, whatever it holds now).
+ *
  * Locking: ss->lock guards the list and every session's state; a call
  * holds no lock while it runs (state BUSY keeps the session's parts
  * alive: the thread frees them only once no call is in).
@@ -41,6 +57,9 @@
 #define VARIABLES_FILE_MAX (1 << 20)
 #define ENDING_WAIT_MS 5000   /* a create waits for an ending one's uid */
 #define DELETE_WAIT_MS 5000   /* a DELETE waits for the session's end */
+#define ZYGOTE_MARGIN_MS 60000 /* the zygote's wall past any call's end */
+#define RETRY_AFTER_MAX_S 3600
+#define MIB (1024 * 1024)
 
 enum sess_state { S_STARTING, S_READY, S_BUSY, S_ENDING, S_ENDED };
 
@@ -60,6 +79,8 @@ struct ipd__session {
     struct ipd__work wk;      /* the session's staging */
     json_t *snapshot;         /* /mnt/output after the last call */
     int64_t memory;           /* bytes, at the last call's end */
+    int64_t charge;           /* against the memory budgets: its policy's
+                                 memory limit */
     struct ipd__session *next;
 };
 
@@ -72,12 +93,21 @@ struct ipd__sessions {
     bool stopping;
 };
 
+/* When s ends unless it is used: the earlier of its idle expiry and its
+ * maximum life.  While a call runs, idleness counts from now at the
+ * earliest (the call's end is a use). */
 static int64_t expires_ms(const struct ipd__executor_sessions_cfg *c,
-                          const struct ipd__session *s)
+                          const struct ipd__session *s, int64_t now)
 {
-    int64_t idle = s->used_ms + c->idle_ms;
+    int64_t from = s->state == S_BUSY && now > s->used_ms ? now : s->used_ms;
+    int64_t idle = from + c->idle_ms;
     int64_t life = s->created_ms + c->max_life_ms;
     return idle < life ? idle : life;
+}
+
+static bool live(const struct ipd__session *s)
+{
+    return s->state != S_ENDED && s->state != S_ENDING && !s->ended_ms;
 }
 
 static const char *state_name(enum sess_state st)
@@ -99,7 +129,7 @@ static json_t *session_json(const struct ipd__session *s)
     const struct ipd__executor_sessions_cfg *cfg = &s->ss->ex->sess_cfg;
 
     ipd_time_format(s->created_ms, c);
-    ipd_time_format(expires_ms(cfg, s), e);
+    ipd_time_format(expires_ms(cfg, s, ipd_now_ms()), e);
     ipd_time_format(s->used_ms, u);
     return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "session_id", s->id,
                      "created_at", c, "expires_at", e, "last_used_at", u,
@@ -128,6 +158,21 @@ static void end_locked(struct ipd__session *s, const char *why)
     pthread_cond_broadcast(&s->ss->cond);
 }
 
+/* End s (under the lock) when its time is over and no call runs in it.
+ * A call running past its maximum life ends it at the call's end
+ * (ipd__session_end); a running call is a use, never idleness. */
+static void expire_locked(struct ipd__session *s, int64_t now)
+{
+    const struct ipd__executor_sessions_cfg *c = &s->ss->ex->sess_cfg;
+
+    if (s->state != S_READY && s->state != S_STARTING)
+        return;
+    if (now >= s->created_ms + c->max_life_ms)
+        end_locked(s, "it reached its maximum life");
+    else if (now >= s->used_ms + c->idle_ms)
+        end_locked(s, "it was idle");
+}
+
 /* ---- the session's thread ---------------------------------------------- */
 
 static void session_started(void *ctx, const char *gen)
@@ -140,11 +185,15 @@ static void session_run(struct ipd__session *s)
 {
     struct ipd_executor *ex = s->ss->ex;
     struct ipd_sandbox_result r;
+    const struct ipd_exec_policy *ep = ipd__policy_find(ex, s->policy);
     char why[200] = "";
+    /* Its last call may start just before the maximum life, wait for
+     * the interpreter and park, and run its whole timeout. */
+    int64_t wall = ex->sess_cfg.max_life_ms + READY_WAIT_MS + PARK_WAIT_MS +
+                   (ep ? ep->max_timeout_ms : 0) + ZYGOTE_MARGIN_MS;
 
-    if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx),
-                          ex->sess_cfg.max_life_ms + 60000, session_started,
-                          s, &r, why, sizeof(why)) &&
+    if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx), wall,
+                          session_started, s, &r, why, sizeof(why)) &&
         why[0])
         ipd_warn("session %s: its interpreter did not start: %s", s->id,
                  why);
@@ -228,8 +277,10 @@ static struct ipd__session *find_locked(struct ipd__sessions *ss,
 {
     for (struct ipd__session *s = ss->list; s; s = s->next) {
         if (!strcmp(s->id, id) && !strcmp(s->tenant, tenant) &&
-            !strcmp(s->user, user))
+            !strcmp(s->user, user)) {
+            expire_locked(s, ipd_now_ms());
             return s;
+        }
     }
     return NULL;
 }
@@ -246,17 +297,32 @@ static void wait_ended_locked(struct ipd__sessions *ss,
     }
 }
 
-/* Counts of live sessions: all, and the caller's (under the lock). */
+/* What the live sessions hold, of the node and of one caller's tenant
+ * and (tenant, user). */
+struct held {
+    unsigned all, tenant, mine;
+    int64_t all_charge, tenant_charge;
+};
+
+/* Count the live sessions (under the lock), ending those whose time is
+ * over first: an expired session holds no place. */
 static void count_locked(struct ipd__sessions *ss, const char *tenant,
-                         const char *user, unsigned *all, unsigned *mine)
+                         const char *user, struct held *h)
 {
-    *all = *mine = 0;
+    int64_t now = ipd_now_ms();
+
+    memset(h, 0, sizeof(*h));
     for (struct ipd__session *s = ss->list; s; s = s->next) {
-        if (s->state == S_ENDED || s->state == S_ENDING)
+        expire_locked(s, now);
+        if (!live(s))
             continue;
-        (*all)++;
-        if (!strcmp(s->tenant, tenant) && !strcmp(s->user, user))
-            (*mine)++;
+        bool same_tenant = !strcmp(s->tenant, tenant);
+        h->all++;
+        h->all_charge += s->charge;
+        h->tenant += same_tenant;
+        h->tenant_charge += same_tenant ? s->charge : 0;
+        if (same_tenant && !strcmp(s->user, user))
+            h->mine++;
     }
 }
 
@@ -270,28 +336,129 @@ static bool ending_locked(struct ipd__sessions *ss)
     return false;
 }
 
-static enum ipd_err create_checks(struct ipd__sessions *ss,
-                                  const char *tenant, const char *user,
-                                  unsigned *idx, struct ipd_buf *detail)
+/* Seconds until the earliest live session of a scope can end (tenant
+ * NULL: any; user NULL: any of the tenant's): its idle expiry or its
+ * maximum life, whichever comes first (a busy one past its maximum life:
+ * when its call ends, soon).  1..RETRY_AFTER_MAX_S (under the lock). */
+static int retry_after_locked(struct ipd__sessions *ss, const char *tenant,
+                              const char *user)
 {
     const struct ipd__executor_sessions_cfg *c = &ss->ex->sess_cfg;
-    unsigned all, mine;
+    int64_t now = ipd_now_ms(), first = INT64_MAX;
 
-    count_locked(ss, tenant, user, &all, &mine);
+    for (struct ipd__session *s = ss->list; s; s = s->next) {
+        if (!live(s) || (tenant && strcmp(s->tenant, tenant)) ||
+            (user && strcmp(s->user, user)))
+            continue;
+        int64_t e = expires_ms(c, s, now);
+        first = e < first ? e : first;
+    }
+    if (first == INT64_MAX) /* only ending ones: their places come free */
+        return 1;
+    int64_t secs = (first - now + 999) / 1000;
+    return secs < 1 ? 1 : secs > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S
+                                                   : (int)secs;
+}
+
+/* A policy whose memory alone is over a budget never gets a session. */
+static enum ipd_err charge_fits(const struct ipd_exec_policy *ep,
+                                int64_t tenant_budget, int64_t node_budget,
+                                struct ipd_buf *detail)
+{
+    int64_t budget = tenant_budget && (!node_budget ||
+                                       tenant_budget < node_budget)
+                         ? tenant_budget
+                         : node_budget;
+    if (!budget || ep->memory_bytes <= budget)
+        return IPD_OK;
+    ipd_buf_addf(detail, "a session of policy %s is charged its memory "
+                         "limit, %lld MiB, more than this tenant may hold "
+                         "in sessions (%lld MiB: sessions-memory and the "
+                         "policy's tenant-session-memory); ask the operator",
+                 ep->name, (long long)(ep->memory_bytes / MIB),
+                 (long long)(budget / MIB));
+    return IPD_ERR_UNAVAILABLE;
+}
+
+/* The caller's own bounds: the user's count, the tenant's shares. */
+static enum ipd_err tenant_checks(struct ipd__sessions *ss,
+                                  const struct ipd_exec_policy *ep,
+                                  const char *tenant, const char *user,
+                                  const struct held *h, int *retry,
+                                  struct ipd_buf *detail)
+{
+    const struct ipd__executor_sessions_cfg *c = &ss->ex->sess_cfg;
+    unsigned t_max = ipd_policy_share(ep->tenant_sessions, c->max);
+    int64_t t_mem = ipd_policy_share_bytes(ep->tenant_session_memory,
+                                           c->memory);
+    enum ipd_err rc = charge_fits(ep, t_mem, c->memory, detail);
+
+    if (rc)
+        return rc;
+    if (h->mine >= c->per_user) {
+        ipd_buf_addf(detail, "this user has %u live sessions, the most "
+                             "allowed; end one (DELETE) first", h->mine);
+        *retry = retry_after_locked(ss, tenant, user);
+        return IPD_ERR_BUSY;
+    }
+    if (t_max && h->tenant >= t_max) {
+        ipd_buf_addf(detail, "this tenant has %u live sessions, its share "
+                             "of this server's %u (policy tenant-sessions); "
+                             "end one (DELETE) or retry later",
+                     h->tenant, c->max);
+        *retry = retry_after_locked(ss, tenant, NULL);
+        return IPD_ERR_BUSY;
+    }
+    if (t_mem && h->tenant_charge + ep->memory_bytes > t_mem) {
+        ipd_buf_addf(detail, "this tenant's live sessions are charged %lld "
+                             "MiB (each its policy's memory limit); one more "
+                             "of policy %s (%lld MiB) would pass its share, "
+                             "%lld MiB (policy tenant-session-memory); end "
+                             "one (DELETE) or retry later",
+                     (long long)(h->tenant_charge / MIB), ep->name,
+                     (long long)(ep->memory_bytes / MIB),
+                     (long long)(t_mem / MIB));
+        *retry = retry_after_locked(ss, tenant, NULL);
+        return IPD_ERR_BUSY;
+    }
+    return IPD_OK;
+}
+
+static enum ipd_err create_checks(struct ipd__sessions *ss,
+                                  const struct ipd_exec_policy *ep,
+                                  const char *tenant, const char *user,
+                                  unsigned *idx, int *retry,
+                                  struct ipd_buf *detail)
+{
+    const struct ipd__executor_sessions_cfg *c = &ss->ex->sess_cfg;
+    struct held h;
+    enum ipd_err rc;
+
+    count_locked(ss, tenant, user, &h);
     if (ss->stopping || !c->max) {
         ipd_buf_adds(detail, "sessions are not available on this server");
         return IPD_ERR_UNAVAILABLE;
     }
-    if (mine >= c->per_user) {
-        ipd_buf_addf(detail, "this user has %u live sessions, the most "
-                             "allowed; end one (DELETE) first", mine);
-        return IPD_ERR_BUSY;
-    }
+    rc = tenant_checks(ss, ep, tenant, user, &h, retry, detail);
+    if (rc)
+        return rc;
     for (*idx = 0; *idx < c->max && ss->used[*idx]; (*idx)++)
         ;
-    if (all >= c->max || *idx >= c->max) {
+    if (h.all >= c->max || *idx >= c->max) {
         ipd_buf_adds(detail, "this server has as many live sessions as it "
                              "allows; retry later");
+        *retry = retry_after_locked(ss, NULL, NULL);
+        return IPD_ERR_BUSY;
+    }
+    if (c->memory && h.all_charge + ep->memory_bytes > c->memory) {
+        ipd_buf_addf(detail, "this server's live sessions are charged %lld "
+                             "MiB of the %lld MiB they may hold together "
+                             "(sessions-memory); one of policy %s needs "
+                             "%lld MiB; retry later",
+                     (long long)(h.all_charge / MIB),
+                     (long long)(c->memory / MIB), ep->name,
+                     (long long)(ep->memory_bytes / MIB));
+        *retry = retry_after_locked(ss, NULL, NULL);
         return IPD_ERR_BUSY;
     }
     return IPD_OK;
@@ -301,6 +468,7 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
                                          const char *tenant,
                                          const char *user,
                                          const char *policy, json_t **out,
+                                         int *retry_after_s,
                                          struct ipd_buf *detail)
 {
     struct ipd__sessions *ss = ex->sessions;
@@ -310,6 +478,7 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
     enum ipd_err rc;
 
     *out = NULL;
+    *retry_after_s = 0;
     if (!ep || ep->network) {
         ipd_buf_addf(detail, "%s", ep ? "a session cannot have a networked "
                                         "policy; use one without network"
@@ -317,14 +486,14 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
         return IPD_ERR_INVALID;
     }
     pthread_mutex_lock(&ss->lock);
-    rc = create_checks(ss, tenant, user, &idx, detail);
+    rc = create_checks(ss, ep, tenant, user, &idx, retry_after_s, detail);
     /* A session that just ended (DELETE) holds its uid until its
      * processes are gone, a few ms: wait for that rather than refuse. */
     for (int64_t end = ipd_mono_ms() + ENDING_WAIT_MS;
          rc == IPD_ERR_BUSY && ending_locked(ss) && ipd_mono_ms() < end;) {
         ipd__cond_wait_ms(&ss->cond, &ss->lock, 50);
         ipd_buf_reset(detail);
-        rc = create_checks(ss, tenant, user, &idx, detail);
+        rc = create_checks(ss, ep, tenant, user, &idx, retry_after_s, detail);
     }
     if (rc) {
         pthread_mutex_unlock(&ss->lock);
@@ -337,6 +506,7 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
     s->user = ipd_xstrdup(user);
     snprintf(s->policy, sizeof(s->policy), "%s", ep->name);
     s->idx = idx;
+    s->charge = ep->memory_bytes;
     s->created_ms = s->used_ms = ipd_now_ms();
     s->wk.job_fd = s->wk.data_fd = -1;
     s->snapshot = json_object();
@@ -365,7 +535,7 @@ enum ipd_err ipd_executor_session_get(struct ipd_executor *ex,
     *out = NULL;
     pthread_mutex_lock(&ss->lock);
     struct ipd__session *s = find_locked(ss, tenant, user, id);
-    if (s && (s->state == S_ENDED || s->state == S_ENDING))
+    if (s && !live(s))
         rc = IPD_ERR_GONE;
     else if (s) {
         *out = session_json(s);
@@ -381,10 +551,14 @@ json_t *ipd_executor_session_list(struct ipd_executor *ex, const char *tenant,
     struct ipd__sessions *ss = ex->sessions;
     json_t *a = json_array();
 
+    int64_t now = ipd_now_ms();
+
     pthread_mutex_lock(&ss->lock);
     for (struct ipd__session *s = ss->list; s; s = s->next) {
-        if (s->state != S_ENDED && s->state != S_ENDING &&
-            !strcmp(s->tenant, tenant) && !strcmp(s->user, user))
+        if (strcmp(s->tenant, tenant) || strcmp(s->user, user))
+            continue;
+        expire_locked(s, now);
+        if (live(s))
             json_array_append_new(a, session_json(s));
     }
     pthread_mutex_unlock(&ss->lock);
@@ -439,14 +613,8 @@ void ipd_executor_sessions_reap(struct ipd_executor *ex)
     if (!ss)
         return;
     pthread_mutex_lock(&ss->lock);
-    for (struct ipd__session *s = ss->list; s; s = s->next) {
-        if (s->state != S_READY && s->state != S_STARTING)
-            continue;
-        if (now >= s->created_ms + ex->sess_cfg.max_life_ms)
-            end_locked(s, "it reached its maximum life");
-        else if (now >= s->used_ms + ex->sess_cfg.idle_ms)
-            end_locked(s, "it was idle");
-    }
+    for (struct ipd__session *s = ss->list; s; s = s->next)
+        expire_locked(s, now);
     prune_locked(ss, now, &dead);
     pthread_mutex_unlock(&ss->lock);
     while (dead) {
@@ -457,32 +625,83 @@ void ipd_executor_sessions_reap(struct ipd_executor *ex)
     }
 }
 
+/* Per tenant, its live sessions and what they are charged (under the
+ * lock): [{"tenant", "live", "memory_charged_bytes"}], most charged
+ * first. */
+static json_t *tenants_json_locked(struct ipd__sessions *ss)
+{
+    json_t *by = json_object(), *a = json_array(), *v;
+    const char *t;
+
+    for (struct ipd__session *s = ss->list; s; s = s->next) {
+        if (!live(s))
+            continue;
+        json_t *e = json_object_get(by, s->tenant);
+        if (!e) {
+            e = json_pack("{s:s,s:I,s:I}", "tenant", s->tenant, "live",
+                          (json_int_t)0, "memory_charged_bytes",
+                          (json_int_t)0);
+            json_object_set_new(by, s->tenant, e);
+        }
+        json_t *n = json_object_get(e, "live");
+        json_t *m = json_object_get(e, "memory_charged_bytes");
+        json_integer_set(n, json_integer_value(n) + 1);
+        json_integer_set(m, json_integer_value(m) + s->charge);
+    }
+    json_object_foreach(by, t, v) {
+        size_t i = 0;
+        json_int_t m = json_integer_value(
+            json_object_get(v, "memory_charged_bytes"));
+        while (i < json_array_size(a) &&
+               json_integer_value(json_object_get(
+                   json_array_get(a, i), "memory_charged_bytes")) >= m)
+            i++;
+        json_array_insert(a, i, v);
+    }
+    json_decref(by);
+    return a;
+}
+
 json_t *ipd_executor_sessions_json(struct ipd_executor *ex)
 {
     struct ipd__sessions *ss = ex->sessions;
-    int64_t live = 0, mem = 0;
+    int64_t live_n = 0, mem = 0, charged = 0;
+    json_t *tenants;
 
-    ipd_executor_sessions_gauges(ex, &live, &mem);
-    return json_pack("{s:I,s:I,s:I,s:I}", "live", (json_int_t)live, "max",
+    ipd_executor_sessions_gauges(ex, &live_n, &mem, &charged);
+    if (ss) {
+        pthread_mutex_lock(&ss->lock);
+        tenants = tenants_json_locked(ss);
+        pthread_mutex_unlock(&ss->lock);
+    } else {
+        tenants = json_array();
+    }
+    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "live",
+                     (json_int_t)live_n, "max",
                      (json_int_t)(ss ? ex->sess_cfg.max : 0), "per_user",
                      (json_int_t)ex->sess_cfg.per_user, "memory_bytes",
-                     (json_int_t)mem);
+                     (json_int_t)mem, "memory_charged_bytes",
+                     (json_int_t)charged, "memory_budget_bytes",
+                     (json_int_t)ex->sess_cfg.memory, "tenants", tenants);
 }
 
-void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live,
-                                  int64_t *memory)
+void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live_n,
+                                  int64_t *memory, int64_t *charged)
 {
     struct ipd__sessions *ss = ex->sessions;
+    int64_t now = ipd_now_ms();
 
-    *live = *memory = 0;
+    *live_n = *memory = *charged = 0;
     if (!ss)
         return;
     pthread_mutex_lock(&ss->lock);
     for (struct ipd__session *s = ss->list; s; s = s->next) {
-        if (s->state == S_ENDED || s->state == S_ENDING)
+        expire_locked(s, now);
+        if (!live(s))
             continue;
-        (*live)++;
+        (*live_n)++;
         *memory += s->memory;
+        *charged += s->charge;
     }
     pthread_mutex_unlock(&ss->lock);
 }
@@ -528,9 +747,11 @@ enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
     *sp = NULL;
     pthread_mutex_lock(&ss->lock);
     s = find_locked(ss, tenant, user, id);
+    /* find_locked ended it if its time is over: a call never starts
+     * past the session's idle expiry or maximum life. */
     if (!s)
         rc = IPD_ERR_NOT_FOUND;
-    else if (s->state == S_ENDED || s->state == S_ENDING)
+    else if (!live(s))
         rc = IPD_ERR_GONE;
     else if (s->state == S_BUSY)
         rc = IPD_ERR_IN_USE;
@@ -604,7 +825,12 @@ void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
     s->memory = mem > 0 ? mem : 0;
     if (s->state == S_BUSY)
         s->state = S_READY;
-    /* Ended by this call, or during it (DELETE, idleness, shutdown). */
+    /* The maximum life passed during the call: it ends now, with it
+     * (the reaper skips a busy session, and back-to-back calls keep it
+     * busy). */
+    if (!why && s->used_ms >= s->created_ms + ex->sess_cfg.max_life_ms)
+        why = "it reached its maximum life";
+    /* Ended by this call, or during it (DELETE, shutdown). */
     if (why || ss->stopping || s->ended_ms)
         end_locked(s, why ? why : "the service stopped");
     pthread_cond_broadcast(&ss->cond);
@@ -629,6 +855,22 @@ json_t *ipd__session_snapshot(struct ipd__session *s)
 const char *ipd__session_policy(const struct ipd__session *s)
 {
     return s->policy;
+}
+
+void ipd__session_result(struct ipd__session *s, json_t *result)
+{
+    bool ended;
+    char why[sizeof(s->why)];
+
+    if (!result)
+        return;
+    pthread_mutex_lock(&s->ss->lock);
+    ended = s->ended_ms != 0;
+    snprintf(why, sizeof(why), "%s", s->why);
+    pthread_mutex_unlock(&s->ss->lock);
+    json_object_set_new(result, "session_ended", json_boolean(ended));
+    json_object_set_new(result, "session_end_reason",
+                        ended ? json_string(why) : json_null());
 }
 
 bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail)

@@ -5,7 +5,9 @@
  * Retry-After beyond it, while tenant B's requests still succeed; and a
  * client address that opens 1,100 half-open connections or trickles a
  * request head cannot keep /healthz from answering.  (The installs'
- * share is tested in test_packages, next to the package index it needs.)
+ * share is tested in test_packages, next to the package index it needs;
+ * the sessions' shares, tenant-sessions and tenant-session-memory, in
+ * test_sessions, next to the session helpers.)
  */
 #include <arpa/inet.h>
 #include <dirent.h>
