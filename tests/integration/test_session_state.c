@@ -627,32 +627,45 @@ static void fork_in_variables_repr(void)
     free(sid);
 }
 
-/* A signal handler that forks, run while the session's interpreter is
- * between two calls (back in its loop): the child never takes or answers
- * a call. */
-static void fork_in_signal_handler(void)
+/* A signal handler that forks (fork_py), run while the session's
+ * interpreter is between two calls (back in its loop): the child never
+ * takes or answers a call. */
+static void fork_in_handler(const char *u, const char *fork_py)
 {
-    const char *u = "fork4";
     REQUIRE(srv);
     char *sid = new_session(u);
     REQUIRE(sid);
-    call_out(u, sid,
-             "import os, signal, threading, time\n"
-             "PID = os.getpid()\nn = 0\n"
-             "def _h(*a):\n    os.fork()\n"
-             "signal.signal(signal.SIGUSR1, _h)\n"
-             "def _poke():\n"
-             "    p = '/mnt/output/.interpd/result.json'\n"
-             "    for _ in range(20000):\n"
-             "        if os.path.exists(p):\n            break\n"
-             "        time.sleep(0.0005)\n"
-             "    os.kill(PID, signal.SIGUSR1)\n"
-             "threading.Thread(target=_poke).start()\n",
-             "");
+    char *code = itest_fmt(
+        "import ctypes, os, signal, threading, time\n"
+        "PID = os.getpid()\nn = 0\n"
+        "def _h(*a):\n    %s\n"
+        "signal.signal(signal.SIGUSR1, _h)\n"
+        "def _poke():\n"
+        "    p = '/mnt/output/.interpd/result.json'\n"
+        "    for _ in range(20000):\n"
+        "        if os.path.exists(p):\n            break\n"
+        "        time.sleep(0.0005)\n"
+        "    os.kill(PID, signal.SIGUSR1)\n"
+        "threading.Thread(target=_poke).start()\n",
+        fork_py);
+    call_out(u, sid, code, "");
     for (int i = 1; i <= 6; i++)
         still_itself(u, sid, i);
     delete_session(u, sid);
+    free(code);
     free(sid);
+}
+
+static void fork_in_signal_handler(void)
+{
+    fork_in_handler("fork4", "os.fork()");
+}
+
+/* The same with libc's fork (no os.fork hook runs in the child): the
+ * session's loop itself must stop the copy. */
+static void libc_fork_in_signal_handler(void)
+{
+    fork_in_handler("fork5", "ctypes.PyDLL(None).fork()");
 }
 
 TEST_MAIN(T(start_server), T(inputs_last_one_call),
@@ -660,4 +673,4 @@ TEST_MAIN(T(start_server), T(inputs_last_one_call),
           T(repr_subclass_is_cut), T(forged_listing_is_checked),
           T(fork_in_cells), T(fork_then_parent_exits),
           T(fork_in_variables_repr), T(fork_in_signal_handler),
-          T(stop_server))
+          T(libc_fork_in_signal_handler), T(stop_server))
