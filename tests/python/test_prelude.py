@@ -1180,6 +1180,7 @@ class TestSession(PreludeCase):
                      "    def __len__(self):\n        return 1\n"
                      "    def __getitem__(self, k):\n        return self\n"
                      "    def __str__(self):\n        return 'short'\n"
+                     "    def encode(self, *a, **k):\n        return b'short'\n"
                      "class Big:\n"
                      "    def __repr__(self):\n"
                      "        return S('x' * 200000)\n"

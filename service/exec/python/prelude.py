@@ -1049,8 +1049,6 @@ def _real_text(text, limit):
     length and slices are real; NUL and lone surrogates, which the
     service's JSON parser refuses, are written as escapes."""
     text = str.__str__(text)
-    if str.__len__(text) > 8 * limit:
-        text = text[:8 * limit]   # plenty for the escapes below
     text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     text = text.replace("\0", "\\x00")
     if len(text) > limit:
