@@ -166,6 +166,28 @@ static void stop_server(void)
 
 /* ---- item 2: inputs are the call's ------------------------------------- */
 
+static void get_variables(const char *user, const char *sid,
+                          struct itest_resp *r);
+
+/* The repr of variable name in a variables call now (a copy, free()). */
+static char *repr_now(const char *user, const char *sid, const char *name)
+{
+    struct itest_resp r;
+    json_t *e;
+    size_t i;
+    char *out = NULL;
+    get_variables(user, sid, &r);
+    CHECK_STATUS(&r, 200);
+    json_array_foreach(itest_json_get(r.json, "variables"), i, e) {
+        if (!strcmp(itest_json_str(e, "name") ? itest_json_str(e, "name")
+                                               : "", name))
+            out = itest_json_dup(e, "repr");
+    }
+    CHECKF(out != NULL, "no variable %s: %s", name, r.body);
+    itest_resp_release(&r);
+    return out ? out : itest_fmt("(none)");
+}
+
 static const char prelude_py[] = "import os, json, shutil, sys, time\n";
 
 /* Each call sees its own files only; the code's own copy stays. */
@@ -182,6 +204,9 @@ static void inputs_last_one_call(void)
 
     char *code = itest_fmt(
         "%sp = FILES['a.txt']\nshutil.copy(p, '/tmp/copy.txt')\n"
+        "class Probe:\n    def __repr__(self):\n"
+        "        return ','.join(os.listdir('/mnt/data')) or 'empty'\n"
+        "probe = Probe()\n"
         "print(json.dumps({'read': open(p).read(),\n"
         "  'data': sorted(os.listdir('/mnt/data')), 'files': sorted(FILES)}))",
         prelude_py);
@@ -191,6 +216,11 @@ static void inputs_last_one_call(void)
     CHECK_LIST(j, "files", ab);
     json_decref(j);
     free(code);
+    /* Between calls (the variables call runs the code's __repr__s), the
+     * stage holds nothing. */
+    char *seen = repr_now(u, sid, "probe");
+    CHECKF(!strcmp(seen, "empty"), "/mnt/data between calls: %s", seen);
+    free(seen);
 
     j = call_json(u, sid,
                   "print(json.dumps({'old': os.path.exists(p),\n"
@@ -240,6 +270,10 @@ static void deleted_input_unreadable(void)
     REQUIRE(a && sid);
     char *fa = itest_fmt("[\"%s\"]", a);
     char *code = itest_fmt("%sp = FILES['secret.txt']\nh = open(p, 'rb')\n"
+                           "class Peek:\n    def __repr__(self):\n"
+                           "        h.seek(0)\n"
+                           "        return h.read().decode() or 'nothing'\n"
+                           "peek = Peek()\n"
                            "print(json.dumps({'read': h.read().decode()}))",
                            prelude_py);
     json_t *j = call_json(u, sid, code, fa);
@@ -253,6 +287,10 @@ static void deleted_input_unreadable(void)
     CHECK_STATUS(&r, 204);
     itest_resp_release(&r);
     free(path);
+    /* Between calls, through the descriptor the code kept: nothing. */
+    char *seen = repr_now(u, sid, "peek");
+    CHECKF(!strcmp(seen, "nothing"), "the kept descriptor read: %s", seen);
+    free(seen);
 
     j = call_json(u, sid,
                   "h.seek(0)\n"
