@@ -7,7 +7,8 @@
  * budgets) and one child of it parked as a session's
  * (IPD_SANDBOX_PARK_SESSION): its interpreter, __main__ module, /tmp and
  * /mnt/output live from call to call.  Its staging (job/, data/,
- * interpd/) is kept too: each call rewrites the job and adds its files.
+ * interpd/) stays mounted, but holds a job only during a call: the
+ * executor writes it and empties it again (executor.c, session_run).
  *
  * Threads: each session has one, which runs its zygote for the session's
  * life (ipd_sandbox_zygote_run blocks) and then frees what the session
