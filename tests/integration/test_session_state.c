@@ -149,8 +149,10 @@ static char *joined(const json_t *j, const char *key)
 
 static void start_server(void)
 {
+    /* 40 MiB inputs come from GridFS in one read each: no 2 s socket
+     * timeout on a loaded machine. */
     const char *args[] = {"--exec-slots", "2", "--ready-check-interval",
-                          "never", NULL};
+                          "never", "--mongo-timeout", "30s", NULL};
     struct itest_opts o = {.args = args,
                            .config = "policy.standard.memory = 128M\n"};
     srv = itest_start(&o);
@@ -667,28 +669,64 @@ static void fork_in_variables_repr(void)
 
 /* A signal handler that forks (fork_py), run while the session's
  * interpreter is between two calls (back in its loop): the child never
- * takes or answers a call. */
+ * takes or answers a call.  A thread of the session's sends the signal
+ * once a call is over (result.json written, IN_CELL false), again until
+ * the handler ran outside a cell (FORKED); cells print only in the
+ * session's own process, so a copy that starts in the prelude's part of
+ * a call is silent, and a call taken by a copy answers nothing. */
 static void fork_in_handler(const char *u, const char *fork_py)
 {
+    struct itest_resp r;
+    int n = 0;
+    bool forked = false;
     REQUIRE(srv);
     char *sid = new_session(u);
     REQUIRE(sid);
     char *code = itest_fmt(
         "import ctypes, os, signal, threading, time\n"
-        "PID = os.getpid()\nn = 0\n"
-        "def _h(*a):\n    %s\n"
+        "PID = os.getpid()\nn = 0\nIN_CELL = False\nFORKED = 0\n"
+        "def _h(*a):\n"
+        "    global FORKED\n"
+        "    if IN_CELL:\n        return\n"
+        "    FORKED += 1\n"
+        "    %s\n"
         "signal.signal(signal.SIGUSR1, _h)\n"
         "def _poke():\n"
         "    p = '/mnt/output/.interpd/result.json'\n"
-        "    for _ in range(20000):\n"
-        "        if os.path.exists(p):\n            break\n"
+        "    for _ in range(40000):\n"
+        "        if FORKED:\n            break\n"
+        "        if not IN_CELL and os.path.exists(p):\n"
+        "            os.kill(PID, signal.SIGUSR1)\n"
         "        time.sleep(0.0005)\n"
-        "    os.kill(PID, signal.SIGUSR1)\n"
-        "threading.Thread(target=_poke).start()\n",
+        "threading.Thread(target=_poke, daemon=True).start()\n",
         fork_py);
     call_out(u, sid, code, "");
-    for (int i = 1; i <= 6; i++)
-        still_itself(u, sid, i);
+    for (int i = 0; i < 200 && !forked; i++) {
+        call(u, sid,
+             "IN_CELL = True\nn += 1\nif os.getpid() == PID:\n"
+             "    print(n, FORKED > 0)\nIN_CELL = False\n",
+             NULL, &r);
+        char *yes = itest_fmt("%d True\n", ++n);
+        char *no = itest_fmt("%d False\n", n);
+        const char *out = itest_exec_stdout(&r);
+        forked = !strcmp(out, yes);
+        CHECKF(r.status == 200 && (forked || !strcmp(out, no)),
+               "call %d: stdout \"%s\" (%s)", n, out, r.body);
+        free(yes);
+        free(no);
+        itest_resp_release(&r);
+        if (test__failed_checks)
+            break;
+    }
+    CHECKF(forked, "the handler never ran between calls");
+    for (int i = 0; i < 6; i++) {
+        char *want = itest_fmt("%d True\n", ++n);
+        call_out(u, sid,
+                 "IN_CELL = True\nn += 1\nif os.getpid() == PID:\n"
+                 "    print(n, True)\nIN_CELL = False\n",
+                 want);
+        free(want);
+    }
     delete_session(u, sid);
     free(code);
     free(sid);
