@@ -744,9 +744,50 @@ static void libc_fork_in_signal_handler(void)
     fork_in_handler("fork5", "ctypes.PyDLL(None).fork()");
 }
 
+/* A fork in the prelude's own part of a call, after the cell: the code's
+ * sys.stdout forks in the flush that ends the call.  The copy goes on
+ * from there towards the answer; it must never give it. */
+static void fork_in_flush(const char *u, const char *fork_py)
+{
+    REQUIRE(srv);
+    char *sid = new_session(u);
+    REQUIRE(sid);
+    char *code = itest_fmt(
+        "import ctypes, os, sys\nPID = os.getpid()\nn = 0\n"
+        "class Forky:\n"
+        "    def __init__(self, s):\n"
+        "        self.s, self.armed = s, True\n"
+        "    def write(self, t):\n"
+        "        return self.s.write(t)\n"
+        "    def flush(self):\n"
+        "        if self.armed and os.getpid() == PID:\n"
+        "            self.armed = False\n"
+        "            %s\n"
+        "        return self.s.flush()\n"
+        "sys.stdout = Forky(sys.stdout)\n",
+        fork_py);
+    call_out(u, sid, code, "");
+    for (int i = 1; i <= 4; i++)
+        still_itself(u, sid, i);
+    delete_session(u, sid);
+    free(code);
+    free(sid);
+}
+
+static void fork_in_flush_os(void)
+{
+    fork_in_flush("fork6", "os.fork()");
+}
+
+static void fork_in_flush_libc(void)
+{
+    fork_in_flush("fork7", "ctypes.PyDLL(None).fork()");
+}
+
 TEST_MAIN(T(start_server), T(inputs_last_one_call),
           T(deleted_input_unreadable), T(staged_inputs_bounded),
           T(repr_subclass_is_cut), T(forged_listing_is_checked),
           T(fork_in_cells), T(fork_then_parent_exits),
           T(fork_in_variables_repr), T(fork_in_signal_handler),
-          T(libc_fork_in_signal_handler), T(stop_server))
+          T(libc_fork_in_signal_handler), T(fork_in_flush_os),
+          T(fork_in_flush_libc), T(stop_server))
