@@ -1281,11 +1281,22 @@ static enum ipd_err stage_job(struct ipd_executor *ex,
     return rc;
 }
 
-/* Empty data/<file_id>/ of every staged file: each file is cut to 0
- * bytes before it is unlinked, so a descriptor or mapping the session's
- * code kept reads nothing and holds no page of the stage (the service's
- * memory).  The session cannot write there (a read-only mount), so every
- * entry is one the service made. */
+/* Cut dirfd/name to 0 bytes, then unlink it: a descriptor or mapping the
+ * session's code kept reads nothing and holds no page of the stage (the
+ * service's memory).  The session cannot write to the stage (a read-only
+ * mount), so every name in it is one the service made. */
+static void empty_and_unlink(int dirfd, const char *name)
+{
+    int w = openat(dirfd, name,
+                   O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (w >= 0 && ftruncate(w, 0))
+        ipd_warn("executor: a staged file could not be emptied: %s",
+                 strerror(errno));
+    close_fd(&w);
+    (void)unlinkat(dirfd, name, 0);
+}
+
+/* Empty data/: every data/<file_id>/<filename> staged, then its dir. */
 static void clear_inputs(int data_fd)
 {
     int fd = data_fd >= 0 ? dup(data_fd) : -1;
@@ -1304,18 +1315,11 @@ static void clear_inputs(int data_fd)
         struct dirent *f;
         if (!sd) {
             close_fd(&sub);
-            (void)unlinkat(data_fd, e->d_name, 0);
+            empty_and_unlink(data_fd, e->d_name);
             continue;
         }
-        while ((f = ipd_readdir(sd)) != NULL) {
-            int w = openat(sub, f->d_name, O_WRONLY | O_NOFOLLOW |
-                                               O_NONBLOCK | O_CLOEXEC);
-            if (w >= 0 && ftruncate(w, 0))
-                ipd_warn("executor: an input could not be emptied: %s",
-                         strerror(errno));
-            close_fd(&w);
-            (void)unlinkat(sub, f->d_name, 0);
-        }
+        while ((f = ipd_readdir(sd)) != NULL)
+            empty_and_unlink(sub, f->d_name);
         closedir(sd);
         (void)unlinkat(data_fd, e->d_name, AT_REMOVEDIR);
     }
@@ -1324,14 +1328,15 @@ static void clear_inputs(int data_fd)
 
 /* A session's call is over (or about to start): nothing of a job stays
  * in the session's stage, neither its code, files.json and variables.json
- * nor its input files.  What the call's code copied is its own (/tmp,
- * /mnt/output, memory), within the session's limits. */
+ * (up to the request's 8 MiB) nor its input files.  What the call's code
+ * copied is its own (/tmp, /mnt/output, memory), within the session's
+ * limits. */
 static void clear_call(struct ipd__work *wk)
 {
     static const char *const names[] = {"code.py", "files.json",
                                         "variables.json"};
     for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++)
-        (void)unlinkat(wk->job_fd, names[i], 0);
+        empty_and_unlink(wk->job_fd, names[i]);
     clear_inputs(wk->data_fd);
 }
 

@@ -315,6 +315,37 @@ static void deleted_input_unreadable(void)
     free(sid);
 }
 
+/* The job's own files (code.py, variables.json, up to the request's
+ * 8 MiB) are the call's too: a descriptor kept on them reads nothing at
+ * the next call, so no call can pin them in the service's memory. */
+static void job_files_not_kept(void)
+{
+    const char *u = "in4";
+    struct itest_resp r;
+    REQUIRE(srv);
+    char *sid = new_session(u);
+    REQUIRE(sid);
+    json_t *body = json_pack(
+        "{s:s, s:s, s:{s:s}}", "session_id", sid, "code",
+        "import json\nhv = open('/mnt/job/variables.json')\n"
+        "hc = open('/mnt/job/code.py')\nprint(len(big))",
+        "variables", "big", "0123456789abcdef0123456789abcdef");
+    itest_exec(srv, srv->admin_key, u, body, CALL_MS, &r);
+    CHECK_STATUS(&r, 200);
+    CHECK_STR(itest_exec_stdout(&r), "32\n");
+    itest_resp_release(&r);
+    json_t *j = call_json(u, sid,
+                          "hv.seek(0)\nhc.seek(0)\n"
+                          "print(json.dumps({'v': len(hv.read()),\n"
+                          "  'c': len(hc.read())}))",
+                          NULL);
+    CHECK_INT(json_integer_value(json_object_get(j, "v")), 0);
+    CHECK_INT(json_integer_value(json_object_get(j, "c")), 0);
+    json_decref(j);
+    delete_session(u, sid);
+    free(sid);
+}
+
 /* 128 MiB policy: 4 calls with 40 MiB each, each sees one input in the
  * stage; all four in one call are 413; the session goes on. */
 static void staged_inputs_bounded(void)
@@ -785,7 +816,8 @@ static void fork_in_flush_libc(void)
 }
 
 TEST_MAIN(T(start_server), T(inputs_last_one_call),
-          T(deleted_input_unreadable), T(staged_inputs_bounded),
+          T(deleted_input_unreadable), T(job_files_not_kept),
+          T(staged_inputs_bounded),
           T(repr_subclass_is_cut), T(forged_listing_is_checked),
           T(fork_in_cells), T(fork_then_parent_exits),
           T(fork_in_variables_repr), T(fork_in_signal_handler),
