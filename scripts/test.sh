@@ -57,7 +57,7 @@ CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DIPD_WERROR=ON \
   -DIPD_SANITIZE=ON -DIPD_FUZZ=ON >/dev/null
 cmake --build build-fuzz -j"$jobs" --target fuzz_request fuzz_filename \
   fuzz_cursor fuzz_duration fuzz_requirement fuzz_content_disposition \
-  fuzz_display
+  fuzz_display fuzz_varlist
 stage "fuzzing (bounded)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -65,7 +65,7 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   scripts/fuzz.sh build-fuzz 10 filename cursor duration requirement \
-  content_disposition display
+  content_disposition display varlist
 
 stage_end
 printf '\n==== all stages passed in %d s ====\n' "$SECONDS"

@@ -527,7 +527,7 @@ static enum ipd_err stage_file(struct ipd_executor *ex, int data_fd,
         goto out;
     dfd = mkdir_open_at(data_fd, f->file_id, 0755);
     if (dfd < 0 && errno == EEXIST) {
-        rc = IPD_OK; /* staged by a session's earlier call */
+        rc = IPD_OK; /* already staged */
         goto out;
     }
     if (dfd < 0)
@@ -593,40 +593,70 @@ static enum ipd_err write_json_at(int dirfd, const char *name,
     return rc;
 }
 
-/* Look up every file in the caller's scope, copy it, write files.json. */
-static enum ipd_err stage_files(struct ipd_executor *ex,
-                                const struct ipd_exec_request *rq,
-                                int job_fd, int data_fd,
-                                struct ipd_buf *detail)
+/* Look up every file of rq in the caller's scope into fs (rq->n_files
+ * of them at most; duplicates once): *n of them, *total bytes. */
+static enum ipd_err lookup_files(struct ipd_executor *ex,
+                                 const struct ipd_exec_request *rq,
+                                 struct ipd_file_meta *fs, size_t *n,
+                                 int64_t *total, struct ipd_buf *detail)
 {
-    json_t *list = json_array();
-    enum ipd_err rc = IPD_OK;
     int64_t now = ipd_now_ms();
 
+    *n = 0;
+    *total = 0;
     for (size_t i = 0; i < rq->n_files; i++) {
-        struct ipd_file_meta f;
         bool dup = false;
         const char *id = rq->file_ids[i];
         for (size_t j = 0; j < i; j++)
             dup = dup || !strcmp(rq->file_ids[j], id);
         if (dup)
             continue;
-        rc = ipd_id_valid("file", id)
-                 ? ipd_meta_file_get(ex->meta, rq->tenant, rq->user_id, id,
-                                     now, &f)
-                 : IPD_ERR_NOT_FOUND;
+        enum ipd_err rc = ipd_id_valid("file", id)
+                              ? ipd_meta_file_get(ex->meta, rq->tenant,
+                                                  rq->user_id, id, now,
+                                                  &fs[*n])
+                              : IPD_ERR_NOT_FOUND;
         if (rc == IPD_ERR_NOT_FOUND && detail)
             ipd_buf_addf(detail, "file %.64s not found", id);
         if (rc)
-            goto out;
-        rc = stage_file(ex, data_fd, &f, detail);
-        if (rc)
-            goto out;
-        json_array_append_new(list, file_entry(&f));
+            return rc;
+        *total += fs[(*n)++].size;
     }
-    rc = write_json_at(job_fd, "files.json", list);
-out:
+    return IPD_OK;
+}
+
+/* Look up every file in the caller's scope; when they total at most limit
+ * bytes (0: no limit), copy them and write files.json.  Over the limit
+ * nothing is copied: IPD_ERR_TOO_LARGE. */
+static enum ipd_err stage_files(struct ipd_executor *ex,
+                                const struct ipd_exec_request *rq,
+                                int job_fd, int data_fd, int64_t limit,
+                                struct ipd_buf *detail)
+{
+    struct ipd_file_meta *fs =
+        ipd_xcalloc(rq->n_files ? rq->n_files : 1, sizeof(*fs));
+    json_t *list = json_array();
+    size_t n = 0;
+    int64_t total = 0;
+    enum ipd_err rc = lookup_files(ex, rq, fs, &n, &total, detail);
+
+    if (!rc && limit > 0 && total > limit) {
+        if (detail)
+            ipd_buf_addf(detail, "the files of this call total %lld bytes; "
+                                 "a session's call may stage at most its "
+                                 "policy's memory (%lld bytes)",
+                         (long long)total, (long long)limit);
+        rc = IPD_ERR_TOO_LARGE;
+    }
+    for (size_t i = 0; !rc && i < n; i++) {
+        rc = stage_file(ex, data_fd, &fs[i], detail);
+        if (!rc)
+            json_array_append_new(list, file_entry(&fs[i]));
+    }
+    if (!rc)
+        rc = write_json_at(job_fd, "files.json", list);
     json_decref(list);
+    free(fs);
     return rc;
 }
 
@@ -1242,27 +1272,79 @@ static enum ipd_err run_once(struct ipd_executor *ex,
     return rc;
 }
 
-/* Write the request's job into the staging. */
+/* Write the request's job into the staging; its files total at most
+ * files_max bytes (0: no limit). */
 static enum ipd_err stage_job(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
-                              struct ipd__work *wk, struct ipd_buf *detail)
+                              struct ipd__work *wk, int64_t files_max,
+                              struct ipd_buf *detail)
 {
     enum ipd_err rc = write_file_at(wk->job_fd, "code.py",
                                     rq->code ? rq->code : "", rq->code_len);
     if (!rc && rq->variables)
         rc = write_json_at(wk->job_fd, "variables.json", rq->variables);
     if (!rc)
-        rc = stage_files(ex, rq, wk->job_fd, wk->data_fd, detail);
+        rc = stage_files(ex, rq, wk->job_fd, wk->data_fd, files_max, detail);
     return rc;
 }
 
-/* A later call's job replaces the earlier one's (its files stay). */
-static void clear_job(struct ipd__work *wk)
+/* Cut dirfd/name to 0 bytes, then unlink it: a descriptor or mapping the
+ * session's code kept reads nothing and holds no page of the stage (the
+ * service's memory).  The session cannot write to the stage (a read-only
+ * mount), so every name in it is one the service made. */
+static void empty_and_unlink(int dirfd, const char *name)
+{
+    int w = openat(dirfd, name,
+                   O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (w >= 0 && ftruncate(w, 0))
+        ipd_warn("executor: a staged file could not be emptied: %s",
+                 strerror(errno));
+    close_fd(&w);
+    (void)unlinkat(dirfd, name, 0);
+}
+
+/* Empty data/: every data/<file_id>/<filename> staged, then its dir. */
+static void clear_inputs(int data_fd)
+{
+    int fd = data_fd >= 0 ? dup(data_fd) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+
+    if (!d) {
+        close_fd(&fd);
+        return;
+    }
+    rewinddir(d); /* the offset is data_fd's, shared by the dup */
+    while ((e = ipd_readdir(d)) != NULL) {
+        int sub = openat(data_fd, e->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+        struct dirent *f;
+        if (!sd) {
+            close_fd(&sub);
+            empty_and_unlink(data_fd, e->d_name);
+            continue;
+        }
+        while ((f = ipd_readdir(sd)) != NULL)
+            empty_and_unlink(sub, f->d_name);
+        closedir(sd);
+        (void)unlinkat(data_fd, e->d_name, AT_REMOVEDIR);
+    }
+    closedir(d);
+}
+
+/* A session's call is over (or about to start): nothing of a job stays
+ * in the session's stage, neither its code, files.json and variables.json
+ * (up to the request's 8 MiB) nor its input files.  What the call's code
+ * copied is its own (/tmp, /mnt/output, memory), within the session's
+ * limits. */
+static void clear_call(struct ipd__work *wk)
 {
     static const char *const names[] = {"code.py", "files.json",
                                         "variables.json"};
     for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++)
-        (void)unlinkat(wk->job_fd, names[i], 0);
+        empty_and_unlink(wk->job_fd, names[i]);
+    clear_inputs(wk->data_fd);
 }
 
 /* Why a call ended its session, or NULL. */
@@ -1309,11 +1391,14 @@ static enum ipd_err session_run(struct ipd_executor *ex,
         snprintf(id, sizeof(id), "%s", rq->execution_id);
     else
         ipd_id_new("exec", id);
-    clear_job(wk);
-    rc = stage_job(ex, rq, wk, detail);
+    clear_call(wk);
+    /* A call's inputs are in the service's memory (the stage's tmpfs)
+     * while it runs: at most what the session may hold itself. */
+    rc = stage_job(ex, rq, wk, ep->memory_bytes, detail);
     if (!rc) {
         rc = ipd_sandbox_parked_call(ipd__session_parked(s), 'G', timeout_ms,
                                      &r, &ended);
+        clear_call(wk);
         if (!rc) {
             *result = ipd__build_result(ex, rq, id, ep, timeout_ms, &r, &ins,
                                         ipd__session_snapshot(s));
@@ -1333,6 +1418,7 @@ static enum ipd_err session_run(struct ipd_executor *ex,
         ipd__session_result(s, *result); /* session_ended, and why */
         ipd_sandbox_result_release(&r);
     } else {
+        clear_call(wk);
         ipd__session_end(ex, s, NULL, NULL);
     }
     json_decref(ins.results);
@@ -1376,7 +1462,7 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
     else
         rc = work_create_logged(ex, &wk, rq);
     if (!rc)
-        rc = stage_job(ex, rq, &wk, detail);
+        rc = stage_job(ex, rq, &wk, 0, detail);
     if (rc)
         goto out;
     int64_t run_t0 = ipd_mono_ms(), budget_ms = timeout_ms;

@@ -7,7 +7,8 @@
  * budgets) and one child of it parked as a session's
  * (IPD_SANDBOX_PARK_SESSION): its interpreter, __main__ module, /tmp and
  * /mnt/output live from call to call.  Its staging (job/, data/,
- * interpd/) is kept too: each call rewrites the job and adds its files.
+ * interpd/) stays mounted, but holds a job only during a call: the
+ * executor writes it and empties it again (executor.c, session_run).
  *
  * Threads: each session has one, which runs its zygote for the session's
  * life (ipd_sandbox_zygote_run blocks) and then frees what the session
@@ -39,22 +40,25 @@
  * alive: the thread frees them only once no call is in).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "../../venv/venv.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "exec_internal.h"
+#include "varlist.h"
 
 #define READY_WAIT_MS 60000   /* a first call waits this long for imports */
 #define PARK_WAIT_MS 30000
 #define VARIABLES_TIMEOUT_MS 10000
 #define TOMBSTONE_MS (3600LL * 1000)
-#define VARIABLES_FILE_MAX (1 << 20)
 #define ENDING_WAIT_MS 5000   /* a create waits for an ending one's uid */
 #define DELETE_WAIT_MS 5000   /* a DELETE waits for the session's end */
 #define ZYGOTE_MARGIN_MS 60000 /* the zygote's wall past any call's end */
@@ -887,6 +891,39 @@ bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail)
 
 /* ---- variables ---------------------------------------------------------- */
 
+/* The listing the variables call left (.interpd/variables.json in the
+ * session's /mnt/output, written by code the session's user controls),
+ * parsed by ipd_varlist_parse from at most IPD_VARLIST_FILE_MAX bytes
+ * (one more is read to tell a longer file, which is refused).  New ref,
+ * or NULL when there is no listing of the right shape. */
+static json_t *read_listing(const struct ipd_sandbox_result *r)
+{
+    struct stat st;
+    size_t max = IPD_VARLIST_FILE_MAX + 1, got = 0;
+    char *text = NULL;
+    json_t *out = NULL;
+    int fd = ipd_sandbox_output_open(r, ".interpd/variables.json",
+                                     O_RDONLY | O_NONBLOCK);
+
+    if (fd < 0 || fstat(fd, &st) || !S_ISREG(st.st_mode))
+        goto out;
+    text = ipd_xmalloc(max);
+    while (got < max) {
+        ssize_t n = read(fd, text + got, max - got);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    (void)ipd_varlist_parse(text, got, &out);
+out:
+    if (fd >= 0)
+        close(fd);
+    free(text);
+    return out;
+}
+
 enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
                                             const char *tenant,
                                             const char *user, const char *id,
@@ -905,17 +942,14 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
     rc = ipd_sandbox_parked_call(s->pk, 'V', VARIABLES_TIMEOUT_MS, &r,
                                  &ended);
     if (!rc && !ended && r.exit_code == 0)
-        *out = ipd__read_output_json(&r, ".interpd/variables.json",
-                                     VARIABLES_FILE_MAX);
+        *out = read_listing(&r);
     ipd__session_end(ex, s,
                      ended ? (r.timed_out ? "listing its variables timed out"
                                           : "its interpreter ended")
                            : NULL,
                      &r);
     ipd_sandbox_result_release(&r);
-    if (!*out || !json_is_array(json_object_get(*out, "variables"))) {
-        json_decref(*out);
-        *out = NULL;
+    if (!*out) {
         ipd_buf_adds(detail, ended ? "the session ended while listing its "
                                      "variables"
                                    : "the session's variables could not be "

@@ -1152,6 +1152,142 @@ class TestReseed(unittest.TestCase):
         self.assertNotEqual(numpy.random.random(), fixed[1])
 
 
+# A session's program as zygote.py runs it: the prelude loaded once as the
+# module "_interpd_prelude", one __main__ module for every call.  The
+# driver reads steps (JSON) from argv: ["cell", code, files] runs
+# run_cell, ["vars"] the variables call; it prints one JSON line per step.
+_SESSION_DRIVER = r"""
+import importlib.util, json, os, sys
+spec = importlib.util.spec_from_file_location("_interpd_prelude", sys.argv[1])
+p = importlib.util.module_from_spec(spec)
+sys.modules[spec.name] = p
+spec.loader.exec_module(p)
+job, out = os.environ["IPD_PRELUDE_JOB"], os.environ["IPD_PRELUDE_OUTPUT"]
+mod = p.new_main_module()
+first = True
+for step in json.loads(sys.argv[2]):
+    if step[0] == "cell":
+        for name, text in (("code.py", step[1]), ("files.json", step[2])):
+            with open(os.path.join(job, name), "w") as f:
+                f.write(text)
+        status = p.run_cell(mod, first)
+        first = False
+        with open(os.path.join(out, ".interpd", "result.json")) as f:
+            res = json.load(f)
+        sys.__stdout__.write(json.dumps({"status": status,
+                                         "error": res["error"]}) + "\n")
+    else:
+        p._lib()["_write_variables"](mod.__dict__)
+        with open(os.path.join(out, ".interpd", "variables.json"), "rb") as f:
+            sys.__stdout__.write(json.dumps({"raw": f.read().decode()})
+                                 + "\n")
+    sys.__stdout__.flush()
+"""
+
+
+class TestSession(PreludeCase):
+    """A session's calls in one interpreter (run_cell, _write_variables)."""
+
+    def session(self, steps):
+        e = dict(_base_env(), HOME=self.dir, MPLCONFIGDIR=self.mpl,
+                 IPD_PRELUDE_JOB=self.job, IPD_PRELUDE_OUTPUT=self.out,
+                 IPD_PRELUDE_MPLCACHE=_mpl_cache)
+        proc = subprocess.run([PYTHON, "-I", "-B", "-c", _SESSION_DRIVER,
+                               PRELUDE, json.dumps(steps)],
+                              cwd=self.out, env=e, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr.decode())
+        lines = proc.stdout.decode().splitlines()
+        out = [json.loads(x) for x in lines if x.startswith("{")]
+        self.assertEqual(len(out), len(steps), proc.stdout.decode())
+        return out
+
+    def listing(self, step_out):
+        doc = json.loads(step_out["raw"])
+        self.assertEqual(sorted(doc), ["truncated", "variables"])
+        return doc, {v["name"]: v for v in doc["variables"]}
+
+    def test_files_are_per_call(self):
+        a = self.add_file("a.txt", "alpha")
+        files_a = json.dumps([a])
+        out = self.session([
+            ["cell", "print(sorted(FILES), load_file('a.txt'))", files_a],
+            ["cell", "import json\nassert dict(FILES) == {}, dict(FILES)\n"
+                     "try:\n    load_file('a.txt')\n"
+                     "except FileNotFoundError:\n    pass\n"
+                     "else:\n    raise AssertionError('still loaded')\n",
+             "[]"],
+            ["cell", "FILES = {'mine': 1}", "[]"],
+            ["cell", "assert type(FILES).__name__ == '_Files', FILES\n"
+                     "print(load_file('a.txt'))", files_a],
+        ])
+        self.assertEqual([o["status"] for o in out], [0, 0, 0, 0], out)
+
+    def test_repr_cut_on_real_text(self):
+        out = self.session([
+            ["cell", "class S(str):\n"
+                     "    def __len__(self):\n        return 1\n"
+                     "    def __getitem__(self, k):\n        return self\n"
+                     "    def __str__(self):\n        return 'short'\n"
+                     "    def encode(self, *a, **k):\n        return b'short'\n"
+                     "class Big:\n"
+                     "    def __repr__(self):\n"
+                     "        return S('x' * 200000)\n"
+                     "big = Big()\n", "[]"],
+            ["vars"]])
+        doc, by = self.listing(out[1])
+        self.assertEqual(by["big"]["repr"], "x" * 497 + "...")
+        self.assertEqual(by["big"]["type"], "Big")
+        self.assertFalse(doc["truncated"])
+
+    def test_type_name_nul_and_surrogates(self):
+        out = self.session([
+            ["cell", "class Meta(type):\n"
+                     "    @property\n"
+                     "    def __name__(cls):\n        return 'forged'\n"
+                     "class K(metaclass=Meta):\n    pass\n"
+                     "k = K()\n"
+                     "class L:\n    pass\n"
+                     "L.__name__ = 'T' * 5000\n"
+                     "l = L()\n"
+                     "class N:\n"
+                     "    def __repr__(self):\n"
+                     "        return 'a\\x00b\\ud800c'\n"
+                     "n = N()\n", "[]"],
+            ["vars"]])
+        raw = out[1]["raw"]
+        self.assertNotIn("\\u0000", raw)
+        self.assertNotIn("\\ud800", raw.lower().replace("\\\\ud800", ""))
+        doc, by = self.listing(out[1])
+        self.assertEqual(by["k"]["type"], "K")
+        self.assertEqual(len(by["l"]["type"]), 256)
+        self.assertTrue(by["l"]["type"].endswith("..."))
+        self.assertEqual(by["n"]["repr"], "a\\x00b\\ud800c")
+
+    def test_names_listed_are_names(self):
+        out = self.session([
+            ["cell", "g = globals()\ng['a b'] = 1\ng[7] = 2\n"
+                     "g['x' * 300] = 3\nok = 4\n", "[]"],
+            ["vars"]])
+        doc, by = self.listing(out[1])
+        self.assertEqual(sorted(by), ["g", "ok"])
+        self.assertTrue(doc["truncated"])   # the 300-byte name left out
+
+    def test_listing_fits_the_services_read(self):
+        out = self.session([
+            ["cell", "for i in range(1200):\n"
+                     "    globals()['v%04d' % i] = '\\U0001F600' * 600\n",
+             "[]"],
+            ["vars"]])
+        raw = out[1]["raw"]
+        self.assertLessEqual(len(raw.encode()), 1000000)
+        doc, by = self.listing(out[1])
+        self.assertTrue(doc["truncated"])
+        self.assertLess(len(by), 1000)
+        for v in by.values():
+            self.assertLessEqual(len(v["repr"]), 500)
+
+
 class _CountingResult(unittest.TextTestResult):
     pass
 

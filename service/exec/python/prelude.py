@@ -365,9 +365,17 @@ def new_main_module():
     return mod
 
 
-def _reset_call():
+def _reset_call(ns):
     """What one call's results are made of starts empty (a session's
-    later calls)."""
+    later calls), and so do FILES and load_file's view: a call's input
+    files are staged for that call only."""
+    _ENTRIES.clear()
+    _AMBIGUOUS.clear()
+    files = ns.get("FILES")
+    if type(files) is _Files:
+        files.clear()
+    else:
+        ns["FILES"] = _Files()
     _FIGURES[:] = []
     if "_display_full" in globals():
         _display_full[:] = []
@@ -385,7 +393,7 @@ def run_cell(mod, first=True):
     pid = os.getpid()
     ns = mod.__dict__
     if not first:
-        _reset_call()
+        _reset_call(ns)
     try:
         os.chdir(_OUTPUT)
         source = _read_input("code.py", None)
@@ -1032,34 +1040,72 @@ def _show(objs):
 
 
 _VARIABLES_MAX = 1000      # listed by a session's variables call
+_VARIABLE_NAME_MAX = 256   # bytes of a name (a longer one is left out)
+_VARIABLE_TYPE_MAX = 256   # characters of a type name
 _VARIABLE_REPR_MAX = 500   # characters of each repr
+_VARIABLES_BYTES = 1000000 # of the file (the service reads 1 MiB)
+
+
+def _real_text(text, limit):
+    """text (a str, maybe of a subclass whose methods lie) as a plain str
+    of at most limit characters: str.__str__ makes the exact copy whose
+    length and slices are real; NUL and lone surrogates, which the
+    service's JSON parser refuses, are written as escapes."""
+    text = str.__str__(text)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.replace("\0", "\\x00")
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return text
+
+
+def _variable_entry(name, value):
+    """{"name", "type", "repr"} of one variable (the code's own __repr__
+    runs here)."""
+    try:
+        text = repr(value)
+    except BaseException as e:
+        text = "<repr failed: %s>" % type(e).__name__
+    if not isinstance(text, str):
+        text = "<repr failed: not a str>"
+    tname = type.__dict__["__name__"].__get__(type(value))
+    return {"name": name,
+            "type": _real_text(tname, _VARIABLE_TYPE_MAX),
+            "repr": _real_text(text, _VARIABLE_REPR_MAX)}
 
 
 def _write_variables(ns):
     """A session's user variables as .interpd/variables.json:
     {"variables": [{"name", "type", "repr"}], "truncated"}; modules,
-    names starting with "_" and the prelude's own names are left out."""
+    names starting with "_", keys that are not identifiers and the
+    prelude's own names are left out.  Within the caps of
+    service/exec/varlist.h, which checks the file again (this runs in the
+    code's own interpreter: the service trusts none of it)."""
     import json
     import types
-    out, truncated = [], False
-    for name in sorted(ns):
-        value = ns[name]
+    pid = os.getpid()
+    names = sorted(str.__str__(k) for k in list(ns)
+                   if isinstance(k, str) and str.isidentifier(k))
+    out, truncated, size = [], False, 40
+    for name in names:
+        value = ns.get(name)
         if (name.startswith("_") or name in ("FILES", "load_file")
                 or isinstance(value, types.ModuleType)):
             continue
-        if len(out) >= _VARIABLES_MAX:
+        if (len(out) >= _VARIABLES_MAX
+                or len(name.encode("utf-8")) > _VARIABLE_NAME_MAX):
+            truncated = True
+            if len(out) >= _VARIABLES_MAX:
+                break
+            continue
+        entry = _variable_entry(name, value)
+        size += len(json.dumps(entry, ensure_ascii=True)) + 1
+        if size > _VARIABLES_BYTES:
             truncated = True
             break
-        try:
-            text = repr(value)
-        except BaseException as e:
-            text = "<repr failed: %s>" % type(e).__name__
-        if not isinstance(text, str):
-            text = "<repr failed: not a str>"
-        if len(text) > _VARIABLE_REPR_MAX:
-            text = text[:_VARIABLE_REPR_MAX - 3] + "..."
-        out.append({"name": name, "type": type(value).__name__,
-                    "repr": text})
+        out.append(entry)
+    if os.getpid() != pid:   # a __repr__ forked: its child writes nothing
+        os._exit(0)
     data = json.dumps({"variables": out, "truncated": truncated},
                       ensure_ascii=True)
     path = os.path.join(_OUTPUT, ".interpd", "variables.json")

@@ -430,23 +430,58 @@ def _call_cpu(data):
     resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
 
 
+def _only_me(me):
+    """Go no further in a process the code forked (not the session's
+    interpreter, me): it never speaks on the control channel, never takes
+    a call."""
+    if os.getpid() != me:
+        os._exit(0)
+
+
 def _session_loop(prelude, ctl):
     """A session's program child: calls until the service ends it.  "G"
     with the call's stdout and stderr runs the job now in /mnt/job in the
     same __main__ module; "V" writes the user's variables to
-    .interpd/variables.json.  Each answers "D" + its status (int32)."""
+    .interpd/variables.json.  Each answers "D" + its status (int32).
+
+    Only this process speaks for the session.  A process the code forks
+    (in a cell, a __repr__, a signal handler that runs here between calls,
+    a __del__) is a copy of this one, control socket and all: os.fork's
+    hook closes the socket in it, and every step here that reads or
+    answers first checks that it runs in this process (a fork that skips
+    the hook, libc's own, still stops there).  Waiting is poll, then a
+    non-blocking read, so even such a copy waiting here never takes a
+    call: it wakes, sees it is not the session and exits."""
+    import select
     os.set_inheritable(ctl, False)  # the program's own: never what it runs
+    me = os.getpid()
     sock = socket.socket(fileno=ctl)
+
+    def forked():
+        try:
+            sock.detach()
+            os.close(ctl)
+        except OSError:
+            pass
+    os.register_at_fork(after_in_child=forked)
+    poller = select.poll()
+    poller.register(ctl, select.POLLIN)
     mod = prelude.new_main_module()
     first = True
     null = os.open("/dev/null", os.O_RDWR)
     while True:
+        _only_me(me)
         try:
-            data, fds, _, _ = socket.recv_fds(sock, 64, 2)
-        except InterruptedError:
+            poller.poll()
+            _only_me(me)
+            data, fds, _, _ = socket.recv_fds(sock, 64, 2,
+                                              socket.MSG_DONTWAIT)
+        except (InterruptedError, BlockingIOError):
             continue
         except OSError:
             os._exit(0)
+        except BaseException:   # a signal handler of the code's raised
+            continue
         if not data:
             os._exit(0)
         status = 0
@@ -458,6 +493,7 @@ def _session_loop(prelude, ctl):
             for fd in fds:
                 os.close(fd)
             status = _session_call(prelude, mod, first)
+            _only_me(me)
             first = False
             os.dup2(null, 1)
             os.dup2(null, 2)
@@ -472,7 +508,11 @@ def _session_loop(prelude, ctl):
             for fd in fds:
                 os.close(fd)
             continue
-        sock.send(b"D" + struct.pack("=i", status))
+        _only_me(me)
+        try:
+            sock.send(b"D" + struct.pack("=i", status))
+        except OSError:
+            os._exit(0)
 
 
 def _serve(cmd, bpf, prelude):
