@@ -2,6 +2,7 @@
  * test_auth.c - API keys (admin.key, the `keys` CLI against a running
  * server), 401s, and the isolation of users and tenants.
  */
+#include <regex.h>
 #include <sys/stat.h>
 
 #include "harness.h"
@@ -605,6 +606,51 @@ static void cli_words(void)
     itest_stop(s);
 }
 
+/* Issue 20 item 10, a member of the class: the metadata store's own
+ * messages (a store that cannot open, a failed statement) were written
+ * raw to stderr ("interpd: meta_sqlite: ..."), without time or level, in
+ * the middle of the service's log.  `serve` on a data dir whose meta.db
+ * cannot be opened: every line it writes has the log's one shape. */
+static void serve_store_error_log_shape(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    char *dir = itest_fmt("%s/bad-store", s->tmp_dir);
+    char *db = itest_fmt("%s/meta.db", dir);
+    REQUIRE(mkdir(dir, 0700) == 0 && mkdir(db, 0700) == 0);
+    char *out = NULL;
+    int code = itest_cli(s, &out, "serve", "--data-dir", dir, "--listen",
+                         "127.0.0.1:0", NULL);
+    CHECK_INT(code, 1);
+    free(out);
+    char *path = itest_fmt("%s/cli.log", s->tmp_dir);
+    char *log = itest_read_file(path, NULL);
+    REQUIRE(log);
+    regex_t re;
+    REQUIRE(regcomp(&re,
+                    "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z "
+                    "(debug|info|warn|error) [^ ]",
+                    REG_EXTENDED | REG_NOSUB) == 0);
+    int lines = 0;
+    for (char *l = log, *e; l && *l; l = e ? e + 1 : NULL) {
+        e = strchr(l, '\n');
+        if (e)
+            *e = '\0';
+        lines++;
+        CHECKF(regexec(&re, l, 0, NULL, 0) == 0, "a log line of another "
+               "shape: %s", l);
+    }
+    regfree(&re);
+    CHECKF(lines > 3, "serve wrote %d lines", lines);
+    CHECK(itest_cli_said(s, " error meta_sqlite: open: "));
+    free(log);
+    free(path);
+    free(db);
+    free(dir);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(admin_key_file), T(restart_keeps_state), T(keys_create),
           T(keys_list), T(keys_revoke), T(unauthorized), T(isolation),
-          T(keys_refuse_no_store), T(cli_words))
+          T(keys_refuse_no_store), T(cli_words),
+          T(serve_store_error_log_shape))
