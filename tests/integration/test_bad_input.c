@@ -1011,6 +1011,32 @@ static void nul_bytes_elsewhere(void)
         itest_resp_release(&r);
     }
 
+    /* JSON strings with another control byte reach checks that refuse
+     * them: a URL to ingest, a callback_url, a session id. */
+    static const struct {
+        const char *path, *body;
+        long status;
+        const char *code;
+    } ctls[] = {
+        {"/v1/files", "{\"url\":\"http://example.com/a\\u0001b\"}", 400,
+         "invalid_request"},
+        {"/v1/files", "{\"url\":\"http://exa\\u000ample.com/\"}", 400,
+         "invalid_request"},
+        {"/v1/executions",
+         "{\"code\":\"1\",\"async\":true,"
+         "\"callback_url\":\"https://example.com/\\u0001\"}",
+         400, "invalid_request"},
+        {"/v1/executions",
+         "{\"code\":\"1\",\"session_id\":\"sess_\\u0001\"}", 404,
+         "not_found"},
+    };
+    for (size_t i = 0; i < N_OF(ctls); i++) {
+        itest_request(s, "POST", ctls[i].path, key, "u1", "application/json",
+                      ctls[i].body, strlen(ctls[i].body), NULL, &r);
+        CHECK_ERROR(&r, ctls[i].status, ctls[i].code);
+        itest_resp_release(&r);
+    }
+
     /* Multipart: a part name or a filename hiding a NUL is not the
      * shorter name. */
     static const char *const parts[] = {
