@@ -153,7 +153,7 @@ static void set_request_id(struct ipd_req *r)
 {
     const char *c = ipd_req_header(r, "X-Request-Id");
     size_t n = 0;
-    if (c) {
+    if (c && !r->bad_header) {
         for (; c[n] && n < IPD_REQUEST_ID_MAX - 1; n++)
             if (!isalnum((unsigned char)c[n]) && !strchr("._:-", c[n]))
                 break;
@@ -239,6 +239,11 @@ static void start_request(struct ipd_req *r)
     const char *allow = NULL;
     if (!framing_ok(r))
         return;
+    /* Before routing, auth or any handler reads a C string of it. */
+    if (r->bytes_bad) {
+        ipd_req_bytes_refuse(r);
+        return;
+    }
     r->origin = allowed_origin(r);
     r->handler = ipd_route(r, &allow);
     if (!r->handler && !strcmp(r->method, "OPTIONS") && allow) {
@@ -299,8 +304,13 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
 {
     struct ipd_daemon *d = cls;
     struct ipd_req *r = ipd_xcalloc(1, sizeof(*r));
-    (void)uri;
     (void)conn;
+    /* The target as sent, before libmicrohttpd splits off the query and
+     * decodes the path in place: the router matches this. */
+    size_t n = strlen(uri);
+    const char *q = memchr(uri, '?', n);
+    r->raw_path = ipd_xstrndup(uri, q ? (size_t)(q - uri) : n);
+    r->raw_end = uri + n;
     r->app = d->app;
     r->start_us = now_us();
     ipd_buf_init(&r->body, IPD_JSON_BODY_MAX);
@@ -324,17 +334,18 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
 {
     struct ipd_daemon *d = cls;
     struct ipd_req *r = *req_cls;
-    (void)version;
 
     if (!r) {
         /* on_uri always runs first; this is only a safety net. */
         r = on_uri(d, url, conn);
+        r->raw_end = NULL;
         *req_cls = r;
     }
     if (!r->method) {
         r->conn = conn;
         r->method = method;
         r->path = url;
+        (void)ipd_req_bytes_check(r, version);
         set_request_id(r);
         /* The head is in; the body (if any) has its own deadline. */
         conn_deadline(d, conn, expects_body(r) ? "body" : NULL);
@@ -432,6 +443,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                  ? " aborted=client"
                  : " aborted=server");
     ipd_buf_release(&r->body);
+    free(r->raw_path);
     free(r);
     *req_cls = NULL;
     pthread_mutex_lock(&d->lock);
@@ -498,8 +510,10 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
 
     *out = NULL;
     if (ipd_listen_parse(c->listen, &ss, &sslen, &v6)) {
-        ipd_error("invalid listen address \"%s\" (want HOST:PORT with a "
-                  "numeric host)", c->listen);
+        /* ipd_config_load checked it already: only a caller that set
+         * the config by hand gets here. */
+        ipd_error("listen \"%s\" is not HOST:PORT (HOST: a numeric IPv4 "
+                  "address, [IPv6], localhost, or * or nothing)", c->listen);
         return IPD_ERR_INVALID;
     }
     /* One event loop per core: list requests are CPU-bound, and more

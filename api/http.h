@@ -117,7 +117,20 @@ struct ipd_req {
     struct ipd_app *app;
     struct MHD_Connection *conn;
     const char *method;        /* borrowed from MHD */
-    const char *path;          /* borrowed from MHD, without the query */
+    const char *path;          /* borrowed from MHD, without the query,
+                                  percent-decoded: for messages and the
+                                  log only, never for routing */
+    char *raw_path;            /* owned: the path as sent (still
+                                  percent-encoded, without the query);
+                                  what the router matches */
+    const char *raw_end;       /* the end of libmicrohttpd's copy of the
+                                  target, for ipd_req_bytes_check; NULL:
+                                  not known */
+    const char *bytes_bad;     /* what ipd_req_bytes_check refused, or
+                                  NULL */
+    bool bad_path;             /* it refused the path (404) ... */
+    bool bad_header;           /* ... or a header (400): no header is
+                                  read, X-Request-Id neither */
     const struct ipd_handler *handler;
     const char *route;         /* the route's pattern ("/v1/files/{id}"),
                                   "unmatched" or NULL before routing */
@@ -172,15 +185,29 @@ void ipd_reply_response(struct ipd_req *r, unsigned status,
 void ipd_reply_empty(struct ipd_req *r, unsigned status);
 
 /* request.c: header and query lookups (borrowed strings, NULL when
- * absent), and the JSON body. */
+ * absent), and the JSON body.  A header value holds no NUL (see
+ * ipd_req_bytes_check); a query value may, so it is only read with its
+ * length. */
 const char *ipd_req_header(struct ipd_req *r, const char *name);
-const char *ipd_req_query(struct ipd_req *r, const char *name);
-/* Query value with its length (may contain NUL bytes). */
+/* Query value with its length (may contain NUL bytes: a caller that
+ * wants a C string checks strlen against *len). */
 const char *ipd_req_query_n(struct ipd_req *r, const char *name,
                             size_t *len);
 /* The request body parsed as JSON (duplicate keys refused), a new
  * reference; NULL after replying 400 invalid_json. */
 json_t *ipd_req_json_body(struct ipd_req *r);
+
+/* Check the bytes of r's head before anything reads them as C strings
+ * (libmicrohttpd ends a header value, and its decoded path, at a NUL):
+ * the target holds no NUL; the path's segments decode to no NUL, no
+ * control byte, no "/" and valid UTF-8 (ipd_path_valid); no header name
+ * or value holds a NUL or a control byte other than a tab.  (Query
+ * values are read with their length: ipd_req_query_n.)  Sets r->bytes_bad to a message for the client
+ * (static) and returns false when one fails; replies nothing. */
+bool ipd_req_bytes_check(struct ipd_req *r, const char *version);
+/* Reply to a request ipd_req_bytes_check refused: 404 for its path (it
+ * addresses nothing), else 400. */
+void ipd_req_bytes_refuse(struct ipd_req *r);
 
 /* Authenticate the Authorization header into r->key; replies 401 and
  * returns false on failure. */
@@ -192,6 +219,10 @@ bool ipd_auth_user(struct ipd_req *r);
  * NULL with *allow set (a static "GET, POST, OPTIONS" list) when the path
  * exists but not the method; NULL with *allow NULL for an unknown path. */
 const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow);
+/* A raw (percent-encoded) path whose every segment decodes to bytes
+ * that are valid UTF-8 with no NUL, no control byte and no "/" (an
+ * encoded slash, "%2F", is refused as web servers do by default). */
+bool ipd_path_valid(const char *raw);
 /* The routing table, for tests that compare it with docs/openapi.json:
  * ipd_route_count() (method, pattern) pairs, one per handler (HEAD and
  * OPTIONS are implied, never listed).  ipd_route_at sets both to static

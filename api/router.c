@@ -1,9 +1,12 @@
 /*
- * router.c - (method, path) to handler.  Paths are matched segment by
- * segment; "{id}" matches one segment and is copied into r->param.
+ * router.c - (method, path) to handler.  The path as sent is matched
+ * segment by segment, each decoded with its length; "{id}" matches one
+ * segment and is copied into r->param.
  */
+#include <stdlib.h>
 #include <string.h>
 
+#include "../service/common/util.h"
 #include "http.h"
 
 struct method_handler {
@@ -49,26 +52,90 @@ static const struct route routes[] = {
      {{"GET", &ipd_h_session_variables}}},
 };
 
-/* Match path against pattern; the {id} segment goes to param. */
+static int hexval(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode the n raw bytes of one segment into out (cap bytes, no
+ * NUL added); a "%" without two hex digits stays itself, as
+ * libmicrohttpd leaves it.  The decoded length, or cap + 1 when it does
+ * not fit. */
+static size_t segment_decode(const char *s, size_t n, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < n; i++) {
+        char c = s[i];
+        if (c == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 &&
+            hexval(s[i + 2]) >= 0) {
+            c = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+            i += 2;
+        }
+        if (o == cap)
+            return cap + 1;
+        out[o++] = c;
+    }
+    return o;
+}
+
+/* The length of the segment at p (up to the next '/' or the end). */
+static size_t segment_len(const char *p)
+{
+    const char *e = strchr(p, '/');
+    return e ? (size_t)(e - p) : strlen(p);
+}
+
+bool ipd_path_valid(const char *raw)
+{
+    size_t len = strlen(raw);
+    char *seg = ipd_xmalloc(len + 1);
+    bool ok = true;
+    for (const char *p = raw; ok && *p;) {
+        if (*p == '/') {
+            p++;
+            continue;
+        }
+        size_t n = segment_len(p);
+        size_t m = segment_decode(p, n, seg, len);
+        for (size_t i = 0; ok && i < m; i++)
+            ok = (unsigned char)seg[i] >= 0x20 && seg[i] != 0x7f &&
+                 seg[i] != '/';
+        ok = ok && ipd_utf8_valid(seg, m);
+        p += n;
+    }
+    free(seg);
+    return ok;
+}
+
+/* Match the raw path against pattern, segment by segment, each segment
+ * percent-decoded with its length: a decoded NUL or "/" is a byte like
+ * any other, so "<id>%00" and "<id>%2Fcontent" are ids that exist
+ * nowhere, never <id>.  The {id} segment goes to param. */
 static bool match(const char *pattern, const char *path, char *param,
                   size_t param_size)
 {
+    char lit[64];
     while (*pattern && *path) {
         if (*pattern != '/' || *path != '/')
             return false;
         pattern++;
         path++;
-        const char *pe = strchr(pattern, '/');
-        const char *se = strchr(path, '/');
-        size_t pn = pe ? (size_t)(pe - pattern) : strlen(pattern);
-        size_t sn = se ? (size_t)(se - path) : strlen(path);
+        size_t pn = segment_len(pattern), sn = segment_len(path);
         if (pn == 4 && !strncmp(pattern, "{id}", 4)) {
-            if (!sn || sn >= param_size)
+            size_t m = segment_decode(path, sn, param, param_size - 1);
+            if (!m || m >= param_size || memchr(param, '\0', m))
                 return false;
-            memcpy(param, path, sn);
-            param[sn] = '\0';
-        } else if (pn != sn || strncmp(pattern, path, pn) != 0) {
-            return false;
+            param[m] = '\0';
+        } else {
+            size_t m = segment_decode(path, sn, lit, sizeof(lit));
+            if (m != pn || memcmp(pattern, lit, pn) != 0)
+                return false;
         }
         pattern += pn;
         path += sn;
@@ -80,7 +147,8 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow)
 {
     *allow = NULL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(routes); i++) {
-        if (!match(routes[i].pattern, r->path, r->param, sizeof(r->param)))
+        if (!match(routes[i].pattern, r->raw_path ? r->raw_path : r->path,
+                   r->param, sizeof(r->param)))
             continue;
         *allow = routes[i].allow;
         r->route = routes[i].pattern;

@@ -21,44 +21,155 @@ static void print_json(json_t *j)
     json_decref(j);
 }
 
-static int keys_create(const struct ipd_config *cfg, struct ipd_meta *m,
-                       const char **args, size_t n)
+/* What `keys SUBCOMMAND ...` asked for, checked before the store is
+ * opened. */
+struct keys_args {
+    const char *tenant; /* create, rotate-secret */
+    const char *policy; /* create */
+    bool admin;         /* create */
+    const char *key_id; /* revoke */
+};
+
+/* One option a subcommand takes: "--name VALUE" / "--name=VALUE" into
+ * *value, or the bare flag "--name" into *flag. */
+struct keys_opt {
+    const char *name;
+    const char **value;
+    bool *flag;
+};
+
+#define TENANT_CHARS "use 1-64 characters of A-Z a-z 0-9 _ . -"
+
+/* args[*i] as one of opts; false after a message (every failure is a
+ * usage error, exit 2). */
+static bool keys_opt_take(const char *cmd, const struct keys_opt *opts,
+                          const char **args, size_t n, size_t *i)
 {
-    const char *tenant = NULL, *policy = "standard";
-    bool admin = false;
+    const char *arg = args[*i] + 2;
+    size_t len = strcspn(arg, "=");
+    for (const struct keys_opt *o = opts; o->name; o++) {
+        if (strlen(o->name) != len || strncmp(o->name, arg, len) != 0)
+            continue;
+        if (o->flag && arg[len] == '=') {
+            fprintf(stderr, "interpd keys %s: option --%s takes no value\n",
+                    cmd, o->name);
+            return false;
+        }
+        if (o->flag) {
+            *o->flag = true;
+        } else if (arg[len] == '=') {
+            *o->value = arg + len + 1;
+        } else if (*i + 1 < n && strncmp(args[*i + 1], "--", 2) != 0) {
+            *o->value = args[++*i];
+        } else {
+            fprintf(stderr, "interpd keys %s: option --%s needs a value\n",
+                    cmd, o->name);
+            return false;
+        }
+        return true;
+    }
+    fprintf(stderr, "interpd keys %s: unknown option \"%.*s\"%s\n", cmd,
+            (int)len + 2, args[*i],
+            !strcmp(cmd, "list") ? " (keys list takes none; it always "
+                                   "prints JSON)"
+                                 : "");
+    return false;
+}
+
+/* The options and up to npos positional words of one subcommand; false
+ * after a message. */
+static bool keys_parse(const char *cmd, const struct keys_opt *opts,
+                       const char **args, size_t n, const char **pos,
+                       size_t npos)
+{
+    size_t got = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!strncmp(args[i], "--", 2) && args[i][2]) {
+            if (!keys_opt_take(cmd, opts, args, n, &i))
+                return false;
+        } else if (got < npos) {
+            pos[got++] = args[i];
+        } else {
+            fprintf(stderr, "interpd keys %s: unexpected argument \"%s\"\n",
+                    cmd, args[i]);
+            return false;
+        }
+    }
+    return true;
+}
+
+/* --tenant NAME given and valid; false after a message. */
+static bool tenant_ok(const char *cmd, const char *tenant)
+{
+    if (!tenant) {
+        fprintf(stderr, "interpd keys %s: --tenant NAME is required (%s)\n",
+                cmd, TENANT_CHARS);
+        return false;
+    }
+    if (!ipd_tenant_valid(tenant)) {
+        fprintf(stderr, "interpd keys %s: invalid tenant \"%s\": %s\n", cmd,
+                tenant, TENANT_CHARS);
+        return false;
+    }
+    return true;
+}
+
+/* args (after "keys") into *ka, every option and value checked: 0, or
+ * the exit status (2) after a message. */
+static int keys_args_check(const struct ipd_config *cfg, const char **args,
+                           size_t n, struct keys_args *ka)
+{
+    const char *cmd = args[0];
+    const struct keys_opt create[] = {{"tenant", &ka->tenant, NULL},
+                                      {"policy", &ka->policy, NULL},
+                                      {"admin", NULL, &ka->admin},
+                                      {NULL, NULL, NULL}};
+    const struct keys_opt tenant_only[] = {{"tenant", &ka->tenant, NULL},
+                                           {NULL, NULL, NULL}};
+    const struct keys_opt none[] = {{NULL, NULL, NULL}};
+    ka->policy = "standard";
+    if (!strcmp(cmd, "create")) {
+        if (!keys_parse(cmd, create, args + 1, n - 1, NULL, 0) ||
+            !tenant_ok(cmd, ka->tenant))
+            return 2;
+        if (!ipd_config_policy(cfg, ka->policy)) {
+            fprintf(stderr, "interpd keys create: unknown policy \"%s\" (the "
+                            "built-in strict, standard, networked, or one "
+                            "set with policy.NAME.FIELD in the config)\n",
+                    ka->policy);
+            return 2;
+        }
+    } else if (!strcmp(cmd, "list")) {
+        if (!keys_parse(cmd, none, args + 1, n - 1, NULL, 0))
+            return 2;
+    } else if (!strcmp(cmd, "revoke")) {
+        if (!keys_parse(cmd, none, args + 1, n - 1, &ka->key_id, 1))
+            return 2;
+        if (!ka->key_id) {
+            fprintf(stderr, "interpd keys revoke: KEY_ID is required (see "
+                            "`interpd keys list`)\n");
+            return 2;
+        }
+    } else if (!strcmp(cmd, "rotate-secret")) {
+        if (!keys_parse(cmd, tenant_only, args + 1, n - 1, NULL, 0) ||
+            !tenant_ok(cmd, ka->tenant))
+            return 2;
+    } else {
+        fprintf(stderr, "interpd keys: unknown command \"%s\" (create, "
+                        "list, revoke, rotate-secret)\n", cmd);
+        return 2;
+    }
+    return 0;
+}
+
+static int keys_create(struct ipd_meta *m, const struct keys_args *ka)
+{
     char plain[IPD_KEY_PLAIN_MAX];
     struct ipd_key k;
     char created[IPD_TIME_STR];
 
-    for (size_t i = 0; i < n; i++) {
-        if (!strcmp(args[i], "--admin"))
-            admin = true;
-        else if (!strcmp(args[i], "--tenant") && i + 1 < n)
-            tenant = args[++i];
-        else if (!strncmp(args[i], "--tenant=", 9))
-            tenant = args[i] + 9;
-        else if (!strcmp(args[i], "--policy") && i + 1 < n)
-            policy = args[++i];
-        else if (!strncmp(args[i], "--policy=", 9))
-            policy = args[i] + 9;
-        else {
-            fprintf(stderr, "interpd keys create: unexpected \"%s\"\n",
-                    args[i]);
-            return 2;
-        }
-    }
-    if (!tenant || !ipd_tenant_valid(tenant)) {
-        fprintf(stderr, "interpd keys create: --tenant NAME is required "
-                        "(1-64 characters of [A-Za-z0-9_.-])\n");
-        return 2;
-    }
-    if (!ipd_config_policy(cfg, policy)) {
-        fprintf(stderr, "interpd keys create: unknown policy \"%s\" (the "
-                        "built-in strict, standard, networked, or one set "
-                        "with policy.NAME.FIELD in the config)\n", policy);
-        return 2;
-    }
-    enum ipd_err rc = ipd_keys_create(m, tenant, admin, policy, plain, &k);
+    enum ipd_err rc = ipd_keys_create(m, ka->tenant, ka->admin, ka->policy,
+                                      plain, &k);
     if (rc) {
         fprintf(stderr, "interpd keys create: %s\n", ipd_err_name(rc));
         return 1;
@@ -103,53 +214,28 @@ static int keys_list(struct ipd_meta *m)
     return 0;
 }
 
-static int keys_revoke(struct ipd_meta *m, const char **args, size_t n)
+static int keys_revoke(struct ipd_meta *m, const char *key_id)
 {
-    if (n != 1) {
-        fprintf(stderr, "usage: interpd keys revoke KEY_ID\n");
-        return 2;
-    }
-    enum ipd_err rc = ipd_meta_key_revoke(m, args[0], ipd_now_ms());
+    enum ipd_err rc = ipd_meta_key_revoke(m, key_id, ipd_now_ms());
     if (rc == IPD_ERR_NOT_FOUND) {
-        fprintf(stderr, "interpd keys revoke: no key %s\n", args[0]);
+        fprintf(stderr, "interpd keys revoke: no key %s\n", key_id);
         return 1;
     }
     if (rc) {
         fprintf(stderr, "interpd keys revoke: %s\n", ipd_err_name(rc));
         return 1;
     }
-    fprintf(stderr, "revoked %s\n", args[0]);
+    fprintf(stderr, "revoked %s\n", key_id);
     return 0;
-}
-
-/* The tenant NAME of `--tenant NAME` or `--tenant=NAME`, the only
- * argument; NULL (after a message) otherwise. */
-static const char *tenant_arg(const char *cmd, const char **args, size_t n)
-{
-    const char *tenant = NULL;
-    if (n == 2 && !strcmp(args[0], "--tenant"))
-        tenant = args[1];
-    else if (n == 1 && !strncmp(args[0], "--tenant=", 9))
-        tenant = args[0] + 9;
-    if (!tenant || !ipd_tenant_valid(tenant)) {
-        fprintf(stderr, "usage: interpd keys %s --tenant NAME (1-64 "
-                        "characters of [A-Za-z0-9_.-])\n", cmd);
-        return NULL;
-    }
-    return tenant;
 }
 
 /* A new callback signing secret for every key of the tenant; the previous
  * one keeps signing (a second v1=) for --callback-secret-grace. */
 static int keys_rotate_secret(const struct ipd_config *cfg,
-                              struct ipd_meta *m, const char **args,
-                              size_t n)
+                              struct ipd_meta *m, const char *tenant)
 {
     char secret[IPD_SHA256_HEX];
-    const char *tenant = tenant_arg("rotate-secret", args, n);
     int64_t now = ipd_now_ms();
-    if (!tenant)
-        return 2;
     enum ipd_err rc = ipd_keys_rotate_secret(m, tenant, now, secret);
     if (rc == IPD_ERR_NOT_FOUND) {
         fprintf(stderr, "interpd keys rotate-secret: tenant %s has no "
@@ -177,7 +263,7 @@ static int keys_rotate_secret(const struct ipd_config *cfg,
 int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
 {
     struct ipd_stores st;
-    struct ipd_meta *m = NULL;
+    struct keys_args ka = {0};
     int code = 2;
     if (!nargs) {
         fprintf(stderr, "usage: interpd keys create --tenant NAME [--admin] "
@@ -185,6 +271,10 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
                         "revoke KEY_ID | rotate-secret --tenant NAME\n");
         return 2;
     }
+    /* Every argument first: a usage error opens nothing. */
+    code = keys_args_check(cfg, args, nargs, &ka);
+    if (code)
+        return code;
     struct ipd_buf why;
     ipd_buf_init(&why, 1024);
     enum ipd_err rc = ipd_stores_open_existing(cfg, false, &st, &why);
@@ -195,17 +285,14 @@ int ipd_cli_keys(struct ipd_config *cfg, const char **args, size_t nargs)
         return code;
     }
     ipd_buf_release(&why);
-    m = st.meta;
     if (!strcmp(args[0], "create"))
-        code = keys_create(cfg, m, args + 1, nargs - 1);
-    else if (!strcmp(args[0], "list") && nargs == 1)
-        code = keys_list(m);
+        code = keys_create(st.meta, &ka);
+    else if (!strcmp(args[0], "list"))
+        code = keys_list(st.meta);
     else if (!strcmp(args[0], "revoke"))
-        code = keys_revoke(m, args + 1, nargs - 1);
-    else if (!strcmp(args[0], "rotate-secret"))
-        code = keys_rotate_secret(cfg, m, args + 1, nargs - 1);
+        code = keys_revoke(st.meta, ka.key_id);
     else
-        fprintf(stderr, "interpd keys: unknown command \"%s\"\n", args[0]);
+        code = keys_rotate_secret(cfg, st.meta, ka.tenant);
     ipd_stores_close(&st);
     return code;
 }

@@ -21,16 +21,20 @@ static enum ipd_err collect(void *ctx, const void *data, size_t len)
     return ipd_buf_add(ctx, data, len);
 }
 
-/* The admin key: INTERPD_ADMIN_KEY, else <data-dir>/admin.key. */
-static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX])
+/* The admin key: INTERPD_ADMIN_KEY, else <data-dir>/admin.key; where it
+ * came from in from (for the messages). */
+static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX],
+                      char *from, size_t fromsz)
 {
     const char *env = getenv("INTERPD_ADMIN_KEY");
     if (env && *env) {
         snprintf(out, KEY_MAX, "%s", env);
+        snprintf(from, fromsz, "INTERPD_ADMIN_KEY");
         return strlen(env) < KEY_MAX;
     }
     char path[4096];
     snprintf(path, sizeof(path), "%s/admin.key", cfg->data_dir);
+    snprintf(from, fromsz, "%s", path);
     FILE *f = fopen(path, "re");
     if (!f) {
         fprintf(stderr, "interpd status: cannot read %s (%s); set "
@@ -41,7 +45,29 @@ static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX])
     bool ok = fgets(out, KEY_MAX, f) != NULL;
     fclose(f);
     out[strcspn(out, "\r\n")] = '\0';
+    if (!ok || !out[0])
+        fprintf(stderr, "interpd status: %s is empty; set "
+                        "INTERPD_ADMIN_KEY or --data-dir\n", path);
     return ok && out[0];
+}
+
+/* Why the server did not answer 200, in words: a refused key names where
+ * it came from. */
+static void say_refusal(const char *url, const char *from,
+                        const struct ipd_fetch_result *res,
+                        const struct ipd_buf *err, enum ipd_err rc)
+{
+    if (res->status == 401)
+        fprintf(stderr, "interpd status: %s refused the admin key from %s "
+                        "(401: not a key of this server's store, or "
+                        "revoked); set INTERPD_ADMIN_KEY or --data-dir to "
+                        "the server's\n", url, from);
+    else if (res->status == 403)
+        fprintf(stderr, "interpd status: %s refused the key from %s (403: "
+                        "not an admin key)\n", url, from);
+    else
+        fprintf(stderr, "interpd status: %s: %s\n", url,
+                err->len ? err->buf : ipd_err_name(rc));
 }
 
 /* The server's own address from --listen, with the parser it listens
@@ -55,7 +81,8 @@ static bool server_address(const struct ipd_config *cfg, char *host,
     socklen_t sslen = 0;
     bool v6 = false;
     if (ipd_listen_parse(cfg->listen, &ss, &sslen, &v6)) {
-        fprintf(stderr, "interpd status: invalid --listen %s\n", cfg->listen);
+        fprintf(stderr, "interpd status: listen \"%s\" is not HOST:PORT\n",
+                cfg->listen);
         return false;
     }
     if (v6) {
@@ -102,6 +129,7 @@ static bool print_json(const struct ipd_buf *body)
 int ipd_cli_status(struct ipd_config *cfg)
 {
     char key[KEY_MAX], host[256], auth[KEY_MAX + 32], allow_spec[300];
+    char from[4200];
     char addr[INET6_ADDRSTRLEN];
     unsigned port = 0;
     struct ipd_fetch_allowlist *allow = NULL;
@@ -115,7 +143,7 @@ int ipd_cli_status(struct ipd_config *cfg)
     ipd_fetch_result_init(&res);
 
     if (!server_address(cfg, host, sizeof(host), addr, &port) ||
-        !admin_key(cfg, key))
+        !admin_key(cfg, key, from, sizeof(from)))
         goto out;
     /* Our own server may be on a private address: let the guard through
      * to that one address only. */
@@ -136,8 +164,7 @@ int ipd_cli_status(struct ipd_config *cfg)
     struct ipd_fetch_sink sink = {.write = collect, .ctx = &body};
     enum ipd_err rc = ipd_fetch_get(&o, url.buf, &sink, &res, &err);
     if (rc) {
-        fprintf(stderr, "interpd status: %s: %s\n", url.buf,
-                err.len ? err.buf : ipd_err_name(rc));
+        say_refusal(url.buf, from, &res, &err, rc);
         goto out;
     }
     if (print_json(&body))

@@ -10,6 +10,7 @@
 
 #include "config.h"
 #include "common/util.h"
+#include "fetch/guard.h"
 
 enum opt_type { OPT_STRING, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_FD };
 
@@ -662,9 +663,11 @@ static const struct opt *parse_flag(int argc, const char *const *argv, int *i,
         ipd_buf_addf(err, "unknown option --%.*s", (int)len, arg);
         return NULL;
     }
+    /* "--listen --data-dir D": --listen has no value, and --data-dir is
+     * not one. */
     if (eq) {
         *value = eq + 1;
-    } else if (*i + 1 < argc) {
+    } else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
         *value = argv[++*i];
     } else {
         ipd_buf_addf(err, "option --%s needs a value", o->name);
@@ -679,7 +682,8 @@ static const char *config_file(int argc, const char *const *argv)
 {
     const char *file = getenv("INTERPD_CONFIG");
     for (int i = 0; i < argc; i++) {
-        if (!strcmp(argv[i], "--config") && i + 1 < argc)
+        if (!strcmp(argv[i], "--config") && i + 1 < argc &&
+            strncmp(argv[i + 1], "--", 2) != 0)
             file = argv[i + 1];
         else if (!strncmp(argv[i], "--config=", 9))
             file = argv[i] + 9;
@@ -703,7 +707,7 @@ static enum ipd_err policy_flag(struct ipd_config *c, int argc,
     key[nlen] = '\0';
     if (arg[2 + nlen] == '=') {
         value = arg + 2 + nlen + 1;
-    } else if (*i + 1 < argc) {
+    } else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
         value = argv[++*i];
     } else {
         ipd_buf_addf(err, "option --%s needs a value", key);
@@ -926,6 +930,34 @@ static bool check_policies(const struct ipd_config *c, struct ipd_buf *err)
     return true;
 }
 
+/* The values a running server would parse only when it gets to them
+ * (the listen address when it listens, the fetch allowlist when it wires
+ * URL ingest): parsed here, with the same parsers, so a bad one stops the
+ * program (exit 2) before anything is opened or started. */
+static bool check_formats(const struct ipd_config *c, struct ipd_buf *err)
+{
+    struct sockaddr_storage ss;
+    socklen_t sslen = 0;
+    bool v6 = false;
+    struct ipd_fetch_allowlist *allow = NULL;
+    if (ipd_listen_parse(c->listen ? c->listen : "", &ss, &sslen, &v6)) {
+        ipd_buf_addf(err, "listen \"%s\" is not HOST:PORT (HOST: a numeric "
+                          "IPv4 address, [IPv6], localhost, or * or nothing "
+                          "for every address; PORT: 0-65535, 0 for any free "
+                          "port)", c->listen ? c->listen : "");
+        return false;
+    }
+    struct ipd_buf why;
+    ipd_buf_init(&why, 1024);
+    enum ipd_err rc = ipd_fetch_allowlist_parse(c->fetch_allow, &allow, &why);
+    if (rc)
+        ipd_buf_addf(err, "fetch-allow \"%s\": %s", c->fetch_allow,
+                     why.len ? why.buf : ipd_err_name(rc));
+    ipd_fetch_allowlist_free(allow);
+    ipd_buf_release(&why);
+    return !rc;
+}
+
 enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
                              const char *const *argv, const char ***rest,
                              size_t *nrest, struct ipd_buf *err)
@@ -954,7 +986,7 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
     }
     if (!check_storage(c, err) || !make_absolute(&c->data_dir, "data-dir", err) ||
         !make_absolute(&c->venv_dir, "venv-dir", err) || !check_times(c, err) ||
-        !check_policies(c, err)) {
+        !check_policies(c, err) || !check_formats(c, err)) {
         rc = IPD_ERR_INVALID;
         goto out;
     }

@@ -82,7 +82,8 @@ int main(int argc, char **argv)
         goto out;
     }
     if (ipd_log_set_level(cfg.log_level)) {
-        fprintf(stderr, "interpd: unknown log level \"%s\"\n", cfg.log_level);
+        fprintf(stderr, "interpd %s: log-level \"%s\" is not one of debug, "
+                        "info, warn, error\n", cmd, cfg.log_level);
         goto out;
     }
     if (serve)

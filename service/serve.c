@@ -710,6 +710,23 @@ static void serve_close(struct server *sv)
     ipd_stores_close(&sv->stores);
 }
 
+/* The effective options, one "config NAME = VALUE (SOURCE)" log line
+ * each, like every other line of the log. */
+static void log_config(const struct ipd_config *cfg)
+{
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) {
+        ipd_warn("cannot list the configuration: %s", strerror(errno));
+        return;
+    }
+    ipd_config_print(cfg, f);
+    fclose(f);
+    ipd_log_lines(IPD_LOG_INFO, "", text, len, SIZE_MAX);
+    free(text);
+}
+
 int ipd_serve(struct ipd_config *cfg)
 {
     struct server sv;
@@ -724,7 +741,7 @@ int ipd_serve(struct ipd_config *cfg)
     if (ipd_metrics_new(IPD_VERSION, &sv.app.metrics))
         ipd_warn("metrics are unavailable");
     ipd_info("interpd %s starting", IPD_VERSION);
-    ipd_config_print(cfg, stderr);
+    log_config(cfg);
 
     /* Block the stop signals before any thread exists, so every thread
      * inherits the mask and only sigwait sees them. */

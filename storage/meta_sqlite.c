@@ -50,6 +50,7 @@
 
 #include <sqlite3.h>
 
+#include "../service/common/log.h"
 #include "meta.h"
 
 #define IPD_SQLITE_READERS 4
@@ -279,7 +280,7 @@ static enum ipd_err db_err(struct conn *c, int src, const char *what)
         break;
     }
     if (rc == IPD_ERR_IO || rc == IPD_ERR_INTERNAL || rc == IPD_ERR_NO_SPACE)
-        fprintf(stderr, "interpd: meta_sqlite: %s: %s (%d)\n", what,
+        ipd_error("meta_sqlite: %s: %s (%d)", what,
                 c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(src), ext);
     return rc;
 }
@@ -362,7 +363,7 @@ static enum ipd_err col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
     enum ipd_err rc = IPD_OK;
 
     if (!t || n < 0 || (size_t)n >= cap) {
-        fprintf(stderr, "interpd: meta_sqlite: column %s: %s\n",
+        ipd_error("meta_sqlite: column %s: %s",
                 sqlite3_column_name(st, col), t ? "too long" : "NULL");
         rc = IPD_ERR_INTERNAL;
         goto out;
@@ -1393,9 +1394,8 @@ static enum ipd_err migrate(struct conn *c)
     if (rc)
         goto out;
     if (version < 0 || version > SCHEMA_VERSION) {
-        fprintf(stderr,
-                "interpd: meta_sqlite: schema version %lld is newer than "
-                "this build (%d)\n",
+        ipd_error("meta_sqlite: schema version %lld is newer than this "
+                  "build (%d)",
                 (long long)version, SCHEMA_VERSION);
         rc = IPD_ERR_INTERNAL;
         goto out;
@@ -1428,7 +1428,7 @@ static int tighten(const char *name)
     if (rc && e == ENOENT)
         return 0;
     if (rc && (e == ELOOP || e == EPERM || e == EROFS)) {
-        fprintf(stderr, "interpd: meta_sqlite: %s: cannot make it 0600: %s\n",
+        ipd_warn("meta_sqlite: %s: cannot make it 0600: %s",
                 name, strerror(e));
         return 0;
     }
@@ -1473,7 +1473,7 @@ static enum ipd_err writer_open(struct meta_sqlite *s, const char *path)
 
     rc = own_files(path);
     if (rc) {
-        fprintf(stderr, "interpd: meta_sqlite: %s: %s\n", path,
+        ipd_error("meta_sqlite: %s: %s", path,
                 strerror(errno));
         goto out;
     }
@@ -1487,7 +1487,7 @@ static enum ipd_err writer_open(struct meta_sqlite *s, const char *path)
     if (rc)
         goto out;
     if (strcmp(mode, "wal") != 0) {
-        fprintf(stderr, "interpd: meta_sqlite: %s: journal mode %s, not wal\n",
+        ipd_error("meta_sqlite: %s: journal mode %s, not wal",
                 path, mode);
         rc = IPD_ERR_INTERNAL;
         goto out;
@@ -1524,8 +1524,7 @@ enum ipd_err ipd_meta_sqlite_open(const char *path, int busy_timeout_ms,
     /* Connections are NOMUTEX, but SQLite's shared state (the page cache,
      * the WAL index) still needs a threadsafe build. */
     if (!sqlite3_threadsafe()) {
-        fprintf(stderr, "interpd: meta_sqlite: libsqlite3 built without "
-                        "thread support\n");
+        ipd_error("meta_sqlite: libsqlite3 built without thread support");
         rc = IPD_ERR_INTERNAL;
         goto out;
     }

@@ -777,8 +777,12 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
         pip_failure(v, gen, &c, why);
         rc = IPD_ERR_INVALID;
     }
-    if (rc)
-        ipd_info("venv: pip install failed: %.2000s", c.err.buf);
+    if (rc) {
+        /* A warning, with pip's stderr one log line per line of it. */
+        ipd_warn("venv: pip install failed: %s%s", why->buf,
+                 c.err.len ? "; pip said:" : " (pip said nothing)");
+        ipd_log_lines(IPD_LOG_WARN, "venv: pip: ", c.err.buf, c.err.len, 60);
+    }
     cmd_release(&c);
     free(dir);
     free((void *)argv);

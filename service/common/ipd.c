@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "log.h"
 #include "ipd.h"
 
 const char *ipd_err_name(enum ipd_err err)
@@ -37,8 +38,7 @@ const char *ipd_err_name(enum ipd_err err)
 
 void ipd__assert_fail(const char *expr, const char *file, int line)
 {
-    fprintf(stderr, "interpd: assertion failed: %s (%s:%d)\n", expr, file,
-            line);
+    ipd_error("assertion failed: %s (%s:%d)", expr, file, line);
     abort();
 }
 
@@ -55,14 +55,14 @@ static void check_injected_failure(void)
         atomic_store(&loaded, 1);
     }
     if (fail_at > 0 && atomic_fetch_add(&alloc_count, 1) + 1 == fail_at) {
-        fprintf(stderr, "interpd: injected allocation failure\n");
+        ipd_error("injected allocation failure");
         abort();
     }
 }
 
 static void *oom(size_t size)
 {
-    fprintf(stderr, "interpd: out of memory allocating %zu bytes\n", size);
+    ipd_error("out of memory allocating %zu bytes", size);
     abort();
 }
 

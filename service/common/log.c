@@ -45,6 +45,30 @@ void ipd_log(enum ipd_log_level level, const char *fmt, ...)
     (void)w;
 }
 
+void ipd_log_lines(enum ipd_log_level level, const char *prefix,
+                   const char *text, size_t len, size_t max_lines)
+{
+    size_t shown = 0, more = 0;
+    if (level < threshold)
+        return;
+    for (size_t i = 0; i < len;) {
+        const char *nl = memchr(text + i, '\n', len - i);
+        size_t n = nl ? (size_t)(nl - (text + i)) : len - i;
+        size_t m = n;
+        while (m && text[i + m - 1] == '\r')
+            m--;
+        if (m && shown < max_lines) {
+            ipd_log(level, "%s%.*s", prefix, (int)m, text + i);
+            shown++;
+        } else if (m) {
+            more++;
+        }
+        i += n + 1;
+    }
+    if (more)
+        ipd_log(level, "%s(%zu more lines not shown)", prefix, more);
+}
+
 size_t ipd_log_escape(char *out, size_t outsz, const char *s, size_t len)
 {
     static const char hex[] = "0123456789abcdef";

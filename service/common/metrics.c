@@ -24,6 +24,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include "log.h"
 #include "metrics.h"
 #include "util.h"
 
@@ -209,7 +210,7 @@ static void *xaligned(size_t size)
                ~(size_t)(IPD_METRICS_CACHE_LINE - 1);
     void *p = aligned_alloc(IPD_METRICS_CACHE_LINE, n);
     if (!p) {
-        fprintf(stderr, "interpd: out of memory allocating %zu bytes\n", n);
+        ipd_error("out of memory allocating %zu bytes", n);
         abort();
     }
     memset(p, 0, n);

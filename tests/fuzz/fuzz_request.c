@@ -17,8 +17,9 @@
  * 5xx besides 503 unavailable and 507 quota_exceeded (nothing is injected
  * here, so anything else is a bug); every JSON error body parses (valid
  * UTF-8) with error.code matching the status, a message and the
- * request_id of X-Request-Id; and every 64 inputs /healthz still answers
- * 200.  A broken invariant prints the exchange and aborts.
+ * request_id of X-Request-Id; a first request whose target hides a NUL
+ * (raw, or "%00") never gets a 2xx or 3xx; and every 64 inputs /healthz
+ * still answers 200.  A broken invariant prints the exchange and aborts.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -313,6 +314,26 @@ static void check_reply(const struct reply *rp, const char *all, size_t all_len)
     }
 }
 
+/* Issue 20 item 5: does the first request line's target hide a NUL (a
+ * raw one anywhere, or "%00" in its path)?  Such a request addresses
+ * nothing and may never succeed: libmicrohttpd's decoded path is a C
+ * string, and "<id>%00" once reached <id>.  (A query key or value with
+ * "%00" is another key, or refused by the route that reads it.) */
+static bool target_hides_nul(const char *req, size_t len)
+{
+    const char *sp = memchr(req, ' ', len);
+    const char *end = req + len;
+    bool query = false;
+    for (const char *p = sp ? sp + 1 : end; p < end; p++) {
+        if (*p == '\r' || *p == '\n')
+            break;
+        query = query || *p == '?';
+        if (*p == '\0' || (!query && end - p >= 3 && !memcmp(p, "%00", 3)))
+            return true;
+    }
+    return false;
+}
+
 /* Check every response we can delimit: the first must be there unless
  * the server closed without answering (a request it could not parse at
  * all, or one cut short by our end-of-input).  Which pipelined request a
@@ -324,6 +345,7 @@ static void check_replies(const char *req, size_t req_len,
     size_t off = 0;
     bool bodiless = req_len >= 5 && !memcmp(req, "HEAD ", 5);
     bool head_later = req_len > 5 && memmem(req + 1, req_len - 1, "HEAD ", 5);
+    bool nul_target = target_hides_nul(req, req_len), final_seen = false;
     for (int i = 0; off < out->len; i++) {
         struct reply rp;
         const char *why;
@@ -335,6 +357,12 @@ static void check_replies(const char *req, size_t req_len,
             return; /* a later answer cut short by a close */
         }
         check_reply(&rp, out->buf, out->len);
+        if (!final_seen && rp.status >= 200) {
+            final_seen = true;
+            if (nul_target && rp.status < 400)
+                fail(out->buf, out->len,
+                     "a %u for a target that hides a NUL", rp.status);
+        }
         if (last || header_is(&rp, "Connection", "close"))
             return; /* anything after it is not an answer */
         off += rp.total;

@@ -6,6 +6,8 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <sys/stat.h>
+
 #include "harness.h"
 
 #ifndef ITEST_SOURCE_DIR
@@ -290,5 +292,48 @@ static void scheduled_sweep(void)
     itest_stop(s);
 }
 
+/* Regression (issue 20 item 8): `interpd status` with a key the server
+ * refuses said only "the URL answered 401".  It now says the key was
+ * refused and where it came from (the admin.key file, or
+ * INTERPD_ADMIN_KEY), and a non-admin key is told apart. */
+static void status_refused_key(void)
+{
+    struct itest_server *s = itest_start(NULL);
+    REQUIRE(s);
+    char *listen = itest_fmt("127.0.0.1:%d", s->port);
+    char *dir = itest_fmt("%s/other-data", s->tmp_dir);
+    char *keyfile = itest_fmt("%s/admin.key", dir);
+    REQUIRE(mkdir(dir, 0700) == 0);
+    FILE *f = fopen(keyfile, "w");
+    REQUIRE(f);
+    fputs("ipd_not_a_key_of_this_server\n", f);
+    fclose(f);
+    char *out = NULL;
+    int code = itest_cli(s, &out, "status", "--data-dir", dir, "--listen",
+                         listen, NULL);
+    CHECK_INT(code, 1);
+    CHECK(itest_cli_said(s, "refused the admin key from"));
+    CHECK(itest_cli_said(s, keyfile));
+    free(out);
+    out = NULL;
+    /* A tenant's key in the file: refused as not an admin key. */
+    char *key = NULL;
+    REQUIRE(itest_create_key(s, "acme", false, &key, NULL));
+    f = fopen(keyfile, "w");
+    REQUIRE(f);
+    fprintf(f, "%s\n", key);
+    fclose(f);
+    code = itest_cli(s, &out, "status", "--data-dir", dir, "--listen", listen,
+                     NULL);
+    CHECK_INT(code, 1);
+    CHECK(itest_cli_said(s, "(403: not an admin key)"));
+    free(out);
+    free(key);
+    free(keyfile);
+    free(dir);
+    free(listen);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(status_fields_and_counts), T(metrics_exposition),
-          T(status_command), T(scheduled_sweep))
+          T(status_command), T(scheduled_sweep), T(status_refused_key))

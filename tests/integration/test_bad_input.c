@@ -13,6 +13,8 @@
 #include <sys/time.h>
 #include "harness.h"
 
+#define N_OF(a) (sizeof(a) / sizeof((a)[0]))
+
 static struct itest_server *start_keyed(const char *const *args, char **key)
 {
     struct itest_opts o = {.args = args};
@@ -732,10 +734,345 @@ static void refusal_before_the_body_arrives(void)
     itest_stop(s);
 }
 
+/* ---- issue 20 item 5: ids are exact; request bytes reach no C string cut
+ * short ------------------------------------------------------------------ */
+
+/* Send raw bytes (one request, "Connection: close") and read the answer
+ * into buf; its status, 0 when none came. */
+static long raw_exchange(struct itest_server *s, const char *req, size_t len,
+                         char *buf, size_t bufsz)
+{
+    int fd = itest_connect(s);
+    if (fd < 0)
+        return 0;
+    struct timeval tv = {10, 0}; /* a bound, not a wait */
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    size_t got = 0;
+    ssize_t k;
+    if (itest_send_all(fd, req, len))
+        while (got < bufsz - 1 &&
+               (k = read(fd, buf + got, bufsz - 1 - got)) > 0)
+            got += (size_t)k;
+    buf[got] = '\0';
+    close(fd);
+    long status = 0;
+    if (!strncmp(buf, "HTTP/1.1 ", 9))
+        status = strtol(buf + 9, NULL, 10);
+    return status;
+}
+
+/* One request with its head given as raw bytes (hlen of them, NULs
+ * allowed), after the request line "<method> <target> HTTP/1.1". */
+static long raw_request(struct itest_server *s, const char *line,
+                        size_t line_len, const char *head, size_t hlen,
+                        char *buf, size_t bufsz)
+{
+    char req[4096];
+    size_t n = 0;
+    if (line_len + hlen + 64 >= sizeof(req))
+        return 0;
+    memcpy(req, line, line_len);
+    n += line_len;
+    n += (size_t)snprintf(req + n, sizeof(req) - n,
+                          " HTTP/1.1\r\nHost: x\r\nConnection: close\r\n");
+    memcpy(req + n, head, hlen);
+    n += hlen;
+    memcpy(req + n, "\r\n", 2);
+    n += 2;
+    return raw_exchange(s, req, n, buf, bufsz);
+}
+
+/* GET or DELETE path as u1: the status, and the body checked as the
+ * contract's JSON error when it is one. */
+static long status_of(struct itest_server *s, const char *key,
+                      const char *method, const char *path)
+{
+    struct itest_resp r;
+    long st = itest_request(s, method, path, key, "u1", NULL, NULL, 0, NULL,
+                            &r);
+    if (st >= 400 && strcmp(method, "HEAD") != 0)
+        CHECKF(itest_json_str(r.json, "error.code") != NULL,
+               "%s %s: %ld without a JSON error: %s", method, path, st,
+               r.body);
+    itest_resp_release(&r);
+    return st;
+}
+
+/* Regression (issue 20 item 5): GET /v1/sessions/<id>%00 answered 200 and
+ * DELETE 204 for <id>, and the same for /v1/files/<fid>%00 and its
+ * /content: the router saw libmicrohttpd's decoded path as a C string,
+ * which ends at the NUL.  A path that decodes to a NUL, a control byte,
+ * a "/" inside a segment or bytes that are not UTF-8 now addresses
+ * nothing: 404, on every route, and nothing is changed. */
+static void ids_exact_in_paths(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    struct itest_resp r;
+    itest_upload_raw(s, key, "u1", "a.txt", "text/plain", "hello", 5, NULL,
+                     &r);
+    CHECK_STATUS(&r, 201);
+    char *fid = itest_json_dup(r.json, "file_id");
+    itest_resp_release(&r);
+    itest_request(s, "POST", "/v1/sessions", key, "u1", "application/json",
+                  "{}", 2, NULL, &r);
+    CHECK_STATUS(&r, 201);
+    char *sid = itest_json_dup(r.json, "session_id");
+    itest_resp_release(&r);
+    itest_request(s, "POST", "/v1/executions", key, "u1", "application/json",
+                  "{\"code\":\"1\",\"async\":true}", 25, NULL, &r);
+    CHECK_STATUS(&r, 202);
+    char *eid = itest_json_dup(r.json, "execution_id");
+    itest_resp_release(&r);
+    REQUIRE(*fid && *sid && *eid);
+
+    /* A raw NUL or control byte in the request line (first: the
+     * DELETEs below would have removed the file on a server that
+     * honours them). */
+    char buf[4096];
+    for (int c = 0; c < 2; c++) {
+        char line[256];
+        int n = snprintf(line, sizeof(line), "GET /v1/files/%sX", fid);
+        line[n - 1] = c ? '\x01' : '\0';
+        n += snprintf(line + n, sizeof(line) - (size_t)n, "junk");
+        char head[512];
+        int h = snprintf(head, sizeof(head),
+                         "Authorization: Bearer %s\r\nX-User-Id: u1\r\n", key);
+        long st = raw_request(s, line, (size_t)n, head, (size_t)h, buf,
+                              sizeof(buf));
+        CHECKF(st == 404, "a raw 0x%02x after the id: want 404, got %ld: %.80s",
+               c, st, buf);
+    }
+
+    static const char *const tails[] = {"%00", "%00junk", "%00/", "%01",
+                                        "%0a", "%0D", "%1f", "%7f",
+                                        "%2f", "%2Fcontent", "%ff", "%c3"};
+    struct {
+        const char *method, *prefix, *id, *suffix;
+    } routes[] = {
+        {"GET", "/v1/files/", fid, ""},
+        {"HEAD", "/v1/files/", fid, ""},
+        {"OPTIONS", "/v1/files/", fid, ""},
+        {"DELETE", "/v1/files/", fid, ""},
+        {"GET", "/v1/files/", fid, "/content"},
+        {"GET", "/v1/sessions/", sid, ""},
+        {"DELETE", "/v1/sessions/", sid, ""},
+        {"GET", "/v1/sessions/", sid, "/variables"},
+        {"GET", "/v1/executions/", eid, ""},
+    };
+    for (size_t i = 0; i < N_OF(routes); i++) {
+        for (size_t t = 0; t < N_OF(tails); t++) {
+            char *path = itest_fmt("%s%s%s%s", routes[i].prefix, routes[i].id,
+                                   tails[t], routes[i].suffix);
+            long st = status_of(s, key, routes[i].method, path);
+            CHECKF(st == 404, "%s %s: want 404, got %ld", routes[i].method,
+                   path, st);
+            free(path);
+        }
+    }
+    /* Literal segments are exact too: a decoded NUL or "/" matches none. */
+    static const char *const lists[] = {"/v1/files%00", "/v1/files%00/x",
+                                        "/v1%2ffiles", "/v1/sessions%00",
+                                        "/healthz%00", "/v1/files%20"};
+    for (size_t i = 0; i < N_OF(lists); i++) {
+        long st = status_of(s, key, "GET", lists[i]);
+        CHECKF(st == 404, "GET %s: want 404, got %ld", lists[i], st);
+    }
+    /* ... while an escaped letter is still that letter. */
+    CHECKF(status_of(s, key, "GET", "/v1/fil%65s") == 200,
+           "GET /v1/fil%%65s is /v1/files");
+
+    /* Nothing was deleted: the file, its bytes, the session. */
+    char *path = itest_fmt("/v1/files/%s/content", fid);
+    itest_request(s, "GET", path, key, "u1", NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    CHECKF(r.len == 5 && !memcmp(r.body, "hello", 5), "content: %s",
+           r.body);
+    itest_resp_release(&r);
+    free(path);
+    path = itest_fmt("/v1/sessions/%s", sid);
+    itest_request(s, "GET", path, key, "u1", NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    const char *st = itest_json_str(r.json, "status");
+    CHECKF(st && strcmp(st, "ended") != 0, "the session ended: %s", r.body);
+    itest_resp_release(&r);
+    CHECKF(status_of(s, key, "DELETE", path) == 204, "DELETE %s", path);
+    free(path);
+    free(fid);
+    free(sid);
+    free(eid);
+    free(key);
+    itest_stop(s);
+}
+
+/* Issue 20 item 5, the rest of the class: every other place where request
+ * bytes that hide a NUL (or a control byte) could reach a C string.  Header
+ * values are refused before routing: libmicrohttpd keeps one only up to a
+ * NUL, so "X-User-Id: u1\0junk" was user u1, "Authorization: Bearer
+ * KEY\0junk" was KEY and "X-Request-Id: ab\0cd" was echoed as "ab".  JSON strings with
+ * \u0000 are refused by jansson (no JSON_ALLOW_NUL).  Multipart part names
+ * and filenames that hide a NUL are not cut to a shorter name. */
+static void nul_bytes_elsewhere(void)
+{
+    char *key;
+    struct itest_server *s = start_keyed(NULL, &key);
+    REQUIRE(s && key);
+    struct itest_resp r;
+
+    /* Query values are read with their length: a value a route reads
+     * that hides a NUL is refused (the filename's NUL becomes "_", as
+     * filename_controls shows), and a key that hides one is another
+     * key, never the shorter one. */
+    static const char *const queries[] = {
+        "/v1/files?limit=5%00x", "/v1/files?cursor=%00",
+        "/v1/files?limit=5%00",
+    };
+    for (size_t i = 0; i < N_OF(queries); i++) {
+        itest_request(s, "GET", queries[i], key, "u1", NULL, NULL, 0, NULL,
+                      &r);
+        CHECK_ERROR(&r, 400, "invalid_request");
+        itest_resp_release(&r);
+    }
+    itest_request(s, "POST", "/v1/files?filename=a.txt&ttl_hours=1%00", key,
+                  "u1", "text/plain", "abc", 3, NULL, &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    itest_resp_release(&r);
+    itest_request(s, "GET", "/v1/files?limit%00=abc&cursor%00x=zz", key, "u1",
+                  NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    itest_request(s, "POST", "/v1/files?filename%00=a.txt", key, "u1",
+                  "text/plain", "abc", 3, NULL, &r);
+    CHECK_ERROR(&r, 400, "invalid_request");
+    itest_resp_release(&r);
+
+    /* Header values: a NUL or a control byte other than a tab. */
+    struct {
+        const char *fmt; /* "@": the key; '#' is replaced by the byte */
+        char byte;
+    } heads[] = {
+        {"Authorization: Bearer @\r\nX-User-Id: u1#junk\r\n", '\0'},
+        {"Authorization: Bearer @#junk\r\nX-User-Id: u1\r\n", '\0'},
+        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nX-Request-Id: ab#cd\r\n",
+         '\0'},
+        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n", '\0'},
+        {"X-User-Id: u1\r\nAuthorization: Bearer @#\r\nAccept: x\r\n",
+         '\0'},
+        {"Authorization: Bearer @#\r\nX-User-Id: u1\r\n", '\x01'},
+        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n",
+         '\x1b'},
+        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n",
+         '\x7f'},
+    };
+    char buf[4096];
+    for (size_t i = 0; i < N_OF(heads); i++) {
+        char head[512];
+        const char *at = strchr(heads[i].fmt, '@');
+        int h = snprintf(head, sizeof(head), "%.*s%s%s",
+                         (int)(at - heads[i].fmt), heads[i].fmt, key, at + 1);
+        char *hash = memchr(head, '#', (size_t)h);
+        REQUIRE(hash);
+        *hash = heads[i].byte;
+        long st = raw_request(s, "GET /v1/files", 13, head, (size_t)h, buf,
+                              sizeof(buf));
+        CHECKF(st == 400 && strstr(buf, "\"invalid_request\"") &&
+                   !strstr(buf, "X-Request-Id: ab\r\n"),
+               "header case %zu (byte 0x%02x): want 400 invalid_request, "
+               "got %.200s",
+               i, (unsigned)(unsigned char)heads[i].byte, buf);
+    }
+    /* What stays allowed: a tab, a trailing blank, bare LF line ends. */
+    {
+        char req[1024];
+        int n = snprintf(req, sizeof(req),
+                         "GET /v1/files HTTP/1.1\nHost: x\nConnection: close\n"
+                         "Authorization: Bearer %s\nX-User-Id: u1\n"
+                         "Accept: a\tb \n\n",
+                         key);
+        long st = raw_exchange(s, req, (size_t)n, buf, sizeof(buf));
+        CHECKF(st == 200, "bare LF, tabs and blanks: want 200, got %.200s",
+               buf);
+    }
+
+    /* JSON strings with \u0000: jansson refuses them. */
+    static const struct {
+        const char *path, *body;
+    } jsons[] = {
+        {"/v1/executions", "{\"code\":\"print(1)\\u0000\"}"},
+        {"/v1/files", "{\"url\":\"http://example.com/\\u0000x\"}"},
+        {"/v1/sessions", "{\"policy\":\"standard\\u0000x\"}"},
+        {"/v1/packages", "{\"packages\":[\"numpy\\u0000x\"]}"},
+    };
+    for (size_t i = 0; i < N_OF(jsons); i++) {
+        itest_request(s, "POST", jsons[i].path, key, "u1", "application/json",
+                      jsons[i].body, strlen(jsons[i].body), NULL, &r);
+        CHECK_ERROR(&r, 400, "invalid_json");
+        itest_resp_release(&r);
+    }
+
+    /* JSON strings with another control byte reach checks that refuse
+     * them: a URL to ingest, a callback_url, a session id. */
+    static const struct {
+        const char *path, *body;
+        long status;
+        const char *code;
+    } ctls[] = {
+        {"/v1/files", "{\"url\":\"http://example.com/a\\u0001b\"}", 400,
+         "invalid_request"},
+        {"/v1/files", "{\"url\":\"http://exa\\u000ample.com/\"}", 400,
+         "invalid_request"},
+        {"/v1/executions",
+         "{\"code\":\"1\",\"async\":true,"
+         "\"callback_url\":\"https://example.com/\\u0001\"}",
+         400, "invalid_request"},
+        {"/v1/executions",
+         "{\"code\":\"1\",\"session_id\":\"sess_\\u0001\"}", 404,
+         "not_found"},
+    };
+    for (size_t i = 0; i < N_OF(ctls); i++) {
+        itest_request(s, "POST", ctls[i].path, key, "u1", "application/json",
+                      ctls[i].body, strlen(ctls[i].body), NULL, &r);
+        CHECK_ERROR(&r, ctls[i].status, ctls[i].code);
+        itest_resp_release(&r);
+    }
+
+    /* Multipart: a part name or a filename hiding a NUL is not the
+     * shorter name. */
+    static const char *const parts[] = {
+        "name=\"file#x\"; filename=\"a.txt\"",
+        "name=\"file\"; filename=\"a.txt#.exe\"",
+    };
+    for (size_t i = 0; i < N_OF(parts); i++) {
+        char body[512];
+        int b = snprintf(body, sizeof(body),
+                         "--XyZ\r\nContent-Disposition: form-data; %s\r\n"
+                         "Content-Type: text/plain\r\n\r\nhello\r\n--XyZ--\r\n",
+                         parts[i]);
+        *(char *)memchr(body, '#', (size_t)b) = '\0';
+        char req[1024];
+        int n = snprintf(req, sizeof(req),
+                         "POST /v1/files HTTP/1.1\r\nHost: x\r\n"
+                         "Connection: close\r\nAuthorization: Bearer %s\r\n"
+                         "X-User-Id: u1\r\nContent-Type: multipart/form-data; "
+                         "boundary=XyZ\r\nContent-Length: %d\r\n\r\n",
+                         key, b);
+        memcpy(req + n, body, (size_t)b);
+        long st = raw_exchange(s, req, (size_t)n + (size_t)b, buf,
+                               sizeof(buf));
+        CHECKF(st == 400 && strstr(buf, "\"invalid_request\""),
+               "multipart case %zu: want 400, got %.200s", i, buf);
+    }
+    check_nothing_stored(s, key, "requests hiding NUL bytes");
+    free(key);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(multipart_without_boundary), T(multipart_truncated),
           T(multipart_without_file_part), T(json_body), T(raw_without_filename),
           T(filename_paths), T(filename_controls), T(filename_lengths),
           T(filename_dots_empty_utf8), T(filename_bidi), T(bad_user_ids),
           T(oversized_default_limit), T(error_messages_stay_utf8),
           T(odd_transfer_encodings),
-          T(refusal_before_the_body_arrives), T(refused_reply_closes))
+          T(refusal_before_the_body_arrives), T(refused_reply_closes),
+          T(ids_exact_in_paths), T(nul_bytes_elsewhere))

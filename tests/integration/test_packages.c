@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <regex.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
@@ -1921,6 +1922,82 @@ static void stop_servers(void)
     index_stop();
 }
 
+/* Every line of the server's log has the "<time> <level> <text>" shape
+ * (the harness's own "==== harness" lines aside); *bad gets the first
+ * one that does not, *n the count of lines with a literal "\x0a" (a
+ * newline inside a message, escaped rather than logged as lines). */
+static size_t log_misfits(const char *log, char *bad, size_t badsz,
+                          size_t *escaped_nl)
+{
+    regex_t re;
+    size_t misfits = 0;
+    *escaped_nl = 0;
+    bad[0] = '\0';
+    if (regcomp(&re,
+                "^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}Z "
+                "(debug|info|warn|error) [^ ]",
+                REG_EXTENDED | REG_NOSUB) != 0) {
+        snprintf(bad, badsz, "(the test's regex does not compile)");
+        return 1;
+    }
+    for (const char *l = log; l && *l;) {
+        const char *e = strchr(l, '\n');
+        size_t n = e ? (size_t)(e - l) : strlen(l);
+        char *line = strndup(l, n);
+        if (!line)
+            abort();
+        if (strncmp(line, "==== harness", 12) != 0 &&
+            regexec(&re, line, 0, NULL, 0) != 0 && misfits++ == 0)
+            snprintf(bad, badsz, "%s", line);
+        if (strstr(line, "\\x0a"))
+            (*escaped_nl)++;
+        free(line);
+        l = e ? e + 1 : NULL;
+    }
+    regfree(&re);
+    return misfits;
+}
+
+/* Regression (issue 20 item 10): a failed pip install was logged at info
+ * with pip's stderr as one line full of "\x0a", and the `config` lines at
+ * start had no time and no level.  Now every line the service writes has
+ * one shape, a failed install is a warning, and pip's stderr is logged
+ * one line per line. */
+static void log_lines_one_format(void)
+{
+    struct srv_opts so;
+    if (!index_setup())
+        REQUIRE(!"the package index");
+    make_opts(&so, NULL);
+    struct itest_server *s = itest_start(&so.o);
+    REQUIRE(s);
+    CHECK_INSTALL(s, "ipdtest-alpha==9.9", "failed", NULL,
+                  "no such version: ipdtest-alpha==9.9");
+    CHECK_INSTALL(s, "ipdtest-broken", "failed", NULL, "deliberately broken");
+    struct itest_resp r;
+    itest_request(s, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL, &r);
+    CHECK_STATUS(&r, 200);
+    itest_resp_release(&r);
+    CHECK(itest_wait_log_line(s, 5000, "access method=GET path=/healthz",
+                              NULL));
+    char *log = itest_read_log(s);
+    REQUIRE(log);
+    char bad[512];
+    size_t nl = 0, misfits = log_misfits(log, bad, sizeof(bad), &nl);
+    CHECKF(misfits == 0, "%zu log lines of another shape, the first: %s",
+           misfits, bad);
+    CHECKF(nl == 0, "%zu log lines carry a newline as \\x0a", nl);
+    CHECKF(strstr(log, " info config listen = 127.0.0.1:0 (flag)\n") != NULL,
+           "no config line with a time and a level");
+    CHECKF(strstr(log, " warn venv: pip install failed: ") != NULL &&
+               !strstr(log, " info venv: pip install failed"),
+           "a failed install is not a warning");
+    CHECKF(strstr(log, " warn venv: pip: ERROR: ") != NULL,
+           "pip's stderr is not logged line by line");
+    free(log);
+    itest_stop(s);
+}
+
 TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(dependency_not_allowed), T(broken_package_fails),
           T(sdist_only_fails), T(import_after_install),
@@ -1935,4 +2012,4 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(no_such_version_named),
           T(auto_install_failure_remembered),
           T(auto_install_within_timeout), T(version_change_needs_admin),
-          T(stop_servers))
+          T(log_lines_one_format), T(stop_servers))
