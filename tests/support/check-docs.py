@@ -121,12 +121,18 @@ def cli_accepts(root):
         if expr.strip() in ("argv[1]", "cmd") and re.fullmatch(
                 r"-{0,2}[a-z][a-z-]*", w):
             top.add(w)
-    for expr, w in compared_words(os.path.join(root, "service",
-                                               "cli_keys.c")):
+    keys_c = os.path.join(root, "service", "cli_keys.c")
+    for expr, w in compared_words(keys_c):
         if re.fullmatch(r"--[a-z][a-z-]*=?", w):
             flags.add(w.rstrip("="))
-        elif expr.strip() == "args[0]" and re.fullmatch(r"[a-z][a-z-]*", w):
+        elif expr.strip() in ("args[0]", "cmd") and re.fullmatch(
+                r"[a-z][a-z-]*", w):
             subs.add(w)
+    # The options of a keys subcommand: the names in its struct keys_opt
+    # tables ({"tenant", &ka->tenant, NULL}), each taken as --name.
+    for w in re.findall(r'\{"([a-z][a-z-]*)",\s*(?:&|NULL)',
+                        open(keys_c).read()):
+        flags.add("--" + w)
     if not top or not subs or not flags:
         fail("found no %s in service/main.c and service/cli_keys.c: the "
              "parser changed shape; teach check-docs.py's cli_accepts" %
