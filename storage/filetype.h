@@ -19,6 +19,10 @@ struct ipd_filetype;
 enum ipd_err ipd_filetype_new(struct ipd_filetype **out);
 void ipd_filetype_free(struct ipd_filetype *ft); /* NULL is fine */
 
+/* How many libmagic handles the pool holds (for tests and the admin's
+ * arithmetic: each costs about 2-3 MiB of libmagic's caches).  Thread-safe. */
+size_t ipd_filetype_handles(struct ipd_filetype *ft);
+
 /*
  * Classify the file open at fd (read from offset 0 with pread; the offset is
  * not changed) whose user-facing name is filename.
