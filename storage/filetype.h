@@ -14,10 +14,16 @@
 struct ipd_filetype;
 
 /* Load the magic database.  *out is new; free with ipd_filetype_free.
- * Thread-safe to use from many threads after this (one magic_t per
- * thread inside, or a lock). */
+ * Thread-safe to use from many threads after this: a pool of libmagic
+ * handles, one per online CPU (2 to 8), all made here and sharing one
+ * mapping of the database, so the pool's memory is spent at start and does
+ * not grow with the number of detections at once (filetype_magic.c). */
 enum ipd_err ipd_filetype_new(struct ipd_filetype **out);
 void ipd_filetype_free(struct ipd_filetype *ft); /* NULL is fine */
+
+/* How many libmagic handles the pool holds (each costs about 2-3 MiB of
+ * libmagic's caches; the database is shared).  Thread-safe. */
+size_t ipd_filetype_handles(struct ipd_filetype *ft);
 
 /*
  * Classify the file open at fd (read from offset 0 with pread; the offset is

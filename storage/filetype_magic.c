@@ -6,8 +6,8 @@
  *
  * Threads: a magic_t is not thread-safe (it keeps its result, error and
  * scratch state inside), so each call needs a handle of its own.  We keep a
- * small pool of handles, created on demand up to POOL_MAX and handed out
- * under a mutex, rather than one handle per thread (a pthread key):
+ * pool of handles handed out under a mutex, rather than one handle per
+ * thread (a pthread key):
  *  - libmicrohttpd may run a thread per connection, and a per-thread handle
  *    would then pay magic_load (milliseconds, the whole database) for
  *    nearly every upload, where a pool loads it once per handle;
@@ -16,13 +16,35 @@
  *  - one handle behind a mutex would serialise the detection of concurrent
  *    uploads (libmagic's text tests scan the whole 1 MiB sample), which a
  *    pool avoids.
- * A caller finding all POOL_MAX handles busy waits for one to come back.
+ * A caller finding every handle busy waits for one to come back.
+ *
+ * Memory (issue 20 item 11): a handle costs the service about 11 MB of RSS
+ * once it has answered for text: magic_load maps the 8 MB compiled
+ * database privately per handle (about 7 MB of it becomes resident as the
+ * tests read it: page cache, but counted in each mapping's RSS), and the
+ * first text answer fills about 2-3 MB of libmagic's own caches.  The pool
+ * used to grow a handle whenever more detections than ever before ran at
+ * once (upload threads, fetch threads and execution workers all detect), so
+ * a soak's RSS took an 11 MB step at a random time.  Now:
+ *  - the pool is made whole by ipd_filetype_new, one handle per online CPU
+ *    (at least 2, at most POOL_MAX): detection is CPU-bound, so handles
+ *    beyond the cores only buy memory; and each handle answers one short
+ *    text first, so its caches are filled at start, not hours later;
+ *  - every handle loads the same read-only mapping of the compiled
+ *    database (magic_load_buffers: libmagic uses the buffer in place), so
+ *    the database is resident once, whatever the number of handles.  When
+ *    the default path holds more than one compiled database or a text
+ *    magic file with entries (which only magic_load can compile), each
+ *    handle loads its own, as before.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -35,64 +57,124 @@
  * (and text tests at all of what they get); a file that is text for 1 MiB
  * and something else after is called text. */
 #define SAMPLE_MAX (1024 * 1024)
+/* A text magic file larger than this is taken to have entries. */
+#define TEXT_MAGIC_MAX (64 * 1024)
 
 struct ipd_filetype {
     pthread_mutex_t lock; /* guards the fields below */
-    pthread_cond_t cond;  /* signalled when a handle goes back or dies */
+    pthread_cond_t cond;  /* signalled when a handle goes back */
     magic_t idle[POOL_MAX];
     size_t n_idle;        /* handles in idle[] */
     size_t n_open;        /* handles that exist: idle and lent out */
+    void *db;             /* the compiled database, mapped read-only once
+                           * for every handle; NULL: each loads its own */
+    size_t db_len;
 };
 
-/* A new handle with the default database loaded, or NULL. */
-static magic_t handle_open(void)
+/* True if the text magic file at path has no entries (only comments and
+ * blank lines), as Debian's /etc/magic ships: skipping it changes nothing.
+ * A file that cannot be read, or is large, counts as having entries. */
+static bool text_magic_empty(const char *path)
+{
+    char line[512];
+    bool empty = false;
+    long size = 0;
+    FILE *f = fopen(path, "re");
+
+    if (!f)
+        goto out;
+    empty = true;
+    while (empty && fgets(line, sizeof(line), f)) {
+        size_t lead = strspn(line, " \t\r\n");
+        size += (long)strlen(line);
+        empty = size <= TEXT_MAGIC_MAX &&
+                (line[lead] == '\0' || line[lead] == '#');
+    }
+    empty = empty && !ferror(f);
+out:
+    if (f)
+        fclose(f);
+    return empty;
+}
+
+/* Map the compiled database of libmagic's default path (magic_getpath:
+ * the MAGIC environment variable, else the built-in list) into ft->db, if
+ * that path is one compiled database plus missing or entry-free parts;
+ * else leave ft->db NULL. */
+static void db_map(struct ipd_filetype *ft)
+{
+    const char *list = magic_getpath(NULL, 0);
+    char *copy = list ? strdup(list) : NULL, *save = NULL, *part;
+    char mgc[4096] = "";
+    struct stat st;
+    int fd = -1;
+    bool ok = copy != NULL;
+
+    for (part = copy ? strtok_r(copy, ":", &save) : NULL; ok && part;
+         part = strtok_r(NULL, ":", &save)) {
+        size_t len = strlen(part);
+        bool is_mgc = len >= 4 && strcmp(part + len - 4, ".mgc") == 0;
+        char cand[4096];
+        /* libmagic tries PART.mgc first, then PART as text. */
+        ok = (size_t)snprintf(cand, sizeof(cand), "%s%s", part,
+                              is_mgc ? "" : ".mgc") < sizeof(cand);
+        if (ok && stat(cand, &st) == 0 && S_ISREG(st.st_mode)) {
+            ok = mgc[0] == '\0';
+            memcpy(mgc, cand, sizeof(mgc));
+        } else if (ok && stat(part, &st) == 0) {
+            ok = S_ISREG(st.st_mode) && text_magic_empty(part);
+        }
+    }
+    if (!ok || !mgc[0])
+        goto out;
+    fd = open(mgc, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || fstat(fd, &st) != 0 || st.st_size <= 0)
+        goto out;
+    ft->db = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (ft->db == MAP_FAILED)
+        ft->db = NULL;
+    else
+        ft->db_len = (size_t)st.st_size;
+out:
+    if (fd >= 0)
+        close(fd);
+    free(copy);
+}
+
+/* A new handle with the database loaded (ft's shared mapping, else the
+ * default path) and its caches filled, or NULL. */
+static magic_t handle_open(struct ipd_filetype *ft)
 {
     size_t bytes_max = SAMPLE_MAX;
+    void *bufs[1] = {ft->db};
+    size_t lens[1] = {ft->db_len};
     /* MAGIC_ERROR: report errors as a NULL result rather than as text in
      * the answer.  No MAGIC_COMPRESS: never decompress untrusted input. */
     magic_t m = magic_open(MAGIC_MIME_TYPE | MAGIC_ERROR);
     if (!m)
         goto out;
-    if (magic_load(m, NULL) != 0 ||
+    if ((ft->db ? magic_load_buffers(m, bufs, lens, 1)
+                : magic_load(m, NULL)) != 0 ||
         magic_setparam(m, MAGIC_PARAM_BYTES_MAX, &bytes_max) != 0) {
         magic_close(m);
         m = NULL;
+        goto out;
     }
+    /* The first text answer fills libmagic's caches (about 2 MiB): pay it
+     * now, at start, not at the first text upload. */
+    (void)magic_buffer(m, "interpd\n", 8);
 out:
     return m;
 }
 
 /* Borrow a handle: *out is lent to the caller until handle_release. */
-static enum ipd_err handle_acquire(struct ipd_filetype *ft, magic_t *out)
+static void handle_acquire(struct ipd_filetype *ft, magic_t *out)
 {
-    enum ipd_err rc = IPD_OK;
-    bool create = false;
-
-    *out = NULL;
     pthread_mutex_lock(&ft->lock);
-    while (ft->n_idle == 0 && ft->n_open >= POOL_MAX)
+    while (ft->n_idle == 0)
         pthread_cond_wait(&ft->cond, &ft->lock);
-    if (ft->n_idle) {
-        *out = ft->idle[--ft->n_idle];
-    } else {
-        ft->n_open++;
-        create = true;
-    }
+    *out = ft->idle[--ft->n_idle];
     pthread_mutex_unlock(&ft->lock);
-    if (!create)
-        goto out;
-
-    /* Outside the lock: loading the database takes milliseconds. */
-    *out = handle_open();
-    if (!*out) {
-        pthread_mutex_lock(&ft->lock);
-        ft->n_open--;
-        pthread_cond_signal(&ft->cond);
-        pthread_mutex_unlock(&ft->lock);
-        rc = IPD_ERR_INTERNAL;
-    }
-out:
-    return rc;
 }
 
 static void handle_release(struct ipd_filetype *ft, magic_t m)
@@ -104,26 +186,49 @@ static void handle_release(struct ipd_filetype *ft, magic_t m)
     pthread_mutex_unlock(&ft->lock);
 }
 
+/* The pool's size: one handle per online CPU, at least 2, at most
+ * POOL_MAX. */
+static size_t pool_size(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 2 ? 2 : cpus > POOL_MAX ? POOL_MAX : (size_t)cpus;
+}
+
 enum ipd_err ipd_filetype_new(struct ipd_filetype **out)
 {
     enum ipd_err rc = IPD_OK;
     struct ipd_filetype *ft = ipd_xcalloc(1, sizeof(*ft));
-    magic_t m = NULL;
+    size_t want = pool_size();
 
     *out = NULL;
     IPD_ASSERT(pthread_mutex_init(&ft->lock, NULL) == 0);
     IPD_ASSERT(pthread_cond_init(&ft->cond, NULL) == 0);
-    /* Load one handle now, so a missing or broken database fails at
-     * startup rather than on the first upload. */
-    rc = handle_acquire(ft, &m);
-    if (rc)
-        goto out;
-    handle_release(ft, m);
+    db_map(ft);
+    /* Every handle now: a missing or broken database fails at startup,
+     * and the pool's memory is all spent here (see the top of the file). */
+    while (ft->n_open < want) {
+        magic_t m = handle_open(ft);
+        if (!m) {
+            rc = IPD_ERR_INTERNAL;
+            goto out;
+        }
+        ft->idle[ft->n_idle++] = m;
+        ft->n_open++;
+    }
     *out = ft;
     ft = NULL;
 out:
     ipd_filetype_free(ft);
     return rc;
+}
+
+size_t ipd_filetype_handles(struct ipd_filetype *ft)
+{
+    size_t n;
+    pthread_mutex_lock(&ft->lock);
+    n = ft->n_open;
+    pthread_mutex_unlock(&ft->lock);
+    return n;
 }
 
 void ipd_filetype_free(struct ipd_filetype *ft)
@@ -134,6 +239,9 @@ void ipd_filetype_free(struct ipd_filetype *ft)
     IPD_ASSERT(ft->n_idle == ft->n_open);
     for (size_t i = 0; i < ft->n_idle; i++)
         magic_close(ft->idle[i]);
+    /* After the handles: they point into it. */
+    if (ft->db)
+        munmap(ft->db, ft->db_len);
     pthread_cond_destroy(&ft->cond);
     pthread_mutex_destroy(&ft->lock);
     free(ft);
@@ -209,9 +317,7 @@ enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft,
 
     mime[0] = '\0';
     file_type[0] = '\0';
-    enum ipd_err rc = handle_acquire(ft, &m);
-    if (rc)
-        return rc;
+    handle_acquire(ft, &m);
     answer = magic_buffer(m, head, n);
     /* The answer lives in the handle until its next call: copy it before
      * the handle goes back.  No answer (libmagic failed on these bytes)

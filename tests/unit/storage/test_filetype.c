@@ -883,6 +883,106 @@ static void test_detect_threads(void)
     }
 }
 
+/* Mappings of a compiled magic database (a path ending in ".mgc") in
+ * this process. */
+static size_t mgc_mappings(void)
+{
+    char line[1024];
+    size_t n = 0;
+    FILE *f = fopen("/proc/self/maps", "r");
+    CHECK(f != NULL);
+    if (!f)
+        return 0;
+    while (fgets(line, sizeof(line), f)) {
+        size_t len = strcspn(line, "\n");
+        if (len >= 4 && memcmp(line + len - 4, ".mgc", 4) == 0)
+            n++;
+    }
+    fclose(f);
+    return n;
+}
+
+/* One handle per online CPU, at least 2 and at most 8 (the pool's size). */
+static size_t pool_size_want(void)
+{
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    return cpus < 2 ? 2 : cpus > 8 ? 8 : (size_t)cpus;
+}
+
+/*
+ * Issue 20 item 11: the pool grew a handle whenever more detections than
+ * ever before ran at once, and each handle mapped the 8 MB database again
+ * and filled libmagic's caches: a step of about 11 MB of the service's RSS
+ * at a random time, hours into a run.  The pool is made whole at
+ * ipd_filetype_new, one handle per CPU, and its handles share one mapping
+ * of the database: many threads detecting at once (test_detect_threads
+ * ran 16 on ft_shared) add no handle and no mapping.
+ */
+static void test_pool_made_once(void)
+{
+    struct ipd_filetype *ft = NULL;
+    size_t maps0 = mgc_mappings();
+
+    CHECK_INT(ipd_filetype_handles(ft_shared), pool_size_want());
+    CHECK_INT(maps0, 1);
+    CHECK_INT(ipd_filetype_new(&ft), IPD_OK);
+    CHECK_INT(ipd_filetype_handles(ft), pool_size_want());
+    /* A pool of its own maps the database once more, and only once. */
+    CHECK_INT(mgc_mappings(), maps0 + 1);
+    ipd_filetype_free(ft);
+    CHECK_INT(mgc_mappings(), maps0);
+}
+
+/* A pool under MAGIC=LIST: the detected MIME type of "INTERPDTEST\n" and
+ * the mappings of a compiled database its handles added. */
+static void pool_with_magic(const char *list, char mime[IPD_MIME_MAX],
+                            size_t *maps)
+{
+    struct ipd_filetype *ft = NULL;
+    char t[IPD_FILE_TYPE_MAX];
+    size_t maps0 = mgc_mappings();
+
+    mime[0] = '\0';
+    *maps = 0;
+    REQUIRE(setenv("MAGIC", list, 1) == 0);
+    CHECK_INT(ipd_filetype_new(&ft), IPD_OK);
+    unsetenv("MAGIC");
+    if (!ft)
+        return;
+    *maps = mgc_mappings() - maps0;
+    CHECK_INT(ipd_filetype_detect_buf(ft, "INTERPDTEST\n", 12, NULL, 12,
+                                      "x", mime, t),
+              IPD_OK);
+    ipd_filetype_free(ft);
+}
+
+/* The shared mapping keeps libmagic's semantics: a text magic file with
+ * entries on the path (only magic_load compiles it) makes every handle load
+ * its own, and its entries answer; one with only comments is skipped. */
+static void test_pool_text_magic(void)
+{
+    static const char entry[] = "0 string INTERPDTEST interpd test\n"
+                                "!:mime text/x-interpd-test\n";
+    static const char comments[] = "# local magic\n\n  # none yet\n";
+    char list[1200], p1[512], p2[512], mime[IPD_MIME_MAX];
+    size_t maps = 0;
+
+    REQUIRE(write_file("local.magic", entry, strlen(entry)) == 0);
+    REQUIRE(write_file("empty.magic", comments, strlen(comments)) == 0);
+    path_of("local.magic", p1);
+    path_of("empty.magic", p2);
+
+    snprintf(list, sizeof(list), "%s:/usr/share/misc/magic", p1);
+    pool_with_magic(list, mime, &maps);
+    CHECK_STR(mime, "text/x-interpd-test");
+    CHECK_INT(maps, pool_size_want());
+
+    snprintf(list, sizeof(list), "%s:/usr/share/misc/magic", p2);
+    pool_with_magic(list, mime, &maps);
+    CHECK_STR(mime, "text/plain");
+    CHECK_INT(maps, 1);
+}
+
 static void test_new_free(void)
 {
     struct ipd_filetype *ft = NULL;
@@ -909,7 +1009,7 @@ static void teardown(void)
         "junk.csv",    "junk.parquet", "evil.png",    "book.xlsx",
         "book.bin",    "book2.xlsx",  "files.zip",    "files.csv",
         "app.db",      "t.parquet",   "t.bin",        "half.parquet",
-        "off.csv",
+        "off.csv",     "local.magic", "empty.magic",
     };
     char path[512];
     ipd_filetype_free(ft_shared);
@@ -934,4 +1034,5 @@ TEST_MAIN(T(test_classify_table), T(test_classify_long_inputs),
           T(test_detect_binary_formats), T(test_detect_elf_named_png),
           T(test_detect_zip_and_office), T(test_detect_sqlite),
           T(test_detect_parquet), T(test_detect_keeps_offset),
-          T(test_detect_bad_fd), T(test_detect_threads), T(teardown))
+          T(test_detect_bad_fd), T(test_detect_threads),
+          T(test_pool_made_once), T(test_pool_text_magic), T(teardown))
