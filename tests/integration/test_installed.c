@@ -72,11 +72,11 @@ static void check_config_line(struct itest_server *s, const char *opt,
     char *log = itest_read_log(s);
     char *want = itest_fmt("config %s = %s/share/interpd%s%s (default)\n",
                            opt, prefix, file ? "/" : "", file ? file : "");
-    CHECKF(log && strstr(log, want), "no line \"%.*s\" in the log; it says:\n%s",
+    const char *said = log ? strstr(log, "config prelude-dir") : NULL;
+    CHECKF(log && strstr(log, want),
+           "no line \"%.*s\" in the log; it says: %.*s",
            (int)strlen(want) - 1, want,
-           log && strstr(log, "config prelude-dir")
-               ? strstr(log, "config prelude-dir")
-               : "(nothing)");
+           said ? (int)strcspn(said, "\n") : 9, said ? said : "(nothing)");
     free(want);
     free(log);
 }
@@ -179,12 +179,14 @@ static void missing_zygote_says_why(void)
     CHECKF(m && strstr(m, "could not start") && strstr(m, "zygote.py") &&
                strstr(m, "exit status 2"),
            "503's message: %s", r.body);
+    printf("first call: %ld %s\n", r.status, m ? m : r.body);
     itest_resp_release(&r);
     call(s, "inst_broken", sid, "x = 1\n", &r);
     CHECK_STATUS(&r, 410);
     m = itest_json_str(r.json, "error.message");
     CHECKF(m && strstr(m, "zygote.py") && strstr(m, "exit status 2"),
            "410's message: %s", r.body);
+    printf("next call: %ld %s\n", r.status, m ? m : r.body);
     itest_resp_release(&r);
     free(sid);
     itest_stop(s);
