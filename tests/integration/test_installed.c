@@ -50,7 +50,9 @@ static void install_prefix(void)
     prefix = strdup(tmpl);
     const char *argv[] = {cmake, "--install", build, "--prefix", prefix,
                           NULL};
-    CHECK_INT(itest_run(argv, NULL, 120000), 0);
+    /* A DESTDIR in the environment would put the tree elsewhere. */
+    static const char *const unset[] = {"DESTDIR", NULL};
+    CHECK_INT(itest_run(argv, unset, 120000), 0);
     char *bin = itest_fmt("%s/bin/interpd", prefix);
     CHECK(access(bin, X_OK) == 0);
     setenv("INTERPD_BIN", bin, 1);
