@@ -1247,8 +1247,12 @@ static void execution_across_switch(void)
              &r);
     CHECK_EXEC(&r, true, "alpha 2.0\n");
     itest_resp_release(&r);
-    /* The next install collects the generation nobody holds now. */
+    /* A request with nothing to install touches no generation; the next
+     * install that runs pip collects the ones nobody holds now (the old
+     * one, and 2.0's once 1.0 is current again: an admin key may). */
     CHECK_INSTALL(s, "ipdtest-alpha==2.0", "already_installed", "2.0", NULL);
+    CHECKF(gen_exists(s, old), "%s went with nothing installed", old);
+    CHECK_INSTALL(s, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
     CHECKF(!gen_exists(s, old), "%s is still there", old);
     int ngen, nstray;
     char names[1024];
