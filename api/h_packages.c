@@ -8,6 +8,9 @@
  * one installer thread (bg.c; installs are serialised by the venv
  * anyway); beyond IPD_INSTALL_QUEUE_MAX waiting requests, or beyond the
  * tenant's share (its key's policy's tenant-installs), the answer is 429.
+ * A request that would install nothing (every requirement refused or
+ * already met) is answered on the event thread without queueing
+ * (ipd_venv_install_nothing: a small file read, no lock, no sandbox).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -151,6 +154,14 @@ static void packages_install(struct ipd_req *r)
     if (!j)
         return;
     r->state = j;
+    /* Nothing to install (all refused, or all there already): answered
+     * here, in milliseconds, without queueing behind an install. */
+    if (ipd_venv_install_nothing(r->app->venv, (const char *const *)j->reqs,
+                                 j->n, &j->results)) {
+        ipd_reply_json(r, MHD_HTTP_OK,
+                       json_pack("{s:O}", "results", j->results));
+        return;
+    }
     const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
     j->submitted = ipd_bg_submit_shared(
         r->app->pkgs, r, install_run, kp ? kp->tenant_installs : -25,

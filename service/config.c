@@ -3,6 +3,7 @@
  */
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
@@ -553,6 +554,59 @@ enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,
     return set_opt(c, o, value, source, err);
 }
 
+/*
+ * An installed interpd reads its files (prelude.py, zygote.py, the package
+ * lists: CMakeLists.txt's IPD_SHARE_FILES) from <dir of the
+ * executable>/../share/interpd when that holds prelude.py, wherever the
+ * prefix is (cmake --install --prefix, DESTDIR, a moved tree): otherwise
+ * an installed copy of a build tree's binary would read the source tree's
+ * files, and a binary built for another prefix would miss them.  Else the
+ * compiled-in dirs stay the defaults.  New string (free()) or NULL.
+ */
+static char *installed_share_dir(void)
+{
+    char exe[PATH_MAX], path[PATH_MAX + 64];
+    ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+    char *slash;
+
+    if (n <= 0)
+        return NULL;
+    exe[n] = '\0';
+    slash = strrchr(exe, '/');
+    if (!slash)
+        return NULL;
+    *slash = '\0';
+    snprintf(path, sizeof(path), "%s/../share/interpd/prelude.py", exe);
+    if (access(path, R_OK))
+        return NULL;
+    snprintf(path, sizeof(path), "%s/../share/interpd", exe);
+    return realpath(path, NULL);
+}
+
+static void installed_defaults(struct ipd_config *c)
+{
+    static const char *const lists[][2] = {
+        {"allowlist", "allowlist.txt"},
+        {"allowed-deps", "allowed-deps.txt"},
+        {"import-names", "import-names.txt"}};
+    char *dir = installed_share_dir();
+    char path[PATH_MAX + 64];
+    struct ipd_buf err;
+
+    if (!dir)
+        return;
+    ipd_buf_init(&err, 256);
+    IPD_ASSERT(ipd_config_set(c, "prelude-dir", dir, "default", &err) ==
+               IPD_OK);
+    for (size_t i = 0; i < IPD_ARRAY_LEN(lists); i++) {
+        snprintf(path, sizeof(path), "%s/%s", dir, lists[i][1]);
+        IPD_ASSERT(ipd_config_set(c, lists[i][0], path, "default", &err) ==
+                   IPD_OK);
+    }
+    ipd_buf_release(&err);
+    free(dir);
+}
+
 void ipd_config_init(struct ipd_config *c)
 {
     struct ipd_buf err;
@@ -564,6 +618,7 @@ void ipd_config_init(struct ipd_config *c)
                        IPD_OK);
         c->source[i] = "default";
     }
+    installed_defaults(c);
     memcpy(c->policies, builtin_policies, sizeof(builtin_policies));
     c->n_policies = IPD_ARRAY_LEN(builtin_policies);
     ipd_buf_release(&err);

@@ -507,3 +507,85 @@ bool ipd_requirement_list_ok(const json_t *list, char *why, size_t whysz)
     }
     return true;
 }
+
+/* ---- is an installed version enough? ------------------------------------ */
+
+#define REL_MAX 8 /* release segments compared (1.24.2 is 3) */
+
+/* A plain release version ("1.24.2": digits and dots, at most REL_MAX
+ * segments) into rel, zero-padded; its segment count, or 0 when v is
+ * anything else (pre, post, dev, local, epoch: pip decides those). */
+static size_t release_parse(const char *v, size_t len, long rel[REL_MAX])
+{
+    size_t n = 0, i = 0;
+    memset(rel, 0, REL_MAX * sizeof(*rel));
+    while (i < len) {
+        long x = 0;
+        size_t d = 0;
+        for (; i < len && v[i] >= '0' && v[i] <= '9' && d < 9; i++, d++)
+            x = x * 10 + (v[i] - '0');
+        if (!d || n == REL_MAX || (i < len && v[i] != '.') ||
+            (i < len && i + 1 == len))
+            return 0;
+        rel[n++] = x;
+        i += i < len; /* the dot */
+    }
+    return n;
+}
+
+static int release_cmp(const long a[REL_MAX], const long b[REL_MAX],
+                       size_t upto)
+{
+    for (size_t i = 0; i < upto; i++)
+        if (a[i] != b[i])
+            return a[i] < b[i] ? -1 : 1;
+    return 0;
+}
+
+/* One specifier (">=1.20", "==1.*", "~=1.4.2") against the release have;
+ * -1 when it is outside this subset. */
+static int spec_holds(const long have[REL_MAX], const char *sp, size_t len)
+{
+    size_t op = strspn(sp, "=!<>~");
+    long want[REL_MAX];
+    bool star = len > op + 2 && !strncmp(sp + len - 2, ".*", 2);
+    size_t nw = release_parse(sp + op, len - op - (star ? 2 : 0), want);
+    int c = release_cmp(have, want, REL_MAX);
+    if (!nw || op < 1 || op > 2)
+        return -1;
+    if (star && (!strncmp(sp, "==", op) || !strncmp(sp, "!=", op)))
+        return (release_cmp(have, want, nw) == 0) == (sp[0] == '=');
+    if (star)
+        return -1;
+    if (op == 2 && !strncmp(sp, "==", 2))
+        return c == 0;
+    if (op == 2 && !strncmp(sp, "!=", 2))
+        return c != 0;
+    if (op == 2 && !strncmp(sp, ">=", 2))
+        return c >= 0;
+    if (op == 2 && !strncmp(sp, "<=", 2))
+        return c <= 0;
+    if (op == 2 && !strncmp(sp, "~=", 2)) /* >= V and == V[:-1].* */
+        return nw >= 2 && c >= 0 && release_cmp(have, want, nw - 1) == 0;
+    if (op == 1 && sp[0] == '>')
+        return c > 0;
+    if (op == 1 && sp[0] == '<')
+        return c < 0;
+    return -1;
+}
+
+bool ipd_requirement_met(const char *canon, const char *ver)
+{
+    struct ipd_requirement r;
+    long have[REL_MAX];
+    if (ipd_requirement_parse(canon, strlen(canon), &r, NULL) ||
+        r.extras[0] || !release_parse(ver, strlen(ver), have))
+        return false;
+    for (const char *sp = r.specifier; *sp;) {
+        size_t len = strcspn(sp, ",");
+        if (spec_holds(have, sp, len) != 1)
+            return false;
+        sp += len + (sp[len] == ',');
+    }
+    return true;
+}

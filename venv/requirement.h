@@ -130,4 +130,16 @@ bool ipd_package_name_valid(const char *s);
  * first bad one; a list that is not an array has nothing to check. */
 bool ipd_requirement_list_ok(const json_t *list, char *why, size_t whysz);
 
+/*
+ * Whether pip would find requirement canon (one this grammar accepts)
+ * already met by an installed version ver ("Requirement already
+ * satisfied"), decided only where that is certain: no extras (they may
+ * pull in more distributions), and plain release versions ("1.24.2") on
+ * both sides, compared as PEP 440 does (zero-padded; "==1.*" a prefix;
+ * "~=1.4.2" as ">=1.4.2,==1.4.*").  Anything else (pre, post, dev or
+ * local versions, an unparsable ver) is false: let pip decide.  No
+ * specifier: any version meets it.
+ */
+bool ipd_requirement_met(const char *canon, const char *ver);
+
 #endif

@@ -1276,6 +1276,67 @@ static enum ipd_metrics_install_outcome install_outcome(const json_t *res)
     return IPD_METRICS_INSTALL_FAILED;
 }
 
+/* ---- requests that install nothing --------------------------------------- */
+
+static json_t *base_status(struct ipd_venv *v);
+
+/* [[name, version], ...]: what the interpreter of the current generation
+ * imports (its record, written when it became current), or before the
+ * first install the base interpreter's (cached), which the first
+ * generation sees too when it has the system site packages.  New
+ * reference or NULL (unknown).  Unless may_list_base, the base
+ * interpreter is never run: unknown until it has been listed. */
+static json_t *installed_now(struct ipd_venv *v, bool may_list_base)
+{
+    char cur[NAME_MAX_GEN];
+    json_t *rec = NULL, *out;
+    if (read_current(v, cur, sizeof(cur))) {
+        rec = read_record(v, cur);
+    } else if (v->system_site && may_list_base) {
+        rec = base_status(v);
+    } else if (v->system_site) { /* only if listed already: no run */
+        pthread_mutex_lock(&v->state_lock);
+        rec = json_copy(v->base_status);
+        pthread_mutex_unlock(&v->state_lock);
+    }
+    out = json_incref(json_object_get(rec, "installed"));
+    json_decref(rec);
+    return json_is_array(out) ? out : (json_decref(out), NULL);
+}
+
+/*
+ * A request whose every requirement left to install is met already
+ * installs nothing: answer already_installed from what is installed,
+ * without the install lock, a clone, pip, a new generation or (so) a
+ * recycled zygote.  True when that is so and the results are set; false,
+ * with nothing set, when one of them needs pip (or what is installed is
+ * not known).
+ */
+static bool all_present(struct ipd_venv *v, struct want *const *pending,
+                        size_t np, bool may_list_base)
+{
+    json_t *inst = installed_now(v, may_list_base);
+    const char **ver = ipd_xcalloc(np, sizeof(*ver));
+    bool all = inst != NULL;
+    for (size_t i = 0; all && i < np; i++) {
+        size_t k;
+        json_t *pair;
+        json_array_foreach(inst, k, pair) {
+            const char *name = json_string_value(json_array_get(pair, 0));
+            if (name && !strcmp(name, pending[i]->name)) {
+                ver[i] = json_string_value(json_array_get(pair, 1));
+                break;
+            }
+        }
+        all = ver[i] && ipd_requirement_met(pending[i]->canon, ver[i]);
+    }
+    for (size_t i = 0; all && i < np; i++)
+        set_result(pending[i]->result, "already_installed", ver[i], NULL);
+    free((void *)ver);
+    json_decref(inst);
+    return all;
+}
+
 enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
                               size_t n, bool may_change, json_t **results)
 {
@@ -1285,13 +1346,31 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
     bool refused = false;
     *results = json_array();
     np = want_parse(v, reqs, n, w, pending, *results);
-    if (np)
+    if (np && !all_present(v, pending, np, true))
         install_pending(v, pending, np, may_change, &refused);
     for (size_t i = 0; i < n; i++)
         ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
     free(pending);
     free(w);
     return refused ? IPD_ERR_FORBIDDEN : IPD_OK;
+}
+
+bool ipd_venv_install_nothing(struct ipd_venv *v, const char *const *reqs,
+                              size_t n, json_t **results)
+{
+    struct want *w = ipd_xcalloc(n ? n : 1, sizeof(*w));
+    struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
+    json_t *res = json_array();
+    size_t np = want_parse(v, reqs, n, w, pending, res);
+    bool nothing = !np || all_present(v, pending, np, false);
+    for (size_t i = 0; nothing && i < n; i++)
+        ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
+    *results = nothing ? res : NULL;
+    if (!nothing)
+        json_decref(res);
+    free(pending);
+    free(w);
+    return nothing;
 }
 
 /* The remembered failure of dist on generation cur: a new reference to

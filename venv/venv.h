@@ -130,7 +130,9 @@ void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g);
  * array of CONTRACT.md result objects, one per requirement in order:
  * {"package", "status": installed|already_installed|not_allowed|invalid|
  * failed, "version", "message"}.  The statuses say what happened.
- * Serialised with every other install.  Unless may_change (an admin key),
+ * Serialised with every other install, except a request that installs
+ * nothing (see ipd_venv_install_nothing), answered without the install
+ * lock, pip or a new generation.  Unless may_change (an admin key),
  * nothing the interpreter already imports may change version, asked for
  * or pulled in as a dependency: then every requirement is "failed" with
  * the reason, nothing is installed, and the answer is IPD_ERR_FORBIDDEN
@@ -138,6 +140,22 @@ void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g);
  */
 enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
                               size_t n, bool may_change, json_t **results);
+
+/*
+ * Answer a request that would install nothing, at once: every requirement
+ * refused (not allowlisted, invalid, named twice), or the ones left all
+ * met by what the current generation (before the first install: the base
+ * interpreter, once listed) already has, by plain release versions and
+ * without extras ("numpy>=1.20" with numpy 1.24.2).  Then *results is a
+ * new array, as ipd_venv_install's, with already_installed and the
+ * refusals, and true: no install lock, sandbox run, clone, pip or new
+ * generation (so no zygote is recycled).  Never blocks on an install in
+ * progress; reads the current generation's record.  false, *results
+ * NULL, when something may need pip: call ipd_venv_install, which takes
+ * the same shortcut when it can.  Thread-safe.
+ */
+bool ipd_venv_install_nothing(struct ipd_venv *v, const char *const *reqs,
+                              size_t n, json_t **results);
 
 /*
  * An automatic install of dist (a normalized, allowlisted name): as

@@ -75,7 +75,8 @@ struct ipd__session {
     unsigned idx;             /* its uid's index */
     int64_t created_ms, used_ms, ended_ms; /* wall clock */
     enum sess_state state;
-    char why[96];             /* why it ended */
+    char why[320];            /* why it ended (with its interpreter's
+                                 own words when that ended it) */
     bool calls;               /* a call has run (the child is parked) */
     pthread_t th;
     struct ipd_sandbox_zygote *z;
@@ -185,12 +186,41 @@ static void session_started(void *ctx, const char *gen)
     (void)gen;
 }
 
+/* Why the session's zygote ended, for the session's why (what a call
+ * answers then): the exit status or signal and the first line of its
+ * stderr (e.g. "can't open file '/opt/interpd/zygote.py'"), printable
+ * ASCII only, cut to fit. */
+static void zygote_end_cause(const struct ipd_sandbox_result *r,
+                             const char *notstarted, char *out, size_t len)
+{
+    char line[200];
+    size_t n = 0;
+
+    for (size_t i = 0; i < r->err.len && r->err.buf[i] != '\n' &&
+                       n + 1 < sizeof(line);
+         i++) {
+        unsigned char ch = (unsigned char)r->err.buf[i];
+        line[n++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
+    }
+    line[n] = '\0';
+    if (notstarted[0])
+        snprintf(out, len, "its interpreter could not start: %s", notstarted);
+    else if (r->term_signal)
+        snprintf(out, len, "its interpreter ended (signal %d)%s%s",
+                 r->term_signal, n ? ": " : "", line);
+    else if (r->exit_code || n)
+        snprintf(out, len, "its interpreter ended (exit status %d)%s%s",
+                 r->exit_code, n ? ": " : "", line);
+    else
+        snprintf(out, len, "its interpreter ended");
+}
+
 static void session_run(struct ipd__session *s)
 {
     struct ipd_executor *ex = s->ss->ex;
     struct ipd_sandbox_result r;
     const struct ipd_exec_policy *ep = ipd__policy_find(ex, s->policy);
-    char why[200] = "";
+    char why[200] = "", cause[sizeof(s->why)];
     /* Its last call may start just before the maximum life, wait for
      * the interpreter and park, and run its whole timeout. */
     int64_t wall = ex->sess_cfg.max_life_ms + READY_WAIT_MS + PARK_WAIT_MS +
@@ -201,9 +231,10 @@ static void session_run(struct ipd__session *s)
         why[0])
         ipd_warn("session %s: its interpreter did not start: %s", s->id,
                  why);
+    zygote_end_cause(&r, why, cause, sizeof(cause));
     ipd_sandbox_result_release(&r);
     pthread_mutex_lock(&s->ss->lock);
-    end_locked(s, "its interpreter ended");
+    end_locked(s, cause);
     while (s->state == S_BUSY)
         pthread_cond_wait(&s->ss->cond, &s->ss->lock);
     pthread_mutex_unlock(&s->ss->lock);
@@ -784,13 +815,50 @@ enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
     return IPD_OK;
 }
 
+/* The 503's detail when a session's interpreter could not start, with
+ * the cause, which also becomes the session's why (its later calls' 410).
+ * A zygote that is gone ended on its own (it could not open its program,
+ * an import failed): its exit status and stderr come with the end of its
+ * run, on the session's thread, which records them as the session's why
+ * (session_run) within moments; wait for that, bounded. */
+static void park_failure_detail(struct ipd__session *s, enum ipd_err rc,
+                                const char *err, const char *why,
+                                struct ipd_buf *detail)
+{
+    static const char ended[] = "its interpreter ended";
+    static const char nostart[] = "its interpreter could not start: ";
+    struct ipd__sessions *ss = s->ss;
+    int64_t until = ipd_now_ms() + 5000;
+    char cause[sizeof(s->why)];
+
+    pthread_mutex_lock(&ss->lock);
+    while (rc == IPD_ERR_UNAVAILABLE && !s->ended_ms &&
+           ipd_now_ms() < until)
+        ipd__cond_wait_ms(&ss->cond, &ss->lock, 50);
+    if (!s->ended_ms) {
+        snprintf(cause, sizeof(cause), "%s%s", nostart,
+                 err[0] ? err : why[0] ? why : "no reason given");
+        end_locked(s, cause);
+    }
+    if (!strncmp(s->why, ended, sizeof(ended) - 1))
+        ipd_buf_addf(detail, "the session's interpreter could not start: it "
+                             "ended%s", s->why + sizeof(ended) - 1);
+    else if (!strncmp(s->why, nostart, sizeof(nostart) - 1))
+        ipd_buf_addf(detail, "the session's interpreter could not start: %s",
+                     s->why + sizeof(nostart) - 1);
+    else /* ended meanwhile for another reason (DELETE, shutdown) */
+        ipd_buf_addf(detail, "the session's interpreter could not start: the "
+                             "session ended: %s", s->why);
+    pthread_mutex_unlock(&ss->lock);
+}
+
 enum ipd_err ipd__session_park(struct ipd_executor *ex,
                                struct ipd__session *s, struct ipd_buf *detail)
 {
     const struct ipd_exec_policy *ep = ipd__policy_find(ex, s->policy);
     struct ipd_sandbox_policy p;
     struct ipd_buf why;
-    char err[256];
+    char err[256] = "";
     enum ipd_err rc;
 
     ipd_buf_init(&why, 256);
@@ -808,7 +876,7 @@ enum ipd_err ipd__session_park(struct ipd_executor *ex,
     }
     if (rc) {
         ipd_warn("session %s: cannot start: %s%s", s->id, err, why.buf);
-        ipd_buf_adds(detail, "the session's interpreter could not start");
+        park_failure_detail(s, rc, err, why.buf, detail);
         rc = IPD_ERR_UNAVAILABLE;
     }
     ipd_buf_release(&why);

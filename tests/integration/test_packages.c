@@ -1248,8 +1248,12 @@ static void execution_across_switch(void)
              &r);
     CHECK_EXEC(&r, true, "alpha 2.0\n");
     itest_resp_release(&r);
-    /* The next install collects the generation nobody holds now. */
+    /* A request with nothing to install touches no generation; the next
+     * install that runs pip collects the ones nobody holds now (the old
+     * one, and 2.0's once 1.0 is current again: an admin key may). */
     CHECK_INSTALL(s, "ipdtest-alpha==2.0", "already_installed", "2.0", NULL);
+    CHECKF(gen_exists(s, old), "%s went with nothing installed", old);
+    CHECK_INSTALL(s, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
     CHECKF(!gen_exists(s, old), "%s is still there", old);
     int ngen, nstray;
     char names[1024];
@@ -1911,6 +1915,180 @@ static void version_change_needs_admin(void)
     free(key);
 }
 
+/* ---- requests that install nothing ------------------------------------------- */
+
+/* The warm slots of the admin status as "restarts/generation " per slot:
+ * a recycled zygote counts a restart and a new generation names its own
+ * dir.  New string. */
+static char *slots_sig(struct itest_server *s)
+{
+    struct itest_resp r;
+    char buf[512] = "";
+    size_t i;
+    json_t *slot;
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
+    json_array_foreach(itest_json_get(r.json, "execution_mode.slots"), i,
+                       slot) {
+        size_t l = strlen(buf);
+        const char *g = itest_json_str(slot, "generation");
+        snprintf(buf + l, sizeof(buf) - l, "%lld/%s ",
+                 (long long)json_integer_value(
+                     json_object_get(slot, "restarts")),
+                 g ? g : "?");
+    }
+    CHECKF(r.status == 200 && buf[0], "admin status: %ld %s", r.status,
+           r.body);
+    itest_resp_release(&r);
+    return strdup(buf);
+}
+
+/* POST /v1/executions as admin with packages [pkg] and code printing ok;
+ * the run must succeed, and say pkg was already_installed. */
+static void exec_with_present(struct itest_server *s, const char *pkg,
+                              const char *mode)
+{
+    struct itest_resp r;
+    json_t *body = json_pack("{s:s, s:[s]}", "code", "print('ok')",
+                             "packages", pkg);
+    itest_exec(s, s->admin_key, "u1", body, EXEC_TIMEOUT_MS * scale(), &r);
+    CHECK_EXEC(&r, true, "ok\n");
+    json_t *ip = json_array_get(itest_json_get(r.json, "installed_packages"),
+                                0);
+    CHECKF(!strcmp(itest_json_str(ip, "status") ? itest_json_str(ip, "status")
+                                                : "",
+                   "already_installed"),
+           "execution with packages [%s]: %s", pkg, r.body);
+    if (mode)
+        CHECK_STR(itest_json_str(r.json, "resources.mode"), mode);
+    itest_resp_release(&r);
+}
+
+/* Every request that ends without installing anything (all refused, all
+ * met already, refused + met, an execution's packages all met) makes no
+ * venv generation, recycles no zygote and takes no install lock: on a
+ * fresh server no venv is made at all (the issue's numpy>=1.20 + a name
+ * off the list made one and restarted both zygotes), and while another
+ * install holds the lock such requests are answered all the same. */
+static void nothing_to_install(void)
+{
+    struct itest_resp r;
+    struct srv_opts so;
+    char cur[256], cur2[256], names[1024];
+    int ngen, nstray;
+    REQUIRE(index_setup());
+    /* The test allowlist plus numpy, which the base interpreter has. */
+    char *allow = itest_fmt("%s/allow-numpy.txt", ix.work);
+    char *text = itest_read_file(ix.allow, NULL);
+    char *more = itest_fmt("%snumpy\n", text ? text : "");
+    REQUIRE(write_text(allow, more, strlen(more)));
+    free(text);
+    free(more);
+    const char *extra[] = {"--allowlist", allow, "--exec-mode", "warm", NULL};
+    make_opts(&so, extra);
+    struct itest_server *s = itest_start(&so.o);
+    free(allow);
+    REQUIRE(s);
+    char *sig0 = slots_sig(s);
+    json_t *st = get_packages(s);
+    const char *npv = st ? installed_version(st, "numpy") : NULL;
+    char *numpy_version = strdup(npv ? npv : "(not listed)");
+    json_decref(st);
+    CHECKF(npv, "GET /v1/packages lists no numpy before any install");
+
+    post_packages(s, json_pack("[s,s]", "numpy>=1.20", "pandas"), &r);
+    CHECK_RESULT(&r, 0, "numpy>=1.20", "already_installed", numpy_version,
+                 NULL);
+    CHECK_RESULT(&r, 1, "pandas", "not_allowed", NULL, "pandas");
+    itest_resp_release(&r);
+    post_packages(s, json_pack("[s,s,s]", "numpy~=1.20", "numpy", "bad req!"),
+                  &r);
+    CHECK_RESULT(&r, 0, "numpy~=1.20", "already_installed", numpy_version,
+                 NULL);
+    CHECK_RESULT(&r, 1, "numpy", "invalid", NULL, "named twice");
+    CHECK_RESULT(&r, 2, "bad req!", "invalid", NULL, NULL);
+    itest_resp_release(&r);
+    post_packages(s, json_pack("[s,s]", "pandas", "x @ https://e.com/x.whl"),
+                  &r);
+    CHECK_RESULT(&r, 0, "pandas", "not_allowed", NULL, "pandas");
+    CHECK_RESULT(&r, 1, "x @ https://e.com/x.whl", "invalid", NULL, "URLs");
+    itest_resp_release(&r);
+    post_raw(s, "{\"packages\": []}", &r);
+    CHECK_STATUS(&r, 400);
+    itest_resp_release(&r);
+    exec_with_present(s, "numpy>=1.20,!=1.0", "warm");
+
+    current_gen(s, cur, sizeof(cur));
+    venv_entries(s, &ngen, &nstray, names, sizeof(names));
+    CHECKF(!cur[0] && ngen == 0 && nstray == 0,
+           "nothing was installed, yet the venv root has: current -> \"%s\", "
+           "%s",
+           cur, names);
+    char *sig = slots_sig(s);
+    CHECKF(!strcmp(sig0, sig), "the zygotes were recycled: %s-> %s", sig0,
+           sig);
+    free(sig);
+    free(sig0);
+
+    /* A generation now; then an install that holds the lock at the
+     * index's gate, and requests with nothing to install meanwhile. */
+    install(s, "ipdtest-alpha==1.0", &r);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
+    itest_resp_release(&r);
+    CHECK(itest_wait_exec_mode(s, "warm", 120000));
+    current_gen(s, cur, sizeof(cur));
+    sig0 = slots_sig(s);
+    gate_arm(BIG_WHEEL);
+    struct bg big = {.s = s, .pkg = "ipdtest-big"};
+    bg_start(&big);
+    bool held = gate_wait(BIG_WHEEL, 120000, &big.done);
+    CHECKF(held, "the download of %s never reached the gate", BIG_WHEEL);
+    struct bg met = {.s = s, .pkg = "ipdtest-alpha>=0.5,<2"};
+    struct bg ex = {.s = s,
+                    .exec_body = json_pack("{s:s, s:[s]}", "code",
+                                           "import ipdtest_alpha\nprint('ok')",
+                                           "packages", "ipdtest-alpha==1.*")};
+    bg_start(&met);
+    bg_start(&ex);
+    /* They must answer while the gate still holds the other install
+     * (which ends only when we open it, or at pip's 30 s read timeout):
+     * queued behind it or waiting for its lock, they would answer after
+     * it. */
+    while (!(__atomic_load_n(&met.done, __ATOMIC_SEQ_CST) &&
+             __atomic_load_n(&ex.done, __ATOMIC_SEQ_CST)) &&
+           !__atomic_load_n(&big.done, __ATOMIC_SEQ_CST))
+        pause_ms(20);
+    int big_done = __atomic_load_n(&big.done, __ATOMIC_SEQ_CST);
+    CHECKF(!big_done,
+           "a request with nothing to install waited for another install "
+           "(answered before it: POST /v1/packages %s, execution %s)",
+           met.done ? "yes" : "no", ex.done ? "yes" : "no");
+    current_gen(s, cur2, sizeof(cur2));
+    sig = slots_sig(s);
+    CHECKF(!strcmp(cur, cur2) && !strcmp(sig0, sig),
+           "current %s -> %s, slots %s-> %s", cur, cur2, sig0, sig);
+    free(sig);
+    free(sig0);
+    gate_open(BIG_WHEEL);
+    bg_join(&met);
+    bg_join(&ex);
+    bg_join(&big);
+    CHECK_RESULT(&met.r, 0, "ipdtest-alpha>=0.5,<2", "already_installed", "1.0",
+                 NULL);
+    CHECK_EXEC(&ex.r, true, "ok\n");
+    CHECK_STR(itest_json_str(json_array_get(itest_json_get(ex.r.json,
+                                                           "installed_packages"),
+                                            0),
+                             "status"),
+              "already_installed");
+    CHECK_RESULT(&big.r, 0, "ipdtest-big", "installed", "1.0", NULL);
+    itest_resp_release(&met.r);
+    itest_resp_release(&ex.r);
+    itest_resp_release(&big.r);
+    free(numpy_version);
+    itest_stop(s);
+}
+
 static void stop_servers(void)
 {
     if (main_shared.s)
@@ -2012,4 +2190,5 @@ TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(no_such_version_named),
           T(auto_install_failure_remembered),
           T(auto_install_within_timeout), T(version_change_needs_admin),
-          T(log_lines_one_format), T(stop_servers))
+          T(log_lines_one_format), T(nothing_to_install),
+          T(stop_servers))

@@ -429,7 +429,74 @@ static void message_appends(void)
     ipd_buf_release(&why);
 }
 
-TEST_MAIN(T(plain_names), T(specifiers), T(wildcards), T(pre_post_dev),
+/* ipd_requirement_met: what pip would call "already satisfied", decided
+ * only where that is certain (else false: pip decides). */
+static void met(void)
+{
+    static const struct {
+        const char *req, *ver;
+        bool met;
+    } c[] = {
+        {"numpy", "1.24.2", true},
+        {"numpy>=1.20", "1.24.2", true},
+        {"numpy>=1.24.2", "1.24.2", true},
+        {"numpy>=1.24.3", "1.24.2", false},
+        {"numpy>1.24.2", "1.24.2", false},
+        {"numpy>1.24", "1.24.2", true},
+        {"numpy<1.24.2", "1.24.2", false},
+        {"numpy<2", "1.24.2", true},
+        {"numpy<=1.24.2", "1.24.2", true},
+        {"numpy<=1.24", "1.24.2", false},
+        {"numpy==1.24.2", "1.24.2", true},
+        {"numpy==1.24", "1.24.0", true}, /* zero-padded */
+        {"numpy==1.24.0.0", "1.24", true},
+        {"numpy==1.24", "1.24.2", false},
+        {"numpy!=1.24.2", "1.24.2", false},
+        {"numpy!=1.24", "1.24.2", true},
+        {"numpy==1.*", "1.24.2", true},
+        {"numpy==1.24.*", "1.24.2", true},
+        {"numpy==1.25.*", "1.24.2", false},
+        {"numpy==1.2.*", "1.24.2", false}, /* segments, not text */
+        {"numpy!=1.24.*", "1.24.2", false},
+        {"numpy!=2.*", "1.24.2", true},
+        {"numpy==2.*", "2", true},
+        {"numpy~=1.20", "1.24.2", true},
+        {"numpy~=1.24.3", "1.24.2", false},
+        {"numpy~=1.24.0", "1.24.2", true},
+        {"numpy~=1.23.0", "1.24.2", false},
+        {"numpy~=2.0", "1.24.2", false},
+        {"numpy>=1.20,<2", "1.24.2", true},
+        {"numpy>=1.20,<1.24", "1.24.2", false},
+        {"numpy>=1.20,!=1.24.2", "1.24.2", false},
+        {"numpy>=1.10", "1.9", false}, /* numbers, not text */
+        {"numpy>=1.9", "1.10", true},
+        /* what pip decides: extras, non-release versions */
+        {"pandas[excel]>=1", "1.5.3", false},
+        {"numpy>=1.0", "1.24.2rc1", false},
+        {"numpy>=1.0", "1.24.2.post1", false},
+        {"numpy>=1.0", "1.24.2+dfsg", false},
+        {"numpy>=1.0", "1!1.0", false},
+        {"numpy", "1.24.2+dfsg", false},
+        {"numpy==1.0rc1", "1.0", false},
+        {"numpy>=1.0", "", false},
+        {"numpy>=1.0", "1..2", false},
+        {"numpy>=1.0", "1.2.", false},
+        {"numpy>=1.0", ".1", false},
+        {"numpy>=1.0", "1.2.3.4.5.6.7.8.9", false},
+        {"numpy>=1.0", "12345678901", false},
+        {"not a requirement", "1.0", false},
+    };
+    for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+        bool got = ipd_requirement_met(c[i].req, c[i].ver);
+        if (got != c[i].met) {
+            fprintf(stderr, "met(\"%s\", \"%s\") = %d, want %d\n", c[i].req,
+                    c[i].ver, got, c[i].met);
+            test__failed_checks++;
+        }
+    }
+}
+
+TEST_MAIN(T(met), T(plain_names), T(specifiers), T(wildcards), T(pre_post_dev),
           T(bad_versions), T(operators), T(extras), T(whitespace),
           T(options), T(urls), T(markers), T(paths), T(shell_metacharacters),
           T(names), T(lengths), T(non_ascii), T(check_order),
