@@ -292,6 +292,7 @@ OTHER_FLAGS = {
     "name": "the placeholder of `--name value`",
     "retries": "pip's", "no-index": "pip's", "version": "python3's",
     "bounding-set": "setpriv's", "install": "cmake's", "target": "cmake's",
+    "prefix": "cmake --install's",
     "security-opt": "docker's", "cgroupns": "docker's",
     "privileged": "docker's", "cap-add": "docker's", "memory": "docker's",
     "pull": "docker compose's", "ppid": "ps's", "oplog": "mongodump's",
