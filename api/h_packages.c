@@ -11,6 +11,8 @@
  * A request that would install nothing (every requirement refused or
  * already met) is answered on the event thread without queueing
  * (ipd_venv_install_nothing: a small file read, no lock, no sandbox).
+ * One that would install is refused with 507 while the data dir's delete
+ * reserve is out (storage/space.h), as every write that adds data is.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -160,6 +162,14 @@ static void packages_install(struct ipd_req *r)
                                  j->n, &j->results)) {
         ipd_reply_json(r, MHD_HTTP_OK,
                        json_pack("{s:O}", "results", j->results));
+        return;
+    }
+    /* The venv usually lives beside the data dir (DATA-DIR-venv): while
+     * the delete reserve is out the server is out of storage, and an
+     * install is a write that adds data like any other (507). */
+    enum ipd_err rc = ipd_space_check_write(r->app->space);
+    if (rc) {
+        ipd_reply_failure(r, rc, NULL, "installing packages");
         return;
     }
     const struct ipd_exec_policy *kp = ipd_req_key_policy(r);

@@ -32,6 +32,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "../../storage/space.h"
 #include "../../venv/venv.h"
 #include "../common/json_out.h"
 #include "../common/log.h"
@@ -715,8 +716,9 @@ static bool auto_install_once(struct ipd_executor *ex,
     char module[IPD_REQ_NAME_MAX + 1], dist[IPD_REQ_NAME_MAX + 1];
     const char *pre = "No module named '";
     bool again = false;
-    if (!ex->venv || !ex->auto_install || r->timed_out || r->oom_killed)
-        return false;
+    if (!ex->venv || !ex->auto_install || r->timed_out || r->oom_killed ||
+        ipd_space_check_write(ex->space))
+        return false; /* out of space: see out_of_space_results */
     json_t *prelude = ipd__read_prelude_result(r);
     json_t *e = json_object_get(prelude, "error");
     const char *type = json_string_value(json_object_get(e, "type"));
@@ -1177,6 +1179,22 @@ static enum ipd_err sandbox_run(struct ipd_executor *ex, struct ipd__work *wk,
     return rc;
 }
 
+/* rq's packages, each failed for want of space: a new array of the
+ * results ipd_venv_install gives.  While the data dir's delete reserve
+ * is out (storage/space.h) nothing is installed: the venv usually lives
+ * beside the data dir, and an install is a write that adds data. */
+static json_t *out_of_space_results(const struct ipd_exec_request *rq)
+{
+    json_t *a = json_array();
+    for (size_t i = 0; i < rq->n_packages; i++)
+        json_array_append_new(
+            a, json_pack("{s:s,s:s,s:n,s:s}", "package", rq->packages[i],
+                         "status", "failed", "version", "message",
+                         "not installed: the server is out of storage "
+                         "space"));
+    return a;
+}
+
 /* The request's packages, before the code runs.  Not counted in the
  * timeout: reported as install_time. */
 static void install_requested(struct ipd_executor *ex,
@@ -1187,8 +1205,14 @@ static void install_requested(struct ipd_executor *ex,
         return;
     int64_t t0 = ipd_now_ms();
     json_decref(ins->results);
-    ipd_venv_install(ex->venv, rq->packages, rq->n_packages, rq->admin,
-                     &ins->results);
+    ins->results = NULL;
+    if (!ipd_venv_install_nothing(ex->venv, rq->packages, rq->n_packages,
+                                  &ins->results) &&
+        ipd_space_check_write(ex->space))
+        ins->results = out_of_space_results(rq);
+    else if (!ins->results)
+        ipd_venv_install(ex->venv, rq->packages, rq->n_packages, rq->admin,
+                         &ins->results);
     ins->seconds = (double)(ipd_now_ms() - t0) / 1000.0;
 }
 

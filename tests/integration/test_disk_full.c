@@ -147,7 +147,10 @@ static char *fill_to_the_brim(const char *dir)
 static struct itest_server *start_on(const char *data_dir, char **admin)
 {
     char *venv = itest_fmt("%s-venv", mnt);
+    char *wheels = itest_fmt("%s-wheels", mnt);
+    mkdir(wheels, 0755);
     const char *args[] = {"--data-dir", data_dir, "--venv-dir", venv,
+                          "--pip-no-index", "1", "--pip-find-links", wheels,
                           "--min-free-space", "8M", "--disk-reserve", "2M",
                           "--max-file-size", "8M", "--quota-bytes", "1G",
                           "--quota-files", "1000", "--fetch-allow",
@@ -155,6 +158,7 @@ static struct itest_server *start_on(const char *data_dir, char **admin)
     struct itest_opts o = {.args = args, .no_admin_key = true};
     struct itest_server *s = itest_start(&o);
     free(venv);
+    free(wheels);
     if (!s)
         return NULL;
     char *kp = itest_fmt("%s/admin.key", data_dir);
@@ -205,6 +209,37 @@ static void free_about(const char *filler, int64_t want)
  * reserve out (ok false: each refused, though the write would fit on the
  * disk) or in place (ok true: each accepted).  The paths: an upload, URL
  * ingest, a generated file, an asynchronous execution's result. */
+/* The venv is written by installs, and it usually lives beside the data
+ * dir: POST /v1/packages and an execution's packages are writes too.
+ * polars is allowlisted and not in the base interpreter; with the reserve
+ * in place pip runs (--pip-no-index on an empty folder: it finds nothing,
+ * at once), with it out nothing runs. */
+static void package_paths(struct itest_server *s, const char *admin, bool ok)
+{
+    struct itest_resp r;
+    const char *what = ok ? "reserve in place" : "reserve out";
+    static const char body[] = "{\"packages\": [\"polars\"]}";
+    itest_request(s, "POST", "/v1/packages", admin, "u1", "application/json",
+                  body, sizeof(body) - 1, NULL, &r);
+    const char *msg = itest_json_str(r.json, "error.message");
+    CHECKF(ok ? r.status != 507
+              : r.status == 507 && msg && strstr(msg, "out of storage space"),
+           "%s: POST /v1/packages: %ld %s", what, r.status, r.body);
+    itest_resp_release(&r);
+
+    itest_exec(s, admin, "u1",
+               json_pack("{s:s, s:[s]}", "code", "print(1)", "packages",
+                         "polars"),
+               120000, &r);
+    CHECK_STATUS(&r, 200);
+    json_t *p = json_array_get(itest_json_get(r.json, "installed_packages"), 0);
+    const char *pmsg = itest_json_str(p, "message");
+    bool spaced = pmsg && strstr(pmsg, "out of storage space");
+    CHECKF(p && spaced == !ok, "%s: an execution's packages: %s", what,
+           r.body);
+    itest_resp_release(&r);
+}
+
 static void write_paths(struct itest_server *s, const char *admin, bool ok)
 {
     struct itest_resp r;
@@ -258,6 +293,7 @@ static void write_paths(struct itest_server *s, const char *admin, bool ok)
     CHECKF(ok || (msg && strstr(msg, "out of storage space")),
            "%s: async execution: %s", what, r.body);
     itest_resp_release(&r);
+    package_paths(s, admin, ok);
 }
 
 static void full_disk_sqlite(struct itest_server *s, const char *admin,
@@ -390,6 +426,9 @@ static void full_disk(void)
     char *venv = itest_fmt("%s-venv", mnt);
     itest_rm_rf(venv);
     free(venv);
+    char *wheels = itest_fmt("%s-wheels", mnt);
+    rmdir(wheels);
+    free(wheels);
     unmount_at_exit();
 }
 
@@ -439,6 +478,9 @@ static void reserve_gate(void)
     char *venv = itest_fmt("%s-venv", mnt);
     itest_rm_rf(venv);
     free(venv);
+    char *wheels = itest_fmt("%s-wheels", mnt);
+    rmdir(wheels);
+    free(wheels);
     unmount_at_exit();
 }
 
