@@ -52,17 +52,6 @@ static const struct route routes[] = {
      {{"GET", &ipd_h_session_variables}}},
 };
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Percent-decode the n raw bytes of one segment into out (cap bytes, no
  * NUL added); a "%" without two hex digits stays itself, as
  * libmicrohttpd leaves it.  The decoded length, or cap + 1 when it does
@@ -72,9 +61,9 @@ static size_t segment_decode(const char *s, size_t n, char *out, size_t cap)
     size_t o = 0;
     for (size_t i = 0; i < n; i++) {
         char c = s[i];
-        if (c == '%' && i + 2 < n && hexval(s[i + 1]) >= 0 &&
-            hexval(s[i + 2]) >= 0) {
-            c = (char)(hexval(s[i + 1]) * 16 + hexval(s[i + 2]));
+        if (c == '%' && i + 2 < n && ipd_hex_value(s[i + 1]) >= 0 &&
+            ipd_hex_value(s[i + 2]) >= 0) {
+            c = (char)(ipd_hex_value(s[i + 1]) * 16 + ipd_hex_value(s[i + 2]));
             i += 2;
         }
         if (o == cap)

@@ -330,6 +330,17 @@ size_t ipd_utf8_lossy(char *dst, size_t dstsz, const char *src, size_t len)
     return o;
 }
 
+int ipd_hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
 void ipd_hex(const void *data, size_t n, char *out)
 {
     static const char digits[] = "0123456789abcdef";

@@ -69,6 +69,10 @@ size_t ipd_utf8_char(const char *s, size_t len);
  * boundary.  Always NUL-terminated; returns the bytes written. */
 size_t ipd_utf8_lossy(char *dst, size_t dstsz, const char *src, size_t len);
 
+/* The value of one hex digit (either case), or -1: percent-decoding's
+ * (api/router.c's path segments, service/fetch/filename.c's names). */
+int ipd_hex_value(char c);
+
 /* Lowercase hex of n bytes into out (2n+1 bytes, NUL-terminated). */
 void ipd_hex(const void *data, size_t n, char *out);
 

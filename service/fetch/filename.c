@@ -63,17 +63,6 @@ static enum ipd_err cd_value(const char *p, char *dst, size_t dstsz,
     return rc;
 }
 
-static int hexval(char c)
-{
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
-    return -1;
-}
-
 /* Append one byte, growing nothing: TOO_LARGE when out is full. */
 static enum ipd_err put(char *out, size_t outsz, size_t *n, unsigned char c)
 {
@@ -109,7 +98,7 @@ static enum ipd_err cd_ext(const char *val, size_t hlen, char *out,
     for (p = q + 1; *p && !rc; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '%') {
-            int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+            int hi = ipd_hex_value(p[1]), lo = hi < 0 ? -1 : ipd_hex_value(p[2]);
             if (lo < 0 || (hi | lo) == 0) {
                 rc = IPD_ERR_INVALID; /* bad escape, or NUL */
                 break;
@@ -220,8 +209,8 @@ char *ipd__fetch_path_filename(const char *path)
         return NULL;
     out = ipd_xmalloc(len + 1);
     for (const char *p = seg; *p; p++) {
-        int hi = *p == '%' ? hexval(p[1]) : -1;
-        int lo = hi < 0 ? -1 : hexval(p[2]);
+        int hi = *p == '%' ? ipd_hex_value(p[1]) : -1;
+        int lo = hi < 0 ? -1 : ipd_hex_value(p[2]);
         if (lo >= 0) {
             if (!(hi | lo)) { /* %00 */
                 free(out);

@@ -2865,3 +2865,25 @@ bool itest_cli_said(struct itest_server *s, const char *needle)
     free(path);
     return found;
 }
+
+char *itest__session_new(struct itest_server *s, const char *key,
+                         const char *user, int *failed_checks)
+{
+    struct itest_resp r;
+    char *id = NULL;
+    itest_request(s, "POST", "/v1/sessions", key, user, "application/json",
+                  "{}", 2, NULL, &r);
+    if (r.status == 201)
+        id = itest_json_dup(r.json, "session_id");
+    else
+        fprintf(stderr, "POST /v1/sessions as %s: %ld %s\n", user, r.status,
+                r.body ? r.body : "");
+    itest_resp_release(&r);
+    if (id && !id[0]) {
+        free(id);
+        id = NULL;
+    }
+    if (!id)
+        (*failed_checks)++;
+    return id;
+}

@@ -451,4 +451,12 @@ unsigned char *itest_b64_decode(const char *s, size_t *len);
  * the log when it does not. */
 bool itest_cli_said(struct itest_server *s, const char *needle);
 
+/* POST /v1/sessions as (key, user) with an empty body: the new session's
+ * id (free it), or NULL (the answer printed, and a failed check in the
+ * calling test). */
+char *itest__session_new(struct itest_server *s, const char *key,
+                         const char *user, int *failed_checks);
+#define itest_session_new(s, key, user)                                        \
+    itest__session_new((s), (key), (user), &test__failed_checks)
+
 #endif

@@ -31,10 +31,17 @@
 
 static char *mnt; /* owned: the tmpfs mount point while mounted */
 
+/* Unmount the tmpfs and remove what start_on put beside it. */
 static void unmount_at_exit(void)
 {
     if (!mnt)
         return;
+    char *venv = itest_fmt("%s-venv", mnt);
+    itest_rm_rf(venv);
+    free(venv);
+    char *wheels = itest_fmt("%s-wheels", mnt);
+    rmdir(wheels);
+    free(wheels);
     if (umount2(mnt, MNT_DETACH))
         fprintf(stderr, "umount %s: %s\n", mnt, strerror(errno));
     rmdir(mnt);
@@ -423,12 +430,6 @@ static void full_disk(void)
     itest_stop(s);
     free(admin);
     free(data_dir);
-    char *venv = itest_fmt("%s-venv", mnt);
-    itest_rm_rf(venv);
-    free(venv);
-    char *wheels = itest_fmt("%s-wheels", mnt);
-    rmdir(wheels);
-    free(wheels);
     unmount_at_exit();
 }
 
@@ -475,12 +476,6 @@ static void reserve_gate(void)
     free(admin);
     free(data_dir);
     free(filler);
-    char *venv = itest_fmt("%s-venv", mnt);
-    itest_rm_rf(venv);
-    free(venv);
-    char *wheels = itest_fmt("%s-wheels", mnt);
-    rmdir(wheels);
-    free(wheels);
     unmount_at_exit();
 }
 

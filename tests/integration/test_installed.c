@@ -83,19 +83,6 @@ static void check_config_line(struct itest_server *s, const char *opt,
     free(log);
 }
 
-static char *new_session(struct itest_server *s, const char *user)
-{
-    struct itest_resp r;
-    char *id = NULL;
-    itest_request(s, "POST", "/v1/sessions", s->admin_key, user,
-                  "application/json", "{}", 2, NULL, &r);
-    CHECK_STATUS(&r, 201);
-    if (r.status == 201)
-        id = itest_json_dup(r.json, "session_id");
-    itest_resp_release(&r);
-    return id;
-}
-
 static long call(struct itest_server *s, const char *user, const char *sid,
                  const char *code, struct itest_resp *r)
 {
@@ -126,7 +113,7 @@ static void installed_serves_warm(void)
            r.body);
     itest_resp_release(&r);
 
-    char *sid = new_session(s, "inst_sess");
+    char *sid = itest_session_new(s, s->admin_key, "inst_sess");
     if (sid) {
         call(s, "inst_sess", sid, "x = 41\n", &r);
         CHECK_STATUS(&r, 200);
@@ -173,7 +160,7 @@ static void missing_zygote_says_why(void)
     const struct itest_opts o = {.args = args, .no_warm_wait = true};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
-    char *sid = new_session(s, "inst_broken");
+    char *sid = itest_session_new(s, s->admin_key, "inst_broken");
     REQUIRE(sid);
     call(s, "inst_broken", sid, "x = 1\n", &r);
     CHECK_STATUS(&r, 503);

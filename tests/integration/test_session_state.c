@@ -40,19 +40,7 @@ static struct itest_server *srv;
 
 static char *new_session(const char *user)
 {
-    struct itest_resp r;
-    char *id = NULL;
-    itest_request(srv, "POST", "/v1/sessions", srv->admin_key, user,
-                  "application/json", "{}", 2, NULL, &r);
-    CHECK_STATUS(&r, 201);
-    if (r.status == 201)
-        id = itest_json_dup(r.json, "session_id");
-    itest_resp_release(&r);
-    if (id && !id[0]) {
-        free(id);
-        id = NULL;
-    }
-    return id;
+    return itest_session_new(srv, srv->admin_key, user);
 }
 
 static void delete_session(const char *user, const char *sid)
