@@ -1467,7 +1467,7 @@ static void busy_session_ends_at_life(struct itest_server *s)
     REQUIRE(sid);
     struct itest_resp r;
     int calls = 0;
-    while (!ended && itest_now() < t0 + 40) {
+    while (ended == 0 && itest_now() < t0 + 40) {
         run_in(s, k, "busy", sid, "import time\ntime.sleep(1)\nprint('k')",
                &r);
         calls++;

@@ -31,14 +31,15 @@
 
 /* Whether the netlink message h is the local route of addr (the kernel
  * adds it, on its own time, once the address is usable). */
-static inline bool test_netns_is_local_route(const struct nlmsghdr *h,
+static inline bool test_netns_is_local_route(struct nlmsghdr *h,
                                              const struct in6_addr *addr)
 {
-    const struct rtmsg *rt = NLMSG_DATA(h);
+    /* Not const: the netlink macros cast to char * (clang -Wcast-qual). */
+    struct rtmsg *rt = NLMSG_DATA(h);
     int len = (int)RTM_PAYLOAD(h);
     if (h->nlmsg_type != RTM_NEWROUTE || rt->rtm_type != RTN_LOCAL)
         return false;
-    for (const struct rtattr *a = RTM_RTA(rt); RTA_OK(a, len);
+    for (struct rtattr *a = RTM_RTA(rt); RTA_OK(a, len);
          a = RTA_NEXT(a, len))
         if (a->rta_type == RTA_DST && RTA_PAYLOAD(a) == sizeof(*addr) &&
             !memcmp(RTA_DATA(a), addr, sizeof(*addr)))
