@@ -1053,8 +1053,11 @@ static void test_networked_socket_families(void)
  * session's program is the session's interpreter (zygote.py,
  * _session_loop), which also holds its own: the session's control
  * socket, on which its calls come, and the /dev/null it points stdout
- * and stderr at between calls.  What the program starts (fork and exec)
- * holds stdin, stdout and stderr alone in every mode. */
+ * and stderr at between calls.  What the program starts holds stdin,
+ * stdout and stderr alone in every mode: by os.fork and exec (where the
+ * session's at-fork hook would close the control socket anyway) and by
+ * posix_spawn (no Python at-fork hook runs: only the socket's own
+ * close-on-exec keeps it from the program). */
 static void test_no_stray_descriptors(void)
 {
     static const char code[] =
@@ -1073,6 +1076,10 @@ static void test_no_stray_descriptors(void)
         "pid = os.fork()\n"
         "if pid == 0:\n"
         "    os.execv('/usr/bin/python3', ['python3', '-I', '-c', LIST])\n"
+        "os.waitpid(pid, 0)\n"
+        "print('spawned', flush=True)\n"
+        "pid = os.posix_spawn('/usr/bin/python3',\n"
+        "                     ['python3', '-I', '-c', LIST], {})\n"
         "os.waitpid(pid, 0)\n";
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
@@ -1083,7 +1090,8 @@ static void test_no_stray_descriptors(void)
     CHECK_INT(sbx_run(&p, code, &r), IPD_OK);
     snprintf(want, sizeof want,
              "0 /dev/null\n1 pipe\n2 pipe\n%s"
-             "started\n0 /dev/null\n1 pipe\n2 pipe\n",
+             "started\n0 /dev/null\n1 pipe\n2 pipe\n"
+             "spawned\n0 /dev/null\n1 pipe\n2 pipe\n",
              sbx_session()  ? "3 /dev/null\n4 socket\n"
                               "5 /mnt/output/.interpd/result.json.2.tmp\n"
              : sbx_parked() ? "3 /mnt/output/.interpd/result.json.2.tmp\n"
