@@ -1206,9 +1206,11 @@ static void install_requested(struct ipd_executor *ex,
     int64_t t0 = ipd_now_ms();
     json_decref(ins->results);
     ins->results = NULL;
-    if (!ipd_venv_install_nothing(ex->venv, rq->packages, rq->n_packages,
-                                  &ins->results) &&
-        ipd_space_check_write(ex->space))
+    /* ipd_venv_install answers a request that installs nothing itself;
+     * only while the reserve is out is that asked first, here. */
+    if (ipd_space_check_write(ex->space) &&
+        !ipd_venv_install_nothing(ex->venv, rq->packages, rq->n_packages,
+                                  &ins->results))
         ins->results = out_of_space_results(rq);
     else if (!ins->results)
         ipd_venv_install(ex->venv, rq->packages, rq->n_packages, rq->admin,
