@@ -50,13 +50,16 @@ UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs"
 
 # The mutation check mostly waits (its tests sleep through timeouts,
-# session lives and server starts: 7 min of CPU in 19 min here), so the
-# libFuzzer stage runs beside it instead of after it.  Its output is
+# session lives and server starts: 7 min of CPU in 19 min here when its
+# mutants ran one after another), so it runs in two shards at once, each
+# its own scratch tree, and the libFuzzer stage runs beside it instead of
+# after it.  Its output is
 # printed when it ends.  A mutant's tests only count it killed when they
 # fail, so the load can hide a survivor, never make one.
 stage "mutation check, with the libFuzzer build and fuzzing beside it"
 mkdir -p build-ci
-tests/mutants/run.sh --no-baseline --jobs "$jobs" >build-ci/mutants.log 2>&1 &
+tests/mutants/run.sh --no-baseline --jobs "$jobs" --shards 2 \
+  >build-ci/mutants.log 2>&1 &
 mutants_pid=$!
 fuzz_ok=1
 # Only the harnesses are built: ipdcore with coverage instrumentation is

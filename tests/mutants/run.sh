@@ -6,7 +6,8 @@
 # mutant does not apply or does not build (a stale mutant is a broken
 # check, not a pass), or when the baseline fails.
 #
-#   tests/mutants/run.sh [--no-baseline] [--jobs N] [--dir DIR] [NAME...]
+#   tests/mutants/run.sh [--no-baseline] [--jobs N] [--dir DIR]
+#                        [--shards K] [NAME...]
 #
 #   NAME...        only these mutants (file names without .patch)
 #   --no-baseline  do not first run every named test on the unmutated
@@ -15,6 +16,12 @@
 #   --dir DIR      scratch directory (default build-mutants; its src/ is
 #                  the copy, its build/ the build; kept between runs so
 #                  builds stay incremental)
+#   --shards K     split the mutants into K shards (round robin), each run
+#                  by this script at once in a scratch directory of its own
+#                  (DIR-1 .. DIR-K, each its own copy, build and MongoDB);
+#                  a mutant's tests mostly wait (timeouts, server starts),
+#                  so shards share the cores well.  Each shard's log is
+#                  DIR-k/run.log, printed when all have ended.
 #
 # Each mutant's header (lines before the diff):
 #   # property: what the planted bug breaks
@@ -27,13 +34,15 @@ cd "$root"
 jobs=$(nproc)
 baseline=1
 dir=build-mutants
+shards=1
 names=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --no-baseline) baseline=0 ;;
     --jobs) jobs=$2; shift ;;
     --dir) dir=$2; shift ;;
-    -h|--help) sed -n '2,24p' "$0"; exit 0 ;;
+    --shards) shards=$2; shift ;;
+    -h|--help) sed -n '2,31p' "$0"; exit 0 ;;
     -*) echo "mutants: unknown option $1" >&2; exit 2 ;;
     *) names+=("$1") ;;
   esac
@@ -57,6 +66,44 @@ for n in "${names[@]}"; do
     [ -n "$(header "$p" $k)" ] || { echo "mutants: $p has no '# $k:' line" >&2; exit 2; }
   done
 done
+
+case $shards in
+  '' | *[!0-9]* | 0) echo "mutants: --shards wants a count" >&2; exit 2 ;;
+esac
+if [ "$shards" -gt 1 ]; then
+  t0=$SECONDS
+  pids=()
+  for k in $(seq 1 "$shards"); do
+    part=()
+    for i in "${!names[@]}"; do
+      [ $((i % shards + 1)) = "$k" ] && part+=("${names[$i]}")
+    done
+    [ ${#part[@]} -gt 0 ] || continue
+    flags=(--jobs "$jobs" --dir "$dir-$k")
+    [ $baseline = 1 ] || flags+=(--no-baseline)
+    mkdir -p "$dir-$k"
+    "$0" "${flags[@]}" "${part[@]}" >"$dir-$k/run.log" 2>&1 &
+    pids+=("$k:$!")
+  done
+  failed=()
+  for kp in "${pids[@]}"; do
+    wait "${kp#*:}" || failed+=("${kp%%:*}")
+  done
+  for kp in "${pids[@]}"; do
+    printf '\n---- shard %s (%s-%s/run.log) ----\n' "${kp%%:*}" "$dir" "${kp%%:*}"
+    cat "$dir-${kp%%:*}/run.log"
+  done
+  killed=$(for kp in "${pids[@]}"; do cat "$dir-${kp%%:*}/run.log"; done |
+    sed -n 's/^mutants: \([0-9]*\) of [0-9]* killed.*/\1/p' |
+    awk '{s += $1} END {print s + 0}')
+  echo "mutants: $killed of ${#names[@]} killed in $shards shards;" \
+    "$((SECONDS - t0)) s in all"
+  if [ ${#failed[@]} -gt 0 ]; then
+    echo "mutants: shard(s) ${failed[*]} failed (see above)" >&2
+    exit 1
+  fi
+  exit 0
+fi
 
 mkdir -p "$dir"
 dir=$(cd "$dir" && pwd)
