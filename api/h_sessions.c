@@ -94,10 +94,9 @@ static void sess_reply(struct ipd_req *r, void (*reply)(struct ipd_req *r,
 {
     struct sess_job *j = r->state;
 
-    if (!j->ran) {
-        r->retry_after_s = 1;
+    if (!j->ran)
         ipd_reply_code(r, IPD_HE_UNAVAILABLE, "the service is shutting down");
-    } else if (j->rc) {
+    else if (j->rc) {
         r->retry_after_s = j->retry_after_s;
         session_failure(r, j->rc, j->detail.buf);
     } else
