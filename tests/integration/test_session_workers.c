@@ -199,13 +199,13 @@ static char *slow_prelude_dir(int secs)
 /* ---- the event thread is never held ------------------------------------ */
 
 /* One event thread; max-sessions 1.  A's DELETE waits for A's zygote
- * (asleep in its prelude for 4 s) and B's create for A's uid; meanwhile
+ * (asleep in its prelude for 2 s) and B's create for A's uid; meanwhile
  * GET A (410 at once: it ended), /healthz and an upload are answered.
  * With the session calls on the event thread, GET A came back only
  * after the DELETE. */
 static void event_thread_not_held(void)
 {
-    char *pdir = slow_prelude_dir(4);
+    char *pdir = slow_prelude_dir(2);
     REQUIRE(pdir);
     const char *args[] = {"--threads", "1", "--prelude-dir", pdir, NULL};
     struct itest_opts o = {.args = args,
@@ -247,7 +247,13 @@ static void event_thread_not_held(void)
     async_join(&del);
     async_join(&create);
     CHECK_INT(del.status, 204);
-    CHECK_INT(create.status, 201);
+    /* B's create waits at most 5 s for A's uid: on a loaded machine A's
+     * zygote (2 s asleep, then its imports and exit) may take longer,
+     * and B is refused at the node's bound. */
+    CHECKF(create.status == 201 ||
+               (create.status == 429 &&
+                !strcmp(create.error, "too_many_requests")),
+           "create: %ld %s", create.status, create.error);
     if (create.sid) {
         char *p2 = itest_fmt("/v1/sessions/%s", create.sid);
         itest_request(s, "DELETE", p2, k, "u1", NULL, NULL, 0, NULL, &r);
@@ -432,7 +438,7 @@ static void variables_not_behind_fetches(void)
  * (the waiting one 503), and the server exits 0. */
 static void shutdown_answers_pending(void)
 {
-    char *pdir = slow_prelude_dir(4);
+    char *pdir = slow_prelude_dir(2);
     REQUIRE(pdir);
     const char *args[] = {"--prelude-dir", pdir, "--shutdown-timeout", "0",
                           NULL};
@@ -463,9 +469,10 @@ static void shutdown_answers_pending(void)
            status);
     CHECK_INT(del.status, 204);
     /* The running create ends as it would have (its session made, or
-     * refused by the stopping sessions); the waiting one never ran. */
-    CHECKF(c1.status == 201 || c1.status == 503, "create 1: %ld",
-           c1.status);
+     * refused at the node's bound or by the stopping sessions); the
+     * waiting one never ran. */
+    CHECKF(c1.status == 201 || c1.status == 429 || c1.status == 503,
+           "create 1: %ld", c1.status);
     CHECK_INT(c2.status, 503);
     CHECK_STR(c2.error, "unavailable");
     free(c1.sid);
