@@ -1,7 +1,7 @@
 /*
- * bg.c - request work that blocks (URL ingest, package installs) on a
- * worker queue (service/workq.c), so it never runs on the HTTP event
- * threads.
+ * bg.c - request work that blocks (URL ingest, package installs, session
+ * create, delete and variables calls) on a worker queue
+ * (service/common/workq.c), so it never runs on the HTTP event threads.
  *
  * The handler suspends the connection and submits; a worker runs fn(r)
  * (which must not reply: libmicrohttpd answers only from its own

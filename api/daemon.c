@@ -611,10 +611,11 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
      * connections suspended.  Stopped, not freed: a keep-alive connection
      * can still bring a request that reaches them (it gets a 503); the
      * owner frees them after the daemon is gone. */
-    if (d->app->exec || d->app->pkgs || d->app->bg) {
+    if (d->app->exec || d->app->pkgs || d->app->bg || d->app->sess_wq) {
         ipd_exec_pool_stop(d->app->exec);
         ipd_workq_stop(d->app->pkgs);
         ipd_workq_stop(d->app->bg);
+        ipd_workq_stop(d->app->sess_wq);
         wait_idle(d, 2000);
     }
     MHD_stop_daemon(d->mhd);

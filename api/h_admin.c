@@ -196,15 +196,19 @@ static void admin_status(struct ipd_req *r)
                                   (1024.0 * 1024.0)));
     /* The venv's own details (generation, rebuild times and errors). */
     json_object_set_new(st, "venv", vinfo ? json_copy(vinfo) : json_null());
-    unsigned ir = 0, iq = 0, fr = 0, fq = 0;
+    unsigned ir = 0, iq = 0, fr = 0, fq = 0, sr = 0, sq = 0;
     ipd_workq_counts(app->pkgs, &ir, &iq);
     ipd_workq_counts(app->bg, &fr, &fq);
+    ipd_workq_counts(app->sess_wq, &sr, &sq);
     json_object_set_new(st, "installs",
                         json_pack("{s:I, s:I}", "running", (json_int_t)ir,
                                   "queued", (json_int_t)iq));
     json_object_set_new(st, "url_fetches",
                         json_pack("{s:I, s:I}", "running", (json_int_t)fr,
                                   "queued", (json_int_t)fq));
+    json_object_set_new(st, "session_requests",
+                        json_pack("{s:I, s:I}", "running", (json_int_t)sr,
+                                  "queued", (json_int_t)sq));
     tenants_status(app, now, st, degraded, rc != IPD_OK);
     json_object_set_new(st, "jobs", app->sched
                                         ? ipd_scheduler_status_json(app->sched)

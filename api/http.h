@@ -61,6 +61,8 @@ struct ipd_app {
     struct ipd_metrics *metrics; /* NULL: no metrics (observes are no-ops) */
     const struct ipd_fetch_opts *fetch; /* URL ingest's limits and guard */
     struct ipd_workq *bg;       /* threads for blocking request work */
+    struct ipd_workq *sess_wq;  /* the session workers: create, delete,
+                                 * variables (h_sessions.c), or NULL */
     struct ipd_scheduler *sched; /* the periodic jobs, or NULL */
     const char *sandbox;        /* what isolation is active, or NULL */
     pthread_mutex_t status_lock; /* last_cleanup */
@@ -253,6 +255,13 @@ const struct ipd_exec_policy *ipd_req_key_policy(struct ipd_req *r);
 
 /* POST /v1/packages runs on a bg pool of one thread with this queue. */
 #define IPD_INSTALL_QUEUE_MAX 16
+/* Session create, delete and variables calls (h_sessions.c) run on their
+ * own workers: each holds one for seconds at most (5 s waiting for a
+ * session's uid or its end, 10 s for a listing), so four serve a node's
+ * sessions (max-sessions 8 by default) and give two tenants two each
+ * (a tenant runs at most half of them). */
+#define IPD_SESSION_WORKERS 4
+#define IPD_SESSION_QUEUE_MAX 64
 
 /* Request work that blocks (bg.c), on a worker queue (service/workq.h;
  * free it while the daemon still runs).  Suspend r and run fn(r,

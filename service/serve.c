@@ -580,6 +580,9 @@ static enum ipd_err open_executions(struct server *sv)
     }
     sv->app.executor = sv->executor;
     ipd_executor_set_space(sv->executor, sv->app.space);
+    if (ipd_workq_new(IPD_SESSION_WORKERS, IPD_SESSION_QUEUE_MAX,
+                      &sv->app.sess_wq))
+        ipd_error("sessions are unavailable: no session workers");
     unsigned slots = eo.slots;
     sv->app.sandbox = ipd_executor_sandbox_status(sv->executor);
     ipd_info("sandbox: %s", sv->app.sandbox);
@@ -695,6 +698,7 @@ static void serve_close(struct server *sv)
     sv->app.sched = NULL;
     ipd_exec_pool_free(sv->app.exec);
     ipd_workq_free(sv->app.bg);
+    ipd_workq_free(sv->app.sess_wq);
     ipd_callbacks_free(sv->callbacks);
     ipd_fetch_allowlist_free(sv->fetch_allow);
     ipd_workq_free(sv->app.pkgs);
