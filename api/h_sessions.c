@@ -67,8 +67,8 @@ static void sessions_create(struct ipd_req *r)
     ipd_buf_init(&detail, 512);
     /* The key's policy: the session's limits and the tenant's shares. */
     rc = ipd_executor_session_create(
-        ex, r->key.tenant, r->user_id,
-        r->key.policy[0] ? r->key.policy : "standard", &out,
+        ex, r->principal.tenant, r->principal.user_id,
+        r->principal.policy, &out,
         &r->retry_after_s, &detail);
     /* At a bound (IPD_ERR_BUSY) Retry-After is when the earliest session
      * holding it can end. */
@@ -85,8 +85,8 @@ static void sessions_list(struct ipd_req *r)
 
     if (ex)
         ipd_reply_json(r, MHD_HTTP_OK,
-                       ipd_executor_session_list(ex, r->key.tenant,
-                                                 r->user_id));
+                       ipd_executor_session_list(ex, r->principal.tenant,
+                                                 r->principal.user_id));
 }
 
 static void session_get(struct ipd_req *r)
@@ -97,7 +97,7 @@ static void session_get(struct ipd_req *r)
 
     if (!ex || !id_ok(r))
         return;
-    rc = ipd_executor_session_get(ex, r->key.tenant, r->user_id, r->param,
+    rc = ipd_executor_session_get(ex, r->principal.tenant, r->principal.user_id, r->param,
                                   &out);
     if (rc)
         session_failure(r, rc, NULL);
@@ -112,7 +112,7 @@ static void session_delete(struct ipd_req *r)
 
     if (!ex || !id_ok(r))
         return;
-    rc = ipd_executor_session_delete(ex, r->key.tenant, r->user_id, r->param);
+    rc = ipd_executor_session_delete(ex, r->principal.tenant, r->principal.user_id, r->param);
     if (rc)
         session_failure(r, rc, NULL);
     else
@@ -135,8 +135,8 @@ static void vars_run(struct ipd_req *r, bool stopping)
     if (stopping)
         return;
     j->ran = true;
-    j->rc = ipd_executor_session_variables(r->app->executor, r->key.tenant,
-                                           r->user_id, r->param, &j->out,
+    j->rc = ipd_executor_session_variables(r->app->executor, r->principal.tenant,
+                                           r->principal.user_id, r->param, &j->out,
                                            &j->detail);
 }
 
@@ -164,7 +164,7 @@ static void session_variables(struct ipd_req *r)
         struct ipd_buf why;
         ipd_buf_init(&why, 256);
         enum ipd_err rc = ipd_executor_session_check(
-            r->app->executor, r->key.tenant, r->user_id, r->param, &why);
+            r->app->executor, r->principal.tenant, r->principal.user_id, r->param, &why);
         if (rc)
             session_failure(r, rc, why.buf);
         else

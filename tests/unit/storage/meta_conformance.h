@@ -1179,6 +1179,15 @@ static void mc_key_rotate_secret(void)
     }
     CHECK_INT(ipd_meta_key_find_by_hash(m, o.hash, &got), IPD_OK);
     mc_check_key_eq(&got, &o);
+    /* The tenant's secrets, from its newest key (revoked or not). */
+    CHECK_INT(ipd_meta_key_find_tenant(m, "acme", &got), IPD_OK);
+    CHECK_STR(got.key_id, a2.key_id);
+    CHECK_STR(got.secret, next);
+    CHECK_STR(got.prev_secret, a1.secret);
+    CHECK_INT(got.secret_rotated_at_ms, MC_NOW);
+    CHECK_INT(ipd_meta_key_find_tenant(m, "other", &got), IPD_OK);
+    mc_check_key_eq(&got, &o);
+    CHECK_INT(ipd_meta_key_find_tenant(m, "nobody", &got), IPD_ERR_NOT_FOUND);
 
     /* A rotation that lost a race (its "current" is stale) changes
      * nothing; so does an unknown tenant. */
