@@ -238,21 +238,8 @@ enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out)
 enum ipd_err ipd_meta_key_find_tenant(struct ipd_meta *m, const char *tenant,
                                       struct ipd_key *out)
 {
-    struct ipd_key_list all = {0};
-    bool found = false;
-    /* NEEDSWORK: a query by tenant in each backend, should a store hold
-     * more keys than a scan per callback attempt can afford. */
-    enum ipd_err rc = ipd_meta_key_list(m, &all);
-    if (rc)
-        return rc;
-    /* Oldest first: the last match is the newest. */
-    for (size_t i = 0; i < all.n; i++)
-        if (!strcmp(all.items[i].tenant, tenant) && all.items[i].secret[0]) {
-            *out = all.items[i];
-            found = true;
-        }
-    ipd_key_list_release(&all);
-    return found ? IPD_OK : IPD_ERR_NOT_FOUND;
+    enum ipd_err rc = gate(m);
+    return rc ? rc : m->ops->key_find_tenant(m, tenant, out);
 }
 
 enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,

@@ -175,6 +175,8 @@ struct ipd_meta_ops {
     enum ipd_err (*key_find_by_hash)(struct ipd_meta *m, const char *hash,
                                      struct ipd_key *out);
     enum ipd_err (*key_list)(struct ipd_meta *m, struct ipd_key_list *out);
+    enum ipd_err (*key_find_tenant)(struct ipd_meta *m, const char *tenant,
+                                    struct ipd_key *out);
     enum ipd_err (*key_revoke)(struct ipd_meta *m, const char *key_id,
                                int64_t now_ms);
     enum ipd_err (*key_rotate_secret)(struct ipd_meta *m, const char *tenant,
@@ -289,11 +291,12 @@ enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k);
  * revoked_at_ms).  [out] out */
 enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                        struct ipd_key *out);
-/* The newest of tenant's keys that holds a secret, revoked or not (a
- * rotation changes them all: its secret, prev_secret and
- * secret_rotated_at_ms are the tenant's): what the callback sender signs
- * with and a new key of the tenant copies.  IPD_ERR_NOT_FOUND when the
- * tenant has none.  Every backend, through key_list.  [out] out */
+/* The newest of tenant's keys that holds a secret (created last, ties by
+ * the greater key_id), revoked or not (a rotation changes them all: its
+ * secret, prev_secret and secret_rotated_at_ms are the tenant's): what
+ * the callback sender signs with at each attempt and a new key of the
+ * tenant copies.  One query.  IPD_ERR_NOT_FOUND when the tenant has
+ * none.  [out] out */
 enum ipd_err ipd_meta_key_find_tenant(struct ipd_meta *m, const char *tenant,
                                       struct ipd_key *out);
 /* Every key, oldest first (ties by key_id).  Release with ipd_key_list_release. */

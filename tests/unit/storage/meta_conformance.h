@@ -1219,6 +1219,14 @@ static void mc_key_rotate_secret(void)
     CHECK_INT(ipd_meta_key_insert(m, &k4), IPD_OK);
     CHECK_INT(ipd_meta_key_find_by_hash(m, k4.hash, &got), IPD_OK);
     mc_check_key_eq(&got, &k4);
+    /* The newest key is the tenant's; one without a secret never is. */
+    CHECK_INT(ipd_meta_key_find_tenant(m, "acme", &got), IPD_OK);
+    mc_check_key_eq(&got, &k4);
+    struct ipd_key k5 = mc_key(5, "acme", false, MC_NOW + 10);
+    k5.secret[0] = '\0';
+    CHECK_INT(ipd_meta_key_insert(m, &k5), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_tenant(m, "acme", &got), IPD_OK);
+    mc_check_key_eq(&got, &k4);
     ipd_meta_free(m);
 }
 
