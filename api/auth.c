@@ -1,5 +1,5 @@
 /*
- * auth.c - the API key and the end user of a request.
+ * auth.c - the principal of a request: its API key, then its end user.
  */
 #include <stdio.h>
 #include <string.h>
@@ -27,13 +27,18 @@ bool ipd_auth_key(struct ipd_req *r)
     while (*key == ' ')
         key++;
     bool cached = false;
+    /* The key record holds the tenant's callback secrets: it stays here,
+     * only the principal goes on with the request. */
+    struct ipd_key k;
     enum ipd_err rc = ipd_keys_authenticate_cached(r->app->key_cache,
-                                                   r->app->meta, key, &r->key,
+                                                   r->app->meta, key, &k,
                                                    &cached);
+    if (!rc)
+        ipd_keys_principal(&k, &r->principal);
     if (cached)
         ipd_debug("request_id=%s the metadata store is unavailable: key of "
                   "tenant %s accepted from the key cache",
-                  r->request_id, r->key.tenant);
+                  r->request_id, r->principal.tenant);
     if (rc == IPD_ERR_UNAUTHORIZED) {
         ipd_reply_failure(r, rc, "invalid or revoked API key",
                           "checking the API key");
@@ -61,6 +66,6 @@ bool ipd_auth_user(struct ipd_req *r)
                         "[A-Za-z0-9_.@:-]");
         return false;
     }
-    snprintf(r->user_id, sizeof(r->user_id), "%s", u);
+    snprintf(r->principal.user_id, sizeof(r->principal.user_id), "%s", u);
     return true;
 }

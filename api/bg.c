@@ -74,7 +74,7 @@ bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
     unsigned threads = ipd_workq_threads(q);
     unsigned cap = threads + ipd_workq_queue_max(q);
     struct ipd_workq_share share = {
-        .group = r->key.tenant,
+        .group = r->principal.tenant,
         .running_max = threads > 1 ? threads / 2 : 0,
         .held_max = ipd_policy_share(v, cap),
     };

@@ -265,7 +265,7 @@ static void start_request(struct ipd_req *r)
         r->body.max = r->handler->body_max;
     if ((r->handler->flags & IPD_H_AUTH) && !ipd_auth_key(r))
         return;
-    if ((r->handler->flags & IPD_H_ADMIN) && !r->key.admin) {
+    if ((r->handler->flags & IPD_H_ADMIN) && !r->principal.admin) {
         ipd_reply_code(r, IPD_HE_FORBIDDEN, "this endpoint needs an admin key");
         return;
     }
@@ -435,8 +435,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
              log_field(method, sizeof(method), r->method),
              log_field(path, sizeof(path), r->path), r->status,
              (unsigned long long)r->bytes_out,
-             ms, r->authed ? r->key.tenant : "-",
-             r->user_id[0] ? r->user_id : "-", r->request_id,
+             ms, r->authed ? r->principal.tenant : "-",
+             r->principal.user_id[0] ? r->principal.user_id : "-", r->request_id,
              r->error_code ? " error=" : "", r->error_code ? r->error_code : "",
              toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
              : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT

@@ -1,8 +1,9 @@
 /*
  * h_executions.c - POST /v1/executions and GET /v1/executions/{id}.
  *
- * Executions never run on the HTTP event threads: the handler validates
- * the request and hands the job to the execution pool
+ * Executions never run on the HTTP event threads: the handler has the
+ * body parsed into a job (service/exec/request.h), replies with the
+ * refusal if there is one, and hands the job to the execution pool
  * (service/exec/pool.h).  A synchronous job's connection is suspended
  * (libmicrohttpd keeps it open and stops polling it) when the pool admits
  * the job and resumed from the pool's done hook; the handler replies on
@@ -18,14 +19,10 @@
 #include "../service/common/util.h"
 #include "../service/exec/executor.h"
 #include "../service/exec/pool.h"
-#include "../service/fetch/fetch.h"
-#include "../venv/requirement.h"
+#include "../service/exec/request.h"
 #include "http.h"
 
-#define CODE_MAX (1024 * 1024)           /* CONTRACT.md: code at most 1 MiB */
-#define BODY_MAX (8 * 1024 * 1024)       /* code escaped in JSON, and the rest */
-#define FILES_MAX 100
-#define CALLBACK_URL_MAX 2048
+#define BODY_MAX (8 * 1024 * 1024) /* code escaped in JSON, and the rest */
 
 /* The failures whose detail from the executor goes to the client: the
  * request was at fault, or the service is unavailable or busy (an
@@ -60,262 +57,22 @@ static void reply_result(struct ipd_req *r, struct ipd_exec_job *j)
     ipd_reply_failure(r, j->rc, msg, "running the code");
 }
 
-/* A callback_url the SSRF guard refuses on its face (scheme, an address
- * literal, a loopback name) is refused now, while the client is there to
- * be told; a name that needs DNS is checked at delivery.  Replies and
- * returns false on a refusal. */
-static bool callback_url_ok(struct ipd_req *r, json_t *v)
-{
-    const char *u = json_string_value(v);
-    struct ipd_buf err;
-    enum ipd_err rc;
-    if (!u || json_string_length(v) > CALLBACK_URL_MAX ||
-        strlen(u) != json_string_length(v) ||
-        (strncmp(u, "http://", 7) != 0 && strncmp(u, "https://", 8) != 0)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                       "\"callback_url\" must be an http or https URL "
-                       "of at most %d bytes",
-                       CALLBACK_URL_MAX);
-        return false;
-    }
-    ipd_buf_init(&err, 512);
-    rc = ipd_fetch_url_check(r->app->fetch, u, &err);
-    if (rc == IPD_ERR_FORBIDDEN || rc == IPD_ERR_INVALID) {
-        /* Refused or unusable, the request is what is wrong: invalid. */
-        char msg[768];
-        snprintf(msg, sizeof(msg),
-                 rc == IPD_ERR_FORBIDDEN
-                     ? "\"callback_url\" is refused: %s; an operator can "
-                       "allow such addresses with --fetch-allow (CIDRs)"
-                     : "\"callback_url\" is not usable: %s",
-                 err.buf);
-        ipd_reply_failure(r, IPD_ERR_INVALID, msg, "checking the callback_url");
-    } else if (rc) {
-        ipd_reply_failure(r, rc, NULL, "checking the callback_url");
-    }
-    ipd_buf_release(&err);
-    return rc == IPD_OK;
-}
-
-/* Check the optional fields (packages, async, callback_url, store_outputs,
- * session_id, variables): a session id of the wrong shape is nobody's
- * (404), and a session keeps its packages (400).  Replies and returns
- * true on a bad request. */
-static bool unsupported(struct ipd_req *r, json_t *doc)
-{
-    json_t *v = json_object_get(doc, "packages");
-    if (v && !json_is_null(v) && !json_is_array(v)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"packages\" must be an array of requirement "
-                        "strings");
-        return true;
-    }
-    char why[128];
-    if (!ipd_requirement_list_ok(v, why, sizeof(why))) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s", why);
-        return true;
-    }
-    v = json_object_get(doc, "async");
-    if (v && !json_is_boolean(v) && !json_is_null(v)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"async\" must be true or false");
-        return true;
-    }
-    v = json_object_get(doc, "callback_url");
-    if (v && !json_is_null(v) && !callback_url_ok(r, v))
-        return true;
-    v = json_object_get(doc, "session_id");
-    if (v && !json_is_null(v)) {
-        /* An id of the wrong shape is nobody's session. */
-        if (!json_is_string(v) || !ipd_id_valid("sess", json_string_value(v))) {
-            ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such session");
-            return true;
-        }
-        json_t *pk = json_object_get(doc, "packages");
-        if (json_array_size(pk) > 0) {
-            ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                            "a session keeps the packages it started with: "
-                            "install them (POST /v1/packages) and create a "
-                            "new session");
-            return true;
-        }
-    }
-    v = json_object_get(doc, "store_outputs");
-    if (v && !json_is_boolean(v) && !json_is_null(v)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"store_outputs\" must be true or false");
-        return true;
-    }
-    v = json_object_get(doc, "variables");
-    if (v && !json_is_null(v) && !json_is_object(v)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"variables\" must be an object of name: value");
-        return true;
-    }
-    return false;
-}
-
-/* The body's code, files and timeout, then its optional fields.  Replies
- * and returns false on a bad request. */
-static bool body_ok(struct ipd_req *r, json_t *doc)
-{
-    json_t *code = json_object_get(doc, "code");
-    json_t *files = json_object_get(doc, "files");
-    json_t *timeout = json_object_get(doc, "timeout");
-    if (!json_is_object(doc) || !json_is_string(code)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "the body must be an object with a string \"code\"");
-        return false;
-    }
-    if (json_string_length(code) > CODE_MAX) {
-        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                        "code is %zu bytes; at most %d are allowed",
-                        json_string_length(code), CODE_MAX);
-        return false;
-    }
-    if (files && !json_is_null(files) &&
-        (!json_is_array(files) || json_array_size(files) > FILES_MAX)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"files\" must be an array of at most %d file ids",
-                        FILES_MAX);
-        return false;
-    }
-    if (timeout && !json_is_null(timeout) &&
-        (!json_is_number(timeout) || json_number_value(timeout) <= 0 ||
-         json_number_value(timeout) > 86400)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"timeout\" must be a positive number of seconds");
-        return false;
-    }
-    return !unsupported(r, doc);
-}
-
-/* The key's policy, or a stricter one the request names (borrowed from
- * the key or doc).  Replies and returns NULL when neither can be used. */
-static const char *pick_policy(struct ipd_req *r, json_t *doc)
-{
-    const char *policy = r->key.policy[0] ? r->key.policy : "standard";
-    const struct ipd_exec_policy *kp = ipd_config_policy(r->app->cfg, policy);
-    json_t *want = json_object_get(doc, "policy");
-    if (!kp) {
-        /* The operator removed the policy this key names from the config:
-         * never fall back to another one. */
-        ipd_reply_code(r, IPD_HE_FORBIDDEN,
-                        "this key's policy %s is not configured on the "
-                        "server; ask an administrator",
-                        policy);
-        return NULL;
-    }
-    if (!want || json_is_null(want))
-        return policy;
-    const char *name = json_string_value(want);
-    const struct ipd_exec_policy *wp =
-        name ? ipd_config_policy(r->app->cfg, name) : NULL;
-    if (!wp) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"policy\" must name a configured policy "
-                        "(strict, standard, networked, or one the "
-                        "operator defined)");
-        return NULL;
-    }
-    if (!ipd_policy_within(wp, kp)) {
-        ipd_reply_code(r, IPD_HE_FORBIDDEN,
-                        "policy %s is less strict than this key's "
-                        "policy %s; a request can only tighten it",
-                        name, policy);
-        return NULL;
-    }
-    return name;
-}
-
-/* The body's file ids into j.  Replies 404 and returns false for an id
- * that can't be one of the caller's files. */
-static bool add_files(struct ipd_req *r, struct ipd_exec_job *j,
-                      json_t *files)
-{
-    size_t n = json_is_array(files) ? json_array_size(files) : 0;
-    j->file_ids = ipd_xcalloc(n ? n : 1, sizeof(*j->file_ids));
-    for (size_t i = 0; i < n; i++) {
-        json_t *id = json_array_get(files, i);
-        /* An id of the wrong shape can't be one of the caller's files. */
-        if (!json_is_string(id) || !ipd_id_valid("file", json_string_value(id))) {
-            ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file: %s",
-                            json_is_string(id) ? json_string_value(id)
-                                               : "(not a string)");
-            return false;
-        }
-        j->file_ids[j->n_files++] = ipd_xstrdup(json_string_value(id));
-    }
-    return true;
-}
-
-/* A new job from a checked body (doc borrowed), run under policy. */
-static struct ipd_exec_job *job_new(struct ipd_req *r, json_t *doc,
-                                    const char *policy)
-{
-    struct ipd_exec_job *j = ipd_exec_job_new();
-    json_t *code = json_object_get(doc, "code");
-    json_t *timeout = json_object_get(doc, "timeout");
-    snprintf(j->tenant, sizeof(j->tenant), "%s", r->key.tenant);
-    snprintf(j->user_id, sizeof(j->user_id), "%s", r->user_id);
-    snprintf(j->policy, sizeof(j->policy), "%s", policy);
-    j->code_len = json_string_length(code);
-    j->code = ipd_xmalloc(j->code_len + 1);
-    memcpy(j->code, json_string_value(code), j->code_len + 1);
-    if (timeout && json_is_number(timeout))
-        j->timeout_ms = (int64_t)(json_number_value(timeout) * 1000.0);
-    json_t *vars = json_object_get(doc, "variables");
-    if (json_is_object(vars) && json_object_size(vars))
-        j->variables = json_incref(vars);
-    json_t *sid = json_object_get(doc, "session_id");
-    if (json_is_string(sid))
-        snprintf(j->session_id, sizeof(j->session_id), "%s",
-                 json_string_value(sid));
-    json_t *cbu = json_object_get(doc, "callback_url");
-    if (json_is_string(cbu))
-        j->callback_url = ipd_xstrdup(json_string_value(cbu));
-    memcpy(j->secret, r->key.secret, sizeof(j->secret));
-    j->store_outputs = !json_is_false(json_object_get(doc, "store_outputs"));
-    j->admin = r->key.admin;
-    memcpy(j->prev_secret, r->key.prev_secret, sizeof(j->prev_secret));
-    j->secret_rotated_at_ms = r->key.secret_rotated_at_ms;
-    json_t *pk = json_object_get(doc, "packages");
-    size_t np = json_array_size(pk);
-    j->packages = ipd_xcalloc(np ? np : 1, sizeof(*j->packages));
-    for (size_t i = 0; i < np; i++)
-        j->packages[j->n_packages++] =
-            ipd_xstrdup(json_string_value(json_array_get(pk, i)));
-    return j;
-}
-
-/* Parse and validate the body into a new job (*async: the caller does not
+/* Parse and check the body into a new job (*async: the caller does not
  * wait for it); replies and returns NULL on a bad request. */
 static struct ipd_exec_job *parse_job(struct ipd_req *r, bool *async)
 {
+    const struct ipd_config *cfg = r->app->cfg;
+    struct ipd_exec_request_env env = {.policies = cfg->policies,
+                                       .n_policies = cfg->n_policies,
+                                       .fetch = r->app->fetch};
     struct ipd_exec_job *j = NULL;
-    const char *policy = NULL;
+    struct ipd_refusal refusal;
     json_t *doc = ipd_req_json_body(r);
     if (!doc)
         return NULL;
-    if (!body_ok(r, doc))
-        goto out;
-    policy = pick_policy(r, doc);
-    if (!policy)
-        goto out;
-    j = job_new(r, doc, policy);
-    /* The shares are the key's, whatever policy the request names. */
-    const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
-    j->share_running = kp->tenant_running;
-    j->share_queued = kp->tenant_queued;
-    j->share_results = kp->tenant_results;
-    j->share_callbacks = kp->tenant_callbacks;
-    *async = json_is_true(json_object_get(doc, "async")) ||
-             json_is_string(json_object_get(doc, "callback_url"));
-    if (!add_files(r, j, json_object_get(doc, "files"))) {
-        ipd_exec_job_free(j);
-        j = NULL;
-    }
-out:
+    if (ipd_exec_request_parse(&env, &r->principal, doc, &j, async,
+                               &refusal))
+        ipd_reply_refusal(r, &refusal);
     json_decref(doc);
     return j;
 }
@@ -448,7 +205,7 @@ static void executions_get(struct ipd_req *r)
     enum ipd_err rc = IPD_ERR_NOT_FOUND;
     ipd_exec_reply_init(x);
     if (p)
-        rc = ipd_exec_pool_lookup(p, r->param, r->key.tenant, r->user_id, x);
+        rc = ipd_exec_pool_lookup(p, r->param, r->principal.tenant, r->principal.user_id, x);
     if (rc) {
         ipd_reply_failure(r, rc,
                           rc == IPD_ERR_NOT_FOUND

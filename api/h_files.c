@@ -225,8 +225,8 @@ static enum ipd_err quota_room(struct ipd_req *r, int64_t size, char *msg,
     struct ipd_quota q, t;
     const char *full = NULL;
     cfg_quota(r->app->cfg, &q, &t);
-    enum ipd_err rc = ipd_meta_quota_full(r->app->meta, &q, r->key.tenant,
-                                          r->user_id, size, ipd_now_ms(),
+    enum ipd_err rc = ipd_meta_quota_full(r->app->meta, &q, r->principal.tenant,
+                                          r->principal.user_id, size, ipd_now_ms(),
                                           &full);
     if (!rc && full) {
         ipd_quota_message(&q, full, msg, n);
@@ -486,8 +486,8 @@ static enum ipd_err store_upload(struct ipd_req *r, struct ipd_blob_writer **w,
         goto fail;
     }
     memcpy(f->file_id, file_id, sizeof(f->file_id));
-    snprintf(f->tenant, sizeof(f->tenant), "%s", r->key.tenant);
-    snprintf(f->user_id, sizeof(f->user_id), "%s", r->user_id);
+    snprintf(f->tenant, sizeof(f->tenant), "%s", r->principal.tenant);
+    snprintf(f->user_id, sizeof(f->user_id), "%s", r->principal.user_id);
     snprintf(f->source, sizeof(f->source), "%s", source);
     snprintf(f->blob, sizeof(f->blob), "%s", ipd_blobs_backend(app->blobs));
     f->created_at_ms = ipd_now_ms();
@@ -802,7 +802,7 @@ static void files_list(struct ipd_req *r)
         return;
     }
     enum ipd_err rc = ipd_meta_file_list(
-        r->app->meta, r->key.tenant, r->user_id, ipd_now_ms(),
+        r->app->meta, r->principal.tenant, r->principal.user_id, ipd_now_ms(),
         cs && *cs ? &cursor : NULL, (size_t)limit, &list);
     if (rc) {
         ipd_reply_failure(r, rc, NULL, "listing files");
@@ -850,8 +850,8 @@ static bool lookup(struct ipd_req *r, struct ipd_file_meta *f)
         ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return false;
     }
-    enum ipd_err rc = ipd_meta_file_get(r->app->meta, r->key.tenant,
-                                        r->user_id, r->param, ipd_now_ms(), f);
+    enum ipd_err rc = ipd_meta_file_get(r->app->meta, r->principal.tenant,
+                                        r->principal.user_id, r->param, ipd_now_ms(), f);
     if (rc)
         ipd_reply_failure(r, rc,
                           rc == IPD_ERR_NOT_FOUND ? "no such file" : NULL,
@@ -950,14 +950,14 @@ static void files_delete(struct ipd_req *r)
         ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return;
     }
-    enum ipd_err rc = ipd_meta_file_delete(r->app->meta, r->key.tenant,
-                                           r->user_id, r->param, ipd_now_ms(),
+    enum ipd_err rc = ipd_meta_file_delete(r->app->meta, r->principal.tenant,
+                                           r->principal.user_id, r->param, ipd_now_ms(),
                                            &f);
     /* A full disk must not keep a user from freeing space: give the
      * store the reserve (storage/space.h) and try once more. */
     if (rc == IPD_ERR_NO_SPACE && r->app->space &&
         ipd_space_release(r->app->space))
-        rc = ipd_meta_file_delete(r->app->meta, r->key.tenant, r->user_id,
+        rc = ipd_meta_file_delete(r->app->meta, r->principal.tenant, r->principal.user_id,
                                   r->param, ipd_now_ms(), &f);
     if (rc == IPD_ERR_NOT_FOUND) {
         ipd_reply_failure(r, rc, "no such file", "deleting the file");

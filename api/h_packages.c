@@ -107,7 +107,7 @@ static struct pkg_job *parse_job(struct ipd_req *r)
         goto out;
     }
     j = ipd_xcalloc(1, sizeof(*j));
-    j->admin = r->key.admin;
+    j->admin = r->principal.admin;
     j->reqs = ipd_xcalloc(n, sizeof(*j->reqs));
     for (size_t i = 0; i < n; i++)
         j->reqs[j->n++] = ipd_xstrdup(json_string_value(json_array_get(pk, i)));

@@ -162,8 +162,8 @@ static void create_run(struct ipd_req *r, bool stopping)
         return;
     j->ran = true;
     j->rc = ipd_executor_session_create(
-        r->app->executor, r->key.tenant, r->user_id,
-        r->key.policy[0] ? r->key.policy : "standard", &j->out,
+        r->app->executor, r->principal.tenant, r->principal.user_id,
+        r->principal.policy, &j->out,
         &j->retry_after_s, &j->detail);
 }
 
@@ -194,8 +194,8 @@ static void sessions_list(struct ipd_req *r)
 
     if (ex)
         ipd_reply_json(r, MHD_HTTP_OK,
-                       ipd_executor_session_list(ex, r->key.tenant,
-                                                 r->user_id));
+                       ipd_executor_session_list(ex, r->principal.tenant,
+                                                 r->principal.user_id));
 }
 
 static void session_get(struct ipd_req *r)
@@ -206,7 +206,7 @@ static void session_get(struct ipd_req *r)
 
     if (!ex || !id_ok(r))
         return;
-    rc = ipd_executor_session_get(ex, r->key.tenant, r->user_id, r->param,
+    rc = ipd_executor_session_get(ex, r->principal.tenant, r->principal.user_id, r->param,
                                   &out);
     if (rc)
         session_failure(r, rc, NULL);
@@ -223,8 +223,8 @@ static void delete_run(struct ipd_req *r, bool stopping)
     if (stopping)
         return;
     j->ran = true;
-    j->rc = ipd_executor_session_delete(r->app->executor, r->key.tenant,
-                                        r->user_id, r->param);
+    j->rc = ipd_executor_session_delete(r->app->executor, r->principal.tenant,
+                                        r->principal.user_id, r->param);
 }
 
 static void session_delete(struct ipd_req *r)
@@ -243,8 +243,8 @@ static void vars_run(struct ipd_req *r, bool stopping)
     if (stopping)
         return;
     j->ran = true;
-    j->rc = ipd_executor_session_variables(r->app->executor, r->key.tenant,
-                                           r->user_id, r->param, &j->out,
+    j->rc = ipd_executor_session_variables(r->app->executor, r->principal.tenant,
+                                           r->principal.user_id, r->param, &j->out,
                                            &j->detail);
 }
 
@@ -258,7 +258,7 @@ static void session_variables(struct ipd_req *r)
         struct ipd_buf why;
         ipd_buf_init(&why, 256);
         enum ipd_err rc = ipd_executor_session_check(
-            r->app->executor, r->key.tenant, r->user_id, r->param, &why);
+            r->app->executor, r->principal.tenant, r->principal.user_id, r->param, &why);
         if (rc)
             session_failure(r, rc, why.buf);
         else

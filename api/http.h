@@ -142,9 +142,10 @@ struct ipd_req {
     const char *allow;         /* Allow header for 405 answers (static) */
     int64_t start_us;
 
-    struct ipd_key key;        /* the caller's key, when authenticated */
+    struct ipd_principal principal; /* who the request acts for: set by
+                                       ipd_auth_key (user_id "" until
+                                       ipd_auth_user) */
     bool authed;
-    char user_id[IPD_USER_ID_MAX];
 
     struct ipd_buf body;       /* collected body (no data callback) */
     void *state;               /* the handler's own */
@@ -180,6 +181,10 @@ enum ipd_http_error ipd_http_error_of(enum ipd_err err);
  * file list"). */
 void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
                        const char *detail, const char *what);
+/* Reply with a refusal of the core (service/exec/request.h): its
+ * contract code's status and its message. */
+struct ipd_refusal;
+void ipd_reply_refusal(struct ipd_req *r, const struct ipd_refusal *f);
 /* Reply with an MHD response built by the caller (takes ownership). */
 void ipd_reply_response(struct ipd_req *r, unsigned status,
                         struct MHD_Response *resp, uint64_t body_len);
@@ -211,10 +216,11 @@ bool ipd_req_bytes_check(struct ipd_req *r, const char *version);
  * addresses nothing), else 400. */
 void ipd_req_bytes_refuse(struct ipd_req *r);
 
-/* Authenticate the Authorization header into r->key; replies 401 and
- * returns false on failure. */
+/* Authenticate the Authorization header into r->principal (its key's
+ * tenant, policy, admin flag); replies 401 and returns false on failure. */
 bool ipd_auth_key(struct ipd_req *r);
-/* Validate X-User-Id into r->user_id; replies 400 and returns false. */
+/* Validate X-User-Id into r->principal.user_id; replies 400 and returns
+ * false. */
 bool ipd_auth_user(struct ipd_req *r);
 
 /* Route a request: the handler for (method, path), filling r->param.
@@ -249,7 +255,7 @@ struct ipd_sweep_result;
 void ipd_app_note_sweep(struct ipd_app *app, const struct ipd_sweep_result *res,
                         enum ipd_err rc, int64_t at_ms);
 
-/* The policy of r's key (its tenant's shares of the shared pools,
+/* The policy of r's principal (its tenant's shares of the shared pools,
  * exec/policy.h), or NULL when the config has none of that name. */
 const struct ipd_exec_policy *ipd_req_key_policy(struct ipd_req *r);
 

@@ -11,6 +11,7 @@
 #include "../service/common/log.h"
 #include "../service/common/util.h"
 #include "../service/common/json_out.h"
+#include "../service/exec/request.h"
 #include "http.h"
 
 static const struct {
@@ -253,4 +254,17 @@ void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
     else
         ipd_reply_code(r, he, "%s%s%s", failures[err].pre, what,
                        failures[err].post);
+}
+
+void ipd_reply_refusal(struct ipd_req *r, const struct ipd_refusal *f)
+{
+    for (size_t e = 0; f->code && e < IPD_ARRAY_LEN(http_errors); e++)
+        if (http_errors[e].code && !strcmp(http_errors[e].code, f->code)) {
+            ipd_reply_code(r, (enum ipd_http_error)e, "%s", f->message);
+            return;
+        }
+    /* A code the contract does not have is our bug. */
+    ipd_reply_code(r, IPD_HE_INTERNAL_ERROR,
+                   "internal error: refused with an unknown code (%s): %s",
+                   f->code ? f->code : "none", f->message);
 }

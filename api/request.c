@@ -34,8 +34,7 @@ json_t *ipd_req_json_body(struct ipd_req *r)
 
 const struct ipd_exec_policy *ipd_req_key_policy(struct ipd_req *r)
 {
-    return ipd_config_policy(r->app->cfg,
-                             r->key.policy[0] ? r->key.policy : "standard");
+    return ipd_config_policy(r->app->cfg, r->principal.policy);
 }
 
 static bool has_control(const char *s, size_t n)

@@ -346,18 +346,6 @@ const struct ipd_exec_policy *ipd_config_policy(const struct ipd_config *c,
     return NULL;
 }
 
-bool ipd_policy_within(const struct ipd_exec_policy *a, const struct ipd_exec_policy *b)
-{
-    return a && b && a->max_timeout_ms <= b->max_timeout_ms &&
-           a->timeout_ms <= b->timeout_ms &&
-           a->memory_bytes <= b->memory_bytes &&
-           a->max_processes <= b->max_processes &&
-           a->output_bytes <= b->output_bytes &&
-           a->tmp_bytes <= b->tmp_bytes &&
-           a->output_dir_bytes <= b->output_dir_bytes &&
-           a->cpu_millis <= b->cpu_millis && (!a->network || b->network);
-}
-
 static bool policy_name_valid(const char *s, size_t len)
 {
     if (!len || len >= IPD_EXEC_POLICY_NAME_MAX)

@@ -135,11 +135,6 @@ enum ipd_err ipd_config_set(struct ipd_config *c, const char *name,
 const struct ipd_exec_policy *ipd_config_policy(const struct ipd_config *c,
                                            const char *name);
 
-/* True when inner is nowhere more permissive than outer (a request may
- * only tighten the policy of its key). */
-bool ipd_policy_within(const struct ipd_exec_policy *inner,
-                       const struct ipd_exec_policy *outer);
-
 /* Print every option, one per line, with secrets redacted. */
 void ipd_config_print(const struct ipd_config *c, FILE *out);
 

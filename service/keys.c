@@ -16,26 +16,6 @@
 #define KEY_PREFIX "ipd_"
 #define KEY_HEX 64
 
-/* The newest key of tenant that has a secret (its secret and rotation are
- * the tenant's), into *out; IPD_ERR_NOT_FOUND when the tenant has none. */
-static enum ipd_err tenant_secret(struct ipd_meta *m, const char *tenant,
-                                  struct ipd_key *out)
-{
-    struct ipd_key_list all = {0};
-    enum ipd_err rc = ipd_meta_key_list(m, &all);
-    bool found = false;
-    if (rc)
-        return rc;
-    /* Oldest first: the last match is the newest. */
-    for (size_t i = 0; i < all.n; i++)
-        if (!strcmp(all.items[i].tenant, tenant) && all.items[i].secret[0]) {
-            *out = all.items[i];
-            found = true;
-        }
-    ipd_key_list_release(&all);
-    return found ? IPD_OK : IPD_ERR_NOT_FOUND;
-}
-
 enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
                              bool admin, const char *policy,
                              char plain[IPD_KEY_PLAIN_MAX],
@@ -56,7 +36,7 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
      * of a tenant that has keys shares theirs, with its rotation (the
      * previous secret and when it was replaced); the first key makes it. */
     struct ipd_key cur;
-    enum ipd_err lrc = tenant_secret(m, tenant, &cur);
+    enum ipd_err lrc = ipd_meta_key_find_tenant(m, tenant, &cur);
     if (lrc == IPD_OK) {
         memcpy(k.secret, cur.secret, sizeof(k.secret));
         memcpy(k.prev_secret, cur.prev_secret, sizeof(k.prev_secret));
@@ -90,7 +70,7 @@ enum ipd_err ipd_keys_rotate_secret(struct ipd_meta *m, const char *tenant,
 
     if (!ipd_tenant_valid(tenant))
         return IPD_ERR_INVALID;
-    rc = tenant_secret(m, tenant, &cur);
+    rc = ipd_meta_key_find_tenant(m, tenant, &cur);
     if (rc)
         return rc;
     ipd_random_bytes(rnd, sizeof(rnd));
@@ -293,4 +273,16 @@ out:
     ipd_key_list_release(&keys);
     memset(plain, 0, sizeof(plain));
     return rc;
+}
+
+void ipd_keys_principal(const struct ipd_key *k, struct ipd_principal *out)
+{
+    memset(out, 0, sizeof(*out));
+    snprintf(out->tenant, sizeof(out->tenant), "%s", k->tenant);
+    snprintf(out->key_id, sizeof(out->key_id), "%s", k->key_id);
+    snprintf(out->policy, sizeof(out->policy), "%s",
+             k->policy[0] ? k->policy : "standard");
+    out->admin = k->admin;
+    out->scopes = IPD_SCOPE_ALL;
+    out->expires_at_ms = 0;
 }

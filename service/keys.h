@@ -11,6 +11,7 @@
 
 #include "../storage/meta.h"
 #include "common/ipd.h"
+#include "common/principal.h"
 
 #define IPD_KEY_PLAIN_MAX 80
 
@@ -34,6 +35,11 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
 enum ipd_err ipd_keys_rotate_secret(struct ipd_meta *m, const char *tenant,
                                     int64_t now_ms,
                                     char secret[IPD_SHA256_HEX]);
+
+/* The principal a key stands for (user_id "": the request's X-User-Id
+ * fills it): its tenant, key id, policy ("standard" when the record names
+ * none), admin flag, every scope, no expiry.  No secret is copied. */
+void ipd_keys_principal(const struct ipd_key *k, struct ipd_principal *out);
 
 /* The stored record for a presented key, compared in constant time.
  * IPD_ERR_UNAUTHORIZED for unknown, malformed or revoked keys; backend

@@ -439,8 +439,8 @@ out:
     return rc;
 }
 
-/* What `interpd serve` runs, in the order it is opened; closed in
- * reverse (serve_close). */
+/* What `interpd serve` runs (opened stores, outbound, executions);
+ * closed in reverse (serve_close). */
 struct server {
     const struct ipd_config *cfg;
     struct ipd_app app;
@@ -479,7 +479,8 @@ static enum ipd_err open_outbound(struct server *sv)
     sv->app.fetch = &sv->fetch_opts;
     if (ipd_workq_new(4, 64, &sv->app.bg))
         ipd_error("URL ingest is unavailable: no background threads");
-    if (ipd_callbacks_new(&sv->fetch_opts, cfg->callback_retry_delay_ms,
+    if (ipd_callbacks_new(&sv->fetch_opts, sv->app.meta,
+                          cfg->callback_retry_delay_ms,
                           cfg->callback_secret_grace_ms, &sv->callbacks))
         ipd_error("execution callbacks are unavailable: no delivery thread");
 out:
@@ -755,7 +756,9 @@ int ipd_serve(struct ipd_config *cfg)
     pthread_sigmask(SIG_BLOCK, &sigs, NULL);
     signal(SIGPIPE, SIG_IGN);
 
-    if (open_outbound(&sv) || open_stores(&sv) || open_executions(&sv))
+    /* The stores first: the callback sender reads the tenants' secrets
+     * from the key store. */
+    if (open_stores(&sv) || open_outbound(&sv) || open_executions(&sv))
         goto out;
     set_gauges(&sv.app);
     start_jobs(&sv);

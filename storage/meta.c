@@ -235,6 +235,13 @@ enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out)
     return m->ops->key_list(m, out);
 }
 
+enum ipd_err ipd_meta_key_find_tenant(struct ipd_meta *m, const char *tenant,
+                                      struct ipd_key *out)
+{
+    enum ipd_err rc = gate(m);
+    return rc ? rc : m->ops->key_find_tenant(m, tenant, out);
+}
+
 enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
                                  int64_t now_ms)
 {

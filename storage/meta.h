@@ -32,11 +32,11 @@
 
 #include "../service/common/crypto.h"
 #include "../service/common/ipd.h"
+#include "../service/common/principal.h"
 #include "../service/common/buf.h"
 #include "../service/common/util.h"
 
-#define IPD_TENANT_MAX 65     /* 64 characters and the NUL */
-#define IPD_USER_ID_MAX 129   /* 128 characters and the NUL */
+/* IPD_TENANT_MAX, IPD_USER_ID_MAX, IPD_POLICY_MAX: principal.h */
 #define IPD_FILENAME_MAX 256  /* 255 bytes of UTF-8 and the NUL */
 #define IPD_MIME_MAX 128
 #define IPD_FILE_TYPE_MAX 32
@@ -115,7 +115,6 @@ struct ipd_tenant_usage {
 };
 
 #define IPD_KEY_NAME_MAX 128
-#define IPD_POLICY_MAX 32 /* execution policy names */
 
 /* One API key record; the plain key is never stored. */
 struct ipd_key {
@@ -176,6 +175,8 @@ struct ipd_meta_ops {
     enum ipd_err (*key_find_by_hash)(struct ipd_meta *m, const char *hash,
                                      struct ipd_key *out);
     enum ipd_err (*key_list)(struct ipd_meta *m, struct ipd_key_list *out);
+    enum ipd_err (*key_find_tenant)(struct ipd_meta *m, const char *tenant,
+                                    struct ipd_key *out);
     enum ipd_err (*key_revoke)(struct ipd_meta *m, const char *key_id,
                                int64_t now_ms);
     enum ipd_err (*key_rotate_secret)(struct ipd_meta *m, const char *tenant,
@@ -290,6 +291,14 @@ enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k);
  * revoked_at_ms).  [out] out */
 enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                        struct ipd_key *out);
+/* The newest of tenant's keys that holds a secret (created last, ties by
+ * the greater key_id), revoked or not (a rotation changes them all: its
+ * secret, prev_secret and secret_rotated_at_ms are the tenant's): what
+ * the callback sender signs with at each attempt and a new key of the
+ * tenant copies.  One query.  IPD_ERR_NOT_FOUND when the tenant has
+ * none.  [out] out */
+enum ipd_err ipd_meta_key_find_tenant(struct ipd_meta *m, const char *tenant,
+                                      struct ipd_key *out);
 /* Every key, oldest first (ties by key_id).  Release with ipd_key_list_release. */
 enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out);
 /* Mark revoked at now_ms (> 0: 0 means "valid"); IPD_ERR_NOT_FOUND for an

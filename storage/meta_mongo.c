@@ -1206,6 +1206,39 @@ static enum ipd_err mg_key_find_by_hash(struct ipd_meta *m, const char *hash,
     return rc;
 }
 
+/* The newest key of tenant holding a secret: sorted like key_list,
+ * backwards, the first. */
+static enum ipd_err mg_key_find_tenant(struct ipd_meta *m, const char *tenant,
+                                       struct ipd_key *out)
+{
+    struct meta_mongo *s = (struct meta_mongo *)m;
+    struct op op = {0};
+    bson_t filter = BSON_INITIALIZER, opts = BSON_INITIALIZER, sort, ne;
+    struct ipd_key_list got = {0};
+    enum ipd_err rc;
+
+    BSON_APPEND_UTF8(&filter, "tenant", tenant);
+    bson_append_document_begin(&filter, "secret", -1, &ne);
+    BSON_APPEND_UTF8(&ne, "$ne", "");
+    bson_append_document_end(&filter, &ne);
+    bson_append_document_begin(&opts, "sort", -1, &sort);
+    BSON_APPEND_INT32(&sort, "created_at", -1);
+    BSON_APPEND_INT32(&sort, "key_id", -1);
+    bson_append_document_end(&opts, &sort);
+    BSON_APPEND_INT64(&opts, "limit", 1);
+    op_begin(s, COLL_KEYS, &op);
+    rc = collect_keys(op.coll, &filter, &opts, "key_find_tenant", &got);
+    op_end(s, &op);
+    if (!rc && !got.n)
+        rc = IPD_ERR_NOT_FOUND;
+    if (!rc)
+        *out = got.items[0];
+    ipd_key_list_release(&got);
+    bson_destroy(&opts);
+    bson_destroy(&filter);
+    return rc;
+}
+
 static enum ipd_err mg_key_list(struct ipd_meta *m, struct ipd_key_list *out)
 {
     struct meta_mongo *s = (struct meta_mongo *)m;
@@ -1612,6 +1645,7 @@ static const struct ipd_meta_ops mongo_ops = {
     .key_insert = mg_key_insert,
     .key_find_by_hash = mg_key_find_by_hash,
     .key_list = mg_key_list,
+    .key_find_tenant = mg_key_find_tenant,
     .key_revoke = mg_key_revoke,
     .key_rotate_secret = mg_key_rotate_secret,
     .file_get_by_id = mg_file_get_by_id,

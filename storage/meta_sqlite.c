@@ -75,6 +75,7 @@ enum stmt_id {
     S_KEY_INSERT,
     S_KEY_FIND,
     S_KEY_LIST,
+    S_KEY_FIND_TENANT,
     S_KEY_REVOKE,
     S_KEY_ROTATE_SECRET,
     S_FILE_GET_BY_ID,
@@ -136,6 +137,11 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_KEY_FIND] = "SELECT " KEY_COLS " FROM api_keys WHERE hash = ?1",
     [S_KEY_LIST] = "SELECT " KEY_COLS " FROM api_keys"
                    " ORDER BY created_at_ms, key_id",
+    /* The newest of the tenant's keys: the last key_list would show. */
+    [S_KEY_FIND_TENANT] = "SELECT " KEY_COLS " FROM api_keys"
+                          " WHERE tenant = ?1 AND secret <> ''"
+                          " ORDER BY created_at_ms DESC, key_id DESC"
+                          " LIMIT 1",
     /* coalesce keeps the first revocation time. */
     [S_KEY_REVOKE] = "UPDATE api_keys"
                      " SET revoked_at_ms = coalesce(revoked_at_ms, ?2)"
@@ -1088,6 +1094,21 @@ static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
     return rd_end(s, &r, rc);
 }
 
+static enum ipd_err sq_key_find_tenant(struct ipd_meta *m,
+                                       const char *tenant,
+                                       struct ipd_key *out)
+{
+    struct meta_sqlite *s = (struct meta_sqlite *)m;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_KEY_FIND_TENANT, &r);
+
+    if (!rc)
+        rc = rd_one(&r, bind_text(r.st, 1, tenant, 0), "key_find_tenant");
+    if (!rc)
+        rc = row_to_key(r.st, out);
+    return rd_end(s, &r, rc);
+}
+
 static enum ipd_err sq_key_list(struct ipd_meta *m, struct ipd_key_list *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
@@ -1248,6 +1269,7 @@ static const struct ipd_meta_ops sqlite_ops = {
     .key_insert = sq_key_insert,
     .key_find_by_hash = sq_key_find_by_hash,
     .key_list = sq_key_list,
+    .key_find_tenant = sq_key_find_tenant,
     .key_revoke = sq_key_revoke,
     .key_rotate_secret = sq_key_rotate_secret,
     .file_get_by_id = sq_file_get_by_id,

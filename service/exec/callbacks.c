@@ -32,7 +32,8 @@ struct delivery {
     char *path;       /* owned, or NULL */
     size_t len;
     size_t mem;       /* len when body is held in memory, else 0 */
-    struct ipd_callback_keys keys;
+    char tenant[IPD_TENANT_MAX]; /* whose callback ("": nobody's, no
+                                    share, no key to sign with) */
     char id[IPD_ID_MAX];          /* X-Interpd-Delivery: every attempt */
     struct ipd_callback_status *status; /* a reference, or NULL */
     int attempts;     /* made so far */
@@ -41,6 +42,7 @@ struct delivery {
 
 struct ipd_callbacks {
     struct ipd_fetch_opts opts;
+    struct ipd_meta *meta; /* the tenants' secrets (borrowed), or NULL */
     int64_t retry_delay_ms;
     int64_t secret_grace_ms;
     pthread_t threads[IPD_CALLBACK_THREADS];
@@ -202,6 +204,31 @@ out:
     return rc;
 }
 
+/* The tenant's secrets as the key store has them now, so a rotation
+ * signs every attempt after it: IPD_ERR_NOT_FOUND (the tenant has no key
+ * left: not retried) or the store's error (retried), with a message in
+ * err. */
+static enum ipd_err sign_with(struct ipd_callbacks *cb, const char *tenant,
+                              struct ipd_callback_keys *keys,
+                              struct ipd_buf *err)
+{
+    struct ipd_key k;
+    enum ipd_err rc = IPD_ERR_NOT_FOUND;
+    if (cb->meta && tenant[0])
+        rc = ipd_meta_key_find_tenant(cb->meta, tenant, &k);
+    if (rc) {
+        ipd_buf_addf(err, "no callback secret to sign with: %s",
+                     rc == IPD_ERR_NOT_FOUND ? "the tenant has no API key"
+                                             : ipd_err_name(rc));
+        return rc;
+    }
+    memcpy(keys->secret, k.secret, sizeof(keys->secret));
+    memcpy(keys->prev_secret, k.prev_secret, sizeof(keys->prev_secret));
+    keys->rotated_at_ms = k.secret_rotated_at_ms;
+    memset(&k, 0, sizeof(k));
+    return IPD_OK;
+}
+
 /* One attempt, signed now: IPD_OK when the callback was accepted (2xx);
  * the fetch's message in err otherwise. */
 static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
@@ -209,6 +236,7 @@ static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
 {
     char sig[32 + IPD_SIGNATURE_MAX], id[32 + IPD_ID_MAX];
     char value[IPD_SIGNATURE_MAX];
+    struct ipd_callback_keys keys;
     const char *headers[] = {sig, id, NULL};
     int status = 0;
     char *loaded = NULL;
@@ -221,8 +249,15 @@ static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
         d->attempts++;
         return rc;
     }
-    ipd_callback_signature(&d->keys, cb->secret_grace_ms, ipd_now_ms(),
-                           body, len, value);
+    rc = sign_with(cb, d->tenant, &keys, err);
+    if (rc) {
+        free(loaded);
+        d->attempts++;
+        return rc;
+    }
+    ipd_callback_signature(&keys, cb->secret_grace_ms, ipd_now_ms(), body,
+                           len, value);
+    memset(&keys, 0, sizeof(keys));
     snprintf(sig, sizeof(sig), "X-Interpd-Signature: %s", value);
     snprintf(id, sizeof(id), "X-Interpd-Delivery: %s", d->id);
     rc = ipd_fetch_post(&cb->opts, d->url, "application/json", body, len,
@@ -278,7 +313,7 @@ static unsigned tenant_trying(const struct ipd_callbacks *cb,
 {
     unsigned k = 0;
     for (unsigned i = 0; i < IPD_CALLBACK_THREADS; i++)
-        k += cb->trying[i] && !strcmp(cb->trying[i]->keys.tenant, tenant);
+        k += cb->trying[i] && !strcmp(cb->trying[i]->tenant, tenant);
     return k;
 }
 
@@ -290,8 +325,8 @@ static struct delivery **next_due(struct ipd_callbacks *cb)
     for (pp = &cb->queue; *pp; pp = &(*pp)->next) {
         if (next && (*pp)->due_ms >= (*next)->due_ms)
             continue;
-        if ((*pp)->keys.tenant[0] &&
-            tenant_trying(cb, (*pp)->keys.tenant) >=
+        if ((*pp)->tenant[0] &&
+            tenant_trying(cb, (*pp)->tenant) >=
                 IPD_CALLBACK_TENANT_THREADS)
             continue;
         next = pp;
@@ -354,14 +389,14 @@ size_t ipd_callbacks_tenant_pending(struct ipd_callbacks *cb,
         return 0;
     pthread_mutex_lock(&cb->lock);
     for (const struct delivery *d = cb->queue; d; d = d->next)
-        k += !strcmp(d->keys.tenant, tenant);
+        k += !strcmp(d->tenant, tenant);
     k += tenant_trying(cb, tenant);
     pthread_mutex_unlock(&cb->lock);
     return k;
 }
 
 enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
-                               int64_t retry_delay_ms,
+                               struct ipd_meta *meta, int64_t retry_delay_ms,
                                int64_t secret_grace_ms,
                                struct ipd_callbacks **out)
 {
@@ -371,6 +406,7 @@ enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
         cb->opts = *opts;
     else
         ipd_fetch_opts_init(&cb->opts);
+    cb->meta = meta;
     cb->retry_delay_ms = retry_delay_ms;
     cb->secret_grace_ms = secret_grace_ms;
     pthread_mutex_init(&cb->lock, NULL);
@@ -424,11 +460,11 @@ void ipd_callbacks_free(struct ipd_callbacks *cb)
 
 /* Queue d (its url, body or path and len set). */
 static void enqueue(struct ipd_callbacks *cb, struct delivery *d,
-                    const char *url, const struct ipd_callback_keys *keys,
+                    const char *url, const char *tenant,
                     struct ipd_callback_status *status)
 {
     size_t len = d->mem;
-    d->keys = *keys;
+    snprintf(d->tenant, sizeof(d->tenant), "%s", tenant ? tenant : "");
     ipd_id_new("dlv", d->id);
     d->status = status ? ipd_callback_status_ref(status) : NULL;
     if (status) {
@@ -475,7 +511,7 @@ static struct delivery *delivery_new(struct ipd_callbacks *cb, const char *url,
 
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
                         const char *body, size_t len,
-                        const struct ipd_callback_keys *keys,
+                        const char *tenant,
                         struct ipd_callback_status *status)
 {
     struct delivery *d = delivery_new(cb, url, status);
@@ -486,12 +522,12 @@ void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
     d->body[len] = '\0';
     d->len = len;
     d->mem = len;
-    enqueue(cb, d, url, keys, status);
+    enqueue(cb, d, url, tenant, status);
 }
 
 void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
                              const char *path, size_t len,
-                             const struct ipd_callback_keys *keys,
+                             const char *tenant,
                              struct ipd_callback_status *status)
 {
     struct delivery *d = delivery_new(cb, url, status);
@@ -499,5 +535,5 @@ void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
         return;
     d->path = ipd_xstrdup(path);
     d->len = len;
-    enqueue(cb, d, url, keys, status);
+    enqueue(cb, d, url, tenant, status);
 }

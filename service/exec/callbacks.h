@@ -20,6 +20,12 @@
  * rotation the previous secret signs too, as a second v1= (the new one
  * first).  t is the time of the attempt, so every attempt is signed
  * afresh; the delivery id is the same for every attempt of one callback.
+ * The secrets are read from the key store (ipd_meta_key_find_tenant) at
+ * each attempt: no job or request carries them, and a callback queued
+ * before a rotation is signed as the rotation left them (the new secret,
+ * and the previous one during the grace).  A store that cannot answer
+ * fails the attempt (retried like any other); a tenant without any key
+ * fails the callback.
  *
  * A failed attempt (no answer, a non-2xx answer) is retried after
  * retry_delay, then twice that: IPD_CALLBACK_ATTEMPTS in all.  A refusal
@@ -59,13 +65,11 @@
 #define IPD_CALLBACK_TENANT_THREADS (IPD_CALLBACK_THREADS / 2)
 
 /* What a callback is signed with: the tenant's secret and the one it
- * replaced (struct ipd_key's fields). */
+ * replaced (struct ipd_key's fields, read at each attempt). */
 struct ipd_callback_keys {
     char secret[IPD_SHA256_HEX];
     char prev_secret[IPD_SHA256_HEX]; /* "" when never rotated */
     int64_t rotated_at_ms;            /* wall clock; 0: never */
-    char tenant[IPD_TENANT_MAX];      /* whose callback ("": nobody's,
-                                         no share) */
 };
 
 /* One callback's delivery outcome, shared by the delivery and whoever
@@ -90,30 +94,32 @@ json_t *ipd_callback_status_json(struct ipd_callback_status *s);
 
 struct ipd_callbacks;
 
-/* opts is copied (its allowlist borrowed: it must outlive cb).  The
- * previous secret signs for secret_grace_ms after a rotation. */
+/* opts is copied (its allowlist borrowed: it must outlive cb).  meta
+ * (borrowed: it must outlive cb; NULL: no callback can be signed, each
+ * fails) holds the tenants' secrets.  The previous secret signs for
+ * secret_grace_ms after a rotation. */
 enum ipd_err ipd_callbacks_new(const struct ipd_fetch_opts *opts,
-                               int64_t retry_delay_ms,
+                               struct ipd_meta *meta, int64_t retry_delay_ms,
                                int64_t secret_grace_ms,
                                struct ipd_callbacks **out);
 /* Stop the threads (attempts in progress finish) and free. */
 void ipd_callbacks_free(struct ipd_callbacks *cb); /* NULL is fine */
 
-/* Queue one callback under a new delivery id; url, body and keys are
- * copied; status (may be NULL) is referenced, and updated after each
- * attempt. */
+/* Queue one callback of tenant (signed with its secrets; its share of
+ * the threads) under a new delivery id; url, body and tenant are copied;
+ * status (may be NULL) is referenced, and updated after each attempt. */
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
                         const char *body, size_t len,
-                        const struct ipd_callback_keys *keys,
+                        const char *tenant,
                         struct ipd_callback_status *status);
 
 /* Queue one callback whose body is the file at path (len bytes when
  * queued), read at each attempt: a file gone by then (the result expired
- * first) fails the callback without a retry.  url, path and keys are
+ * first) fails the callback without a retry.  url, path and tenant are
  * copied; status as for ipd_callbacks_send. */
 void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
                              const char *path, size_t len,
-                             const struct ipd_callback_keys *keys,
+                             const char *tenant,
                              struct ipd_callback_status *status);
 
 /* The tenant's deliveries waiting or being tried (0 for a NULL cb). */

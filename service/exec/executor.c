@@ -39,8 +39,7 @@
 #include "../common/util.h"
 #include "exec_internal.h"
 
-#define CODE_MAX (1024 * 1024)       /* CONTRACT.md: code at most 1 MiB */
-#define FILES_MAX 100                /* input files per execution */
+#include "request.h" /* IPD_EXEC_CODE_MAX, IPD_EXEC_FILES_MAX */
 
 /* ---- policy ---------------------------------------------------------- */
 
@@ -953,13 +952,13 @@ static enum ipd_err check_request(const struct ipd_executor *ex,
         msg = "unknown policy";
     else if (rq->timeout_ms < 0)
         msg = "timeout must be positive";
-    else if (rq->n_files > FILES_MAX)
+    else if (rq->n_files > IPD_EXEC_FILES_MAX)
         msg = "too many files (at most 100)";
     else if (rq->variables && !json_is_object(rq->variables))
         msg = "variables must be an object";
     else if (rq->slot >= ex->slots)
         msg = "no such execution slot";
-    if (!msg && rq->code_len > CODE_MAX) {
+    if (!msg && rq->code_len > IPD_EXEC_CODE_MAX) {
         msg = "code is over 1 MiB";
         rc = IPD_ERR_TOO_LARGE;
     }
@@ -1025,7 +1024,7 @@ enum ipd_err ipd__work_create(struct ipd_executor *ex, struct ipd__work *wk,
 {
     char err[256];
     int fd, dir = -1;
-    int64_t bytes = (FILES_MAX + 1) * (ex->max_file_size > (16LL << 20)
+    int64_t bytes = (IPD_EXEC_FILES_MAX + 1) * (ex->max_file_size > (16LL << 20)
                                            ? ex->max_file_size
                                            : (16LL << 20));
 
@@ -1035,7 +1034,7 @@ enum ipd_err ipd__work_create(struct ipd_executor *ex, struct ipd__work *wk,
         snprintf(wk->id, sizeof(wk->id), "%s", id);
     else
         ipd_id_new("exec", wk->id);
-    if (ipd_sandbox_stage_new(bytes, 4 * FILES_MAX + 64, NULL, &wk->stage,
+    if (ipd_sandbox_stage_new(bytes, 4 * IPD_EXEC_FILES_MAX + 64, NULL, &wk->stage,
                               err, sizeof(err))) {
         ipd_buf_addf(why, "%s", err);
         return IPD_ERR_INTERNAL;

@@ -73,4 +73,19 @@ static inline int64_t ipd_policy_share_bytes(int64_t v, int64_t budget)
     return n ? n : 1;
 }
 
+/* True when a is nowhere more permissive than b (a request may only
+ * tighten the policy of its key); false when either is NULL. */
+static inline bool ipd_policy_within(const struct ipd_exec_policy *a,
+                                     const struct ipd_exec_policy *b)
+{
+    return a && b && a->max_timeout_ms <= b->max_timeout_ms &&
+           a->timeout_ms <= b->timeout_ms &&
+           a->memory_bytes <= b->memory_bytes &&
+           a->max_processes <= b->max_processes &&
+           a->output_bytes <= b->output_bytes &&
+           a->tmp_bytes <= b->tmp_bytes &&
+           a->output_dir_bytes <= b->output_dir_bytes &&
+           a->cpu_millis <= b->cpu_millis && (!a->network || b->network);
+}
+
 #endif

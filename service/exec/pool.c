@@ -377,18 +377,14 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         ipd_callback_status_fail(status, "callbacks are unavailable on this "
                                          "server (see the server log)");
     if (j->callback_url && p->callbacks) {
-        struct ipd_callback_keys keys = {.rotated_at_ms =
-                                             j->secret_rotated_at_ms};
-        snprintf(keys.tenant, sizeof(keys.tenant), "%s", j->tenant);
+        /* Signed by the sender with the tenant's secrets of the time. */
         char *path = body ? NULL : ipd_results_path(p->results, j->exec_id);
-        memcpy(keys.secret, j->secret, sizeof(keys.secret));
-        memcpy(keys.prev_secret, j->prev_secret, sizeof(keys.prev_secret));
         if (body)
             ipd_callbacks_send(p->callbacks, j->callback_url, body,
-                               strlen(body), &keys, status);
+                               strlen(body), j->tenant, status);
         else
             ipd_callbacks_send_file(p->callbacks, j->callback_url, path,
-                                    (size_t)bytes, &keys, status);
+                                    (size_t)bytes, j->tenant, status);
         free(path);
     }
     ipd_callback_status_unref(status);

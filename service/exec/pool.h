@@ -88,10 +88,10 @@ struct ipd_exec_job {
                                         inline only (ipd_exec_job_new:
                                         true) */
     char session_id[IPD_ID_MAX];     /* run in this session, or "" */
-    char *callback_url;              /* owned, or NULL (async only) */
-    char secret[IPD_SHA256_HEX];     /* the tenant's callback secret */
-    char prev_secret[IPD_SHA256_HEX]; /* the one before it, or "" */
-    int64_t secret_rotated_at_ms;    /* when it was replaced; 0: never */
+    char *callback_url;              /* owned, or NULL (async only); the
+                                        callback sender signs with the
+                                        tenant's secrets: no job holds
+                                        them */
     /* The tenant's shares from its key's policy (policy.h: a count, -N
      * for N percent of the pool, 0 for no bound): ipd_exec_job_new
      * leaves them 0. */

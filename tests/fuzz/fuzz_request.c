@@ -20,6 +20,13 @@
  * request_id of X-Request-Id; a first request whose target hides a NUL
  * (raw, or "%00") never gets a 2xx or 3xx; and every 64 inputs /healthz
  * still answers 200.  A broken invariant prints the exchange and aborts.
+ *
+ * Executions answer 503 here before their body is read, so the body of
+ * every input (what follows the first blank line) also goes, when it is
+ * JSON, straight to the execution request parser (service/exec/request.h)
+ * with the configured policies: a job within the bounds, for the
+ * principal, with file ids that are ids; or a refusal with one of the
+ * parser's contract codes and a message.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -40,6 +47,7 @@
 #include "service/common/log.h"
 #include "service/common/metrics.h"
 #include "service/common/util.h"
+#include "service/exec/request.h"
 #include "service/keys.h"
 #include "service/serve.h"
 
@@ -550,6 +558,62 @@ static void sweep(void)
         fail(NULL, 0, "sweep: %s", ipd_err_name(rc));
 }
 
+/* A job the parser made from a body for who: within every bound. */
+static void check_job(const struct ipd_exec_job *j,
+                      const struct ipd_principal *who)
+{
+    if (j->code_len > IPD_EXEC_CODE_MAX || j->n_files > IPD_EXEC_FILES_MAX ||
+        strcmp(j->tenant, who->tenant) || strcmp(j->user_id, who->user_id))
+        fail(NULL, 0, "parser: a job out of bounds (code %zu bytes, %zu "
+                      "files) or for someone else",
+             j->code_len, j->n_files);
+    for (size_t i = 0; i < j->n_files; i++)
+        if (!ipd_id_valid("file", j->file_ids[i]))
+            fail(NULL, 0, "parser: file id %s in a job", j->file_ids[i]);
+    if (j->session_id[0] && !ipd_id_valid("sess", j->session_id))
+        fail(NULL, 0, "parser: session id %s in a job", j->session_id);
+    if (j->timeout_ms < 0)
+        fail(NULL, 0, "parser: timeout %lld ms", (long long)j->timeout_ms);
+}
+
+/* The body of req (after the first blank line), when it is JSON, through
+ * the execution request parser. */
+static void check_parser(const char *req, size_t len)
+{
+    static const struct ipd_principal who = {.tenant = "t",
+                                             .user_id = "u1",
+                                             .policy = "standard",
+                                             .scopes = IPD_SCOPE_ALL};
+    static const char *const codes[] = {"invalid_request", "forbidden",
+                                        "not_found", "payload_too_large"};
+    const struct ipd_exec_request_env penv = {
+        .policies = env->cfg.policies, .n_policies = env->cfg.n_policies};
+    const char *eoh = memmem(req, len, "\r\n\r\n", 4);
+    json_error_t jerr;
+    json_t *doc = eoh ? json_loadb(eoh + 4, len - (size_t)(eoh + 4 - req),
+                                   JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
+                                   &jerr)
+                      : NULL;
+    struct ipd_exec_job *j = NULL;
+    struct ipd_refusal f;
+    bool async = false, known = false;
+    if (!doc)
+        return;
+    enum ipd_err rc = ipd_exec_request_parse(&penv, &who, doc, &j, &async, &f);
+    if (!rc != (j != NULL) || (rc && rc != IPD_ERR_INVALID))
+        fail(NULL, 0, "parser: %s with%s a job", ipd_err_name(rc),
+             j ? "" : "out");
+    if (j)
+        check_job(j, &who);
+    for (size_t i = 0; rc && i < IPD_ARRAY_LEN(codes); i++)
+        known |= f.code && !strcmp(f.code, codes[i]);
+    if (rc && (!known || !f.message[0]))
+        fail(NULL, 0, "parser: refused with code %s, message \"%s\"",
+             f.code ? f.code : "(none)", f.message);
+    ipd_exec_job_free(j);
+    json_decref(doc);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     struct ipd_buf req, out;
@@ -564,6 +628,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
         fail(out.buf, out.len, "no answer and no close within %d ms",
              IO_TIMEOUT_MS);
     check_replies(req.buf, req.len, &out);
+    check_parser(req.buf, req.len);
     ipd_buf_release(&out);
     ipd_buf_release(&req);
     cur_req = NULL;

@@ -4,18 +4,21 @@
  * secret during the grace period only) against HMACs computed by
  * Python's hmac module, and the delivery status object.  Delivery itself
  * is tests/integration/test_async.c's, but for the threads' share per
- * tenant (against receivers on 127.0.0.1 here).
+ * tenant and the secrets read from the key store at each attempt
+ * (against receivers on 127.0.0.1 and a SQLite key store here).
  */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "service/common/util.h"
 #include "service/exec/callbacks.h"
+#include "storage/meta.h"
 #include "test.h"
 
 #define T0 INT64_C(1800000000000) /* ms; t=1800000000 */
@@ -85,6 +88,8 @@ struct receiver {
     pthread_t thread;
     atomic_int hung, answered;
     int held[16];
+    char last[4096]; /* the last answered request's head, written before
+                        answered counts it */
 };
 
 static void *receiver_main(void *arg)
@@ -115,6 +120,7 @@ static void *receiver_main(void *arg)
                 close(c);
             continue;
         }
+        memcpy(rc->last, buf, got + 1);
         static const char ok[] = "HTTP/1.1 200 OK\r\nContent-Length: 0\r\n"
                                  "Connection: close\r\n\r\n";
         if (write(c, ok, sizeof(ok) - 1) < 0)
@@ -147,6 +153,43 @@ static bool reaches(atomic_int *v, int want)
     return atomic_load(v) >= want;
 }
 
+/* A SQLite key store in a new directory under /tmp holding one key of
+ * each tenant named in tenants (NULL-terminated), whose secret is
+ * "<tenant>-secret"; key_store_free removes it. */
+static char store_dir[64];
+
+static struct ipd_meta *key_store(const char *const *tenants)
+{
+    static unsigned seq;
+    char *dir = store_dir, path[96];
+    struct ipd_meta *m = NULL;
+    snprintf(dir, sizeof(store_dir), "/tmp/ipd-callbacks-XXXXXX");
+    if (!mkdtemp(dir))
+        abort();
+    snprintf(path, sizeof(path), "%s/meta.db", dir);
+    if (ipd_meta_sqlite_open(path, 10000, &m))
+        abort();
+    for (unsigned i = 0; tenants[i]; i++) {
+        struct ipd_key k = {.created_at_ms = ipd_now_ms()};
+        ipd_id_new("key", k.key_id);
+        snprintf(k.tenant, sizeof(k.tenant), "%s", tenants[i]);
+        snprintf(k.hash, sizeof(k.hash), "%064u", seq++);
+        snprintf(k.secret, sizeof(k.secret), "%s-secret", tenants[i]);
+        if (ipd_meta_key_insert(m, &k))
+            abort();
+    }
+    return m;
+}
+
+static void key_store_free(struct ipd_meta *m)
+{
+    char path[128];
+    ipd_meta_free(m);
+    snprintf(path, sizeof(path), "rm -rf '%s'", store_dir);
+    if (system(path) != 0)
+        fprintf(stderr, "could not remove %s\n", store_dir);
+}
+
 static const char *state_of(struct ipd_callback_status *s)
 {
     json_t *j = ipd_callback_status_json(s);
@@ -174,18 +217,18 @@ static void tenant_thread_share(void)
             IPD_OK);
     ipd_fetch_opts_init(&o);
     o.allow = allow;
-    REQUIRE(ipd_callbacks_new(&o, 60000, 0, &cb) == IPD_OK);
-    struct ipd_callback_keys ka = {.secret = "a", .tenant = "a"};
-    struct ipd_callback_keys kb = {.secret = "b", .tenant = "b"};
+    static const char *const tenants[] = {"a", "b", NULL};
+    struct ipd_meta *m = key_store(tenants);
+    REQUIRE(ipd_callbacks_new(&o, m, 60000, 0, &cb) == IPD_OK);
     char hang[64], fine[64];
     snprintf(hang, sizeof(hang), "http://127.0.0.1:%d/hang", rc.port);
     snprintf(fine, sizeof(fine), "http://127.0.0.1:%d/fine", rc.port);
     for (int i = 0; i < 5; i++)
-        ipd_callbacks_send(cb, hang, "{}", 2, &ka, NULL);
+        ipd_callbacks_send(cb, hang, "{}", 2, "a", NULL);
     CHECK(reaches(&rc.hung, 2));
     CHECK_INT(ipd_callbacks_tenant_pending(cb, "a"), 5);
     struct ipd_callback_status *sb = ipd_callback_status_new();
-    ipd_callbacks_send(cb, fine, "{}", 2, &kb, sb);
+    ipd_callbacks_send(cb, fine, "{}", 2, "b", sb);
     CHECK(reaches(&rc.answered, 1));
     for (int i = 0; i < 1000 && !strcmp(state_of(sb), "pending"); i++)
         usleep(10000);
@@ -202,6 +245,87 @@ static void tenant_thread_share(void)
     ipd_callback_status_unref(sb);
     ipd_fetch_allowlist_free(allow);
     ipd_buf_release(&err);
+    key_store_free(m);
 }
 
-TEST_MAIN(T(signature), T(status_object), T(tenant_thread_share))
+/* The X-Interpd-Signature header of a request head (static), or "". */
+static const char *signature_of(const char *head)
+{
+    static char value[IPD_SIGNATURE_MAX];
+    const char *h = strstr(head, "X-Interpd-Signature: ");
+    size_t n = h ? strcspn(h + 21, "\r\n") : 0;
+    snprintf(value, sizeof(value), "%.*s", (int)n, h ? h + 21 : "");
+    return value;
+}
+
+/* No job carries the secrets: a callback queued before a rotation (held
+ * back here by its tenant's share of the threads) is signed with the
+ * secrets the key store has at its attempt, the new one and, during the
+ * grace, the previous one; a tenant without any key is not signed at
+ * all (the callback fails without an attempt reaching the receiver). */
+static void signed_as_rotated(void)
+{
+    struct receiver rc;
+    struct ipd_fetch_opts o;
+    struct ipd_fetch_allowlist *allow = NULL;
+    struct ipd_callbacks *cb = NULL;
+    struct ipd_buf err;
+    static const char *const tenants[] = {"a", NULL};
+    struct ipd_meta *m = key_store(tenants);
+    ipd_buf_init(&err, 256);
+    REQUIRE(receiver_start(&rc));
+    REQUIRE(ipd_fetch_allowlist_parse("127.0.0.1/32", &allow, &err) ==
+            IPD_OK);
+    ipd_fetch_opts_init(&o);
+    o.allow = allow;
+    REQUIRE(ipd_callbacks_new(&o, m, 60000, 3600000, &cb) == IPD_OK);
+    char hang[64], fine[64];
+    snprintf(hang, sizeof(hang), "http://127.0.0.1:%d/hang", rc.port);
+    snprintf(fine, sizeof(fine), "http://127.0.0.1:%d/fine", rc.port);
+    for (int i = 0; i < IPD_CALLBACK_TENANT_THREADS; i++)
+        ipd_callbacks_send(cb, hang, "{}", 2, "a", NULL);
+    CHECK(reaches(&rc.hung, IPD_CALLBACK_TENANT_THREADS));
+    struct ipd_callback_status *sa = ipd_callback_status_new();
+    ipd_callbacks_send(cb, fine, "{}", 2, "a", sa);
+    CHECK_STR(state_of(sa), "pending");
+    int64_t rotated = ipd_now_ms();
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "a", "a-secret", "a-next",
+                                         rotated),
+              IPD_OK);
+    for (int i = 0; i < atomic_load(&rc.hung) && i < 16; i++)
+        close(rc.held[i]);
+    CHECK(reaches(&rc.answered, 1));
+    for (int i = 0; i < 1000 && !strcmp(state_of(sa), "pending"); i++)
+        usleep(10000);
+    CHECK_STR(state_of(sa), "delivered");
+    const char *got = signature_of(rc.last);
+    struct ipd_callback_keys k = {.secret = "a-next",
+                                  .prev_secret = "a-secret",
+                                  .rotated_at_ms = rotated};
+    char want[IPD_SIGNATURE_MAX];
+    ipd_callback_signature(&k, 3600000, strtoll(got + 2, NULL, 10) * 1000,
+                           "{}", 2, want);
+    CHECK_STR(got, want);
+    CHECK(strstr(got, ",v1=") != strrchr(got, ',')); /* two v1= */
+
+    /* Nobody's key: failed, and never sent. */
+    struct ipd_callback_status *sn = ipd_callback_status_new();
+    ipd_callbacks_send(cb, fine, "{}", 2, "nobody", sn);
+    for (int i = 0; i < 1000 && !strcmp(state_of(sn), "pending"); i++)
+        usleep(10000);
+    CHECK_STR(state_of(sn), "failed");
+    CHECK_INT(atomic_load(&rc.answered), 1);
+
+    ipd_callbacks_free(cb);
+    shutdown(rc.fd, SHUT_RDWR);
+    pthread_join(rc.thread, NULL);
+    close(rc.fd);
+    ipd_callback_status_unref(sa);
+    ipd_callback_status_unref(sn);
+    ipd_fetch_allowlist_free(allow);
+    ipd_buf_release(&err);
+    key_store_free(m);
+}
+
+TEST_MAIN(T(signature), T(status_object), T(tenant_thread_share),
+          T(signed_as_rotated))

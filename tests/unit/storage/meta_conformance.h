@@ -1179,6 +1179,15 @@ static void mc_key_rotate_secret(void)
     }
     CHECK_INT(ipd_meta_key_find_by_hash(m, o.hash, &got), IPD_OK);
     mc_check_key_eq(&got, &o);
+    /* The tenant's secrets, from its newest key (revoked or not). */
+    CHECK_INT(ipd_meta_key_find_tenant(m, "acme", &got), IPD_OK);
+    CHECK_STR(got.key_id, a2.key_id);
+    CHECK_STR(got.secret, next);
+    CHECK_STR(got.prev_secret, a1.secret);
+    CHECK_INT(got.secret_rotated_at_ms, MC_NOW);
+    CHECK_INT(ipd_meta_key_find_tenant(m, "other", &got), IPD_OK);
+    mc_check_key_eq(&got, &o);
+    CHECK_INT(ipd_meta_key_find_tenant(m, "nobody", &got), IPD_ERR_NOT_FOUND);
 
     /* A rotation that lost a race (its "current" is stale) changes
      * nothing; so does an unknown tenant. */
@@ -1209,6 +1218,14 @@ static void mc_key_rotate_secret(void)
     k4.secret_rotated_at_ms = MC_NOW + 2;
     CHECK_INT(ipd_meta_key_insert(m, &k4), IPD_OK);
     CHECK_INT(ipd_meta_key_find_by_hash(m, k4.hash, &got), IPD_OK);
+    mc_check_key_eq(&got, &k4);
+    /* The newest key is the tenant's; one without a secret never is. */
+    CHECK_INT(ipd_meta_key_find_tenant(m, "acme", &got), IPD_OK);
+    mc_check_key_eq(&got, &k4);
+    struct ipd_key k5 = mc_key(5, "acme", false, MC_NOW + 10);
+    k5.secret[0] = '\0';
+    CHECK_INT(ipd_meta_key_insert(m, &k5), IPD_OK);
+    CHECK_INT(ipd_meta_key_find_tenant(m, "acme", &got), IPD_OK);
     mc_check_key_eq(&got, &k4);
     ipd_meta_free(m);
 }
