@@ -12,7 +12,7 @@
  *     of a zygote (sandbox.h, "Warm runs"), through the prelude (the code
  *     is job/code.py of a detached stage at /mnt/job);
  *   session (IPD_SANDBOX_TEST_MODE=session): sbx_run* run it as the one
- *     call ('G') of a session child of a zygote (parked with
+ *     call (IPD_ZPROTO_GO) of a session child of a zygote (parked with
  *     IPD_SANDBOX_PARK_SESSION, ipd_sandbox_parked_call): a fresh session
  *     per run, so each case starts clean, freed once the call answered.
  *     The program is then the session's interpreter, which outlives the
