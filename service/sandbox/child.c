@@ -35,9 +35,9 @@
  * process-wide state (no malloc, stdio, set*id wrappers): they are raw
  * clones of a multithreaded process.  Everything they need is prepared in
  * P in struct plan before the first clone.  Setup failures are reported
- * on a SOCK_SEQPACKET control socket as MSG_ERROR and the program is
- * never executed; the same socket carries the output directory's fd and
- * the final wait status.
+ * on a SOCK_SEQPACKET control socket (zproto.h) as IPD_ZPROTO_CTL_ERROR
+ * and the program is never executed; the same socket carries the output
+ * directory's fd and the final wait status.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -59,7 +59,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -86,7 +85,7 @@ static size_t s_append(char *dst, size_t pos, size_t cap, const char *s)
     return pos;
 }
 
-static void send_msg(int ctl, const struct ctl_msg *m)
+static void send_msg(int ctl, const struct ipd_zproto_ctl *m)
 {
     ssize_t n;
     do {
@@ -98,12 +97,12 @@ static void send_msg(int ctl, const struct ctl_msg *m)
 IPD_NORETURN static void fail(const struct plan *pl, const char *step,
                               const char *arg, int err)
 {
-    struct ctl_msg m;
+    struct ipd_zproto_ctl m;
     size_t pos = 0;
     const char *name = err ? strerrorname_np(err) : NULL;
 
     memset(&m, 0, sizeof m);
-    m.kind = MSG_ERROR;
+    m.kind = IPD_ZPROTO_CTL_ERROR;
     pos = s_append(m.text, pos, sizeof m.text, step);
     if (arg) {
         pos = s_append(m.text, pos, sizeof m.text, " ");
@@ -288,39 +287,22 @@ static void make_etc(const struct plan *pl)
     }
 }
 
-/* Send fd to P with a message of kind (MSG_OUTDIR, MSG_EGRESS). */
+/* Send fd to P with a message of kind (IPD_ZPROTO_CTL_OUTDIR,
+ * IPD_ZPROTO_CTL_EGRESS). */
 static void send_fd(const struct plan *pl, uint32_t kind, int fd,
                     const char *what)
 {
-    struct ctl_msg m;
-    struct iovec iov = {&m, sizeof m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh;
-    struct cmsghdr *c;
+    struct ipd_zproto_ctl m;
 
     memset(&m, 0, sizeof m);
-    memset(&u, 0, sizeof u);
-    memset(&mh, 0, sizeof mh);
     m.kind = kind;
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    memcpy(CMSG_DATA(c), &fd, sizeof fd);
-    if (sendmsg(pl->ctl, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof m)
+    if (ipd__fdpass_send(pl->ctl, &m, sizeof m, &fd, 1) != (ssize_t)sizeof m)
         fail(pl, "sendmsg", what, errno);
 }
 
 static void send_outdir(const struct plan *pl, int fd)
 {
-    send_fd(pl, MSG_OUTDIR, fd, "output dir");
+    send_fd(pl, IPD_ZPROTO_CTL_OUTDIR, fd, "output dir");
 }
 
 /* A networked run: its own network namespace gets its loopback up, and a
@@ -359,7 +341,7 @@ static void egress_listen(const struct plan *pl)
         fail(pl, "bind", "egress", errno);
     if (listen(fd, 64) != 0)
         fail(pl, "listen", "egress", errno);
-    send_fd(pl, MSG_EGRESS, fd, "egress");
+    send_fd(pl, IPD_ZPROTO_CTL_EGRESS, fd, "egress");
     close(fd);
 }
 
@@ -563,10 +545,10 @@ static void wipe_cmdline(const struct plan *pl)
  * its wait status and exit. */
 IPD_NORETURN static void init_loop(const struct plan *pl, pid_t c2)
 {
-    struct ctl_msg m;
+    struct ipd_zproto_ctl m;
 
     memset(&m, 0, sizeof m);
-    m.kind = MSG_STATUS;
+    m.kind = IPD_ZPROTO_CTL_STATUS;
     for (;;) {
         int status = 0;
         pid_t w = (pid_t)wait4(-1, &status, __WALL, NULL);
@@ -749,9 +731,9 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl)
     become_creator(pl, false);
     close(sync[0]);
     {
-        struct ctl_msg m;
+        struct ipd_zproto_ctl m;
         memset(&m, 0, sizeof m);
-        m.kind = MSG_INIT;
+        m.kind = IPD_ZPROTO_CTL_INIT;
         m.status = c1;
         send_msg(pl->ctl, &m);
     }

@@ -19,7 +19,6 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
-#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -541,50 +540,36 @@ static void take_egress(struct run *r, int fd)
 
 static void read_ctl(struct run *r)
 {
-    struct ctl_msg m;
-    struct iovec iov = {&m, sizeof m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh;
+    struct ipd_zproto_ctl m;
+    size_t nfds = 0;
+    int fd = -1;
     ssize_t n;
 
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    n = recvmsg(r->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    n = ipd__fdpass_recv(r->ctl, &m, sizeof m, MSG_DONTWAIT, &fd, 1, &nfds);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return;
     if (n <= 0) {
-        close(r->ctl);
-        r->ctl = -1;
+        ipd__close_fd(&r->ctl);
         return;
     }
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            int fd;
-            memcpy(&fd, CMSG_DATA(c), sizeof fd);
-            if (m.kind == MSG_OUTDIR && r->out->output_dirfd < 0 &&
-                (size_t)n == sizeof m)
-                r->out->output_dirfd = fd;
-            else if (m.kind == MSG_EGRESS && !r->egress_given &&
-                     (size_t)n == sizeof m && r->egress)
-                take_egress(r, fd);
-            else
-                close(fd);
-        }
-    }
-    if ((size_t)n != sizeof m)
+    /* Only a whole message of its kind brings a descriptor we keep. */
+    if ((size_t)n != sizeof m) {
+        ipd__close_fd(&fd);
         return;
-    if (m.kind == MSG_ERROR && !r->setup_error) {
+    }
+    if (nfds && m.kind == IPD_ZPROTO_CTL_OUTDIR && r->out->output_dirfd < 0)
+        r->out->output_dirfd = fd;
+    else if (nfds && m.kind == IPD_ZPROTO_CTL_EGRESS && !r->egress_given &&
+             r->egress)
+        take_egress(r, fd);
+    else
+        ipd__close_fd(&fd);
+    if (m.kind == IPD_ZPROTO_CTL_ERROR && !r->setup_error) {
         r->setup_error = true;
         m.text[sizeof m.text - 1] = '\0';
         snprintf(r->out->error, sizeof r->out->error, "sandbox setup: %s",
                  m.text);
-    } else if (m.kind == MSG_INIT && r->c1 == 0 && m.status > 0) {
+    } else if (m.kind == IPD_ZPROTO_CTL_INIT && r->c1 == 0 && m.status > 0) {
         /* C1 is our unreaped child: the pid cannot be recycled. */
         r->c1 = (pid_t)m.status;
         r->c1fd = (int)syscall(SYS_pidfd_open, r->c1, 0);
@@ -594,7 +579,7 @@ static void read_ctl(struct run *r)
             r->setup_error = true;
             kill(r->c1, SIGKILL);
         }
-    } else if (m.kind == MSG_STATUS) {
+    } else if (m.kind == IPD_ZPROTO_CTL_STATUS) {
         r->got_status = true;
         r->status = m.status;
         r->ru_all = m.ru_all;
@@ -652,6 +637,33 @@ static void time_out(struct run *r, const struct ipd__cgroup_run *cgr)
     kill_tree(r, cgr);
 }
 
+/* One wait of a run's poll loop (supervise, call_wait), up to wait_ms:
+ * whatever of the run's pipes is ready is drained or fed here; *ctl_in:
+ * its control socket is readable; *pid_in: pid0 or pid1 (pidfds, -1:
+ * none) is.  A negative fd is left out (poll ignores it).  0, or -1 when
+ * poll failed (errno). */
+static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
+                     bool *ctl_in, bool *pid_in)
+{
+    enum { P_OUT, P_ERR, P_IN, P_CTL, P_PID0, P_PID1, P_N };
+    struct pollfd pfd[P_N] = {
+        {r->out_r, POLLIN, 0}, {r->err_r, POLLIN, 0}, {r->in_w, POLLOUT, 0},
+        {r->ctl, POLLIN, 0},   {pid0, POLLIN, 0},     {pid1, POLLIN, 0}};
+
+    *ctl_in = *pid_in = false;
+    if (poll(pfd, P_N, (int)(wait_ms > 0 ? wait_ms : 0)) < 0)
+        return errno == EINTR ? 0 : -1;
+    if (pfd[P_OUT].revents)
+        drain(r, &r->out_r, &r->out->out, &r->out->out_truncated);
+    if (pfd[P_ERR].revents)
+        drain(r, &r->err_r, &r->out->err, &r->out->err_truncated);
+    if (pfd[P_IN].revents)
+        feed_stdin(r);
+    *ctl_in = pfd[P_CTL].revents != 0;
+    *pid_in = pfd[P_PID0].revents || pfd[P_PID1].revents;
+    return 0;
+}
+
 /* Poll until C0 and C1 are reaped and every pipe is at EOF; the deadline
  * kills the tree, after which everything must end within KILL_GRACE_MS. */
 static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
@@ -660,11 +672,8 @@ static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
     int64_t deadline = start_ms + timeout_ms, hard = 0;
 
     while (running(r)) {
-        struct pollfd pfd[6];
-        nfds_t n = 0;
-        int64_t now = ipd_mono_ms(), wait_ms;
-        int idx_out = -1, idx_err = -1, idx_in = -1, idx_ctl = -1,
-            idx_c0 = -1, idx_c1 = -1;
+        int64_t now = ipd_mono_ms();
+        bool ctl_in, pid_in;
 
         if (!r->killed && now >= deadline) {
             time_out(r, cgr);
@@ -687,49 +696,17 @@ static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
                      KILL_GRACE_MS);
             return IPD_ERR_INTERNAL;
         }
-        wait_ms = (r->killed ? hard : deadline) - now;
-        if (r->out_r >= 0) {
-            idx_out = (int)n;
-            pfd[n++] = (struct pollfd){r->out_r, POLLIN, 0};
-        }
-        if (r->err_r >= 0) {
-            idx_err = (int)n;
-            pfd[n++] = (struct pollfd){r->err_r, POLLIN, 0};
-        }
-        if (r->in_w >= 0) {
-            idx_in = (int)n;
-            pfd[n++] = (struct pollfd){r->in_w, POLLOUT, 0};
-        }
-        if (r->ctl >= 0) {
-            idx_ctl = (int)n;
-            pfd[n++] = (struct pollfd){r->ctl, POLLIN, 0};
-        }
-        if (!r->c0_done) {
-            idx_c0 = (int)n;
-            pfd[n++] = (struct pollfd){r->pidfd, POLLIN, 0};
-        }
-        if (r->c1fd >= 0 && !r->c1_done) {
-            idx_c1 = (int)n;
-            pfd[n++] = (struct pollfd){r->c1fd, POLLIN, 0};
-        }
-        if (poll(pfd, n, (int)(wait_ms > 0 ? wait_ms : 0)) < 0) {
-            if (errno == EINTR)
-                continue;
+        if (wait_once(r, (r->killed ? hard : deadline) - now,
+                      r->c0_done ? -1 : r->pidfd,
+                      r->c1_done ? -1 : r->c1fd, &ctl_in, &pid_in)) {
             snprintf(r->out->error, sizeof r->out->error, "poll: %s",
                      strerror(errno));
             kill_tree(r, cgr);
             return IPD_ERR_INTERNAL;
         }
-        if (idx_out >= 0 && pfd[idx_out].revents)
-            drain(r, &r->out_r, &r->out->out, &r->out->out_truncated);
-        if (idx_err >= 0 && pfd[idx_err].revents)
-            drain(r, &r->err_r, &r->out->err, &r->out->err_truncated);
-        if (idx_in >= 0 && pfd[idx_in].revents)
-            feed_stdin(r);
-        if (idx_ctl >= 0 && pfd[idx_ctl].revents)
+        if (ctl_in)
             read_ctl(r);
-        if ((idx_c0 >= 0 && pfd[idx_c0].revents) ||
-            (idx_c1 >= 0 && pfd[idx_c1].revents))
+        if (pid_in)
             reap(r, false);
         if (r->c1 > 0 && r->c1fd < 0 && !r->c1_done)
             reap(r, false); /* no pidfd: poll the child */
@@ -741,13 +718,6 @@ static int set_nonblock(int fd)
 {
     int fl = fcntl(fd, F_GETFL);
     return fl < 0 ? -1 : fcntl(fd, F_SETFL, fl | O_NONBLOCK);
-}
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
 }
 
 /* The stdio pipes and the control socket of one run until the clone.
@@ -821,10 +791,10 @@ static void take_ends(struct run *r, struct pipes *pp,
                       const struct ipd_sandbox_spec *spec,
                       const struct ipd__cgroup_run *cgr)
 {
-    close_fd(&pp->out[1]);
-    close_fd(&pp->err[1]);
-    close_fd(&pp->in[0]);
-    close_fd(&pp->ctl[1]);
+    ipd__close_fd(&pp->out[1]);
+    ipd__close_fd(&pp->err[1]);
+    ipd__close_fd(&pp->in[0]);
+    ipd__close_fd(&pp->ctl[1]);
     r->out_r = pp->out[0];
     r->err_r = pp->err[0];
     r->in_w = pp->in[1];
@@ -839,7 +809,7 @@ static void take_ends(struct run *r, struct pipes *pp,
         kill_tree(r, cgr);
     }
     if (r->in_w >= 0 && r->in_len == 0)
-        close_fd(&r->in_w);
+        ipd__close_fd(&r->in_w);
 }
 
 /* The result of a supervised run, from C1's report, the cgroup's
@@ -912,8 +882,8 @@ static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
     }
     if (r->foreign && r->c1_done && r->c1fd >= 0)
         ipd__wait_reaped(r->c1fd);
-    close_fd(&r->pidfd);
-    close_fd(&r->c1fd);
+    ipd__close_fd(&r->pidfd);
+    ipd__close_fd(&r->c1fd);
     if (cg_made) {
         enum ipd_err drc = ipd__cgroup_run_destroy(cgr);
         if (drc && !rc) {
@@ -922,20 +892,20 @@ static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
             rc = drc;
         }
     }
-    close_fd(&r->out_r);
-    close_fd(&r->err_r);
-    close_fd(&r->in_w);
-    close_fd(&r->ctl);
+    ipd__close_fd(&r->out_r);
+    ipd__close_fd(&r->err_r);
+    ipd__close_fd(&r->in_w);
+    ipd__close_fd(&r->ctl);
     return rc;
 }
 
 static void close_pipes(struct pipes *pp)
 {
     for (int i = 0; i < 2; i++) {
-        close_fd(&pp->out[i]);
-        close_fd(&pp->err[i]);
-        close_fd(&pp->in[i]);
-        close_fd(&pp->ctl[i]);
+        ipd__close_fd(&pp->out[i]);
+        ipd__close_fd(&pp->err[i]);
+        ipd__close_fd(&pp->in[i]);
+        ipd__close_fd(&pp->ctl[i]);
     }
 }
 
@@ -989,7 +959,7 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (rc)
         goto out;
     take_ends(&r, &pp, spec, &cgr);
-    close_fd(&xfd); /* a zygote's socket: the children hold it now */
+    ipd__close_fd(&xfd); /* a zygote's socket: the children hold it now */
     rc = supervise(&r, &cgr, start, p.wall_timeout_ms);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     ipd__cgroup_run_stats(&cgr, &oom, &cpu, &peak);
@@ -1000,7 +970,7 @@ out:
     rc = end_run(&r, &cgr, cg_made, rc);
     close_pipes(&pp);
     plan_release(&pl);
-    close_fd(&xfd);
+    ipd__close_fd(&xfd);
     return rc;
 }
 
@@ -1040,6 +1010,21 @@ int ipd_sandbox_output_open(const struct ipd_sandbox_result *r,
                         sizeof how);
 }
 
+/* Send verb and the CPU seconds of the run or call (its RLIMIT_CPU; a
+ * session's: on top of what the interpreter has used so far), with the
+ * call's stdout and stderr write ends for a session's GO (out_w >= 0). */
+static int call_send(int ctl, enum ipd_zproto_verb verb, int64_t cpu_s,
+                     int out_w, int err_w)
+{
+    char msg[32];
+    int len = snprintf(msg, sizeof msg, "%c%lld", (int)verb,
+                       (long long)cpu_s);
+    int fds[2] = {out_w, err_w};
+    size_t nfds = verb == IPD_ZPROTO_GO && out_w >= 0 ? 2 : 0;
+
+    return ipd__fdpass_send(ctl, msg, (size_t)len, fds, nfds) == len ? 0 : -1;
+}
+
 /* ---- a parked child's run (zygote.c parks it) -------------------------- */
 
 enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
@@ -1067,10 +1052,8 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     int64_t cpu_s = pk->p.cpu_seconds;
     if (timeout_ms > 0 && (timeout_ms + 999) / 1000 + 1 < cpu_s)
         cpu_s = (timeout_ms + 999) / 1000 + 1;
-    char go[32];
-    int golen = snprintf(go, sizeof go, "G%lld", (long long)cpu_s);
     if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
-        send(r.ctl, go, (size_t)golen, MSG_NOSIGNAL) != golen) {
+        call_send(r.ctl, IPD_ZPROTO_GO, cpu_s, -1, -1)) {
         snprintf(out->error, sizeof out->error, "parked child: go: %s",
                  strerror(errno));
         kill_tree(&r, &pk->cgr);
@@ -1090,80 +1073,32 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
 
 /* ---- a session's calls ------------------------------------------------ */
 
-/* Send verb and the call's CPU seconds (its RLIMIT_CPU, on top of what
- * the interpreter has used so far), with the call's stdout and stderr
- * write ends for 'G'. */
-static int call_send(int ctl, char verb, int64_t cpu_s, int out_w, int err_w)
-{
-    char msg[32];
-    int len = snprintf(msg, sizeof msg, "%c%lld", verb, (long long)cpu_s);
-    struct iovec iov = {msg, (size_t)len};
-    union {
-        char buf[CMSG_SPACE(2 * sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh;
-    int fds[2] = {out_w, err_w};
-
-    memset(&mh, 0, sizeof mh);
-    memset(&u, 0, sizeof u);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    if (verb == 'G') {
-        struct cmsghdr *c;
-        mh.msg_control = u.buf;
-        mh.msg_controllen = sizeof u.buf;
-        c = CMSG_FIRSTHDR(&mh);
-        c->cmsg_level = SOL_SOCKET;
-        c->cmsg_type = SCM_RIGHTS;
-        c->cmsg_len = CMSG_LEN(sizeof fds);
-        memcpy(CMSG_DATA(c), fds, sizeof fds);
-    }
-    return sendmsg(ctl, &mh, MSG_NOSIGNAL) == len ? 0 : -1;
-}
-
-/* One message from a session's child: "D" + int32 status (done), a
- * ctl_msg (MSG_STATUS: the program is gone) or EOF.  Any descriptor
- * that comes along is closed. */
+/* One message from a session's child (zproto.h): DONE + int32 status,
+ * a struct ipd_zproto_ctl (STATUS: the program is gone) or EOF.  Any
+ * descriptor that comes along is closed. */
 static void call_read_ctl(struct run *r, bool *done, bool *ended)
 {
     union {
-        struct ctl_msg m;
-        char b[sizeof(struct ctl_msg)];
+        struct ipd_zproto_ctl m;
+        char b[sizeof(struct ipd_zproto_ctl)];
     } u;
-    struct iovec iov = {&u, sizeof u};
-    union {
-        char buf[CMSG_SPACE(4 * sizeof(int))];
-        struct cmsghdr align;
-    } cm;
-    struct msghdr mh;
+    int fds[4];
+    size_t nfds = 0;
     ssize_t n;
 
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = cm.buf;
-    mh.msg_controllen = sizeof cm.buf;
-    n = recvmsg(r->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+    n = ipd__fdpass_recv(r->ctl, &u, sizeof u, MSG_DONTWAIT, fds,
+                         IPD_ARRAY_LEN(fds), &nfds);
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return;
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c;
-         c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
-            for (size_t i = 0; i < k; i++) {
-                int fd;
-                memcpy(&fd, CMSG_DATA(c) + i * sizeof fd, sizeof fd);
-                close(fd);
-            }
-        }
-    }
-    if (n == 5 && u.b[0] == 'D') {
+    for (size_t i = 0; i < nfds; i++)
+        close(fds[i]);
+    if (n == (ssize_t)IPD_ZPROTO_DONE_LEN && u.b[0] == IPD_ZPROTO_DONE) {
         int32_t st;
         memcpy(&st, u.b + 1, sizeof st);
         r->status = st;
         *done = true;
-    } else if (n == (ssize_t)sizeof u.m && u.m.kind == MSG_STATUS) {
+    } else if (n == (ssize_t)sizeof u.m &&
+               u.m.kind == IPD_ZPROTO_CTL_STATUS) {
         r->got_status = true; /* a wait status: the program ended */
         r->status = u.m.status;
         *ended = true;
@@ -1177,10 +1112,8 @@ static void call_wait(struct run *r, struct ipd_sandbox_parked *pk,
                       int64_t deadline, bool *done, bool *ended)
 {
     while (!*done && !*ended) {
-        struct pollfd pfd[4];
-        nfds_t n = 0;
         int64_t now = ipd_mono_ms();
-        int idx_out = -1, idx_err = -1;
+        bool ctl_in, pid_in;
 
         if (now >= deadline) {
             r->timed_out = true;
@@ -1188,29 +1121,13 @@ static void call_wait(struct run *r, struct ipd_sandbox_parked *pk,
             *ended = true;
             return;
         }
-        pfd[n++] = (struct pollfd){r->ctl, POLLIN, 0};
-        pfd[n++] = (struct pollfd){pk->pidfd, POLLIN, 0};
-        if (r->out_r >= 0) {
-            idx_out = (int)n;
-            pfd[n++] = (struct pollfd){r->out_r, POLLIN, 0};
-        }
-        if (r->err_r >= 0) {
-            idx_err = (int)n;
-            pfd[n++] = (struct pollfd){r->err_r, POLLIN, 0};
-        }
-        if (poll(pfd, n, (int)(deadline - now)) < 0) {
-            if (errno == EINTR)
-                continue;
+        if (wait_once(r, deadline - now, pk->pidfd, -1, &ctl_in, &pid_in)) {
             *ended = true;
             return;
         }
-        if (idx_out >= 0 && pfd[idx_out].revents)
-            drain(r, &r->out_r, &r->out->out, &r->out->out_truncated);
-        if (idx_err >= 0 && pfd[idx_err].revents)
-            drain(r, &r->err_r, &r->out->err, &r->out->err_truncated);
-        if (pfd[0].revents)
+        if (ctl_in)
             call_read_ctl(r, done, ended);
-        if (pfd[1].revents)
+        if (pid_in)
             *ended = true;
     }
 }
@@ -1241,7 +1158,8 @@ static void call_result(struct run *r, struct ipd_sandbox_parked *pk,
     }
 }
 
-enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
+enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
+                                     enum ipd_zproto_verb verb,
                                      int64_t timeout_ms,
                                      struct ipd_sandbox_result *out,
                                      bool *ended)
@@ -1258,7 +1176,7 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
     r.ctl = pk->ctl;
     out->output_dirfd = fcntl(pk->outdir, F_DUPFD_CLOEXEC, 3);
     ipd__cgroup_run_stats(&pk->cgr, &oom0, &cpu0, &peak0);
-    if (verb == 'G' &&
+    if (verb == IPD_ZPROTO_GO &&
         (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
          set_nonblock(out_p[0]) || set_nonblock(err_p[0]))) {
         snprintf(out->error, sizeof out->error, "pipes: %s", strerror(errno));
@@ -1276,8 +1194,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
         snprintf(out->error, sizeof out->error, "session: the child is gone");
         *ended = true;
     }
-    close_fd(&out_p[1]);
-    close_fd(&err_p[1]);
+    ipd__close_fd(&out_p[1]);
+    ipd__close_fd(&err_p[1]);
     r.out_r = out_p[0];
     r.err_r = err_p[0];
     if (!*ended)
@@ -1292,8 +1210,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
         drain(&r, &r.out_r, &out->out, &out->out_truncated);
     if (r.err_r >= 0)
         drain(&r, &r.err_r, &out->err, &out->err_truncated);
-    close_fd(&r.out_r);
-    close_fd(&r.err_r);
+    ipd__close_fd(&r.out_r);
+    ipd__close_fd(&r.err_r);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     call_result(&r, pk, done, oom0, cpu0);
     return done || r.timed_out || r.got_status || out->oom_killed

@@ -43,6 +43,7 @@
 
 #include "../common/buf.h"
 #include "../common/ipd.h"
+#include "zproto.h"
 
 /* Mechanisms found by ipd_sandbox_probe. */
 enum ipd_sandbox_mech {
@@ -355,10 +356,11 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
                                     int64_t timeout_ms,
                                     struct ipd_sandbox_result *out);
 /*
- * A session's child (parked with IPD_SANDBOX_PARK_SESSION): one call.
- * verb 'G' runs the job now in its stage mounts in the same interpreter
- * (stdout and stderr new pipes for this call, capped as a run's); 'V'
- * has it write .interpd/variables.json.  Waits for its answer at most
+ * A session's child (parked with IPD_SANDBOX_PARK_SESSION): one call
+ * (zproto.h).  verb IPD_ZPROTO_GO runs the job now in its stage mounts
+ * in the same interpreter (stdout and stderr new pipes for this call,
+ * capped as a run's); IPD_ZPROTO_VARIABLES has it write
+ * .interpd/variables.json.  Waits for its answer at most
  * timeout_ms (0: the policy's wall timeout).  *out as ipd_sandbox_run's
  * for this call (output_dirfd a new descriptor of the session's
  * /mnt/output; cpu_seconds and oom_killed this call's; exit_code the
@@ -366,7 +368,8 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
  * memory, or timed out here: then killed); free pk then.  pk stays the
  * caller's either way; one call at a time.
  */
-enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk, char verb,
+enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
+                                     enum ipd_zproto_verb verb,
                                      int64_t timeout_ms,
                                      struct ipd_sandbox_result *out,
                                      bool *ended);

@@ -15,6 +15,7 @@
 #include <sys/types.h>
 
 #include "sandbox.h"
+#include "zproto.h"
 
 /* The seccomp filter as raw BPF (seccomp.c). */
 struct ipd__sandbox_bpf {
@@ -110,26 +111,25 @@ struct ipd_sandbox_state {
     bool cgroupns;
 };
 
-/* The control socket (SOCK_SEQPACKET, one message per datagram) from
- * the children to P: setup errors, the output dir's fd, C1's pid,
- * C2's final wait status and a networked run's egress socket. */
-enum msg_kind {
-    MSG_ERROR = 1,
-    MSG_OUTDIR = 2,
-    MSG_STATUS = 3,
-    MSG_INIT = 4,
-    MSG_EGRESS = 5,
-    MSG_HELLO = 6, /* a parked child's init: its pidfd (zygote.c) */
-    MSG_READY = 7, /* a parked child: the program child waits for go */
-};
+/* The control socket's messages and the zygote's verbs: zproto.h. */
 
-struct ctl_msg {
-    uint32_t kind;
-    int32_t status;       /* MSG_STATUS: C2's wait status; MSG_INIT:
-                             C1's host pid */
-    struct rusage ru_all; /* MSG_STATUS: C1's RUSAGE_CHILDREN */
-    char text[200];       /* MSG_ERROR */
-};
+/* Descriptor passing (fdpass.c).  Allocation-free and async-signal-safe:
+ * the cloned children (child.c) use it too. */
+#define IPD_FDPASS_MAX 16 /* descriptors in one message, at most */
+/* Send msg (len bytes) with nfds (<= IPD_FDPASS_MAX) descriptors of fds,
+ * MSG_NOSIGNAL, retried on EINTR.  The descriptors stay the caller's.
+ * Returns sendmsg's result (-1 with errno). */
+ssize_t ipd__fdpass_send(int sock, const void *msg, size_t len, const int *fds,
+                         size_t nfds);
+/* Receive one message into buf (len bytes; flags: recvmsg's, e.g.
+ * MSG_DONTWAIT) and at most max_fds descriptors into fds (close-on-exec;
+ * *nfds how many, each the caller's to close).  Any other descriptor
+ * that came along is closed here, or discarded by the kernel when it did
+ * not fit.  Returns recvmsg's result (-1 with errno: no descriptors). */
+ssize_t ipd__fdpass_recv(int sock, void *buf, size_t len, int flags, int *fds,
+                         size_t max_fds, size_t *nfds);
+/* Close *fd if it is open and set it to -1 (fdpass.c). */
+void ipd__close_fd(int *fd);
 
 #define IPD__SANDBOX_MAX_MOUNTS 64
 

@@ -4,35 +4,8 @@
  * (sandbox.h, "Warm runs"; the child's run is supervised in run.c).
  *
  * The zygote's program (service/exec/python/zygote.py) gets the command
- * socket as fd 3 (SOCK_SEQPACKET, one message per datagram):
- *
- *   P -> Z  "I" + the no-network seccomp filter (raw struct sock_filter
- *           array), queued before the zygote starts: what its children
- *           load on top of the zygote's own filter;
- *   Z -> P  "R" when its imports are done, or "E" + why it cannot serve;
- *   P -> Z  "P" + JSON parameters, with the child's descriptors
- *           (SCM_RIGHTS): its end of a new control socket, the stdout
- *           and stderr pipes' write ends, one tree per stage mount.
- *           JSON: {"tmp", "out": tmpfs options, "mounts": [[path,
- *           writable], ...] (the trees' places, in order), "uid", "gid"
- *           (inside), "cap_last", "rlimits": {"cpu", "fsize", "nofile",
- *           "sigpending", "msgqueue": [soft, hard]}, "session": a
- *           session's child: its program child loops over calls}.
- *
- * The child then talks to P on its control socket, in struct ctl_msg
- * (sandbox_internal.h) one way and single bytes the other:
- *
- *   child -> P  MSG_OUTDIR + its /mnt/output's fd;
- *   child -> P  MSG_HELLO + a pidfd of itself (the new pid namespace's
- *               init): P reads its host pid and moves it into the run's
- *               cgroups (v1 cgroup.procs writes, the slow part: off the
- *               request's path), then
- *   P -> child  "A";
- *   child -> P  MSG_READY: capabilities dropped, the cold filter loaded,
- *               the program child forked and waiting for
- *   P -> child  "G" (ipd_sandbox_parked_run), after which the init
- *               reports MSG_STATUS like a cold run's;
- *   child -> P  MSG_ERROR + why, whenever a step fails.
+ * socket as fd 3; what travels on it and on a parked child's control
+ * socket is defined in zproto.h.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -46,16 +19,12 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
-#include <sys/uio.h>
 #include <unistd.h>
 
 #include <jansson.h>
 
 #include "../common/util.h"
 #include "sandbox_internal.h"
-
-#define PARK_FDS_MAX (3 + 8) /* ctl, stdout, stderr, stage trees */
-#define MSG_MAX 8192
 
 struct ipd_sandbox_zygote {
     const struct ipd_sandbox_config *cfg;
@@ -65,13 +34,6 @@ struct ipd_sandbox_zygote {
     bool ready, gone;
     char why[256];
 };
-
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
 
 enum ipd_err ipd_sandbox_zygote_new(const struct ipd_sandbox_config *cfg,
                                     struct ipd_sandbox_zygote **out)
@@ -91,7 +53,7 @@ enum ipd_err ipd_sandbox_zygote_new(const struct ipd_sandbox_config *cfg,
     bpf = &cfg->state->bpf_nonet;
     len = 1 + (size_t)bpf->len * sizeof(struct sock_filter);
     msg = ipd_xmalloc(len);
-    msg[0] = 'I';
+    msg[0] = IPD_ZPROTO_CMD_INIT;
     memcpy(msg + 1, bpf->filter, len - 1);
     n = send(sv[0], msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
     free(msg);
@@ -154,13 +116,13 @@ enum ipd_err ipd_sandbox_zygote_wait_ready(struct ipd_sandbox_zygote *z,
     pthread_mutex_lock(&z->lock);
     if (!z->ready && !z->gone) {
         int got = cmd_read(z, buf, sizeof buf - 1, timeout_ms, &n);
-        if (got == 1 && n == 1 && buf[0] == 'R') {
+        if (got == 1 && n == 1 && buf[0] == IPD_ZPROTO_CMD_READY) {
             z->ready = true;
         } else if (got == 0) {
             rc = IPD_ERR_TIMEOUT;
         } else {
             z->gone = true;
-            if (got == 1 && buf[0] == 'E') {
+            if (got == 1 && buf[0] == IPD_ZPROTO_CMD_FAILED) {
                 buf[n] = '\0';
                 snprintf(z->why, sizeof z->why, "%.200s", buf + 1);
             } else {
@@ -188,8 +150,8 @@ void ipd_sandbox_zygote_free(struct ipd_sandbox_zygote *z)
 {
     if (!z)
         return;
-    close_fd(&z->cmd);
-    close_fd(&z->z_end);
+    ipd__close_fd(&z->cmd);
+    ipd__close_fd(&z->z_end);
     pthread_mutex_destroy(&z->lock);
     free(z);
 }
@@ -235,38 +197,18 @@ static char *park_params(const struct ipd_sandbox_config *cfg,
     return text;
 }
 
-/* Send "P" + params with fds to the zygote. */
+/* Send PARK + params with fds to the zygote. */
 static enum ipd_err send_park(struct ipd_sandbox_zygote *z, const char *params,
                               const int *fds, size_t nfds, char *err,
                               size_t errlen)
 {
     size_t plen = strlen(params);
     char *msg = ipd_xmalloc(plen + 1);
-    struct iovec iov = {msg, plen + 1};
-    union {
-        char buf[CMSG_SPACE(sizeof(int) * PARK_FDS_MAX)];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh;
-    struct cmsghdr *c;
     ssize_t n;
 
-    msg[0] = 'P';
+    msg[0] = IPD_ZPROTO_CMD_PARK;
     memcpy(msg + 1, params, plen);
-    memset(&u, 0, sizeof u);
-    memset(&mh, 0, sizeof mh);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
-    c = CMSG_FIRSTHDR(&mh);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
-    do {
-        n = sendmsg(z->cmd, &mh, MSG_NOSIGNAL);
-    } while (n < 0 && errno == EINTR);
+    n = ipd__fdpass_send(z->cmd, msg, plen + 1, fds, nfds);
     free(msg);
     if (n != (ssize_t)(plen + 1)) {
         snprintf(err, errlen, "zygote: park: %s",
@@ -279,17 +221,12 @@ static enum ipd_err send_park(struct ipd_sandbox_zygote *z, const char *params,
 /* The child's next message within the deadline; its fd (if any) in
  * *fd.  IPD_OK, or an error with the reason in err. */
 static enum ipd_err child_msg(struct ipd_sandbox_parked *pk, int64_t deadline,
-                              struct ctl_msg *m, int *fd, char *err,
+                              struct ipd_zproto_ctl *m, int *fd, char *err,
                               size_t errlen)
 {
-    struct iovec iov = {m, sizeof *m};
-    union {
-        char buf[CMSG_SPACE(sizeof(int))];
-        struct cmsghdr align;
-    } u;
-    struct msghdr mh;
     struct pollfd pfd = {pk->ctl, POLLIN, 0};
     int64_t left = deadline - ipd_mono_ms();
+    size_t nfds = 0;
     ssize_t n;
     int rc;
 
@@ -301,30 +238,17 @@ static enum ipd_err child_msg(struct ipd_sandbox_parked *pk, int64_t deadline,
         snprintf(err, errlen, "zygote: the parked child did not answer");
         return IPD_ERR_TIMEOUT;
     }
-    memset(&mh, 0, sizeof mh);
     memset(m, 0, sizeof *m);
-    mh.msg_iov = &iov;
-    mh.msg_iovlen = 1;
-    mh.msg_control = u.buf;
-    mh.msg_controllen = sizeof u.buf;
-    n = recvmsg(pk->ctl, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-    for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); n > 0 && c;
-         c = CMSG_NXTHDR(&mh, c)) {
-        if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-            if (*fd >= 0)
-                close(*fd);
-            memcpy(fd, CMSG_DATA(c), sizeof *fd);
-        }
-    }
+    n = ipd__fdpass_recv(pk->ctl, m, sizeof *m, MSG_DONTWAIT, fd, 1, &nfds);
     if (n != (ssize_t)sizeof *m) {
-        close_fd(fd);
+        ipd__close_fd(fd);
         snprintf(err, errlen, "zygote: the parked child %s",
                  n == 0 ? "ended" : "sent a bad message");
         return IPD_ERR_UNAVAILABLE;
     }
-    if (m->kind == MSG_ERROR) {
+    if (m->kind == IPD_ZPROTO_CTL_ERROR) {
         m->text[sizeof m->text - 1] = '\0';
-        close_fd(fd);
+        ipd__close_fd(fd);
         snprintf(err, errlen, "zygote child setup: %s", m->text);
         return IPD_ERR_INTERNAL;
     }
@@ -381,11 +305,11 @@ fail:
 }
 
 /* The child's handshake after the park command: its output dir, its
- * pidfd (attach, "A"), then ready. */
+ * pidfd (attach, ATTACHED), then READY. */
 static enum ipd_err handshake(struct ipd_sandbox_parked *pk, int64_t deadline,
                               char *err, size_t errlen)
 {
-    struct ctl_msg m;
+    struct ipd_zproto_ctl m;
     enum ipd_err rc;
     int fd;
 
@@ -393,12 +317,12 @@ static enum ipd_err handshake(struct ipd_sandbox_parked *pk, int64_t deadline,
         rc = child_msg(pk, deadline, &m, &fd, err, errlen);
         if (rc)
             return rc;
-        if (m.kind == MSG_OUTDIR && fd >= 0 && pk->outdir < 0)
+        if (m.kind == IPD_ZPROTO_CTL_OUTDIR && fd >= 0 && pk->outdir < 0)
             pk->outdir = fd;
-        else if (m.kind == MSG_HELLO && fd >= 0 && pk->pidfd < 0)
+        else if (m.kind == IPD_ZPROTO_CTL_HELLO && fd >= 0 && pk->pidfd < 0)
             pk->pidfd = fd;
         else
-            close_fd(&fd);
+            ipd__close_fd(&fd);
     }
     pk->pid = pidfd_pid(pk->pidfd);
     if (pk->pid <= 0) {
@@ -408,13 +332,13 @@ static enum ipd_err handshake(struct ipd_sandbox_parked *pk, int64_t deadline,
     rc = attach(pk, err, errlen);
     if (rc)
         return rc;
-    if (send(pk->ctl, "A", 1, MSG_NOSIGNAL) != 1) {
+    if (send(pk->ctl, &(char){IPD_ZPROTO_ATTACHED}, 1, MSG_NOSIGNAL) != 1) {
         snprintf(err, errlen, "zygote: the parked child ended");
         return IPD_ERR_UNAVAILABLE;
     }
     rc = child_msg(pk, deadline, &m, &fd, err, errlen);
-    close_fd(&fd);
-    if (!rc && m.kind != MSG_READY) {
+    ipd__close_fd(&fd);
+    if (!rc && m.kind != IPD_ZPROTO_CTL_READY) {
         snprintf(err, errlen, "zygote: the parked child is not ready");
         rc = IPD_ERR_INTERNAL;
     }
@@ -458,9 +382,9 @@ static enum ipd_err park_pipes(struct ipd_sandbox_parked *pk, int *fds,
         socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl)) {
         snprintf(err, errlen, "zygote: pipes: %s", strerror(errno));
         for (int i = 0; i < 2; i++) {
-            close_fd(&out_p[i]);
-            close_fd(&err_p[i]);
-            close_fd(&ctl[i]);
+            ipd__close_fd(&out_p[i]);
+            ipd__close_fd(&err_p[i]);
+            ipd__close_fd(&ctl[i]);
         }
         return IPD_ERR_INTERNAL;
     }
@@ -497,11 +421,11 @@ void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk)
         (void)poll(&pf, 1, 5000);
         ipd__wait_reaped(pk->pidfd);
     }
-    close_fd(&pk->pidfd);
-    close_fd(&pk->ctl);
-    close_fd(&pk->out_r);
-    close_fd(&pk->err_r);
-    close_fd(&pk->outdir);
+    ipd__close_fd(&pk->pidfd);
+    ipd__close_fd(&pk->ctl);
+    ipd__close_fd(&pk->out_r);
+    ipd__close_fd(&pk->err_r);
+    ipd__close_fd(&pk->outdir);
     (void)ipd__cgroup_run_destroy(&pk->cgr);
     free(pk);
 }
@@ -515,7 +439,7 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               size_t errlen)
 {
     struct ipd_sandbox_parked *pk = ipd_xcalloc(1, sizeof *pk);
-    int fds[PARK_FDS_MAX];
+    int fds[IPD_ZPROTO_PARK_FDS_MAX];
     int64_t deadline = ipd_mono_ms() + timeout_ms;
     char *params = NULL;
     enum ipd_err rc;
@@ -528,7 +452,7 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
     for (size_t i = 0; i < IPD_ARRAY_LEN(pk->cgr.procs_fd); i++)
         pk->cgr.procs_fd[i] = -1;
     ipd__policy_complete(policy, &pk->p);
-    if (n_mounts > PARK_FDS_MAX - 3 || pk->p.network) {
+    if (n_mounts > IPD_ZPROTO_PARK_FDS_MAX - 3 || pk->p.network) {
         snprintf(err, errlen, "zygote: %s",
                  pk->p.network ? "a networked run is never parked"
                                : "too many mounts");
@@ -555,22 +479,22 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
     rc = params ? send_park(z, params, fds, 3 + n_mounts, err, errlen)
                 : IPD_ERR_INTERNAL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(fds); i++)
-        close_fd(&fds[i]); /* the zygote's now, or never sent */
+        ipd__close_fd(&fds[i]); /* the zygote's now, or never sent */
     if (!rc)
         rc = handshake(pk, deadline, err, errlen);
 out:
     free(params);
     for (size_t i = 0; i < IPD_ARRAY_LEN(fds); i++)
-        close_fd(&fds[i]);
+        ipd__close_fd(&fds[i]);
     if (rc) {
         if (pk->cgr.v2[0] || pk->cgr.mem[0] || pk->cgr.pids[0] ||
             pk->cgr.cpuacct[0] || pk->cgr.cpu[0] || pk->pidfd >= 0)
             ipd_sandbox_parked_free(pk);
         else {
-            close_fd(&pk->ctl);
-            close_fd(&pk->out_r);
-            close_fd(&pk->err_r);
-            close_fd(&pk->outdir);
+            ipd__close_fd(&pk->ctl);
+            ipd__close_fd(&pk->out_r);
+            ipd__close_fd(&pk->err_r);
+            ipd__close_fd(&pk->outdir);
             free(pk);
         }
         return rc;

@@ -6,7 +6,8 @@
  *
  * What is checked:
  *  - every file the program reads from its share dir is installed
- *    (prelude.py, zygote.py, venv_check.py, the three package lists), and
+ *    (prelude.py, prelude_lib.py, zygote.py, venv_check.py, the three
+ *    package lists), and
  *    the installed binary uses those (its `config` lines name
  *    PREFIX/share/interpd, not the source tree);
  *  - it serves warm (/readyz execution_mode "warm"), a session keeps a
@@ -59,8 +60,9 @@ static void install_prefix(void)
     free(bin);
     char *share = itest_fmt("%s/share/interpd", prefix);
     static const char *const files[] = {
-        "prelude.py",    "zygote.py",        "venv_check.py",
-        "allowlist.txt", "allowed-deps.txt", "import-names.txt"};
+        "prelude.py",    "prelude_lib.py", "zygote.py",
+        "venv_check.py", "allowlist.txt",  "allowed-deps.txt",
+        "import-names.txt"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         CHECKF(is_file(share, files[i]), "%s/%s is not installed", share,
                files[i]);

@@ -12,7 +12,7 @@
  *     of a zygote (sandbox.h, "Warm runs"), through the prelude (the code
  *     is job/code.py of a detached stage at /mnt/job);
  *   session (IPD_SANDBOX_TEST_MODE=session): sbx_run* run it as the one
- *     call ('G') of a session child of a zygote (parked with
+ *     call (IPD_ZPROTO_GO) of a session child of a zygote (parked with
  *     IPD_SANDBOX_PARK_SESSION, ipd_sandbox_parked_call): a fresh session
  *     per run, so each case starts clean, freed once the call answered.
  *     The program is then the session's interpreter, which outlives the
@@ -552,7 +552,7 @@ out:
 /*
  * Run codes[0..n-1] as the calls, in order, of one fresh session of t
  * under p: a child parked with IPD_SANDBOX_PARK_SESSION (stage and extra
- * as zt_park_job's), job/code.py rewritten for each call, one 'G' call
+ * as zt_park_job's), job/code.py rewritten for each call, one IPD_ZPROTO_GO call
  * each with the policy's wall timeout.  res[i] is call i's result
  * (ipd_sandbox_parked_call's; each the caller's to release); a call
  * after one that ended the session is not made (its result as a run's
@@ -585,7 +585,7 @@ IPD_UNUSED static enum ipd_err zt_calls_mounts(
             break;
         }
         sbx_guard_step("a session call", p->wall_timeout_ms);
-        rc = ipd_sandbox_parked_call(pk, 'G', 0, &res[i], ended);
+        rc = ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 0, &res[i], ended);
         sbx_guard_done();
         sbx_report(*ended ? "session call (ended it)" : "session call", rc,
                    &res[i]);

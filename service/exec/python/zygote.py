@@ -6,10 +6,11 @@ namespaces, mounts, seccomp filter, limits and unprivileged uid),
 
     python3 -u -I -B /opt/interpd/zygote.py
 
-with its command socket as fd 3 (service/sandbox/zygote.c has the wire
-protocol).  This process imports the warm modules (IPD_WARM_MODULES,
-default numpy,pandas,matplotlib), draws one plot, loads the prelude and
-freezes the garbage collector; then, for each park command, it forks a
+with its command socket as fd 3 (service/sandbox/zproto.h defines the
+wire protocol; the constants below copy its numbers).  This process
+imports the warm modules (IPD_WARM_MODULES, default
+numpy,pandas,matplotlib), draws one plot, loads the prelude and freezes
+the garbage collector; then, for each park command, it forks a
 child that
 
   1. makes a user namespace of its own (the zygote's uid mapped to
@@ -66,9 +67,21 @@ SECCOMP_MODE_FILTER = 2
 SECUREBITS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40 | 0x80
 CAP_VERSION_3 = 0x20080522
 
-# struct ctl_msg (sandbox_internal.h): kind, status, struct rusage, text.
-MSG_ERROR, MSG_OUTDIR, MSG_STATUS, MSG_HELLO, MSG_READY = 1, 2, 3, 6, 7
-_CTL = struct.Struct("=Ii18q200s")
+# The zygote protocol: service/sandbox/zproto.h defines it and its wire
+# layout; these are its numbers, which tests/python/test_zproto.py checks
+# against the header.  The command socket's first byte (P <-> Z):
+CMD_INIT, CMD_READY, CMD_FAILED, CMD_PARK = b"I", b"R", b"E", b"P"
+PARK_FDS_MAX = 3 + 8
+# The control message's kinds (child -> P; 4 and 5 are cold runs' only):
+CTL_ERROR, CTL_OUTDIR, CTL_STATUS, CTL_INIT = 1, 2, 3, 4
+CTL_EGRESS, CTL_HELLO, CTL_READY = 5, 6, 7
+CTL_TEXT = 200
+# P -> a parked child, and a session child's answer:
+VERB_ATTACHED, VERB_GO, VERB_VARIABLES, VERB_DONE = b"A", b"G", b"V", b"D"
+# struct ipd_zproto_ctl: kind, status, struct rusage (two timevals and 14
+# longs), text; and a session call's answer: DONE, int32 status.
+_CTL = struct.Struct("=Ii18q%ds" % CTL_TEXT)
+_DONE = struct.Struct("=ci")
 SETUP_FAIL_EXIT = 121
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -130,7 +143,7 @@ def _msg(kind, status=0, ru=None, text=""):
         fields[4] = ru.ru_maxrss
         fields[8], fields[9] = ru.ru_minflt, ru.ru_majflt
         fields[16], fields[17] = ru.ru_nvcsw, ru.ru_nivcsw
-    return _CTL.pack(kind, status, *fields, text.encode()[:199])
+    return _CTL.pack(kind, status, *fields, text.encode()[:CTL_TEXT - 1])
 
 
 def _send(sock, kind, fd=None, **kw):
@@ -247,9 +260,9 @@ def _program(ctl, out_w, err_w, session):
         return
     go = os.read(ctl, 32)
     os.close(ctl)
-    if go[:1] != b"G":
+    if go[:1] != VERB_GO:
         os._exit(SETUP_FAIL_EXIT)
-    if len(go) > 1:  # "G" + the run's CPU seconds: its RLIMIT_CPU
+    if len(go) > 1:  # GO + the run's CPU seconds: its RLIMIT_CPU
         cpu = int(go[1:])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
 
@@ -268,7 +281,7 @@ def _init_loop(sock, c2):
         if pid == c2:
             break
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
-    _send(sock, MSG_STATUS, status=status, ru=ru)
+    _send(sock, CTL_STATUS, status=status, ru=ru)
     os._exit(0)
 
 
@@ -287,12 +300,12 @@ def _child(p, fds, bpf):
         for fd in trees:
             os.close(fd)
         outdir = os.open("/mnt/output", os.O_RDONLY | os.O_DIRECTORY)
-        _send(sock, MSG_OUTDIR, fd=outdir)
+        _send(sock, CTL_OUTDIR, fd=outdir)
         os.close(outdir)
         pidfd = os.pidfd_open(os.getpid())
-        _send(sock, MSG_HELLO, fd=pidfd)
+        _send(sock, CTL_HELLO, fd=pidfd)
         os.close(pidfd)
-        if sock.recv(16) != b"A":
+        if sock.recv(16) != VERB_ATTACHED:
             os._exit(SETUP_FAIL_EXIT)
         _lock_down(p, bpf)
         c2 = os.fork()
@@ -302,13 +315,13 @@ def _child(p, fds, bpf):
             return ctl if session else None
     except (OSError, _SetupError, ValueError, KeyError) as e:
         try:
-            _send(sock, MSG_ERROR, text=str(e))
+            _send(sock, CTL_ERROR, text=str(e))
         except OSError:
             pass
         os._exit(SETUP_FAIL_EXIT)
     os.close(out_w)
     os.close(err_w)
-    _send(sock, MSG_READY)
+    _send(sock, CTL_READY)
     _init_loop(sock, c2)
 
 
@@ -439,10 +452,11 @@ def _only_me(me):
 
 
 def _session_loop(prelude, ctl):
-    """A session's program child: calls until the service ends it.  "G"
-    with the call's stdout and stderr runs the job now in /mnt/job in the
-    same __main__ module; "V" writes the user's variables to
-    .interpd/variables.json.  Each answers "D" + its status (int32).
+    """A session's program child: calls until the service ends it
+    (zproto.h).  VERB_GO with the call's stdout and stderr runs the job
+    now in /mnt/job in the same __main__ module; VERB_VARIABLES writes the
+    user's variables to .interpd/variables.json.  Each answers VERB_DONE
+    + its status (int32).
 
     Only this process speaks for the session.  A process the code forks
     (in a cell, a __repr__, a signal handler that runs here between calls,
@@ -485,9 +499,9 @@ def _session_loop(prelude, ctl):
         if not data:
             os._exit(0)
         status = 0
-        if data[:1] in (b"G", b"V"):
+        if data[:1] in (VERB_GO, VERB_VARIABLES):
             _call_cpu(data)
-        if data[:1] == b"G" and len(fds) == 2:
+        if data[:1] == VERB_GO and len(fds) == 2:
             os.dup2(fds[0], 1)
             os.dup2(fds[1], 2)
             for fd in fds:
@@ -497,7 +511,7 @@ def _session_loop(prelude, ctl):
             first = False
             os.dup2(null, 1)
             os.dup2(null, 2)
-        elif data[:1] == b"V":
+        elif data[:1] == VERB_VARIABLES:
             for fd in fds:
                 os.close(fd)
             try:
@@ -510,7 +524,7 @@ def _session_loop(prelude, ctl):
             continue
         _only_me(me)
         try:
-            sock.send(b"D" + struct.pack("=i", status))
+            sock.send(_DONE.pack(VERB_DONE, status))
         except OSError:
             os._exit(0)
 
@@ -518,12 +532,12 @@ def _session_loop(prelude, ctl):
 def _serve(cmd, bpf, prelude):
     while True:
         try:
-            data, fds, _, _ = socket.recv_fds(cmd, 1 << 16, 16)
+            data, fds, _, _ = socket.recv_fds(cmd, 1 << 16, PARK_FDS_MAX)
         except InterruptedError:
             continue
         if not data:
             return 0
-        if data[:1] != b"P" or len(fds) < 3:
+        if data[:1] != CMD_PARK or len(fds) < 3:
             for fd in fds:
                 os.close(fd)
             continue
@@ -552,7 +566,7 @@ def main():
     global _PRELUDE
     cmd = socket.socket(fileno=3)
     init = cmd.recv(1 << 20)
-    if init[:1] != b"I" or (len(init) - 1) % 8 or len(init) < 9:
+    if init[:1] != CMD_INIT or (len(init) - 1) % 8 or len(init) < 9:
         sys.stderr.write("zygote: no filter from the service\n")
         return 2
     bpf = init[1:]
@@ -560,12 +574,12 @@ def main():
         prelude = _load_prelude()
         _warm(prelude)
     except Exception as e:
-        cmd.send(b"E%s: %s" % (type(e).__name__.encode(),
-                               str(e).encode()[:200]))
+        cmd.send(CMD_FAILED + b"%s: %s" % (type(e).__name__.encode(),
+                                           str(e).encode()[:200]))
         return 2
     _PRELUDE = prelude
     try:
-        cmd.send(b"R")
+        cmd.send(CMD_READY)
     except OSError:
         return 0    # the service stopped this zygote while it started
     return _serve(cmd, bpf, prelude)

@@ -1,0 +1,734 @@
+# The prelude's library (prelude.py): everything a run needs only
+# sometimes (the job's files and variables, load_file's readers, display,
+# figures, the variables listing, tracebacks, matplotlib's font cache).
+#
+# Not a module to import: prelude.py's _lib() compiles this file into the
+# prelude's own globals the first time one of these is needed (the zygote
+# does it once, before it forks: zygote.py, _warm), so the names here and
+# the prelude's share one namespace, and the success path of print(1)
+# never reads this file.  It lives next to prelude.py in /opt/interpd,
+# which is not on sys.path (python -I): the code cannot import it, and
+# the user's __main__ gains no name from it.
+#
+# (Comments, not a docstring: a docstring would become the prelude's
+# __doc__.)
+
+# ----------------------------------------------------------------- the job
+
+class PreludeError(Exception):
+    """The job's inputs are unusable: the executor's fault, not the code's."""
+
+
+def _apply_job(ns, files_raw, variables_raw):
+    """FILES from files.json and the globals of variables.json."""
+    import json
+    try:
+        files = json.loads(files_raw.decode("utf-8") or "[]")
+        variables = json.loads(variables_raw.decode("utf-8") or "{}")
+    except ValueError as e:
+        raise PreludeError("files.json or variables.json: %s" % e) from None
+    if not isinstance(files, list):
+        raise PreludeError("files.json: not a list")
+    for f in files:
+        if not (isinstance(f, dict) and isinstance(f.get("file_id"), str)
+                and isinstance(f.get("filename"), str)
+                and isinstance(f.get("path"), str)):
+            raise PreludeError("files.json: an entry lacks a file_id, "
+                               "filename or path string")
+    if not isinstance(variables, dict):
+        raise PreludeError("variables.json: not an object")
+    # Ids always work; a filename that two files share names neither:
+    # FILES[name] and load_file(name) fail, listing the ids to use.
+    paths = ns["FILES"]
+    by_name = {}
+    for f in files:
+        by_name.setdefault(f["filename"], []).append(f)
+        _ENTRIES[f["path"]] = f
+    for name, same in by_name.items():
+        if len(same) == 1:
+            paths[name] = same[0]["path"]
+            _ENTRIES[name] = same[0]
+        else:
+            _AMBIGUOUS[name] = [f["file_id"] for f in same]
+    for f in files:
+        paths[f["file_id"]] = f["path"]
+        _ENTRIES[f["file_id"]] = f
+    import keyword
+    for name, value in variables.items():
+        if (not name.isidentifier() or keyword.iskeyword(name)
+                or name.startswith("__")):
+            _stderr("interpd: variable %r ignored: not a usable Python "
+                    "name\n" % (name,))
+            continue
+        ns[name] = value
+
+
+def _reseed():
+    """Fresh seeds for random and numpy when they were imported already."""
+    r = sys.modules.get("random")
+    if r is not None:
+        r.seed()
+    np = sys.modules.get("numpy")
+    if np is not None:
+        try:
+            np.random.seed()
+        except Exception:
+            pass
+
+
+# ------------------------------------------------------------ import hooks
+
+class _AfterLoader:
+    """Wraps a loader to call a function once the module has executed."""
+
+    def __init__(self, loader, after):
+        self._loader = loader
+        self._after = after
+
+    def create_module(self, spec):
+        return self._loader.create_module(spec)
+
+    def exec_module(self, module):
+        module.__loader__ = self._loader
+        if getattr(module, "__spec__", None) is not None:
+            module.__spec__.loader = self._loader
+        self._loader.exec_module(module)
+        try:
+            self._after(module)
+        except Exception:
+            pass
+
+    def __getattr__(self, name):
+        return getattr(self._loader, name)
+
+
+def _hooked_find_spec(hooks, name, path, target):
+    before = hooks.before.pop(name, None)
+    after = hooks.after.pop(name, None)
+    if not hooks.before and not hooks.after:
+        try:
+            sys.meta_path.remove(hooks)
+        except ValueError:
+            pass
+    if before is not None:
+        try:
+            globals()[before]()
+        except Exception:
+            pass
+    if after is None:
+        return None
+    spec = None
+    for finder in list(sys.meta_path):
+        find = getattr(finder, "find_spec", None)
+        if finder is hooks or find is None:
+            continue
+        spec = find(name, path, target)
+        if spec is not None:
+            break
+    if spec is not None and hasattr(spec.loader, "exec_module"):
+        spec.loader = _AfterLoader(spec.loader, globals()[after])
+    return spec
+
+
+def _call_hook(name, module):
+    try:
+        globals()[name](module)
+    except Exception:
+        pass
+
+
+def _register_source(linecache):
+    # mtime None: linecache.checkcache leaves the entry alone.
+    if _SOURCE_LINES:
+        linecache.cache[_CODE_NAME] = (sum(map(len, _SOURCE_LINES)), None,
+                                       list(_SOURCE_LINES), _CODE_NAME)
+
+
+# --------------------------------------------------------------- load_file
+
+_KINDS = {
+    "csv", "tsv", "excel", "json", "jsonl", "parquet", "yaml", "notebook",
+    "text", "markdown", "python", "xml", "html", "image",
+}
+
+_EXT_KINDS = {
+    ".csv": "csv", ".tsv": "tsv", ".tab": "tsv",
+    ".xlsx": "excel", ".xlsm": "excel", ".xls": "excel", ".ods": "excel",
+    ".json": "json", ".geojson": "json", ".ipynb": "notebook",
+    ".jsonl": "jsonl", ".ndjson": "jsonl",
+    ".parquet": "parquet", ".pq": "parquet",
+    ".yaml": "yaml", ".yml": "yaml",
+    ".txt": "text", ".log": "text", ".rst": "text", ".ini": "text",
+    ".cfg": "text", ".toml": "text", ".sql": "text",
+    ".md": "markdown", ".markdown": "markdown",
+    ".py": "python", ".xml": "xml", ".svg": "xml",
+    ".html": "html", ".htm": "html",
+    ".png": "image", ".jpg": "image", ".jpeg": "image", ".gif": "image",
+    ".bmp": "image", ".webp": "image", ".tif": "image", ".tiff": "image",
+    ".ico": "image",
+}
+
+_PANDAS_KINDS = {"csv", "tsv", "excel", "parquet"}
+_TEXT_KINDS = {"text", "markdown", "python", "xml", "html"}
+
+
+def _kind_of(entry):
+    """How to load a file: its file_type when we know that category, else
+    (missing, "binary", ...) by extension; "bytes" when neither helps."""
+    ext = os.path.splitext(entry["filename"])[1].lower()
+    kind = entry.get("file_type")
+    if kind not in _KINDS:
+        kind = _EXT_KINDS.get(ext, kind)
+    if kind == "image" and (ext == ".svg"
+                            or entry.get("mime_type") == "image/svg+xml"):
+        kind = "xml"
+    return kind if kind in _KINDS else "bytes"
+
+
+def _need_pandas(label, what):
+    try:
+        import pandas
+    except ImportError:
+        raise ImportError("%s: reading %s needs pandas, which is not "
+                          "installed" % (label, what), name="pandas") from None
+    return pandas
+
+
+def _decode_text(data):
+    """UTF-8 (BOM dropped), else Windows-1252, else Latin-1."""
+    try:
+        text = data.decode("utf-8")
+        return text[1:] if text.startswith("\ufeff") else text
+    except UnicodeDecodeError:
+        pass
+    try:
+        return data.decode("cp1252")
+    except UnicodeDecodeError:
+        return data.decode("latin-1")
+
+
+def _sniff_sep(path):
+    """A CSV's delimiter: "," unless its first line has none and has ; tab
+    or | (the commonest of them)."""
+    with open(path, "rb") as f:
+        line = f.read(65536).split(b"\n", 1)[0]
+    if b"," in line:
+        return ","
+    best, count = ",", 0
+    for sep in (";", "\t", "|"):
+        n = line.count(sep.encode())
+        if n > count:
+            best, count = sep, n
+    return best
+
+
+def _read_csv(path, label, what, sep, kwargs):
+    pd = _need_pandas(label, what)
+    kw = dict(kwargs)
+    if "sep" not in kw and "delimiter" not in kw:
+        kw["sep"] = sep or _sniff_sep(path)
+    encodings = ([kw.pop("encoding")] if "encoding" in kw
+                 else ["utf-8", "cp1252", "latin-1"])
+    for i, enc in enumerate(encodings):
+        try:
+            return pd.read_csv(path, encoding=enc, **kw)
+        except UnicodeDecodeError as e:
+            if i + 1 == len(encodings):
+                raise ValueError("%s: could not parse as %s: %s"
+                                 % (label, what, e)) from None
+        except (OSError, ImportError, MemoryError, TypeError):
+            raise
+        except Exception as e:
+            raise ValueError("%s: could not parse as %s: %s"
+                             % (label, what, e)) from None
+
+
+def _read_pandas(path, label, kind, kwargs):
+    what = "Excel" if kind == "excel" else "Parquet"
+    pd = _need_pandas(label, what)
+    reader = pd.read_excel if kind == "excel" else pd.read_parquet
+    try:
+        return reader(path, **kwargs)
+    except ImportError as e:
+        raise ImportError("%s: cannot read %s: %s" % (label, what, e),
+                          name=getattr(e, "name", None)) from None
+    except (OSError, MemoryError, TypeError):
+        raise
+    except Exception as e:
+        raise ValueError("%s: could not parse as %s: %s"
+                         % (label, what, e)) from None
+
+
+def _utf8(data, label, what):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError("%s: could not parse as %s: not UTF-8: %s"
+                         % (label, what, e)) from None
+    return text[1:] if text.startswith("\ufeff") else text
+
+
+def _read_json_value(data, label):
+    import json
+    try:
+        return json.loads(_utf8(data, label, "JSON"))
+    except ValueError as e:
+        if str(e).startswith(label):
+            raise
+        raise ValueError("%s: could not parse as JSON: %s"
+                         % (label, e)) from None
+
+
+def _read_jsonl(data, label):
+    import json
+    records = []
+    for n, line in enumerate(_utf8(data, label, "JSON Lines").splitlines(),
+                             1):
+        if line.strip():
+            try:
+                records.append(json.loads(line))
+            except ValueError as e:
+                raise ValueError("%s: could not parse as JSON Lines: line "
+                                 "%d: %s" % (label, n, e)) from None
+    return _need_pandas(label, "JSON Lines").DataFrame(records)
+
+
+def _read_yaml(data, label):
+    try:
+        import yaml
+    except ImportError:
+        raise ImportError("%s: reading YAML needs PyYAML, which is not "
+                          "installed" % label, name="yaml") from None
+    try:
+        docs = list(yaml.safe_load_all(_utf8(data, label, "YAML")))
+    except yaml.YAMLError as e:
+        raise ValueError("%s: could not parse as YAML: %s"
+                         % (label, e)) from None
+    if not docs:
+        return None
+    return docs[0] if len(docs) == 1 else docs
+
+
+def _read_image(path, data, label):
+    try:
+        from PIL import Image
+    except ImportError:
+        return data
+    try:
+        img = Image.open(path)
+        img.load()
+    except (MemoryError, FileNotFoundError, PermissionError):
+        raise
+    except Exception as e:
+        raise ValueError("%s: could not open as an image: %s"
+                         % (label, e)) from None
+    return img
+
+
+def _load_file(name, kwargs):
+    key = name if isinstance(name, str) else os.fspath(name)
+    entry = _ENTRIES.get(key) if isinstance(key, str) else None
+    if entry is None and isinstance(key, str) and key in _AMBIGUOUS:
+        raise _ambiguous("load_file(%r)" % (key,), key)
+    if entry is None:
+        seen = []
+        for e in _ENTRIES.values():
+            if e not in seen:
+                seen.append(e)
+        if seen:
+            msg = "load_file(%r): no such file; available: %s" % (
+                key, ", ".join("%r (id %s)" % (e["filename"], e["file_id"])
+                               for e in seen))
+        else:
+            msg = ("load_file(%r): no such file; no files were provided to "
+                   "this execution" % (key,))
+        raise FileNotFoundError(msg)
+    label = "load_file(%r)" % entry["filename"]
+    kind = _kind_of(entry)
+    path = entry["path"]
+    if kwargs and kind not in _PANDAS_KINDS:
+        raise TypeError("%s: keyword arguments go to pandas' reader, which "
+                        "is used for csv, tsv, excel and parquet files only"
+                        % label)
+    if kind == "csv":
+        return _read_csv(path, label, "CSV", None, kwargs)
+    if kind == "tsv":
+        return _read_csv(path, label, "TSV", "\t", kwargs)
+    if kind in ("excel", "parquet"):
+        return _read_pandas(path, label, kind, kwargs)
+    data = _read_bytes(path)
+    if kind in ("json", "notebook"):
+        obj = _read_json_value(data, label)
+        if (kind == "json" and isinstance(obj, list) and obj
+                and all(isinstance(x, dict) for x in obj)):
+            return _need_pandas(label, "JSON records").DataFrame(obj)
+        return obj
+    if kind == "jsonl":
+        return _read_jsonl(data, label)
+    if kind == "yaml":
+        return _read_yaml(data, label)
+    if kind in _TEXT_KINDS:
+        return _decode_text(data)
+    if kind == "image":
+        return _read_image(path, data, label)
+    return data
+
+
+# ----------------------------------------------------------------- figures
+
+_next_figure = [1]
+
+
+def _figure_name():
+    n = _next_figure[0]
+    while os.path.lexists(os.path.join(_OUTPUT, "figure_%d.png" % n)):
+        n += 1
+    _next_figure[0] = n + 1
+    return "figure_%d.png" % n
+
+
+def _save_figures():
+    """Save every open pyplot figure as the next free figure_N.png, then
+    close them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    try:
+        nums = plt.get_fignums()
+    except Exception:
+        return
+    for num in nums:
+        try:
+            fig = plt.figure(num)
+        except Exception:
+            continue
+        name = _figure_name()
+        try:
+            # A tight box keeps axis labels and legends inside the image.
+            fig.savefig(os.path.join(_OUTPUT, name), format="png",
+                        bbox_inches="tight")
+            _FIGURES.append(name)
+        except Exception as e:
+            try:
+                os.unlink(os.path.join(_OUTPUT, name))
+            except OSError:
+                pass
+            _stderr("interpd: could not save figure %s: %s: %s\n"
+                    % (num, type(e).__name__, e))
+    try:
+        plt.close("all")
+    except Exception:
+        pass
+
+
+def _patch_pyplot(plt):
+    """plt.show() saves the open figures and closes them, as a notebook's
+    inline backend does (the code's plt.show(); plt.close() keeps them)."""
+    def show(*args, **kwargs):
+        """Save the open figures as figure_N.png and close them (interpd)."""
+        _save_figures()
+    if getattr(plt.show, "__doc__", "") == show.__doc__:
+        return   # a session's later call: patched already
+    show.__wrapped__ = plt.show
+    plt.show = show
+
+
+def _seed_mpl_cache():
+    """Copy the prepared font cache into $MPLCONFIGDIR (before matplotlib's
+    first import)."""
+    dst = os.environ.get("MPLCONFIGDIR")
+    if not dst:
+        return
+    try:
+        entries = list(os.scandir(_MPLCACHE))
+    except OSError:
+        return
+    os.makedirs(dst, 0o700, exist_ok=True)
+    for e in entries:
+        target = os.path.join(dst, e.name)
+        if not e.is_file(follow_symlinks=False) or os.path.lexists(target):
+            continue
+        tmp = target + ".%d.tmp" % os.getpid()
+        try:
+            data = _read_bytes(e.path)
+            with open(tmp, "xb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------- display
+
+_DISPLAY_FILE = "display.jsonl"
+_DISPLAY_TEXT_MAX = 256 * 1024          # characters of one text value
+_DISPLAY_FILE_MAX = 8 * 1024 * 1024     # bytes of display.jsonl
+_PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+_display_full = []                       # [True] once the file is full
+
+
+def _describe_failure(obj, what, e):
+    try:
+        detail = "%s: %s" % (type(e).__name__, e)
+    except Exception:
+        detail = type(e).__name__
+    return "<%s object: %s failed: %s>" % (type(obj).__name__, what, detail)
+
+
+def _text_plain(obj):
+    """repr(obj) as an exact str: a subclass's __len__, encode or
+    translate could lie about its text (str.__str__ copies the real one)."""
+    try:
+        return str.__str__(repr(obj))
+    except Exception as e:
+        return _describe_failure(obj, "repr()", e)
+
+
+def _repr_method(obj, name):
+    """What obj._repr_*_() returns (the data of a (data, metadata) pair);
+    None when obj is a class, has no such method or it fails."""
+    if isinstance(obj, type):
+        return None
+    try:
+        method = getattr(obj, name, None)
+        if not callable(method):
+            return None
+        value = method()
+    except Exception:
+        return None
+    if isinstance(value, tuple) and value:
+        value = value[0]
+    return value
+
+
+def _png_bytes(obj):
+    """PNG bytes of a matplotlib figure, a PIL image or an object with
+    _repr_png_; None otherwise or when it fails."""
+    if isinstance(obj, type):
+        return None
+    import io
+    data = None
+    figure = sys.modules.get("matplotlib.figure")
+    image = sys.modules.get("PIL.Image")
+    try:
+        if figure is not None and isinstance(obj, figure.Figure):
+            buf = io.BytesIO()
+            obj.savefig(buf, format="png", bbox_inches="tight")
+            data = buf.getvalue()
+        elif image is not None and isinstance(obj, image.Image):
+            buf = io.BytesIO()
+            try:
+                obj.save(buf, format="PNG")
+            except (OSError, ValueError):   # a mode PNG cannot hold
+                buf = io.BytesIO()
+                obj.convert("RGBA").save(buf, format="PNG")
+            data = buf.getvalue()
+        else:
+            data = _repr_method(obj, "_repr_png_")
+    except Exception:
+        return None
+    if isinstance(data, (bytes, bytearray)) and \
+            bytes(data[:8]) == _PNG_SIGNATURE:
+        return bytes(data)
+    return None
+
+
+def _bundle_line(obj):
+    """obj's MIME bundle as one line of JSON (bytes)."""
+    import binascii
+    cut = False
+    text = _text_plain(obj)
+    if len(text) > _DISPLAY_TEXT_MAX:
+        text = text[:_DISPLAY_TEXT_MAX] + "\n... (%d characters omitted)" % (
+            len(text) - _DISPLAY_TEXT_MAX)
+        cut = True
+    parts = ['"text/plain": ' + _jstr(text)]
+    html = _repr_method(obj, "_repr_html_")
+    if isinstance(html, str):
+        html = str.__str__(html)    # its real text, as _text_plain
+        if len(html) <= _DISPLAY_TEXT_MAX:
+            parts.append('"text/html": ' + _jstr(html))
+        else:
+            cut = True
+    png = _png_bytes(obj)
+    if png is not None:
+        parts.append('"image/png": "%s"' % binascii.b2a_base64(
+            png, newline=False).decode("ascii"))
+    if cut:
+        parts.append('"truncated": true')
+    return ("{" + ", ".join(parts) + "}\n").encode("utf-8")
+
+
+def _append_display(line):
+    """Append line to .interpd/display.jsonl (a regular file only; never
+    through a symlink); past _DISPLAY_FILE_MAX a {"truncated": true} line
+    instead, once, then nothing."""
+    if _display_full:
+        return
+    d = os.path.join(_OUTPUT, ".interpd")
+    flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
+             | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        try:
+            os.mkdir(d, 0o755)
+        except FileExistsError:
+            pass
+        fd = os.open(os.path.join(d, _DISPLAY_FILE), flags, 0o644)
+    except OSError:
+        return
+    try:
+        import stat
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            return
+        if st.st_size + len(line) > _DISPLAY_FILE_MAX:
+            _display_full.append(True)
+            line = b'{"truncated": true}\n'
+        while line:
+            line = line[os.write(fd, line):]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _show(objs):
+    """display(*objs): a bundle per object, in order."""
+    for obj in objs:
+        if _display_full:
+            return
+        _append_display(_bundle_line(obj))
+
+
+_VARIABLES_MAX = 1000      # listed by a session's variables call
+_VARIABLE_NAME_MAX = 256   # bytes of a name (a longer one is left out)
+_VARIABLE_TYPE_MAX = 256   # characters of a type name
+_VARIABLE_REPR_MAX = 500   # characters of each repr
+_VARIABLES_BYTES = 1000000 # of the file (the service reads 1 MiB)
+
+
+def _real_text(text, limit):
+    """text (a str, maybe of a subclass whose methods lie) as a plain str
+    of at most limit characters: str.__str__ makes the exact copy whose
+    length and slices are real; NUL and lone surrogates, which the
+    service's JSON parser refuses, are written as escapes."""
+    text = str.__str__(text)
+    text = text.encode("utf-8", "backslashreplace").decode("utf-8")
+    text = text.replace("\0", "\\x00")
+    if len(text) > limit:
+        text = text[:limit - 3] + "..."
+    return text
+
+
+def _variable_entry(name, value):
+    """{"name", "type", "repr"} of one variable (the code's own __repr__
+    runs here)."""
+    try:
+        text = repr(value)
+    except BaseException as e:
+        text = "<repr failed: %s>" % type(e).__name__
+    if not isinstance(text, str):
+        text = "<repr failed: not a str>"
+    tname = type.__dict__["__name__"].__get__(type(value))
+    return {"name": name,
+            "type": _real_text(tname, _VARIABLE_TYPE_MAX),
+            "repr": _real_text(text, _VARIABLE_REPR_MAX)}
+
+
+def _write_variables(ns):
+    """A session's user variables as .interpd/variables.json:
+    {"variables": [{"name", "type", "repr"}], "truncated"}; modules,
+    names starting with "_", keys that are not identifiers and the
+    prelude's own names are left out.  Within the caps of
+    service/exec/varlist.h, which checks the file again (this runs in the
+    code's own interpreter: the service trusts none of it)."""
+    import json
+    import types
+    pid = os.getpid()
+    names = sorted(str.__str__(k) for k in list(ns)
+                   if isinstance(k, str) and str.isidentifier(k))
+    out, truncated, size = [], False, 40
+    for name in names:
+        value = ns.get(name)
+        if (name.startswith("_") or name in ("FILES", "load_file")
+                or isinstance(value, types.ModuleType)):
+            continue
+        if (len(out) >= _VARIABLES_MAX
+                or len(name.encode("utf-8")) > _VARIABLE_NAME_MAX):
+            truncated = True
+            if len(out) >= _VARIABLES_MAX:
+                break
+            continue
+        entry = _variable_entry(name, value)
+        size += len(json.dumps(entry, ensure_ascii=True)) + 1
+        if size > _VARIABLES_BYTES:
+            truncated = True
+            break
+        out.append(entry)
+    if os.getpid() != pid:   # a __repr__ forked: its child writes nothing
+        os._exit(0)
+    data = json.dumps({"variables": out, "truncated": truncated},
+                      ensure_ascii=True)
+    path = os.path.join(_OUTPUT, ".interpd", "variables.json")
+    tmp = path + ".%d.tmp" % os.getpid()
+    os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+    with open(tmp, "w") as f:
+        f.write(data)
+    os.replace(tmp, path)
+
+
+def _patch_ipython(module):
+    """IPython.display.display is the prelude's display."""
+    module.display = display
+
+
+# ------------------------------------------------------------------ errors
+
+def _cap(text, limit, keep_tail):
+    if len(text) <= limit:
+        return text
+    omitted = "\n... (%d characters omitted) ...\n" % (len(text) - limit)
+    if keep_tail:
+        head = limit // 8
+        return text[:head] + omitted + text[len(text) - (limit - head):]
+    return text[:limit] + omitted
+
+
+def _format_exception(exc):
+    """The traceback as Python prints it, without this file's frames."""
+    import linecache
+    import traceback
+    _register_source(linecache)
+    self_files = (_lib.__code__.co_filename, _LIB_PATH)
+    te = traceback.TracebackException(type(exc), exc, exc.__traceback__,
+                                      compact=True)
+    todo, seen = [te], set()
+    while todo:
+        t = todo.pop()
+        if t is None or id(t) in seen:
+            continue
+        seen.add(id(t))
+        t.stack = traceback.StackSummary.from_list(
+            [f for f in t.stack if f.filename not in self_files])
+        todo.append(t.__cause__)
+        todo.append(t.__context__)
+        todo.extend(getattr(t, "exceptions", None) or ())
+    return "".join(te.format())
+
+
+def _error_object(exc, print_traceback):
+    """error for result.json; the traceback also goes to stderr when
+    print_traceback (Python prints none for SystemExit)."""
+    tb = _format_exception(exc)
+    if print_traceback:
+        _stderr(tb)
+    if isinstance(exc, SystemExit):
+        message = "" if exc.code is None else str(exc.code)
+    else:
+        try:
+            message = str(exc)
+        except Exception:
+            message = "<exception str() failed>"
+    return {"type": type(exc).__name__,
+            "message": _cap(message, _MAX_MESSAGE, False),
+            "traceback": _cap(tb, _MAX_TRACEBACK, True)}
