@@ -1065,8 +1065,8 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     /* The run's RLIMIT_CPU as a cold run's: never past the wall (the
      * child was parked with the policy's longest timeout's). */
     int64_t cpu_s = pk->p.cpu_seconds;
-    if (timeout_ms > 0 && (timeout_ms + 999) / 1000 + 1 < cpu_s)
-        cpu_s = (timeout_ms + 999) / 1000 + 1;
+    if (timeout_ms > 0 && ipd_sandbox_cpu_seconds(timeout_ms) < cpu_s)
+        cpu_s = ipd_sandbox_cpu_seconds(timeout_ms);
     char go[32];
     int golen = snprintf(go, sizeof go, "G%lld", (long long)cpu_s);
     if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
