@@ -475,36 +475,29 @@ static enum ipd_err run_once(struct ipd_executor *ex,
     return rc;
 }
 
-enum ipd_err ipd_executor_run(struct ipd_executor *ex,
-                              const struct ipd_exec_request *rq,
-                              json_t **result, struct ipd_buf *detail)
+/* rq outside a session: its packages, its stage (a parked child's when
+ * the slot has one), one run, warm or cold (once more after an automatic
+ * install), and its result. */
+static enum ipd_err run_job(struct ipd_executor *ex,
+                            const struct ipd_exec_request *rq,
+                            const struct ipd_exec_policy *ep,
+                            int64_t timeout_ms, json_t **result,
+                            struct ipd_buf *detail)
 {
-    const struct ipd_exec_policy *ep = NULL;
-    int64_t timeout_ms = 0;
     struct ipd__run_stage wk;
     struct ipd_sandbox_result r;
     struct ipd__installs ins;
     struct ipd__parked_job *pj = NULL;
     struct ipd_venv_gen *wgen = NULL;
     bool ran = false;
-    enum ipd_err rc;
+    enum ipd_err rc = IPD_OK;
 
-    *result = NULL;
     memset(&wk, 0, sizeof(wk));
     wk.job_fd = wk.data_fd = -1;
     memset(&r, 0, sizeof(r));
     r.output_dirfd = -1;
     memset(&ins, 0, sizeof(ins));
     ins.results = json_array();
-    rc = check_request(ex, rq, &ep, &timeout_ms, detail);
-    if (!rc)
-        rc = ipd__packages_check(ex, rq, detail);
-    if (rc)
-        goto out;
-    if (rq->session_id) {
-        rc = ipd__session_call(ex, rq, timeout_ms, result, detail);
-        goto out;
-    }
     ipd__packages_install(ex, rq, &ins);
     pj = take_warm(ex, rq, ep, &wgen);
     if (pj)
@@ -555,4 +548,23 @@ out:
     ipd_venv_release(ex->venv, wgen);
     ipd__run_stage_remove(&wk);
     return rc;
+}
+
+enum ipd_err ipd_executor_run(struct ipd_executor *ex,
+                              const struct ipd_exec_request *rq,
+                              json_t **result, struct ipd_buf *detail)
+{
+    const struct ipd_exec_policy *ep = NULL;
+    int64_t timeout_ms = 0;
+    enum ipd_err rc;
+
+    *result = NULL;
+    rc = check_request(ex, rq, &ep, &timeout_ms, detail);
+    if (!rc)
+        rc = ipd__packages_check(ex, rq, detail);
+    if (rc)
+        return rc;
+    if (rq->session_id)
+        return ipd__session_call(ex, rq, timeout_ms, result, detail);
+    return run_job(ex, rq, ep, timeout_ms, result, detail);
 }
