@@ -36,7 +36,7 @@
  * memory limit (what its code may hold, whatever it holds now).
  *
  * Locking: ss->lock guards the list and every session's state; a call
- * holds no lock while it runs (state BUSY keeps the session's parts
+ * holds no lock while it runs (s->busy keeps the session's parts
  * alive: the thread frees them only once no call is in).
  */
 #include <dirent.h>
