@@ -1,7 +1,9 @@
 /*
- * exec_internal.h - what the files of one execution share (executor.c:
- * staging, the prelude, packages and auto-install; result.c: the result
- * object and the generated files).  Not for use outside service/exec/.
+ * exec_internal.h - what the files of service/exec/ share: the executor
+ * (executor.c), a run's stage (stage.c) and mounts (mounts.c), a cold run
+ * (cold.c), packages (packages.c), the zygote hosting (zygote_host.c),
+ * warm slots (warm.c), sessions (session.c) and the result (result.c).
+ * Not for use outside service/exec/.
  */
 #ifndef IPD_EXEC_INTERNAL_H
 #define IPD_EXEC_INTERNAL_H
@@ -96,7 +98,7 @@ void ipd__vstage_activate(struct ipd_executor *ex, const char *gen_dir);
 /* At the executor's end, no run left. */
 void ipd__vstage_free_all(struct ipd_executor *ex);
 
-/* executor.c, shared with warm.c ------------------------------------- */
+/* executor.c --------------------------------------------------------- */
 
 const struct ipd_exec_policy *ipd__policy_find(const struct ipd_executor *ex,
                                                const char *name);
@@ -104,11 +106,20 @@ const struct ipd_exec_policy *ipd__policy_find(const struct ipd_executor *ex,
 void ipd__policy_to_sandbox(const struct ipd_exec_policy *ep,
                             int64_t timeout_ms,
                             struct ipd_sandbox_policy *p);
+/* The host uid of a slot's runs (0: the sandbox's default). */
+uid_t ipd__slot_uid(const struct ipd_executor *ex, unsigned slot);
+/* The host uid of session index i's processes (0: the sandbox's). */
+uid_t ipd__session_uid(const struct ipd_executor *ex, unsigned i);
+/* An execution's id into out: wanted when it is a valid execution id
+ * (the async pool chose it), else a new one.  The one place ids of runs
+ * are chosen. */
+void ipd__exec_id(const char *wanted, char out[IPD_ID_MAX]);
+
+/* mounts.c ----------------------------------------------------------- */
+
 /* The read-only system binds every run gets; returns how many. */
 size_t ipd__system_mounts(const struct ipd_executor *ex,
                           struct ipd_sandbox_mount *m);
-/* The host uid of a slot's runs (0: the sandbox's default). */
-uid_t ipd__slot_uid(const struct ipd_executor *ex, unsigned slot);
 
 #define IPD__RUN_ENV_MAX 12
 #define IPD__RUN_MOUNTS_MAX 16
@@ -128,20 +139,55 @@ size_t ipd__run_mounts(struct ipd_executor *ex,
 const char *ipd__run_python(const struct ipd_executor *ex,
                             const char *gen_dir);
 
-/* One run's staging (executor.c, top): a stage with job/, data/ and
- * interpd/ (the prelude's files). */
-struct ipd__work {
-    char id[IPD_ID_MAX];
-    struct ipd_sandbox_stage *stage;
-    int job_fd, data_fd;
+/* stage.c ------------------------------------------------------------ */
+
+/* One run's stage: job/, data/ and interpd/ (the prelude's files). */
+struct ipd__run_stage {
+    char id[IPD_ID_MAX]; /* the execution's */
+    struct ipd_sandbox_stage *stage; /* owned */
+    int job_fd, data_fd; /* owned */
     uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
 };
-/* id: the execution's (NULL or invalid: a new one); why gets the reason
- * of a failure (IPD_ERR_INTERNAL). */
-enum ipd_err ipd__work_create(struct ipd_executor *ex, struct ipd__work *wk,
-                              const char *id, uid_t host_uid,
-                              struct ipd_buf *why);
-void ipd__work_remove(struct ipd__work *wk);
+/* Make *wk (its fds and stage are the caller's until
+ * ipd__run_stage_remove).  id: the execution's (NULL or invalid: a new
+ * one); why gets the reason of a failure (IPD_ERR_INTERNAL). */
+enum ipd_err ipd__run_stage_create(struct ipd_executor *ex,
+                                   struct ipd__run_stage *wk, const char *id,
+                                   uid_t host_uid, struct ipd_buf *why);
+/* Close and free what *wk holds (a zeroed one with fds -1 is fine). */
+void ipd__run_stage_remove(struct ipd__run_stage *wk);
+/* Write rq's job into wk: code.py, variables.json, the files (looked up
+ * in the caller's scope, at most files_max bytes in all, 0: no limit;
+ * over it IPD_ERR_TOO_LARGE) and files.json.  detail says why. */
+enum ipd_err ipd__stage_job(struct ipd_executor *ex,
+                            const struct ipd_exec_request *rq,
+                            struct ipd__run_stage *wk, int64_t files_max,
+                            struct ipd_buf *detail);
+/* Create name in dirfd (must not exist), mode 0644 whatever the umask. */
+enum ipd_err ipd__write_file_at(int dirfd, const char *name, const void *data,
+                                size_t len);
+/* mkdirat + open, with an exact mode.  Returns the dir fd (the caller's)
+ * or -1. */
+int ipd__mkdir_open_at(int dirfd, const char *name, mode_t mode);
+
+/* cold.c ------------------------------------------------------------- */
+
+/* Run spec under p, with the egress proxy when p has network: its
+ * environment appended to spec->env (at most 16 entries there); what the
+ * proxy did in *st.  *r is the caller's to release. */
+enum ipd_err ipd__run_sandboxed(struct ipd_executor *ex,
+                                const struct ipd_sandbox_policy *p,
+                                struct ipd_sandbox_spec *spec,
+                                struct ipd_sandbox_result *r,
+                                struct ipd_egress_stats *st);
+/* The prelude on wk's job in a fresh sandbox under ep for timeout_ms, on
+ * the generation gen_dir (NULL: the base interpreter; the caller holds
+ * it); build_mpl: this run may build the font cache.  *r is the caller's
+ * to release. */
+enum ipd_err ipd__cold_run(struct ipd_executor *ex, struct ipd__run_stage *wk,
+                           const struct ipd_exec_policy *ep,
+                           int64_t timeout_ms, const char *gen_dir,
+                           bool build_mpl, struct ipd_sandbox_result *r);
 
 /* warm.c (see there) ------------------------------------------------ */
 
@@ -153,7 +199,7 @@ struct ipd__warm;
 /* A parked child with its staging (the stage its mounts show). */
 struct ipd__parked_job {
     struct ipd_sandbox_parked *pk;
-    struct ipd__work wk;
+    struct ipd__run_stage wk;
     char policy[IPD_EXEC_POLICY_NAME_MAX]; /* what it was parked for */
 };
 /* Start the slots' zygotes (threads); ex->warm is set. */
@@ -180,57 +226,32 @@ const char *ipd__warm_mode(struct ipd_executor *ex);
 /* The admin status's "execution_mode" object.  New reference. */
 json_t *ipd__warm_json(struct ipd_executor *ex);
 
+/* zygote_host.c ------------------------------------------------------ */
+
 /* Run zygote z on the venv's current generation as host uid (0: the
  * sandbox's) for at most life_ms, blocking until it ends; started(ctx,
- * generation dir or "") is called just before it starts.  *r is its
- * run's (release it); why[] says why it could not start. */
+ * generation dir or "") is called just before it starts (NULL: not
+ * called).  *r is its run's (release it); why[] says why it could not
+ * start. */
 enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
                                struct ipd_sandbox_zygote *z, uid_t uid,
                                int64_t life_ms,
                                void (*started)(void *ctx, const char *gen),
                                void *ctx, struct ipd_sandbox_result *r,
                                char *why, size_t whylen);
-/* The zygote's program and limits (warm.c; sessions' zygotes too). */
-void ipd__zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
-                      const char *gen_dir,
-                      const struct ipd_sandbox_stage *vst, const char **argv,
-                      const char **env, char *modules, size_t modlen,
-                      struct ipd_sandbox_mount *mounts,
-                      struct ipd_sandbox_spec *spec);
-void ipd__zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
-                        struct ipd_sandbox_policy *p);
-
 /* session.c (see there) ---------------------------------------------- */
 
-struct ipd__session;
-enum ipd_err ipd__sessions_new(struct ipd_executor *ex);
+enum ipd_err ipd__sessions_new(struct ipd_executor *ex,
+                               const struct ipd_executor_options *opt);
 void ipd__sessions_free(struct ipd_executor *ex);
-/* The host uid of session index i's processes (0: the sandbox's). */
-uid_t ipd__session_uid(const struct ipd_executor *ex, unsigned i);
-/* Take the caller's session for one call (busy until ipd__session_end):
- * NOT_FOUND, GONE (ended), IN_USE (busy), UNAVAILABLE, with detail. */
-enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
-                                const char *user, const char *id,
-                                struct ipd__session **sp,
-                                struct ipd_buf *detail);
-enum ipd_err ipd__session_park(struct ipd_executor *ex,
-                               struct ipd__session *s,
+/* rq in its session (rq->session_id): the session's interpreter and
+ * stage, its policy's limits (timeout_ms: the request's, checked against
+ * its own policy).  *result is new on IPD_OK; else NOT_FOUND, GONE,
+ * IN_USE, TOO_LARGE, UNAVAILABLE or INTERNAL with detail. */
+enum ipd_err ipd__session_call(struct ipd_executor *ex,
+                               const struct ipd_exec_request *rq,
+                               int64_t timeout_ms, json_t **result,
                                struct ipd_buf *detail);
-/* The call is over; why: it ended the session (NULL: it did not).  A
- * session past its maximum life ends here too. */
-void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
-                      const char *why, const struct ipd_sandbox_result *r);
-struct ipd__work *ipd__session_work(struct ipd__session *s);
-struct ipd_sandbox_parked *ipd__session_parked(struct ipd__session *s);
-json_t *ipd__session_snapshot(struct ipd__session *s);
-const char *ipd__session_policy(const struct ipd__session *s);
-/* True when s was ended during its call (DELETE, reaping, shutdown);
- * appends "the session ended: <why>" to detail then. */
-bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail);
-/* After ipd__session_end: set the call's result's "session_ended" (the
- * session has ended, by this call or when it ended: its maximum life)
- * and "session_end_reason" (why, or null).  result NULL: nothing. */
-void ipd__session_result(struct ipd__session *s, json_t *result);
 
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */
@@ -240,6 +261,28 @@ struct ipd__installs {
     char auto_dist[IPD_REQ_NAME_MAX + 1]; /* installed after a
                                              ModuleNotFoundError, or "" */
 };
+
+/* packages.c --------------------------------------------------------- */
+
+/* rq's packages before anything runs: a malformed or not-allowed
+ * requirement is the client's mistake (IPD_ERR_INVALID, detail). */
+enum ipd_err ipd__packages_check(const struct ipd_executor *ex,
+                                 const struct ipd_exec_request *rq,
+                                 struct ipd_buf *detail);
+/* Install rq's packages before its code runs (ins->results replaced,
+ * ins->seconds its install_time); none while the delete reserve is out. */
+void ipd__packages_install(struct ipd_executor *ex,
+                           const struct ipd_exec_request *rq,
+                           struct ipd__installs *ins);
+/* After a run r that failed with "No module named 'x'" where x comes
+ * from an allowlisted distribution that is not installed: install it by
+ * deadline_ms (ins gets its result).  True when the code should run
+ * again. */
+bool ipd__packages_auto_install(struct ipd_executor *ex,
+                                const struct ipd_exec_request *rq,
+                                const struct ipd_sandbox_result *r,
+                                int64_t deadline_ms,
+                                struct ipd__installs *ins);
 
 /* result.c: the prelude's result.json, read through the output dir
  * handle (the code could have replaced it with anything: a symlink, a

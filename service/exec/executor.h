@@ -2,11 +2,13 @@
  * executor.h - run a user's Python code in the sandbox and turn what it did
  * into the contract's execution result (CONTRACT.md, Executions).
  *
- * One execution: a fresh work dir; the user's files (already in their
- * scope) linked or copied read-only under data/ (GridFS blobs are
- * materialised there, checked against their sha256); the Python prelude
- * (service/python/prelude.py, installed with the binary) runs the code in
- * the sandbox with the policy's limits; afterwards the files the code wrote
+ * One execution: a stage of its own (a private tmpfs, stage.c); the
+ * user's files (already in their scope) copied read-only under data/
+ * (GridFS blobs are checked against their sha256); the Python prelude
+ * (service/exec/python/prelude.py, installed with the binary) runs the
+ * code in the sandbox with the policy's limits, in a slot's parked child
+ * (warm) or a fresh interpreter (cold), or in its session's child (a
+ * request with a session_id); afterwards the files the code wrote
  * to /mnt/output are collected through the sandbox's output directory
  * handle (never by following a path), typed, stored as the user's files
  * (source "generated", normal TTL) and returned; images up to the inline
@@ -122,7 +124,7 @@ struct ipd_executor_options {
     int64_t egress_connect_timeout_ms; /* resolve + connect (0: 10 s) */
     /* Warm executions (docs/SANDBOX.md): with warm, each slot keeps a
      * zygote with these modules imported (comma-separated; NULL:
-     * "numpy,pandas,matplotlib") and a child of it parked; it is
+     * "numpy,pandas,matplotlib") and two children of it parked; it is
      * recycled after warm_recycle_runs runs (0: never) or
      * warm_recycle_ms (0: never).  Started by ipd_executor_start_warm. */
     bool warm;
@@ -156,15 +158,15 @@ void ipd_executor_options_default(struct ipd_executor_options *o);
 /*
  * Probe the sandbox (fails when isolation isn't available: the service must
  * not run code less isolated), find the Python interpreter and the prelude,
- * prepare the work root under <data-dir>/exec.  Borrows meta, blobs and ft
- * (they must outlive the executor); opt is borrowed during the call only
- * (its strings and policies are copied).  *out is new: ipd_executor_free.
- * Fails with IPD_ERR_INVALID when prelude.py is missing or opt has no data
- * dir, IPD_ERR_UNAVAILABLE when the sandbox probe fails, IPD_ERR_INTERNAL
- * when the work root can't be prepared (reasons are logged).  The sandbox
- * never walks a host path as its own uid (the service hands it detached
- * mounts, see sandbox.h), so the data dir may stay 0700 under a 0700
- * parent such as /root.
+ * remove what older versions staged in the data dir.  Borrows meta, blobs
+ * and ft (they must outlive the executor); opt is borrowed during the call
+ * only (its strings and policies are copied).  *out is new:
+ * ipd_executor_free.  Fails with IPD_ERR_INVALID when prelude.py is
+ * missing or opt has no data dir, IPD_ERR_UNAVAILABLE when the sandbox
+ * probe fails or its uids are somebody's (reasons are logged).  The
+ * sandbox never walks a host path as its own uid (the service hands it
+ * detached mounts, see sandbox.h), so the data dir may stay 0700 under a
+ * 0700 parent such as /root.
  */
 enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
                               struct ipd_filetype *ft,
@@ -261,7 +263,9 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
                                             json_t **out,
                                             struct ipd_buf *detail);
 /* Whether the caller's session could take a call now: IPD_OK,
- * NOT_FOUND, GONE (ended) or IN_USE (busy), with detail. */
+ * NOT_FOUND, GONE (ended, also when it was ended while a call still runs
+ * in it) or IN_USE (a call runs in a live session), with detail; a call
+ * taking the session answers the same way. */
 enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         const char *tenant, const char *user,
                                         const char *id,

@@ -17,13 +17,14 @@
 #include "callbacks.h"
 #include "executor.h"
 #include "pool.h"
-#include "results.h"
+#include "exec_internal.h"
+#include "result_store.h"
 
 /* A power of two above IPD_EXEC_ASYNC_MAX: chains stay short. */
 #define ASYNC_BUCKETS 16384
 
 /* An asynchronous execution's state, kept result_ttl after it is done.
- * Small: the result itself is a file (results.h). */
+ * Small: the result itself is a file (result_store.h). */
 struct async_entry {
     struct async_entry *next;        /* in its bucket */
     struct async_entry *done_next;   /* the done list, oldest first */
@@ -315,7 +316,7 @@ static json_t *failure_result(const struct ipd_exec_job *j, const char *type,
                      "type", type, "message", message, "traceback", "");
 }
 
-/* Keep j's result as its file (results.h); when the disk refuses, a
+/* Keep j's result as its file (result_store.h); when the disk refuses, a
  * short failure result instead, returned as text (new) to keep in
  * memory.  *bytes: the size kept either way. */
 static char *keep_result(struct ipd_exec_pool *p, struct ipd_exec_job *j,
@@ -711,7 +712,7 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
     pj->async = true;
     /* The job is the worker's once queued (it may be over and freed
      * before submit returns): its id is copied out first. */
-    ipd_id_new("exec", j->exec_id);
+    ipd__exec_id(NULL, j->exec_id);
     memcpy(id, j->exec_id, IPD_ID_MAX);
     return submit(p, pj, why);
 }

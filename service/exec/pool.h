@@ -13,7 +13,7 @@
  * result table, looked up by that id: "queued", "running", then "done"
  * with its result, kept result_ttl after it is done (at most
  * IPD_EXEC_ASYNC_MAX entries at once) and removed when that passes.  The
- * result itself is a file (results.h), never held in memory: an entry is
+ * result itself is a file (result_store.h), never held in memory: an entry is
  * a few hundred bytes whatever its result's inline files weigh.  A
  * tenant's done results count against tenant_results_max_bytes; once
  * they reach it, that tenant's asynchronous submits are refused

@@ -8,7 +8,7 @@
  * (IPD_SANDBOX_PARK_SESSION): its interpreter, __main__ module, /tmp and
  * /mnt/output live from call to call.  Its staging (job/, data/,
  * interpd/) stays mounted, but holds a job only during a call: the
- * executor writes it and empties it again (executor.c, session_run).
+ * call writes it and empties it again (ipd__session_call).
  *
  * Threads: each session has one, which runs its zygote for the session's
  * life (ipd_sandbox_zygote_run blocks) and then frees what the session
@@ -36,9 +36,10 @@
  * memory limit (what its code may hold, whatever it holds now).
  *
  * Locking: ss->lock guards the list and every session's state; a call
- * holds no lock while it runs (state BUSY keeps the session's parts
+ * holds no lock while it runs (s->busy keeps the session's parts
  * alive: the thread frees them only once no call is in).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -65,7 +66,11 @@
 #define RETRY_AFTER_MAX_S 3600
 #define MIB (1024 * 1024)
 
-enum sess_state { S_STARTING, S_READY, S_BUSY, S_ENDING, S_ENDED };
+/* STARTING until its first call ends, READY; ENDING from the moment it
+ * is ended (end_locked: its why and ended_ms are set then) until its
+ * thread has freed its processes: ENDED, a tombstone.  A call running in
+ * it is s->busy, in any state up to ENDING. */
+enum sess_state { S_STARTING, S_READY, S_ENDING, S_ENDED };
 
 struct ipd__session {
     struct ipd__sessions *ss;
@@ -73,15 +78,17 @@ struct ipd__session {
     char *tenant, *user;      /* owned */
     char policy[IPD_EXEC_POLICY_NAME_MAX];
     unsigned idx;             /* its uid's index */
-    int64_t created_ms, used_ms, ended_ms; /* wall clock */
+    int64_t created_ms, used_ms; /* wall clock */
+    int64_t ended_ms;         /* wall clock of its end (a tombstone's
+                                 age), set with S_ENDING */
     enum sess_state state;
+    bool busy;                /* a call is in (one at a time) */
     char why[320];            /* why it ended (with its interpreter's
                                  own words when that ended it) */
-    bool calls;               /* a call has run (the child is parked) */
     pthread_t th;
     struct ipd_sandbox_zygote *z;
     struct ipd_sandbox_parked *pk;
-    struct ipd__work wk;      /* the session's staging */
+    struct ipd__run_stage wk;      /* the session's staging */
     json_t *snapshot;         /* /mnt/output after the last call */
     int64_t memory;           /* bytes, at the last call's end */
     int64_t charge;           /* against the memory budgets: its policy's
@@ -104,27 +111,25 @@ struct ipd__sessions {
 static int64_t expires_ms(const struct ipd__executor_sessions_cfg *c,
                           const struct ipd__session *s, int64_t now)
 {
-    int64_t from = s->state == S_BUSY && now > s->used_ms ? now : s->used_ms;
+    int64_t from = s->busy && now > s->used_ms ? now : s->used_ms;
     int64_t idle = from + c->idle_ms;
     int64_t life = s->created_ms + c->max_life_ms;
     return idle < life ? idle : life;
 }
 
+/* Not ended (not even during its call). */
 static bool live(const struct ipd__session *s)
 {
-    return s->state != S_ENDED && s->state != S_ENDING && !s->ended_ms;
+    return s->state != S_ENDING && s->state != S_ENDED;
 }
 
-static const char *state_name(enum sess_state st)
+static const char *state_name(const struct ipd__session *s)
 {
-    switch (st) {
-    case S_STARTING: return "starting";
-    case S_READY: return "ready";
-    case S_BUSY: return "busy";
-    case S_ENDING:
-    case S_ENDED: return "ended";
-    }
-    return "ended";
+    if (!live(s))
+        return "ended";
+    if (s->busy)
+        return "busy";
+    return s->state == S_STARTING ? "starting" : "ready";
 }
 
 /* The session's JSON (under the lock). */
@@ -138,39 +143,36 @@ static json_t *session_json(const struct ipd__session *s)
     ipd_time_format(s->used_ms, u);
     return json_pack("{s:s,s:s,s:s,s:s,s:s,s:s}", "session_id", s->id,
                      "created_at", c, "expires_at", e, "last_used_at", u,
-                     "status", state_name(s->state), "policy", s->policy);
+                     "status", state_name(s), "policy", s->policy);
 }
 
 /* End s (under the lock): its zygote stops; the session's thread frees
  * the rest once no call is in. */
 static void end_locked(struct ipd__session *s, const char *why)
 {
-    if (s->state == S_ENDED)
+    if (!live(s)) /* the first reason is the one kept */
         return;
-    if (!s->ended_ms) { /* the first reason is the one kept */
-        snprintf(s->why, sizeof(s->why), "%s", why);
-        s->ended_ms = ipd_now_ms();
-        ipd_sandbox_zygote_stop(s->z);
-        /* What the code runs stops now, not once the zygote has wound
-         * down (its interpreter's exit, some 50 ms).  Not under a call:
-         * that one kills the child itself when it sees the zygote go. */
-        if (s->state != S_BUSY)
-            ipd_sandbox_parked_kill(s->pk);
-        ipd_info("session %s ended: %s", s->id, why);
-    }
-    if (s->state != S_BUSY)
-        s->state = S_ENDING;
+    snprintf(s->why, sizeof(s->why), "%s", why);
+    s->ended_ms = ipd_now_ms();
+    s->state = S_ENDING;
+    ipd_sandbox_zygote_stop(s->z);
+    /* What the code runs stops now, not once the zygote has wound down
+     * (its interpreter's exit, some 50 ms).  Not under a call: that one
+     * kills the child itself when it sees the zygote go. */
+    if (!s->busy)
+        ipd_sandbox_parked_kill(s->pk);
+    ipd_info("session %s ended: %s", s->id, why);
     pthread_cond_broadcast(&s->ss->cond);
 }
 
 /* End s (under the lock) when its time is over and no call runs in it.
  * A call running past its maximum life ends it at the call's end
- * (ipd__session_end); a running call is a use, never idleness. */
+ * (call_end); a running call is a use, never idleness. */
 static void expire_locked(struct ipd__session *s, int64_t now)
 {
     const struct ipd__executor_sessions_cfg *c = &s->ss->ex->sess_cfg;
 
-    if (s->state != S_READY && s->state != S_STARTING)
+    if (s->busy || !live(s))
         return;
     if (now >= s->created_ms + c->max_life_ms)
         end_locked(s, "it reached its maximum life");
@@ -179,12 +181,6 @@ static void expire_locked(struct ipd__session *s, int64_t now)
 }
 
 /* ---- the session's thread ---------------------------------------------- */
-
-static void session_started(void *ctx, const char *gen)
-{
-    (void)ctx;
-    (void)gen;
-}
 
 /* Why the session's zygote ended, for the session's why (what a call
  * answers then): the exit status or signal and the first line of its
@@ -215,7 +211,7 @@ static void zygote_end_cause(const struct ipd_sandbox_result *r,
         snprintf(out, len, "its interpreter ended");
 }
 
-static void session_run(struct ipd__session *s)
+static void serve_zygote(struct ipd__session *s)
 {
     struct ipd_executor *ex = s->ss->ex;
     struct ipd_sandbox_result r;
@@ -227,7 +223,7 @@ static void session_run(struct ipd__session *s)
                    (ep ? ep->max_timeout_ms : 0) + ZYGOTE_MARGIN_MS;
 
     if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx), wall,
-                          session_started, s, &r, why, sizeof(why)) &&
+                          NULL, NULL, &r, why, sizeof(why)) &&
         why[0])
         ipd_warn("session %s: its interpreter did not start: %s", s->id,
                  why);
@@ -235,11 +231,11 @@ static void session_run(struct ipd__session *s)
     ipd_sandbox_result_release(&r);
     pthread_mutex_lock(&s->ss->lock);
     end_locked(s, cause);
-    while (s->state == S_BUSY)
+    while (s->busy)
         pthread_cond_wait(&s->ss->cond, &s->ss->lock);
     pthread_mutex_unlock(&s->ss->lock);
     ipd_sandbox_parked_free(s->pk);
-    ipd__work_remove(&s->wk);
+    ipd__run_stage_remove(&s->wk);
     pthread_mutex_lock(&s->ss->lock);
     s->pk = NULL;
     s->state = S_ENDED;
@@ -252,16 +248,22 @@ static void session_run(struct ipd__session *s)
 
 static void *session_thread(void *arg)
 {
-    session_run(arg);
+    serve_zygote(arg);
     return NULL;
 }
 
 /* ---- the executor's side ----------------------------------------------- */
 
-enum ipd_err ipd__sessions_new(struct ipd_executor *ex)
+enum ipd_err ipd__sessions_new(struct ipd_executor *ex,
+                               const struct ipd_executor_options *opt)
 {
     struct ipd__sessions *ss = ipd_xcalloc(1, sizeof(*ss));
 
+    ex->sess_cfg.max = opt->max_sessions;
+    ex->sess_cfg.per_user = opt->sessions_per_user;
+    ex->sess_cfg.memory = opt->sessions_memory;
+    ex->sess_cfg.idle_ms = opt->session_idle_ms;
+    ex->sess_cfg.max_life_ms = opt->session_max_life_ms;
     ss->ex = ex;
     pthread_mutex_init(&ss->lock, NULL);
     pthread_cond_init(&ss->cond, NULL);
@@ -365,7 +367,7 @@ static void count_locked(struct ipd__sessions *ss, const char *tenant,
 static bool ending_locked(struct ipd__sessions *ss)
 {
     for (struct ipd__session *s = ss->list; s; s = s->next) {
-        if (s->state == S_ENDING || (s->ended_ms && s->state != S_ENDED))
+        if (s->state == S_ENDING)
             return true;
     }
     return false;
@@ -743,76 +745,41 @@ void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live_n,
 
 /* ---- calls -------------------------------------------------------------- */
 
+/* Whether s may take a call now (under the lock): NOT_FOUND (s NULL),
+ * GONE (ended, also when it was ended while a call still runs in it:
+ * the session is over, whatever its last call is doing), IN_USE (a call
+ * runs), with detail; else IPD_OK.  The one answer for the pre-check
+ * (ipd_executor_session_check) and the take (call_begin). */
+static enum ipd_err call_refusal_locked(const struct ipd__session *s,
+                                        struct ipd_buf *detail)
+{
+    if (!s) {
+        ipd_buf_adds(detail, "no such session");
+        return IPD_ERR_NOT_FOUND;
+    }
+    if (!live(s)) {
+        ipd_buf_addf(detail, "the session ended: %s", s->why);
+        return IPD_ERR_GONE;
+    }
+    if (s->busy) {
+        ipd_buf_adds(detail, "the session is running another execution");
+        return IPD_ERR_IN_USE;
+    }
+    return IPD_OK;
+}
+
 enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         const char *tenant, const char *user,
                                         const char *id,
                                         struct ipd_buf *detail)
 {
     struct ipd__sessions *ss = ex->sessions;
-    enum ipd_err rc = IPD_OK;
+    enum ipd_err rc;
 
     pthread_mutex_lock(&ss->lock);
-    struct ipd__session *s = find_locked(ss, tenant, user, id);
-    if (!s) {
-        rc = IPD_ERR_NOT_FOUND;
-        ipd_buf_adds(detail, "no such session");
-    } else if (s->ended_ms || s->state == S_ENDED) {
-        rc = IPD_ERR_GONE;
-        ipd_buf_addf(detail, "the session ended: %s", s->why);
-    } else if (s->state == S_BUSY) {
-        rc = IPD_ERR_IN_USE;
-        ipd_buf_adds(detail, "the session is running another execution");
-    }
+    rc = call_refusal_locked(find_locked(ss, tenant, user, id), detail);
     pthread_mutex_unlock(&ss->lock);
     return rc;
-}
-
-/* Take the caller's session for a call: BUSY, parked (the first call
- * waits for the zygote and parks its child).  *sp on IPD_OK; else
- * NOT_FOUND, GONE, IN_USE (busy), UNAVAILABLE, with detail. */
-enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
-                                const char *user, const char *id,
-                                struct ipd__session **sp,
-                                struct ipd_buf *detail)
-{
-    struct ipd__sessions *ss = ex->sessions;
-    struct ipd__session *s;
-    enum ipd_err rc = IPD_OK;
-
-    *sp = NULL;
-    pthread_mutex_lock(&ss->lock);
-    s = find_locked(ss, tenant, user, id);
-    /* find_locked ended it if its time is over: a call never starts
-     * past the session's idle expiry or maximum life. */
-    if (!s)
-        rc = IPD_ERR_NOT_FOUND;
-    else if (!live(s))
-        rc = IPD_ERR_GONE;
-    else if (s->state == S_BUSY)
-        rc = IPD_ERR_IN_USE;
-    if (rc) {
-        if (rc == IPD_ERR_GONE)
-            ipd_buf_addf(detail, "the session ended: %s", s->why);
-        else
-            ipd_buf_adds(detail, rc == IPD_ERR_IN_USE
-                                     ? "the session is running another "
-                                       "execution"
-                                     : "no such session");
-        pthread_mutex_unlock(&ss->lock);
-        return rc;
-    }
-    s->state = S_BUSY;
-    s->used_ms = ipd_now_ms();
-    pthread_mutex_unlock(&ss->lock);
-    if (!s->pk) {
-        rc = ipd__session_park(ex, s, detail);
-        if (rc) {
-            ipd__session_end(ex, s, "its interpreter could not start", NULL);
-            return rc;
-        }
-    }
-    *sp = s;
-    return IPD_OK;
 }
 
 /* The 503's detail when a session's interpreter could not start, with
@@ -820,7 +787,7 @@ enum ipd_err ipd__session_begin(struct ipd_executor *ex, const char *tenant,
  * A zygote that is gone ended on its own (it could not open its program,
  * an import failed): its exit status and stderr come with the end of its
  * run, on the session's thread, which records them as the session's why
- * (session_run) within moments; wait for that, bounded. */
+ * (serve_zygote) within moments; wait for that, bounded. */
 static void park_failure_detail(struct ipd__session *s, enum ipd_err rc,
                                 const char *err, const char *why,
                                 struct ipd_buf *detail)
@@ -832,10 +799,10 @@ static void park_failure_detail(struct ipd__session *s, enum ipd_err rc,
     char cause[sizeof(s->why)];
 
     pthread_mutex_lock(&ss->lock);
-    while (rc == IPD_ERR_UNAVAILABLE && !s->ended_ms &&
+    while (rc == IPD_ERR_UNAVAILABLE && live(s) &&
            ipd_now_ms() < until)
         ipd__cond_wait_ms(&ss->cond, &ss->lock, 50);
-    if (!s->ended_ms) {
+    if (live(s)) {
         snprintf(cause, sizeof(cause), "%s%s", nostart,
                  err[0] ? err : why[0] ? why : "no reason given");
         end_locked(s, cause);
@@ -852,7 +819,10 @@ static void park_failure_detail(struct ipd__session *s, enum ipd_err rc,
     pthread_mutex_unlock(&ss->lock);
 }
 
-enum ipd_err ipd__session_park(struct ipd_executor *ex,
+/* Park s's child for its calls (the first call: it waits for the
+ * zygote's imports).  UNAVAILABLE with detail when it cannot; the
+ * session is ended then. */
+static enum ipd_err park_child(struct ipd_executor *ex,
                                struct ipd__session *s, struct ipd_buf *detail)
 {
     const struct ipd_exec_policy *ep = ipd__policy_find(ex, s->policy);
@@ -864,7 +834,7 @@ enum ipd_err ipd__session_park(struct ipd_executor *ex,
     ipd_buf_init(&why, 256);
     rc = ipd_sandbox_zygote_wait_ready(s->z, READY_WAIT_MS, err, sizeof(err));
     if (!rc)
-        rc = ipd__work_create(ex, &s->wk, NULL,
+        rc = ipd__run_stage_create(ex, &s->wk, NULL,
                               ipd__session_uid(ex, s->idx), &why);
     if (!rc) {
         struct ipd_sandbox_mount m[] = {
@@ -883,19 +853,59 @@ enum ipd_err ipd__session_park(struct ipd_executor *ex,
     return rc;
 }
 
-/* The call is over: READY again, or ended (why). */
-void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
-                      const char *why, const struct ipd_sandbox_result *r)
+static void call_end(struct ipd_executor *ex, struct ipd__session *s,
+                     const char *why);
+
+/* Take the caller's session for one call (busy until call_end), its
+ * child parked (the first call waits for the zygote and parks it).  *sp
+ * on IPD_OK; else NOT_FOUND, GONE, IN_USE, UNAVAILABLE, with detail. */
+static enum ipd_err call_begin(struct ipd_executor *ex, const char *tenant,
+                               const char *user, const char *id,
+                               struct ipd__session **sp,
+                               struct ipd_buf *detail)
+{
+    struct ipd__sessions *ss = ex->sessions;
+    struct ipd__session *s;
+    enum ipd_err rc;
+
+    *sp = NULL;
+    pthread_mutex_lock(&ss->lock);
+    /* find_locked ended it if its time is over: a call never starts
+     * past the session's idle expiry or maximum life. */
+    s = find_locked(ss, tenant, user, id);
+    rc = call_refusal_locked(s, detail);
+    if (!rc) {
+        s->busy = true;
+        s->used_ms = ipd_now_ms();
+    }
+    pthread_mutex_unlock(&ss->lock);
+    if (rc)
+        return rc;
+    if (!s->pk) {
+        rc = park_child(ex, s, detail);
+        if (rc) {
+            call_end(ex, s, "its interpreter could not start");
+            return rc;
+        }
+    }
+    *sp = s;
+    return IPD_OK;
+}
+
+/* The call is over: not busy any more, READY, or ended (why: this call
+ * ended it; NULL: it did not).  A session past its maximum life ends
+ * here too. */
+static void call_end(struct ipd_executor *ex, struct ipd__session *s,
+                     const char *why)
 {
     struct ipd__sessions *ss = ex->sessions;
     int64_t mem = s->pk ? ipd_sandbox_parked_memory(s->pk) : -1;
 
-    (void)r;
     pthread_mutex_lock(&ss->lock);
-    s->calls = true;
     s->used_ms = ipd_now_ms();
     s->memory = mem > 0 ? mem : 0;
-    if (s->state == S_BUSY)
+    s->busy = false;
+    if (s->state == S_STARTING)
         s->state = S_READY;
     /* The maximum life passed during the call: it ends now, with it
      * (the reaper skips a busy session, and back-to-back calls keep it
@@ -903,33 +913,16 @@ void ipd__session_end(struct ipd_executor *ex, struct ipd__session *s,
     if (!why && s->used_ms >= s->created_ms + ex->sess_cfg.max_life_ms)
         why = "it reached its maximum life";
     /* Ended by this call, or during it (DELETE, shutdown). */
-    if (why || ss->stopping || s->ended_ms)
+    if (why || ss->stopping || !live(s))
         end_locked(s, why ? why : "the service stopped");
     pthread_cond_broadcast(&ss->cond);
     pthread_mutex_unlock(&ss->lock);
 }
 
-struct ipd__work *ipd__session_work(struct ipd__session *s)
-{
-    return &s->wk;
-}
-
-struct ipd_sandbox_parked *ipd__session_parked(struct ipd__session *s)
-{
-    return s->pk;
-}
-
-json_t *ipd__session_snapshot(struct ipd__session *s)
-{
-    return s->snapshot;
-}
-
-const char *ipd__session_policy(const struct ipd__session *s)
-{
-    return s->policy;
-}
-
-void ipd__session_result(struct ipd__session *s, json_t *result)
+/* After call_end: set the call's result's "session_ended" (the session
+ * has ended, by this call or when it ended: its maximum life) and
+ * "session_end_reason" (why, or null).  result NULL: nothing. */
+static void call_result(struct ipd__session *s, json_t *result)
 {
     bool ended;
     char why[sizeof(s->why)];
@@ -937,7 +930,7 @@ void ipd__session_result(struct ipd__session *s, json_t *result)
     if (!result)
         return;
     pthread_mutex_lock(&s->ss->lock);
-    ended = s->ended_ms != 0;
+    ended = !live(s);
     snprintf(why, sizeof(why), "%s", s->why);
     pthread_mutex_unlock(&s->ss->lock);
     json_object_set_new(result, "session_ended", json_boolean(ended));
@@ -945,16 +938,153 @@ void ipd__session_result(struct ipd__session *s, json_t *result)
                         ended ? json_string(why) : json_null());
 }
 
-bool ipd__session_ended(struct ipd__session *s, struct ipd_buf *detail)
+/* True when s was ended during its call (DELETE, reaping, shutdown);
+ * appends "the session ended: <why>" to detail then. */
+static bool ended_during_call(struct ipd__session *s, struct ipd_buf *detail)
 {
     bool ended;
 
     pthread_mutex_lock(&s->ss->lock);
-    ended = s->ended_ms != 0;
+    ended = !live(s);
     if (ended)
         ipd_buf_addf(detail, "the session ended: %s", s->why);
     pthread_mutex_unlock(&s->ss->lock);
     return ended;
+}
+
+/* Cut dirfd/name to 0 bytes, then unlink it: a descriptor or mapping the
+ * session's code kept reads nothing and holds no page of the stage (the
+ * service's memory).  The session cannot write to the stage (a read-only
+ * mount), so every name in it is one the service made. */
+static void empty_and_unlink(int dirfd, const char *name)
+{
+    int w = openat(dirfd, name,
+                   O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    if (w >= 0 && ftruncate(w, 0))
+        ipd_warn("session: a staged file could not be emptied: %s",
+                 strerror(errno));
+    if (w >= 0)
+        close(w);
+    (void)unlinkat(dirfd, name, 0);
+}
+
+/* Empty data/: every data/<file_id>/<filename> staged, then its dir. */
+static void clear_inputs(int data_fd)
+{
+    int fd = data_fd >= 0 ? dup(data_fd) : -1;
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    struct dirent *e;
+
+    if (!d) {
+        if (fd >= 0)
+            close(fd);
+        return;
+    }
+    rewinddir(d); /* the offset is data_fd's, shared by the dup */
+    while ((e = ipd_readdir(d)) != NULL) {
+        int sub = openat(data_fd, e->d_name,
+                         O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+        struct dirent *f;
+        if (!sd) {
+            if (sub >= 0)
+                close(sub);
+            empty_and_unlink(data_fd, e->d_name);
+            continue;
+        }
+        while ((f = ipd_readdir(sd)) != NULL)
+            empty_and_unlink(sub, f->d_name);
+        closedir(sd);
+        (void)unlinkat(data_fd, e->d_name, AT_REMOVEDIR);
+    }
+    closedir(d);
+}
+
+/* A session's call is over (or about to start): nothing of a job stays
+ * in the session's stage, neither its code, files.json and variables.json
+ * (up to the request's 8 MiB) nor its input files.  What the call's code
+ * copied is its own (/tmp, /mnt/output, memory), within the session's
+ * limits. */
+static void clear_call(struct ipd__run_stage *wk)
+{
+    static const char *const names[] = {"code.py", "files.json",
+                                        "variables.json"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++)
+        empty_and_unlink(wk->job_fd, names[i]);
+    clear_inputs(wk->data_fd);
+}
+
+/* Why a call ended its session, or NULL. */
+static const char *session_end_why(const struct ipd_sandbox_result *r,
+                                   bool ended)
+{
+    if (!ended)
+        return NULL;
+    if (r->timed_out)
+        return "an execution timed out";
+    if (r->oom_killed)
+        return "an execution used more memory than its policy allows";
+    return "its interpreter exited";
+}
+
+enum ipd_err ipd__session_call(struct ipd_executor *ex,
+                               const struct ipd_exec_request *rq,
+                               int64_t timeout_ms, json_t **result,
+                               struct ipd_buf *detail)
+{
+    struct ipd__session *s = NULL;
+    struct ipd_sandbox_result r;
+    struct ipd__installs ins;
+    char id[IPD_ID_MAX];
+    bool ended = false;
+    enum ipd_err rc = call_begin(ex, rq->tenant, rq->user_id,
+                                 rq->session_id, &s, detail);
+    if (rc)
+        return rc;
+    const struct ipd_exec_policy *ep =
+        ipd__policy_find(ex, s->policy);
+    struct ipd__run_stage *wk = &s->wk;
+    /* The session's policy sets the limits, so its default timeout too
+     * (not the one of a policy the request names). */
+    if (!rq->timeout_ms)
+        timeout_ms = ep->timeout_ms;
+    if (timeout_ms > ep->max_timeout_ms)
+        timeout_ms = ep->max_timeout_ms;
+    memset(&ins, 0, sizeof(ins));
+    ins.results = json_array();
+    ipd__exec_id(rq->execution_id, id);
+    clear_call(wk);
+    /* A call's inputs are in the service's memory (the stage's tmpfs)
+     * while it runs: at most what the session may hold itself. */
+    rc = ipd__stage_job(ex, rq, wk, ep->memory_bytes, detail);
+    if (!rc) {
+        rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_GO, timeout_ms,
+                                     &r, &ended);
+        clear_call(wk);
+        if (!rc) {
+            *result = ipd__build_result(ex, rq, id, ep, timeout_ms, &r, &ins,
+                                        s->snapshot);
+            json_object_set_new(*result, "session_id",
+                                json_string(rq->session_id));
+        } else if (ended_during_call(s, detail)) {
+            /* Ended under the call (DELETE, shutdown): its zygote, and
+             * the child with it, were stopped.  Not an internal error. */
+            rc = IPD_ERR_GONE;
+            ended = true;
+        } else {
+            ipd_error("session %s: %s", rq->session_id, r.error);
+            ipd_buf_adds(detail, "the session's interpreter failed");
+            ended = true;
+        }
+        call_end(ex, s, session_end_why(&r, ended));
+        call_result(s, *result); /* session_ended, and why */
+        ipd_sandbox_result_release(&r);
+    } else {
+        clear_call(wk);
+        call_end(ex, s, NULL);
+    }
+    json_decref(ins.results);
+    return rc;
 }
 
 /* ---- variables ---------------------------------------------------------- */
@@ -1004,18 +1134,17 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
     enum ipd_err rc;
 
     *out = NULL;
-    rc = ipd__session_begin(ex, tenant, user, id, &s, detail);
+    rc = call_begin(ex, tenant, user, id, &s, detail);
     if (rc)
         return rc;
-    rc = ipd_sandbox_parked_call(s->pk, 'V', VARIABLES_TIMEOUT_MS, &r,
+    rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_VARIABLES, VARIABLES_TIMEOUT_MS, &r,
                                  &ended);
     if (!rc && !ended && r.exit_code == 0)
         *out = read_listing(&r);
-    ipd__session_end(ex, s,
+    call_end(ex, s,
                      ended ? (r.timed_out ? "listing its variables timed out"
                                           : "its interpreter ended")
-                           : NULL,
-                     &r);
+                           : NULL);
     ipd_sandbox_result_release(&r);
     if (!*out) {
         ipd_buf_adds(detail, ended ? "the session ended while listing its "

@@ -1,9 +1,10 @@
 /*
  * warm.c - warm executions: per execution slot a zygote (sandbox.h,
  * "Warm runs"; service/exec/python/zygote.py) on the venv's current
- * generation, and WARM_PARKED children of it parked for the "standard" policy with
- * its staging ready (a work stage: job/, data/, interpd/ as a cold run's),
- * so a request only writes its job and says go.
+ * generation (hosted by zygote_host.c), and WARM_PARKED children of it
+ * parked for the "standard" policy with their stage ready (struct
+ * ipd__run_stage: job/, data/, interpd/ as a cold run's), so a request
+ * only writes its job and says go.
  *
  * Threads per slot: the zygote's (runs it, blocking for its life, and
  * starts the next one: a new generation, N runs, T minutes, a timeout,
@@ -39,7 +40,6 @@
 #define FAILURES_TO_COLD 3
 #define WARM_PARKED 2             /* children kept parked per slot */
 #define RETRY_COLD_MS 60000
-#define ZYGOTE_MEMORY_MIN (1LL << 30)
 
 enum slot_state { SLOT_STARTING, SLOT_READY, SLOT_COLD, SLOT_STOPPED };
 
@@ -81,114 +81,8 @@ void ipd__parked_job_free(struct ipd__parked_job *pj)
     if (!pj)
         return;
     ipd_sandbox_parked_free(pj->pk);
-    ipd__work_remove(&pj->wk);
+    ipd__run_stage_remove(&pj->wk);
     free(pj);
-}
-
-static int64_t zygote_memory(const struct ipd_executor *ex)
-{
-    int64_t m = ZYGOTE_MEMORY_MIN;
-    for (size_t i = 0; i < ex->n_policies; i++)
-        if (ex->policies[i].memory_bytes > m)
-            m = ex->policies[i].memory_bytes;
-    return m;
-}
-
-/* The zygote's own limits: the standard policy's, with room for the
- * imports and for every policy's children (their rlimits can only be
- * lowered below the zygote's). */
-void ipd__zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
-                        struct ipd_sandbox_policy *p)
-{
-    int64_t max_to = 0;
-
-    ipd__policy_to_sandbox(ipd__policy_find(ex, "standard"), life_ms, p);
-    for (size_t i = 0; i < ex->n_policies; i++) {
-        const struct ipd_exec_policy *ep = &ex->policies[i];
-        if (ep->max_timeout_ms > max_to)
-            max_to = ep->max_timeout_ms;
-        if (ep->tmp_bytes > p->fsize_bytes)
-            p->fsize_bytes = ep->tmp_bytes;
-        if (ep->output_dir_bytes > p->fsize_bytes)
-            p->fsize_bytes = ep->output_dir_bytes;
-    }
-    p->name = "zygote";
-    p->memory_bytes = zygote_memory(ex);
-    p->cpu_seconds = (life_ms + max_to) / 1000 + 60;
-    p->network = false;
-}
-
-/* The zygote's program: the prelude's mounts and environment with the
- * warm modules (modules[] holds that entry), cwd /tmp. */
-void ipd__zygote_spec(struct ipd_executor *ex, const struct ipd__work *zw,
-                      const char *gen_dir,
-                      const struct ipd_sandbox_stage *vst, const char **argv,
-                      const char **env, char *modules, size_t modlen,
-                      struct ipd_sandbox_mount *mounts,
-                      struct ipd_sandbox_spec *spec)
-{
-    const char *mpl_env;
-
-    snprintf(modules, modlen, "IPD_WARM_MODULES=%s", ex->warm_modules);
-    memset(spec, 0, sizeof(*spec));
-    spec->mounts = mounts;
-    spec->n_mounts = ipd__run_mounts(ex, zw->stage, gen_dir, vst, true,
-                                     mounts, &mpl_env);
-    ipd__run_env(env, mpl_env, modules);
-    spec->argv = argv;
-    spec->env = env;
-    spec->cwd = "/tmp";
-    spec->host_uid = zw->host_uid;
-}
-
-enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
-                               struct ipd_sandbox_zygote *z, uid_t uid,
-                               int64_t life_ms,
-                               void (*started)(void *ctx, const char *gen),
-                               void *ctx, struct ipd_sandbox_result *r,
-                               char *why, size_t whylen)
-{
-    struct ipd__work zw;
-    struct ipd_venv_gen *gen = NULL;
-    struct ipd__vstage *vhold = NULL;
-    struct ipd_buf err;
-    enum ipd_err rc = IPD_ERR_UNAVAILABLE;
-    char modules[300];
-
-    ipd_buf_init(&err, 512);
-    memset(&zw, 0, sizeof(zw));
-    zw.job_fd = zw.data_fd = -1;
-    memset(r, 0, sizeof(*r));
-    r->output_dirfd = -1;
-    if (ex->venv && ipd_venv_acquire(ex->venv, &gen)) {
-        snprintf(why, whylen, "the venv is busy");
-        goto out;
-    }
-    const char *gen_dir = ipd_venv_gen_dir(gen);
-    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
-                                                           &vhold);
-    if (ipd__work_create(ex, &zw, NULL, uid, &err)) {
-        snprintf(why, whylen, "staging: %s", err.buf);
-        goto out;
-    }
-    const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
-                          "/opt/interpd/zygote.py", NULL};
-    const char *env[IPD__RUN_ENV_MAX];
-    struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
-    struct ipd_sandbox_spec spec;
-    struct ipd_sandbox_policy p;
-
-    ipd__zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules,
-                     sizeof(modules), mounts, &spec);
-    ipd__zygote_policy(ex, life_ms, &p);
-    started(ctx, gen_dir ? gen_dir : "");
-    rc = ipd_sandbox_zygote_run(z, &p, &spec, r);
-out:
-    ipd__work_remove(&zw);
-    ipd__vstage_drop(ex, vhold);
-    ipd_venv_release(ex->venv, gen);
-    ipd_buf_release(&err);
-    return rc;
 }
 
 /* The slot's zygote runs now (its thread, before ipd_sandbox_zygote_run). */
@@ -307,7 +201,7 @@ static void z_release(struct warm_slot *s)
         pthread_cond_broadcast(&s->w->cond);
 }
 
-/* Park a child of z under policy ep with a work stage of its own. */
+/* Park a child of z under policy ep with a run stage of its own. */
 static enum ipd_err park_one(struct warm_slot *s,
                              struct ipd_sandbox_zygote *z,
                              const struct ipd_exec_policy *ep,
@@ -324,7 +218,7 @@ static enum ipd_err park_one(struct warm_slot *s,
     ipd_buf_init(&why, 512);
     pj->wk.job_fd = pj->wk.data_fd = -1;
     snprintf(pj->policy, sizeof(pj->policy), "%s", ep->name);
-    rc = ipd__work_create(ex, &pj->wk, NULL, ipd__slot_uid(ex, s->idx), &why);
+    rc = ipd__run_stage_create(ex, &pj->wk, NULL, ipd__slot_uid(ex, s->idx), &why);
     if (rc) {
         snprintf(err, sizeof(err), "%s", why.buf);
     } else {

@@ -1050,8 +1050,8 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     /* The run's RLIMIT_CPU as a cold run's: never past the wall (the
      * child was parked with the policy's longest timeout's). */
     int64_t cpu_s = pk->p.cpu_seconds;
-    if (timeout_ms > 0 && (timeout_ms + 999) / 1000 + 1 < cpu_s)
-        cpu_s = (timeout_ms + 999) / 1000 + 1;
+    if (timeout_ms > 0 && ipd_sandbox_cpu_seconds(timeout_ms) < cpu_s)
+        cpu_s = ipd_sandbox_cpu_seconds(timeout_ms);
     if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
         call_send(r.ctl, IPD_ZPROTO_GO, cpu_s, -1, -1)) {
         snprintf(out->error, sizeof out->error, "parked child: go: %s",
@@ -1188,8 +1188,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
      * never past its wall. */
     int64_t wall = timeout_ms > 0 ? timeout_ms : pk->p.wall_timeout_ms;
     int64_t cpu_s = pk->p.cpu_seconds;
-    if ((wall + 999) / 1000 + 1 < cpu_s)
-        cpu_s = (wall + 999) / 1000 + 1;
+    if (ipd_sandbox_cpu_seconds(wall) < cpu_s)
+        cpu_s = ipd_sandbox_cpu_seconds(wall);
     if (call_send(pk->ctl, verb, cpu_s, out_p[1], err_p[1])) {
         snprintf(out->error, sizeof out->error, "session: the child is gone");
         *ended = true;

@@ -182,6 +182,13 @@ struct ipd_sandbox_policy {
 #define IPD_SANDBOX_EGRESS_PORT 3128
 void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p);
 
+/* The RLIMIT_CPU (seconds) of a run with the wall timeout wall_ms:
+ * RLIMIT_CPU is per process, so it never fires before the wall does. */
+static inline int64_t ipd_sandbox_cpu_seconds(int64_t wall_ms)
+{
+    return (wall_ms + 999) / 1000 + 1;
+}
+
 /* What to run.  All pointers are borrowed for the duration of the run. */
 struct ipd_sandbox_spec {
     const char *const *argv;  /* NULL-terminated; argv[0] an absolute path

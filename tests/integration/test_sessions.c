@@ -1027,6 +1027,60 @@ static void concurrent_call_free_slot(void)
     concurrent_call(args);
 }
 
+struct long_call {
+    struct itest_server *s;
+    const char *sid;
+    struct itest_resp r;
+};
+
+static void *long_call(void *arg)
+{
+    struct long_call *c = arg;
+    run_in(c->s, c->s->admin_key, "u1", c->sid,
+           "import time\ntime.sleep(60)\nprint('not cut short')", &c->r);
+    return NULL;
+}
+
+/* A session ended while a call runs in it (DELETE here) is over for
+ * everybody at once: the running call answers 410 session_expired (its
+ * child is stopped with the session), and so do the pre-check of a new
+ * call (sync and async), the take of one, GET and the variables call;
+ * never 409 session_busy for a session that has ended. */
+static void delete_during_call(void)
+{
+    const char *args[] = {"--exec-slots", "2",
+                          "--policy.standard.tenant-running", "100%", NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s = itest_start(&o);
+    struct itest_resp r;
+    REQUIRE(s);
+    const char *k = s->admin_key;
+    char *sid = new_session(s, k, "u1");
+    REQUIRE(sid);
+    run_ok(s, k, "u1", sid, "x = 1", "");
+
+    struct long_call c = {s, sid, {0}};
+    pthread_t th;
+    REQUIRE(pthread_create(&th, NULL, long_call, &c) == 0);
+    CHECK(wait_session_status(s, "u1", sid, "busy", 30000));
+    double t0 = itest_now();
+    delete_ok(s, k, "u1", sid);
+    pthread_join(th, NULL);
+    CHECKF(itest_now() - t0 < 30, "the running call was not stopped");
+    CHECK_ERROR(&c.r, 410, "session_expired");
+    CHECKF(strstr(c.r.body, "deleted") != NULL, "no reason: %s", c.r.body);
+    CHECK(strstr(c.r.body, "not cut short") == NULL);
+    itest_resp_release(&c.r);
+
+    check_gone(s, k, "u1", sid);
+    run_body(s, k, "u1", sid,
+             json_pack("{s:s, s:b}", "code", "print(x)", "async", 1), &r);
+    CHECK_ERROR(&r, 410, "session_expired");
+    itest_resp_release(&r);
+    free(sid);
+    itest_stop(s);
+}
+
 /* ---- caps, status and metrics ------------------------------------------ */
 
 static void check_refused(struct itest_server *s, const char *user)
@@ -1721,5 +1775,6 @@ TEST_MAIN(T(tenant_session_share), T(session_memory_budget),
           T(users_are_isolated), T(malformed_ids),
           T(session_policies), T(stop_api_server),
           T(calls_that_end_a_session), T(concurrent_call_default_shares),
-          T(concurrent_call_free_slot), T(caps_status_metrics),
+          T(concurrent_call_free_slot), T(delete_during_call),
+          T(caps_status_metrics),
           T(idle_and_old_sessions_end), T(shutdown_ends_sessions))

@@ -1,5 +1,6 @@
 /*
- * results.h - asynchronous execution results on disk.
+ * result_store.h - the store of asynchronous execution results on disk
+ * (the ipd_results_* API; result.c builds the result object itself).
  *
  * A done asynchronous result is written once, as the JSON text GET
  * /v1/executions/{id} and the callback send, to
@@ -16,8 +17,8 @@
  * Thread-safety: every function may be called from any thread; files of
  * different ids are independent, and one id is written once.
  */
-#ifndef IPD_EXEC_RESULTS_H
-#define IPD_EXEC_RESULTS_H
+#ifndef IPD_EXEC_RESULT_STORE_H
+#define IPD_EXEC_RESULT_STORE_H
 
 #include <stdint.h>
 

@@ -1,5 +1,6 @@
 /*
- * results.c - asynchronous execution results on disk (see results.h).
+ * result_store.c - the store of asynchronous execution results on disk
+ * (see result_store.h; the result object itself is built by result.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +12,7 @@
 #include <unistd.h>
 
 #include "../common/log.h"
-#include "results.h"
+#include "result_store.h"
 
 #define NAME_MAX_LEN (IPD_ID_MAX + 8) /* "<id>.json.tmp" */
 #define WRITE_CHUNK (64 * 1024)
