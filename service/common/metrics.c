@@ -744,6 +744,8 @@ static enum ipd_err cpu_seconds(void *ctx, double *value)
 
 /* ---- The interpd families ---------------------------------------------- */
 
+/* Tables, laid out as tables: */
+/* clang-format off */
 /* Request latencies run from a health check to a synchronous execution at
  * its 300 s ceiling. */
 static const double http_buckets[] = {
@@ -837,6 +839,7 @@ static const struct family_def family_defs[] = {
      "User and system CPU time spent, in seconds.", {0}, 0, NULL, 0,
      cpu_seconds},
 };
+/* clang-format on */
 
 static enum ipd_err add_families(struct ipd_metrics *m)
 {

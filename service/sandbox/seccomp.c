@@ -87,6 +87,8 @@
  * test_seccomp_filter.c, which checks the compiled program against them
  * call by call. */
 
+/* Tables, laid out as tables: */
+/* clang-format off */
 /* Allowed whatever the arguments. */
 static const struct ipd__seccomp_sc allow[] = {
     /* memory [W P V] */
@@ -245,6 +247,7 @@ static const struct ipd__seccomp_tables tables = {
     .last_reviewed = LAST_REVIEWED,
     .newer_last = NEWER_LAST,
 };
+/* clang-format on */
 
 const struct ipd__seccomp_tables *ipd__seccomp_tables(void)
 {
