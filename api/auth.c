@@ -15,12 +15,12 @@ bool ipd_auth_key(struct ipd_req *r)
     const char *h = ipd_req_header(r, MHD_HTTP_HEADER_AUTHORIZATION);
     if (!h) {
         ipd_reply_code(r, IPD_HE_UNAUTHORIZED,
-                        "missing Authorization: Bearer <api key>");
+                       "missing Authorization: Bearer <api key>");
         return false;
     }
     if (strncasecmp(h, "Bearer ", 7) != 0) {
         ipd_reply_code(r, IPD_HE_UNAUTHORIZED,
-                        "Authorization must use the Bearer scheme");
+                       "Authorization must use the Bearer scheme");
         return false;
     }
     const char *key = h + 7;
@@ -30,9 +30,8 @@ bool ipd_auth_key(struct ipd_req *r)
     /* The key record holds the tenant's callback secrets: it stays here,
      * only the principal goes on with the request. */
     struct ipd_key k;
-    enum ipd_err rc = ipd_keys_authenticate_cached(r->app->key_cache,
-                                                   r->app->meta, key, &k,
-                                                   &cached);
+    enum ipd_err rc = ipd_keys_authenticate_cached(
+        r->app->key_cache, r->app->meta, key, &k, &cached);
     if (!rc)
         ipd_keys_principal(&k, &r->principal);
     if (cached)
@@ -57,13 +56,13 @@ bool ipd_auth_user(struct ipd_req *r)
     const char *u = ipd_req_header(r, "X-User-Id");
     if (!u) {
         ipd_reply_code(r, IPD_HE_INVALID_USER_ID,
-                        "missing X-User-Id header naming the end user");
+                       "missing X-User-Id header naming the end user");
         return false;
     }
     if (!ipd_user_id_valid(u)) {
         ipd_reply_code(r, IPD_HE_INVALID_USER_ID,
-                        "X-User-Id must be 1-128 characters of "
-                        "[A-Za-z0-9_.@:-]");
+                       "X-User-Id must be 1-128 characters of "
+                       "[A-Za-z0-9_.@:-]");
         return false;
     }
     snprintf(r->principal.user_id, sizeof(r->principal.user_id), "%s", u);

@@ -54,8 +54,8 @@ static enum ipd_err bg_queue(struct ipd_workq *q, struct ipd_req *r,
     struct bg_job *j = ipd_xcalloc(1, sizeof(*j));
     j->r = r;
     j->fn = fn;
-    enum ipd_err rc = ipd_workq_submit_shared(q, bg_run, bg_done, j,
-                                              bg_admit, share, share_full);
+    enum ipd_err rc = ipd_workq_submit_shared(q, bg_run, bg_done, j, bg_admit,
+                                              share, share_full);
     if (rc)
         free(j);
     return rc;
@@ -79,8 +79,8 @@ bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
         .held_max = ipd_policy_share(v, cap),
     };
     bool share_full = false;
-    enum ipd_err rc = q ? bg_queue(q, r, fn, &share, &share_full)
-                        : IPD_ERR_UNAVAILABLE;
+    enum ipd_err rc =
+        q ? bg_queue(q, r, fn, &share, &share_full) : IPD_ERR_UNAVAILABLE;
     if (rc == IPD_OK)
         return true;
     /* IPD_ERR_BUSY (the queue, or the tenant's share of it, is full) or

@@ -28,9 +28,9 @@
 struct conn_entry {
     struct conn_entry *next, **pprev;
     int fd;
-    int64_t deadline_ms;  /* monotonic; 0: none (a request being handled) */
-    const char *phase;    /* "head", "body" or "idle" (keep-alive) */
-    bool shut;            /* shutdown() done: libmicrohttpd closes it */
+    int64_t deadline_ms; /* monotonic; 0: none (a request being handled) */
+    const char *phase;   /* "head", "body" or "idle" (keep-alive) */
+    bool shut;           /* shutdown() done: libmicrohttpd closes it */
 };
 
 struct ipd_daemon {
@@ -41,11 +41,11 @@ struct ipd_daemon {
     pthread_cond_t idle;
     unsigned in_flight; /* requests between first call and completion */
     pthread_mutex_t conns_lock;
-    struct conn_entry *conns;    /* under conns_lock */
-    int64_t head_ms, body_ms;    /* the deadlines */
-    pthread_t sweeper;           /* closes connections past them */
+    struct conn_entry *conns;           /* under conns_lock */
+    int64_t head_ms, body_ms;           /* the deadlines */
+    pthread_t sweeper;                  /* closes connections past them */
     bool sweeper_started, sweeper_stop; /* stop under conns_lock */
-    pthread_cond_t sweep_wake;   /* CLOCK_MONOTONIC */
+    pthread_cond_t sweep_wake;          /* CLOCK_MONOTONIC */
 };
 
 /* ---- request head and body deadlines ----------------------------------- */
@@ -92,9 +92,10 @@ static void conn_deadline(struct ipd_daemon *d, struct MHD_Connection *conn,
         return;
     pthread_mutex_lock(&d->conns_lock);
     e->phase = phase;
-    e->deadline_ms = !phase ? 0
-                     : ipd_mono_ms() + (strcmp(phase, "body") ? d->head_ms
-                                                              : d->body_ms);
+    e->deadline_ms =
+        !phase
+            ? 0
+            : ipd_mono_ms() + (strcmp(phase, "body") ? d->head_ms : d->body_ms);
     pthread_mutex_unlock(&d->conns_lock);
 }
 
@@ -111,8 +112,7 @@ static void *sweeper_main(void *arg)
         int64_t now = ipd_mono_ms();
         unsigned heads = 0, bodies = 0;
         for (struct conn_entry *e = d->conns; e; e = e->next) {
-            if (e->shut || !e->deadline_ms || now < e->deadline_ms ||
-                e->fd < 0)
+            if (e->shut || !e->deadline_ms || now < e->deadline_ms || e->fd < 0)
                 continue;
             e->shut = true;
             (void)shutdown(e->fd, SHUT_RDWR);
@@ -133,8 +133,7 @@ static void *sweeper_main(void *arg)
         struct timespec ts = {.tv_sec = (time_t)(due / 1000),
                               .tv_nsec = (long)(due % 1000) * 1000000L};
         if (!d->sweeper_stop)
-            (void)pthread_cond_timedwait(&d->sweep_wake, &d->conns_lock,
-                                         &ts);
+            (void)pthread_cond_timedwait(&d->sweep_wake, &d->conns_lock, &ts);
     }
     pthread_mutex_unlock(&d->conns_lock);
     return NULL;
@@ -253,8 +252,8 @@ static void start_request(struct ipd_req *r)
     if (!r->handler && allow) {
         r->allow = allow;
         ipd_reply_code(r, IPD_HE_METHOD_NOT_ALLOWED,
-                        "%s is not allowed on %s; allowed: %s", r->method,
-                        r->path, allow);
+                       "%s is not allowed on %s; allowed: %s", r->method,
+                       r->path, allow);
         return;
     }
     if (!r->handler) {
@@ -376,7 +375,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         r->suspended = false;
         if (r->body_too_large)
             ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                            "request body over %zu bytes", r->body.max);
+                           "request body over %zu bytes", r->body.max);
         else
             r->handler->finish(r);
     }
@@ -384,7 +383,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn,
         ipd_reply_code(r, IPD_HE_INTERNAL_ERROR, "the handler did not reply");
     return carry_on(r);
 }
-
 
 /* A request's method or path as one access-log field: space, '"' and '%'
  * are percent-encoded so the field cannot end early or pose as another
@@ -412,8 +410,8 @@ static const char *log_field(char *out, size_t outsz, const char *s)
     return out;
 }
 
-static void on_completed(void *cls, struct MHD_Connection *conn,
-                         void **req_cls, enum MHD_RequestTerminationCode toe)
+static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
+                         enum MHD_RequestTerminationCode toe)
 {
     struct ipd_daemon *d = cls;
     struct ipd_req *r = *req_cls;
@@ -430,18 +428,18 @@ static void on_completed(void *cls, struct MHD_Connection *conn,
                                  (int)r->status, ms / 1000.0);
     char method[64], path[1024];
     if (r->method)
-        ipd_info("access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
-             "tenant=%s user=%s request_id=%s%s%s%s",
-             log_field(method, sizeof(method), r->method),
-             log_field(path, sizeof(path), r->path), r->status,
-             (unsigned long long)r->bytes_out,
-             ms, r->authed ? r->principal.tenant : "-",
-             r->principal.user_id[0] ? r->principal.user_id : "-", r->request_id,
-             r->error_code ? " error=" : "", r->error_code ? r->error_code : "",
-             toe == MHD_REQUEST_TERMINATED_COMPLETED_OK ? ""
-             : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT
-                 ? " aborted=client"
-                 : " aborted=server");
+        ipd_info(
+            "access method=%s path=%s status=%u bytes=%llu duration_ms=%.3f "
+            "tenant=%s user=%s request_id=%s%s%s%s",
+            log_field(method, sizeof(method), r->method),
+            log_field(path, sizeof(path), r->path), r->status,
+            (unsigned long long)r->bytes_out, ms,
+            r->authed ? r->principal.tenant : "-",
+            r->principal.user_id[0] ? r->principal.user_id : "-", r->request_id,
+            r->error_code ? " error=" : "", r->error_code ? r->error_code : "",
+            toe == MHD_REQUEST_TERMINATED_COMPLETED_OK   ? ""
+            : toe == MHD_REQUEST_TERMINATED_CLIENT_ABORT ? " aborted=client"
+                                                         : " aborted=server");
     ipd_buf_release(&r->body);
     free(r->raw_path);
     free(r);
@@ -513,7 +511,8 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
         /* ipd_config_load checked it already: only a caller that set
          * the config by hand gets here. */
         ipd_error("listen \"%s\" is not HOST:PORT (HOST: a numeric IPv4 "
-                  "address, [IPv6], localhost, or * or nothing)", c->listen);
+                  "address, [IPv6], localhost, or * or nothing)",
+                  c->listen);
         return IPD_ERR_INVALID;
     }
     /* One event loop per core: list requests are CPU-bound, and more
@@ -535,26 +534,22 @@ enum ipd_err ipd_daemon_start(struct ipd_app *app, struct ipd_daemon **out)
      * that sends part of a body and closes at once (the connection sits in
      * CLOSE-WAIT and its upload is never cleaned up). */
     unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
-                     MHD_USE_ITC | MHD_USE_ERROR_LOG |
-                     MHD_ALLOW_SUSPEND_RESUME;
+                     MHD_USE_ITC | MHD_USE_ERROR_LOG | MHD_ALLOW_SUSPEND_RESUME;
     if (v6)
         flags |= MHD_USE_IPv6;
     d->mhd = MHD_start_daemon(
         flags, 0, NULL, NULL, on_request, d,
         /* The logger must come first to catch option errors too. */
-        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, d,
-        MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&ss,
-        MHD_OPTION_THREAD_POOL_SIZE, threads,
+        MHD_OPTION_EXTERNAL_LOGGER, on_mhd_log, d, MHD_OPTION_SOCK_ADDR,
+        (struct sockaddr *)&ss, MHD_OPTION_THREAD_POOL_SIZE, threads,
         MHD_OPTION_CONNECTION_LIMIT, (unsigned)c->max_connections,
-        MHD_OPTION_PER_IP_CONNECTION_LIMIT,
-        (unsigned)c->max_connections_per_ip,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)c->max_connections_per_ip,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, d,
         MHD_OPTION_CONNECTION_TIMEOUT,
         (unsigned)((c->connection_timeout_ms + 999) / 1000),
         MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)c->connection_memory,
-        MHD_OPTION_LISTEN_BACKLOG_SIZE, 512u,
-        MHD_OPTION_NOTIFY_COMPLETED, on_completed, d,
-        MHD_OPTION_URI_LOG_CALLBACK, on_uri, d,
+        MHD_OPTION_LISTEN_BACKLOG_SIZE, 512u, MHD_OPTION_NOTIFY_COMPLETED,
+        on_completed, d, MHD_OPTION_URI_LOG_CALLBACK, on_uri, d,
         MHD_OPTION_END);
     if (!d->mhd) {
         ipd_error("cannot listen on %s (address in use, or not allowed)",
@@ -605,7 +600,8 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
     left = wait_idle(d, timeout_ms);
     if (left)
         ipd_warn("shutdown: %u requests still running after %lld ms; "
-                 "closing them", left, (long long)timeout_ms);
+                 "closing them",
+                 left, (long long)timeout_ms);
     /* Executions still queued are answered 503 and running ones finish
      * (bounded by their timeouts): libmicrohttpd must not be stopped with
      * connections suspended.  Stopped, not freed: a keep-alive connection

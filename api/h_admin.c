@@ -40,9 +40,8 @@ static void admin_cleanup(struct ipd_req *r)
     int64_t now = ipd_now_ms();
     /* Expiry, then the orphan reconcile (orphans_removed).  No lease: each
      * delete has exactly one winner, so concurrent sweeps are safe. */
-    struct ipd_sweep_opts o = {.reconcile = true,
-                               .orphan_min_age_ms =
-                                   r->app->cfg->orphan_min_age_ms};
+    struct ipd_sweep_opts o = {
+        .reconcile = true, .orphan_min_age_ms = r->app->cfg->orphan_min_age_ms};
     enum ipd_err rc = ipd_sweep_run(r->app->meta, r->app->blobs, now, &o, &res);
     ipd_app_note_sweep(r->app, &res, rc, now);
     if (rc) {
@@ -66,7 +65,8 @@ static json_t *disk_json(struct ipd_app *app)
     bool ok = app->space && !ipd_space_stat(app->space, &avail, &total);
     json_t *d = json_object();
     json_object_set_new(d, "path", json_string(app->cfg->data_dir));
-    json_object_set_new(d, "free_bytes", ok ? json_integer(avail) : json_null());
+    json_object_set_new(d, "free_bytes",
+                        ok ? json_integer(avail) : json_null());
     json_object_set_new(d, "total_bytes",
                         ok ? json_integer(total) : json_null());
     json_object_set_new(d, "min_free_bytes",
@@ -76,9 +76,9 @@ static json_t *disk_json(struct ipd_app *app)
     json_object_set_new(
         d, "reserve_bytes",
         json_integer(app->space ? ipd_space_reserve_size(app->space) : 0));
-    json_object_set_new(d, "reserve_in_place",
-                        json_boolean(app->space &&
-                                     ipd_space_reserved(app->space)));
+    json_object_set_new(
+        d, "reserve_in_place",
+        json_boolean(app->space && ipd_space_reserved(app->space)));
     return d;
 }
 
@@ -91,23 +91,20 @@ static void tenants_status(struct ipd_app *app, int64_t now, json_t *st,
                            json_t *degraded, bool meta_down)
 {
     const struct ipd_config *cfg = app->cfg;
-    struct ipd_tenant_usage *t =
-        ipd_xcalloc(STATUS_TENANTS_MAX, sizeof(*t));
+    struct ipd_tenant_usage *t = ipd_xcalloc(STATUS_TENANTS_MAX, sizeof(*t));
     size_t n = 0;
     bool more = false;
     enum ipd_err rc =
-        ipd_meta_tenant_usage(app->meta, now, STATUS_TENANTS_MAX, t, &n,
-                              &more);
+        ipd_meta_tenant_usage(app->meta, now, STATUS_TENANTS_MAX, t, &n, &more);
     json_t *list = rc ? json_null() : json_array();
     if (rc && !meta_down)
         json_array_append_new(degraded, json_string("metadata"));
     for (size_t i = 0; !rc && i < n; i++)
         json_array_append_new(
-            list, json_pack("{s:s, s:I, s:I, s:I, s:I}", "tenant",
-                            t[i].tenant, "files", (json_int_t)t[i].files,
-                            "bytes", (json_int_t)t[i].bytes, "quota_files",
-                            (json_int_t)cfg->tenant_quota_files,
-                            "quota_bytes",
+            list, json_pack("{s:s, s:I, s:I, s:I, s:I}", "tenant", t[i].tenant,
+                            "files", (json_int_t)t[i].files, "bytes",
+                            (json_int_t)t[i].bytes, "quota_files",
+                            (json_int_t)cfg->tenant_quota_files, "quota_bytes",
                             (json_int_t)cfg->tenant_quota_bytes));
     json_object_set_new(st, "tenants", list);
     json_object_set_new(st, "tenants_truncated", json_boolean(more));
@@ -161,15 +158,15 @@ static void admin_status(struct ipd_req *r)
                         json_string(ipd_meta_backend(app->meta)));
     json_object_set_new(st, "blob_backend",
                         json_string(ipd_blobs_backend(app->blobs)));
-    json_object_set_new(st, "sandbox", app->sandbox ? json_string(app->sandbox)
-                                                    : json_null());
+    json_object_set_new(st, "sandbox",
+                        app->sandbox ? json_string(app->sandbox) : json_null());
     json_object_set_new(st, "executions", ipd_exec_pool_stats(app->exec));
     json_object_set_new(st, "disk", disk_json(app));
     executor_status(app, st);
     /* The seed's fields. */
-    json_object_set_new(st, "venv_exists",
-                        json_boolean(json_is_true(
-                            json_object_get(vinfo, "exists"))));
+    json_object_set_new(
+        st, "venv_exists",
+        json_boolean(json_is_true(json_object_get(vinfo, "exists"))));
     json_t *py = json_object_get(vinfo, "python_path");
     json_object_set_new(st, "python_path",
                         py ? json_copy(py) : json_string(cfg->python));
@@ -191,9 +188,9 @@ static void admin_status(struct ipd_req *r)
                         cfg->file_ttl_ms == IPD_TIME_NEVER
                             ? json_null()
                             : json_real((double)cfg->file_ttl_ms / 3600000.0));
-    json_object_set_new(st, "max_file_size_mb",
-                        json_real((double)cfg->max_file_size /
-                                  (1024.0 * 1024.0)));
+    json_object_set_new(
+        st, "max_file_size_mb",
+        json_real((double)cfg->max_file_size / (1024.0 * 1024.0)));
     /* The venv's own details (generation, rebuild times and errors). */
     json_object_set_new(st, "venv", vinfo ? json_copy(vinfo) : json_null());
     unsigned ir = 0, iq = 0, fr = 0, fq = 0, sr = 0, sq = 0;
@@ -210,9 +207,9 @@ static void admin_status(struct ipd_req *r)
                         json_pack("{s:I, s:I}", "running", (json_int_t)sr,
                                   "queued", (json_int_t)sq));
     tenants_status(app, now, st, degraded, rc != IPD_OK);
-    json_object_set_new(st, "jobs", app->sched
-                                        ? ipd_scheduler_status_json(app->sched)
-                                        : json_null());
+    json_object_set_new(st, "jobs",
+                        app->sched ? ipd_scheduler_status_json(app->sched)
+                                   : json_null());
     json_object_set_new(st, "degraded", degraded);
     json_decref(venv);
     ipd_reply_json(r, MHD_HTTP_OK, st);
@@ -235,8 +232,8 @@ static void metrics(struct ipd_req *r)
     }
     size_t len = b.len;
     char *text = ipd_buf_detach(&b, NULL);
-    struct MHD_Response *resp = MHD_create_response_from_buffer(
-        len, text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     IPD_ASSERT(resp);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             IPD_METRICS_CONTENT_TYPE);

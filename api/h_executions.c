@@ -70,8 +70,7 @@ static struct ipd_exec_job *parse_job(struct ipd_req *r, bool *async)
     json_t *doc = ipd_req_json_body(r);
     if (!doc)
         return NULL;
-    if (ipd_exec_request_parse(&env, &r->principal, doc, &j, async,
-                               &refusal))
+    if (ipd_exec_request_parse(&env, &r->principal, doc, &j, async, &refusal))
         ipd_reply_refusal(r, &refusal);
     json_decref(doc);
     return j;
@@ -134,8 +133,8 @@ static void executions_finish(struct ipd_req *r)
         rc = ipd_exec_pool_submit_async(p, j, id, &why);
         if (!rc)
             ipd_reply_json(r, MHD_HTTP_ACCEPTED,
-                           json_pack("{s:s, s:s}", "execution_id", id,
-                                     "status", "queued"));
+                           json_pack("{s:s, s:s}", "execution_id", id, "status",
+                                     "queued"));
     } else {
         /* Ours again once conn_resume ran: cleanup frees it. */
         r->state = j;
@@ -205,7 +204,8 @@ static void executions_get(struct ipd_req *r)
     enum ipd_err rc = IPD_ERR_NOT_FOUND;
     ipd_exec_reply_init(x);
     if (p)
-        rc = ipd_exec_pool_lookup(p, r->param, r->principal.tenant, r->principal.user_id, x);
+        rc = ipd_exec_pool_lookup(p, r->param, r->principal.tenant,
+                                  r->principal.user_id, x);
     if (rc) {
         ipd_reply_failure(r, rc,
                           rc == IPD_ERR_NOT_FOUND
@@ -217,9 +217,8 @@ static void executions_get(struct ipd_req *r)
         return;
     }
     uint64_t len = x->head.len + (uint64_t)x->len + x->tail.len;
-    struct MHD_Response *resp =
-        MHD_create_response_from_callback(len, 64 * 1024, read_reply, x,
-                                          free_reply);
+    struct MHD_Response *resp = MHD_create_response_from_callback(
+        len, 64 * 1024, read_reply, x, free_reply);
     IPD_ASSERT(resp);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             "application/json");

@@ -27,8 +27,8 @@
 
 #define LIST_DEFAULT 50
 #define LIST_MAX 1000
-#define FIELD_MAX 4096         /* form fields other than the file */
-#define PART_NAME_MAX 16384    /* a part's filename before sanitising */
+#define FIELD_MAX 4096                 /* form fields other than the file */
+#define PART_NAME_MAX 16384            /* a part's filename before sanitising */
 #define MULTIPART_OVERHEAD (64 * 1024) /* headers and small fields */
 #define PP_BUFFER (64 * 1024)
 #define TTL_CAP_MS (100.0 * 365 * 24 * 3600 * 1000)
@@ -49,7 +49,7 @@ enum upload_kind { UP_RAW, UP_MULTIPART, UP_JSON };
 
 struct upload {
     enum upload_kind kind;
-    char file_id[IPD_ID_MAX];      /* chosen at the start: blobs need it */
+    char file_id[IPD_ID_MAX]; /* chosen at the start: blobs need it */
     struct ipd_blob_writer *w;
     struct MHD_PostProcessor *pp;
     struct ipd_buf part_name;      /* filename of the `file` part */
@@ -57,21 +57,21 @@ struct upload {
     struct ipd_buf ttl_field;      /* the `ttl_hours` form field */
     bool have_file, have_filename_field, have_ttl_field;
     int64_t file_bytes;
-    int64_t drained;               /* bytes dropped after a 413 */
+    int64_t drained; /* bytes dropped after a 413 */
     bool too_large;
     /* The first client error seen while streaming; answered at the end. */
     bool failed;
-    bool deferred;                 /* a refusal from begin, answered late */
+    bool deferred; /* a refusal from begin, answered late */
     enum ipd_http_error err;
     char errmsg[256];
-    enum ipd_err io_err;           /* a storage error while streaming */
+    enum ipd_err io_err; /* a storage error while streaming */
     /* URL ingest (UP_JSON), run on a background thread. */
-    char *url;                     /* owned */
-    char *name;                    /* owned; the request's filename or NULL */
+    char *url;  /* owned */
+    char *name; /* owned; the request's filename or NULL */
     int64_t ttl_ms;
     bool ingest_submitted, ingest_done;
-    enum ipd_err ingest_rc;        /* IPD_OK: f holds the stored file */
-    bool ingest_detail;            /* errmsg is the message, not a "what" */
+    enum ipd_err ingest_rc; /* IPD_OK: f holds the stored file */
+    bool ingest_detail;     /* errmsg is the message, not a "what" */
     struct ipd_file_meta f;
 };
 
@@ -106,8 +106,8 @@ static void upload_cleanup(struct ipd_req *r)
 }
 
 /* Write file bytes, turning the size limit into a 413 mode. */
-static void upload_write(struct ipd_req *r, struct upload *u,
-                         const char *data, size_t size)
+static void upload_write(struct ipd_req *r, struct upload *u, const char *data,
+                         size_t size)
 {
     if (u->too_large) {
         u->drained += (int64_t)size;
@@ -134,8 +134,8 @@ static void upload_write(struct ipd_req *r, struct upload *u,
 static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
                                const char *key, const char *filename,
                                const char *content_type,
-                               const char *transfer_encoding,
-                               const char *data, uint64_t off, size_t size)
+                               const char *transfer_encoding, const char *data,
+                               uint64_t off, size_t size)
 {
     struct ipd_req *r = cls;
     struct upload *u = r->state;
@@ -166,9 +166,8 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
                             "filename is longer than 255 bytes");
                 return MHD_NO;
             }
-            enum ipd_err rc =
-                ipd_blob_writer_new(r->app->blobs, u->file_id,
-                                    r->app->cfg->max_file_size, &u->w);
+            enum ipd_err rc = ipd_blob_writer_new(
+                r->app->blobs, u->file_id, r->app->cfg->max_file_size, &u->w);
             if (rc) {
                 u->io_err = rc;
                 upload_fail(u, IPD_HE_INTERNAL_ERROR,
@@ -225,9 +224,9 @@ static enum ipd_err quota_room(struct ipd_req *r, int64_t size, char *msg,
     struct ipd_quota q, t;
     const char *full = NULL;
     cfg_quota(r->app->cfg, &q, &t);
-    enum ipd_err rc = ipd_meta_quota_full(r->app->meta, &q, r->principal.tenant,
-                                          r->principal.user_id, size, ipd_now_ms(),
-                                          &full);
+    enum ipd_err rc =
+        ipd_meta_quota_full(r->app->meta, &q, r->principal.tenant,
+                            r->principal.user_id, size, ipd_now_ms(), &full);
     if (!rc && full) {
         ipd_quota_message(&q, full, msg, n);
         rc = IPD_ERR_QUOTA;
@@ -263,9 +262,8 @@ static void reply_upload_failure(struct ipd_req *r, struct upload *u)
  * connection under the client, which may then see a reset instead of
  * the answer.  So it is remembered, the body read and dropped (about the
  * size limit at most), and answered at the end. */
-static void upload_refuse(struct ipd_req *r, struct upload *u,
-                          enum ipd_err rc, const char *detail,
-                          const char *what, int64_t length)
+static void upload_refuse(struct ipd_req *r, struct upload *u, enum ipd_err rc,
+                          const char *detail, const char *what, int64_t length)
 {
     const char *expect = ipd_req_header(r, "Expect");
     if (length == 0 || (expect && strcasestr(expect, "100-continue"))) {
@@ -306,14 +304,13 @@ static void upload_begin(struct ipd_req *r)
     int64_t overhead = u->kind == UP_MULTIPART ? MULTIPART_OVERHEAD : 0;
     if (length > cfg->max_file_size + overhead) {
         ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                        "upload of %lld bytes is over the limit of %lld bytes",
-                        (long long)length, (long long)cfg->max_file_size);
+                       "upload of %lld bytes is over the limit of %lld bytes",
+                       (long long)length, (long long)cfg->max_file_size);
         return;
     }
     /* The size is known early only for a raw body with Content-Length. */
-    enum ipd_err rc = quota_room(r, u->kind == UP_RAW && length > 0 ? length
-                                                                   : 0,
-                                 msg, sizeof(msg));
+    enum ipd_err rc = quota_room(
+        r, u->kind == UP_RAW && length > 0 ? length : 0, msg, sizeof(msg));
     if (rc) {
         upload_refuse(r, u, rc, rc == IPD_ERR_QUOTA ? msg : NULL,
                       "checking the quota", length);
@@ -330,14 +327,14 @@ static void upload_begin(struct ipd_req *r)
         u->pp = MHD_create_post_processor(r->conn, PP_BUFFER, on_part, r);
         if (!u->pp)
             ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                            "multipart/form-data needs a boundary parameter");
+                           "multipart/form-data needs a boundary parameter");
         return;
     }
     size_t nlen = 0;
     if (!ipd_req_query_n(r, "filename", &nlen)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "a raw upload needs ?filename=NAME (or send "
-                        "multipart/form-data with a `file` part)");
+                       "a raw upload needs ?filename=NAME (or send "
+                       "multipart/form-data with a `file` part)");
         return;
     }
     rc = ipd_blob_writer_new(r->app->blobs, u->file_id, cfg->max_file_size,
@@ -358,9 +355,7 @@ static void upload_data(struct ipd_req *r, const char *data, size_t size)
         upload_write(r, u, data, size);
     } else if (u->too_large || u->failed) {
         u->drained += (int64_t)size;
-    } else if (
-               MHD_post_process(u->pp, data, size) != MHD_YES &&
-               !u->failed) {
+    } else if (MHD_post_process(u->pp, data, size) != MHD_YES && !u->failed) {
         upload_fail(u, IPD_HE_INVALID_REQUEST, "malformed multipart body");
     }
     /* Past twice the limit, stop reading: answer now and let the
@@ -376,8 +371,7 @@ static void upload_data(struct ipd_req *r, const char *data, size_t size)
 }
 
 /* A query value; *bad when it hides a NUL byte (which would cut it). */
-static const char *query_value(struct ipd_req *r, const char *name,
-                               bool *bad)
+static const char *query_value(struct ipd_req *r, const char *name, bool *bad)
 {
     size_t n = 0;
     const char *v = ipd_req_query_n(r, name, &n);
@@ -431,8 +425,8 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
             ttl = query_value(r, "ttl_hours", &ttl_bad);
         }
     }
-    enum ipd_err rc = ipd_filename_sanitize(name ? name : "", nlen,
-                                            f->filename);
+    enum ipd_err rc =
+        ipd_filename_sanitize(name ? name : "", nlen, f->filename);
     if (rc == IPD_ERR_TOO_LARGE) { /* a long name is an invalid one */
         ipd_reply_failure(r, IPD_ERR_INVALID,
                           "filename is longer than 255 bytes", "filename");
@@ -440,17 +434,17 @@ static bool upload_params(struct ipd_req *r, struct upload *u,
     }
     if (rc) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        nlen || u->kind == UP_RAW
-                            ? "filename must be valid UTF-8 and not empty, "
-                              "\".\" or \"..\""
-                            : "the upload has no filename: give the part a "
-                              "filename or send a `filename` field");
+                       nlen || u->kind == UP_RAW
+                           ? "filename must be valid UTF-8 and not empty, "
+                             "\".\" or \"..\""
+                           : "the upload has no filename: give the part a "
+                             "filename or send a `filename` field");
         return false;
     }
     *ttl_ms = r->app->cfg->file_ttl_ms;
     if (ttl && (ttl_bad || !parse_ttl(ttl, *ttl_ms, ttl_ms))) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "ttl_hours must be a positive number of hours");
+                       "ttl_hours must be a positive number of hours");
         return false;
     }
     return true;
@@ -491,8 +485,8 @@ static enum ipd_err store_upload(struct ipd_req *r, struct ipd_blob_writer **w,
     snprintf(f->source, sizeof(f->source), "%s", source);
     snprintf(f->blob, sizeof(f->blob), "%s", ipd_blobs_backend(app->blobs));
     f->created_at_ms = ipd_now_ms();
-    f->expires_at_ms = ttl_ms == IPD_TIME_NEVER ? IPD_TIME_NEVER
-                                                : f->created_at_ms + ttl_ms;
+    f->expires_at_ms =
+        ttl_ms == IPD_TIME_NEVER ? IPD_TIME_NEVER : f->created_at_ms + ttl_ms;
     rc = ipd_blob_writer_commit(*w);
     *w = NULL;
     if (rc) {
@@ -549,7 +543,8 @@ static void ingest_fetch_failed(struct upload *u, enum ipd_err rc,
                     "nothing was stored");
     } else if (rc == IPD_ERR_INVALID || rc == IPD_ERR_UPSTREAM ||
                rc == IPD_ERR_UPSTREAM_TIMEOUT) {
-        ingest_fail(u, rc, err->len ? err->buf : "the URL could not be fetched");
+        ingest_fail(u, rc,
+                    err->len ? err->buf : "the URL could not be fetched");
     } else {
         u->ingest_rc = rc;
     }
@@ -584,8 +579,8 @@ static void ingest_run(struct ipd_req *r, bool stopping)
     if (!rc)
         rc = ipd_space_check_write(r->app->space);
     if (!rc)
-        rc = ipd_blob_writer_new(r->app->blobs, u->file_id,
-                                 cfg->max_file_size, &u->w);
+        rc = ipd_blob_writer_new(r->app->blobs, u->file_id, cfg->max_file_size,
+                                 &u->w);
     if (rc) {
         u->ingest_rc = rc;
         goto out;
@@ -630,8 +625,8 @@ out:
 static void upload_json(struct ipd_req *r)
 {
     if (r->body_too_large) {
-        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                        "JSON body over %d bytes", IPD_JSON_BODY_MAX);
+        ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE, "JSON body over %d bytes",
+                       IPD_JSON_BODY_MAX);
         return;
     }
     json_t *doc = ipd_req_json_body(r);
@@ -645,16 +640,16 @@ static void upload_json(struct ipd_req *r)
     bool ttl_bad = false;
     if (!json_is_object(doc) || !json_is_string(url)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "a JSON body must be {\"url\": \"https://...\"}; to "
-                        "upload a JSON file, send it as multipart/form-data "
-                        "or with another Content-Type (e.g. "
-                        "application/octet-stream) and ?filename=");
+                       "a JSON body must be {\"url\": \"https://...\"}; to "
+                       "upload a JSON file, send it as multipart/form-data "
+                       "or with another Content-Type (e.g. "
+                       "application/octet-stream) and ?filename=");
         goto out;
     }
     if (json_string_length(url) > 8192 ||
         strlen(json_string_value(url)) != json_string_length(url)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"url\" must be at most 8192 bytes without NUL");
+                       "\"url\" must be at most 8192 bytes without NUL");
         goto out;
     }
     if (name && !json_is_null(name) &&
@@ -662,7 +657,7 @@ static void upload_json(struct ipd_req *r)
          strlen(json_string_value(name)) != json_string_length(name) ||
          json_string_length(name) > 1024)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "\"filename\" must be a string");
+                       "\"filename\" must be a string");
         goto out;
     }
     u->ttl_ms = r->app->cfg->file_ttl_ms;
@@ -675,7 +670,7 @@ static void upload_json(struct ipd_req *r)
     if (ttl_bad || ((json_is_number(ttl) || json_is_string(ttl)) &&
                     !parse_ttl(ttlbuf, u->ttl_ms, &u->ttl_ms))) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "ttl_hours must be a positive number of hours");
+                       "ttl_hours must be a positive number of hours");
         goto out;
     }
     if (json_is_string(name)) {
@@ -684,22 +679,22 @@ static void upload_json(struct ipd_req *r)
         if (ipd_filename_sanitize(json_string_value(name),
                                   json_string_length(name), tmp)) {
             ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                            "filename must be valid UTF-8 of at most 255 "
-                            "bytes and not empty, \".\" or \"..\"");
+                           "filename must be valid UTF-8 of at most 255 "
+                           "bytes and not empty, \".\" or \"..\"");
             goto out;
         }
         u->name = ipd_xstrdup(json_string_value(name));
     }
     if (!r->app->fetch) {
         ipd_reply_code(r, IPD_HE_UNAVAILABLE,
-                        "URL ingest is unavailable on this server");
+                       "URL ingest is unavailable on this server");
         goto out;
     }
     u->url = ipd_xstrdup(json_string_value(url));
     const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
-    u->ingest_submitted = ipd_bg_submit_shared(
-        r->app->bg, r, ingest_run, kp ? kp->tenant_fetches : -50,
-        "URL fetches", "tenant-fetches");
+    u->ingest_submitted = ipd_bg_submit_shared(r->app->bg, r, ingest_run,
+                                               kp ? kp->tenant_fetches : -50,
+                                               "URL fetches", "tenant-fetches");
 out:
     json_decref(doc);
 }
@@ -710,8 +705,7 @@ static void ingest_reply(struct ipd_req *r, struct upload *u)
     if (u->ingest_rc == IPD_OK)
         reply_file(r, MHD_HTTP_CREATED, &u->f);
     else
-        ipd_reply_failure(r, u->ingest_rc,
-                          u->ingest_detail ? u->errmsg : NULL,
+        ipd_reply_failure(r, u->ingest_rc, u->ingest_detail ? u->errmsg : NULL,
                           u->errmsg[0] ? u->errmsg : "fetching the URL");
 }
 
@@ -741,8 +735,8 @@ static void upload_finish(struct ipd_req *r)
     }
     if (u->too_large) {
         ipd_reply_code(r, IPD_HE_PAYLOAD_TOO_LARGE,
-                        "upload is over the limit of %lld bytes",
-                        (long long)r->app->cfg->max_file_size);
+                       "upload is over the limit of %lld bytes",
+                       (long long)r->app->cfg->max_file_size);
         return;
     }
     if (u->failed) {
@@ -788,17 +782,17 @@ static void files_list(struct ipd_req *r)
     /* A NUL inside a value would cut it short: never let that pass. */
     if ((ls && strlen(ls) != lsn) || (cs && strlen(cs) != csn)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "query values must not contain NUL bytes");
+                       "query values must not contain NUL bytes");
         return;
     }
     if (ls && ipd_int_parse(ls, 1, LIST_MAX, &limit)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "limit must be a whole number from 1 to %d", LIST_MAX);
+                       "limit must be a whole number from 1 to %d", LIST_MAX);
         return;
     }
     if (cs && *cs && !ipd_cursor_parse(cs, &cursor)) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "cursor is not one this server gave out");
+                       "cursor is not one this server gave out");
         return;
     }
     enum ipd_err rc = ipd_meta_file_list(
@@ -850,8 +844,9 @@ static bool lookup(struct ipd_req *r, struct ipd_file_meta *f)
         ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return false;
     }
-    enum ipd_err rc = ipd_meta_file_get(r->app->meta, r->principal.tenant,
-                                        r->principal.user_id, r->param, ipd_now_ms(), f);
+    enum ipd_err rc =
+        ipd_meta_file_get(r->app->meta, r->principal.tenant,
+                          r->principal.user_id, r->param, ipd_now_ms(), f);
     if (rc)
         ipd_reply_failure(r, rc,
                           rc == IPD_ERR_NOT_FOUND ? "no such file" : NULL,
@@ -917,8 +912,8 @@ static void files_content(struct ipd_req *r)
         if (!resp)
             close(fd);
     } else {
-        resp = MHD_create_response_from_callback(
-            (uint64_t)f.size, 64 * 1024, read_blob, reader, free_blob);
+        resp = MHD_create_response_from_callback((uint64_t)f.size, 64 * 1024,
+                                                 read_blob, reader, free_blob);
         if (!resp)
             ipd_blob_reader_free(reader);
     }
@@ -950,15 +945,16 @@ static void files_delete(struct ipd_req *r)
         ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such file");
         return;
     }
-    enum ipd_err rc = ipd_meta_file_delete(r->app->meta, r->principal.tenant,
-                                           r->principal.user_id, r->param, ipd_now_ms(),
-                                           &f);
+    enum ipd_err rc =
+        ipd_meta_file_delete(r->app->meta, r->principal.tenant,
+                             r->principal.user_id, r->param, ipd_now_ms(), &f);
     /* A full disk must not keep a user from freeing space: give the
      * store the reserve (storage/space.h) and try once more. */
     if (rc == IPD_ERR_NO_SPACE && r->app->space &&
         ipd_space_release(r->app->space))
-        rc = ipd_meta_file_delete(r->app->meta, r->principal.tenant, r->principal.user_id,
-                                  r->param, ipd_now_ms(), &f);
+        rc = ipd_meta_file_delete(r->app->meta, r->principal.tenant,
+                                  r->principal.user_id, r->param, ipd_now_ms(),
+                                  &f);
     if (rc == IPD_ERR_NOT_FOUND) {
         ipd_reply_failure(r, rc, "no such file", "deleting the file");
         return;

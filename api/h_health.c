@@ -66,8 +66,8 @@ static void readyz(struct ipd_req *r)
     if (!meta && !blobs && exec && venv && disk) {
         /* Which mode serves executions: warm, mixed, starting, cold. */
         ipd_reply_json(r, MHD_HTTP_OK,
-                       json_pack("{s:s, s:o, s:s}", "status", "ready",
-                                 "checks", checks, "execution_mode",
+                       json_pack("{s:s, s:o, s:s}", "status", "ready", "checks",
+                                 checks, "execution_mode",
                                  r->app->executor
                                      ? ipd_executor_mode(r->app->executor)
                                      : "cold"));
@@ -75,9 +75,9 @@ static void readyz(struct ipd_req *r)
     }
     json_decref(checks);
     ipd_reply_code(r, IPD_HE_UNAVAILABLE, "not ready:%s%s%s%s%s%s%s",
-                    meta ? " metadata store" : "", blobs ? " blob store" : "",
-                    exec ? "" : " executions (", exec ? "" : why,
-                    exec ? "" : ")", venv ? "" : " venv", space);
+                   meta ? " metadata store" : "", blobs ? " blob store" : "",
+                   exec ? "" : " executions (", exec ? "" : why,
+                   exec ? "" : ")", venv ? "" : " venv", space);
 }
 
 const struct ipd_handler ipd_h_readyz = {.finish = readyz};

@@ -26,11 +26,11 @@
 #define PACKAGES_MAX 32 /* requirements per request */
 
 struct pkg_job {
-    char **reqs;         /* owned */
+    char **reqs; /* owned */
     size_t n;
-    json_t *results;     /* new reference once done */
-    bool admin;          /* an admin key may change installed versions */
-    enum ipd_err rc;     /* IPD_ERR_FORBIDDEN: a version change refused */
+    json_t *results; /* new reference once done */
+    bool admin;      /* an admin key may change installed versions */
+    enum ipd_err rc; /* IPD_ERR_FORBIDDEN: a version change refused */
     bool submitted;
 };
 
@@ -62,8 +62,8 @@ static void packages_list(struct ipd_req *r)
 {
     if (!r->app->venv) {
         ipd_reply_code(r, IPD_HE_UNAVAILABLE,
-                        "packages are unavailable on this server (see the "
-                        "server log)");
+                       "packages are unavailable on this server (see the "
+                       "server log)");
         return;
     }
     json_t *st = ipd_venv_status(r->app->venv);
@@ -97,9 +97,9 @@ static struct pkg_job *parse_job(struct ipd_req *r)
     if (!json_is_object(doc) || !json_is_array(pk) || n == 0 ||
         n > PACKAGES_MAX) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                        "the body must be {\"packages\": [...]} with 1 to "
-                        "%d requirement strings",
-                        PACKAGES_MAX);
+                       "the body must be {\"packages\": [...]} with 1 to "
+                       "%d requirement strings",
+                       PACKAGES_MAX);
         goto out;
     }
     if (!ipd_requirement_list_ok(pk, why, sizeof(why))) {
@@ -121,7 +121,8 @@ static const char *refusal(const json_t *results)
 {
     size_t i;
     json_t *res;
-    json_array_foreach(results, i, res) {
+    json_array_foreach(results, i, res)
+    {
         const char *st = json_string_value(json_object_get(res, "status"));
         if (st && !strcmp(st, "failed"))
             return json_string_value(json_object_get(res, "message"));
@@ -135,8 +136,8 @@ static void packages_install(struct ipd_req *r)
     if (j && j->submitted) {
         if (!j->results)
             ipd_reply_code(r, IPD_HE_UNAVAILABLE,
-                            "the service is shutting down; nothing was "
-                            "installed");
+                           "the service is shutting down; nothing was "
+                           "installed");
         else if (j->rc)
             ipd_reply_failure(r, j->rc, refusal(j->results),
                               "installing packages");
@@ -148,8 +149,8 @@ static void packages_install(struct ipd_req *r)
     IPD_ASSERT(!j);
     if (!r->app->pkgs || !r->app->venv) {
         ipd_reply_code(r, IPD_HE_UNAVAILABLE,
-                        "package installs are unavailable on this server "
-                        "(see the server log)");
+                       "package installs are unavailable on this server "
+                       "(see the server log)");
         return;
     }
     j = parse_job(r);
@@ -173,9 +174,9 @@ static void packages_install(struct ipd_req *r)
         return;
     }
     const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
-    j->submitted = ipd_bg_submit_shared(
-        r->app->pkgs, r, install_run, kp ? kp->tenant_installs : -25,
-        "package installs", "tenant-installs");
+    j->submitted = ipd_bg_submit_shared(r->app->pkgs, r, install_run,
+                                        kp ? kp->tenant_installs : -25,
+                                        "package installs", "tenant-installs");
 }
 
 static void packages_cleanup(struct ipd_req *r)

@@ -35,8 +35,7 @@ static bool id_ok(struct ipd_req *r)
 /* A session call failed: reply.c's status for rc, with the executor's
  * detail (msg, may be NULL or empty).  An unknown id and another
  * caller's are told alike. */
-static void session_failure(struct ipd_req *r, enum ipd_err rc,
-                            const char *msg)
+static void session_failure(struct ipd_req *r, enum ipd_err rc, const char *msg)
 {
     if (rc == IPD_ERR_NOT_FOUND)
         msg = "no such session";
@@ -81,16 +80,16 @@ static bool sess_submit(struct ipd_req *r,
         return false;
     }
     j = sess_job_new(r);
-    j->submitted = ipd_bg_submit_shared(
-        r->app->sess_wq, r, fn, kp ? kp->tenant_sessions : -50,
-        "session requests", "tenant-sessions");
+    j->submitted = ipd_bg_submit_shared(r->app->sess_wq, r, fn,
+                                        kp ? kp->tenant_sessions : -50,
+                                        "session requests", "tenant-sessions");
     return j->submitted;
 }
 
 /* The job ran (or was refused at shutdown): reply from it.  reply is
  * called with its output when rc is IPD_OK. */
-static void sess_reply(struct ipd_req *r, void (*reply)(struct ipd_req *r,
-                                                         struct sess_job *j))
+static void sess_reply(struct ipd_req *r,
+                       void (*reply)(struct ipd_req *r, struct sess_job *j))
 {
     struct sess_job *j = r->state;
 
@@ -128,8 +127,7 @@ static void sess_job_cleanup(struct ipd_req *r)
 }
 
 /* Replies with j->out (which it takes). */
-static void reply_out(struct ipd_req *r, unsigned status,
-                      struct sess_job *j)
+static void reply_out(struct ipd_req *r, unsigned status, struct sess_job *j)
 {
     ipd_reply_json(r, status, j->out);
     j->out = NULL;
@@ -163,8 +161,7 @@ static void create_run(struct ipd_req *r, bool stopping)
     j->ran = true;
     j->rc = ipd_executor_session_create(
         r->app->executor, r->principal.tenant, r->principal.user_id,
-        r->principal.policy, &j->out,
-        &j->retry_after_s, &j->detail);
+        r->principal.policy, &j->out, &j->retry_after_s, &j->detail);
 }
 
 static void sessions_create(struct ipd_req *r)
@@ -206,8 +203,8 @@ static void session_get(struct ipd_req *r)
 
     if (!ex || !id_ok(r))
         return;
-    rc = ipd_executor_session_get(ex, r->principal.tenant, r->principal.user_id, r->param,
-                                  &out);
+    rc = ipd_executor_session_get(ex, r->principal.tenant, r->principal.user_id,
+                                  r->param, &out);
     if (rc)
         session_failure(r, rc, NULL);
     else
@@ -243,9 +240,9 @@ static void vars_run(struct ipd_req *r, bool stopping)
     if (stopping)
         return;
     j->ran = true;
-    j->rc = ipd_executor_session_variables(r->app->executor, r->principal.tenant,
-                                           r->principal.user_id, r->param, &j->out,
-                                           &j->detail);
+    j->rc = ipd_executor_session_variables(
+        r->app->executor, r->principal.tenant, r->principal.user_id, r->param,
+        &j->out, &j->detail);
 }
 
 static void session_variables(struct ipd_req *r)
@@ -257,8 +254,9 @@ static void session_variables(struct ipd_req *r)
          * code's __repr__s and count as a use). */
         struct ipd_buf why;
         ipd_buf_init(&why, 256);
-        enum ipd_err rc = ipd_executor_session_check(
-            r->app->executor, r->principal.tenant, r->principal.user_id, r->param, &why);
+        enum ipd_err rc =
+            ipd_executor_session_check(r->app->executor, r->principal.tenant,
+                                       r->principal.user_id, r->param, &why);
         if (rc)
             session_failure(r, rc, why.buf);
         else

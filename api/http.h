@@ -52,21 +52,21 @@ struct ipd_app {
     struct ipd_meta *meta;
     struct ipd_blobs *blobs;
     struct ipd_key_cache *key_cache; /* or NULL (service/keys.h) */
-    struct ipd_space *space;    /* the data dir's disk, or NULL */
+    struct ipd_space *space;         /* the data dir's disk, or NULL */
     struct ipd_filetype *ft;
-    struct ipd_exec_pool *exec; /* NULL when executions are unavailable */
+    struct ipd_exec_pool *exec;    /* NULL when executions are unavailable */
     struct ipd_executor *executor; /* its end-to-end check, or NULL */
-    struct ipd_venv *venv;      /* NULL when packages are unavailable */
-    struct ipd_workq *pkgs;     /* the installer thread, with venv */
-    struct ipd_metrics *metrics; /* NULL: no metrics (observes are no-ops) */
+    struct ipd_venv *venv;         /* NULL when packages are unavailable */
+    struct ipd_workq *pkgs;        /* the installer thread, with venv */
+    struct ipd_metrics *metrics;   /* NULL: no metrics (observes are no-ops) */
     const struct ipd_fetch_opts *fetch; /* URL ingest's limits and guard */
-    struct ipd_workq *bg;       /* threads for blocking request work */
-    struct ipd_workq *sess_wq;  /* the session workers: create, delete,
-                                 * variables (h_sessions.c), or NULL */
-    struct ipd_scheduler *sched; /* the periodic jobs, or NULL */
-    const char *sandbox;        /* what isolation is active, or NULL */
-    pthread_mutex_t status_lock; /* last_cleanup */
-    json_t *last_cleanup;       /* the last sweep's result and time, or NULL */
+    struct ipd_workq *bg;               /* threads for blocking request work */
+    struct ipd_workq *sess_wq;          /* the session workers: create, delete,
+                                         * variables (h_sessions.c), or NULL */
+    struct ipd_scheduler *sched;        /* the periodic jobs, or NULL */
+    const char *sandbox;                /* what isolation is active, or NULL */
+    pthread_mutex_t status_lock;        /* last_cleanup */
+    json_t *last_cleanup; /* the last sweep's result and time, or NULL */
     int64_t started_ms;
 };
 
@@ -102,7 +102,7 @@ enum ipd_handler_flags {
 struct ipd_req;
 
 struct ipd_handler {
-    unsigned flags; /* enum ipd_handler_flags */
+    unsigned flags;  /* enum ipd_handler_flags */
     size_t body_max; /* collected body limit; 0: IPD_JSON_BODY_MAX */
     /* Optional: called once after auth, before any body. */
     void (*begin)(struct ipd_req *r);
@@ -118,28 +118,28 @@ struct ipd_handler {
 struct ipd_req {
     struct ipd_app *app;
     struct MHD_Connection *conn;
-    const char *method;        /* borrowed from MHD */
-    const char *path;          /* borrowed from MHD, without the query,
-                                  percent-decoded: for messages and the
-                                  log only, never for routing */
-    char *raw_path;            /* owned: the path as sent (still
-                                  percent-encoded, without the query);
-                                  what the router matches */
-    const char *raw_end;       /* the end of libmicrohttpd's copy of the
-                                  target, for ipd_req_bytes_check; NULL:
-                                  not known */
-    const char *bytes_bad;     /* what ipd_req_bytes_check refused, or
-                                  NULL */
-    bool bad_path;             /* it refused the path (404) ... */
-    bool bad_header;           /* ... or a header (400): no header is
-                                  read, X-Request-Id neither */
+    const char *method;    /* borrowed from MHD */
+    const char *path;      /* borrowed from MHD, without the query,
+                              percent-decoded: for messages and the
+                              log only, never for routing */
+    char *raw_path;        /* owned: the path as sent (still
+                              percent-encoded, without the query);
+                              what the router matches */
+    const char *raw_end;   /* the end of libmicrohttpd's copy of the
+                              target, for ipd_req_bytes_check; NULL:
+                              not known */
+    const char *bytes_bad; /* what ipd_req_bytes_check refused, or
+                              NULL */
+    bool bad_path;         /* it refused the path (404) ... */
+    bool bad_header;       /* ... or a header (400): no header is
+                              read, X-Request-Id neither */
     const struct ipd_handler *handler;
-    const char *route;         /* the route's pattern ("/v1/files/{id}"),
-                                  "unmatched" or NULL before routing */
+    const char *route;           /* the route's pattern ("/v1/files/{id}"),
+                                    "unmatched" or NULL before routing */
     char param[IPD_ID_MAX + 16]; /* the {id} of the route, when it has one */
     char request_id[IPD_REQUEST_ID_MAX];
-    const char *origin;        /* Origin when CORS allows it, else NULL */
-    const char *allow;         /* Allow header for 405 answers (static) */
+    const char *origin; /* Origin when CORS allows it, else NULL */
+    const char *allow;  /* Allow header for 405 answers (static) */
     int64_t start_us;
 
     struct ipd_principal principal; /* who the request acts for: set by
@@ -147,40 +147,39 @@ struct ipd_req {
                                        ipd_auth_user) */
     bool authed;
 
-    struct ipd_buf body;       /* collected body (no data callback) */
-    void *state;               /* the handler's own */
+    struct ipd_buf body; /* collected body (no data callback) */
+    void *state;         /* the handler's own */
 
-    unsigned status;           /* 0 until replied */
-    uint64_t bytes_out;        /* response body size */
-    int64_t bytes_in;          /* body bytes received */
+    unsigned status;    /* 0 until replied */
+    uint64_t bytes_out; /* response body size */
+    int64_t bytes_in;   /* body bytes received */
     bool body_too_large;
-    bool deferred;             /* no body: start on the second call */
-    bool close;                /* the reply closes the connection */
-    bool unqueued;             /* libmicrohttpd refused the reply: the
-                                  connection is closed instead */
-    bool suspended;            /* waiting for a worker; finish runs again */
-    int retry_after_s;         /* Retry-After of a 429/503 (0: 5 s) */
-    const char *error_code;    /* for the access log */
+    bool deferred;          /* no body: start on the second call */
+    bool close;             /* the reply closes the connection */
+    bool unqueued;          /* libmicrohttpd refused the reply: the
+                               connection is closed instead */
+    bool suspended;         /* waiting for a worker; finish runs again */
+    int retry_after_s;      /* Retry-After of a 429/503 (0: 5 s) */
+    const char *error_code; /* for the access log */
 };
 
 /* Reply with a JSON document (steals json).  Adds the common headers. */
 void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json);
 /* Reply with JSON text already written into b (see json_out.h); takes
  * b's storage and leaves b empty. */
-void ipd_reply_json_buf(struct ipd_req *r, unsigned status,
-                        struct ipd_buf *b);
+void ipd_reply_json_buf(struct ipd_req *r, unsigned status, struct ipd_buf *b);
 /* Reply with the contract's error code e (its status from the table in
  * reply.c); the message is printf-style. */
-void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
-                    const char *fmt, ...) IPD_PRINTF(3, 4);
+void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e, const char *fmt,
+                    ...) IPD_PRINTF(3, 4);
 /* The contract's error for err: the one place an enum ipd_err becomes an
  * HTTP status. */
 enum ipd_http_error ipd_http_error_of(enum ipd_err err);
 /* Reply with the contract's error for err.  The message is detail when
  * given, else made from what, which names the operation ("reading the
  * file list"). */
-void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
-                       const char *detail, const char *what);
+void ipd_reply_failure(struct ipd_req *r, enum ipd_err err, const char *detail,
+                       const char *what);
 /* Reply with a refusal of the core (service/exec/request.h): its
  * contract code's status and its message. */
 struct ipd_refusal;
@@ -198,8 +197,7 @@ void ipd_reply_empty(struct ipd_req *r, unsigned status);
 const char *ipd_req_header(struct ipd_req *r, const char *name);
 /* Query value with its length (may contain NUL bytes: a caller that
  * wants a C string checks strlen against *len). */
-const char *ipd_req_query_n(struct ipd_req *r, const char *name,
-                            size_t *len);
+const char *ipd_req_query_n(struct ipd_req *r, const char *name, size_t *len);
 /* The request body parsed as JSON (duplicate keys refused), a new
  * reference; NULL after replying 400 invalid_json. */
 json_t *ipd_req_json_body(struct ipd_req *r);
@@ -209,8 +207,9 @@ json_t *ipd_req_json_body(struct ipd_req *r);
  * the target holds no NUL; the path's segments decode to no NUL, no
  * control byte, no "/" and valid UTF-8 (ipd_path_valid); no header name
  * or value holds a NUL or a control byte other than a tab.  (Query
- * values are read with their length: ipd_req_query_n.)  Sets r->bytes_bad to a message for the client
- * (static) and returns false when one fails; replies nothing. */
+ * values are read with their length: ipd_req_query_n.)  Sets r->bytes_bad to a
+ * message for the client (static) and returns false when one fails; replies
+ * nothing. */
 bool ipd_req_bytes_check(struct ipd_req *r, const char *version);
 /* Reply to a request ipd_req_bytes_check refused: 404 for its path (it
  * addresses nothing), else 400. */

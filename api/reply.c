@@ -47,8 +47,7 @@ static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
     if (r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (r->origin) {
-        MHD_add_response_header(resp, "Access-Control-Allow-Origin",
-                                r->origin);
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
         MHD_add_response_header(resp, "Vary", "Origin");
         MHD_add_response_header(
             resp, "Access-Control-Expose-Headers",
@@ -80,8 +79,8 @@ void ipd_reply_response(struct ipd_req *r, unsigned status,
 /* A response for a JSON body we own (malloc'd text of len bytes). */
 static struct MHD_Response *json_response(char *text, size_t len)
 {
-    struct MHD_Response *resp = MHD_create_response_from_buffer(
-        len, text, MHD_RESPMEM_MUST_FREE);
+    struct MHD_Response *resp =
+        MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     IPD_ASSERT(resp);
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             "application/json");
@@ -105,14 +104,13 @@ void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
         /* A value that could not be built or encoded is our bug, never a
          * reason to stop serving. */
         ipd_reply_code(r, IPD_HE_INTERNAL_ERROR,
-                        "the reply could not be encoded");
+                       "the reply could not be encoded");
         return;
     }
     reply_json_text(r, status, text, strlen(text));
 }
 
-void ipd_reply_json_buf(struct ipd_req *r, unsigned status,
-                        struct ipd_buf *b)
+void ipd_reply_json_buf(struct ipd_req *r, unsigned status, struct ipd_buf *b)
 {
     size_t len = 0;
     char *text = ipd_buf_detach(b, &len);
@@ -127,8 +125,8 @@ void ipd_reply_empty(struct ipd_req *r, unsigned status)
     ipd_reply_response(r, status, resp, 0);
 }
 
-void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
-                     const char *fmt, ...)
+void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e, const char *fmt,
+                    ...)
 {
     char raw[1024], msg[1024];
     struct ipd_buf b;
@@ -181,8 +179,8 @@ void ipd_reply_code(struct ipd_req *r, enum ipd_http_error e,
         ipd_error("request_id=%s %u %s: %s", r->request_id, status,
                   http_errors[e].code, msg);
     else
-        ipd_debug("request_id=%s client error %u %s: %s", r->request_id,
-                  status, http_errors[e].code, msg);
+        ipd_debug("request_id=%s client error %u %s: %s", r->request_id, status,
+                  http_errors[e].code, msg);
     ipd_reply_response(r, status, resp, len);
 }
 
@@ -208,10 +206,8 @@ static const struct {
                           "the server is out of storage space while ",
                           "; delete files or retry later"},
     /* Only sessions end and are busy (service/exec/session.c). */
-    [IPD_ERR_GONE] = {true, IPD_HE_SESSION_EXPIRED, "the session ended",
-                      NULL},
-    [IPD_ERR_IN_USE] = {true, IPD_HE_SESSION_BUSY, "the session is busy",
-                        NULL},
+    [IPD_ERR_GONE] = {true, IPD_HE_SESSION_EXPIRED, "the session ended", NULL},
+    [IPD_ERR_IN_USE] = {true, IPD_HE_SESSION_BUSY, "the session is busy", NULL},
     [IPD_ERR_BUSY] = {true, IPD_HE_TOO_MANY_REQUESTS, "too busy while ",
                       "; retry later"},
     [IPD_ERR_UNAUTHORIZED] = {true, IPD_HE_UNAUTHORIZED, "invalid API key",
@@ -220,8 +216,7 @@ static const struct {
     [IPD_ERR_MEDIA_TYPE] = {true, IPD_HE_UNSUPPORTED_MEDIA_TYPE,
                             "unsupported content type", NULL},
     [IPD_ERR_UNAVAILABLE] = {true, IPD_HE_UNAVAILABLE,
-                             "storage is unavailable while ",
-                             "; retry later"},
+                             "storage is unavailable while ", "; retry later"},
     [IPD_ERR_TIMEOUT] = {true, IPD_HE_UNAVAILABLE,
                          "storage is unavailable while ", "; retry later"},
     [IPD_ERR_UPSTREAM] = {true, IPD_HE_UPSTREAM_ERROR,
@@ -240,8 +235,8 @@ enum ipd_http_error ipd_http_error_of(enum ipd_err err)
     return listed(err) ? failures[err].he : IPD_HE_INTERNAL_ERROR;
 }
 
-void ipd_reply_failure(struct ipd_req *r, enum ipd_err err,
-                       const char *detail, const char *what)
+void ipd_reply_failure(struct ipd_req *r, enum ipd_err err, const char *detail,
+                       const char *what)
 {
     enum ipd_http_error he = ipd_http_error_of(err);
     if (detail && *detail)

@@ -28,7 +28,7 @@ json_t *ipd_req_json_body(struct ipd_req *r)
                              JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr);
     if (!doc)
         ipd_reply_code(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
-                        jerr.text, jerr.line);
+                       jerr.text, jerr.line);
     return doc;
 }
 
@@ -81,8 +81,7 @@ static enum MHD_Result header_bad(void *cls, enum MHD_ValueKind kind,
     (void)kind;
     if (w->prev_value && value_was_cut(w->prev_value, w->prev_len, key))
         w->bad = true;
-    if (has_control(key, key_size) ||
-        (value && has_control(value, value_size)))
+    if (has_control(key, key_size) || (value && has_control(value, value_size)))
         w->bad = true;
     w->prev_value = value;
     w->prev_len = value ? value_size : 0;
@@ -97,11 +96,11 @@ bool ipd_req_bytes_check(struct ipd_req *r, const char *version)
     r->bad_path = (r->raw_end && version != r->raw_end + 1) ||
                   (r->raw_path && !ipd_path_valid(r->raw_path));
     MHD_get_connection_values_n(r->conn, MHD_HEADER_KIND, header_bad, &w);
-    r->bad_header = w.bad || (w.prev_value && value_was_cut(w.prev_value,
-                                                            w.prev_len, NULL));
-    r->bytes_bad = r->bad_path ? "its path holds a NUL, a control "
-                                 "character, an encoded \"/\" or bytes "
-                                 "that are not UTF-8"
+    r->bad_header = w.bad || (w.prev_value &&
+                              value_was_cut(w.prev_value, w.prev_len, NULL));
+    r->bytes_bad = r->bad_path     ? "its path holds a NUL, a control "
+                                     "character, an encoded \"/\" or bytes "
+                                     "that are not UTF-8"
                    : r->bad_header ? "a header holds a NUL or a control "
                                      "character other than a tab"
                                    : NULL;
@@ -111,8 +110,8 @@ bool ipd_req_bytes_check(struct ipd_req *r, const char *version)
 void ipd_req_bytes_refuse(struct ipd_req *r)
 {
     if (r->bad_path)
-        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such route: %s (%s)",
-                       r->path, r->bytes_bad);
+        ipd_reply_code(r, IPD_HE_NOT_FOUND, "no such route: %s (%s)", r->path,
+                       r->bytes_bad);
     else
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s", r->bytes_bad);
 }

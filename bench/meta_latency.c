@@ -58,8 +58,8 @@ static int run(struct ipd_meta *m, int n, double *t[OPS])
     struct ipd_file_meta f, out;
     struct ipd_file_list list = {0};
     int64_t now = ipd_now_ms();
-    char (*ids)[IPD_ID_MAX] = calloc((size_t)n, IPD_ID_MAX);
-    char (*pre)[IPD_ID_MAX] = calloc(PREFILL, IPD_ID_MAX);
+    char(*ids)[IPD_ID_MAX] = calloc((size_t)n, IPD_ID_MAX);
+    char(*pre)[IPD_ID_MAX] = calloc(PREFILL, IPD_ID_MAX);
 
     for (int i = 0; i < PREFILL; i++) {
         file_rec(&f, "big", now - PREFILL + i);
@@ -81,8 +81,8 @@ static int run(struct ipd_meta *m, int n, double *t[OPS])
     }
     for (int i = 0; i < n; i++) {
         double t0 = now_us();
-        enum ipd_err rc = ipd_meta_file_get(m, "bench", "big",
-                                            pre[(i * 7919) % PREFILL], now, &out);
+        enum ipd_err rc = ipd_meta_file_get(
+            m, "bench", "big", pre[(i * 7919) % PREFILL], now, &out);
         t[1][i] = now_us() - t0;
         if (rc)
             return 1;
@@ -109,8 +109,7 @@ static int run(struct ipd_meta *m, int n, double *t[OPS])
     return 0;
 }
 
-static void report(const char *backend, int n, double *t[OPS],
-                   double med[OPS])
+static void report(const char *backend, int n, double *t[OPS], double med[OPS])
 {
     for (int op = 0; op < OPS; op++) {
         double sum = 0;
@@ -118,9 +117,8 @@ static void report(const char *backend, int n, double *t[OPS],
         for (int i = 0; i < n; i++)
             sum += t[op][i];
         med[op] = t[op][n / 2];
-        printf("%-8s %-7s p50 %8.1f us  p90 %8.1f us  mean %8.1f us\n",
-               backend, op_names[op], t[op][n / 2], t[op][n * 9 / 10],
-               sum / n);
+        printf("%-8s %-7s p50 %8.1f us  p90 %8.1f us  mean %8.1f us\n", backend,
+               op_names[op], t[op][n / 2], t[op][n * 9 / 10], sum / n);
     }
 }
 

@@ -15,7 +15,7 @@
 struct rec {
     struct ipd_meta *m;
     struct ipd_blobs *b;
-    int64_t cut;             /* older than this (wall clock ms) is eligible */
+    int64_t cut; /* older than this (wall clock ms) is eligible */
     size_t batch;
     struct ipd_job_run *run; /* or NULL */
     const char *backend;     /* ipd_blobs_backend(b): records' blob field */
@@ -137,7 +137,7 @@ static enum ipd_err check_records(struct rec *r, const struct ipd_file_list *l,
 static enum ipd_err orphan_records(struct rec *r)
 {
     char after[IPD_ID_MAX] = "";
-    char (*cand)[IPD_ID_MAX] = ipd_xcalloc(r->batch, IPD_ID_MAX);
+    char(*cand)[IPD_ID_MAX] = ipd_xcalloc(r->batch, IPD_ID_MAX);
     struct ipd_file_list l = {0};
     int64_t eligible = 0, missing = 0;
     size_t nc = 0;
@@ -184,8 +184,8 @@ enum ipd_err ipd_reconcile(struct ipd_meta *m, struct ipd_blobs *b,
                            struct ipd_reconcile_result *out)
 {
     int64_t t0 = ipd_mono_ms();
-    int64_t min_age = o && o->min_age_ms >= 0 ? o->min_age_ms
-                                              : IPD_RECONCILE_MIN_AGE_MS;
+    int64_t min_age =
+        o && o->min_age_ms >= 0 ? o->min_age_ms : IPD_RECONCILE_MIN_AGE_MS;
     struct rec r = {
         .m = m,
         .b = b,
@@ -223,8 +223,7 @@ enum ipd_err ipd_reconcile(struct ipd_meta *m, struct ipd_blobs *b,
         ipd_info("reconcile: %lld blobs and %lld records checked; removed "
                  "%lld orphan blobs, %lld records without bytes, %lld "
                  "abandoned uploads, %lld empty directories in %lld ms",
-                 (long long)out->blobs_checked,
-                 (long long)out->records_checked,
+                 (long long)out->blobs_checked, (long long)out->records_checked,
                  (long long)out->orphan_blobs, (long long)out->orphan_records,
                  (long long)out->incomplete, (long long)out->empty_dirs,
                  (long long)out->duration_ms);

@@ -30,8 +30,8 @@
  * wrong (a disk not mounted, another bucket): step 2 stops before
  * deleting that batch, logs an error, and the run answers
  * IPD_ERR_INTERNAL.  The walk is in id order, so the check is
- * deterministic for a given store.  Records of another blob backend (their `blob` field
- * names another store) are never touched.
+ * deterministic for a given store.  Records of another blob backend (their
+ * `blob` field names another store) are never touched.
  *
  * Several nodes may reconcile at once: each delete has one winner and only
  * winners count.
@@ -49,17 +49,17 @@
 #define IPD_RECONCILE_MIN_AGE_MS (60 * 60 * 1000) /* the default: one hour */
 
 struct ipd_reconcile_opts {
-    int64_t min_age_ms;       /* leave anything younger alone; < 0: default */
-    size_t batch;             /* blobs or records per batch; 0: 500 */
-    struct ipd_job_run *run;  /* the scheduler's run (checked between
-                               * batches: stop, lease) or NULL */
+    int64_t min_age_ms;      /* leave anything younger alone; < 0: default */
+    size_t batch;            /* blobs or records per batch; 0: 500 */
+    struct ipd_job_run *run; /* the scheduler's run (checked between
+                              * batches: stop, lease) or NULL */
 };
 
 struct ipd_reconcile_result {
-    int64_t orphan_blobs;    /* bytes without a record, removed */
-    int64_t orphan_records;  /* records without bytes, removed */
-    int64_t incomplete;      /* abandoned uploads removed */
-    int64_t empty_dirs;      /* empty blob directories removed */
+    int64_t orphan_blobs;   /* bytes without a record, removed */
+    int64_t orphan_records; /* records without bytes, removed */
+    int64_t incomplete;     /* abandoned uploads removed */
+    int64_t empty_dirs;     /* empty blob directories removed */
     int64_t blobs_checked;
     int64_t records_checked;
     int64_t duration_ms;

@@ -34,11 +34,11 @@ struct job {
     bool thread_started;
 
     /* Guarded by s->lock. */
-    bool running;        /* a run is under way (thread or run_now inline) */
-    int64_t due_mono;    /* next periodic run, monotonic ms */
-    uint64_t requested;  /* run_now requests made */
-    uint64_t served;     /* requests that a finished run started after */
-    bool last_ran;       /* the last finished run was not skipped */
+    bool running;       /* a run is under way (thread or run_now inline) */
+    int64_t due_mono;   /* next periodic run, monotonic ms */
+    uint64_t requested; /* run_now requests made */
+    uint64_t served;    /* requests that a finished run started after */
+    bool last_ran;      /* the last finished run was not skipped */
     struct ipd_job_status st;
 };
 
@@ -49,7 +49,7 @@ struct ipd_scheduler {
     pthread_mutex_t lock;
     pthread_cond_t cond; /* CLOCK_MONOTONIC */
     enum sched_state state;
-    bool stopping;       /* stop asked: runs end at ipd_job_continue */
+    bool stopping; /* stop asked: runs end at ipd_job_continue */
     struct job *jobs;
 };
 
@@ -159,9 +159,8 @@ static enum ipd_err lease_take(struct job *j, struct ipd_job_run *run,
                                bool *got)
 {
     struct ipd_scheduler *s = j->s;
-    enum ipd_err rc = ipd_meta_lease_acquire(s->leases, j->name, s->owner,
-                                             ipd_now_ms(), s->lease_ttl_ms,
-                                             got);
+    enum ipd_err rc = ipd_meta_lease_acquire(
+        s->leases, j->name, s->owner, ipd_now_ms(), s->lease_ttl_ms, got);
     if (rc)
         ipd_warn("job %s: cannot take its lease: %s", j->name,
                  ipd_err_name(rc));
@@ -169,8 +168,7 @@ static enum ipd_err lease_take(struct job *j, struct ipd_job_run *run,
         run->leased = true;
         run->renewed_mono = ipd_mono_ms();
     } else
-        ipd_debug("job %s: another process holds the lease; skipped",
-                  j->name);
+        ipd_debug("job %s: another process holds the lease; skipped", j->name);
     return rc;
 }
 
@@ -253,9 +251,8 @@ static void *job_thread(void *arg)
     for (;;) {
         /* j->running here means a run_now that began in its caller
          * before start is still going: wait for it, never overlap. */
-        while (!s->stopping &&
-               (j->running ||
-                (j->requested == j->served && ipd_mono_ms() < j->due_mono))) {
+        while (!s->stopping && (j->running || (j->requested == j->served &&
+                                               ipd_mono_ms() < j->due_mono))) {
             if (j->running)
                 pthread_cond_wait(&s->cond, &s->lock);
             else
@@ -423,19 +420,19 @@ enum ipd_err ipd_job_continue(struct ipd_job_run *run)
     if (!run->leased || ipd_mono_ms() - run->renewed_mono < s->lease_ttl_ms / 3)
         return IPD_OK;
     bool held = false;
-    enum ipd_err rc = ipd_meta_lease_renew(s->leases, j->name, s->owner,
-                                           ipd_now_ms(), s->lease_ttl_ms,
-                                           &held);
+    enum ipd_err rc = ipd_meta_lease_renew(
+        s->leases, j->name, s->owner, ipd_now_ms(), s->lease_ttl_ms, &held);
     if (rc) {
-        ipd_warn("job %s: renewing its lease: %s; stopping this run",
-                 j->name, ipd_err_name(rc));
+        ipd_warn("job %s: renewing its lease: %s; stopping this run", j->name,
+                 ipd_err_name(rc));
         return rc;
     }
     if (!held) {
         /* Expired while a batch ran long, and another process took it:
          * that one goes on; two at once would only repeat work. */
         ipd_warn("job %s: lost its lease to another process; stopping this "
-                 "run", j->name);
+                 "run",
+                 j->name);
         run->leased = false;
         return IPD_ERR_CONFLICT;
     }

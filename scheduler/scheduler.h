@@ -43,7 +43,8 @@
 #include "../service/common/ipd.h"
 #include "../storage/meta.h"
 
-#define IPD_JOB_NAME_MAX 48 /* job names (and their lease names), NUL included */
+#define IPD_JOB_NAME_MAX                                                       \
+    48 /* job names (and their lease names), NUL included */
 
 enum ipd_job_flags {
     IPD_JOB_LEASE = 1 << 0,        /* run only while holding the job's lease */
@@ -121,15 +122,15 @@ enum ipd_err ipd_job_continue(struct ipd_job_run *run);
 struct ipd_job_status {
     char name[IPD_JOB_NAME_MAX];
     int64_t interval_ms;
-    bool leased;             /* IPD_JOB_LEASE */
-    bool running;            /* a run is under way now */
-    int64_t last_start_ms;   /* the last run (skipped ones excluded) */
+    bool leased;           /* IPD_JOB_LEASE */
+    bool running;          /* a run is under way now */
+    int64_t last_start_ms; /* the last run (skipped ones excluded) */
     int64_t last_end_ms;
     enum ipd_err last_result; /* of the last finished run */
-    int64_t runs;            /* finished runs (skipped ones excluded) */
-    int64_t failures;        /* runs that returned an error */
-    int64_t skipped;         /* runs skipped: another process held the lease */
-    int64_t next_run_ms;     /* when the next run is due (0: not started) */
+    int64_t runs;             /* finished runs (skipped ones excluded) */
+    int64_t failures;         /* runs that returned an error */
+    int64_t skipped;          /* runs skipped: another process held the lease */
+    int64_t next_run_ms;      /* when the next run is due (0: not started) */
 };
 
 /* The state of job name into *out; IPD_ERR_NOT_FOUND for an unknown job. */

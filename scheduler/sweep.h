@@ -28,11 +28,11 @@ struct ipd_sweep_result {
 };
 
 struct ipd_sweep_opts {
-    bool reconcile;              /* run the orphan reconcile after */
-    int64_t orphan_min_age_ms;   /* its min_age_ms; < 0: the default (1 h) */
-    size_t batch;                /* records per batch; 0: 500 */
-    struct ipd_job_run *run;     /* the scheduler's run (checked between
-                                  * batches: stop, lease) or NULL */
+    bool reconcile;            /* run the orphan reconcile after */
+    int64_t orphan_min_age_ms; /* its min_age_ms; < 0: the default (1 h) */
+    size_t batch;              /* records per batch; 0: 500 */
+    struct ipd_job_run *run;   /* the scheduler's run (checked between
+                                * batches: stop, lease) or NULL */
 };
 
 /* Sweep everything that expired at or before now_ms (no reconcile).  The

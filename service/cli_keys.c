@@ -62,8 +62,8 @@ static bool keys_opt_take(const char *cmd, const struct keys_opt *opts,
         } else if (*i + 1 < n && strncmp(args[*i + 1], "--", 2) != 0) {
             *o->value = args[++*i];
         } else {
-            fprintf(stderr, "interpd keys %s: option --%s needs a value\n",
-                    cmd, o->name);
+            fprintf(stderr, "interpd keys %s: option --%s needs a value\n", cmd,
+                    o->name);
             return false;
         }
         return true;
@@ -133,9 +133,10 @@ static int keys_args_check(const struct ipd_config *cfg, const char **args,
             !tenant_ok(cmd, ka->tenant))
             return 2;
         if (!ipd_config_policy(cfg, ka->policy)) {
-            fprintf(stderr, "interpd keys create: unknown policy \"%s\" (the "
-                            "built-in strict, standard, networked, or one "
-                            "set with policy.NAME.FIELD in the config)\n",
+            fprintf(stderr,
+                    "interpd keys create: unknown policy \"%s\" (the "
+                    "built-in strict, standard, networked, or one "
+                    "set with policy.NAME.FIELD in the config)\n",
                     ka->policy);
             return 2;
         }
@@ -155,8 +156,10 @@ static int keys_args_check(const struct ipd_config *cfg, const char **args,
             !tenant_ok(cmd, ka->tenant))
             return 2;
     } else {
-        fprintf(stderr, "interpd keys: unknown command \"%s\" (create, "
-                        "list, revoke, rotate-secret)\n", cmd);
+        fprintf(stderr,
+                "interpd keys: unknown command \"%s\" (create, "
+                "list, revoke, rotate-secret)\n",
+                cmd);
         return 2;
     }
     return 0;
@@ -168,8 +171,8 @@ static int keys_create(struct ipd_meta *m, const struct keys_args *ka)
     struct ipd_key k;
     char created[IPD_TIME_STR];
 
-    enum ipd_err rc = ipd_keys_create(m, ka->tenant, ka->admin, ka->policy,
-                                      plain, &k);
+    enum ipd_err rc =
+        ipd_keys_create(m, ka->tenant, ka->admin, ka->policy, plain, &k);
     if (rc) {
         fprintf(stderr, "interpd keys create: %s\n", ipd_err_name(rc));
         return 1;
@@ -199,9 +202,9 @@ static int keys_list(struct ipd_meta *m)
         /* A key never revoked has revoked_at_ms 0. */
         int64_t revoked = k->revoked_at_ms ? k->revoked_at_ms : IPD_TIME_NEVER;
         json_array_append_new(
-            arr, json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:s, s:o}",
-                           "key_id", k->key_id, "tenant", k->tenant, "admin",
-                           k->admin, "policy", k->policy, "created_at",
+            arr, json_pack("{s:s, s:s, s:b, s:s, s:o, s:o, s:s, s:o}", "key_id",
+                           k->key_id, "tenant", k->tenant, "admin", k->admin,
+                           "policy", k->policy, "created_at",
                            ipd_json_time(k->created_at_ms), "revoked_at",
                            ipd_json_time(revoked), "secret", k->secret,
                            "secret_rotated_at",
@@ -231,21 +234,25 @@ static int keys_revoke(struct ipd_meta *m, const char *key_id)
 
 /* A new callback signing secret for every key of the tenant; the previous
  * one keeps signing (a second v1=) for --callback-secret-grace. */
-static int keys_rotate_secret(const struct ipd_config *cfg,
-                              struct ipd_meta *m, const char *tenant)
+static int keys_rotate_secret(const struct ipd_config *cfg, struct ipd_meta *m,
+                              const char *tenant)
 {
     char secret[IPD_SHA256_HEX];
     int64_t now = ipd_now_ms();
     enum ipd_err rc = ipd_keys_rotate_secret(m, tenant, now, secret);
     if (rc == IPD_ERR_NOT_FOUND) {
-        fprintf(stderr, "interpd keys rotate-secret: tenant %s has no "
-                        "keys\n", tenant);
+        fprintf(stderr,
+                "interpd keys rotate-secret: tenant %s has no "
+                "keys\n",
+                tenant);
         return 1;
     }
     if (rc == IPD_ERR_CONFLICT) {
-        fprintf(stderr, "interpd keys rotate-secret: the secret of %s "
-                        "changed meanwhile (another rotation?); see `keys "
-                        "list`\n", tenant);
+        fprintf(stderr,
+                "interpd keys rotate-secret: the secret of %s "
+                "changed meanwhile (another rotation?); see `keys "
+                "list`\n",
+                tenant);
         return 1;
     }
     if (rc) {

@@ -37,8 +37,9 @@ static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX],
     snprintf(from, fromsz, "%s", path);
     FILE *f = fopen(path, "re");
     if (!f) {
-        fprintf(stderr, "interpd status: cannot read %s (%s); set "
-                        "INTERPD_ADMIN_KEY or --data-dir\n",
+        fprintf(stderr,
+                "interpd status: cannot read %s (%s); set "
+                "INTERPD_ADMIN_KEY or --data-dir\n",
                 path, strerror(errno));
         return false;
     }
@@ -46,8 +47,10 @@ static bool admin_key(const struct ipd_config *cfg, char out[KEY_MAX],
     fclose(f);
     out[strcspn(out, "\r\n")] = '\0';
     if (!ok || !out[0])
-        fprintf(stderr, "interpd status: %s is empty; set "
-                        "INTERPD_ADMIN_KEY or --data-dir\n", path);
+        fprintf(stderr,
+                "interpd status: %s is empty; set "
+                "INTERPD_ADMIN_KEY or --data-dir\n",
+                path);
     return ok && out[0];
 }
 
@@ -58,13 +61,17 @@ static void say_refusal(const char *url, const char *from,
                         const struct ipd_buf *err, enum ipd_err rc)
 {
     if (res->status == 401)
-        fprintf(stderr, "interpd status: %s refused the admin key from %s "
-                        "(401: not a key of this server's store, or "
-                        "revoked); set INTERPD_ADMIN_KEY or --data-dir to "
-                        "the server's\n", url, from);
+        fprintf(stderr,
+                "interpd status: %s refused the admin key from %s "
+                "(401: not a key of this server's store, or "
+                "revoked); set INTERPD_ADMIN_KEY or --data-dir to "
+                "the server's\n",
+                url, from);
     else if (res->status == 403)
-        fprintf(stderr, "interpd status: %s refused the key from %s (403: "
-                        "not an admin key)\n", url, from);
+        fprintf(stderr,
+                "interpd status: %s refused the key from %s (403: "
+                "not an admin key)\n",
+                url, from);
     else
         fprintf(stderr, "interpd status: %s: %s\n", url,
                 err->len ? err->buf : ipd_err_name(rc));
@@ -101,8 +108,9 @@ static bool server_address(const struct ipd_config *cfg, char *host,
         snprintf(host, hostsz, "%s", addr);
     }
     if (!*port) {
-        fprintf(stderr, "interpd status: --listen %s does not name the "
-                        "running server's port\n",
+        fprintf(stderr,
+                "interpd status: --listen %s does not name the "
+                "running server's port\n",
                 cfg->listen);
         return false;
     }

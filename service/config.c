@@ -65,8 +65,7 @@ static const struct opt opts[] = {
      "largest accepted upload"},
     {"quota-files", OPT_INT, OFF(quota_files), "100", false,
      "files per user (-1: unlimited)"},
-    {"quota-bytes", OPT_SIZE, OFF(quota_bytes), "1G", false,
-     "bytes per user"},
+    {"quota-bytes", OPT_SIZE, OFF(quota_bytes), "1G", false, "bytes per user"},
     {"tenant-quota-files", OPT_INT, OFF(tenant_quota_files), "10000", false,
      "files per tenant, all its users together (-1: unlimited)"},
     {"tenant-quota-bytes", OPT_SIZE, OFF(tenant_quota_bytes), "10G", false,
@@ -76,16 +75,19 @@ static const struct opt opts[] = {
     {"max-connections", OPT_INT, OFF(max_connections), "1024", false,
      "concurrent connections"},
     {"max-connections-per-ip", OPT_INT, OFF(max_connections_per_ip), "128",
-     false, "concurrent connections from one client address (0: no bound "
-            "but max-connections; behind a proxy, set 0 or the proxy's "
-            "own)"},
+     false,
+     "concurrent connections from one client address (0: no bound "
+     "but max-connections; behind a proxy, set 0 or the proxy's "
+     "own)"},
     {"request-header-timeout", OPT_DURATION, OFF(request_header_timeout_ms),
-     "30s", false, "a request's head (line and headers) must arrive within "
-                   "this of the connection's start or its previous request's "
-                   "end, however it trickles, or the connection is closed"},
-    {"request-body-timeout", OPT_DURATION, OFF(request_body_timeout_ms),
-     "10m", false, "a request's body must arrive within this of its head, "
-                   "or the connection is closed"},
+     "30s", false,
+     "a request's head (line and headers) must arrive within "
+     "this of the connection's start or its previous request's "
+     "end, however it trickles, or the connection is closed"},
+    {"request-body-timeout", OPT_DURATION, OFF(request_body_timeout_ms), "10m",
+     false,
+     "a request's body must arrive within this of its head, "
+     "or the connection is closed"},
     {"connection-timeout", OPT_DURATION, OFF(connection_timeout_ms), "60s",
      false, "idle connection timeout"},
     {"connection-memory", OPT_SIZE, OFF(connection_memory), "512K", false,
@@ -139,12 +141,12 @@ static const struct opt opts[] = {
      "memory the live sessions of this node may hold together, each "
      "charged its policy's memory limit (0: no bound but max-sessions); "
      "a tenant gets its policy's tenant-session-memory share of it"},
-    {"session-idle-timeout", OPT_DURATION, OFF(session_idle_ms), "20m",
-     false, "a session unused this long ends"},
+    {"session-idle-timeout", OPT_DURATION, OFF(session_idle_ms), "20m", false,
+     "a session unused this long ends"},
     {"session-max-life", OPT_DURATION, OFF(session_max_life_ms), "8h", false,
      "a session ends after this long, used or not"},
-    {"session-reap-interval", OPT_DURATION, OFF(session_reap_ms), "30s",
-     false, "how often idle sessions are looked for"},
+    {"session-reap-interval", OPT_DURATION, OFF(session_reap_ms), "30s", false,
+     "how often idle sessions are looked for"},
     {"venv-python", OPT_STRING, OFF(venv_python), NULL, false,
      "base interpreter of the venv (default: the python option)"},
     {"venv-system-site-packages", OPT_INT, OFF(venv_system_site), "1", false,
@@ -152,8 +154,9 @@ static const struct opt opts[] = {
     {"venv-max-age", OPT_DURATION, OFF(venv_max_age_ms), "7d", false,
      "rebuild the venv from scratch when it is older than this"},
     {"venv-check-interval", OPT_DURATION, OFF(venv_check_interval_ms), "1h",
-     false, "how often the venv's age is checked (and unused generations "
-            "removed)"},
+     false,
+     "how often the venv's age is checked (and unused generations "
+     "removed)"},
     {"venv-clone", OPT_STRING, OFF(venv_clone), "link", false,
      "how an install clones the venv: link (hard links) or copy"},
     {"allowlist", OPT_STRING, OFF(allowlist),
@@ -198,8 +201,9 @@ static const struct opt opts[] = {
     {"result-ttl", OPT_DURATION, OFF(result_ttl_ms), "1h", false,
      "how long asynchronous execution results are kept"},
     {"async-results-max-bytes", OPT_SIZE, OFF(async_results_max_bytes), "1G",
-     false, "asynchronous results one tenant may hold (on disk, in "
-            "DATA-DIR/results); beyond, its async submits get 429"},
+     false,
+     "asynchronous results one tenant may hold (on disk, in "
+     "DATA-DIR/results); beyond, its async submits get 429"},
     {"callback-retry-delay", OPT_DURATION, OFF(callback_retry_delay_ms), "2s",
      false, "wait before retrying a failed callback (doubles; 3 attempts)"},
     {"callback-secret-grace", OPT_DURATION, OFF(callback_secret_grace_ms),
@@ -216,9 +220,10 @@ static const struct opt opts[] = {
     {"lease-ttl", OPT_DURATION, OFF(lease_ttl_ms), "60s", false,
      "lease of a scheduled job among nodes sharing MongoDB (renewed while "
      "it runs)"},
-    {"ready-check-interval", OPT_DURATION, OFF(ready_check_interval_ms),
-     "10s", false, "how often an end-to-end execution checks that "
-                   "executions work (/readyz; never: only at start)"},
+    {"ready-check-interval", OPT_DURATION, OFF(ready_check_interval_ms), "10s",
+     false,
+     "how often an end-to-end execution checks that "
+     "executions work (/readyz; never: only at start)"},
     {"ready-fd", OPT_FD, OFF(ready_fd), "-1", false,
      "write the bound port to this fd and close it once listening"},
 };
@@ -228,13 +233,16 @@ _Static_assert(IPD_ARRAY_LEN(opts) <= 80, "grow ipd_config.source");
 /* ---- execution policies ------------------------------------------------ */
 
 /* Named fields: the struct is shared with the executor (exec/policy.h). */
-#define IPD_POLICY(n, t, mt, mem, procs, out, tmp, dir, net)                    \
-    {.name = n, .timeout_ms = t, .max_timeout_ms = mt, .memory_bytes = mem,    \
-     .max_processes = procs, .output_bytes = out, .tmp_bytes = tmp,            \
-     .output_dir_bytes = dir, .network = net, .cpu_millis = 1000,             \
-     .tenant_running = -50, .tenant_queued = -50, .tenant_results = -10,      \
-     .tenant_fetches = -50, .tenant_callbacks = -10, .tenant_installs = -25, \
-     .tenant_sessions = -50, .tenant_session_memory = -50}
+#define IPD_POLICY(n, t, mt, mem, procs, out, tmp, dir, net)                   \
+    {                                                                          \
+        .name = n, .timeout_ms = t, .max_timeout_ms = mt, .memory_bytes = mem, \
+        .max_processes = procs, .output_bytes = out, .tmp_bytes = tmp,         \
+        .output_dir_bytes = dir, .network = net, .cpu_millis = 1000,           \
+        .tenant_running = -50, .tenant_queued = -50, .tenant_results = -10,    \
+        .tenant_fetches = -50, .tenant_callbacks = -10,                        \
+        .tenant_installs = -25, .tenant_sessions = -50,                        \
+        .tenant_session_memory = -50                                           \
+    }
 static const struct ipd_exec_policy builtin_policies[] = {
     IPD_POLICY("strict", 30000, 60000, 512LL << 20, 64, 64 * 1024, 64LL << 20,
                64LL << 20, false),
@@ -246,7 +254,13 @@ static const struct ipd_exec_policy builtin_policies[] = {
 #undef IPD_POLICY
 
 enum policy_field_type {
-    PF_DURATION, PF_SIZE, PF_COUNT, PF_BOOL, PF_CPUS, PF_SHARE, PF_SIZE_SHARE
+    PF_DURATION,
+    PF_SIZE,
+    PF_COUNT,
+    PF_BOOL,
+    PF_CPUS,
+    PF_SHARE,
+    PF_SIZE_SHARE
 };
 
 static const struct policy_field {
@@ -255,12 +269,15 @@ static const struct policy_field {
     size_t offset;
     int64_t min; /* smallest accepted value */
 } policy_fields[] = {
-    {"timeout", PF_DURATION, offsetof(struct ipd_exec_policy, timeout_ms), 1000},
-    {"max-timeout", PF_DURATION, offsetof(struct ipd_exec_policy, max_timeout_ms),
+    {"timeout", PF_DURATION, offsetof(struct ipd_exec_policy, timeout_ms),
      1000},
-    {"memory", PF_SIZE, offsetof(struct ipd_exec_policy, memory_bytes), 32 << 20},
+    {"max-timeout", PF_DURATION,
+     offsetof(struct ipd_exec_policy, max_timeout_ms), 1000},
+    {"memory", PF_SIZE, offsetof(struct ipd_exec_policy, memory_bytes),
+     32 << 20},
     {"processes", PF_COUNT, offsetof(struct ipd_exec_policy, max_processes), 4},
-    {"output-limit", PF_SIZE, offsetof(struct ipd_exec_policy, output_bytes), 1024},
+    {"output-limit", PF_SIZE, offsetof(struct ipd_exec_policy, output_bytes),
+     1024},
     {"tmp-size", PF_SIZE, offsetof(struct ipd_exec_policy, tmp_bytes), 1 << 20},
     {"output-dir-size", PF_SIZE,
      offsetof(struct ipd_exec_policy, output_dir_bytes), 1 << 20},
@@ -268,8 +285,8 @@ static const struct policy_field {
     {"cpus", PF_CPUS, offsetof(struct ipd_exec_policy, cpu_millis), 10},
     {"tenant-running", PF_SHARE,
      offsetof(struct ipd_exec_policy, tenant_running), -100},
-    {"tenant-queued", PF_SHARE,
-     offsetof(struct ipd_exec_policy, tenant_queued), -100},
+    {"tenant-queued", PF_SHARE, offsetof(struct ipd_exec_policy, tenant_queued),
+     -100},
     {"tenant-async-results", PF_SHARE,
      offsetof(struct ipd_exec_policy, tenant_results), -100},
     {"tenant-fetches", PF_SHARE,
@@ -336,7 +353,7 @@ static enum ipd_err cpus_parse(const char *s, int64_t *out)
 }
 
 const struct ipd_exec_policy *ipd_config_policy(const struct ipd_config *c,
-                                           const char *name)
+                                                const char *name)
 {
     if (!name)
         name = "standard";
@@ -368,21 +385,11 @@ static enum ipd_err policy_value(const struct policy_field *f,
         if (!rc && *v == IPD_TIME_NEVER)
             rc = IPD_ERR_INVALID;
         break;
-    case PF_SIZE:
-        rc = ipd_size_parse(value, v);
-        break;
-    case PF_COUNT:
-        rc = ipd_int_parse(value, 0, 1 << 20, v);
-        break;
-    case PF_CPUS:
-        rc = cpus_parse(value, v);
-        break;
-    case PF_SHARE:
-        rc = share_parse(value, v);
-        break;
-    case PF_SIZE_SHARE:
-        rc = size_share_parse(value, v);
-        break;
+    case PF_SIZE: rc = ipd_size_parse(value, v); break;
+    case PF_COUNT: rc = ipd_int_parse(value, 0, 1 << 20, v); break;
+    case PF_CPUS: rc = cpus_parse(value, v); break;
+    case PF_SHARE: rc = share_parse(value, v); break;
+    case PF_SIZE_SHARE: rc = size_share_parse(value, v); break;
     case PF_BOOL:
         if (value && (!strcmp(value, "true") || !strcmp(value, "yes") ||
                       !strcmp(value, "1")))
@@ -408,8 +415,9 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
     size_t nlen = dot ? (size_t)(dot - name) : 0;
     const struct policy_field *f = NULL;
     if (!dot || !policy_name_valid(name, nlen)) {
-        ipd_buf_addf(err, "bad policy option \"%s\" (from %s): expected "
-                          "policy.<name>.<field>, name of a-z 0-9 - _",
+        ipd_buf_addf(err,
+                     "bad policy option \"%s\" (from %s): expected "
+                     "policy.<name>.<field>, name of a-z 0-9 - _",
                      key, source);
         return IPD_ERR_INVALID;
     }
@@ -421,13 +429,14 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
             f = &policy_fields[i];
     }
     if (!f) {
-        ipd_buf_addf(err, "unknown policy field in \"%s\" (from %s): "
-                          "timeout, max-timeout, memory, processes, "
-                          "output-limit, tmp-size, output-dir-size, network, "
-                          "cpus, tenant-running, tenant-queued, "
-                          "tenant-async-results, tenant-fetches, "
-                          "tenant-callbacks, tenant-installs, "
-                          "tenant-sessions or tenant-session-memory",
+        ipd_buf_addf(err,
+                     "unknown policy field in \"%s\" (from %s): "
+                     "timeout, max-timeout, memory, processes, "
+                     "output-limit, tmp-size, output-dir-size, network, "
+                     "cpus, tenant-running, tenant-queued, "
+                     "tenant-async-results, tenant-fetches, "
+                     "tenant-callbacks, tenant-installs, "
+                     "tenant-sessions or tenant-session-memory",
                      key, source);
         return IPD_ERR_INVALID;
     }
@@ -476,7 +485,8 @@ static const struct opt *find_opt(const char *name, size_t len)
         size_t k = 0;
         /* '_' and '-' are the same in option names (file_ttl, file-ttl). */
         for (; k < len && n[k]; k++) {
-            char c = name[k] == '_' ? '-' : (char)tolower((unsigned char)name[k]);
+            char c =
+                name[k] == '_' ? '-' : (char)tolower((unsigned char)name[k]);
             if (c != n[k])
                 break;
         }
@@ -501,21 +511,15 @@ static enum ipd_err set_opt(struct ipd_config *c, const struct opt *o,
         *p = (value && *value) ? ipd_xstrdup(value) : NULL;
         break;
     }
-    case OPT_INT:
-        rc = ipd_int_parse(value, -1, INT32_MAX, &v);
-        break;
-    case OPT_FD:
-        rc = ipd_int_parse(value, -1, 1 << 20, &v);
-        break;
+    case OPT_INT: rc = ipd_int_parse(value, -1, INT32_MAX, &v); break;
+    case OPT_FD: rc = ipd_int_parse(value, -1, 1 << 20, &v); break;
     case OPT_SIZE:
         if (value && strcmp(value, "-1") == 0)
             v = -1;
         else
             rc = ipd_size_parse(value, &v);
         break;
-    case OPT_DURATION:
-        rc = ipd_duration_parse(value, &v);
-        break;
+    case OPT_DURATION: rc = ipd_duration_parse(value, &v); break;
     }
     if (rc) {
         ipd_buf_addf(err, "invalid value \"%s\" for %s (from %s)",
@@ -806,8 +810,10 @@ static bool make_absolute(char **path, const char *name, struct ipd_buf *err)
     if (!rel || rel[0] == '/')
         return true;
     if (!getcwd(cwd, sizeof(cwd))) {
-        ipd_buf_addf(err, "%s %s is relative and the working directory is "
-                          "unknown: %s", name, rel, strerror(errno));
+        ipd_buf_addf(err,
+                     "%s %s is relative and the working directory is "
+                     "unknown: %s",
+                     name, rel, strerror(errno));
         return false;
     }
     while (rel[0] == '.' && rel[1] == '/')
@@ -868,8 +874,7 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
     }
     if (c->max_sessions < 0 || c->max_sessions > 1000 ||
         c->sessions_per_user < 1 || c->sessions_memory < 0 ||
-        c->session_idle_ms <= 0 ||
-        c->session_max_life_ms <= 0 ||
+        c->session_idle_ms <= 0 || c->session_max_life_ms <= 0 ||
         c->session_idle_ms > 7LL * 24 * 3600 * 1000 ||
         c->session_max_life_ms > 30LL * 24 * 3600 * 1000 ||
         c->session_reap_ms <= 0 || c->session_reap_ms > 3600LL * 1000) {
@@ -883,7 +888,8 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
         ipd_buf_adds(err, "warm-recycle-runs must be >= 0");
         return false;
     }
-    if (c->warm_recycle_ms <= 0 || c->warm_recycle_ms > 7LL * 24 * 3600 * 1000) {
+    if (c->warm_recycle_ms <= 0 ||
+        c->warm_recycle_ms > 7LL * 24 * 3600 * 1000) {
         ipd_buf_adds(err, "warm-recycle-after must be more than 0 and at "
                           "most 7d");
         return false;
@@ -965,8 +971,10 @@ static bool check_policies(const struct ipd_config *c, struct ipd_buf *err)
     for (size_t i = 0; i < c->n_policies; i++) {
         const struct ipd_exec_policy *p = &c->policies[i];
         if (p->timeout_ms > p->max_timeout_ms) {
-            ipd_buf_addf(err, "policy %s: timeout is longer than its "
-                              "max-timeout", p->name);
+            ipd_buf_addf(err,
+                         "policy %s: timeout is longer than its "
+                         "max-timeout",
+                         p->name);
             return false;
         }
     }
@@ -984,10 +992,12 @@ static bool check_formats(const struct ipd_config *c, struct ipd_buf *err)
     bool v6 = false;
     struct ipd_fetch_allowlist *allow = NULL;
     if (ipd_listen_parse(c->listen ? c->listen : "", &ss, &sslen, &v6)) {
-        ipd_buf_addf(err, "listen \"%s\" is not HOST:PORT (HOST: a numeric "
-                          "IPv4 address, [IPv6], localhost, or * or nothing "
-                          "for every address; PORT: 0-65535, 0 for any free "
-                          "port)", c->listen ? c->listen : "");
+        ipd_buf_addf(err,
+                     "listen \"%s\" is not HOST:PORT (HOST: a numeric "
+                     "IPv4 address, [IPv6], localhost, or * or nothing "
+                     "for every address; PORT: 0-65535, 0 for any free "
+                     "port)",
+                     c->listen ? c->listen : "");
         return false;
     }
     struct ipd_buf why;
@@ -1027,7 +1037,8 @@ enum ipd_err ipd_config_load(struct ipd_config *c, int argc,
         rc = IPD_ERR_INVALID;
         goto out;
     }
-    if (!check_storage(c, err) || !make_absolute(&c->data_dir, "data-dir", err) ||
+    if (!check_storage(c, err) ||
+        !make_absolute(&c->data_dir, "data-dir", err) ||
         !make_absolute(&c->venv_dir, "venv-dir", err) || !check_times(c, err) ||
         !check_policies(c, err) || !check_formats(c, err)) {
         rc = IPD_ERR_INVALID;
@@ -1082,10 +1093,10 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
     for (size_t i = 0; i < c->n_policies; i++) {
         const struct ipd_exec_policy *p = &c->policies[i];
         char sh[8][24];
-        const int64_t shv[8] = {p->tenant_running, p->tenant_queued,
-                                p->tenant_results, p->tenant_fetches,
+        const int64_t shv[8] = {p->tenant_running,   p->tenant_queued,
+                                p->tenant_results,   p->tenant_fetches,
                                 p->tenant_callbacks, p->tenant_installs,
-                                p->tenant_sessions, p->tenant_session_memory};
+                                p->tenant_sessions,  p->tenant_session_memory};
         for (int k = 0; k < 8; k++)
             snprintf(sh[k], sizeof(sh[k]), "%lld%s",
                      (long long)(shv[k] < 0 ? -shv[k] : shv[k]),

@@ -16,9 +16,8 @@
 #define KEY_PREFIX "ipd_"
 #define KEY_HEX 64
 
-enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
-                             bool admin, const char *policy,
-                             char plain[IPD_KEY_PLAIN_MAX],
+enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant, bool admin,
+                             const char *policy, char plain[IPD_KEY_PLAIN_MAX],
                              struct ipd_key *out)
 {
     unsigned char rnd[32];
@@ -60,8 +59,7 @@ enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
 }
 
 enum ipd_err ipd_keys_rotate_secret(struct ipd_meta *m, const char *tenant,
-                                    int64_t now_ms,
-                                    char secret[IPD_SHA256_HEX])
+                                    int64_t now_ms, char secret[IPD_SHA256_HEX])
 {
     unsigned char rnd[32];
     struct ipd_key cur;
@@ -142,8 +140,7 @@ void ipd_key_cache_free(struct ipd_key_cache *c)
 }
 
 /* The entry for hash, or NULL; the caller holds c->lock. */
-static struct cache_entry *cache_find(struct ipd_key_cache *c,
-                                      const char *hash)
+static struct cache_entry *cache_find(struct ipd_key_cache *c, const char *hash)
 {
     for (size_t i = 0; i < c->n; i++)
         if (ipd_ct_equal(c->e[i].hash, hash, KEY_HEX))
@@ -194,10 +191,8 @@ static bool cache_get(struct ipd_key_cache *c, const char *hash,
 }
 
 enum ipd_err ipd_keys_authenticate_cached(struct ipd_key_cache *c,
-                                          struct ipd_meta *m,
-                                          const char *plain,
-                                          struct ipd_key *out,
-                                          bool *from_cache)
+                                          struct ipd_meta *m, const char *plain,
+                                          struct ipd_key *out, bool *from_cache)
 {
     char hash[IPD_SHA256_HEX];
     *from_cache = false;
@@ -226,8 +221,8 @@ static enum ipd_err write_key_file(const char *data_dir, const char *plain)
     enum ipd_err rc = IPD_OK;
     snprintf(path, sizeof(path), "%s/admin.key", data_dir);
     snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                  0600);
+    int fd =
+        open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd < 0)
         return IPD_ERR_IO;
     size_t len = strlen(plain);
@@ -245,8 +240,8 @@ static enum ipd_err write_key_file(const char *data_dir, const char *plain)
     return rc;
 }
 
-enum ipd_err ipd_keys_bootstrap_admin(struct ipd_meta *m,
-                                      const char *data_dir, bool *created)
+enum ipd_err ipd_keys_bootstrap_admin(struct ipd_meta *m, const char *data_dir,
+                                      bool *created)
 {
     struct ipd_key_list keys = {0};
     char plain[IPD_KEY_PLAIN_MAX];

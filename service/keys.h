@@ -18,9 +18,8 @@
 /* Create and store a key for tenant with an execution policy (NULL:
  * "standard").  plain receives the key, shown once; *out the stored
  * record. */
-enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant,
-                             bool admin, const char *policy,
-                             char plain[IPD_KEY_PLAIN_MAX],
+enum ipd_err ipd_keys_create(struct ipd_meta *m, const char *tenant, bool admin,
+                             const char *policy, char plain[IPD_KEY_PLAIN_MAX],
                              struct ipd_key *out);
 
 /*
@@ -67,15 +66,14 @@ void ipd_key_cache_free(struct ipd_key_cache *c);
 /* ipd_keys_authenticate through the cache c (NULL: no cache).  [out]
  * *from_cache says the store could not be asked and the cache answered. */
 enum ipd_err ipd_keys_authenticate_cached(struct ipd_key_cache *c,
-                                          struct ipd_meta *m,
-                                          const char *plain,
+                                          struct ipd_meta *m, const char *plain,
                                           struct ipd_key *out,
                                           bool *from_cache);
 
 /* On an empty key store, create an admin key and write it to
  * <data_dir>/admin.key (mode 0600, atomically).  *created says whether it
  * did. */
-enum ipd_err ipd_keys_bootstrap_admin(struct ipd_meta *m,
-                                      const char *data_dir, bool *created);
+enum ipd_err ipd_keys_bootstrap_admin(struct ipd_meta *m, const char *data_dir,
+                                      bool *created);
 
 #endif

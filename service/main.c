@@ -11,39 +11,40 @@
 
 static void usage(FILE *out)
 {
-    fprintf(out,
-            "usage: interpd COMMAND [options]\n\n"
-            "commands:\n"
-            "  serve                      run the HTTP service\n"
-            "  keys create --tenant NAME [--admin] [--policy NAME]\n"
-            "                             create an API key (printed once);\n"
-            "                             --policy: strict, standard (the "
-            "default),\n"
-            "                             networked or a policy.NAME of the "
-            "config\n"
-            "  keys list                  list keys (never the keys "
-            "themselves)\n"
-            "  keys revoke KEY_ID         revoke a key\n"
-            "  keys rotate-secret --tenant NAME\n"
-            "                             new callback signing secret for "
-            "the tenant\n"
-            "                             (the old one also signs for "
-            "--callback-secret-grace)\n"
-            "  cleanup                    delete expired files now (for cron);\n"
-            "                             prints the sweep as JSON\n"
-            "  status                     print the running server's admin "
-            "status\n"
-            "                             (at --listen, with DATA-DIR/admin.key"
-            " or\n"
-            "                             INTERPD_ADMIN_KEY)\n"
-            "  version, --version         print the version\n"
-            "  help, --help, -h           print this help (no command: the "
-            "same on\n"
-            "                             stderr, exit 2)\n\n"
-            "options (also `name = value` in --config FILE and, all but "
-            "--policy.*,\nINTERPD_<NAME> in the environment; flags win over "
-            "environment, environment\nover file, file over the defaults in "
-            "[brackets]):\n");
+    fprintf(
+        out,
+        "usage: interpd COMMAND [options]\n\n"
+        "commands:\n"
+        "  serve                      run the HTTP service\n"
+        "  keys create --tenant NAME [--admin] [--policy NAME]\n"
+        "                             create an API key (printed once);\n"
+        "                             --policy: strict, standard (the "
+        "default),\n"
+        "                             networked or a policy.NAME of the "
+        "config\n"
+        "  keys list                  list keys (never the keys "
+        "themselves)\n"
+        "  keys revoke KEY_ID         revoke a key\n"
+        "  keys rotate-secret --tenant NAME\n"
+        "                             new callback signing secret for "
+        "the tenant\n"
+        "                             (the old one also signs for "
+        "--callback-secret-grace)\n"
+        "  cleanup                    delete expired files now (for cron);\n"
+        "                             prints the sweep as JSON\n"
+        "  status                     print the running server's admin "
+        "status\n"
+        "                             (at --listen, with DATA-DIR/admin.key"
+        " or\n"
+        "                             INTERPD_ADMIN_KEY)\n"
+        "  version, --version         print the version\n"
+        "  help, --help, -h           print this help (no command: the "
+        "same on\n"
+        "                             stderr, exit 2)\n\n"
+        "options (also `name = value` in --config FILE and, all but "
+        "--policy.*,\nINTERPD_<NAME> in the environment; flags win over "
+        "environment, environment\nover file, file over the defaults in "
+        "[brackets]):\n");
     ipd_config_usage(out);
 }
 
@@ -76,14 +77,16 @@ int main(int argc, char **argv)
     ipd_config_init(&cfg);
     ipd_buf_init(&err, 4096);
     if (ipd_config_load(&cfg, argc - 2, (const char *const *)argv + 2,
-                        serve || cleanup || status ? NULL : &rest,
-                        &nrest, &err)) {
+                        serve || cleanup || status ? NULL : &rest, &nrest,
+                        &err)) {
         fprintf(stderr, "interpd %s: %s\n", cmd, err.buf);
         goto out;
     }
     if (ipd_log_set_level(cfg.log_level)) {
-        fprintf(stderr, "interpd %s: log-level \"%s\" is not one of debug, "
-                        "info, warn, error\n", cmd, cfg.log_level);
+        fprintf(stderr,
+                "interpd %s: log-level \"%s\" is not one of debug, "
+                "info, warn, error\n",
+                cmd, cfg.log_level);
         goto out;
     }
     if (serve)

@@ -82,9 +82,9 @@ static enum ipd_err find_store(const struct ipd_config *cfg, bool with_blobs,
         }
         return IPD_OK;
     }
-    enum ipd_err rc = ipd_mongo_new_with(cfg->mongo_uri,
-                                         cfg->mongo_connect_timeout_ms,
-                                         cfg->mongo_timeout_ms, &s->mongo);
+    enum ipd_err rc =
+        ipd_mongo_new_with(cfg->mongo_uri, cfg->mongo_connect_timeout_ms,
+                           cfg->mongo_timeout_ms, &s->mongo);
     if (!rc)
         rc = ipd_meta_mongo_exists(s->mongo, &exists);
     if (rc) {
@@ -93,8 +93,9 @@ static enum ipd_err find_store(const struct ipd_config *cfg, bool with_blobs,
     }
     if (!exists) {
         char *r = ipd_redact_uri(cfg->mongo_uri);
-        ipd_buf_addf(why, "no store in MongoDB database \"%s\" at %s (it "
-                          "has no api_keys collection)",
+        ipd_buf_addf(why,
+                     "no store in MongoDB database \"%s\" at %s (it "
+                     "has no api_keys collection)",
                      ipd_mongo_database(s->mongo), r);
         free(r);
         return IPD_ERR_NOT_FOUND;
@@ -102,8 +103,8 @@ static enum ipd_err find_store(const struct ipd_config *cfg, bool with_blobs,
     return IPD_OK;
 }
 
-static enum ipd_err stores_open(const struct ipd_config *cfg,
-                                bool with_blobs, struct ipd_stores *s)
+static enum ipd_err stores_open(const struct ipd_config *cfg, bool with_blobs,
+                                struct ipd_stores *s)
 {
     enum ipd_err rc = open_meta(cfg, s);
     if (rc || !with_blobs)
@@ -148,8 +149,9 @@ int ipd_cli_no_store(const char *cmd, enum ipd_err rc,
     fprintf(stderr, "interpd %s: %s\n", cmd, why->buf);
     if (rc != IPD_ERR_NOT_FOUND)
         return 1;
-    fprintf(stderr, "interpd %s: only `interpd serve` creates a store; pass "
-                    "the --data-dir (or --mongo-uri) the server uses\n",
+    fprintf(stderr,
+            "interpd %s: only `interpd serve` creates a store; pass "
+            "the --data-dir (or --mongo-uri) the server uses\n",
             cmd);
     return 2;
 }
@@ -334,8 +336,7 @@ static enum ipd_err gauge_bytes(void *ctx, double *value)
  * which stays the service's alone (0700, files 0600).  A venv an older
  * version made in DATA-DIR/venv is moved there (rename: the venv's own
  * paths are /opt/venv inside the sandbox, wherever it is on the host). */
-static void default_venv_dir(const struct ipd_config *cfg,
-                             struct ipd_buf *root)
+static void default_venv_dir(const struct ipd_config *cfg, struct ipd_buf *root)
 {
     struct ipd_buf old;
     struct stat st;
@@ -354,7 +355,8 @@ static void default_venv_dir(const struct ipd_config *cfg,
         lstat(root->buf, &st) != 0 && errno == ENOENT) {
         if (rename(old.buf, root->buf) == 0)
             ipd_info("venv: moved %s to %s (the venv is kept out of the "
-                     "data dir)", old.buf, root->buf);
+                     "data dir)",
+                     old.buf, root->buf);
         else
             ipd_warn("venv: cannot move %s to %s: %s", old.buf, root->buf,
                      strerror(errno));
@@ -373,16 +375,18 @@ static void venv_dir_exposure(const char *dir, int64_t stage_max)
 {
     if (ipd_sandbox_is_fs_root(dir))
         ipd_info("venv: %s is the root of its own filesystem: runs see "
-                 "/gen-... for it, no host path", dir);
+                 "/gen-... for it, no host path",
+                 dir);
     else if (stage_max > 0)
         ipd_info("venv: %s is not the root of a filesystem of its own: "
                  "runs get each generation copied into a private tmpfs of "
-                 "at most %lld bytes (venv-stage-max)", dir,
-                 (long long)stage_max);
+                 "at most %lld bytes (venv-stage-max)",
+                 dir, (long long)stage_max);
     else
         ipd_warn("venv: %s is not the root of a filesystem of its own and "
                  "venv-stage-max is 0: runs on a generation see its host "
-                 "path in /proc/self/mountinfo (docs/SANDBOX.md)", dir);
+                 "path in /proc/self/mountinfo (docs/SANDBOX.md)",
+                 dir);
 }
 
 /* The venv (packages) on top of the executor's sandbox.  Without it,
@@ -427,10 +431,11 @@ static enum ipd_err open_venv(const struct ipd_config *cfg,
     if (rc)
         ipd_error("%s", err.buf);
     else
-        ipd_info("venv: %s, %zu allowlisted distributions, index %s",
-                 root.buf, ipd_allowlist_count(*allow),
-                 cfg->pip_no_index ? "none (--pip-no-index)"
-                 : cfg->pip_index_url ? cfg->pip_index_url : "pip's default");
+        ipd_info("venv: %s, %zu allowlisted distributions, index %s", root.buf,
+                 ipd_allowlist_count(*allow),
+                 cfg->pip_no_index    ? "none (--pip-no-index)"
+                 : cfg->pip_index_url ? cfg->pip_index_url
+                                      : "pip's default");
     if (!rc)
         venv_dir_exposure(root.buf, cfg->venv_stage_max);
 out:
@@ -445,10 +450,10 @@ struct server {
     const struct ipd_config *cfg;
     struct ipd_app app;
     struct ipd_fetch_allowlist *fetch_allow;
-    struct ipd_fetch_opts fetch_opts;  /* app.fetch points here */
+    struct ipd_fetch_opts fetch_opts; /* app.fetch points here */
     struct ipd_callbacks *callbacks;
     struct ipd_stores stores;
-    struct ipd_executor *executor;     /* NULL: executions unavailable */
+    struct ipd_executor *executor; /* NULL: executions unavailable */
     struct ipd_allowlist *allow;
     struct jobs jobs;
     struct ipd_daemon *d;
@@ -515,7 +520,8 @@ static enum ipd_err open_stores(struct server *sv)
     }
     if (created)
         ipd_info("created the first admin key; it is in %s/admin.key "
-                 "(mode 0600)", cfg->data_dir);
+                 "(mode 0600)",
+                 cfg->data_dir);
     return IPD_OK;
 }
 
@@ -526,7 +532,8 @@ static void open_packages(struct server *sv)
     const struct ipd_config *cfg = sv->cfg;
     if (open_venv(cfg, sv->executor, &sv->allow, &sv->app.venv))
         ipd_error("package installs are unavailable (see above); "
-                  "executions use %s as it is", cfg->python);
+                  "executions use %s as it is",
+                  cfg->python);
     else if (ipd_workq_new(1, IPD_INSTALL_QUEUE_MAX, &sv->app.pkgs))
         ipd_error("package installs are unavailable: no installer "
                   "thread");
@@ -615,8 +622,8 @@ static void start_jobs(struct server *sv)
     struct ipd_app *app = &sv->app;
     sv->jobs.app = app;
     sv->jobs.orphan_min_age_ms = cfg->orphan_min_age_ms;
-    sv->jobs.reconcile = (struct ipd_reconcile_job){
-        app->meta, app->blobs, cfg->orphan_min_age_ms};
+    sv->jobs.reconcile = (struct ipd_reconcile_job){app->meta, app->blobs,
+                                                    cfg->orphan_min_age_ms};
     app->sched = ipd_scheduler_new(app->meta, cfg->lease_ttl_ms, NULL);
     if (cfg->sweep_interval_ms != IPD_TIME_NEVER)
         ipd_scheduler_add(app->sched, "sweep", cfg->sweep_interval_ms,
@@ -662,17 +669,15 @@ static void set_gauges(struct ipd_app *app)
 
 /* Listen until SIGTERM or SIGINT, then finish the requests in flight
  * within the shutdown timeout (the daemon stops the pools first). */
-static enum ipd_err serve_until_signal(struct server *sv,
-                                       const sigset_t *sigs)
+static enum ipd_err serve_until_signal(struct server *sv, const sigset_t *sigs)
 {
     const struct ipd_config *cfg = sv->cfg;
     int sig = 0;
     enum ipd_err rc = ipd_daemon_start(&sv->app, &sv->d);
     if (rc)
         return rc;
-    ipd_info("listening on %s (port %u), metadata=%s blobs=%s",
-             cfg->listen, ipd_daemon_port(sv->d),
-             ipd_meta_backend(sv->app.meta),
+    ipd_info("listening on %s (port %u), metadata=%s blobs=%s", cfg->listen,
+             ipd_daemon_port(sv->d), ipd_meta_backend(sv->app.meta),
              ipd_blobs_backend(sv->app.blobs));
     notify_ready(cfg, ipd_daemon_port(sv->d));
 

@@ -121,8 +121,8 @@ void ipd_blob_delete_later_after(struct ipd_blobs *b, const char *file_id,
     pthread_mutex_lock(&q->lock);
     if (q->n >= RETRY_MAX) {
         ipd_error("orphan blob %s: delete failed (%s) and the retry queue is "
-                  "full; the reconcile job will remove it", file_id,
-                  ipd_err_name(rc));
+                  "full; the reconcile job will remove it",
+                  file_id, ipd_err_name(rc));
         goto out;
     }
     struct pending *p = ipd_xcalloc(1, sizeof(*p));
@@ -203,8 +203,7 @@ enum ipd_err ipd_blobs_ping(struct ipd_blobs *b)
 }
 
 enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, const char *file_id,
-                                 int64_t max_size,
-                                 struct ipd_blob_writer **out)
+                                 int64_t max_size, struct ipd_blob_writer **out)
 {
     struct ipd_blob_writer *w = NULL;
     *out = NULL;
@@ -223,8 +222,8 @@ enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, const char *file_id,
     return IPD_OK;
 }
 
-enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
-                                   const void *data, size_t len)
+enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w, const void *data,
+                                   size_t len)
 {
     const unsigned char *p = data;
     if ((int64_t)len > w->max - w->size)
@@ -263,9 +262,8 @@ int64_t ipd_blob_writer_size(const struct ipd_blob_writer *w)
     return w->size;
 }
 
-void ipd_blob_writer_sample(const struct ipd_blob_writer *w,
-                            const void **head, size_t *head_len,
-                            const void **tail)
+void ipd_blob_writer_sample(const struct ipd_blob_writer *w, const void **head,
+                            size_t *head_len, const void **tail)
 {
     *head = w->head ? (const void *)w->head : (const void *)"";
     *head_len = w->head_len;
@@ -390,8 +388,7 @@ void ipd_blob_iter_free(struct ipd_blob_iter *it)
 }
 
 enum ipd_err ipd_blobs_reap_incomplete(struct ipd_blobs *b,
-                                       int64_t older_than_ms,
-                                       int64_t *removed)
+                                       int64_t older_than_ms, int64_t *removed)
 {
     *removed = 0;
     if (!b->ops->reap_incomplete)

@@ -34,13 +34,13 @@ struct ipd_mongo;
 
 /* Open (creating) the local store under data_dir/blobs and remove stale
  * temporary files.  *out is new; free with ipd_blobs_free. */
-enum ipd_err ipd_blobs_open_local(const char *data_dir,
-                                  struct ipd_blobs **out);
+enum ipd_err ipd_blobs_open_local(const char *data_dir, struct ipd_blobs **out);
 /* The GridFS store on mg (borrowed; must outlive the store). */
 enum ipd_err ipd_blobs_open_gridfs(struct ipd_mongo *mg,
                                    struct ipd_blobs **out);
 void ipd_blobs_free(struct ipd_blobs *b); /* NULL is fine */
-const char *ipd_blobs_backend(const struct ipd_blobs *b); /* "local", "gridfs" */
+const char *
+ipd_blobs_backend(const struct ipd_blobs *b); /* "local", "gridfs" */
 /* IPD_OK when the store can take writes (readiness). */
 enum ipd_err ipd_blobs_ping(struct ipd_blobs *b);
 
@@ -52,15 +52,14 @@ enum ipd_err ipd_blob_writer_new(struct ipd_blobs *b, const char *file_id,
 /* Append; IPD_ERR_TOO_LARGE once the total would pass max_size (nothing of
  * that chunk is written), IPD_ERR_IO / IPD_ERR_UNAVAILABLE when the
  * backend fails. */
-enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w,
-                                   const void *data, size_t len);
+enum ipd_err ipd_blob_writer_write(struct ipd_blob_writer *w, const void *data,
+                                   size_t len);
 int64_t ipd_blob_writer_size(const struct ipd_blob_writer *w);
 /* The first bytes written (up to IPD_BLOB_HEAD_MAX) and the last 4
  * (*tail NULL when fewer than 4 were written); borrowed, valid until
  * commit or abort. */
-void ipd_blob_writer_sample(const struct ipd_blob_writer *w,
-                            const void **head, size_t *head_len,
-                            const void **tail);
+void ipd_blob_writer_sample(const struct ipd_blob_writer *w, const void **head,
+                            size_t *head_len, const void **tail);
 /* The SHA-256 of everything written; call once, after the last write.
  * IPD_ERR_IO when the bytes could not be read back to hash them. */
 enum ipd_err ipd_blob_writer_sha256(struct ipd_blob_writer *w,
@@ -79,8 +78,7 @@ enum ipd_err ipd_blob_open(struct ipd_blobs *b, const char *file_id,
  * caller now owns it and the reader no longer reads).  -1 otherwise. */
 int ipd_blob_reader_take_fd(struct ipd_blob_reader *r);
 /* Read up to n bytes: the count, 0 at the end, -1 on an error. */
-ssize_t ipd_blob_reader_read(struct ipd_blob_reader *r, void *buf,
-                             size_t n);
+ssize_t ipd_blob_reader_read(struct ipd_blob_reader *r, void *buf, size_t n);
 void ipd_blob_reader_free(struct ipd_blob_reader *r); /* NULL is fine */
 
 /* Remove a committed blob; IPD_ERR_NOT_FOUND when already gone. */
@@ -166,8 +164,7 @@ void ipd_blob_iter_free(struct ipd_blob_iter *it);
  * removed, old or not, and neither by opening the store.  [out] *removed:
  * uploads removed. */
 enum ipd_err ipd_blobs_reap_incomplete(struct ipd_blobs *b,
-                                       int64_t older_than_ms,
-                                       int64_t *removed);
+                                       int64_t older_than_ms, int64_t *removed);
 /* Remove empty directories of the store (local: the two-character
  * directories blobs end up in; GridFS has none: *removed = 0).  Safe
  * against commits into the same directory at the same time, in this

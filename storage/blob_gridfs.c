@@ -7,11 +7,11 @@
  * writes chunks into fs.chunks as the body arrives (255 KiB each, the
  * GridFS default) and the fs.files document at commit; abort (413, a
  * client gone, a failed insert) removes the chunks, retried in the
- * background while the database is down.  A crash mid-upload can leave chunks without an fs.files
- * document; count_incomplete finds them and the reconcile job (scheduler)
- * removes them with reap_incomplete: chunk _ids are ObjectIds, whose first
- * four bytes are the time the chunk was written, so "abandoned for an
- * hour" needs no extra field.
+ * background while the database is down.  A crash mid-upload can leave chunks
+ * without an fs.files document; count_incomplete finds them and the reconcile
+ * job (scheduler) removes them with reap_incomplete: chunk _ids are ObjectIds,
+ * whose first four bytes are the time the chunk was written, so "abandoned for
+ * an hour" needs no extra field.
  *
  * The reconcile listing (iter) pages through fs.files by _id (the file id):
  * each batch is one bounded query starting after the last id seen.
@@ -52,10 +52,10 @@ struct gridfs_writer {
     struct ipd_blob_writer base;
     mongoc_client_t *client;
     mongoc_collection_t *files, *chunks;
-    unsigned char *buf;  /* the chunk being filled */
+    unsigned char *buf; /* the chunk being filled */
     size_t used;
-    int32_t n;           /* chunks written */
-    bool wrote;          /* any chunk reached the database */
+    int32_t n;  /* chunks written */
+    bool wrote; /* any chunk reached the database */
 };
 
 struct gridfs_reader {
@@ -105,8 +105,7 @@ static void id_value(const char *file_id, bson_value_t *v)
     v->value.v_utf8.len = (uint32_t)strlen(file_id);
 }
 
-enum ipd_err ipd_blobs_open_gridfs(struct ipd_mongo *mg,
-                                   struct ipd_blobs **out)
+enum ipd_err ipd_blobs_open_gridfs(struct ipd_mongo *mg, struct ipd_blobs **out)
 {
     struct gridfs_blobs *b = ipd_xcalloc(1, sizeof(*b));
     ipd__blobs_init(&b->base, &gridfs_ops);
@@ -130,8 +129,7 @@ static enum ipd_err gridfs_gate(struct ipd_blobs *b)
     return ipd_mongo_gate(mongo_of(b));
 }
 
-static enum ipd_err gridfs_writer_new(struct ipd_blobs *b,
-                                      const char *file_id,
+static enum ipd_err gridfs_writer_new(struct ipd_blobs *b, const char *file_id,
                                       struct ipd_blob_writer **out)
 {
     struct ipd_mongo *mg = mongo_of(b);
@@ -170,8 +168,8 @@ static enum ipd_err insert_chunk(struct gridfs_writer *w)
     return rc;
 }
 
-static enum ipd_err gridfs_write(struct ipd_blob_writer *base,
-                                 const void *data, size_t len)
+static enum ipd_err gridfs_write(struct ipd_blob_writer *base, const void *data,
+                                 size_t len)
 {
     struct gridfs_writer *w = (struct gridfs_writer *)base;
     const unsigned char *p = data;
@@ -269,8 +267,8 @@ static enum ipd_err gridfs_open(struct ipd_blobs *b, const char *file_id,
     if (rc)
         goto fail;
     id_value(file_id, &id);
-    r->stream = mongoc_gridfs_bucket_open_download_stream(r->b.bucket, &id,
-                                                          &err);
+    r->stream =
+        mongoc_gridfs_bucket_open_download_stream(r->b.bucket, &id, &err);
     if (!r->stream) {
         rc = err.domain == MONGOC_ERROR_GRIDFS &&
                      err.code == MONGOC_ERROR_GRIDFS_BUCKET_FILE_NOT_FOUND
@@ -322,8 +320,10 @@ static enum ipd_err gridfs_del(struct ipd_blobs *b, const char *file_id)
     struct ipd_mongo *mg = mongo_of(b);
     mongoc_client_t *c = ipd__mongo_pop(mg);
     mongoc_database_t *db = mongoc_client_get_database(c, mg->db);
-    mongoc_collection_t *files = mongoc_database_get_collection(db, BUCKET ".files");
-    mongoc_collection_t *chunks = mongoc_database_get_collection(db, BUCKET ".chunks");
+    mongoc_collection_t *files =
+        mongoc_database_get_collection(db, BUCKET ".files");
+    mongoc_collection_t *chunks =
+        mongoc_database_get_collection(db, BUCKET ".chunks");
     bson_t fq = BSON_INITIALIZER, cq = BSON_INITIALIZER, reply;
     bson_error_t err;
     bson_iter_t it;
@@ -362,10 +362,9 @@ out:
     return rc;
 }
 
-static enum ipd_err gridfs_list(struct ipd_blobs *b,
-                                int (*fn)(void *cls, const char *file_id,
-                                          int64_t size),
-                                void *cls)
+static enum ipd_err
+gridfs_list(struct ipd_blobs *b,
+            int (*fn)(void *cls, const char *file_id, int64_t size), void *cls)
 {
     struct bucket bk;
     bson_error_t err;
@@ -402,7 +401,8 @@ static enum ipd_err gridfs_count_incomplete(struct ipd_blobs *b, int64_t *n)
     struct ipd_mongo *mg = mongo_of(b);
     mongoc_client_t *c = ipd__mongo_pop(mg);
     mongoc_database_t *db = mongoc_client_get_database(c, mg->db);
-    mongoc_collection_t *files = mongoc_database_get_collection(db, BUCKET ".files");
+    mongoc_collection_t *files =
+        mongoc_database_get_collection(db, BUCKET ".files");
     bson_t cmd = BSON_INITIALIZER, reply;
     bson_error_t err;
     enum ipd_err rc = IPD_OK;
@@ -420,8 +420,8 @@ static enum ipd_err gridfs_count_incomplete(struct ipd_blobs *b, int64_t *n)
         while (bson_iter_next(&arr)) {
             bson_t q = BSON_INITIALIZER;
             bson_append_value(&q, "_id", 3, bson_iter_value(&arr));
-            int64_t found = mongoc_collection_count_documents(
-                files, &q, NULL, NULL, NULL, &err);
+            int64_t found = mongoc_collection_count_documents(files, &q, NULL,
+                                                              NULL, NULL, &err);
             bson_destroy(&q);
             if (found < 0) {
                 rc = ipd__mongo_err(&err, "counting GridFS files");
@@ -515,8 +515,8 @@ static enum ipd_err gridfs_iter_new(struct ipd_blobs *b,
 /* One query: up to cap files documents after it->last.  *seen counts
  * the documents read, *n those that are ours. */
 static enum ipd_err iter_batch(struct gridfs_iter *it, struct ipd_mongo *mg,
-                               struct ipd_blob_info *out, size_t cap,
-                               size_t *n, size_t *seen)
+                               struct ipd_blob_info *out, size_t cap, size_t *n,
+                               size_t *seen)
 {
     mongoc_client_t *c = ipd__mongo_pop(mg);
     mongoc_collection_t *files =
@@ -597,8 +597,9 @@ static void gridfs_iter_free(struct ipd_blob_iter *base)
 static void oid_at(int64_t ms, bson_oid_t *oid)
 {
     uint8_t raw[12] = {0};
-    uint32_t secs = ms <= 0 ? 0 : ms / 1000 > UINT32_MAX ? UINT32_MAX
-                                                         : (uint32_t)(ms / 1000);
+    uint32_t secs = ms <= 0                  ? 0
+                    : ms / 1000 > UINT32_MAX ? UINT32_MAX
+                                             : (uint32_t)(ms / 1000);
     raw[0] = (uint8_t)(secs >> 24);
     raw[1] = (uint8_t)(secs >> 16);
     raw[2] = (uint8_t)(secs >> 8);
@@ -628,8 +629,8 @@ static enum ipd_err chunks_idle(mongoc_collection_t *chunks,
         mongoc_collection_find_with_opts(chunks, &filter, &opts, NULL);
     if (mongoc_cursor_next(cur, &doc)) {
         if (bson_iter_init_find(&it, doc, "_id") && BSON_ITER_HOLDS_OID(&it))
-            *idle = (int64_t)bson_oid_get_time_t(bson_iter_oid(&it)) * 1000 <
-                    cut;
+            *idle =
+                (int64_t)bson_oid_get_time_t(bson_iter_oid(&it)) * 1000 < cut;
     } else if (mongoc_cursor_error(cur, &err)) {
         rc = ipd__mongo_err(&err, "reading GridFS chunks");
     }

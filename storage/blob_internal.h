@@ -41,11 +41,10 @@ struct ipd_blobs_ops {
      * first); blob.c sets the common fields. */
     enum ipd_err (*iter_new)(struct ipd_blobs *b, struct ipd_blob_iter **out);
     enum ipd_err (*iter_next)(struct ipd_blob_iter *it,
-                              struct ipd_blob_info *out, size_t cap,
-                              size_t *n);
+                              struct ipd_blob_info *out, size_t cap, size_t *n);
     void (*iter_free)(struct ipd_blob_iter *it);
-    enum ipd_err (*reap_incomplete)(struct ipd_blobs *b,
-                                    int64_t older_than_ms, int64_t *removed);
+    enum ipd_err (*reap_incomplete)(struct ipd_blobs *b, int64_t older_than_ms,
+                                    int64_t *removed);
     enum ipd_err (*prune_dirs)(struct ipd_blobs *b, int64_t *removed);
 };
 
@@ -65,7 +64,7 @@ struct ipd_blob_writer {
     char file_id[IPD_ID_MAX];
     int64_t size, max;
     struct ipd_sha256 *sha;
-    unsigned char *head;  /* first bytes, up to IPD_BLOB_HEAD_MAX */
+    unsigned char *head; /* first bytes, up to IPD_BLOB_HEAD_MAX */
     size_t head_len;
     unsigned char tail[4]; /* last 4 bytes */
     /* Set by a backend that computes the SHA-256 itself (it then fills

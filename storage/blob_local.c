@@ -126,8 +126,8 @@ static void close_keep_errno(int fd)
  * directory locks; the caller holds blobs/tmp exclusive). */
 static bool remove_if_unlocked(int tmpfd, const char *name)
 {
-    int fd = openat(tmpfd, name,
-                    O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int fd =
+        openat(tmpfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     bool removed = false;
     if (fd < 0)
         return false;
@@ -138,9 +138,8 @@ static bool remove_if_unlocked(int tmpfd, const char *name)
 }
 
 /* Call fn for each entry of the directory at dirfd (not . or ..). */
-static enum ipd_err each_entry(int dirfd,
-                               int (*fn)(void *cls, const char *name),
-                               void *cls)
+static enum ipd_err
+each_entry(int dirfd, int (*fn)(void *cls, const char *name), void *cls)
 {
     int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
@@ -168,8 +167,7 @@ static int remove_stale(void *cls, const char *name)
     return 0;
 }
 
-enum ipd_err ipd_blobs_open_local(const char *data_dir,
-                                  struct ipd_blobs **out)
+enum ipd_err ipd_blobs_open_local(const char *data_dir, struct ipd_blobs **out)
 {
     enum ipd_err rc = IPD_OK;
     struct local_blobs *b = ipd_xcalloc(1, sizeof(*b));
@@ -240,8 +238,7 @@ static enum ipd_err local_writer_new(struct ipd_blobs *base,
     int tmpfd = local(base)->tmpfd, lfd = dir_lock(tmpfd, LOCK_SH);
     w->fd = lfd < 0 ? -1
                     : openat(tmpfd, w->tmpname,
-                             O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC |
-                                 O_NOFOLLOW,
+                             O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW,
                              0600);
     if (w->fd >= 0 && flock(w->fd, LOCK_EX | LOCK_NB)) {
         close_keep_errno(w->fd);
@@ -274,7 +271,8 @@ static void *hash_thread(void *arg)
         int64_t end = w->written, off = w->hashed;
         pthread_mutex_unlock(&w->lock);
         while (off < end && !w->hash_failed) {
-            size_t want = (size_t)(end - off < HASH_READ ? end - off : HASH_READ);
+            size_t want =
+                (size_t)(end - off < HASH_READ ? end - off : HASH_READ);
             ssize_t n = pread(w->fd, buf, want, off);
             if (n < 0 && errno == EINTR)
                 continue;
@@ -335,8 +333,8 @@ static void hash_start(struct local_writer *w)
     w->base.own_sha256 = local_sha256;
 }
 
-static enum ipd_err local_write(struct ipd_blob_writer *base,
-                                const void *data, size_t len)
+static enum ipd_err local_write(struct ipd_blob_writer *base, const void *data,
+                                size_t len)
 {
     struct local_writer *w = (struct local_writer *)base;
     if (!w->hashing && !base->own_sha256 &&
@@ -457,8 +455,7 @@ static enum ipd_err local_open(struct ipd_blobs *base, const char *file_id,
     struct stat st;
     if (blob_path(file_id, dir, path))
         return IPD_ERR_NOT_FOUND;
-    int f = openat(local(base)->dirfd, path,
-                   O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    int f = openat(local(base)->dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (f < 0)
         return errno == ENOENT ? IPD_ERR_NOT_FOUND : IPD_ERR_IO;
     if (fstat(f, &st) || !S_ISREG(st.st_mode)) {
@@ -542,10 +539,9 @@ static int list_dir(void *cls, const char *name)
     return c->stop;
 }
 
-static enum ipd_err local_list(struct ipd_blobs *base,
-                               int (*fn)(void *cls, const char *file_id,
-                                         int64_t size),
-                               void *cls)
+static enum ipd_err
+local_list(struct ipd_blobs *base,
+           int (*fn)(void *cls, const char *file_id, int64_t size), void *cls)
 {
     struct list_ctx c = {local(base), fn, cls, -1, 0};
     return each_entry(c.b->dirfd, list_dir, &c);
@@ -591,8 +587,8 @@ static enum ipd_err local_iter_new(struct ipd_blobs *base,
                                    struct ipd_blob_iter **out)
 {
     struct local_iter *it = ipd_xcalloc(1, sizeof(*it));
-    int fd = openat(local(base)->dirfd, ".",
-                    O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    int fd =
+        openat(local(base)->dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     it->root = fd >= 0 ? fdopendir(fd) : NULL;
     if (!it->root) {
         ipd_error("listing the blob store: %s", strerror(errno));

@@ -61,10 +61,10 @@
 
 /* Which MIME family the content is in; the extension refines within it. */
 enum family {
-    FAM_TEXT,    /* any text: refined by text extensions */
-    FAM_ZIP,     /* plain zip: refined by OOXML extensions */
-    FAM_OLE,     /* OLE2 compound file: refined by legacy Office extensions */
-    FAM_OTHER,   /* decided by the MIME type alone */
+    FAM_TEXT,  /* any text: refined by text extensions */
+    FAM_ZIP,   /* plain zip: refined by OOXML extensions */
+    FAM_OLE,   /* OLE2 compound file: refined by legacy Office extensions */
+    FAM_OTHER, /* decided by the MIME type alone */
 };
 
 struct ext_rule {
@@ -100,7 +100,8 @@ static const struct ext_rule zip_exts[] = {
     {"docx", "word",
      "application/vnd.openxmlformats-officedocument.wordprocessingml.document"},
     {"pptx", "powerpoint",
-     "application/vnd.openxmlformats-officedocument.presentationml.presentation"},
+     "application/"
+     "vnd.openxmlformats-officedocument.presentationml.presentation"},
 };
 
 /* Extensions that refine an OLE2 compound file libmagic could not name. */
@@ -117,9 +118,12 @@ struct mime_rule {
 
 /* Content that is text although its type is not under text/. */
 static const char *const text_like[] = {
-    "application/json",         "application/x-ndjson",
-    "application/xml",          "application/javascript",
-    "application/yaml",         "application/x-yaml",
+    "application/json",
+    "application/x-ndjson",
+    "application/xml",
+    "application/javascript",
+    "application/yaml",
+    "application/x-yaml",
     "application/x-wine-extension-ini",
     "application/x-setupscript",
 };
@@ -196,7 +200,9 @@ static const char *const zip_mimes[] = {"application/zip", "application/x-zip"};
 
 /* OLE2 containers libmagic did not look inside (or could not name). */
 static const char *const ole_mimes[] = {
-    "application/x-ole-storage", "application/cdfv2", "application/x-cdf",
+    "application/x-ole-storage",
+    "application/cdfv2",
+    "application/x-cdf",
     "application/vnd.ms-office",
 };
 
@@ -322,8 +328,8 @@ static enum family family_of(const char *mime)
 /* Text: the extension picks the format; without a known one, libmagic's
  * specific answer does; otherwise it is plain "text".  *mime and *type are
  * borrowed (static or magic). */
-static void classify_text(const char *magic, const char *ext,
-                          const char **mime, const char **type)
+static void classify_text(const char *magic, const char *ext, const char **mime,
+                          const char **type)
 {
     const struct ext_rule *r =
         find_ext(text_exts, IPD_ARRAY_LEN(text_exts), ext);
@@ -367,9 +373,7 @@ void ipd_filetype_classify(const char *magic_mime, const char *filename,
         goto out;
 
     switch (family_of(magic)) {
-    case FAM_TEXT:
-        classify_text(magic, ext, &m, &t);
-        break;
+    case FAM_TEXT: classify_text(magic, ext, &m, &t); break;
     case FAM_ZIP:
         r = find_ext(zip_exts, IPD_ARRAY_LEN(zip_exts), ext);
         t = r ? r->type : "archive";

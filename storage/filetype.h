@@ -39,16 +39,14 @@ size_t ipd_filetype_handles(struct ipd_filetype *ft);
  * Must not run concurrently with ipd_filetype_free.
  */
 enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
-                                 const char *filename,
-                                 char mime[IPD_MIME_MAX],
+                                 const char *filename, char mime[IPD_MIME_MAX],
                                  char file_type[IPD_FILE_TYPE_MAX]);
 
 /* The same from bytes in memory: head is the first n bytes of the file
  * (libmagic looks at these; 1 MiB is plenty), tail its last 4 bytes or
  * NULL, size its total length.  For stores that can't pread (GridFS). */
-enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft,
-                                     const void *head, size_t n,
-                                     const void *tail, int64_t size,
+enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft, const void *head,
+                                     size_t n, const void *tail, int64_t size,
                                      const char *filename,
                                      char mime[IPD_MIME_MAX],
                                      char file_type[IPD_FILE_TYPE_MAX]);
@@ -63,9 +61,10 @@ void ipd_filetype_classify(const char *magic_mime, const char *filename,
  * Sanitise a user-supplied filename (name_len bytes; may contain NUL).
  * In this order: checks UTF-8, keeps only the last path component ('/' and
  * '\\' separate), strips leading and trailing ASCII whitespace, replaces
- * control characters (C0 including NUL, DEL, C1) with '_'.  Bidirectional and other format characters are kept: they are
- * stored as given and made harmless where rendered (Content-Disposition).
- * Fails with IPD_ERR_INVALID when the name is not UTF-8, is empty, "." or
+ * control characters (C0 including NUL, DEL, C1) with '_'.  Bidirectional and
+ * other format characters are kept: they are stored as given and made harmless
+ * where rendered (Content-Disposition). Fails with IPD_ERR_INVALID when the
+ * name is not UTF-8, is empty, "." or
  * ".." after that, and IPD_ERR_TOO_LARGE when over 255 bytes.
  */
 enum ipd_err ipd_filename_sanitize(const char *name, size_t name_len,
@@ -75,9 +74,9 @@ enum ipd_err ipd_filename_sanitize(const char *name, size_t name_len,
  * The Content-Disposition value for a download:
  *   attachment; filename="<ASCII fallback>"; filename*=UTF-8''<pct-encoded>
  * The fallback replaces each non-ASCII character, quotes, backslashes,
- * '%' and controls with one '_'; the filename* form percent-encodes everything outside RFC 5987's
- * attr-char, so bidi marks and newlines can't change how it reads.
- * Returns a new string the caller frees with free().
+ * '%' and controls with one '_'; the filename* form percent-encodes everything
+ * outside RFC 5987's attr-char, so bidi marks and newlines can't change how it
+ * reads. Returns a new string the caller frees with free().
  */
 char *ipd_content_disposition(const char *filename);
 

@@ -64,10 +64,10 @@ struct ipd_filetype {
     pthread_mutex_t lock; /* guards the fields below */
     pthread_cond_t cond;  /* signalled when a handle goes back */
     magic_t idle[POOL_MAX];
-    size_t n_idle;        /* handles in idle[] */
-    size_t n_open;        /* handles that exist: idle and lent out */
-    void *db;             /* the compiled database, mapped read-only once
-                           * for every handle; NULL: each loads its own */
+    size_t n_idle; /* handles in idle[] */
+    size_t n_open; /* handles that exist: idle and lent out */
+    void *db;      /* the compiled database, mapped read-only once
+                    * for every handle; NULL: each loads its own */
     size_t db_len;
 };
 
@@ -87,8 +87,8 @@ static bool text_magic_empty(const char *path)
     while (empty && fgets(line, sizeof(line), f)) {
         size_t lead = strspn(line, " \t\r\n");
         size += (long)strlen(line);
-        empty = size <= TEXT_MAGIC_MAX &&
-                (line[lead] == '\0' || line[lead] == '#');
+        empty =
+            size <= TEXT_MAGIC_MAX && (line[lead] == '\0' || line[lead] == '#');
     }
     empty = empty && !ferror(f);
 out:
@@ -153,8 +153,8 @@ static magic_t handle_open(struct ipd_filetype *ft)
     magic_t m = magic_open(MAGIC_MIME_TYPE | MAGIC_ERROR);
     if (!m)
         goto out;
-    if ((ft->db ? magic_load_buffers(m, bufs, lens, 1)
-                : magic_load(m, NULL)) != 0 ||
+    if ((ft->db ? magic_load_buffers(m, bufs, lens, 1) : magic_load(m, NULL)) !=
+            0 ||
         magic_setparam(m, MAGIC_PARAM_BYTES_MAX, &bytes_max) != 0) {
         magic_close(m);
         m = NULL;
@@ -304,9 +304,8 @@ static void second_opinion(const unsigned char *head, size_t n,
                sizeof("application/vnd.apache.parquet"));
 }
 
-enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft,
-                                     const void *head, size_t n,
-                                     const void *tail, int64_t size,
+enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft, const void *head,
+                                     size_t n, const void *tail, int64_t size,
                                      const char *filename,
                                      char mime[IPD_MIME_MAX],
                                      char file_type[IPD_FILE_TYPE_MAX])
@@ -331,8 +330,7 @@ enum ipd_err ipd_filetype_detect_buf(struct ipd_filetype *ft,
 }
 
 enum ipd_err ipd_filetype_detect(struct ipd_filetype *ft, int fd,
-                                 const char *filename,
-                                 char mime[IPD_MIME_MAX],
+                                 const char *filename, char mime[IPD_MIME_MAX],
                                  char file_type[IPD_FILE_TYPE_MAX])
 {
     enum ipd_err rc = IPD_OK;

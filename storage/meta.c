@@ -18,8 +18,7 @@ void ipd_file_list_release(struct ipd_file_list *l)
     l->more = false;
 }
 
-void ipd_cursor_format(const struct ipd_file_meta *f,
-                       char out[IPD_CURSOR_MAX])
+void ipd_cursor_format(const struct ipd_file_meta *f, char out[IPD_CURSOR_MAX])
 {
     snprintf(out, IPD_CURSOR_MAX, "%lld.%s", (long long)f->created_at_ms,
              f->file_id);
@@ -34,16 +33,15 @@ bool ipd_cursor_parse(const char *s, struct ipd_cursor *c)
         return false;
     memcpy(num, s, (size_t)(dot - s));
     num[dot - s] = '\0';
-    if (ipd_int_parse(num, 0, INT64_MAX, &ms) ||
-        !ipd_id_valid("file", dot + 1))
+    if (ipd_int_parse(num, 0, INT64_MAX, &ms) || !ipd_id_valid("file", dot + 1))
         return false;
     c->created_at_ms = ms;
     snprintf(c->file_id, sizeof(c->file_id), "%s", dot + 1);
     return true;
 }
 
-bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count,
-                        int64_t bytes, int64_t size)
+bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count, int64_t bytes,
+                        int64_t size)
 {
     if (q->max_files >= 0 && count >= q->max_files)
         return true;
@@ -64,8 +62,7 @@ bool ipd_quota_limits(const struct ipd_quota *q)
                  ipd_quota_limits_tenant(q));
 }
 
-enum ipd_err ipd_meta_quota_full(struct ipd_meta *m,
-                                 const struct ipd_quota *q,
+enum ipd_err ipd_meta_quota_full(struct ipd_meta *m, const struct ipd_quota *q,
                                  const char *tenant, const char *user_id,
                                  int64_t size, int64_t now_ms,
                                  const char **full)
@@ -87,8 +84,8 @@ enum ipd_err ipd_meta_quota_full(struct ipd_meta *m,
     return rc;
 }
 
-void ipd_quota_message(const struct ipd_quota *q, const char *full,
-                       char *out, size_t n)
+void ipd_quota_message(const struct ipd_quota *q, const char *full, char *out,
+                       size_t n)
 {
     bool tenant = full && !strcmp(full, "tenant") && q && q->tenant;
     const struct ipd_quota *l = tenant ? q->tenant : q;
@@ -108,9 +105,8 @@ void ipd_quota_message(const struct ipd_quota *q, const char *full,
 }
 
 enum ipd_err ipd_meta_tenant_usage(struct ipd_meta *m, int64_t now_ms,
-                                   size_t limit,
-                                   struct ipd_tenant_usage *out, size_t *n,
-                                   bool *more)
+                                   size_t limit, struct ipd_tenant_usage *out,
+                                   size_t *n, bool *more)
 {
     *n = 0;
     *more = false;
@@ -172,7 +168,9 @@ enum ipd_err ipd_meta_file_list(struct ipd_meta *m, const char *tenant,
                                 struct ipd_file_list *out)
 {
     enum ipd_err rc = gate(m);
-    return rc ? rc : m->ops->file_list(m, tenant, user_id, now_ms, after, limit, out);
+    return rc ? rc
+              : m->ops->file_list(m, tenant, user_id, now_ms, after, limit,
+                                  out);
 }
 
 enum ipd_err ipd_meta_file_delete(struct ipd_meta *m, const char *tenant,
@@ -180,7 +178,8 @@ enum ipd_err ipd_meta_file_delete(struct ipd_meta *m, const char *tenant,
                                   int64_t now_ms, struct ipd_file_meta *out)
 {
     enum ipd_err rc = gate(m);
-    return rc ? rc : m->ops->file_delete(m, tenant, user_id, file_id, now_ms, out);
+    return rc ? rc
+              : m->ops->file_delete(m, tenant, user_id, file_id, now_ms, out);
 }
 
 enum ipd_err ipd_meta_file_usage(struct ipd_meta *m, const char *tenant,
@@ -188,18 +187,17 @@ enum ipd_err ipd_meta_file_usage(struct ipd_meta *m, const char *tenant,
                                  int64_t *count, int64_t *bytes)
 {
     enum ipd_err rc = gate(m);
-    return rc ? rc : m->ops->file_usage(m, tenant, user_id, now_ms, count, bytes);
+    return rc ? rc
+              : m->ops->file_usage(m, tenant, user_id, now_ms, count, bytes);
 }
 
 enum ipd_err ipd_meta_file_list_expired(struct ipd_meta *m, int64_t now_ms,
-                                        size_t limit,
-                                        struct ipd_file_list *out)
+                                        size_t limit, struct ipd_file_list *out)
 {
     return m->ops->file_list_expired(m, now_ms, limit, out);
 }
 
-enum ipd_err ipd_meta_file_delete_by_id(struct ipd_meta *m,
-                                        const char *file_id)
+enum ipd_err ipd_meta_file_delete_by_id(struct ipd_meta *m, const char *file_id)
 {
     return m->ops->file_delete_by_id(m, file_id);
 }
@@ -248,8 +246,7 @@ enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
     return m->ops->key_revoke(m, key_id, now_ms);
 }
 
-enum ipd_err ipd_meta_key_rotate_secret(struct ipd_meta *m,
-                                        const char *tenant,
+enum ipd_err ipd_meta_key_rotate_secret(struct ipd_meta *m, const char *tenant,
                                         const char *current, const char *next,
                                         int64_t now_ms)
 {

@@ -37,7 +37,7 @@
 #include "../service/common/util.h"
 
 /* IPD_TENANT_MAX, IPD_USER_ID_MAX, IPD_POLICY_MAX: principal.h */
-#define IPD_FILENAME_MAX 256  /* 255 bytes of UTF-8 and the NUL */
+#define IPD_FILENAME_MAX 256 /* 255 bytes of UTF-8 and the NUL */
 #define IPD_MIME_MAX 128
 #define IPD_FILE_TYPE_MAX 32
 #define IPD_SOURCE_MAX 16
@@ -45,18 +45,18 @@
 
 /* One file's metadata.  Plain data: copy it with =, nothing to free. */
 struct ipd_file_meta {
-    char file_id[IPD_ID_MAX];        /* "file_<26 base32>" */
+    char file_id[IPD_ID_MAX]; /* "file_<26 base32>" */
     char tenant[IPD_TENANT_MAX];
     char user_id[IPD_USER_ID_MAX];
-    char filename[IPD_FILENAME_MAX]; /* as given, sanitised (no '/') */
-    int64_t size;                    /* bytes */
-    char mime_type[IPD_MIME_MAX];    /* from libmagic */
+    char filename[IPD_FILENAME_MAX];   /* as given, sanitised (no '/') */
+    int64_t size;                      /* bytes */
+    char mime_type[IPD_MIME_MAX];      /* from libmagic */
     char file_type[IPD_FILE_TYPE_MAX]; /* category, see filetype.h */
-    char sha256[IPD_SHA256_HEX];     /* lowercase hex */
-    char source[IPD_SOURCE_MAX];     /* "upload", "url", "generated" */
-    char blob[IPD_BLOB_MAX];         /* where the bytes are: blob backend name */
+    char sha256[IPD_SHA256_HEX];       /* lowercase hex */
+    char source[IPD_SOURCE_MAX];       /* "upload", "url", "generated" */
+    char blob[IPD_BLOB_MAX]; /* where the bytes are: blob backend name */
     int64_t created_at_ms;
-    int64_t expires_at_ms;           /* IPD_TIME_NEVER when it never expires */
+    int64_t expires_at_ms; /* IPD_TIME_NEVER when it never expires */
 };
 
 /* A page of files.  ipd_file_list_release frees items. */
@@ -78,8 +78,7 @@ struct ipd_cursor {
 /* Cursors travel to clients as "<created_at_ms>.<file_id>", opaque to
  * them.  Format the cursor that follows f; IPD_CURSOR_MAX bytes. */
 #define IPD_CURSOR_MAX 72
-void ipd_cursor_format(const struct ipd_file_meta *f,
-                       char out[IPD_CURSOR_MAX]);
+void ipd_cursor_format(const struct ipd_file_meta *f, char out[IPD_CURSOR_MAX]);
 /* Parse a client's cursor; false for anything this server didn't make. */
 bool ipd_cursor_parse(const char *s, struct ipd_cursor *c);
 
@@ -99,8 +98,8 @@ struct ipd_quota {
  * more file of size bytes under q's max_files and max_bytes (limits < 0
  * are unlimited; q->tenant is not looked at).  The one rule every backend
  * and the early checks apply, to the user's scope and to the tenant's. */
-bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count,
-                        int64_t bytes, int64_t size);
+bool ipd_quota_exceeded(const struct ipd_quota *q, int64_t count, int64_t bytes,
+                        int64_t size);
 /* True when q (NULL: none) limits anything, the user's scope or the
  * tenant's. */
 bool ipd_quota_limits(const struct ipd_quota *q);
@@ -118,9 +117,9 @@ struct ipd_tenant_usage {
 
 /* One API key record; the plain key is never stored. */
 struct ipd_key {
-    char key_id[IPD_ID_MAX];          /* "key_<26 base32>", public */
+    char key_id[IPD_ID_MAX]; /* "key_<26 base32>", public */
     char tenant[IPD_TENANT_MAX];
-    char hash[IPD_SHA256_HEX];        /* sha256 hex of the plain key */
+    char hash[IPD_SHA256_HEX]; /* sha256 hex of the plain key */
     bool admin;
     int64_t created_at_ms;
     int64_t revoked_at_ms;            /* 0 while the key is valid */
@@ -255,23 +254,21 @@ enum ipd_err ipd_meta_file_usage(struct ipd_meta *m, const char *tenant,
  * one more file of size bytes (0 when the size is not known yet), NULL
  * when both have.  The insert checks again, atomically.  q NULL: no
  * quota (*full NULL, nothing read). */
-enum ipd_err ipd_meta_quota_full(struct ipd_meta *m,
-                                 const struct ipd_quota *q,
+enum ipd_err ipd_meta_quota_full(struct ipd_meta *m, const struct ipd_quota *q,
                                  const char *tenant, const char *user_id,
                                  int64_t size, int64_t now_ms,
                                  const char **full);
 /* The message of a 507 for scope full ("user" or "tenant") of q, naming
  * its limits, into out (n bytes). */
-void ipd_quota_message(const struct ipd_quota *q, const char *full,
-                       char *out, size_t n);
+void ipd_quota_message(const struct ipd_quota *q, const char *full, char *out,
+                       size_t n);
 /* Up to limit tenants with unexpired files, most bytes first (ties by
  * tenant), into out (an array of limit the caller provides); *n of them
  * filled, *more when further tenants have files.  Reads every unexpired
  * record: the admin status, not a request path. */
 enum ipd_err ipd_meta_tenant_usage(struct ipd_meta *m, int64_t now_ms,
-                                   size_t limit,
-                                   struct ipd_tenant_usage *out, size_t *n,
-                                   bool *more);
+                                   size_t limit, struct ipd_tenant_usage *out,
+                                   size_t *n, bool *more);
 /* Up to limit expired records of any scope, oldest expiry first. */
 enum ipd_err ipd_meta_file_list_expired(struct ipd_meta *m, int64_t now_ms,
                                         size_t limit,
@@ -299,7 +296,8 @@ enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
  * none.  [out] out */
 enum ipd_err ipd_meta_key_find_tenant(struct ipd_meta *m, const char *tenant,
                                       struct ipd_key *out);
-/* Every key, oldest first (ties by key_id).  Release with ipd_key_list_release. */
+/* Every key, oldest first (ties by key_id).  Release with ipd_key_list_release.
+ */
 enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out);
 /* Mark revoked at now_ms (> 0: 0 means "valid"); IPD_ERR_NOT_FOUND for an
  * unknown id.  Revoking a revoked key is IPD_OK and keeps the first
@@ -312,8 +310,7 @@ enum ipd_err ipd_meta_key_revoke(struct ipd_meta *m, const char *key_id,
  * holding another secret are left alone, so of two rotations that race
  * one finds nothing to change.  IPD_ERR_NOT_FOUND when no key matched;
  * IPD_ERR_INVALID for an empty tenant, current or next. */
-enum ipd_err ipd_meta_key_rotate_secret(struct ipd_meta *m,
-                                        const char *tenant,
+enum ipd_err ipd_meta_key_rotate_secret(struct ipd_meta *m, const char *tenant,
                                         const char *current, const char *next,
                                         int64_t now_ms);
 
@@ -335,7 +332,7 @@ enum ipd_err ipd_meta_file_scan(struct ipd_meta *m, const char *after,
 
 /* ---- Leases: one holder at a time across processes and nodes ---------- */
 
-#define IPD_LEASE_NAME_MAX 64  /* lease names, NUL included */
+#define IPD_LEASE_NAME_MAX 64   /* lease names, NUL included */
 #define IPD_LEASE_OWNER_MAX 128 /* owner tokens, NUL included */
 
 /*

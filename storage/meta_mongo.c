@@ -140,9 +140,9 @@
 #define COLL_LEASES "leases"
 
 #define LOCK_TTL_MIN_MS 10000 /* a dead holder's lock is stale after this */
-#define LOCK_WAIT_MS 5000  /* wait this long for a busy lock, then 503 */
+#define LOCK_WAIT_MS 5000     /* wait this long for a busy lock, then 503 */
 #define LOCK_BACKOFF_MAX_MS 50
-#define LOST_LOCKS_MAX 64  /* our locks whose release is still owed */
+#define LOST_LOCKS_MAX 64 /* our locks whose release is still owed */
 
 /* A quota lock of ours that may still be in the store although we no
  * longer hold it (see "Locks we lost track of" at the top). */
@@ -152,8 +152,8 @@ struct lost_lock {
 };
 
 struct meta_mongo {
-    struct ipd_meta base;  /* first: the dispatcher casts */
-    struct ipd_mongo *mg;  /* borrowed: outlives the store */
+    struct ipd_meta base;    /* first: the dispatcher casts */
+    struct ipd_mongo *mg;    /* borrowed: outlives the store */
     pthread_mutex_t lost_mu; /* guards lost[] and n_lost */
     struct lost_lock lost[LOST_LOCKS_MAX];
     size_t n_lost;
@@ -252,8 +252,7 @@ static enum ipd_err key_to_doc(const struct ipd_key *k, bson_t *b)
     if (!rc)
         rc = put_str(b, "policy", k->policy, sizeof(k->policy));
     if (!rc)
-        rc = put_str(b, "prev_secret", k->prev_secret,
-                     sizeof(k->prev_secret));
+        rc = put_str(b, "prev_secret", k->prev_secret, sizeof(k->prev_secret));
     if (rc)
         goto out;
     if (k->secret_rotated_at_ms == 0)
@@ -362,8 +361,7 @@ static enum ipd_err doc_to_file(const bson_t *d, struct ipd_file_meta *f)
     if (!rc)
         rc = get_date(d, "uploaded_at", false, 0, &f->created_at_ms);
     if (!rc)
-        rc = get_date(d, "expires_at", true, IPD_TIME_NEVER,
-                      &f->expires_at_ms);
+        rc = get_date(d, "expires_at", true, IPD_TIME_NEVER, &f->expires_at_ms);
     return rc;
 }
 
@@ -398,11 +396,10 @@ static enum ipd_err doc_to_key(const bson_t *d, struct ipd_key *k)
         memcpy(k->policy, "standard", sizeof("standard"));
     /* Keys written before rotation existed: never rotated. */
     if (!rc && bson_iter_init_find(&it, d, "prev_secret"))
-        rc = get_str(d, "prev_secret", k->prev_secret,
-                     sizeof(k->prev_secret));
+        rc = get_str(d, "prev_secret", k->prev_secret, sizeof(k->prev_secret));
     if (!rc && bson_iter_init_find(&it, d, "secret_rotated_at"))
-        rc = get_date(d, "secret_rotated_at", true, 0,
-                      &k->secret_rotated_at_ms);
+        rc =
+            get_date(d, "secret_rotated_at", true, 0, &k->secret_rotated_at_ms);
 out:
     return rc;
 }
@@ -468,8 +465,8 @@ static enum ipd_err collect(mongoc_collection_t *coll, const bson_t *filter,
                             const char *what, void **items, size_t *n,
                             bool *more)
 {
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(coll, filter, opts,
-                                                            NULL);
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(coll, filter, opts, NULL);
     const bson_t *doc;
     bson_error_t err;
     size_t alloc = 0;
@@ -557,8 +554,7 @@ static enum ipd_err collect_files(mongoc_collection_t *coll,
  * server's $sum would turn an int64 overflow into a double.  Saturates at
  * INT64_MAX, which is over any byte quota. */
 static enum ipd_err sum_sizes(mongoc_collection_t *coll, const bson_t *filter,
-                              const char *what, int64_t *count,
-                              int64_t *bytes)
+                              const char *what, int64_t *count, int64_t *bytes)
 {
     bson_t opts = BSON_INITIALIZER, proj;
     mongoc_cursor_t *cur = NULL;
@@ -620,7 +616,8 @@ static void lost_add(struct meta_mongo *s, const char *id, const char *owner)
     pthread_mutex_unlock(&s->lost_mu);
     if (!kept)
         ipd_warn("meta_mongo: quota lock of %s may stay until it goes "
-                 "stale", id);
+                 "stale",
+                 id);
 }
 
 /* Delete the scope's lock if its holder let it expire.  [out] *deleted */
@@ -654,9 +651,8 @@ out:
 }
 
 /* Take the lock id for owner, waiting up to LOCK_WAIT_MS. */
-static enum ipd_err lock_take(struct meta_mongo *s,
-                              mongoc_collection_t *locks, const char *id,
-                              const char *owner, int64_t ttl_ms)
+static enum ipd_err lock_take(struct meta_mongo *s, mongoc_collection_t *locks,
+                              const char *id, const char *owner, int64_t ttl_ms)
 {
     int64_t deadline = ipd_mono_ms() + LOCK_WAIT_MS;
     int64_t backoff = 1;
@@ -744,7 +740,8 @@ static void lost_release(struct meta_mongo *s, mongoc_collection_t *locks)
     for (size_t i = 0; i < n; i++) {
         if (lock_delete(locks, todo[i].id, todo[i].owner))
             ipd_info("meta_mongo: released the quota lock of %s left by "
-                     "an outage", todo[i].id);
+                     "an outage",
+                     todo[i].id);
         else
             lost_add(s, todo[i].id, todo[i].owner);
     }
@@ -754,8 +751,8 @@ static void lost_release(struct meta_mongo *s, mongoc_collection_t *locks)
  * tenant's) past the limits of q. */
 static enum ipd_err scope_check(mongoc_collection_t *files,
                                 const struct ipd_file_meta *f,
-                                const char *user_id,
-                                const struct ipd_quota *q, int64_t now_ms)
+                                const char *user_id, const struct ipd_quota *q,
+                                int64_t now_ms)
 {
     bson_t filter = BSON_INITIALIZER;
     int64_t count = 0, bytes = 0;
@@ -806,8 +803,7 @@ static enum ipd_err insert_doc(mongoc_collection_t *coll, const bson_t *doc,
 static enum ipd_err insert_with_quota(struct meta_mongo *s, struct op *op,
                                       const struct ipd_file_meta *f,
                                       const bson_t *doc,
-                                      const struct ipd_quota *q,
-                                      int64_t now_ms)
+                                      const struct ipd_quota *q, int64_t now_ms)
 {
     mongoc_collection_t *locks = NULL;
     char id[IPD_TENANT_MAX + IPD_USER_ID_MAX + 1];
@@ -932,19 +928,19 @@ static void append_after(bson_t *b, const struct ipd_cursor *c)
 {
     bson_t or, br, cmp;
 
-    bson_append_array_begin(b, "$or", -1, &or);
-    bson_append_document_begin(&or, "0", -1, &br);
+    bson_append_array_begin(b, "$or", -1, & or);
+    bson_append_document_begin(& or, "0", -1, &br);
     bson_append_document_begin(&br, "uploaded_at", -1, &cmp);
     BSON_APPEND_DATE_TIME(&cmp, "$lt", c->created_at_ms);
     bson_append_document_end(&br, &cmp);
-    bson_append_document_end(&or, &br);
-    bson_append_document_begin(&or, "1", -1, &br);
+    bson_append_document_end(& or, &br);
+    bson_append_document_begin(& or, "1", -1, &br);
     BSON_APPEND_DATE_TIME(&br, "uploaded_at", c->created_at_ms);
     bson_append_document_begin(&br, "file_id", -1, &cmp);
     BSON_APPEND_UTF8(&cmp, "$lt", c->file_id);
     bson_append_document_end(&br, &cmp);
-    bson_append_document_end(&or, &br);
-    bson_append_array_end(b, &or);
+    bson_append_document_end(& or, &br);
+    bson_append_array_end(b, & or);
 }
 
 static enum ipd_err mg_file_list(struct ipd_meta *m, const char *tenant,
@@ -1056,8 +1052,8 @@ static enum ipd_err mg_file_list_expired(struct ipd_meta *m, int64_t now_ms,
     bson_append_document_end(&filter, &cmp);
     sort_limit_opts(&opts, "expires_at", "file_id", 1, limit);
     op_begin(s, COLL_FILES, &op);
-    rc = collect_files(op.coll, &filter, &opts, limit, "file_list_expired",
-                       out);
+    rc =
+        collect_files(op.coll, &filter, &opts, limit, "file_list_expired", out);
     op_end(s, &op);
     bson_destroy(&opts);
     bson_destroy(&filter);
@@ -1142,10 +1138,9 @@ out:
     return rc;
 }
 
-static enum ipd_err mg_key_rotate_secret(struct ipd_meta *m,
-                                         const char *tenant,
-                                         const char *current,
-                                         const char *next, int64_t now_ms)
+static enum ipd_err mg_key_rotate_secret(struct ipd_meta *m, const char *tenant,
+                                         const char *current, const char *next,
+                                         int64_t now_ms)
 {
     struct meta_mongo *s = (struct meta_mongo *)m;
     struct op op = {0};
@@ -1166,8 +1161,8 @@ static enum ipd_err mg_key_rotate_secret(struct ipd_meta *m,
     bson_append_document_end(&update, &set);
     op_begin(s, COLL_KEYS, &op);
     bson_destroy(&reply);
-    if (!mongoc_collection_update_many(op.coll, &filter, &update, NULL,
-                                       &reply, &err)) {
+    if (!mongoc_collection_update_many(op.coll, &filter, &update, NULL, &reply,
+                                       &err)) {
         rc = ipd__mongo_err(&err, "key_rotate_secret");
         goto out;
     }
@@ -1546,9 +1541,8 @@ static bool tenant_before(const struct ipd_tenant_usage *a,
 
 /* Offer u to out[0..*n), the best limit so far in that order; *more once
  * one is left out. */
-static void tenant_offer(struct ipd_tenant_usage *out, size_t limit,
-                         size_t *n, bool *more,
-                         const struct ipd_tenant_usage *u)
+static void tenant_offer(struct ipd_tenant_usage *out, size_t limit, size_t *n,
+                         bool *more, const struct ipd_tenant_usage *u)
 {
     size_t i = *n;
 
@@ -1569,9 +1563,8 @@ static void tenant_offer(struct ipd_tenant_usage *out, size_t limit,
  * tenant in C (exact int64 sums, as sum_sizes); the list keeps the top
  * limit. */
 static enum ipd_err mg_tenant_usage(struct ipd_meta *m, int64_t now_ms,
-                                    size_t limit,
-                                    struct ipd_tenant_usage *out, size_t *n,
-                                    bool *more)
+                                    size_t limit, struct ipd_tenant_usage *out,
+                                    size_t *n, bool *more)
 {
     struct meta_mongo *s = (struct meta_mongo *)m;
     struct op op = {0};
@@ -1607,8 +1600,8 @@ static enum ipd_err mg_tenant_usage(struct ipd_meta *m, int64_t now_ms,
         }
         memcpy(u.tenant, next.tenant, sizeof(u.tenant));
         u.files++;
-        u.bytes = size < 0 || u.bytes > INT64_MAX - size ? INT64_MAX
-                                                         : u.bytes + size;
+        u.bytes =
+            size < 0 || u.bytes > INT64_MAX - size ? INT64_MAX : u.bytes + size;
     }
     if (!rc && mongoc_cursor_error(cur, &err))
         rc = ipd__mongo_err(&err, "tenant_usage");
@@ -1707,9 +1700,13 @@ static enum ipd_err create_indexes(mongoc_database_t *db, const char *coll,
 }
 
 static const struct index_def file_indexes[] = {
-    {"scope_expiry", false, {"tenant", "user_id", "expires_at", NULL},
+    {"scope_expiry",
+     false,
+     {"tenant", "user_id", "expires_at", NULL},
      {1, 1, -1, 0}},
-    {"scope_order", false, {"tenant", "user_id", "uploaded_at", "file_id"},
+    {"scope_order",
+     false,
+     {"tenant", "user_id", "uploaded_at", "file_id"},
      {1, 1, -1, -1}},
     {"file_id", true, {"file_id", NULL}, {1, 0}},
     {"expiry", false, {"expires_at", NULL}, {1, 0}},

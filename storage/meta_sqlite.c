@@ -89,7 +89,7 @@ enum stmt_id {
 };
 
 #define FILE_COLS                                                              \
-    "file_id, tenant, user_id, filename, size, mime_type, file_type, "        \
+    "file_id, tenant, user_id, filename, size, mime_type, file_type, "         \
     "sha256, source, blob, created_at_ms, expires_at_ms"
 #define KEY_COLS                                                               \
     "key_id, tenant, hash, admin, created_at_ms, revoked_at_ms, secret, "      \
@@ -110,18 +110,18 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_FILE_GET] = "SELECT " FILE_COLS " FROM files"
                    " WHERE file_id = ?1 AND tenant = ?2 AND user_id = ?3"
                    " AND " UNEXPIRED("?4"),
-    [S_FILE_LIST_FIRST] = "SELECT " FILE_COLS " FROM files"
-                          " WHERE tenant = ?1 AND user_id = ?2"
-                          " AND " UNEXPIRED("?3")
-                          " ORDER BY created_at_ms DESC, file_id DESC"
-                          " LIMIT ?4",
-    [S_FILE_LIST_AFTER] = "SELECT " FILE_COLS " FROM files"
-                          " WHERE tenant = ?1 AND user_id = ?2"
-                          " AND " UNEXPIRED("?3")
-                          " AND (created_at_ms < ?5"
-                          " OR (created_at_ms = ?5 AND file_id < ?6))"
-                          " ORDER BY created_at_ms DESC, file_id DESC"
-                          " LIMIT ?4",
+    [S_FILE_LIST_FIRST] =
+        "SELECT " FILE_COLS " FROM files"
+        " WHERE tenant = ?1 AND user_id = ?2"
+        " AND " UNEXPIRED("?3") " ORDER BY created_at_ms DESC, file_id DESC"
+                                " LIMIT ?4",
+    [S_FILE_LIST_AFTER] =
+        "SELECT " FILE_COLS " FROM files"
+        " WHERE tenant = ?1 AND user_id = ?2"
+        " AND " UNEXPIRED("?3") " AND (created_at_ms < ?5"
+                                " OR (created_at_ms = ?5 AND file_id < ?6))"
+                                " ORDER BY created_at_ms DESC, file_id DESC"
+                                " LIMIT ?4",
     [S_FILE_DELETE] = "DELETE FROM files"
                       " WHERE file_id = ?1 AND tenant = ?2 AND user_id = ?3"
                       " AND " UNEXPIRED("?4") " RETURNING " FILE_COLS,
@@ -175,9 +175,10 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_TENANT_USAGE] = "SELECT count(*), coalesce(sum(size), 0) FROM files"
                        " INDEXED BY files_tenant_usage"
                        " WHERE tenant = ?1 AND " UNEXPIRED("?2"),
-    [S_TENANT_LIST] = "SELECT tenant, count(*), coalesce(sum(size), 0)"
-                      " FROM files WHERE " UNEXPIRED("?1")
-                      " GROUP BY tenant ORDER BY 3 DESC, tenant LIMIT ?2",
+    [S_TENANT_LIST] =
+        "SELECT tenant, count(*), coalesce(sum(size), 0)"
+        " FROM files WHERE " UNEXPIRED(
+            "?1") " GROUP BY tenant ORDER BY 3 DESC, tenant LIMIT ?2",
 };
 
 /*
@@ -259,9 +260,7 @@ static enum ipd_err db_err(struct conn *c, int src, const char *what)
 
     switch (src & 0xff) {
     case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-        rc = IPD_ERR_UNAVAILABLE;
-        break;
+    case SQLITE_LOCKED: rc = IPD_ERR_UNAVAILABLE; break;
     case SQLITE_CONSTRAINT:
         if (ext == SQLITE_CONSTRAINT_PRIMARYKEY ||
             ext == SQLITE_CONSTRAINT_UNIQUE)
@@ -269,9 +268,7 @@ static enum ipd_err db_err(struct conn *c, int src, const char *what)
         else
             rc = IPD_ERR_INTERNAL;
         break;
-    case SQLITE_FULL:
-        rc = IPD_ERR_NO_SPACE;
-        break;
+    case SQLITE_FULL: rc = IPD_ERR_NO_SPACE; break;
     case SQLITE_IOERR:
     case SQLITE_CANTOPEN:
         /* A write or fsync refused by a full disk can surface as an I/O
@@ -281,13 +278,11 @@ static enum ipd_err db_err(struct conn *c, int src, const char *what)
                  ? IPD_ERR_NO_SPACE
                  : IPD_ERR_IO;
         break;
-    default:
-        rc = IPD_ERR_INTERNAL;
-        break;
+    default: rc = IPD_ERR_INTERNAL; break;
     }
     if (rc == IPD_ERR_IO || rc == IPD_ERR_INTERNAL || rc == IPD_ERR_NO_SPACE)
         ipd_error("meta_sqlite: %s: %s (%d)", what,
-                c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(src), ext);
+                  c->db ? sqlite3_errmsg(c->db) : sqlite3_errstr(src), ext);
     return rc;
 }
 
@@ -301,9 +296,9 @@ static enum ipd_err stmt_get(struct conn *c, enum stmt_id id,
 
     *out = NULL;
     if (!c->stmts[id]) {
-        src = sqlite3_prepare_v3(c->db, stmt_sql[id], -1,
-                                 SQLITE_PREPARE_PERSISTENT, &c->stmts[id],
-                                 NULL);
+        src =
+            sqlite3_prepare_v3(c->db, stmt_sql[id], -1,
+                               SQLITE_PREPARE_PERSISTENT, &c->stmts[id], NULL);
         if (src) {
             rc = db_err(c, src, stmt_sql[id]);
             goto out;
@@ -369,8 +364,8 @@ static enum ipd_err col_text(sqlite3_stmt *st, int col, char *dst, size_t cap)
     enum ipd_err rc = IPD_OK;
 
     if (!t || n < 0 || (size_t)n >= cap) {
-        ipd_error("meta_sqlite: column %s: %s",
-                sqlite3_column_name(st, col), t ? "too long" : "NULL");
+        ipd_error("meta_sqlite: column %s: %s", sqlite3_column_name(st, col),
+                  t ? "too long" : "NULL");
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
@@ -476,7 +471,8 @@ static void writer_release(struct meta_sqlite *s, struct conn *c)
  * [out] *out is borrowed until reader_release. */
 static enum ipd_err reader_acquire(struct meta_sqlite *s, struct conn **out)
 {
-    struct timespec dl = ipd_deadline_after(CLOCK_MONOTONIC, s->busy_timeout_ms);
+    struct timespec dl =
+        ipd_deadline_after(CLOCK_MONOTONIC, s->busy_timeout_ms);
     enum ipd_err rc = IPD_OK;
     int e = 0;
 
@@ -742,8 +738,7 @@ static enum ipd_err rd_one(struct rd *r, int bind_src, const char *what)
     return step_one(r->c, r->st, bind_src, SQLITE_ROW, what);
 }
 
-static enum ipd_err rd_end(struct meta_sqlite *s, struct rd *r,
-                           enum ipd_err rc)
+static enum ipd_err rd_end(struct meta_sqlite *s, struct rd *r, enum ipd_err rc)
 {
     stmt_done(r->st);
     reader_release(s, r->c);
@@ -964,9 +959,8 @@ out:
 /* A page of files by statement id binding ?1 (text1, or int1 when text1
  * is NULL) and ?2 the row limit. */
 static enum ipd_err read_page(struct meta_sqlite *s, enum stmt_id id,
-                              const char *what, const char *text1,
-                              int64_t int1, size_t limit,
-                              struct ipd_file_list *out)
+                              const char *what, const char *text1, int64_t int1,
+                              size_t limit, struct ipd_file_list *out)
 {
     struct rd r;
     enum ipd_err rc;
@@ -1038,9 +1032,8 @@ static enum ipd_err sq_file_totals(struct ipd_meta *m, int64_t now_ms,
 }
 
 static enum ipd_err sq_tenant_usage(struct ipd_meta *m, int64_t now_ms,
-                                    size_t limit,
-                                    struct ipd_tenant_usage *out, size_t *n,
-                                    bool *more)
+                                    size_t limit, struct ipd_tenant_usage *out,
+                                    size_t *n, bool *more)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
     struct rd r;
@@ -1094,8 +1087,7 @@ static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
     return rd_end(s, &r, rc);
 }
 
-static enum ipd_err sq_key_find_tenant(struct ipd_meta *m,
-                                       const char *tenant,
+static enum ipd_err sq_key_find_tenant(struct ipd_meta *m, const char *tenant,
                                        struct ipd_key *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
@@ -1148,10 +1140,9 @@ static enum ipd_err sq_key_revoke(struct ipd_meta *m, const char *key_id,
                      key_id, &now_ms);
 }
 
-static enum ipd_err sq_key_rotate_secret(struct ipd_meta *m,
-                                         const char *tenant,
-                                         const char *current,
-                                         const char *next, int64_t now_ms)
+static enum ipd_err sq_key_rotate_secret(struct ipd_meta *m, const char *tenant,
+                                         const char *current, const char *next,
+                                         int64_t now_ms)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
     struct wr w;
@@ -1418,7 +1409,7 @@ static enum ipd_err migrate(struct conn *c)
     if (version < 0 || version > SCHEMA_VERSION) {
         ipd_error("meta_sqlite: schema version %lld is newer than this "
                   "build (%d)",
-                (long long)version, SCHEMA_VERSION);
+                  (long long)version, SCHEMA_VERSION);
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
@@ -1450,8 +1441,7 @@ static int tighten(const char *name)
     if (rc && e == ENOENT)
         return 0;
     if (rc && (e == ELOOP || e == EPERM || e == EROFS)) {
-        ipd_warn("meta_sqlite: %s: cannot make it 0600: %s",
-                name, strerror(e));
+        ipd_warn("meta_sqlite: %s: cannot make it 0600: %s", name, strerror(e));
         return 0;
     }
     errno = e;
@@ -1471,15 +1461,14 @@ static enum ipd_err own_files(const char *path)
 
     if (path[0] == ':' || !strncmp(path, "file:", 5))
         return IPD_OK;
-    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-              0600);
+    fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd >= 0)
         close(fd);
     else if (errno != EEXIST)
         return IPD_ERR_IO;
     for (size_t i = 0; i < sizeof(suffixes) / sizeof(suffixes[0]); i++) {
-        if ((size_t)snprintf(name, sizeof(name), "%s%s", path,
-                             suffixes[i]) >= sizeof(name))
+        if ((size_t)snprintf(name, sizeof(name), "%s%s", path, suffixes[i]) >=
+            sizeof(name))
             return IPD_ERR_IO;
         if (tighten(name))
             return IPD_ERR_IO;
@@ -1495,8 +1484,7 @@ static enum ipd_err writer_open(struct meta_sqlite *s, const char *path)
 
     rc = own_files(path);
     if (rc) {
-        ipd_error("meta_sqlite: %s: %s", path,
-                strerror(errno));
+        ipd_error("meta_sqlite: %s: %s", path, strerror(errno));
         goto out;
     }
     rc = conn_open(&s->writer, path, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
@@ -1509,8 +1497,7 @@ static enum ipd_err writer_open(struct meta_sqlite *s, const char *path)
     if (rc)
         goto out;
     if (strcmp(mode, "wal") != 0) {
-        ipd_error("meta_sqlite: %s: journal mode %s, not wal",
-                path, mode);
+        ipd_error("meta_sqlite: %s: journal mode %s, not wal", path, mode);
         rc = IPD_ERR_INTERNAL;
         goto out;
     }

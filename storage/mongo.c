@@ -80,8 +80,7 @@ static void driver_log(mongoc_log_level_t level, const char *domain,
     case MONGOC_LOG_LEVEL_WARNING:
         ipd_warn("mongoc %s: %s", domain, message);
         break;
-    default:
-        break;
+    default: break;
     }
 }
 
@@ -159,13 +158,12 @@ static bool probe_once(const mongoc_uri_t *base, int64_t budget_ms,
         bson_set_error(err, MONGOC_ERROR_CLIENT, 0, "URI copy failed");
         goto out;
     }
-    if (mongoc_uri_get_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, t) >
-        t)
+    if (mongoc_uri_get_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, t) > t)
         mongoc_uri_set_option_as_int32(uri, MONGOC_URI_CONNECTTIMEOUTMS, t);
-    if (mongoc_uri_get_option_as_int32(
-            uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, t) > t)
-        mongoc_uri_set_option_as_int32(
-            uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS, t);
+    if (mongoc_uri_get_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
+                                       t) > t)
+        mongoc_uri_set_option_as_int32(uri, MONGOC_URI_SERVERSELECTIONTIMEOUTMS,
+                                       t);
     c = mongoc_client_new_from_uri_with_error(uri, err);
     if (!c)
         goto out;
@@ -183,7 +181,8 @@ out:
 static enum ipd_err probe(struct ipd_mongo *mg, int64_t connect_timeout_ms)
 {
     int64_t start = ipd_mono_ms();
-    int64_t deadline = start + (connect_timeout_ms > 0 ? connect_timeout_ms : 0);
+    int64_t deadline =
+        start + (connect_timeout_ms > 0 ? connect_timeout_ms : 0);
     int64_t backoff = PROBE_BACKOFF_MIN_MS;
     bson_error_t err;
     enum ipd_err rc = IPD_OK;
@@ -194,8 +193,8 @@ static enum ipd_err probe(struct ipd_mongo *mg, int64_t connect_timeout_ms)
         int64_t left = deadline - ipd_mono_ms();
 
         attempts++;
-        if (probe_once(mg->uri, left < mg->op_timeout_ms ? left
-                                                         : mg->op_timeout_ms,
+        if (probe_once(mg->uri,
+                       left < mg->op_timeout_ms ? left : mg->op_timeout_ms,
                        &err))
             break;
         left = deadline - ipd_mono_ms();
@@ -208,7 +207,7 @@ static enum ipd_err probe(struct ipd_mongo *mg, int64_t connect_timeout_ms)
         }
         sleep_ms(backoff < left ? backoff : left);
         backoff = backoff * 2 > PROBE_BACKOFF_MAX_MS ? PROBE_BACKOFF_MAX_MS
-                                                      : backoff * 2;
+                                                     : backoff * 2;
     }
 out:
     return rc;
@@ -259,7 +258,8 @@ static void trip(struct ipd_mongo *mg, const bson_error_t *e)
     if (atomic_exchange(&mg->down, true))
         return;
     ipd_warn("mongo: %s unreachable (%s): requests fail at once with 503 "
-             "until it answers a ping", mg->redacted, e->message);
+             "until it answers a ping",
+             mg->redacted, e->message);
     pthread_mutex_lock(&mg->brk_lock);
     pthread_cond_signal(&mg->brk_cond);
     pthread_mutex_unlock(&mg->brk_lock);
@@ -277,8 +277,7 @@ enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
 }
 
 enum ipd_err ipd_mongo_new_with(const char *uri, int64_t connect_timeout_ms,
-                                int64_t op_timeout_ms,
-                                struct ipd_mongo **out)
+                                int64_t op_timeout_ms, struct ipd_mongo **out)
 {
     struct ipd_mongo *mg = NULL;
     bson_error_t err;
@@ -396,10 +395,8 @@ static bool server_code_transient(uint32_t code)
     case 11600: /* InterruptedAtShutdown */
     case 11602: /* InterruptedDueToReplStateChange */
     case 13435: /* NotPrimaryNoSecondaryOk */
-    case 13436: /* NotPrimaryOrSecondary */
-        return true;
-    default:
-        return false;
+    case 13436: /* NotPrimaryOrSecondary */ return true;
+    default: return false;
     }
 }
 
@@ -425,8 +422,7 @@ enum ipd_err ipd__mongo_err(const bson_error_t *e, const char *what)
         else if (server_code_transient(e->code))
             rc = IPD_ERR_UNAVAILABLE;
         break;
-    default:
-        break;
+    default: break;
     }
     if (rc == IPD_ERR_UNAVAILABLE)
         ipd_warn("mongo: %s: unavailable: %s (domain %u, code %u)", what,

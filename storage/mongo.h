@@ -40,8 +40,7 @@ enum ipd_err ipd_mongo_new(const char *uri, int64_t connect_timeout_ms,
  * waiting out the driver's timeouts on an HTTP event thread.
  */
 enum ipd_err ipd_mongo_new_with(const char *uri, int64_t connect_timeout_ms,
-                                int64_t op_timeout_ms,
-                                struct ipd_mongo **out);
+                                int64_t op_timeout_ms, struct ipd_mongo **out);
 /* IPD_ERR_UNAVAILABLE while the breaker is open, else IPD_OK.  Never
  * waits; any thread. */
 enum ipd_err ipd_mongo_gate(struct ipd_mongo *mg);

@@ -15,8 +15,8 @@
 struct ipd_mongo {
     mongoc_uri_t *uri;
     mongoc_client_pool_t *pool;
-    char *db;        /* database name */
-    char *redacted;  /* the URI for log lines, password hidden */
+    char *db;              /* database name */
+    char *redacted;        /* the URI for log lines, password hidden */
     int64_t op_timeout_ms; /* socket/server-selection bound per operation */
 
     /* The breaker (mongo.c): set when an operation found the server

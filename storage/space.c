@@ -91,7 +91,8 @@ bool ipd_space_release(struct ipd_space *s)
         unlinkat(s->dirfd, RESERVE_NAME, 0);
         s->reserved = false;
         ipd_warn("space: the disk is full: released the %lld-byte delete "
-                 "reserve", (long long)s->reserve_bytes);
+                 "reserve",
+                 (long long)s->reserve_bytes);
     }
     pthread_mutex_unlock(&s->lock);
     return had;

@@ -190,8 +190,8 @@ static enum ipd_err load_names(const char *path, struct name_list *l,
         if (!*s)
             continue;
         if (split_word(s)) {
-            ipd_buf_addf(err, "%s:%u: expected one package name per line",
-                         path, lineno);
+            ipd_buf_addf(err, "%s:%u: expected one package name per line", path,
+                         lineno);
             return IPD_ERR_INVALID;
         }
         rc = take_name(s, path, lineno, err);
@@ -225,8 +225,7 @@ static int cmp_imports(const void *a, const void *b)
 }
 
 static enum ipd_err parse_import_line(char *s, const char *path,
-                                      unsigned lineno,
-                                      struct import_entry *e,
+                                      unsigned lineno, struct import_entry *e,
                                       struct ipd_buf *err)
 {
     char *dist = split_word(s);
@@ -298,8 +297,8 @@ static enum ipd_err load_imports(const char *path, struct ipd_allowlist *al,
             cap = cap ? cap * 2 : 64;
             al->imports = ipd_xrealloc(al->imports, cap * sizeof(*al->imports));
         }
-        rc = parse_import_line(s, path, lineno, &al->imports[al->nimports],
-                               err);
+        rc =
+            parse_import_line(s, path, lineno, &al->imports[al->nimports], err);
         if (rc)
             return rc;
         al->nimports++;
@@ -309,8 +308,7 @@ static enum ipd_err load_imports(const char *path, struct ipd_allowlist *al,
 
 enum ipd_err ipd_allowlist_load(const char *allow_path, const char *deps_path,
                                 const char *import_map_path,
-                                struct ipd_allowlist **out,
-                                struct ipd_buf *err)
+                                struct ipd_allowlist **out, struct ipd_buf *err)
 {
     enum ipd_err rc = IPD_OK;
     struct ipd_allowlist *al = ipd_xcalloc(1, sizeof(*al));
@@ -357,8 +355,8 @@ static bool list_has(const struct name_list *l, const char *normalized)
 {
     if (!l->n)
         return false;
-    return bsearch(&normalized, l->names, l->n, sizeof(*l->names),
-                   cmp_names) != NULL;
+    return bsearch(&normalized, l->names, l->n, sizeof(*l->names), cmp_names) !=
+           NULL;
 }
 
 /* Normalize a queried name into norm; false when it can't be a package. */
@@ -376,8 +374,7 @@ bool ipd_allowlist_allows(const struct ipd_allowlist *al, const char *name)
     return query_name(name, norm) && list_has(&al->allow, norm);
 }
 
-bool ipd_allowlist_allows_dep(const struct ipd_allowlist *al,
-                              const char *name)
+bool ipd_allowlist_allows_dep(const struct ipd_allowlist *al, const char *name)
 {
     char norm[IPD_REQ_NAME_MAX + 1];
     if (!query_name(name, norm))

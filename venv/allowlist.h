@@ -63,8 +63,7 @@ bool ipd_allowlist_allows(const struct ipd_allowlist *al, const char *name);
 
 /* True when name may be installed as a dependency: on the allow list or
  * on the deps list. */
-bool ipd_allowlist_allows_dep(const struct ipd_allowlist *al,
-                              const char *name);
+bool ipd_allowlist_allows_dep(const struct ipd_allowlist *al, const char *name);
 
 /* Number of names on the allow list (deps-only names not counted). */
 size_t ipd_allowlist_count(const struct ipd_allowlist *al);

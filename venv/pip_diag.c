@@ -70,10 +70,10 @@ static void parse_requirement(const char *s, size_t n, struct ipd_pip_diag *d)
     size_t rlen = from ? (size_t)(from - s) : n;
     size_t nlen = 0;
     copy_clean(s, rlen, d->requirement, sizeof(d->requirement));
-    while (nlen < rlen && (s[nlen] == '-' || s[nlen] == '_' ||
-                           s[nlen] == '.' ||
-                           (s[nlen] >= '0' && s[nlen] <= '9') ||
-                           ((s[nlen] | 0x20) >= 'a' && (s[nlen] | 0x20) <= 'z')))
+    while (nlen < rlen &&
+           (s[nlen] == '-' || s[nlen] == '_' || s[nlen] == '.' ||
+            (s[nlen] >= '0' && s[nlen] <= '9') ||
+            ((s[nlen] | 0x20) >= 'a' && (s[nlen] | 0x20) <= 'z')))
         nlen++;
     copy_clean(s, nlen, d->project, sizeof(d->project));
     if (from) {
@@ -104,13 +104,13 @@ static void set_versions(const char *v, size_t n, struct ipd_pip_diag *d)
 
 /* What the lines of pip's stderr showed. */
 struct scan {
-    const char *cause;       /* a network cause seen in any line */
-    const char *unsat;       /* text after NOT_SATISFIED, up to the line end */
+    const char *cause; /* a network cause seen in any line */
+    const char *unsat; /* text after NOT_SATISFIED, up to the line end */
     size_t unsat_len;
-    const char *last_error;  /* the last "ERROR:" line, else last line */
+    const char *last_error; /* the last "ERROR:" line, else last line */
     size_t last_error_len;
     bool last_is_error;
-    const char *build;       /* first line of a failed build's output */
+    const char *build; /* first line of a failed build's output */
     size_t build_len;
     bool build_failed;
 };
@@ -282,8 +282,9 @@ void ipd_pip_describe(const struct ipd_pip_diag *d,
                  "%s%s: %s has no such project, or no wheel of it for this "
                  "Python%s",
                  d->requirement, dep, where,
-                 w->allow_sdist ? "" : " (source distributions are not built"
-                                       " here)");
+                 w->allow_sdist ? ""
+                                : " (source distributions are not built"
+                                  " here)");
         break;
     case IPD_PIP_BUILD_REFUSED:
         snprintf(out, size,
@@ -296,8 +297,6 @@ void ipd_pip_describe(const struct ipd_pip_diag *d,
         snprintf(out, size, "building from source failed: %s", d->detail);
         break;
     case IPD_PIP_OTHER:
-    default:
-        copy_clean(d->detail, strlen(d->detail), out, size);
-        break;
+    default: copy_clean(d->detail, strlen(d->detail), out, size); break;
     }
 }

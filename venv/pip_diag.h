@@ -23,20 +23,20 @@
 #include "requirement.h"
 
 enum ipd_pip_failure {
-    IPD_PIP_OTHER = 0,      /* none of the below: pip's last error line */
-    IPD_PIP_UNREACHABLE,    /* the index (or a download) could not be
-                               reached: refused, no DNS, timed out, TLS */
-    IPD_PIP_NO_VERSION,     /* the project exists, no version matches; the
-                               versions that do exist are in versions */
-    IPD_PIP_NOT_FOUND,      /* reachable, but no installable file at all:
-                               no such project, or only files pip may not
-                               use (sdists under --only-binary) */
-    IPD_PIP_BUILD_FAILED,   /* building a source distribution failed */
-    IPD_PIP_BUILD_REFUSED,  /* never from ipd_pip_diagnose: the caller's
-                               verdict on a NOT_FOUND whose project the
-                               index does list (ipd_pip_index_versions):
-                               it has only sdists, and they are refused;
-                               detail holds the versions */
+    IPD_PIP_OTHER = 0,     /* none of the below: pip's last error line */
+    IPD_PIP_UNREACHABLE,   /* the index (or a download) could not be
+                              reached: refused, no DNS, timed out, TLS */
+    IPD_PIP_NO_VERSION,    /* the project exists, no version matches; the
+                              versions that do exist are in versions */
+    IPD_PIP_NOT_FOUND,     /* reachable, but no installable file at all:
+                              no such project, or only files pip may not
+                              use (sdists under --only-binary) */
+    IPD_PIP_BUILD_FAILED,  /* building a source distribution failed */
+    IPD_PIP_BUILD_REFUSED, /* never from ipd_pip_diagnose: the caller's
+                              verdict on a NOT_FOUND whose project the
+                              index does list (ipd_pip_index_versions):
+                              it has only sdists, and they are refused;
+                              detail holds the versions */
 };
 
 #define IPD_PIP_DIAG_TEXT 320
@@ -72,10 +72,10 @@ bool ipd_pip_index_versions(const char *out, size_t len, char *versions,
 
 /* Where pip looked, for the message. */
 struct ipd_pip_where {
-    const char *index_url;  /* NULL: pip's default index (PyPI) */
-    bool no_index;          /* --no-index: only the wheel folder */
-    bool find_links;        /* a wheel folder was given */
-    bool allow_sdist;       /* sdists may be built */
+    const char *index_url; /* NULL: pip's default index (PyPI) */
+    bool no_index;         /* --no-index: only the wheel folder */
+    bool find_links;       /* a wheel folder was given */
+    bool allow_sdist;      /* sdists may be built */
 };
 
 /*

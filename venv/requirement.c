@@ -117,8 +117,8 @@ static bool ends_with_ci(const char *s, size_t n, const char *suffix)
 
 /* Archives pip would install from disk rather than from the index. */
 static const char *const archive_suffixes[] = {
-    ".whl", ".zip", ".tar.gz", ".tgz", ".tar.bz2", ".tbz",
-    ".tar.xz", ".txz", ".tar", ".egg",
+    ".whl", ".zip",    ".tar.gz", ".tgz", ".tar.bz2",
+    ".tbz", ".tar.xz", ".txz",    ".tar", ".egg",
 };
 
 static bool looks_like_archive(const char *s, size_t len)
@@ -155,15 +155,15 @@ static enum ipd_err check_bytes(const char *s, size_t len, struct ipd_buf *why)
 static enum ipd_err check_forms(const char *s, size_t len, struct ipd_buf *why)
 {
     if (s[0] == '-')
-        return fail(why, "options like -e, -r or --index-url are not allowed; "
-                         HINT);
+        return fail(
+            why, "options like -e, -r or --index-url are not allowed; " HINT);
     if (memchr(s, ':', len) || memchr(s, '@', len))
-        return fail(why, "URLs and direct references (name @ url) are not "
-                         "allowed; packages come from the configured index; "
-                         HINT);
+        return fail(why,
+                    "URLs and direct references (name @ url) are not "
+                    "allowed; packages come from the configured index; " HINT);
     if (memchr(s, ';', len))
-        return fail(why, "environment markers (after ';') are not allowed; "
-                         HINT);
+        return fail(why,
+                    "environment markers (after ';') are not allowed; " HINT);
     if (memchr(s, '/', len) || s[0] == '.' || s[0] == '~' ||
         looks_like_archive(s, len))
         return fail(why, "paths and archive files are not allowed; "
@@ -210,8 +210,7 @@ static enum ipd_err parse_name(struct parser *p)
     if (n == 0)
         return fail(p->why, "the package name is missing; " HINT);
     if (n > IPD_REQ_NAME_MAX)
-        return fail(p->why,
-                    "the package name is longer than %d characters",
+        return fail(p->why, "the package name is longer than %d characters",
                     IPD_REQ_NAME_MAX);
     if (!name_valid_n(p->s + start, n))
         return fail(p->why, "the package name '%.*s' is not valid; " NAME_RULE,
@@ -369,8 +368,8 @@ static enum ipd_err parse_spec(struct parser *p)
     bool wildcard = false;
     size_t parts = 0;
     if (n == 0)
-        return fail(p->why, "missing version after '%s', like pandas%s2.0",
-                    op, op);
+        return fail(p->why, "missing version after '%s', like pandas%s2.0", op,
+                    op);
     if (!version_valid(v, n, &wildcard, &parts))
         return bad_version(p, v, n);
     if (wildcard && strcmp(op, "==") && strcmp(op, "!="))
@@ -430,8 +429,8 @@ static enum ipd_err parse_tail(struct parser *p)
     if (c == ',')
         return fail(p->why, "unexpected ',' after the package name; give one "
                             "package per requirement");
-    return fail(p->why, "unexpected character '%c' after the package name; "
-                        HINT, c);
+    return fail(p->why,
+                "unexpected character '%c' after the package name; " HINT, c);
 }
 
 static enum ipd_err parse(const char *s, size_t len,
@@ -578,8 +577,8 @@ bool ipd_requirement_met(const char *canon, const char *ver)
 {
     struct ipd_requirement r;
     long have[REL_MAX];
-    if (ipd_requirement_parse(canon, strlen(canon), &r, NULL) ||
-        r.extras[0] || !release_parse(ver, strlen(ver), have))
+    if (ipd_requirement_parse(canon, strlen(canon), &r, NULL) || r.extras[0] ||
+        !release_parse(ver, strlen(ver), have))
         return false;
     for (const char *sp = r.specifier; *sp;) {
         size_t len = strcspn(sp, ",");

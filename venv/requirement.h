@@ -77,10 +77,10 @@
 struct ipd_requirement {
     char name[IPD_REQ_NAME_MAX + 1];       /* as written ("Scikit_Learn") */
     char normalized[IPD_REQ_NAME_MAX + 1]; /* PEP 503 ("scikit-learn") */
-    char extras[IPD_REQ_MAX + 1];    /* normalized, comma-separated, no
-                                        brackets ("excel,plot"); "" if none */
-    char specifier[IPD_REQ_MAX + 1]; /* canonical, comma-separated, no
-                                        spaces (">=2.0,<3"); "" if none */
+    char extras[IPD_REQ_MAX + 1];          /* normalized, comma-separated, no
+                                              brackets ("excel,plot"); "" if none */
+    char specifier[IPD_REQ_MAX + 1];       /* canonical, comma-separated, no
+                                              spaces (">=2.0,<3"); "" if none */
 };
 
 /*

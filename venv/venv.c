@@ -26,7 +26,7 @@
 #define INUSE ".inuse"
 #define CMD_OUT_MAX (4 * 1024 * 1024) /* venv_check's JSON */
 #define CMD_ERR_MAX (64 * 1024)
-#define MESSAGE_MAX 480               /* a result's message */
+#define MESSAGE_MAX 480 /* a result's message */
 #define CREATE_TIMEOUT_MS (5 * 60 * 1000)
 #define CHECK_TIMEOUT_MS (2 * 60 * 1000)
 #define NAME_MAX_GEN 64
@@ -38,9 +38,9 @@ struct ipd_venv {
     bool system_site;
     char *index_url;
     char *find_links;
-    bool no_index;             /* pip --no-index: the wheel folder only */
-    char retries[16];          /* pip --retries */
-    int64_t auto_retry_ms;     /* how long a failed auto-install is kept */
+    bool no_index;         /* pip --no-index: the wheel folder only */
+    char retries[16];      /* pip --retries */
+    int64_t auto_retry_ms; /* how long a failed auto-install is kept */
     char *tools_dir;
     int64_t pip_timeout_ms;
     int64_t max_age_ms;
@@ -50,12 +50,12 @@ struct ipd_venv {
     gid_t owner_gid;
     const struct ipd_allowlist *allow;
     struct ipd_venv_runner runner;
-    pthread_mutex_t lock;      /* one install in this process at a time */
+    pthread_mutex_t lock;       /* one install in this process at a time */
     pthread_mutex_t state_lock; /* the fields below */
-    char *last_rebuild_error;  /* NULL: none (or it succeeded since) */
+    char *last_rebuild_error;   /* NULL: none (or it succeeded since) */
     int64_t last_rebuild_ms;
-    json_t *base_status;       /* check of the base interpreter, cached */
-    int64_t base_failed_ms;    /* last failed base check (mono), or 0 */
+    json_t *base_status;         /* check of the base interpreter, cached */
+    int64_t base_failed_ms;      /* last failed base check (mono), or 0 */
     struct ipd_metrics *metrics; /* borrowed, may be NULL */
     /* Failed automatic installs, {dist: {"gen", "until" (mono ms),
      * "result"}}: under state_lock. */
@@ -69,9 +69,9 @@ struct ipd_venv_gen {
 
 /* One requirement of an install request. */
 struct want {
-    char canon[IPD_REQ_FORMAT_MAX];   /* what pip is given */
-    char name[IPD_REQ_NAME_MAX + 1];  /* normalized distribution name */
-    json_t *result;                   /* borrowed from the results array */
+    char canon[IPD_REQ_FORMAT_MAX];  /* what pip is given */
+    char name[IPD_REQ_NAME_MAX + 1]; /* normalized distribution name */
+    json_t *result;                  /* borrowed from the results array */
 };
 
 /* ---- small helpers ----------------------------------------------------- */
@@ -94,8 +94,10 @@ static void set_result(json_t *res, const char *status, const char *version,
         /* pip's messages are ASCII, but never let a stray byte make the
          * result unserialisable. */
         json_t *s = json_string(msg);
-        json_object_set_new(res, "message", s ? s : json_string("(message "
-                                                                "not UTF-8)"));
+        json_object_set_new(res, "message",
+                            s ? s
+                              : json_string("(message "
+                                            "not UTF-8)"));
     } else {
         json_object_set_new(res, "message", json_null());
     }
@@ -248,8 +250,8 @@ static int clone_tree(struct ipd_venv *v, int sfd, int dfd, int depth)
                 if (copy_file_at(sfd, e->d_name, dfd, st.st_mode))
                     goto out;
                 if (v->owner_uid != (uid_t)-1)
-                    (void)fchownat(dfd, e->d_name, v->owner_uid,
-                                   v->owner_gid, AT_SYMLINK_NOFOLLOW);
+                    (void)fchownat(dfd, e->d_name, v->owner_uid, v->owner_gid,
+                                   AT_SYMLINK_NOFOLLOW);
             }
         }
         /* Sockets, fifos, devices: nothing a venv needs. */
@@ -303,8 +305,8 @@ static enum ipd_err write_record(struct ipd_venv *v, const char *gen,
     /* The sandbox could write in the generation (pip ran there): never
      * follow a name it may have planted. */
     (void)unlink(tmp);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                  0644);
+    int fd =
+        open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         return IPD_ERR_IO;
     if (json_dumpfd(rec, fd, JSON_COMPACT | JSON_SORT_KEYS) || fsync(fd)) {
@@ -535,8 +537,8 @@ static int mutex_by_deadline(pthread_mutex_t *m)
     if (!tls_deadline_ms)
         return pthread_mutex_lock(m);
     struct timespec until = {.tv_sec = (time_t)(tls_deadline_ms / 1000),
-                             .tv_nsec = (long)(tls_deadline_ms % 1000) *
-                                        1000000L};
+                             .tv_nsec =
+                                 (long)(tls_deadline_ms % 1000) * 1000000L};
     int e = pthread_mutex_clocklock(m, CLOCK_MONOTONIC, &until);
     if (e == ETIMEDOUT)
         tls_out_of_time = true;
@@ -568,7 +570,8 @@ static void lock_drop(struct ipd_venv *v, int fd)
     pthread_mutex_unlock(&v->lock);
 }
 
-/* ---- site-packages --------------------------------------------------------- */
+/* ---- site-packages ---------------------------------------------------------
+ */
 
 /* {normalized name: version} of the distributions in a generation's own
  * site-packages (lib/python3.X/site-packages/<name>-<version>.dist-info). */
@@ -605,7 +608,8 @@ static json_t *scan_dists(struct ipd_venv *v, const char *gen)
             ipd_package_name_normalize(raw, name, sizeof(name));
             json_object_set_new(
                 m, name,
-                json_stringn(dash + 1, len - sl - (size_t)(dash + 1 - f->d_name)));
+                json_stringn(dash + 1,
+                             len - sl - (size_t)(dash + 1 - f->d_name)));
         }
         closedir(sd);
     }
@@ -695,9 +699,15 @@ static void pip_cmd_init(struct ipd_venv *v, struct ipd_venv_cmd *c,
 static void probe_sdist_only(struct ipd_venv *v, const char *gen,
                              struct ipd_pip_diag *d)
 {
-    const char *argv[16] = {IPD_VENV_MOUNT "/bin/python", "-m", "pip",
-                            "index", "versions", "--no-input",
-                            "--disable-pip-version-check", "--timeout", "30"};
+    const char *argv[16] = {IPD_VENV_MOUNT "/bin/python",
+                            "-m",
+                            "pip",
+                            "index",
+                            "versions",
+                            "--no-input",
+                            "--disable-pip-version-check",
+                            "--timeout",
+                            "30"};
     size_t k = 9;
     char *dir = gen_path(v, gen), cache[PATH_MAX];
     struct ipd_venv_cmd c;
@@ -739,12 +749,19 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
                                 const char *const *reqs, size_t n,
                                 struct ipd_buf *why)
 {
-    const char *fixed[] = {IPD_VENV_MOUNT "/bin/python", "-m", "pip",
-                           "install", "--no-input",
+    const char *fixed[] = {IPD_VENV_MOUNT "/bin/python",
+                           "-m",
+                           "pip",
+                           "install",
+                           "--no-input",
                            "--disable-pip-version-check",
-                           "--no-warn-script-location", "--progress-bar",
-                           "off", "--cache-dir", IPD_VENV_PIP_CACHE_MOUNT,
-                           "--timeout", "30"};
+                           "--no-warn-script-location",
+                           "--progress-bar",
+                           "off",
+                           "--cache-dir",
+                           IPD_VENV_PIP_CACHE_MOUNT,
+                           "--timeout",
+                           "30"};
     size_t k = 0, cap = IPD_ARRAY_LEN(fixed) + 8 + n + 1;
     const char **argv = ipd_xcalloc(cap, sizeof(*argv));
     char *dir = gen_path(v, gen), cache[PATH_MAX];
@@ -861,17 +878,15 @@ static enum ipd_err ensure_base(struct ipd_venv *v, struct ipd_buf *why)
         goto out;
     }
     int64_t now = ipd_now_ms();
-    rec = json_pack("{s:[], s:I, s:I, s:O, s:O}", "requirements",
-                    "created_at", (json_int_t)now, "venv_created_at",
-                    (json_int_t)now, "python_version",
-                    json_object_get(check, "python_version"), "installed",
-                    json_object_get(check, "installed"));
+    rec = json_pack("{s:[], s:I, s:I, s:O, s:O}", "requirements", "created_at",
+                    (json_int_t)now, "venv_created_at", (json_int_t)now,
+                    "python_version", json_object_get(check, "python_version"),
+                    "installed", json_object_get(check, "installed"));
     rc = rec ? write_record(v, gen, rec) : IPD_ERR_INTERNAL;
     if (!rc)
         rc = switch_current(v, gen);
     if (rc)
-        ipd_buf_addf(why, "cannot switch to the new venv: %s",
-                     strerror(errno));
+        ipd_buf_addf(why, "cannot switch to the new venv: %s", strerror(errno));
     else
         gen[0] = '\0';
 out:
@@ -890,7 +905,8 @@ static json_t *merge_requirements(const json_t *rec, struct want *const *w,
     json_t *out = json_array(), *old = json_object_get(rec, "requirements");
     size_t i;
     json_t *item;
-    json_array_foreach(old, i, item) {
+    json_array_foreach(old, i, item)
+    {
         struct ipd_requirement r;
         const char *s = json_string_value(item);
         bool replaced = false;
@@ -1015,7 +1031,8 @@ static enum step_end step_deps(struct ipd_venv *v, struct step *s)
     const char *key;
     json_t *ver;
     s->after = scan_dists(v, s->gen);
-    json_object_foreach(s->after, key, ver) {
+    json_object_foreach(s->after, key, ver)
+    {
         json_t *old = json_object_get(s->before, key);
         if (old && json_equal(old, ver))
             continue;
@@ -1070,9 +1087,11 @@ static const char *installed_version(const json_t *check, const char *name)
 {
     size_t i;
     json_t *pair;
-    json_array_foreach(json_object_get(check, "installed"), i, pair)
-        if (!strcmp(json_string_value(json_array_get(pair, 0)), name))
-            return json_string_value(json_array_get(pair, 1));
+    json_array_foreach(
+        json_object_get(check, "installed"), i,
+        pair) if (!strcmp(json_string_value(json_array_get(pair, 0)),
+                          name)) return json_string_value(json_array_get(pair,
+                                                                         1));
     return NULL;
 }
 
@@ -1086,7 +1105,8 @@ static enum step_end step_versions(struct step *s)
     json_t *pair;
     if (s->may_change)
         return STEP_NEXT;
-    json_array_foreach(json_object_get(s->check, "installed"), i, pair) {
+    json_array_foreach(json_object_get(s->check, "installed"), i, pair)
+    {
         const char *name = json_string_value(json_array_get(pair, 0));
         const char *now = json_string_value(json_array_get(pair, 1));
         const char *was = name ? installed_version(s->rec, name) : NULL;
@@ -1148,8 +1168,8 @@ static enum step_end step_switch(struct ipd_venv *v, struct step *s)
 static bool install_step(struct ipd_venv *v, struct want *const *w, size_t n,
                          bool may_change, bool *refused)
 {
-    struct step s = {.w = w, .n = n, .changed = json_array(),
-                     .may_change = may_change};
+    struct step s = {
+        .w = w, .n = n, .changed = json_array(), .may_change = may_change};
     enum step_end e;
     ipd_buf_init(&s.why, 4096);
     e = step_clone(v, &s);
@@ -1321,7 +1341,8 @@ static bool all_present(struct ipd_venv *v, struct want *const *pending,
     for (size_t i = 0; all && i < np; i++) {
         size_t k;
         json_t *pair;
-        json_array_foreach(inst, k, pair) {
+        json_array_foreach(inst, k, pair)
+        {
             const char *name = json_string_value(json_array_get(pair, 0));
             if (name && !strcmp(name, pending[i]->name)) {
                 ver[i] = json_string_value(json_array_get(pair, 1));
@@ -1534,7 +1555,8 @@ static enum ipd_err rebuild_check(struct ipd_venv *v, const char *gen,
     const char *key, *bad;
     enum ipd_err rc = IPD_OK;
     *check = NULL;
-    json_object_foreach(after, key, ver) {
+    json_object_foreach(after, key, ver)
+    {
         /* pip and its own tools come with the venv itself. */
         if (!strcmp(key, "pip") || !strcmp(key, "setuptools"))
             continue;
@@ -1637,7 +1659,8 @@ static json_t *base_status(struct ipd_venv *v)
         if (!v->base_status) {
             v->base_failed_ms = ipd_mono_ms();
             ipd_warn("venv: cannot list the base interpreter's "
-                     "packages: %s", why.buf);
+                     "packages: %s",
+                     why.buf);
         }
         ipd_buf_release(&why);
     }
@@ -1662,7 +1685,8 @@ enum ipd_err ipd_venv_maintain(struct ipd_venv *v)
             /* Rebuilding from an unreadable record would drop every
              * installed package: say so and leave it. */
             ipd_warn("venv: cannot read the record of %s: %s; not "
-                     "rebuilding", cur, strerror(errno));
+                     "rebuilding",
+                     cur, strerror(errno));
             rc = IPD_ERR_INTERNAL;
         } else if (ipd_now_ms() - born >= v->max_age_ms) {
             ipd_info("venv: %s is older than %lld s; rebuilding", cur,
@@ -1703,11 +1727,11 @@ json_t *ipd_venv_status(struct ipd_venv *v)
     json_t *item;
     json_array_foreach(json_object_get(rec, "installed"), i, item)
         json_array_append_new(
-            installed,
-            json_pack("{s:O, s:O}", "name", json_array_get(item, 0),
-                      "version", json_array_get(item, 1)));
+            installed, json_pack("{s:O, s:O}", "name", json_array_get(item, 0),
+                                 "version", json_array_get(item, 1)));
     json_t *pv = json_object_get(rec, "python_version");
-    json_object_set_new(venv, "python_version", pv ? json_copy(pv) : json_null());
+    json_object_set_new(venv, "python_version",
+                        pv ? json_copy(pv) : json_null());
     json_t *vc = json_object_get(rec, "venv_created_at");
     if (have && json_is_integer(vc)) {
         int64_t at = json_integer_value(vc);
@@ -1721,8 +1745,8 @@ json_t *ipd_venv_status(struct ipd_venv *v)
         json_object_set_new(venv, "rebuild_at", json_null());
     }
     json_object_set_new(venv, "exists", json_boolean(have));
-    json_object_set_new(venv, "generation", have ? json_string(cur)
-                                                 : json_null());
+    json_object_set_new(venv, "generation",
+                        have ? json_string(cur) : json_null());
     if (have) {
         char *p = gen_path(v, cur);
         struct ipd_buf py;
@@ -1774,20 +1798,21 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
     v->root = ipd_xstrdup(opt->root);
     v->base_python = ipd_xstrdup(opt->base_python);
     v->system_site = opt->system_site_packages;
-    v->index_url = opt->index_url && *opt->index_url
-                       ? ipd_xstrdup(opt->index_url) : NULL;
+    v->index_url =
+        opt->index_url && *opt->index_url ? ipd_xstrdup(opt->index_url) : NULL;
     v->find_links = opt->find_links && *opt->find_links
-                        ? ipd_xstrdup(opt->find_links) : NULL;
+                        ? ipd_xstrdup(opt->find_links)
+                        : NULL;
     v->no_index = opt->no_index;
     snprintf(v->retries, sizeof(v->retries), "%d",
              opt->pip_retries > 0 ? opt->pip_retries : 1);
     v->auto_retry_ms = opt->auto_retry_after_ms;
     v->auto_failed = json_object();
     v->tools_dir = ipd_xstrdup(opt->tools_dir);
-    v->pip_timeout_ms = opt->pip_timeout_ms > 0 ? opt->pip_timeout_ms
-                                                : 10 * 60 * 1000;
-    v->max_age_ms = opt->max_age_ms > 0 ? opt->max_age_ms
-                                        : 7LL * 24 * 3600 * 1000;
+    v->pip_timeout_ms =
+        opt->pip_timeout_ms > 0 ? opt->pip_timeout_ms : 10 * 60 * 1000;
+    v->max_age_ms =
+        opt->max_age_ms > 0 ? opt->max_age_ms : 7LL * 24 * 3600 * 1000;
     v->link_clone = opt->link_clone;
     v->allow_sdist = opt->allow_sdist;
     v->owner_uid = opt->owner_uid;
@@ -1804,8 +1829,7 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
     }
     v->root_fd = open(v->root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (v->root_fd < 0) {
-        ipd_buf_addf(err, "venv: cannot open %s: %s", v->root,
-                     strerror(errno));
+        ipd_buf_addf(err, "venv: cannot open %s: %s", v->root, strerror(errno));
         rc = IPD_ERR_IO;
         goto out;
     }
@@ -1819,8 +1843,7 @@ enum ipd_err ipd_venv_new(const struct ipd_venv_options *opt,
         goto out;
     }
     if (v->owner_uid != (uid_t)-1)
-        (void)fchownat(v->root_fd, "pip-cache", v->owner_uid, v->owner_gid,
-                       0);
+        (void)fchownat(v->root_fd, "pip-cache", v->owner_uid, v->owner_gid, 0);
     /* Leftovers of installs killed half-way. */
     int lfd = lock_take(v);
     if (lfd >= 0) {

@@ -55,21 +55,21 @@
 
 /* One command the venv needs run in the sandbox. */
 struct ipd_venv_cmd {
-    const char *const *argv;  /* NULL-terminated, paths inside the sandbox */
-    const char *gen_dir;      /* host dir bound at IPD_VENV_MOUNT, or NULL */
-    bool gen_writable;        /* bind it writable (pip, venv creation) */
-    bool network;             /* pip: reach the package index */
-    const char *cache_dir;    /* host dir bound writable at
-                                 IPD_VENV_PIP_CACHE_MOUNT, or NULL */
-    const char *links_dir;    /* host dir bound read-only at
-                                 IPD_VENV_LINKS_MOUNT, or NULL */
-    const char *tools_dir;    /* host dir bound read-only at
-                                 IPD_VENV_TOOLS_MOUNT, or NULL */
+    const char *const *argv; /* NULL-terminated, paths inside the sandbox */
+    const char *gen_dir;     /* host dir bound at IPD_VENV_MOUNT, or NULL */
+    bool gen_writable;       /* bind it writable (pip, venv creation) */
+    bool network;            /* pip: reach the package index */
+    const char *cache_dir;   /* host dir bound writable at
+                                IPD_VENV_PIP_CACHE_MOUNT, or NULL */
+    const char *links_dir;   /* host dir bound read-only at
+                                IPD_VENV_LINKS_MOUNT, or NULL */
+    const char *tools_dir;   /* host dir bound read-only at
+                                IPD_VENV_TOOLS_MOUNT, or NULL */
     int64_t timeout_ms;
     /* OUT: */
-    int exit_code;            /* -1 when killed */
+    int exit_code; /* -1 when killed */
     bool timed_out;
-    struct ipd_buf out;       /* initialised by the caller of run */
+    struct ipd_buf out; /* initialised by the caller of run */
     struct ipd_buf err;
 };
 
@@ -85,24 +85,24 @@ struct ipd_venv_runner {
 };
 
 struct ipd_venv_options {
-    const char *root;          /* the venv root (created if missing) */
-    const char *base_python;   /* absolute, e.g. /usr/bin/python3 */
-    bool system_site_packages; /* venv --system-site-packages */
-    const char *index_url;     /* pip --index-url, NULL: pip's default */
-    const char *find_links;    /* pip --find-links dir on the host, or NULL */
-    bool no_index;             /* pip --no-index: find_links only (required),
-                                  and pip runs without network */
-    int pip_retries;           /* pip --retries (<= 0: 1) */
+    const char *root;            /* the venv root (created if missing) */
+    const char *base_python;     /* absolute, e.g. /usr/bin/python3 */
+    bool system_site_packages;   /* venv --system-site-packages */
+    const char *index_url;       /* pip --index-url, NULL: pip's default */
+    const char *find_links;      /* pip --find-links dir on the host, or NULL */
+    bool no_index;               /* pip --no-index: find_links only (required),
+                                    and pip runs without network */
+    int pip_retries;             /* pip --retries (<= 0: 1) */
     int64_t auto_retry_after_ms; /* how long ipd_venv_install_auto remembers
                                     a failure; <= 0: not at all */
-    int64_t pip_timeout_ms;    /* one pip run */
-    bool allow_sdist;          /* let pip build sdists (in the sandbox);
-                                  default false: --only-binary=:all: */
-    int64_t max_age_ms;        /* rebuild a venv older than this */
-    bool link_clone;           /* clone by hard links (else copies) */
-    const char *tools_dir;     /* host dir holding venv_check.py */
-    uid_t owner_uid;           /* generations belong to the sandbox's */
-    gid_t owner_gid;           /* host uid/gid (-1: leave as is) */
+    int64_t pip_timeout_ms;      /* one pip run */
+    bool allow_sdist;            /* let pip build sdists (in the sandbox);
+                                    default false: --only-binary=:all: */
+    int64_t max_age_ms;          /* rebuild a venv older than this */
+    bool link_clone;             /* clone by hard links (else copies) */
+    const char *tools_dir;       /* host dir holding venv_check.py */
+    uid_t owner_uid;             /* generations belong to the sandbox's */
+    gid_t owner_gid;             /* host uid/gid (-1: leave as is) */
     const struct ipd_allowlist *allow; /* borrowed; outlives the venv */
 };
 

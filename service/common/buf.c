@@ -107,8 +107,8 @@ char *ipd_buf_detach(struct ipd_buf *b, size_t *len)
     return p;
 }
 
-enum ipd_err ipd_buf_fail(struct ipd_buf *b, enum ipd_err rc,
-                          const char *fmt, ...)
+enum ipd_err ipd_buf_fail(struct ipd_buf *b, enum ipd_err rc, const char *fmt,
+                          ...)
 {
     if (b) {
         va_list ap;

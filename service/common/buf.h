@@ -38,8 +38,8 @@ enum ipd_err ipd_buf_vaddf(struct ipd_buf *b, const char *fmt, va_list ap)
     IPD_PRINTF(2, 0);
 /* Append a printf-style message to b when b is not NULL, and return rc:
  * the one-line "say why and fail" of functions with an optional err. */
-enum ipd_err ipd_buf_fail(struct ipd_buf *b, enum ipd_err rc,
-                          const char *fmt, ...) IPD_PRINTF(3, 4);
+enum ipd_err ipd_buf_fail(struct ipd_buf *b, enum ipd_err rc, const char *fmt,
+                          ...) IPD_PRINTF(3, 4);
 
 /* Hand the storage to the caller, who now owns it (free()); the buffer is
  * re-initialised to empty.  Never returns NULL. */

@@ -39,10 +39,10 @@ enum ipd_err {
     IPD_ERR_BUSY = 14,         /* a queue or table is full; retry later */
     IPD_ERR_UPSTREAM = 15,     /* a remote server failed or answered non-2xx */
     IPD_ERR_UPSTREAM_TIMEOUT = 16, /* a remote server ran out of time */
-    IPD_ERR_NO_SPACE = 17,     /* the disk (or the database's) is full */
-    IPD_ERR_GONE = 18,         /* the object existed and ended (a session) */
-    IPD_ERR_IN_USE = 19,       /* the object is busy with another call (a
-                                  session running an execution) */
+    IPD_ERR_NO_SPACE = 17,         /* the disk (or the database's) is full */
+    IPD_ERR_GONE = 18,   /* the object existed and ended (a session) */
+    IPD_ERR_IN_USE = 19, /* the object is busy with another call (a
+                            session running an execution) */
 };
 
 /* A short stable name for an error ("not_found"); never NULL, static. */

@@ -46,20 +46,20 @@ struct ipd_metric_family {
     char *help;
     size_t nlabels;
     char *labels[IPD_METRICS_MAX_LABELS];
-    size_t nbuckets;                           /* finite bounds */
-    double bounds[IPD_METRICS_MAX_BUCKETS];    /* strictly increasing */
-    char le[IPD_METRICS_MAX_BUCKETS][32];      /* bounds, formatted */
+    size_t nbuckets;                        /* finite bounds */
+    double bounds[IPD_METRICS_MAX_BUCKETS]; /* strictly increasing */
+    char le[IPD_METRICS_MAX_BUCKETS][32];   /* bounds, formatted */
 
-    pthread_mutex_t insert_lock;  /* creating series */
-    size_t nregular;              /* under insert_lock: series in the bound */
+    pthread_mutex_t insert_lock; /* creating series */
+    size_t nregular;             /* under insert_lock: series in the bound */
     struct ipd_metric_series *overflow; /* under insert_lock; NULL: none yet */
     _Atomic(struct ipd_metric_series *) slots[IPD_METRICS_SLOTS];
     struct ipd_metric_series *list[IPD_METRICS_MAX_SERIES + 1]; /* by age */
-    _Atomic size_t nseries;       /* published entries of list */
+    _Atomic size_t nseries; /* published entries of list */
 
-    ipd_metrics_value_fn *fn;     /* under reg->lock; NULL: none */
+    ipd_metrics_value_fn *fn; /* under reg->lock; NULL: none */
     void *fn_ctx;
-    bool fn_ok;                   /* under reg->lock: this scrape's result */
+    bool fn_ok; /* under reg->lock: this scrape's result */
     double fn_value;
 };
 
@@ -67,8 +67,8 @@ struct ipd_metrics {
     pthread_mutex_t lock; /* families, value functions, rendering */
     struct ipd_metric_family *fams[IPD_METRICS_MAX_FAMILIES];
     size_t nfams;
-    locale_t c_locale;    /* numbers are formatted in "C" whatever the
-                           * process locale */
+    locale_t c_locale; /* numbers are formatted in "C" whatever the
+                        * process locale */
 
     /* The interpd families and the series every scrape shows. */
     struct ipd_metric_family *http_requests, *http_duration;
@@ -169,8 +169,7 @@ static uint64_t hash_values(const char *const *values, size_t n)
 {
     uint64_t h = 14695981039346656037ULL; /* FNV-1a */
     for (size_t i = 0; i < n; i++) {
-        for (const unsigned char *p = (const unsigned char *)values[i]; *p;
-             p++)
+        for (const unsigned char *p = (const unsigned char *)values[i]; *p; p++)
             h = (h ^ *p) * 1099511628211ULL;
         h = (h ^ 0xff) * 1099511628211ULL; /* 0xff never occurs in UTF-8 */
     }
@@ -188,8 +187,8 @@ static bool same_values(const struct ipd_metric_series *s,
 
 /* ---- Series ------------------------------------------------------------ */
 
-static struct ipd_metric_series *find(struct ipd_metric_family *f,
-                                      uint64_t h, const char *const *values)
+static struct ipd_metric_series *find(struct ipd_metric_family *f, uint64_t h,
+                                      const char *const *values)
 {
     size_t i = (size_t)h & (IPD_METRICS_SLOTS - 1);
     for (;;) {
@@ -218,8 +217,7 @@ static void *xaligned(size_t size)
 }
 
 /* Under f->insert_lock; the caller knows the series is not there. */
-static struct ipd_metric_series *insert(struct ipd_metric_family *f,
-                                        uint64_t h,
+static struct ipd_metric_series *insert(struct ipd_metric_family *f, uint64_t h,
                                         const char *const *values)
 {
     size_t nb = f->type == IPD_METRIC_HISTOGRAM ? f->nbuckets + 1 : 0;
@@ -266,8 +264,7 @@ static struct ipd_metric_series *overflow(struct ipd_metric_family *f)
     return f->overflow;
 }
 
-static struct ipd_metric_series *create(struct ipd_metric_family *f,
-                                        uint64_t h,
+static struct ipd_metric_series *create(struct ipd_metric_family *f, uint64_t h,
                                         const char *const *values)
 {
     pthread_mutex_lock(&f->insert_lock);
@@ -285,8 +282,8 @@ static struct ipd_metric_series *create(struct ipd_metric_family *f,
     return s;
 }
 
-struct ipd_metric_series *
-ipd_metrics_series_get(struct ipd_metric_family *f, const char *const *values)
+struct ipd_metric_series *ipd_metrics_series_get(struct ipd_metric_family *f,
+                                                 const char *const *values)
 {
     const char *v[IPD_METRICS_MAX_LABELS];
     if (!f)
@@ -394,10 +391,10 @@ static bool name_taken(const struct ipd_metrics *m, const char *name)
 }
 
 enum ipd_err ipd_metrics_family_add(struct ipd_metrics *m,
-                                    enum ipd_metric_type type,
-                                    const char *name, const char *help,
-                                    const char *const *labels, size_t nlabels,
-                                    const double *buckets, size_t nbuckets,
+                                    enum ipd_metric_type type, const char *name,
+                                    const char *help, const char *const *labels,
+                                    size_t nlabels, const double *buckets,
+                                    size_t nbuckets,
                                     struct ipd_metric_family **out)
 {
     enum ipd_err rc = IPD_OK;
@@ -527,8 +524,7 @@ static void put_double(struct writer *w, double v)
 }
 
 /* name[suffix]{labels[,le="le"]} */
-static void put_series_name(struct writer *w,
-                            const struct ipd_metric_family *f,
+static void put_series_name(struct writer *w, const struct ipd_metric_family *f,
                             const struct ipd_metric_series *s,
                             const char *suffix, const char *le)
 {
@@ -640,8 +636,8 @@ static void run_value_fns(struct ipd_metrics *m)
         f->fn_ok = f->fn(f->fn_ctx, &f->fn_value) == IPD_OK;
         if (!f->fn_ok) {
             const char *v[1] = {f->name};
-            ipd_metrics_series_inc(
-                ipd_metrics_series_get(m->scrape_errors, v), 1);
+            ipd_metrics_series_inc(ipd_metrics_series_get(m->scrape_errors, v),
+                                   1);
         }
     }
 }
@@ -938,8 +934,8 @@ void ipd_metrics_free(struct ipd_metrics *m)
  * can't fill the family. */
 static const char *method_label(const char *method)
 {
-    static const char *const known[] = {"GET",    "HEAD",  "POST",   "PUT",
-                                        "PATCH",  "DELETE", "OPTIONS"};
+    static const char *const known[] = {"GET",   "HEAD",   "POST",   "PUT",
+                                        "PATCH", "DELETE", "OPTIONS"};
     for (size_t i = 0; method && i < IPD_ARRAY_LEN(known); i++)
         if (!strcmp(method, known[i]))
             return known[i];
@@ -963,12 +959,12 @@ void ipd_metrics_http_observe(struct ipd_metrics *m, const char *route,
     char st[4];
     if (!m)
         return;
-    const char *v[3] = {route ? route : IPD_METRICS_OTHER,
-                        method_label(method), status_label(status, st)};
+    const char *v[3] = {route ? route : IPD_METRICS_OTHER, method_label(method),
+                        status_label(status, st)};
     ipd_metrics_series_inc(ipd_metrics_series_get(m->http_requests, v), 1);
     if (seconds >= 0)
-        ipd_metrics_series_observe(
-            ipd_metrics_series_get(m->http_duration, v), seconds);
+        ipd_metrics_series_observe(ipd_metrics_series_get(m->http_duration, v),
+                                   seconds);
 }
 
 void ipd_metrics_exec_observe(struct ipd_metrics *m,
@@ -981,8 +977,7 @@ void ipd_metrics_exec_observe(struct ipd_metrics *m,
     if ((size_t)outcome < IPD_ARRAY_LEN(m->exec_series))
         ipd_metrics_series_inc(m->exec_series[outcome], 1);
     else
-        ipd_metrics_series_inc(ipd_metrics_series_get(m->exec_total, other),
-                               1);
+        ipd_metrics_series_inc(ipd_metrics_series_get(m->exec_total, other), 1);
     if (seconds >= 0)
         ipd_metrics_series_observe(m->exec_duration_series, seconds);
 }

@@ -34,11 +34,11 @@
 #include "ipd.h"
 
 #define IPD_METRICS_MAX_FAMILIES 64
-#define IPD_METRICS_MAX_LABELS 4     /* label names per family */
-#define IPD_METRICS_MAX_SERIES 256   /* series per family, besides "other" */
-#define IPD_METRICS_MAX_BUCKETS 32   /* finite bucket bounds per histogram */
-#define IPD_METRICS_VALUE_MAX 128    /* bytes in a label value */
-#define IPD_METRICS_OTHER "other"    /* every label value of the overflow */
+#define IPD_METRICS_MAX_LABELS 4   /* label names per family */
+#define IPD_METRICS_MAX_SERIES 256 /* series per family, besides "other" */
+#define IPD_METRICS_MAX_BUCKETS 32 /* finite bucket bounds per histogram */
+#define IPD_METRICS_VALUE_MAX 128  /* bytes in a label value */
+#define IPD_METRICS_OTHER "other"  /* every label value of the overflow */
 
 /* Content-Type of what ipd_metrics_render writes. */
 #define IPD_METRICS_CONTENT_TYPE "text/plain; version=0.0.4; charset=utf-8"
@@ -94,8 +94,7 @@ enum ipd_err ipd_metrics_render(struct ipd_metrics *m, struct ipd_buf *out);
  * without observing a duration.
  */
 void ipd_metrics_http_observe(struct ipd_metrics *m, const char *route,
-                              const char *method, int status,
-                              double seconds);
+                              const char *method, int status, double seconds);
 
 enum ipd_metrics_exec_outcome {
     IPD_METRICS_EXEC_SUCCESS,         /* "success": ran, exit status 0 */
@@ -173,10 +172,10 @@ void ipd_metrics_set_gauge_fn(struct ipd_metrics *m, enum ipd_metrics_gauge g,
  * render in the order they were added.
  */
 enum ipd_err ipd_metrics_family_add(struct ipd_metrics *m,
-                                    enum ipd_metric_type type,
-                                    const char *name, const char *help,
-                                    const char *const *labels, size_t nlabels,
-                                    const double *buckets, size_t nbuckets,
+                                    enum ipd_metric_type type, const char *name,
+                                    const char *help, const char *const *labels,
+                                    size_t nlabels, const double *buckets,
+                                    size_t nbuckets,
                                     struct ipd_metric_family **out);
 
 /*
@@ -186,9 +185,8 @@ enum ipd_err ipd_metrics_family_add(struct ipd_metrics *m,
  * as long as the registry and may be kept; NULL only for a NULL family.
  * Lock-free when the series exists.
  */
-struct ipd_metric_series *
-ipd_metrics_series_get(struct ipd_metric_family *f,
-                       const char *const *values);
+struct ipd_metric_series *ipd_metrics_series_get(struct ipd_metric_family *f,
+                                                 const char *const *values);
 
 /* Add n to a counter. */
 void ipd_metrics_series_inc(struct ipd_metric_series *s, uint64_t n);

@@ -33,8 +33,8 @@ struct ipd_principal {
     char key_id[IPD_ID_MAX];       /* the credential, for logs only */
     char policy[IPD_POLICY_MAX];   /* execution policy, never "" */
     bool admin;
-    uint32_t scopes;               /* enum ipd_scope flags */
-    int64_t expires_at_ms;         /* wall clock; 0: never */
+    uint32_t scopes;       /* enum ipd_scope flags */
+    int64_t expires_at_ms; /* wall clock; 0: never */
 };
 
 #endif

@@ -206,9 +206,8 @@ static enum ipd_err parse_with_unit(const char *s, const struct unit *units,
 enum ipd_err ipd_duration_parse(const char *s, int64_t *ms)
 {
     static const struct unit units[] = {
-        {"", 1000},        {"ms", 1},           {"s", 1000},
-        {"m", 60 * 1000},  {"h", 3600 * 1000},  {"d", 86400 * 1000},
-        {NULL, 0}};
+        {"", 1000},         {"ms", 1},           {"s", 1000}, {"m", 60 * 1000},
+        {"h", 3600 * 1000}, {"d", 86400 * 1000}, {NULL, 0}};
     if (s && strcasecmp(s, "never") == 0) {
         *ms = IPD_TIME_NEVER;
         return IPD_OK;
@@ -218,22 +217,21 @@ enum ipd_err ipd_duration_parse(const char *s, int64_t *ms)
 
 enum ipd_err ipd_size_parse(const char *s, int64_t *bytes)
 {
-    static const struct unit units[] = {
-        {"", 1},
-        {"b", 1},
-        {"k", 1024},
-        {"kb", 1024},
-        {"kib", 1024},
-        {"m", 1024 * 1024},
-        {"mb", 1024 * 1024},
-        {"mib", 1024 * 1024},
-        {"g", 1024 * 1024 * 1024},
-        {"gb", 1024 * 1024 * 1024},
-        {"gib", 1024 * 1024 * 1024},
-        {"t", 1024LL * 1024 * 1024 * 1024},
-        {"tb", 1024LL * 1024 * 1024 * 1024},
-        {"tib", 1024LL * 1024 * 1024 * 1024},
-        {NULL, 0}};
+    static const struct unit units[] = {{"", 1},
+                                        {"b", 1},
+                                        {"k", 1024},
+                                        {"kb", 1024},
+                                        {"kib", 1024},
+                                        {"m", 1024 * 1024},
+                                        {"mb", 1024 * 1024},
+                                        {"mib", 1024 * 1024},
+                                        {"g", 1024 * 1024 * 1024},
+                                        {"gb", 1024 * 1024 * 1024},
+                                        {"gib", 1024 * 1024 * 1024},
+                                        {"t", 1024LL * 1024 * 1024 * 1024},
+                                        {"tb", 1024LL * 1024 * 1024 * 1024},
+                                        {"tib", 1024LL * 1024 * 1024 * 1024},
+                                        {NULL, 0}};
     return parse_with_unit(s, units, bytes);
 }
 
@@ -360,8 +358,8 @@ static int remove_tree(int dirfd, const char *name, int depth)
         return 0;
     if (depth > IPD_REMOVE_TREE_DEPTH)
         return -1;
-    int fd = openat(dirfd, name,
-                    O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    int fd =
+        openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
     if (fd < 0)
         return -1;
     DIR *d = fdopendir(fd);
@@ -393,8 +391,8 @@ enum ipd_err ipd_copy_fd(int in, int out, int64_t *copied)
         ssize_t n = copy_file_range(in, NULL, out, NULL, 1 << 30, 0);
         if (n < 0 && errno == EINTR)
             continue;
-        if (n < 0 && (errno == EXDEV || errno == EINVAL ||
-                      errno == ENOSYS || errno == EOPNOTSUPP))
+        if (n < 0 && (errno == EXDEV || errno == EINVAL || errno == ENOSYS ||
+                      errno == EOPNOTSUPP))
             break; /* fall back to read/write below */
         if (n < 0)
             return IPD_ERR_IO;

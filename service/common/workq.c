@@ -267,8 +267,7 @@ void ipd_workq_group_counts(struct ipd_workq *q, const char *group,
     pthread_mutex_unlock(&q->lock);
 }
 
-void ipd_workq_counts(struct ipd_workq *q, unsigned *running,
-                      unsigned *queued)
+void ipd_workq_counts(struct ipd_workq *q, unsigned *running, unsigned *queued)
 {
     *running = *queued = 0;
     if (!q)

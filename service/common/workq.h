@@ -64,8 +64,7 @@ enum ipd_err ipd_workq_submit_shared(struct ipd_workq *q, ipd_workq_fn fn,
 void ipd_workq_group_counts(struct ipd_workq *q, const char *group,
                             unsigned *running, unsigned *queued);
 /* Jobs running and waiting (0 and 0 for NULL). */
-void ipd_workq_counts(struct ipd_workq *q, unsigned *running,
-                      unsigned *queued);
+void ipd_workq_counts(struct ipd_workq *q, unsigned *running, unsigned *queued);
 /* The threads and the waiting room it was made with (0 for NULL). */
 unsigned ipd_workq_threads(const struct ipd_workq *q);
 unsigned ipd_workq_queue_max(const struct ipd_workq *q);

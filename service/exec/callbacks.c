@@ -15,8 +15,8 @@
 #include "../common/util.h"
 
 struct ipd_callback_status {
-    int refs;                     /* under status_lock, like the rest */
-    const char *state;            /* "pending", "delivered", "failed" */
+    int refs;          /* under status_lock, like the rest */
+    const char *state; /* "pending", "delivered", "failed" */
     int attempts;
     char error[512];              /* "" : none */
     char delivery_id[IPD_ID_MAX]; /* "" until queued */
@@ -28,16 +28,16 @@ static pthread_mutex_t status_lock = PTHREAD_MUTEX_INITIALIZER;
 struct delivery {
     struct delivery *next;
     char *url;
-    char *body;       /* owned, or NULL: the body is the file at path */
-    char *path;       /* owned, or NULL */
+    char *body; /* owned, or NULL: the body is the file at path */
+    char *path; /* owned, or NULL */
     size_t len;
-    size_t mem;       /* len when body is held in memory, else 0 */
+    size_t mem;                  /* len when body is held in memory, else 0 */
     char tenant[IPD_TENANT_MAX]; /* whose callback ("": nobody's, no
                                     share, no key to sign with) */
-    char id[IPD_ID_MAX];          /* X-Interpd-Delivery: every attempt */
+    char id[IPD_ID_MAX];         /* X-Interpd-Delivery: every attempt */
     struct ipd_callback_status *status; /* a reference, or NULL */
-    int attempts;     /* made so far */
-    int64_t due_ms;   /* monotonic */
+    int attempts;                       /* made so far */
+    int64_t due_ms;                     /* monotonic */
 };
 
 struct ipd_callbacks {
@@ -48,11 +48,11 @@ struct ipd_callbacks {
     pthread_t threads[IPD_CALLBACK_THREADS];
     unsigned started;
     pthread_mutex_t lock;
-    pthread_cond_t wake;  /* CLOCK_MONOTONIC */
-    struct delivery *queue; /* unordered; small */
+    pthread_cond_t wake;                           /* CLOCK_MONOTONIC */
+    struct delivery *queue;                        /* unordered; small */
     struct delivery *trying[IPD_CALLBACK_THREADS]; /* in an attempt */
     size_t queued;
-    size_t queued_bytes;    /* bodies waiting or being tried */
+    size_t queued_bytes; /* bodies waiting or being tried */
     bool stop;
 };
 
@@ -66,8 +66,8 @@ struct ipd_callback_status *ipd_callback_status_new(void)
     return s;
 }
 
-struct ipd_callback_status *ipd_callback_status_ref(
-    struct ipd_callback_status *s)
+struct ipd_callback_status *
+ipd_callback_status_ref(struct ipd_callback_status *s)
 {
     pthread_mutex_lock(&status_lock);
     s->refs++;
@@ -100,8 +100,7 @@ static void status_set(struct ipd_callback_status *s, const char *state,
     pthread_mutex_unlock(&status_lock);
 }
 
-void ipd_callback_status_fail(struct ipd_callback_status *s,
-                              const char *error)
+void ipd_callback_status_fail(struct ipd_callback_status *s, const char *error)
 {
     status_set(s, "failed", 0, error);
 }
@@ -109,10 +108,10 @@ void ipd_callback_status_fail(struct ipd_callback_status *s,
 json_t *ipd_callback_status_json(struct ipd_callback_status *s)
 {
     pthread_mutex_lock(&status_lock);
-    json_t *j = json_pack("{s:s, s:i, s:s?, s:s?}", "status", s->state,
-                          "attempts", s->attempts, "error",
-                          s->error[0] ? s->error : NULL, "delivery_id",
-                          s->delivery_id[0] ? s->delivery_id : NULL);
+    json_t *j =
+        json_pack("{s:s, s:i, s:s?, s:s?}", "status", s->state, "attempts",
+                  s->attempts, "error", s->error[0] ? s->error : NULL,
+                  "delivery_id", s->delivery_id[0] ? s->delivery_id : NULL);
     pthread_mutex_unlock(&status_lock);
     return j;
 }
@@ -131,9 +130,8 @@ static void add_v1(char *out, size_t cap, const char *secret,
 }
 
 void ipd_callback_signature(const struct ipd_callback_keys *keys,
-                            int64_t grace_ms, int64_t now_ms,
-                            const void *body, size_t len,
-                            char out[IPD_SIGNATURE_MAX])
+                            int64_t grace_ms, int64_t now_ms, const void *body,
+                            size_t len, char out[IPD_SIGNATURE_MAX])
 {
     struct ipd_buf text;
     long long t = (long long)(now_ms / 1000);
@@ -255,8 +253,8 @@ static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
         d->attempts++;
         return rc;
     }
-    ipd_callback_signature(&keys, cb->secret_grace_ms, ipd_now_ms(), body,
-                           len, value);
+    ipd_callback_signature(&keys, cb->secret_grace_ms, ipd_now_ms(), body, len,
+                           value);
     memset(&keys, 0, sizeof(keys));
     snprintf(sig, sizeof(sig), "X-Interpd-Signature: %s", value);
     snprintf(id, sizeof(id), "X-Interpd-Delivery: %s", d->id);
@@ -291,8 +289,8 @@ static void after_attempt(struct ipd_callbacks *cb, struct delivery *d,
     } else if (final_refusal(rc) || d->attempts >= IPD_CALLBACK_ATTEMPTS ||
                cb->stop) {
         status_set(d->status, "failed", d->attempts, error);
-        ipd_error("callback %s to %.200s failed after %d attempt%s%s",
-                  d->id, d->url, d->attempts, d->attempts == 1 ? "" : "s",
+        ipd_error("callback %s to %.200s failed after %d attempt%s%s", d->id,
+                  d->url, d->attempts, d->attempts == 1 ? "" : "s",
                   final_refusal(rc) ? " (a refusal: not retried)" : "");
     } else {
         status_set(d->status, "pending", d->attempts, error);
@@ -326,8 +324,7 @@ static struct delivery **next_due(struct ipd_callbacks *cb)
         if (next && (*pp)->due_ms >= (*next)->due_ms)
             continue;
         if ((*pp)->tenant[0] &&
-            tenant_trying(cb, (*pp)->tenant) >=
-                IPD_CALLBACK_TENANT_THREADS)
+            tenant_trying(cb, (*pp)->tenant) >= IPD_CALLBACK_TENANT_THREADS)
             continue;
         next = pp;
     }
@@ -510,8 +507,7 @@ static struct delivery *delivery_new(struct ipd_callbacks *cb, const char *url,
 }
 
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
-                        const char *body, size_t len,
-                        const char *tenant,
+                        const char *body, size_t len, const char *tenant,
                         struct ipd_callback_status *status)
 {
     struct delivery *d = delivery_new(cb, url, status);
@@ -526,8 +522,7 @@ void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
 }
 
 void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
-                             const char *path, size_t len,
-                             const char *tenant,
+                             const char *path, size_t len, const char *tenant,
                              struct ipd_callback_status *status)
 {
     struct delivery *d = delivery_new(cb, url, status);

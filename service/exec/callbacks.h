@@ -81,12 +81,11 @@ struct ipd_callback_status;
  * reference: ipd_callback_status_unref. */
 struct ipd_callback_status *ipd_callback_status_new(void);
 /* Take another reference (s returned). */
-struct ipd_callback_status *ipd_callback_status_ref(
-    struct ipd_callback_status *s);
+struct ipd_callback_status *
+ipd_callback_status_ref(struct ipd_callback_status *s);
 void ipd_callback_status_unref(struct ipd_callback_status *s); /* NULL ok */
 /* Mark s failed without an attempt (no delivery threads). */
-void ipd_callback_status_fail(struct ipd_callback_status *s,
-                              const char *error);
+void ipd_callback_status_fail(struct ipd_callback_status *s, const char *error);
 /* {"status": "pending"|"delivered"|"failed", "attempts": N,
  *  "error": "..."|null, "delivery_id": "dlv_..."|null}: a new reference.
  * While pending after a failed attempt, error is that attempt's. */
@@ -109,8 +108,7 @@ void ipd_callbacks_free(struct ipd_callbacks *cb); /* NULL is fine */
  * the threads) under a new delivery id; url, body and tenant are copied;
  * status (may be NULL) is referenced, and updated after each attempt. */
 void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
-                        const char *body, size_t len,
-                        const char *tenant,
+                        const char *body, size_t len, const char *tenant,
                         struct ipd_callback_status *status);
 
 /* Queue one callback whose body is the file at path (len bytes when
@@ -118,8 +116,7 @@ void ipd_callbacks_send(struct ipd_callbacks *cb, const char *url,
  * first) fails the callback without a retry.  url, path and tenant are
  * copied; status as for ipd_callbacks_send. */
 void ipd_callbacks_send_file(struct ipd_callbacks *cb, const char *url,
-                             const char *path, size_t len,
-                             const char *tenant,
+                             const char *path, size_t len, const char *tenant,
                              struct ipd_callback_status *status);
 
 /* The tenant's deliveries waiting or being tried (0 for a NULL cb). */
@@ -131,8 +128,7 @@ size_t ipd_callbacks_tenant_pending(struct ipd_callbacks *cb,
  * the previous secret while now_ms < rotated_at_ms + grace_ms. */
 #define IPD_SIGNATURE_MAX (2 + 20 + 2 * (4 + 64) + 1)
 void ipd_callback_signature(const struct ipd_callback_keys *keys,
-                            int64_t grace_ms, int64_t now_ms,
-                            const void *body, size_t len,
-                            char out[IPD_SIGNATURE_MAX]);
+                            int64_t grace_ms, int64_t now_ms, const void *body,
+                            size_t len, char out[IPD_SIGNATURE_MAX]);
 
 #endif

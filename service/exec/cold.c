@@ -17,8 +17,10 @@
 #define STR(x) STR_(x)
 #define EGRESS_URL "http://127.0.0.1:" STR(IPD_SANDBOX_EGRESS_PORT)
 static const char *const egress_env[] = {
-    "HTTP_PROXY=" EGRESS_URL, "HTTPS_PROXY=" EGRESS_URL,
-    "http_proxy=" EGRESS_URL, "https_proxy=" EGRESS_URL,
+    "HTTP_PROXY=" EGRESS_URL,
+    "HTTPS_PROXY=" EGRESS_URL,
+    "http_proxy=" EGRESS_URL,
+    "https_proxy=" EGRESS_URL,
 };
 
 /* One run's proxy: started when the sandbox hands over the egress
@@ -41,8 +43,9 @@ static void egress_end(struct egress_run *er, struct ipd_egress_stats *st)
 {
     ipd_egress_stop(er->eg, st);
     if (st->accepted)
-        ipd_log(IPD_LOG_DEBUG, "executor: the run's proxy took %u "
-                               "connections, refused %u, failed %u",
+        ipd_log(IPD_LOG_DEBUG,
+                "executor: the run's proxy took %u "
+                "connections, refused %u, failed %u",
                 st->accepted, st->refused, st->failed);
     er->eg = NULL;
 }
@@ -81,21 +84,20 @@ enum ipd_err ipd__run_sandboxed(struct ipd_executor *ex,
 }
 
 enum ipd_err ipd__cold_run(struct ipd_executor *ex, struct ipd__run_stage *wk,
-                           const struct ipd_exec_policy *ep,
-                           int64_t timeout_ms, const char *gen_dir,
-                           bool build_mpl, struct ipd_sandbox_result *r)
+                           const struct ipd_exec_policy *ep, int64_t timeout_ms,
+                           const char *gen_dir, bool build_mpl,
+                           struct ipd_sandbox_result *r)
 {
     /* With a venv generation: its interpreter, bound read-only for the
      * whole run (the caller holds the generation until we return). */
     const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
-                          "/opt/interpd/prelude.py", NULL};
+                          "/opt/interpd/prelude.py",    NULL};
     const char *env[IPD__RUN_ENV_MAX], *mpl_env;
     struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
     struct ipd_sandbox_spec spec;
     struct ipd_sandbox_policy p;
     struct ipd__vstage *vhold = NULL;
-    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
-                                                           &vhold);
+    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir, &vhold);
     size_t n = ipd__run_mounts(ex, wk->stage, gen_dir, vst, build_mpl, mounts,
                                &mpl_env);
 

@@ -98,7 +98,7 @@ static bool chunk_type_ok(const unsigned char *t)
 
 bool ipd_display_png_ok(const unsigned char *d, size_t len)
 {
-    static const unsigned char sig[8] = {0x89, 'P', 'N', 'G',
+    static const unsigned char sig[8] = {0x89, 'P',  'N',  'G',
                                          '\r', '\n', 0x1a, '\n'};
     size_t at = sizeof(sig);
     if (len < sizeof(sig) || memcmp(d, sig, sizeof(sig)))
@@ -153,11 +153,11 @@ static bool text_fits(struct budget *b, int64_t len)
  * list truncated (what the line had is not all shown). */
 static void check_keys(json_t *line, struct budget *b)
 {
-    static const char *const known[] = {"text/plain", "text/html",
-                                        "image/png"};
+    static const char *const known[] = {"text/plain", "text/html", "image/png"};
     const char *key;
     json_t *v;
-    json_object_foreach(line, key, v) {
+    json_object_foreach(line, key, v)
+    {
         bool ok = !strcmp(key, "truncated") && json_is_false(v);
         for (size_t i = 0; i < IPD_ARRAY_LEN(known) && !ok; i++)
             ok = !strcmp(key, known[i]);
@@ -205,8 +205,7 @@ static json_t *bundle(json_t *line, struct budget *b)
     }
     b->text_left -= IPD_DISPLAY_ENTRY_COST;
     out = plain_cut(plain, b);
-    if (json_is_string(html) &&
-        text_fits(b, (int64_t)json_string_length(html)))
+    if (json_is_string(html) && text_fits(b, (int64_t)json_string_length(html)))
         json_object_set(out, "text/html", html);
     else if (html)
         b->truncated = true;

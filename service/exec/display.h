@@ -35,8 +35,8 @@
 #include <stdint.h>
 
 #define IPD_DISPLAY_FILE_MAX (8 * 1024 * 1024 + 4096) /* display.jsonl read */
-#define IPD_DISPLAY_ENTRIES_MAX 1000 /* bundles in display */
-#define IPD_DISPLAY_ENTRY_COST 32    /* text budget charged per bundle */
+#define IPD_DISPLAY_ENTRIES_MAX 1000                  /* bundles in display */
+#define IPD_DISPLAY_ENTRY_COST 32 /* text budget charged per bundle */
 
 /*
  * The display list of text[0..len), the first bytes of display.jsonl.

@@ -22,50 +22,50 @@
 #define IPD__COPY_CHUNK (64 * 1024) /* read and write unit for file bytes */
 
 struct ipd_executor {
-    struct ipd_meta *meta;     /* borrowed */
-    struct ipd_blobs *blobs;   /* borrowed */
-    struct ipd_filetype *ft;   /* borrowed */
+    struct ipd_meta *meta;         /* borrowed */
+    struct ipd_blobs *blobs;       /* borrowed */
+    struct ipd_filetype *ft;       /* borrowed */
     struct ipd_sandbox_config sbx; /* probed once, shared by every run */
-    char *python;              /* owned; absolute path inside the sandbox */
-    char *prelude_dir;         /* owned; host dir holding prelude.py */
+    char *python;                  /* owned; absolute path inside the sandbox */
+    char *prelude_dir;             /* owned; host dir holding prelude.py */
     struct ipd_sandbox_stage *mpl_stage; /* owned; its "mplcache" holds
                                   matplotlib's prepared font cache, or
                                   NULL (set under mpl_lock, then read-only
                                   until the executor is freed) */
     pthread_mutex_t mpl_lock;
-    bool mpl_tried;            /* the cache was built or tried (mpl_lock) */
+    bool mpl_tried; /* the cache was built or tried (mpl_lock) */
     bool have_lib64;
     bool have_alternatives;
     bool have_matplotlibrc;
     int64_t max_file_size;
     int64_t file_ttl_ms;
-    struct ipd_quota quota;    /* the user's; .tenant points at
-                                  tenant_quota */
+    struct ipd_quota quota; /* the user's; .tenant points at
+                               tenant_quota */
     struct ipd_quota tenant_quota;
     size_t max_generated;
     int64_t inline_max;
-    struct ipd_space *space;   /* borrowed; NULL: no delete reserve */
-    unsigned slots;            /* execution slots: uids host_uid+1.. */
+    struct ipd_space *space;       /* borrowed; NULL: no delete reserve */
+    unsigned slots;                /* execution slots: uids host_uid+1.. */
     struct ipd_egress_opts egress; /* networked runs' proxy (allowlist
                                       borrowed from the options) */
     struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX]; /* copied */
     size_t n_policies;
-    struct ipd_venv *venv;     /* borrowed; NULL: the base interpreter */
-    bool auto_install;         /* install a missing allowlisted module and
-                                  run once more */
+    struct ipd_venv *venv; /* borrowed; NULL: the base interpreter */
+    bool auto_install;     /* install a missing allowlisted module and
+                              run once more */
     /* venv_stage.c: generations copied into private tmpfs stages */
-    int64_t venv_stage_max;    /* a copy's size limit; 0: never copy */
+    int64_t venv_stage_max; /* a copy's size limit; 0: never copy */
     pthread_mutex_t vstage_lock;
     pthread_cond_t vstage_cond;
     struct ipd__vstage *vstages; /* owned list (vstage_lock) */
     /* session.c: sessions (always made; max 0: none allowed) */
     struct ipd__sessions *sessions;
     struct ipd__executor_sessions_cfg {
-        unsigned max;          /* live sessions on this node */
-        unsigned per_user;     /* live sessions of one (tenant, user) */
-        int64_t memory;        /* their charges summed (0: no bound) */
-        int64_t idle_ms;       /* ended after this long unused */
-        int64_t max_life_ms;   /* ended after this long anyway */
+        unsigned max;        /* live sessions on this node */
+        unsigned per_user;   /* live sessions of one (tenant, user) */
+        int64_t memory;      /* their charges summed (0: no bound) */
+        int64_t idle_ms;     /* ended after this long unused */
+        int64_t max_life_ms; /* ended after this long anyway */
     } sess_cfg;
     /* warm.c: zygotes per slot (NULL: every run is cold) */
     struct ipd__warm *warm;
@@ -74,12 +74,12 @@ struct ipd_executor {
     int64_t warm_recycle_runs; /* a zygote ends after so many (0: never) */
     int64_t warm_recycle_ms;   /* ... or after so long */
     pthread_mutex_t check_lock;
-    struct {                   /* the last end-to-end check (check_lock) */
+    struct { /* the last end-to-end check (check_lock) */
         bool ok;
         int64_t runs;
-        int64_t at_ms;         /* wall clock of its end */
+        int64_t at_ms; /* wall clock of its end */
         int64_t duration_ms;
-        char error[256];       /* why it failed, or "" */
+        char error[256]; /* why it failed, or "" */
     } check;
 };
 
@@ -88,9 +88,9 @@ struct ipd_executor {
  * NULL: bind gen_dir itself.  *hold is the run's hold of it (NULL when
  * gen_dir is NULL): give it back with ipd__vstage_drop after the run. */
 struct ipd__vstage;
-const struct ipd_sandbox_stage *
-ipd__vstage_hold(struct ipd_executor *ex, const char *gen_dir,
-                 struct ipd__vstage **hold);
+const struct ipd_sandbox_stage *ipd__vstage_hold(struct ipd_executor *ex,
+                                                 const char *gen_dir,
+                                                 struct ipd__vstage **hold);
 void ipd__vstage_drop(struct ipd_executor *ex, struct ipd__vstage *hold);
 /* gen_dir became current: copy it now, keep it (older copies go when
  * their last run ends). */
@@ -104,8 +104,7 @@ const struct ipd_exec_policy *ipd__policy_find(const struct ipd_executor *ex,
                                                const char *name);
 /* The sandbox policy of ep with the wall timeout timeout_ms. */
 void ipd__policy_to_sandbox(const struct ipd_exec_policy *ep,
-                            int64_t timeout_ms,
-                            struct ipd_sandbox_policy *p);
+                            int64_t timeout_ms, struct ipd_sandbox_policy *p);
 /* The host uid of a slot's runs (0: the sandbox's default). */
 uid_t ipd__slot_uid(const struct ipd_executor *ex, unsigned slot);
 /* The host uid of session index i's processes (0: the sandbox's). */
@@ -131,21 +130,19 @@ void ipd__run_env(const char **env, const char *mpl_env, const char *extra);
  * caller with build_mpl builds it), st's interpd/, job/ and data/, the
  * venv generation (its copy vst, else gen_dir; none without gen_dir). */
 size_t ipd__run_mounts(struct ipd_executor *ex,
-                       const struct ipd_sandbox_stage *st,
-                       const char *gen_dir,
+                       const struct ipd_sandbox_stage *st, const char *gen_dir,
                        const struct ipd_sandbox_stage *vst, bool build_mpl,
                        struct ipd_sandbox_mount *mounts, const char **mpl_env);
 /* The interpreter inside the sandbox: the generation's, else the base. */
-const char *ipd__run_python(const struct ipd_executor *ex,
-                            const char *gen_dir);
+const char *ipd__run_python(const struct ipd_executor *ex, const char *gen_dir);
 
 /* stage.c ------------------------------------------------------------ */
 
 /* One run's stage: job/, data/ and interpd/ (the prelude's files). */
 struct ipd__run_stage {
-    char id[IPD_ID_MAX]; /* the execution's */
+    char id[IPD_ID_MAX];             /* the execution's */
     struct ipd_sandbox_stage *stage; /* owned */
-    int job_fd, data_fd; /* owned */
+    int job_fd, data_fd;             /* owned */
     uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
 };
 /* Make *wk (its fds and stage are the caller's until
@@ -185,9 +182,9 @@ enum ipd_err ipd__run_sandboxed(struct ipd_executor *ex,
  * it); build_mpl: this run may build the font cache.  *r is the caller's
  * to release. */
 enum ipd_err ipd__cold_run(struct ipd_executor *ex, struct ipd__run_stage *wk,
-                           const struct ipd_exec_policy *ep,
-                           int64_t timeout_ms, const char *gen_dir,
-                           bool build_mpl, struct ipd_sandbox_result *r);
+                           const struct ipd_exec_policy *ep, int64_t timeout_ms,
+                           const char *gen_dir, bool build_mpl,
+                           struct ipd_sandbox_result *r);
 
 /* warm.c (see there) ------------------------------------------------ */
 
@@ -256,8 +253,8 @@ enum ipd_err ipd__session_call(struct ipd_executor *ex,
 /* What the run installed first: the request's packages and, after a
  * missing module, the automatic install. */
 struct ipd__installs {
-    json_t *results;   /* array of CONTRACT.md package results */
-    double seconds;    /* install_time */
+    json_t *results; /* array of CONTRACT.md package results */
+    double seconds;  /* install_time */
     char auto_dist[IPD_REQ_NAME_MAX + 1]; /* installed after a
                                              ModuleNotFoundError, or "" */
 };
@@ -281,8 +278,7 @@ void ipd__packages_install(struct ipd_executor *ex,
 bool ipd__packages_auto_install(struct ipd_executor *ex,
                                 const struct ipd_exec_request *rq,
                                 const struct ipd_sandbox_result *r,
-                                int64_t deadline_ms,
-                                struct ipd__installs *ins);
+                                int64_t deadline_ms, struct ipd__installs *ins);
 
 /* result.c: the prelude's result.json, read through the output dir
  * handle (the code could have replaced it with anything: a symlink, a
@@ -295,8 +291,7 @@ json_t *ipd__read_prelude_result(const struct ipd_sandbox_result *r);
  * wrote stored as the user's generated files.  New reference. */
 json_t *ipd__build_result(struct ipd_executor *ex,
                           const struct ipd_exec_request *rq,
-                          const char *exec_id,
-                          const struct ipd_exec_policy *ep,
+                          const char *exec_id, const struct ipd_exec_policy *ep,
                           int64_t timeout_ms,
                           const struct ipd_sandbox_result *r,
                           const struct ipd__installs *ins, json_t *snapshot);

@@ -38,8 +38,7 @@ const struct ipd_exec_policy *ipd__policy_find(const struct ipd_executor *ex,
 }
 
 void ipd__policy_to_sandbox(const struct ipd_exec_policy *ep,
-                            int64_t timeout_ms,
-                            struct ipd_sandbox_policy *p)
+                            int64_t timeout_ms, struct ipd_sandbox_policy *p)
 {
     ipd_sandbox_policy_default(p);
     p->name = ep->name;
@@ -51,9 +50,9 @@ void ipd__policy_to_sandbox(const struct ipd_exec_policy *ep,
     p->tmp_bytes = ep->tmp_bytes;
     p->output_dir_bytes = ep->output_dir_bytes;
     p->cpu_millis = ep->cpu_millis;
-    p->fsize_bytes =
-        ep->tmp_bytes > ep->output_dir_bytes ? ep->tmp_bytes
-                                             : ep->output_dir_bytes;
+    p->fsize_bytes = ep->tmp_bytes > ep->output_dir_bytes
+                         ? ep->tmp_bytes
+                         : ep->output_dir_bytes;
     p->network = ep->network;
 }
 
@@ -126,7 +125,8 @@ static void remove_legacy_dirs(const char *data_dir)
         struct stat st;
         if (fstatat(dd, names[i], &st, AT_SYMLINK_NOFOLLOW) == 0) {
             ipd_info("executor: removing %s/%s (older versions staged runs "
-                     "there)", data_dir, names[i]);
+                     "there)",
+                     data_dir, names[i]);
             (void)ipd_remove_tree_at(dd, names[i]);
         }
     }
@@ -148,8 +148,7 @@ static enum ipd_err check_uid_range(struct ipd_executor *ex)
                   "one per execution slot and one per session) must "
                   "belong to nobody: %s",
                   (unsigned)ex->sbx.host_uid,
-                  (unsigned)(ex->sbx.host_uid + ex->slots +
-                             ex->sess_cfg.max),
+                  (unsigned)(ex->sbx.host_uid + ex->slots + ex->sess_cfg.max),
                   why);
         return IPD_ERR_UNAVAILABLE;
     }
@@ -186,8 +185,7 @@ static void warm_options(struct ipd_executor *ex,
 {
     ex->warm_wanted = opt->warm;
     snprintf(ex->warm_modules, sizeof(ex->warm_modules), "%s",
-             opt->warm_modules ? opt->warm_modules
-                               : "numpy,pandas,matplotlib");
+             opt->warm_modules ? opt->warm_modules : "numpy,pandas,matplotlib");
     ex->warm_recycle_runs = opt->warm_recycle_runs;
     ex->warm_recycle_ms = opt->warm_recycle_ms;
 }
@@ -230,10 +228,10 @@ enum ipd_err ipd_executor_new(struct ipd_meta *meta, struct ipd_blobs *blobs,
     ex->prelude_dir = opt->prelude_dir ? ipd_xstrdup(opt->prelude_dir)
                                        : default_prelude_dir();
     ex->have_lib64 = lstat("/lib64", &st) == 0;
-    ex->have_alternatives = stat("/etc/alternatives", &st) == 0 &&
-                            S_ISDIR(st.st_mode);
-    ex->have_matplotlibrc = stat("/etc/matplotlibrc", &st) == 0 &&
-                            S_ISREG(st.st_mode);
+    ex->have_alternatives =
+        stat("/etc/alternatives", &st) == 0 && S_ISDIR(st.st_mode);
+    ex->have_matplotlibrc =
+        stat("/etc/matplotlibrc", &st) == 0 && S_ISREG(st.st_mode);
 
     rc = IPD_ERR_INVALID;
     if (!opt->data_dir) {
@@ -377,12 +375,11 @@ uid_t ipd__slot_uid(const struct ipd_executor *ex, unsigned slot)
     return geteuid() == 0 ? ex->sbx.host_uid + 1 + slot : 0;
 }
 
-
 /* ipd__run_stage_create for a request; a failure is logged (the client only
  * gets a 500). */
 static enum ipd_err stage_create_logged(struct ipd_executor *ex,
-                                       struct ipd__run_stage *wk,
-                                       const struct ipd_exec_request *rq)
+                                        struct ipd__run_stage *wk,
+                                        const struct ipd_exec_request *rq)
 {
     struct ipd_buf why;
     enum ipd_err rc;
@@ -421,7 +418,7 @@ static struct ipd__parked_job *take_warm(struct ipd_executor *ex,
 /* The parked child's staging becomes the run's (the stage its mounts
  * show). */
 static void adopt_stage(struct ipd__run_stage *wk, struct ipd__parked_job *pj,
-                       const struct ipd_exec_request *rq)
+                        const struct ipd_exec_request *rq)
 {
     *wk = pj->wk;
     pj->wk.stage = NULL;
@@ -433,14 +430,12 @@ static void adopt_stage(struct ipd__run_stage *wk, struct ipd__parked_job *pj,
  * (consumed, with the generation *wgen it was taken for), else cold on
  * the current generation; a warm run that fails to start runs cold.
  * *ran: r holds a run's result (release it). */
-static enum ipd_err run_once(struct ipd_executor *ex,
-                             const struct ipd_exec_request *rq,
-                             const struct ipd_exec_policy *ep,
-                             struct ipd__run_stage *wk,
-                             struct ipd__parked_job **pj,
-                             struct ipd_venv_gen **wgen, int64_t budget_ms,
-                             struct ipd_sandbox_result *r, bool *ran,
-                             struct ipd_buf *detail)
+static enum ipd_err
+run_once(struct ipd_executor *ex, const struct ipd_exec_request *rq,
+         const struct ipd_exec_policy *ep, struct ipd__run_stage *wk,
+         struct ipd__parked_job **pj, struct ipd_venv_gen **wgen,
+         int64_t budget_ms, struct ipd_sandbox_result *r, bool *ran,
+         struct ipd_buf *detail)
 {
     struct ipd_venv_gen *gen = NULL;
     enum ipd_err rc;
@@ -514,8 +509,7 @@ static enum ipd_err run_job(struct ipd_executor *ex,
             budget_ms = timeout_ms - (ipd_mono_ms() - run_t0);
         if (budget_ms < 1)
             budget_ms = 1;
-        rc = run_once(ex, rq, ep, &wk, &pj, &wgen, budget_ms, &r, &ran,
-                      detail);
+        rc = run_once(ex, rq, ep, &wk, &pj, &wgen, budget_ms, &r, &ran, detail);
         if (rc == IPD_ERR_UNAVAILABLE && !ran)
             goto out;
         /* The install itself ends by the request's deadline too. */
@@ -536,8 +530,7 @@ static enum ipd_err run_job(struct ipd_executor *ex,
         rc = IPD_ERR_INTERNAL;
         goto out;
     }
-    *result = ipd__build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins,
-                                NULL);
+    *result = ipd__build_result(ex, rq, wk.id, ep, timeout_ms, &r, &ins, NULL);
 out:
     if (ran)
         ipd_sandbox_result_release(&r);

@@ -43,7 +43,7 @@ struct ipd_fetch_allowlist;
 struct ipd_exec_request {
     const char *tenant;
     const char *user_id;
-    const char *code;            /* UTF-8 Python source */
+    const char *code; /* UTF-8 Python source */
     size_t code_len;
     const char *const *file_ids; /* the caller's own files, n_files of them */
     size_t n_files;
@@ -57,24 +57,23 @@ struct ipd_exec_request {
     const char *const *packages; /* requirements installed before the run
                                     (needs a venv); n_packages of them */
     size_t n_packages;
-    const char *execution_id;    /* an id made with ipd_id_new("exec") when
-                                    the caller announced it already (async
-                                    executions); NULL: a new one */
-    bool outputs_inline_only;    /* "store_outputs": false: generated files
-                                    are returned (inline within the limit)
-                                    and never stored */
-    bool admin;                  /* an admin key: its installs may change
-                                    the version of what is installed */
-    const char *session_id;      /* run in this session of the caller's
-                                    (NULL: none); its policy and
-                                    interpreter, not the request's */
-    unsigned slot;               /* the execution slot running it (0 ..
-                                    slots-1; the pool's): as root the code
-                                    runs as host uid/gid sandbox_uid + 1 +
-                                    slot, so concurrent runs never share
-                                    per-user kernel budgets */
+    const char *execution_id; /* an id made with ipd_id_new("exec") when
+                                 the caller announced it already (async
+                                 executions); NULL: a new one */
+    bool outputs_inline_only; /* "store_outputs": false: generated files
+                                 are returned (inline within the limit)
+                                 and never stored */
+    bool admin;               /* an admin key: its installs may change
+                                 the version of what is installed */
+    const char *session_id;   /* run in this session of the caller's
+                                 (NULL: none); its policy and
+                                 interpreter, not the request's */
+    unsigned slot;            /* the execution slot running it (0 ..
+                                 slots-1; the pool's): as root the code
+                                 runs as host uid/gid sandbox_uid + 1 +
+                                 slot, so concurrent runs never share
+                                 per-user kernel budgets */
 };
-
 
 /*
  * Settings the service fills from its config (data-dir, max-file-size,
@@ -84,15 +83,15 @@ struct ipd_exec_request {
  * what they need.
  */
 struct ipd_executor_options {
-    const char *data_dir;        /* borrowed (required); only for
-                                    removing what older versions staged
-                                    there (exec/, mplcache/): runs are
-                                    staged in private tmpfs (sandbox.h
-                                    ipd_sandbox_stage), never in it */
-    int64_t max_file_size;       /* a generated file's size limit */
-    int64_t file_ttl_ms;         /* generated files' ttl (IPD_TIME_NEVER) */
-    struct ipd_quota quota;      /* per user, for generated files (its
-                                    tenant pointer is ignored) */
+    const char *data_dir;          /* borrowed (required); only for
+                                      removing what older versions staged
+                                      there (exec/, mplcache/): runs are
+                                      staged in private tmpfs (sandbox.h
+                                      ipd_sandbox_stage), never in it */
+    int64_t max_file_size;         /* a generated file's size limit */
+    int64_t file_ttl_ms;           /* generated files' ttl (IPD_TIME_NEVER) */
+    struct ipd_quota quota;        /* per user, for generated files (its
+                                      tenant pointer is ignored) */
     struct ipd_quota tenant_quota; /* per tenant, all its users together
                                       (its tenant pointer ignored) */
     struct ipd_exec_policy policies[IPD_EXEC_POLICIES_MAX];
@@ -143,11 +142,11 @@ struct ipd_executor_options {
     int64_t sessions_memory;
     int64_t session_idle_ms;
     int64_t session_max_life_ms;
-    int64_t venv_stage_max;      /* runs get a copy of the venv generation
-                                    in a private tmpfs of at most this
-                                    many bytes, so they see no host path
-                                    for it (0: bind it by its host path;
-                                    default 1 GiB; see venv_stage.c) */
+    int64_t venv_stage_max; /* runs get a copy of the venv generation
+                               in a private tmpfs of at most this
+                               many bytes, so they see no host path
+                               for it (0: bind it by its host path;
+                               default 1 GiB; see venv_stage.c) */
 };
 
 /* Fill o with the defaults above; besides: no data dir and no policies
@@ -243,8 +242,7 @@ json_t *ipd_executor_warm_json(struct ipd_executor *ex);
  * session runs an execution.  Details for the client in detail.
  */
 enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
-                                         const char *tenant,
-                                         const char *user,
+                                         const char *tenant, const char *user,
                                          const char *policy, json_t **out,
                                          int *retry_after_s,
                                          struct ipd_buf *detail);
@@ -255,8 +253,8 @@ enum ipd_err ipd_executor_session_get(struct ipd_executor *ex,
 json_t *ipd_executor_session_list(struct ipd_executor *ex, const char *tenant,
                                   const char *user);
 enum ipd_err ipd_executor_session_delete(struct ipd_executor *ex,
-                                         const char *tenant,
-                                         const char *user, const char *id);
+                                         const char *tenant, const char *user,
+                                         const char *id);
 enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
                                             const char *tenant,
                                             const char *user, const char *id,
@@ -268,8 +266,7 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
  * taking the session answers the same way. */
 enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         const char *tenant, const char *user,
-                                        const char *id,
-                                        struct ipd_buf *detail);
+                                        const char *id, struct ipd_buf *detail);
 /* End idle and too old sessions; drop old tombstones (the scheduler). */
 void ipd_executor_sessions_reap(struct ipd_executor *ex);
 /* {"live", "max", "per_user", "memory_bytes", "memory_charged_bytes",

@@ -25,8 +25,7 @@ size_t ipd__system_mounts(const struct ipd_executor *ex,
     m[n++] = (struct ipd_sandbox_mount){"/usr", "/usr", false, NULL};
     m[n++] = (struct ipd_sandbox_mount){"/lib", "/lib", false, NULL};
     if (ex->have_lib64)
-        m[n++] =
-            (struct ipd_sandbox_mount){"/lib64", "/lib64", false, NULL};
+        m[n++] = (struct ipd_sandbox_mount){"/lib64", "/lib64", false, NULL};
     m[n++] = (struct ipd_sandbox_mount){"/bin", "/bin", false, NULL};
     /* Debian's update-alternatives: libblas.so.3 (numpy) is a symlink
      * through /etc/alternatives.  Only symlinks live there, no secrets. */
@@ -66,14 +65,12 @@ static struct ipd_sandbox_stage *mpl_stage_new(struct ipd_executor *ex)
     char err[256];
     int fd;
 
-    if (ipd_sandbox_stage_new(64LL << 20, 4096, NULL, &st, err,
-                              sizeof(err))) {
+    if (ipd_sandbox_stage_new(64LL << 20, 4096, NULL, &st, err, sizeof(err))) {
         ipd_warn("executor: no stage for the font cache: %s", err);
         return NULL;
     }
     fd = ipd_sandbox_stage_fd(st);
-    if (mkdirat(fd, "mplcache", 0755) ||
-        fchmodat(fd, "mplcache", 0755, 0) ||
+    if (mkdirat(fd, "mplcache", 0755) || fchmodat(fd, "mplcache", 0755, 0) ||
         (geteuid() != ex->sbx.host_uid &&
          fchownat(fd, "mplcache", ex->sbx.host_uid, ex->sbx.host_gid,
                   AT_SYMLINK_NOFOLLOW))) {
@@ -109,8 +106,8 @@ static void prepare_mpl_cache(struct ipd_executor *ex)
     if (!st)
         return;
     n = ipd__system_mounts(ex, mounts);
-    mounts[n++] = (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache",
-                                             true, st};
+    mounts[n++] =
+        (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache", true, st};
     memset(&spec, 0, sizeof(spec));
     spec.argv = argv;
     spec.env = env;
@@ -137,11 +134,14 @@ static void prepare_mpl_cache(struct ipd_executor *ex)
  * prelude's contract), then mpl_env and extra when not NULL. */
 void ipd__run_env(const char **env, const char *mpl_env, const char *extra)
 {
-    static const char *const base[] = {
-        "PYTHONUNBUFFERED=1",     "PYTHONDONTWRITEBYTECODE=1",
-        "MPLBACKEND=Agg",         "MPLCONFIGDIR=/tmp/mpl",
-        "OPENBLAS_NUM_THREADS=1", "OMP_NUM_THREADS=1",
-        "HOME=/tmp",              "LANG=C.UTF-8"};
+    static const char *const base[] = {"PYTHONUNBUFFERED=1",
+                                       "PYTHONDONTWRITEBYTECODE=1",
+                                       "MPLBACKEND=Agg",
+                                       "MPLCONFIGDIR=/tmp/mpl",
+                                       "OPENBLAS_NUM_THREADS=1",
+                                       "OMP_NUM_THREADS=1",
+                                       "HOME=/tmp",
+                                       "LANG=C.UTF-8"};
     size_t n = 0;
 
     for (size_t i = 0; i < IPD_ARRAY_LEN(base); i++)
@@ -154,8 +154,7 @@ void ipd__run_env(const char **env, const char *mpl_env, const char *extra)
 }
 
 size_t ipd__run_mounts(struct ipd_executor *ex,
-                       const struct ipd_sandbox_stage *st,
-                       const char *gen_dir,
+                       const struct ipd_sandbox_stage *st, const char *gen_dir,
                        const struct ipd_sandbox_stage *vst, bool build_mpl,
                        struct ipd_sandbox_mount *mounts, const char **mpl_env)
 {
@@ -172,19 +171,19 @@ size_t ipd__run_mounts(struct ipd_executor *ex,
     pthread_mutex_unlock(&ex->mpl_lock);
     *mpl_env = NULL;
     if (mpl) {
-        mounts[n++] = (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache",
-                                                 false, mpl};
+        mounts[n++] =
+            (struct ipd_sandbox_mount){"mplcache", "/opt/mplcache", false, mpl};
         *mpl_env = "IPD_PRELUDE_MPLCACHE=/opt/mplcache";
     }
-    mounts[n++] = (struct ipd_sandbox_mount){"interpd", "/opt/interpd", false,
-                                             st};
+    mounts[n++] =
+        (struct ipd_sandbox_mount){"interpd", "/opt/interpd", false, st};
     mounts[n++] = (struct ipd_sandbox_mount){"job", "/mnt/job", false, st};
     mounts[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false, st};
     /* The generation's copy in a private tmpfs (no host path), else the
      * generation itself. */
     if (gen_dir)
-        mounts[n++] = (struct ipd_sandbox_mount){
-            vst ? "venv" : gen_dir, IPD_VENV_MOUNT, false, vst};
+        mounts[n++] = (struct ipd_sandbox_mount){vst ? "venv" : gen_dir,
+                                                 IPD_VENV_MOUNT, false, vst};
     return n;
 }
 

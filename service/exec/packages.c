@@ -43,8 +43,9 @@ enum ipd_err ipd__packages_check(const struct ipd_executor *ex,
                 ipd_buf_addf(detail, "packages[%zu]: %s", i, why.buf);
         } else if (!ipd_venv_allows(ex->venv, req.normalized)) {
             if (detail)
-                ipd_buf_addf(detail, "packages[%zu]: %s is not on this "
-                                     "service's allowlist",
+                ipd_buf_addf(detail,
+                             "packages[%zu]: %s is not on this "
+                             "service's allowlist",
                              i, req.normalized);
             rc = IPD_ERR_INVALID;
         }
@@ -123,8 +124,7 @@ bool ipd__packages_auto_install(struct ipd_executor *ex,
     module[len] = '\0';
     if (!ipd_venv_dist_for_missing_module(ex->venv, module, dist))
         goto out;
-    ipd_info("executor: installing %s for the missing module %s", dist,
-             module);
+    ipd_info("executor: installing %s for the missing module %s", dist, module);
     json_t *res = NULL;
     bool remembered = false;
     int64_t t0 = ipd_now_ms();
@@ -136,8 +136,8 @@ bool ipd__packages_auto_install(struct ipd_executor *ex,
     ins->seconds += (double)(ipd_now_ms() - t0) / 1000.0;
     json_t *one = json_array_get(res, 0);
     json_array_append(ins->results, one);
-    again = !strcmp(json_string_value(json_object_get(one, "status")),
-                    "installed");
+    again =
+        !strcmp(json_string_value(json_object_get(one, "status")), "installed");
     if (again)
         snprintf(ins->auto_dist, sizeof(ins->auto_dist), "%s", dist);
     json_decref(res);

@@ -28,24 +28,24 @@
 
 struct ipd_exec_policy {
     char name[IPD_EXEC_POLICY_NAME_MAX];
-    int64_t timeout_ms;         /* wall timeout when the request gives none */
-    int64_t max_timeout_ms;     /* a request can only ask for less */
-    int64_t memory_bytes;       /* cgroup memory limit of the tree */
-    int64_t max_processes;      /* cgroup pids limit of the tree */
-    int64_t output_bytes;       /* stdout and stderr, each */
-    int64_t tmp_bytes;          /* /tmp tmpfs */
-    int64_t output_dir_bytes;   /* /mnt/output tmpfs */
-    bool network;               /* host network and sockets */
-    int64_t cpu_millis;         /* CPU share, 1000 = one core (0: one) */
+    int64_t timeout_ms;       /* wall timeout when the request gives none */
+    int64_t max_timeout_ms;   /* a request can only ask for less */
+    int64_t memory_bytes;     /* cgroup memory limit of the tree */
+    int64_t max_processes;    /* cgroup pids limit of the tree */
+    int64_t output_bytes;     /* stdout and stderr, each */
+    int64_t tmp_bytes;        /* /tmp tmpfs */
+    int64_t output_dir_bytes; /* /mnt/output tmpfs */
+    bool network;             /* host network and sockets */
+    int64_t cpu_millis;       /* CPU share, 1000 = one core (0: one) */
     /* The tenant's shares (see above; ipd_policy_share). */
-    int64_t tenant_running;     /* executions running: of exec-slots */
-    int64_t tenant_queued;      /* executions waiting: of exec-queue */
-    int64_t tenant_results;     /* asynchronous results held (queued,
-                                   running or done): of the table */
-    int64_t tenant_fetches;     /* URL ingests running or waiting */
-    int64_t tenant_callbacks;   /* callbacks not yet delivered or failed */
-    int64_t tenant_installs;    /* package installs running or waiting */
-    int64_t tenant_sessions;    /* live sessions: of max-sessions */
+    int64_t tenant_running;        /* executions running: of exec-slots */
+    int64_t tenant_queued;         /* executions waiting: of exec-queue */
+    int64_t tenant_results;        /* asynchronous results held (queued,
+                                      running or done): of the table */
+    int64_t tenant_fetches;        /* URL ingests running or waiting */
+    int64_t tenant_callbacks;      /* callbacks not yet delivered or failed */
+    int64_t tenant_installs;       /* package installs running or waiting */
+    int64_t tenant_sessions;       /* live sessions: of max-sessions */
     int64_t tenant_session_memory; /* bytes the tenant's live sessions are
                                       charged (each its policy's memory):
                                       of sessions-memory */
@@ -82,8 +82,7 @@ static inline bool ipd_policy_within(const struct ipd_exec_policy *a,
            a->timeout_ms <= b->timeout_ms &&
            a->memory_bytes <= b->memory_bytes &&
            a->max_processes <= b->max_processes &&
-           a->output_bytes <= b->output_bytes &&
-           a->tmp_bytes <= b->tmp_bytes &&
+           a->output_bytes <= b->output_bytes && a->tmp_bytes <= b->tmp_bytes &&
            a->output_dir_bytes <= b->output_dir_bytes &&
            a->cpu_millis <= b->cpu_millis && (!a->network || b->network);
 }

@@ -26,17 +26,17 @@
 /* An asynchronous execution's state, kept result_ttl after it is done.
  * Small: the result itself is a file (result_store.h). */
 struct async_entry {
-    struct async_entry *next;        /* in its bucket */
-    struct async_entry *done_next;   /* the done list, oldest first */
+    struct async_entry *next;      /* in its bucket */
+    struct async_entry *done_next; /* the done list, oldest first */
     char id[IPD_ID_MAX];
     char tenant[IPD_TENANT_MAX];
     char user_id[IPD_USER_ID_MAX];
-    const char *status;              /* "queued", "running", "done" */
-    int64_t bytes;                   /* the result's size once done */
-    char *fallback;                  /* owned: once done, a short failure
-                                        result when its file could not be
-                                        written; NULL: the file holds it */
-    int64_t done_ms;                 /* monotonic */
+    const char *status;                   /* "queued", "running", "done" */
+    int64_t bytes;                        /* the result's size once done */
+    char *fallback;                       /* owned: once done, a short failure
+                                             result when its file could not be
+                                             written; NULL: the file holds it */
+    int64_t done_ms;                      /* monotonic */
     struct ipd_callback_status *callback; /* a reference with a
                                              callback_url, else NULL */
 };
@@ -47,24 +47,24 @@ struct async_entry {
 struct tenant_held {
     char tenant[IPD_TENANT_MAX];
     int64_t bytes;
-    size_t results;                  /* done entries */
-    size_t entries;                  /* every entry: queued, running, done */
-    size_t callbacks_waiting;        /* entries with a callback, not done */
+    size_t results;           /* done entries */
+    size_t entries;           /* every entry: queued, running, done */
+    size_t callbacks_waiting; /* entries with a callback, not done */
 };
 
 /* By id; expiry walks the done list from its oldest end, never the
  * whole table. */
 struct async_table {
-    struct async_entry **buckets;    /* owned, ASYNC_BUCKETS of them */
-    size_t n;                        /* entries, done or not */
-    struct async_entry *done_head;   /* done entries in the order they
-                                        finished: the first expires first */
+    struct async_entry **buckets;  /* owned, ASYNC_BUCKETS of them */
+    size_t n;                      /* entries, done or not */
+    struct async_entry *done_head; /* done entries in the order they
+                                      finished: the first expires first */
     struct async_entry **done_tail;
-    struct tenant_held *held;        /* owned array: tenants holding
-                                        entries (few; unordered) */
+    struct tenant_held *held; /* owned array: tenants holding
+                                 entries (few; unordered) */
     size_t n_held, cap_held;
-    size_t n_done;                   /* done entries */
-    int64_t bytes;                   /* their bytes, every tenant's */
+    size_t n_done; /* done entries */
+    int64_t bytes; /* their bytes, every tenant's */
 };
 
 struct ipd_exec_pool {
@@ -74,17 +74,17 @@ struct ipd_exec_pool {
     pthread_mutex_t lock;
     /* Outcomes since start (under lock): the admin status. */
     uint64_t n_total, n_success, n_error, n_timeout, n_oom, n_failed;
-    struct async_table async;        /* under lock */
+    struct async_table async; /* under lock */
     int64_t result_ttl_ms;
-    int64_t tenant_max_bytes;        /* done results' bytes per tenant */
-    struct ipd_space *space;         /* borrowed; NULL: no delete reserve */
-    struct ipd_results *results;     /* owned: the results' files */
-    struct ipd_callbacks *callbacks; /* borrowed, may be NULL */
-    unsigned slots_claimed;          /* worker threads that took a slot
-                                        (under lock) */
-    pthread_t pruner;                /* removes results as they expire */
+    int64_t tenant_max_bytes;         /* done results' bytes per tenant */
+    struct ipd_space *space;          /* borrowed; NULL: no delete reserve */
+    struct ipd_results *results;      /* owned: the results' files */
+    struct ipd_callbacks *callbacks;  /* borrowed, may be NULL */
+    unsigned slots_claimed;           /* worker threads that took a slot
+                                         (under lock) */
+    pthread_t pruner;                 /* removes results as they expire */
     bool pruner_started, pruner_stop; /* pruner_stop under lock */
-    pthread_cond_t prune_wake;       /* CLOCK_MONOTONIC; under lock */
+    pthread_cond_t prune_wake;        /* CLOCK_MONOTONIC; under lock */
 };
 
 /* The execution slot of this worker thread, claimed by its first job
@@ -105,21 +105,21 @@ static unsigned my_slot(struct ipd_exec_pool *p)
 /* A job on the queue: the caller's job and how to tell the caller. */
 struct pool_job {
     struct ipd_exec_pool *pool;
-    struct ipd_exec_job *job;  /* a synchronous job's is borrowed, an
-                                  asynchronous job's owned */
+    struct ipd_exec_job *job; /* a synchronous job's is borrowed, an
+                                 asynchronous job's owned */
     bool async;
-    ipd_exec_admit_fn admit;   /* synchronous jobs' hooks */
+    ipd_exec_admit_fn admit; /* synchronous jobs' hooks */
     ipd_exec_done_fn done;
     void *ctx;
-    bool table_full;           /* admission refused: the result table */
-    bool tenant_full;          /* admission refused: the tenant's bound */
-    int64_t tenant_held;       /* the bytes of results it holds */
-    const char *share_full;    /* admission refused: which share of the
-                                  tenant's is full ("slots", "results",
-                                  "callbacks"), or NULL */
-    unsigned share_max;        /* that share */
-    int64_t oldest_due_ms;     /* when the tenant's oldest done result
-                                  expires (monotonic; 0: none done) */
+    bool table_full;        /* admission refused: the result table */
+    bool tenant_full;       /* admission refused: the tenant's bound */
+    int64_t tenant_held;    /* the bytes of results it holds */
+    const char *share_full; /* admission refused: which share of the
+                               tenant's is full ("slots", "results",
+                               "callbacks"), or NULL */
+    unsigned share_max;     /* that share */
+    int64_t oldest_due_ms;  /* when the tenant's oldest done result
+                               expires (monotonic; 0: none done) */
 };
 
 struct ipd_exec_job *ipd_exec_job_new(void)
@@ -151,21 +151,17 @@ void ipd_exec_job_free(struct ipd_exec_job *j)
 const char *ipd_exec_error_type(enum ipd_err err)
 {
     switch (err) {
-    case IPD_ERR_NOT_FOUND:
-        return "NotFound";
+    case IPD_ERR_NOT_FOUND: return "NotFound";
     case IPD_ERR_INVALID:
-    case IPD_ERR_TOO_LARGE:
-        return "InvalidRequest";
-    default:
-        return "ServiceError";
+    case IPD_ERR_TOO_LARGE: return "InvalidRequest";
+    default: return "ServiceError";
     }
 }
 
 /* ---- the asynchronous result table (every function under the lock) ---- */
 
 /* FNV-1a: ids are random already, this only spreads them. */
-static struct async_entry **async_bucket(struct async_table *t,
-                                         const char *id)
+static struct async_entry **async_bucket(struct async_table *t, const char *id)
 {
     uint64_t h = 1469598103934665603ULL;
     for (const unsigned char *s = (const unsigned char *)id; *s; s++)
@@ -191,8 +187,8 @@ static void async_add(struct async_table *t, struct async_entry *e)
 
 /* The tenant's entry in t->held; NULL when it holds nothing (and create
  * is false). */
-static struct tenant_held *held_find(struct async_table *t,
-                                     const char *tenant, bool create)
+static struct tenant_held *held_find(struct async_table *t, const char *tenant,
+                                     bool create)
 {
     for (size_t i = 0; i < t->n_held; i++)
         if (!strcmp(t->held[i].tenant, tenant))
@@ -327,12 +323,11 @@ static char *keep_result(struct ipd_exec_pool *p, struct ipd_exec_job *j,
     j->result = NULL; /* ours now: freed as soon as it is written */
     if (j->rc != IPD_OK) {
         json_decref(result);
-        result = failure_result(j, ipd_exec_error_type(j->rc),
-                                j->detail.len ? j->detail.buf
-                                              : ipd_err_name(j->rc));
+        result =
+            failure_result(j, ipd_exec_error_type(j->rc),
+                           j->detail.len ? j->detail.buf : ipd_err_name(j->rc));
     }
-    enum ipd_err rc = ipd_results_write(p->results, j->exec_id, result,
-                                        bytes);
+    enum ipd_err rc = ipd_results_write(p->results, j->exec_id, result, bytes);
     json_decref(result);
     if (rc) {
         result = failure_result(j, "ServiceError",
@@ -522,8 +517,7 @@ static int64_t oldest_due(struct ipd_exec_pool *p, const char *tenant)
 /* The tenant's callbacks not yet over: its jobs with a callback_url not
  * yet done, and its deliveries waiting or being tried (under the lock). */
 static size_t callbacks_pending(struct ipd_exec_pool *p,
-                                const struct tenant_held *h,
-                                const char *tenant)
+                                const struct tenant_held *h, const char *tenant)
 {
     return (h ? h->callbacks_waiting : 0) +
            ipd_callbacks_tenant_pending(p->callbacks, tenant);
@@ -532,15 +526,14 @@ static size_t callbacks_pending(struct ipd_exec_pool *p,
 /* Why the tenant may not add pj's entry (under the lock): the result
  * table, its bytes, its share of entries or of callbacks; IPD_OK when it
  * may. */
-static enum ipd_err async_refusal(struct ipd_exec_pool *p,
-                                  struct pool_job *pj,
+static enum ipd_err async_refusal(struct ipd_exec_pool *p, struct pool_job *pj,
                                   const struct tenant_held *h)
 {
     const struct ipd_exec_job *j = pj->job;
-    unsigned max_results = ipd_policy_share(j->share_results,
-                                            IPD_EXEC_ASYNC_MAX);
-    unsigned max_cb = ipd_policy_share(j->share_callbacks,
-                                       IPD_CALLBACK_QUEUE_MAX);
+    unsigned max_results =
+        ipd_policy_share(j->share_results, IPD_EXEC_ASYNC_MAX);
+    unsigned max_cb =
+        ipd_policy_share(j->share_callbacks, IPD_CALLBACK_QUEUE_MAX);
     if (p->async.n >= IPD_EXEC_ASYNC_MAX) {
         pj->table_full = true;
     } else if (p->tenant_max_bytes >= 0 && h &&
@@ -615,8 +608,7 @@ static void async_why(struct ipd_exec_pool *p, struct pool_job *pj,
                      "take %lld bytes, its limit is %lld; retry when older "
                      "ones expire (after %lld s) or ask for a synchronous "
                      "execution",
-                     (long long)pj->tenant_held,
-                     (long long)p->tenant_max_bytes,
+                     (long long)pj->tenant_held, (long long)p->tenant_max_bytes,
                      (long long)(p->result_ttl_ms / 1000));
         pj->job->retry_after_s = results_retry_after(p, pj);
     } else if (!strcmp(pj->share_full, "results")) {
@@ -857,8 +849,7 @@ json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
     json_t *j = json_pack(
         "{s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:I, s:{s:I, s:I, "
         "s:I}}",
-        "slots",
-        (json_int_t)ipd_workq_threads(p->q), "queue",
+        "slots", (json_int_t)ipd_workq_threads(p->q), "queue",
         (json_int_t)ipd_workq_queue_max(p->q), "running", (json_int_t)running,
         "queued", (json_int_t)queued, "total", (json_int_t)p->n_total,
         "success", (json_int_t)p->n_success, "error", (json_int_t)p->n_error,

@@ -53,20 +53,20 @@ struct ipd_callbacks;
 struct ipd_space;
 
 struct ipd_exec_pool_options {
-    unsigned slots;                  /* worker threads (0: 1) */
-    unsigned queue;                  /* waiting jobs beyond the slots */
-    struct ipd_metrics *metrics;     /* borrowed, may be NULL */
-    int64_t result_ttl_ms;           /* async results kept (0: 1 h) */
-    struct ipd_callbacks *callbacks; /* borrowed; NULL: no callbacks sent */
-    const char *data_dir;            /* borrowed; results live in
-                                        <data_dir>/results (required) */
+    unsigned slots;                   /* worker threads (0: 1) */
+    unsigned queue;                   /* waiting jobs beyond the slots */
+    struct ipd_metrics *metrics;      /* borrowed, may be NULL */
+    int64_t result_ttl_ms;            /* async results kept (0: 1 h) */
+    struct ipd_callbacks *callbacks;  /* borrowed; NULL: no callbacks sent */
+    const char *data_dir;             /* borrowed; results live in
+                                         <data_dir>/results (required) */
     int64_t tenant_results_max_bytes; /* done async results' bytes per
                                          tenant; < 0: no bound */
-    struct ipd_space *space;         /* borrowed; NULL: no delete reserve.
-                                        While it is out, asynchronous
-                                        submissions are refused
-                                        (IPD_ERR_NO_SPACE): their results
-                                        are kept on the data dir's disk */
+    struct ipd_space *space;          /* borrowed; NULL: no delete reserve.
+                                         While it is out, asynchronous
+                                         submissions are refused
+                                         (IPD_ERR_NO_SPACE): their results
+                                         are kept on the data dir's disk */
 };
 
 /* One execution: what to run (ipd_executor_run's request, owned here)
@@ -74,35 +74,35 @@ struct ipd_exec_pool_options {
 struct ipd_exec_job {
     char tenant[IPD_TENANT_MAX];
     char user_id[IPD_USER_ID_MAX];
-    char *code;                      /* owned */
+    char *code; /* owned */
     size_t code_len;
-    char **file_ids;                 /* owned array of owned strings */
+    char **file_ids; /* owned array of owned strings */
     size_t n_files;
-    int64_t timeout_ms;              /* 0: the policy's */
+    int64_t timeout_ms; /* 0: the policy's */
     char policy[IPD_POLICY_MAX];
-    json_t *variables;               /* new reference or NULL */
-    char **packages;                 /* owned array of owned strings */
+    json_t *variables; /* new reference or NULL */
+    char **packages;   /* owned array of owned strings */
     size_t n_packages;
-    bool admin;                      /* the caller's key is an admin key */
-    bool store_outputs;              /* false: generated files come back
-                                        inline only (ipd_exec_job_new:
-                                        true) */
-    char session_id[IPD_ID_MAX];     /* run in this session, or "" */
-    char *callback_url;              /* owned, or NULL (async only); the
-                                        callback sender signs with the
-                                        tenant's secrets: no job holds
-                                        them */
+    bool admin;                  /* the caller's key is an admin key */
+    bool store_outputs;          /* false: generated files come back
+                                    inline only (ipd_exec_job_new:
+                                    true) */
+    char session_id[IPD_ID_MAX]; /* run in this session, or "" */
+    char *callback_url;          /* owned, or NULL (async only); the
+                                    callback sender signs with the
+                                    tenant's secrets: no job holds
+                                    them */
     /* The tenant's shares from its key's policy (policy.h: a count, -N
      * for N percent of the pool, 0 for no bound): ipd_exec_job_new
      * leaves them 0. */
     int64_t share_running, share_queued, share_results, share_callbacks;
-    char exec_id[IPD_ID_MAX];        /* OUT: async, set by submit */
-    enum ipd_err rc;                 /* OUT: the executor's answer */
-    json_t *result;                  /* OUT: new reference when rc == OK */
-    struct ipd_buf detail;           /* OUT: a message for rc, or empty */
-    bool finished;                   /* OUT: set before done runs */
-    int retry_after_s;               /* OUT: with a refusal (BUSY), when
-                                        to ask again */
+    char exec_id[IPD_ID_MAX]; /* OUT: async, set by submit */
+    enum ipd_err rc;          /* OUT: the executor's answer */
+    json_t *result;           /* OUT: new reference when rc == OK */
+    struct ipd_buf detail;    /* OUT: a message for rc, or empty */
+    bool finished;            /* OUT: set before done runs */
+    int retry_after_s;        /* OUT: with a refusal (BUSY), when
+                                 to ask again */
 };
 
 /* A new empty job (detail initialised): ipd_exec_job_free. */
@@ -164,8 +164,8 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
  * client from the file, so a large result is never copied into memory. */
 struct ipd_exec_reply {
     struct ipd_buf head;
-    int fd;          /* owned: the result file, or -1 */
-    int64_t len;     /* its size */
+    int fd;      /* owned: the result file, or -1 */
+    int64_t len; /* its size */
     struct ipd_buf tail;
 };
 void ipd_exec_reply_init(struct ipd_exec_reply *r);

@@ -39,8 +39,8 @@ static enum ipd_err probe_stage(struct ipd__run_stage *wk)
     static const char code[] =
         "print(open('/mnt/data/probe/probe.txt').read(), end='')\n";
     int dfd = -1;
-    enum ipd_err rc = ipd__write_file_at(wk->job_fd, "code.py", code,
-                                    sizeof(code) - 1);
+    enum ipd_err rc =
+        ipd__write_file_at(wk->job_fd, "code.py", code, sizeof(code) - 1);
     if (!rc)
         rc = ipd__write_file_at(wk->job_fd, "files.json", "[]", 2);
     if (rc)
@@ -105,7 +105,7 @@ static enum ipd_err probe_once(struct ipd_executor *ex, char *why, size_t len)
         goto out;
     }
     rc = ipd__cold_run(ex, &wk, &ep, PROBE_TIMEOUT_MS, ipd_venv_gen_dir(gen),
-                     false, &r);
+                       false, &r);
     ipd_venv_release(ex->venv, gen);
     if (rc)
         snprintf(why, len, "%s", r.error);
@@ -157,12 +157,12 @@ json_t *ipd_executor_check_json(struct ipd_executor *ex)
     json_t *j;
 
     pthread_mutex_lock(&ex->check_lock);
-    j = json_pack("{s:b, s:I, s:o, s:I, s:s?}", "ok", ex->check.ok,
-                  "runs", (json_int_t)ex->check.runs, "checked_at",
-                  ipd_json_time(ex->check.runs ? ex->check.at_ms
-                                               : IPD_TIME_NEVER),
-                  "duration_ms", (json_int_t)ex->check.duration_ms, "error",
-                  ex->check.ok ? NULL : ex->check.error);
+    j = json_pack(
+        "{s:b, s:I, s:o, s:I, s:s?}", "ok", ex->check.ok, "runs",
+        (json_int_t)ex->check.runs, "checked_at",
+        ipd_json_time(ex->check.runs ? ex->check.at_ms : IPD_TIME_NEVER),
+        "duration_ms", (json_int_t)ex->check.duration_ms, "error",
+        ex->check.ok ? NULL : ex->check.error);
     pthread_mutex_unlock(&ex->check_lock);
     return j;
 }

@@ -131,8 +131,7 @@ static bool body_ok(const struct ipd_exec_request_env *env, const json_t *doc,
         return refuse(f, TOO_LARGE, "code is %zu bytes; at most %d are allowed",
                       json_string_length(code), IPD_EXEC_CODE_MAX);
     if (files && !json_is_null(files) &&
-        (!json_is_array(files) ||
-         json_array_size(files) > IPD_EXEC_FILES_MAX))
+        (!json_is_array(files) || json_array_size(files) > IPD_EXEC_FILES_MAX))
         return refuse(f, INVALID,
                       "\"files\" must be an array of at most %d file ids",
                       IPD_EXEC_FILES_MAX);

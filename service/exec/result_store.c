@@ -51,8 +51,8 @@ enum ipd_err ipd_results_open(const char *data_dir, struct ipd_results **out)
         goto out;
     if (mkdirat(dd, "results", 0700) && errno != EEXIST)
         goto out;
-    rs->dirfd = openat(dd, "results", O_RDONLY | O_DIRECTORY | O_CLOEXEC |
-                                          O_NOFOLLOW);
+    rs->dirfd =
+        openat(dd, "results", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW);
     if (rs->dirfd < 0)
         goto out;
     rc = IPD_OK;
@@ -125,8 +125,7 @@ enum ipd_err ipd_results_write(struct ipd_results *rs, const char *id,
     file_name(id, ".tmp", tmp);
     file_name(id, "", name);
     w->fd = openat(rs->dirfd, tmp,
-                   O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-                   0600);
+                   O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (w->fd < 0) {
         rc = IPD_ERR_IO;
         goto out;
@@ -188,6 +187,5 @@ void ipd_results_remove(struct ipd_results *rs, const char *id)
     char name[NAME_MAX_LEN];
     file_name(id, "", name);
     if (unlinkat(rs->dirfd, name, 0) && errno != ENOENT)
-        ipd_warn("results: removing %s/%s: %s", rs->dir, name,
-                 strerror(errno));
+        ipd_warn("results: removing %s/%s: %s", rs->dir, name, strerror(errno));
 }

@@ -56,12 +56,12 @@
 #include "exec_internal.h"
 #include "varlist.h"
 
-#define READY_WAIT_MS 60000   /* a first call waits this long for imports */
+#define READY_WAIT_MS 60000 /* a first call waits this long for imports */
 #define PARK_WAIT_MS 30000
 #define VARIABLES_TIMEOUT_MS 10000
 #define TOMBSTONE_MS (3600LL * 1000)
-#define ENDING_WAIT_MS 5000   /* a create waits for an ending one's uid */
-#define DELETE_WAIT_MS 5000   /* a DELETE waits for the session's end */
+#define ENDING_WAIT_MS 5000    /* a create waits for an ending one's uid */
+#define DELETE_WAIT_MS 5000    /* a DELETE waits for the session's end */
 #define ZYGOTE_MARGIN_MS 60000 /* the zygote's wall past any call's end */
 #define RETRY_AFTER_MAX_S 3600
 #define MIB (1024 * 1024)
@@ -75,20 +75,20 @@ enum sess_state { S_STARTING, S_READY, S_ENDING, S_ENDED };
 struct ipd__session {
     struct ipd__sessions *ss;
     char id[IPD_ID_MAX];
-    char *tenant, *user;      /* owned */
+    char *tenant, *user; /* owned */
     char policy[IPD_EXEC_POLICY_NAME_MAX];
-    unsigned idx;             /* its uid's index */
+    unsigned idx;                /* its uid's index */
     int64_t created_ms, used_ms; /* wall clock */
-    int64_t ended_ms;         /* wall clock of its end (a tombstone's
-                                 age), set with S_ENDING */
+    int64_t ended_ms;            /* wall clock of its end (a tombstone's
+                                    age), set with S_ENDING */
     enum sess_state state;
-    bool busy;                /* a call is in (one at a time) */
-    char why[320];            /* why it ended (with its interpreter's
-                                 own words when that ended it) */
+    bool busy;     /* a call is in (one at a time) */
+    char why[320]; /* why it ended (with its interpreter's
+                      own words when that ended it) */
     pthread_t th;
     struct ipd_sandbox_zygote *z;
     struct ipd_sandbox_parked *pk;
-    struct ipd__run_stage wk;      /* the session's staging */
+    struct ipd__run_stage wk; /* the session's staging */
     json_t *snapshot;         /* /mnt/output after the last call */
     int64_t memory;           /* bytes, at the last call's end */
     int64_t charge;           /* against the memory budgets: its policy's
@@ -101,7 +101,7 @@ struct ipd__sessions {
     pthread_mutex_t lock;
     pthread_cond_t cond;
     struct ipd__session *list;
-    bool *used;               /* uid indexes in use (max) */
+    bool *used; /* uid indexes in use (max) */
     bool stopping;
 };
 
@@ -192,9 +192,8 @@ static void zygote_end_cause(const struct ipd_sandbox_result *r,
     char line[200];
     size_t n = 0;
 
-    for (size_t i = 0; i < r->err.len && r->err.buf[i] != '\n' &&
-                       n + 1 < sizeof(line);
-         i++) {
+    for (size_t i = 0;
+         i < r->err.len && r->err.buf[i] != '\n' && n + 1 < sizeof(line); i++) {
         unsigned char ch = (unsigned char)r->err.buf[i];
         line[n++] = ch >= 0x20 && ch < 0x7f ? (char)ch : '?';
     }
@@ -222,11 +221,10 @@ static void serve_zygote(struct ipd__session *s)
     int64_t wall = ex->sess_cfg.max_life_ms + READY_WAIT_MS + PARK_WAIT_MS +
                    (ep ? ep->max_timeout_ms : 0) + ZYGOTE_MARGIN_MS;
 
-    if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx), wall,
-                          NULL, NULL, &r, why, sizeof(why)) &&
+    if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx), wall, NULL,
+                          NULL, &r, why, sizeof(why)) &&
         why[0])
-        ipd_warn("session %s: its interpreter did not start: %s", s->id,
-                 why);
+        ipd_warn("session %s: its interpreter did not start: %s", s->id, why);
     zygote_end_cause(&r, why, cause, sizeof(cause));
     ipd_sandbox_result_release(&r);
     pthread_mutex_lock(&s->ss->lock);
@@ -267,8 +265,8 @@ enum ipd_err ipd__sessions_new(struct ipd_executor *ex,
     ss->ex = ex;
     pthread_mutex_init(&ss->lock, NULL);
     pthread_cond_init(&ss->cond, NULL);
-    ss->used = ipd_xcalloc(ex->sess_cfg.max ? ex->sess_cfg.max : 1,
-                           sizeof(bool));
+    ss->used =
+        ipd_xcalloc(ex->sess_cfg.max ? ex->sess_cfg.max : 1, sizeof(bool));
     ex->sessions = ss;
     return IPD_OK;
 }
@@ -325,8 +323,7 @@ static struct ipd__session *find_locked(struct ipd__sessions *ss,
 /* Wait (under the lock, bounded) until s has ENDED: its thread has freed
  * the child and its zygote's run is over, so no process of it is left.
  * s stays listed meanwhile (a tombstone lives an hour). */
-static void wait_ended_locked(struct ipd__sessions *ss,
-                              struct ipd__session *s)
+static void wait_ended_locked(struct ipd__sessions *ss, struct ipd__session *s)
 {
     for (int64_t end = ipd_mono_ms() + DELETE_WAIT_MS;
          s->state != S_ENDED && ipd_mono_ms() < end;) {
@@ -393,8 +390,9 @@ static int retry_after_locked(struct ipd__sessions *ss, const char *tenant,
     if (first == INT64_MAX) /* only ending ones: their places come free */
         return 1;
     int64_t secs = (first - now + 999) / 1000;
-    return secs < 1 ? 1 : secs > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S
-                                                   : (int)secs;
+    return secs < 1                   ? 1
+           : secs > RETRY_AFTER_MAX_S ? RETRY_AFTER_MAX_S
+                                      : (int)secs;
 }
 
 /* A policy whose memory alone is over a budget never gets a session. */
@@ -402,16 +400,17 @@ static enum ipd_err charge_fits(const struct ipd_exec_policy *ep,
                                 int64_t tenant_budget, int64_t node_budget,
                                 struct ipd_buf *detail)
 {
-    int64_t budget = tenant_budget && (!node_budget ||
-                                       tenant_budget < node_budget)
-                         ? tenant_budget
-                         : node_budget;
+    int64_t budget =
+        tenant_budget && (!node_budget || tenant_budget < node_budget)
+            ? tenant_budget
+            : node_budget;
     if (!budget || ep->memory_bytes <= budget)
         return IPD_OK;
-    ipd_buf_addf(detail, "a session of policy %s is charged its memory "
-                         "limit, %lld MiB, more than this tenant may hold "
-                         "in sessions (%lld MiB: sessions-memory and the "
-                         "policy's tenant-session-memory); ask the operator",
+    ipd_buf_addf(detail,
+                 "a session of policy %s is charged its memory "
+                 "limit, %lld MiB, more than this tenant may hold "
+                 "in sessions (%lld MiB: sessions-memory and the "
+                 "policy's tenant-session-memory); ask the operator",
                  ep->name, (long long)(ep->memory_bytes / MIB),
                  (long long)(budget / MIB));
     return IPD_ERR_UNAVAILABLE;
@@ -426,32 +425,36 @@ static enum ipd_err tenant_checks(struct ipd__sessions *ss,
 {
     const struct ipd__executor_sessions_cfg *c = &ss->ex->sess_cfg;
     unsigned t_max = ipd_policy_share(ep->tenant_sessions, c->max);
-    int64_t t_mem = ipd_policy_share_bytes(ep->tenant_session_memory,
-                                           c->memory);
+    int64_t t_mem =
+        ipd_policy_share_bytes(ep->tenant_session_memory, c->memory);
     enum ipd_err rc = charge_fits(ep, t_mem, c->memory, detail);
 
     if (rc)
         return rc;
     if (h->mine >= c->per_user) {
-        ipd_buf_addf(detail, "this user has %u live sessions, the most "
-                             "allowed; end one (DELETE) first", h->mine);
+        ipd_buf_addf(detail,
+                     "this user has %u live sessions, the most "
+                     "allowed; end one (DELETE) first",
+                     h->mine);
         *retry = retry_after_locked(ss, tenant, user);
         return IPD_ERR_BUSY;
     }
     if (t_max && h->tenant >= t_max) {
-        ipd_buf_addf(detail, "this tenant has %u live sessions, its share "
-                             "of this server's %u (policy tenant-sessions); "
-                             "end one (DELETE) or retry later",
+        ipd_buf_addf(detail,
+                     "this tenant has %u live sessions, its share "
+                     "of this server's %u (policy tenant-sessions); "
+                     "end one (DELETE) or retry later",
                      h->tenant, c->max);
         *retry = retry_after_locked(ss, tenant, NULL);
         return IPD_ERR_BUSY;
     }
     if (t_mem && h->tenant_charge + ep->memory_bytes > t_mem) {
-        ipd_buf_addf(detail, "this tenant's live sessions are charged %lld "
-                             "MiB (each its policy's memory limit); one more "
-                             "of policy %s (%lld MiB) would pass its share, "
-                             "%lld MiB (policy tenant-session-memory); end "
-                             "one (DELETE) or retry later",
+        ipd_buf_addf(detail,
+                     "this tenant's live sessions are charged %lld "
+                     "MiB (each its policy's memory limit); one more "
+                     "of policy %s (%lld MiB) would pass its share, "
+                     "%lld MiB (policy tenant-session-memory); end "
+                     "one (DELETE) or retry later",
                      (long long)(h->tenant_charge / MIB), ep->name,
                      (long long)(ep->memory_bytes / MIB),
                      (long long)(t_mem / MIB));
@@ -488,10 +491,11 @@ static enum ipd_err create_checks(struct ipd__sessions *ss,
         return IPD_ERR_BUSY;
     }
     if (c->memory && h.all_charge + ep->memory_bytes > c->memory) {
-        ipd_buf_addf(detail, "this server's live sessions are charged %lld "
-                             "MiB of the %lld MiB they may hold together "
-                             "(sessions-memory); one of policy %s needs "
-                             "%lld MiB; retry later",
+        ipd_buf_addf(detail,
+                     "this server's live sessions are charged %lld "
+                     "MiB of the %lld MiB they may hold together "
+                     "(sessions-memory); one of policy %s needs "
+                     "%lld MiB; retry later",
                      (long long)(h.all_charge / MIB),
                      (long long)(c->memory / MIB), ep->name,
                      (long long)(ep->memory_bytes / MIB));
@@ -502,8 +506,7 @@ static enum ipd_err create_checks(struct ipd__sessions *ss,
 }
 
 enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
-                                         const char *tenant,
-                                         const char *user,
+                                         const char *tenant, const char *user,
                                          const char *policy, json_t **out,
                                          int *retry_after_s,
                                          struct ipd_buf *detail)
@@ -517,9 +520,10 @@ enum ipd_err ipd_executor_session_create(struct ipd_executor *ex,
     *out = NULL;
     *retry_after_s = 0;
     if (!ep || ep->network) {
-        ipd_buf_addf(detail, "%s", ep ? "a session cannot have a networked "
-                                        "policy; use one without network"
-                                      : "unknown policy");
+        ipd_buf_addf(detail, "%s",
+                     ep ? "a session cannot have a networked "
+                          "policy; use one without network"
+                        : "unknown policy");
         return IPD_ERR_INVALID;
     }
     pthread_mutex_lock(&ss->lock);
@@ -603,8 +607,8 @@ json_t *ipd_executor_session_list(struct ipd_executor *ex, const char *tenant,
 }
 
 enum ipd_err ipd_executor_session_delete(struct ipd_executor *ex,
-                                         const char *tenant,
-                                         const char *user, const char *id)
+                                         const char *tenant, const char *user,
+                                         const char *id)
 {
     struct ipd__sessions *ss = ex->sessions;
     enum ipd_err rc = IPD_ERR_NOT_FOUND;
@@ -676,8 +680,7 @@ static json_t *tenants_json_locked(struct ipd__sessions *ss)
         json_t *e = json_object_get(by, s->tenant);
         if (!e) {
             e = json_pack("{s:s,s:I,s:I}", "tenant", s->tenant, "live",
-                          (json_int_t)0, "memory_charged_bytes",
-                          (json_int_t)0);
+                          (json_int_t)0, "memory_charged_bytes", (json_int_t)0);
             json_object_set_new(by, s->tenant, e);
         }
         json_t *n = json_object_get(e, "live");
@@ -685,13 +688,14 @@ static json_t *tenants_json_locked(struct ipd__sessions *ss)
         json_integer_set(n, json_integer_value(n) + 1);
         json_integer_set(m, json_integer_value(m) + s->charge);
     }
-    json_object_foreach(by, t, v) {
+    json_object_foreach(by, t, v)
+    {
         size_t i = 0;
-        json_int_t m = json_integer_value(
-            json_object_get(v, "memory_charged_bytes"));
+        json_int_t m =
+            json_integer_value(json_object_get(v, "memory_charged_bytes"));
         while (i < json_array_size(a) &&
-               json_integer_value(json_object_get(
-                   json_array_get(a, i), "memory_charged_bytes")) >= m)
+               json_integer_value(json_object_get(json_array_get(a, i),
+                                                  "memory_charged_bytes")) >= m)
             i++;
         json_array_insert(a, i, v);
     }
@@ -713,13 +717,12 @@ json_t *ipd_executor_sessions_json(struct ipd_executor *ex)
     } else {
         tenants = json_array();
     }
-    return json_pack("{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "live",
-                     (json_int_t)live_n, "max",
-                     (json_int_t)(ss ? ex->sess_cfg.max : 0), "per_user",
-                     (json_int_t)ex->sess_cfg.per_user, "memory_bytes",
-                     (json_int_t)mem, "memory_charged_bytes",
-                     (json_int_t)charged, "memory_budget_bytes",
-                     (json_int_t)ex->sess_cfg.memory, "tenants", tenants);
+    return json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:o}", "live", (json_int_t)live_n, "max",
+        (json_int_t)(ss ? ex->sess_cfg.max : 0), "per_user",
+        (json_int_t)ex->sess_cfg.per_user, "memory_bytes", (json_int_t)mem,
+        "memory_charged_bytes", (json_int_t)charged, "memory_budget_bytes",
+        (json_int_t)ex->sess_cfg.memory, "tenants", tenants);
 }
 
 void ipd_executor_sessions_gauges(struct ipd_executor *ex, int64_t *live_n,
@@ -770,8 +773,7 @@ static enum ipd_err call_refusal_locked(const struct ipd__session *s,
 
 enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         const char *tenant, const char *user,
-                                        const char *id,
-                                        struct ipd_buf *detail)
+                                        const char *id, struct ipd_buf *detail)
 {
     struct ipd__sessions *ss = ex->sessions;
     enum ipd_err rc;
@@ -799,31 +801,36 @@ static void park_failure_detail(struct ipd__session *s, enum ipd_err rc,
     char cause[sizeof(s->why)];
 
     pthread_mutex_lock(&ss->lock);
-    while (rc == IPD_ERR_UNAVAILABLE && live(s) &&
-           ipd_now_ms() < until)
+    while (rc == IPD_ERR_UNAVAILABLE && live(s) && ipd_now_ms() < until)
         ipd__cond_wait_ms(&ss->cond, &ss->lock, 50);
     if (live(s)) {
         snprintf(cause, sizeof(cause), "%s%s", nostart,
-                 err[0] ? err : why[0] ? why : "no reason given");
+                 err[0]   ? err
+                 : why[0] ? why
+                          : "no reason given");
         end_locked(s, cause);
     }
     if (!strncmp(s->why, ended, sizeof(ended) - 1))
-        ipd_buf_addf(detail, "the session's interpreter could not start: it "
-                             "ended%s", s->why + sizeof(ended) - 1);
+        ipd_buf_addf(detail,
+                     "the session's interpreter could not start: it "
+                     "ended%s",
+                     s->why + sizeof(ended) - 1);
     else if (!strncmp(s->why, nostart, sizeof(nostart) - 1))
         ipd_buf_addf(detail, "the session's interpreter could not start: %s",
                      s->why + sizeof(nostart) - 1);
     else /* ended meanwhile for another reason (DELETE, shutdown) */
-        ipd_buf_addf(detail, "the session's interpreter could not start: the "
-                             "session ended: %s", s->why);
+        ipd_buf_addf(detail,
+                     "the session's interpreter could not start: the "
+                     "session ended: %s",
+                     s->why);
     pthread_mutex_unlock(&ss->lock);
 }
 
 /* Park s's child for its calls (the first call: it waits for the
  * zygote's imports).  UNAVAILABLE with detail when it cannot; the
  * session is ended then. */
-static enum ipd_err park_child(struct ipd_executor *ex,
-                               struct ipd__session *s, struct ipd_buf *detail)
+static enum ipd_err park_child(struct ipd_executor *ex, struct ipd__session *s,
+                               struct ipd_buf *detail)
 {
     const struct ipd_exec_policy *ep = ipd__policy_find(ex, s->policy);
     struct ipd_sandbox_policy p;
@@ -835,7 +842,7 @@ static enum ipd_err park_child(struct ipd_executor *ex,
     rc = ipd_sandbox_zygote_wait_ready(s->z, READY_WAIT_MS, err, sizeof(err));
     if (!rc)
         rc = ipd__run_stage_create(ex, &s->wk, NULL,
-                              ipd__session_uid(ex, s->idx), &why);
+                                   ipd__session_uid(ex, s->idx), &why);
     if (!rc) {
         struct ipd_sandbox_mount m[] = {
             {"job", "/mnt/job", false, s->wk.stage},
@@ -861,8 +868,7 @@ static void call_end(struct ipd_executor *ex, struct ipd__session *s,
  * on IPD_OK; else NOT_FOUND, GONE, IN_USE, UNAVAILABLE, with detail. */
 static enum ipd_err call_begin(struct ipd_executor *ex, const char *tenant,
                                const char *user, const char *id,
-                               struct ipd__session **sp,
-                               struct ipd_buf *detail)
+                               struct ipd__session **sp, struct ipd_buf *detail)
 {
     struct ipd__sessions *ss = ex->sessions;
     struct ipd__session *s;
@@ -958,8 +964,7 @@ static bool ended_during_call(struct ipd__session *s, struct ipd_buf *detail)
  * mount), so every name in it is one the service made. */
 static void empty_and_unlink(int dirfd, const char *name)
 {
-    int w = openat(dirfd, name,
-                   O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+    int w = openat(dirfd, name, O_WRONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
     if (w >= 0 && ftruncate(w, 0))
         ipd_warn("session: a staged file could not be emptied: %s",
                  strerror(errno));
@@ -1037,12 +1042,11 @@ enum ipd_err ipd__session_call(struct ipd_executor *ex,
     struct ipd__installs ins;
     char id[IPD_ID_MAX];
     bool ended = false;
-    enum ipd_err rc = call_begin(ex, rq->tenant, rq->user_id,
-                                 rq->session_id, &s, detail);
+    enum ipd_err rc =
+        call_begin(ex, rq->tenant, rq->user_id, rq->session_id, &s, detail);
     if (rc)
         return rc;
-    const struct ipd_exec_policy *ep =
-        ipd__policy_find(ex, s->policy);
+    const struct ipd_exec_policy *ep = ipd__policy_find(ex, s->policy);
     struct ipd__run_stage *wk = &s->wk;
     /* The session's policy sets the limits, so its default timeout too
      * (not the one of a policy the request names). */
@@ -1058,8 +1062,8 @@ enum ipd_err ipd__session_call(struct ipd_executor *ex,
      * while it runs: at most what the session may hold itself. */
     rc = ipd__stage_job(ex, rq, wk, ep->memory_bytes, detail);
     if (!rc) {
-        rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_GO, timeout_ms,
-                                     &r, &ended);
+        rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_GO, timeout_ms, &r,
+                                     &ended);
         clear_call(wk);
         if (!rc) {
             *result = ipd__build_result(ex, rq, id, ep, timeout_ms, &r, &ins,
@@ -1137,14 +1141,14 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
     rc = call_begin(ex, tenant, user, id, &s, detail);
     if (rc)
         return rc;
-    rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_VARIABLES, VARIABLES_TIMEOUT_MS, &r,
-                                 &ended);
+    rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_VARIABLES,
+                                 VARIABLES_TIMEOUT_MS, &r, &ended);
     if (!rc && !ended && r.exit_code == 0)
         *out = read_listing(&r);
     call_end(ex, s,
-                     ended ? (r.timed_out ? "listing its variables timed out"
-                                          : "its interpreter ended")
-                           : NULL);
+             ended ? (r.timed_out ? "listing its variables timed out"
+                                  : "its interpreter ended")
+                   : NULL);
     ipd_sandbox_result_release(&r);
     if (!*out) {
         ipd_buf_adds(detail, ended ? "the session ended while listing its "

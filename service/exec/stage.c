@@ -37,13 +37,12 @@ static void close_fd(int *fd)
 }
 
 /* Create name in dirfd (must not exist), mode 0644 whatever the umask. */
-enum ipd_err ipd__write_file_at(int dirfd, const char *name,
-                                const void *data, size_t len)
+enum ipd_err ipd__write_file_at(int dirfd, const char *name, const void *data,
+                                size_t len)
 {
     enum ipd_err rc = IPD_ERR_IO;
     int fd = openat(dirfd, name,
-                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    0644);
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
     if (fd < 0)
         goto out;
     if (fchmod(fd, 0644))
@@ -202,8 +201,7 @@ static enum ipd_err lookup_files(struct ipd_executor *ex,
             continue;
         enum ipd_err rc = ipd_id_valid("file", id)
                               ? ipd_meta_file_get(ex->meta, rq->tenant,
-                                                  rq->user_id, id, now,
-                                                  &fs[*n])
+                                                  rq->user_id, id, now, &fs[*n])
                               : IPD_ERR_NOT_FOUND;
         if (rc == IPD_ERR_NOT_FOUND && detail)
             ipd_buf_addf(detail, "file %.64s not found", id);
@@ -218,8 +216,8 @@ static enum ipd_err lookup_files(struct ipd_executor *ex,
  * bytes (0: no limit), copy them and write files.json.  Over the limit
  * nothing is copied: IPD_ERR_TOO_LARGE. */
 static enum ipd_err stage_files(struct ipd_executor *ex,
-                                const struct ipd_exec_request *rq,
-                                int job_fd, int data_fd, int64_t limit,
+                                const struct ipd_exec_request *rq, int job_fd,
+                                int data_fd, int64_t limit,
                                 struct ipd_buf *detail)
 {
     struct ipd_file_meta *fs =
@@ -231,9 +229,10 @@ static enum ipd_err stage_files(struct ipd_executor *ex,
 
     if (!rc && limit > 0 && total > limit) {
         if (detail)
-            ipd_buf_addf(detail, "the files of this call total %lld bytes; "
-                                 "a session's call may stage at most its "
-                                 "policy's memory (%lld bytes)",
+            ipd_buf_addf(detail,
+                         "the files of this call total %lld bytes; "
+                         "a session's call may stage at most its "
+                         "policy's memory (%lld bytes)",
                          (long long)total, (long long)limit);
         rc = IPD_ERR_TOO_LARGE;
     }
@@ -265,12 +264,12 @@ static enum ipd_err copy_prelude(const struct ipd_executor *ex, int to)
         if (fstatat(dirfd(d), e->d_name, &st, 0) || !S_ISREG(st.st_mode))
             continue;
         in = openat(dirfd(d), e->d_name, O_RDONLY | O_CLOEXEC);
-        out = openat(to, e->d_name,
-                     O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                     0644);
-        rc = in < 0 || out < 0 || fchmod(out, 0644) ? IPD_ERR_IO
-                                                    : ipd_copy_fd(in, out,
-                                                                  &copied);
+        out =
+            openat(to, e->d_name,
+                   O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+        rc = in < 0 || out < 0 || fchmod(out, 0644)
+                 ? IPD_ERR_IO
+                 : ipd_copy_fd(in, out, &copied);
         if (in >= 0)
             close(in);
         if (out >= 0)
@@ -293,15 +292,15 @@ enum ipd_err ipd__run_stage_create(struct ipd_executor *ex,
     char err[256];
     int fd, dir = -1;
     int64_t files = IPD_EXEC_FILES_MAX; /* a stage holds at most these */
-    int64_t bytes = (files + 1) * (ex->max_file_size > (16LL << 20)
-                                       ? ex->max_file_size
-                                       : (16LL << 20));
+    int64_t bytes =
+        (files + 1) *
+        (ex->max_file_size > (16LL << 20) ? ex->max_file_size : (16LL << 20));
 
     wk->job_fd = wk->data_fd = -1;
     wk->host_uid = host_uid;
     ipd__exec_id(id, wk->id);
-    if (ipd_sandbox_stage_new(bytes, 4 * files + 64, NULL, &wk->stage,
-                              err, sizeof(err))) {
+    if (ipd_sandbox_stage_new(bytes, 4 * files + 64, NULL, &wk->stage, err,
+                              sizeof(err))) {
         ipd_buf_addf(why, "%s", err);
         return IPD_ERR_INTERNAL;
     }
@@ -339,8 +338,8 @@ enum ipd_err ipd__stage_job(struct ipd_executor *ex,
                             struct ipd__run_stage *wk, int64_t files_max,
                             struct ipd_buf *detail)
 {
-    enum ipd_err rc = ipd__write_file_at(wk->job_fd, "code.py",
-                                    rq->code ? rq->code : "", rq->code_len);
+    enum ipd_err rc = ipd__write_file_at(
+        wk->job_fd, "code.py", rq->code ? rq->code : "", rq->code_len);
     if (!rc && rq->variables)
         rc = write_json_at(wk->job_fd, "variables.json", rq->variables);
     if (!rc)

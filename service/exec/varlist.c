@@ -56,19 +56,18 @@ static json_t *entry(const json_t *e, const char *prev)
     const json_t *repr = json_object_get(e, "repr");
 
     if (!json_is_object(e) || json_object_size(e) != 3 ||
-        !json_is_string(name) || !json_is_string(type) ||
-        !json_is_string(repr))
+        !json_is_string(name) || !json_is_string(type) || !json_is_string(repr))
         return NULL;
     const char *n = json_string_value(name);
     size_t nlen = json_string_length(name);
     if (!name_ok(n, nlen) || strlen(n) != nlen || strcmp(n, prev) <= 0)
         return NULL;
     return json_pack("{s:s%,s:o,s:o}", "name", n, nlen, "type",
-                     capped(json_string_value(type),
-                            json_string_length(type), IPD_VARLIST_TYPE_MAX),
+                     capped(json_string_value(type), json_string_length(type),
+                            IPD_VARLIST_TYPE_MAX),
                      "repr",
-                     capped(json_string_value(repr),
-                            json_string_length(repr), IPD_VARLIST_REPR_MAX));
+                     capped(json_string_value(repr), json_string_length(repr),
+                            IPD_VARLIST_REPR_MAX));
 }
 
 /* The document's shape: exactly "variables" (an array) and "truncated"
@@ -97,7 +96,8 @@ enum ipd_err ipd_varlist_parse(const char *text, size_t len, json_t **out)
     }
     truncated = json_is_true(json_object_get(doc, "truncated"));
     list = json_array();
-    json_array_foreach(json_object_get(doc, "variables"), i, v) {
+    json_array_foreach(json_object_get(doc, "variables"), i, v)
+    {
         if (json_array_size(list) >= IPD_VARLIST_COUNT_MAX) {
             truncated = true;
             break;

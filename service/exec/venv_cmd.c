@@ -24,8 +24,8 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
     static const char *const net_files[] = {"/etc/resolv.conf",
                                             "/etc/ssl/certs"};
     if (cmd->gen_dir)
-        mounts[n++] = (struct ipd_sandbox_mount){
-            cmd->gen_dir, IPD_VENV_MOUNT, cmd->gen_writable, NULL};
+        mounts[n++] = (struct ipd_sandbox_mount){cmd->gen_dir, IPD_VENV_MOUNT,
+                                                 cmd->gen_writable, NULL};
     if (cmd->cache_dir)
         mounts[n++] = (struct ipd_sandbox_mount){
             cmd->cache_dir, IPD_VENV_PIP_CACHE_MOUNT, true, NULL};
@@ -37,8 +37,8 @@ static enum ipd_err venv_cmd_run(void *ctx, struct ipd_venv_cmd *cmd)
             cmd->tools_dir, IPD_VENV_TOOLS_MOUNT, false, NULL};
     for (size_t i = 0; cmd->network && i < IPD_ARRAY_LEN(net_files); i++)
         if (!access(net_files[i], R_OK))
-            mounts[n++] = (struct ipd_sandbox_mount){net_files[i],
-                                                     net_files[i], false, NULL};
+            mounts[n++] = (struct ipd_sandbox_mount){net_files[i], net_files[i],
+                                                     false, NULL};
     memset(&spec, 0, sizeof(spec));
     spec.argv = cmd->argv;
     spec.mounts = mounts;

@@ -116,7 +116,8 @@ static struct ipd_sandbox_stage *vstage_make(struct ipd_executor *ex,
     if (rc) {
         ipd_warn("venv: runs on %s bind it by its host path, which they "
                  "see in /proc/self/mountinfo (docs/SANDBOX.md): no copy "
-                 "in a private tmpfs: %s", gen_dir, err);
+                 "in a private tmpfs: %s",
+                 gen_dir, err);
         ipd_sandbox_stage_free(st);
         return NULL;
     }
@@ -168,9 +169,9 @@ static struct ipd__vstage *vstage_hold(struct ipd_executor *ex,
     return e;
 }
 
-const struct ipd_sandbox_stage *
-ipd__vstage_hold(struct ipd_executor *ex, const char *gen_dir,
-                 struct ipd__vstage **hold)
+const struct ipd_sandbox_stage *ipd__vstage_hold(struct ipd_executor *ex,
+                                                 const char *gen_dir,
+                                                 struct ipd__vstage **hold)
 {
     *hold = gen_dir ? vstage_hold(ex, gen_dir, false) : NULL;
     return *hold ? (*hold)->stage : NULL;

@@ -32,13 +32,14 @@
 #include "../common/util.h"
 #include "exec_internal.h"
 
-#define PARK_TIMEOUT_MS 30000     /* the parker's (the first may wait
-                                     for the zygote's imports) */
-#define PARK_NOW_TIMEOUT_MS 5000  /* a request's own park */
+#define PARK_TIMEOUT_MS                                                        \
+    30000                        /* the parker's (the first may wait           \
+                                    for the zygote's imports) */
+#define PARK_NOW_TIMEOUT_MS 5000 /* a request's own park */
 #define PARK_FAILURES_TO_COLD 3
 #define READY_TIMEOUT_MS 1000 /* one wait; the parker waits again */
 #define FAILURES_TO_COLD 3
-#define WARM_PARKED 2             /* children kept parked per slot */
+#define WARM_PARKED 2 /* children kept parked per slot */
 #define RETRY_COLD_MS 60000
 
 enum slot_state { SLOT_STARTING, SLOT_READY, SLOT_COLD, SLOT_STOPPED };
@@ -49,22 +50,22 @@ struct warm_slot {
     pthread_t zthread, pthread;
     bool zthread_made, pthread_made;
     /* under w->lock: */
-    struct ipd_sandbox_zygote *z; /* while one runs */
+    struct ipd_sandbox_zygote *z;      /* while one runs */
     struct ipd_sandbox_zygote *next_z; /* the zygote thread's own */
     bool z_ready;
     enum slot_state state;
-    char gen[PATH_MAX];           /* the zygote's generation ("" base) */
+    char gen[PATH_MAX]; /* the zygote's generation ("" base) */
     struct ipd__parked_job *parked[WARM_PARKED]; /* standard's */
     unsigned n_parked;
-    bool parking;                 /* the parker is parking one now */
-    unsigned z_users;             /* threads using z outside the lock:
-                                     the zygote thread frees it only
-                                     when none is */
+    bool parking;     /* the parker is parking one now */
+    unsigned z_users; /* threads using z outside the lock:
+                         the zygote thread frees it only
+                         when none is */
     int64_t started_ms, runs, restarts;
     unsigned failures;
-    unsigned park_failures;       /* in a row */
-    bool recycle;                 /* this zygote is to end */
-    char why[256];                /* why the slot serves cold */
+    unsigned park_failures; /* in a row */
+    bool recycle;           /* this zygote is to end */
+    char why[256];          /* why the slot serves cold */
 };
 
 struct ipd__warm {
@@ -116,15 +117,18 @@ static int64_t zygote_once(struct warm_slot *s)
         snprintf(s->why, sizeof(s->why), "no command socket");
         return -1;
     }
-    enum ipd_err rc = ipd__zygote_serve(ex, s->next_z, ipd__slot_uid(ex, s->idx),
-                                        ex->warm_recycle_ms + 60000,
-                                        slot_started, s, &r, why,
-                                        sizeof(why));
+    enum ipd_err rc = ipd__zygote_serve(
+        ex, s->next_z, ipd__slot_uid(ex, s->idx), ex->warm_recycle_ms + 60000,
+        slot_started, s, &r, why, sizeof(why));
     pthread_mutex_lock(&s->w->lock);
     served = s->z_ready ? ipd_mono_ms() - t0 : -1;
     if (!s->z_ready)
-        snprintf(s->why, sizeof(s->why), "the zygote ended before it was "
-                 "ready: %.100s%.100s", why[0] ? why : rc ? r.error : "",
+        snprintf(s->why, sizeof(s->why),
+                 "the zygote ended before it was "
+                 "ready: %.100s%.100s",
+                 why[0] ? why
+                 : rc   ? r.error
+                        : "",
                  r.err.len ? r.err.buf : "");
     s->z = NULL;
     s->z_ready = false;
@@ -142,7 +146,8 @@ static int64_t zygote_once(struct warm_slot *s)
         ipd__parked_job_free(left[i]);
     if (served < 0 || r.exit_code != 0)
         ipd_warn("executor: slot %u's zygote ended (exit %d, signal %d%s): "
-                 "%.300s", s->idx, r.exit_code, r.term_signal,
+                 "%.300s",
+                 s->idx, r.exit_code, r.term_signal,
                  r.timed_out ? ", its time was up" : "",
                  r.err.len ? r.err.buf : why);
     ipd_sandbox_result_release(&r);
@@ -175,8 +180,7 @@ static void *zygote_thread(void *arg)
         }
         if (++s->failures >= FAILURES_TO_COLD) {
             if (s->state != SLOT_COLD)
-                ipd_warn("executor: slot %u serves cold: %s", s->idx,
-                         s->why);
+                ipd_warn("executor: slot %u serves cold: %s", s->idx, s->why);
             s->state = SLOT_COLD;
         }
         /* The whole pause: w->cond is every slot's, broadcast whenever
@@ -202,11 +206,9 @@ static void z_release(struct warm_slot *s)
 }
 
 /* Park a child of z under policy ep with a run stage of its own. */
-static enum ipd_err park_one(struct warm_slot *s,
-                             struct ipd_sandbox_zygote *z,
+static enum ipd_err park_one(struct warm_slot *s, struct ipd_sandbox_zygote *z,
                              const struct ipd_exec_policy *ep,
-                             int64_t timeout_ms,
-                             struct ipd__parked_job **out)
+                             int64_t timeout_ms, struct ipd__parked_job **out)
 {
     struct ipd_executor *ex = s->w->ex;
     struct ipd__parked_job *pj = ipd_xcalloc(1, sizeof(*pj));
@@ -218,7 +220,8 @@ static enum ipd_err park_one(struct warm_slot *s,
     ipd_buf_init(&why, 512);
     pj->wk.job_fd = pj->wk.data_fd = -1;
     snprintf(pj->policy, sizeof(pj->policy), "%s", ep->name);
-    rc = ipd__run_stage_create(ex, &pj->wk, NULL, ipd__slot_uid(ex, s->idx), &why);
+    rc = ipd__run_stage_create(ex, &pj->wk, NULL, ipd__slot_uid(ex, s->idx),
+                               &why);
     if (rc) {
         snprintf(err, sizeof(err), "%s", why.buf);
     } else {
@@ -242,8 +245,7 @@ static enum ipd_err park_one(struct warm_slot *s,
     }
     pthread_mutex_unlock(&s->w->lock);
     if (rc) {
-        ipd_warn("executor: slot %u: parking a child failed: %s", s->idx,
-                 err);
+        ipd_warn("executor: slot %u: parking a child failed: %s", s->idx, err);
         ipd__parked_job_free(pj);
         pj = NULL;
     }
@@ -423,8 +425,7 @@ static struct ipd__parked_job *take_locked(struct warm_slot *s,
             *park_now = true;
             return NULL;
         }
-        ipd__cond_wait_ms(&s->w->cond, &s->w->lock,
-                          deadline - ipd_mono_ms());
+        ipd__cond_wait_ms(&s->w->cond, &s->w->lock, deadline - ipd_mono_ms());
     }
     return NULL;
 }
@@ -542,8 +543,8 @@ json_t *ipd__warm_json(struct ipd_executor *ex)
     pthread_mutex_lock(&w->lock);
     for (unsigned i = 0; i < w->n; i++) {
         struct warm_slot *s = &w->slots[i];
-        json_t *o = json_pack("{s:i,s:s,s:I,s:I,s:s}", "slot", (int)i,
-                              "mode", state_name(shown_state(s)), "runs",
+        json_t *o = json_pack("{s:i,s:s,s:I,s:I,s:s}", "slot", (int)i, "mode",
+                              state_name(shown_state(s)), "runs",
                               (json_int_t)s->runs, "restarts",
                               (json_int_t)s->restarts, "generation", s->gen);
         if (shown_state(s) == SLOT_READY)

@@ -50,8 +50,7 @@ static void zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
 /* The zygote's program: the prelude's mounts and environment with the
  * warm modules (modules[] holds that entry), cwd /tmp. */
 static void zygote_spec(struct ipd_executor *ex,
-                        const struct ipd__run_stage *zw,
-                        const char *gen_dir,
+                        const struct ipd__run_stage *zw, const char *gen_dir,
                         const struct ipd_sandbox_stage *vst, const char **argv,
                         const char **env, char *modules, size_t modlen,
                         struct ipd_sandbox_mount *mounts,
@@ -62,8 +61,8 @@ static void zygote_spec(struct ipd_executor *ex,
     snprintf(modules, modlen, "IPD_WARM_MODULES=%s", ex->warm_modules);
     memset(spec, 0, sizeof(*spec));
     spec->mounts = mounts;
-    spec->n_mounts = ipd__run_mounts(ex, zw->stage, gen_dir, vst, true,
-                                     mounts, &mpl_env);
+    spec->n_mounts =
+        ipd__run_mounts(ex, zw->stage, gen_dir, vst, true, mounts, &mpl_env);
     ipd__run_env(env, mpl_env, modules);
     spec->argv = argv;
     spec->env = env;
@@ -95,21 +94,20 @@ enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
         goto out;
     }
     const char *gen_dir = ipd_venv_gen_dir(gen);
-    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir,
-                                                           &vhold);
+    const struct ipd_sandbox_stage *vst = ipd__vstage_hold(ex, gen_dir, &vhold);
     if (ipd__run_stage_create(ex, &zw, NULL, uid, &err)) {
         snprintf(why, whylen, "staging: %s", err.buf);
         goto out;
     }
     const char *argv[] = {ipd__run_python(ex, gen_dir), "-u", "-I", "-B",
-                          "/opt/interpd/zygote.py", NULL};
+                          "/opt/interpd/zygote.py",     NULL};
     const char *env[IPD__RUN_ENV_MAX];
     struct ipd_sandbox_mount mounts[IPD__RUN_MOUNTS_MAX];
     struct ipd_sandbox_spec spec;
     struct ipd_sandbox_policy p;
 
-    zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules,
-                sizeof(modules), mounts, &spec);
+    zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules, sizeof(modules),
+                mounts, &spec);
     zygote_policy(ex, life_ms, &p);
     if (started)
         started(ctx, gen_dir ? gen_dir : "");

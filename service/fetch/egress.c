@@ -53,8 +53,8 @@ size_t ipd_egress_head_len(const char *buf, size_t len)
 
 /* The line at *pos (its ending, LF or CRLF, left out); false when no
  * complete line is left. */
-static bool next_line(const char *h, size_t len, size_t *pos,
-                      const char **line, size_t *llen)
+static bool next_line(const char *h, size_t len, size_t *pos, const char **line,
+                      size_t *llen)
 {
     const char *nl;
 
@@ -90,8 +90,8 @@ static bool parse_port(const char *p, size_t n, char out[8])
 
 /* A bracketed IPv6 literal at a[0..n): host into req, *rest after ']'. */
 static enum ipd_err parse_v6(const char *a, size_t n,
-                             struct ipd_egress_request *req,
-                             const char **rest, char *why, size_t whysz)
+                             struct ipd_egress_request *req, const char **rest,
+                             char *why, size_t whysz)
 {
     const char *rb = memchr(a, ']', n);
     size_t hl = rb ? (size_t)(rb - a) - 1 : 0;
@@ -166,9 +166,9 @@ static enum ipd_err parse_absolute(const char *m, size_t ml, const char *t,
     if (prefix_ci(t, tl, "https://"))
         return bad(why, whysz, "https:// goes through CONNECT");
     if (!prefix_ci(t, tl, "http://"))
-        return bad(why, whysz, tl && t[0] == '/'
-                                   ? "not a proxy request (origin form)"
-                                   : "only http:// URLs and CONNECT");
+        return bad(why, whysz,
+                   tl && t[0] == '/' ? "not a proxy request (origin form)"
+                                     : "only http:// URLs and CONNECT");
     t += 7;
     tl -= 7;
     while (al < tl && t[al] != '/' && t[al] != '?' && t[al] != '#')
@@ -218,8 +218,7 @@ static enum ipd_err parse_request_line(const char *l, size_t n,
         req->tunnel = true;
         return parse_authority(t, tl, true, req, why, whysz);
     }
-    return parse_absolute(l, ml, t, tl, ver[7] == '1' ? "HTTP/1.1"
-                                                      : "HTTP/1.0",
+    return parse_absolute(l, ml, t, tl, ver[7] == '1' ? "HTTP/1.1" : "HTTP/1.0",
                           req, why, whysz);
 }
 
@@ -302,7 +301,8 @@ enum ipd_err ipd_egress_parse(const char *head, size_t len,
     return IPD_OK;
 }
 
-/* ---- the proxy ------------------------------------------------------------ */
+/* ---- the proxy ------------------------------------------------------------
+ */
 
 struct conn {
     struct ipd_egress *eg;
@@ -315,10 +315,10 @@ struct conn {
 struct ipd_egress {
     struct ipd_egress_opts o;
     int listen_fd;
-    int stop_fd;          /* eventfd, readable once stopping */
-    pthread_t th;         /* the accepting thread */
-    pthread_mutex_t mu;   /* conns[].used/done, st but accepted */
-    struct conn *conns;   /* o.max_conns of them */
+    int stop_fd;                /* eventfd, readable once stopping */
+    pthread_t th;               /* the accepting thread */
+    pthread_mutex_t mu;         /* conns[].used/done, st but accepted */
+    struct conn *conns;         /* o.max_conns of them */
     struct ipd_egress_stats st; /* .accepted: the accepting thread's */
 };
 
@@ -430,8 +430,8 @@ static int read_head(const struct ipd_egress *eg, int fd, char *buf,
 
     *have = *hl = 0;
     while (*have < IPD_EGRESS_HEAD_MAX) {
-        ssize_t n = recv(fd, buf + *have, IPD_EGRESS_HEAD_MAX - *have,
-                         MSG_DONTWAIT);
+        ssize_t n =
+            recv(fd, buf + *have, IPD_EGRESS_HEAD_MAX - *have, MSG_DONTWAIT);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN) {
@@ -454,8 +454,8 @@ static int read_head(const struct ipd_egress *eg, int fd, char *buf,
 static int connect_one(const struct ipd_egress *eg, const struct addrinfo *a,
                        int64_t deadline)
 {
-    int fd = socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
-                    0);
+    int fd =
+        socket(a->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int err = 0;
     socklen_t el = sizeof err;
 
@@ -643,9 +643,9 @@ static void serve(struct ipd_egress *eg, int client)
     ipd_buf_init(&req.out, 0);
     if (status) {
         if (status > 0)
-            reply(eg, client, status, status == 408
-                                          ? "no request in time"
-                                          : "request head too large");
+            reply(eg, client, status,
+                  status == 408 ? "no request in time"
+                                : "request head too large");
         goto out;
     }
     if (ipd_egress_parse(head, hl, &req, why, sizeof why)) {
@@ -660,10 +660,9 @@ static void serve(struct ipd_egress *eg, int client)
         reply(eg, client, status, err.buf);
         goto out;
     }
-    if (req.tunnel ? !send_all(eg, client, established,
-                               sizeof established - 1, deadline)
-                   : !send_all(eg, origin, req.out.buf, req.out.len,
-                               deadline))
+    if (req.tunnel ? !send_all(eg, client, established, sizeof established - 1,
+                               deadline)
+                   : !send_all(eg, origin, req.out.buf, req.out.len, deadline))
         goto out;
     /* Bytes the client sent after the head (a pipelined body, TLS). */
     if (have > hl && !send_all(eg, origin, head + hl, have - hl, deadline))
@@ -764,8 +763,8 @@ static void egress_free(struct ipd_egress *eg)
     free(eg);
 }
 
-enum ipd_err ipd_egress_start(const struct ipd_egress_opts *opts,
-                              int listen_fd, struct ipd_egress **out)
+enum ipd_err ipd_egress_start(const struct ipd_egress_opts *opts, int listen_fd,
+                              struct ipd_egress **out)
 {
     struct ipd_egress *eg = ipd_xcalloc(1, sizeof *eg);
 

@@ -66,8 +66,8 @@ struct ipd_egress;
  * new: end it with ipd_egress_stop.  IPD_ERR_INTERNAL when no thread or
  * eventfd could be made (then *out is NULL).
  */
-enum ipd_err ipd_egress_start(const struct ipd_egress_opts *opts,
-                              int listen_fd, struct ipd_egress **out);
+enum ipd_err ipd_egress_start(const struct ipd_egress_opts *opts, int listen_fd,
+                              struct ipd_egress **out);
 
 /* What a proxy did, for logs, tests and pip's diagnosis (a 502 from the
  * proxy leaves pip with nothing but "from versions: none"). */

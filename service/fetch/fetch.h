@@ -64,7 +64,7 @@ struct ipd_fetch_opts {
     int max_redirects;          /* redirects followed by a GET; >= 0 */
     int64_t max_bytes;          /* body limit, enforced while receiving */
     const struct ipd_fetch_allowlist *allow; /* borrowed; NULL: none */
-    const char *user_agent; /* borrowed; NULL: "interpd/<version>" */
+    const char *user_agent;     /* borrowed; NULL: "interpd/<version>" */
     const char *const *headers; /* borrowed; a GET's extra "Name: value"
                                    request headers (NULL-terminated), or
                                    NULL; CR or LF in one is

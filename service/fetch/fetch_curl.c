@@ -293,11 +293,11 @@ static bool host_chars_ok(const char *h)
 
 /* The host of a parsed URL as curl will use it, checked. */
 struct url_host {
-    char *host;   /* owned (curl_free): "[::1]" for IPv6, punycode */
-    char *port;   /* owned (curl_free); the scheme's default if none */
+    char *host;       /* owned (curl_free): "[::1]" for IPv6, punycode */
+    char *port;       /* owned (curl_free); the scheme's default if none */
     const char *name; /* what getaddrinfo gets: host or v6 */
     char v6[INET6_ADDRSTRLEN + 2]; /* an IPv6 literal without brackets */
-    bool literal; /* an IP address, not a name */
+    bool literal;                  /* an IP address, not a name */
 };
 
 static void url_host_release(struct url_host *h)
@@ -594,15 +594,13 @@ static enum ipd_err map_curl(struct hop *x, CURLcode cc, int64_t total_ms,
     case CURLE_UNSUPPORTED_PROTOCOL:
     case CURLE_URL_MALFORMAT:
         return fail(err, IPD_ERR_INVALID, "could not fetch: %s", detail);
-    default:
-        break;
+    default: break;
     }
     if (cc == CURLE_SSL_CONNECT_ERROR || cc == CURLE_PEER_FAILED_VERIFICATION ||
         cc == CURLE_SSL_CERTPROBLEM || cc == CURLE_SSL_CIPHER ||
         cc == CURLE_SSL_CACERT_BADFILE || cc == CURLE_SSL_ISSUER_ERROR ||
         cc == CURLE_SSL_ENGINE_INITFAILED)
-        return fail(err, IPD_ERR_UPSTREAM, "could not fetch: TLS: %s",
-                    detail);
+        return fail(err, IPD_ERR_UPSTREAM, "could not fetch: TLS: %s", detail);
     return fail(err, IPD_ERR_UPSTREAM, "could not fetch: %s", detail);
 }
 
@@ -775,8 +773,8 @@ enum ipd_err ipd_fetch_get(const struct ipd_fetch_opts *opts, const char *url,
         const char *location = header(x.h, "Location");
         if (is_redirect(x.status) && location) {
             if (res->redirects >= opts->max_redirects) {
-                rc = fail(err, IPD_ERR_UPSTREAM, "too many redirects (limit %d)",
-                          opts->max_redirects);
+                rc = fail(err, IPD_ERR_UPSTREAM,
+                          "too many redirects (limit %d)", opts->max_redirects);
                 break;
             }
             rc = url_parse(u, location, &next, err);

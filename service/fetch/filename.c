@@ -98,7 +98,8 @@ static enum ipd_err cd_ext(const char *val, size_t hlen, char *out,
     for (p = q + 1; *p && !rc; p++) {
         unsigned char c = (unsigned char)*p;
         if (c == '%') {
-            int hi = ipd_hex_value(p[1]), lo = hi < 0 ? -1 : ipd_hex_value(p[2]);
+            int hi = ipd_hex_value(p[1]),
+                lo = hi < 0 ? -1 : ipd_hex_value(p[2]);
             if (lo < 0 || (hi | lo) == 0) {
                 rc = IPD_ERR_INVALID; /* bad escape, or NUL */
                 break;

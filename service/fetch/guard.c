@@ -319,8 +319,7 @@ void ipd__fetch_addr_str(const struct sockaddr *sa, char *out, size_t outsz)
 static int addr_bytes(const struct sockaddr *sa, uint8_t b[16])
 {
     if (sa->sa_family == AF_INET) {
-        memcpy(b, &((const struct sockaddr_in *)(const void *)sa)->sin_addr,
-               4);
+        memcpy(b, &((const struct sockaddr_in *)(const void *)sa)->sin_addr, 4);
         return AF_INET;
     }
     if (sa->sa_family != AF_INET6)
@@ -363,8 +362,7 @@ static bool refused_as_host(const struct sockaddr *sa,
     }
     if (!*ifs)
         return say(why, whysz, "this host's addresses cannot be listed");
-    return host_address(sa, *ifs) &&
-           say(why, whysz, "an address of this host");
+    return host_address(sa, *ifs) && say(why, whysz, "an address of this host");
 }
 
 bool ipd_fetch_allowlisted(const struct sockaddr *sa,
@@ -390,8 +388,7 @@ enum ipd_err ipd_fetch_addresses_check(const char *host,
     enum ipd_err rc = IPD_OK;
     for (size_t i = 0; i < n && !rc; i++) {
         if (ipd_fetch_address_allowed(addrs[i], allow, why, sizeof(why)) &&
-            !refused_as_host(addrs[i], allow, &ifs, &listed, why,
-                             sizeof(why)))
+            !refused_as_host(addrs[i], allow, &ifs, &listed, why, sizeof(why)))
             continue;
         ipd__fetch_addr_str(addrs[i], a, sizeof(a));
         rc = fail(err, IPD_ERR_FORBIDDEN,

@@ -42,7 +42,7 @@
 #define CG_PATH 512
 
 struct ipd__cgroups {
-    char v2[CG_PATH];      /* parent under cgroup2, or "" */
+    char v2[CG_PATH]; /* parent under cgroup2, or "" */
     bool v2_kill, v2_mem, v2_pids, v2_cpu;
     char mem[CG_PATH];     /* v1 memory parent, or "" */
     bool memsw;            /* v1 memory.memsw.* exists */
@@ -328,7 +328,8 @@ static void delegate_own(const char *own_dir, const char *const *names,
         return;
     ipd_info("sandbox: moved the service into %s/service so its cgroup can "
              "delegate memory, pids and cpu (cgroup v2 \"no internal "
-             "processes\")", own_dir);
+             "processes\")",
+             own_dir);
     for (size_t i = 0; i < n; i++) {
         char plus[32];
         snprintf(plus, sizeof plus, "+%s", names[i]);
@@ -404,7 +405,8 @@ static void reap_leftovers(const char *parent)
     closedir(d);
     if (reaped)
         ipd_info("sandbox: removed %d leftover run cgroup(s) of ended "
-                 "processes under %s", reaped, parent);
+                 "processes under %s",
+                 reaped, parent);
 }
 
 enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
@@ -438,18 +440,21 @@ enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
         cg->cpu[0] = '\0';
     }
     if (!cg->v2_mem && !cg->mem[0]) {
-        snprintf(err, errlen, "no memory cgroup (v2 memory not delegated, "
-                              "v1 memory not writable)");
+        snprintf(err, errlen,
+                 "no memory cgroup (v2 memory not delegated, "
+                 "v1 memory not writable)");
         goto out;
     }
     if (!cg->v2_pids && !cg->pids[0]) {
-        snprintf(err, errlen, "no pids cgroup (v2 pids not delegated, "
-                              "v1 pids not writable)");
+        snprintf(err, errlen,
+                 "no pids cgroup (v2 pids not delegated, "
+                 "v1 pids not writable)");
         goto out;
     }
     if (!cg->v2_cpu && !cg->cpu[0]) {
-        snprintf(err, errlen, "no cpu cgroup (v2 cpu not delegated, v1 cpu "
-                              "controller not writable)");
+        snprintf(err, errlen,
+                 "no cpu cgroup (v2 cpu not delegated, v1 cpu "
+                 "controller not writable)");
         goto out;
     }
     reap_leftovers(cg->v2);
@@ -480,8 +485,8 @@ static enum ipd_err set_value(const char *dir, const char *file, int64_t v,
 
     snprintf(num, sizeof num, "%lld", (long long)v);
     if (!path_join(path, dir, "/", file) || write_file(path, num)) {
-        snprintf(err, errlen, "cgroup: writing %s to %s/%s: %s", num, dir,
-                 file, strerror(errno));
+        snprintf(err, errlen, "cgroup: writing %s to %s/%s: %s", num, dir, file,
+                 strerror(errno));
         return IPD_ERR_INTERNAL;
     }
     return IPD_OK;
@@ -543,10 +548,10 @@ static enum ipd_err set_cpu_share(const struct ipd__cgroup_run *run,
     if (quota < 1000)
         quota = 1000; /* the kernel's minimum quota: 1 ms */
     if (!run->cpu_is_v2) {
-        enum ipd_err rc = set_value(run->cpu, "cpu.cfs_period_us", 100000,
-                                    err, errlen);
-        return rc ? rc : set_value(run->cpu, "cpu.cfs_quota_us", quota, err,
-                                   errlen);
+        enum ipd_err rc =
+            set_value(run->cpu, "cpu.cfs_period_us", 100000, err, errlen);
+        return rc ? rc
+                  : set_value(run->cpu, "cpu.cfs_quota_us", quota, err, errlen);
     }
     snprintf(val, sizeof val, "%lld 100000", (long long)quota);
     if (!path_join(path, run->cpu, "/cpu.max", "") || write_file(path, val)) {
@@ -584,8 +589,7 @@ static enum ipd_err create_cpu(const struct ipd__cgroups *cg, const char *leaf,
     return set_cpu_share(run, millis, err, errlen);
 }
 
-static enum ipd_err try_create(const struct ipd__cgroups *cg,
-                               const char *leaf,
+static enum ipd_err try_create(const struct ipd__cgroups *cg, const char *leaf,
                                const struct ipd__cgroup_limits *lim,
                                struct ipd__cgroup_run *run, char *err,
                                size_t errlen)
@@ -704,7 +708,9 @@ static long pid_hwm_kib(long pid)
 long ipd__cgroup_run_hwm_kib(const struct ipd__cgroup_run *run)
 {
     char path[CG_PATH], buf[16384];
-    const char *dir = run->v2[0] ? run->v2 : run->pids[0] ? run->pids : run->mem;
+    const char *dir = run->v2[0]     ? run->v2
+                      : run->pids[0] ? run->pids
+                                     : run->mem;
     const char *p = buf;
     long max = 0;
 
@@ -771,9 +777,8 @@ void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run)
 /* True when no process is left in any of the run's cgroups. */
 static bool run_empty(const struct ipd__cgroup_run *run)
 {
-    return dir_empty(run->v2) && dir_empty(run->mem) &&
-           dir_empty(run->pids) && dir_empty(run->cpuacct) &&
-           dir_empty(run->cpu);
+    return dir_empty(run->v2) && dir_empty(run->mem) && dir_empty(run->pids) &&
+           dir_empty(run->cpuacct) && dir_empty(run->cpu);
 }
 
 void ipd__cgroup_run_stats(const struct ipd__cgroup_run *run,

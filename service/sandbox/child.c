@@ -116,7 +116,6 @@ IPD_NORETURN static void fail(const struct plan *pl, const char *step,
     _exit(SETUP_FAIL_EXIT);
 }
 
-
 static int write_path(const char *path, const char *s, int flags)
 {
     int fd = open(path, O_WRONLY | O_CLOEXEC | flags, 0644);
@@ -188,8 +187,8 @@ static int mkdir_parents(const char *path)
     return 0;
 }
 
-static void lock_mount(const struct plan *pl, const char *path,
-                       uint64_t attrs, bool recursive)
+static void lock_mount(const struct plan *pl, const char *path, uint64_t attrs,
+                       bool recursive)
 {
     struct mount_attr attr;
 
@@ -272,11 +271,9 @@ static void make_dev(const struct plan *pl)
 
 static void make_etc(const struct plan *pl)
 {
-    static const char *const names[] = {"/newroot/etc/passwd",
-                                        "/newroot/etc/group",
-                                        "/newroot/etc/hosts",
-                                        "/newroot/etc/nsswitch.conf",
-                                        "/newroot/etc/hostname"};
+    static const char *const names[] = {
+        "/newroot/etc/passwd", "/newroot/etc/group", "/newroot/etc/hosts",
+        "/newroot/etc/nsswitch.conf", "/newroot/etc/hostname"};
     const char *contents[] = {pl->passwd, pl->group, etc_hosts, etc_nsswitch,
                               "sandbox\n"};
 
@@ -408,8 +405,8 @@ static void build_root(const struct plan *pl)
     close(outfd);
     /* Before /oldroot goes: the kernel lets a user namespace mount proc
      * only while a fully visible proc is mounted in it. */
-    if (mount("proc", "/newroot/proc", "proc",
-              MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) != 0)
+    if (mount("proc", "/newroot/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+              NULL) != 0)
         fail(pl, "mount", "/proc", errno);
     lower_ns_limits(pl);
     if (chdir("/newroot") != 0)

@@ -100,7 +100,7 @@ static void describe(struct ipd_sandbox_config *cfg)
                                           : "NONE",
              (m & IPD_SANDBOX_CG2_KILL) ? "cgroup.kill + pid-namespace init"
                                         : "pid-namespace init + v1 pid list",
-             (m & (IPD_SANDBOX_CG2_KILL)) ? "cgroup v2 cpu.stat"
+             (m & (IPD_SANDBOX_CG2_KILL))    ? "cgroup v2 cpu.stat"
              : (m & IPD_SANDBOX_CG1_CPUACCT) ? "cgroup v1 cpuacct"
                                              : "rusage",
              (m & IPD_SANDBOX_CG2_CPU)   ? "cgroup v2 cpu.max"
@@ -126,9 +126,8 @@ static enum ipd_err dry_run(struct ipd_sandbox_config *cfg, char *err,
     spec.cwd = "/";
     rc = ipd__sandbox_run(cfg, &p, &spec, true, NULL, &res);
     if (!rc && (res.exit_code != 0 || res.output_dirfd < 0)) {
-        snprintf(res.error, sizeof res.error,
-                 "dry run exited %d (signal %d)", res.exit_code,
-                 res.term_signal);
+        snprintf(res.error, sizeof res.error, "dry run exited %d (signal %d)",
+                 res.exit_code, res.term_signal);
         rc = IPD_ERR_UNAVAILABLE;
     }
     if (rc)
@@ -208,14 +207,15 @@ static enum ipd_err state_new(const char *cgroup_name, unsigned *mech,
     st->cap_last = read_cap_last();
     read_mm_areas(st);
     st->cgroupns = true;
-    rc = ipd__sandbox_seccomp_compile(false, false, &st->bpf_nonet, err, errlen);
+    rc =
+        ipd__sandbox_seccomp_compile(false, false, &st->bpf_nonet, err, errlen);
     if (rc)
         goto out;
     rc = ipd__sandbox_seccomp_compile(true, false, &st->bpf_net, err, errlen);
     if (rc)
         goto out;
-    rc = ipd__sandbox_seccomp_compile(false, true, &st->bpf_zygote, err,
-                                      errlen);
+    rc =
+        ipd__sandbox_seccomp_compile(false, true, &st->bpf_zygote, err, errlen);
     if (rc)
         goto out;
     rc = ipd__cgroups_probe(cgroup_name, &st->cg, mech, err, errlen);

@@ -82,9 +82,14 @@ void ipd__policy_complete(const struct ipd_sandbox_policy *in,
 
 static bool sandbox_path_ok(const char *p)
 {
-    static const char *const reserved[] = {"/", "/proc", "/dev", "/tmp",
-                                           "/mnt/output", "/etc/passwd",
-                                           "/etc/group", "/etc/hosts",
+    static const char *const reserved[] = {"/",
+                                           "/proc",
+                                           "/dev",
+                                           "/tmp",
+                                           "/mnt/output",
+                                           "/etc/passwd",
+                                           "/etc/group",
+                                           "/etc/hosts",
                                            "/etc/nsswitch.conf",
                                            "/etc/hostname"};
     size_t len;
@@ -146,8 +151,8 @@ static enum ipd_err plan_stage_mount(struct plan_mount *pm,
         return IPD_ERR_INVALID;
     }
     if (!st->detached) {
-        if ((size_t)snprintf(host, PATH_MAX, "%s/%s", st->dir,
-                             m->host_path) >= PATH_MAX) {
+        if ((size_t)snprintf(host, PATH_MAX, "%s/%s", st->dir, m->host_path) >=
+            PATH_MAX) {
             snprintf(err, errlen, "stage path %s: too long", m->host_path);
             return IPD_ERR_INVALID;
         }
@@ -163,8 +168,8 @@ static enum ipd_err plan_stage_mount(struct plan_mount *pm,
     pm->is_dir = S_ISDIR(sb.st_mode);
     snprintf(pm->src, sizeof pm->src, "stage:%s", m->host_path);
     pm->tree_fd = open_tree(st->fd, m->host_path,
-                            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
-                                AT_RECURSIVE | AT_SYMLINK_NOFOLLOW);
+                            OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC | AT_RECURSIVE |
+                                AT_SYMLINK_NOFOLLOW);
     if (pm->tree_fd < 0) {
         snprintf(err, errlen, "stage path %s: open_tree: %s", m->host_path,
                  strerror(errno));
@@ -200,8 +205,7 @@ static enum ipd_err plan_mount(struct plan_mount *pm,
         host = staged;
     }
     if (!host || host[0] != '/' || !sandbox_path_ok(m->sandbox_path)) {
-        snprintf(err, errlen, "bad mount %s -> %s",
-                 host ? host : "(null)",
+        snprintf(err, errlen, "bad mount %s -> %s", host ? host : "(null)",
                  m->sandbox_path ? m->sandbox_path : "(null)");
         return IPD_ERR_INVALID;
     }
@@ -221,8 +225,7 @@ static enum ipd_err plan_mount(struct plan_mount *pm,
         goto fail_errno;
     pm->is_dir = S_ISDIR(sb.st_mode);
     if (!pm->is_dir && !S_ISREG(sb.st_mode)) {
-        snprintf(err, errlen, "mount source %s: not a file or directory",
-                 host);
+        snprintf(err, errlen, "mount source %s: not a file or directory", host);
         return IPD_ERR_INVALID;
     }
     if ((size_t)snprintf(pm->src, sizeof pm->src, "/oldroot%s", real) >=
@@ -238,28 +241,27 @@ static enum ipd_err plan_mount(struct plan_mount *pm,
     }
     return IPD_OK;
 fail_errno:
-    snprintf(err, errlen, "mount source %s: %s", host,
-             strerror(errno));
+    snprintf(err, errlen, "mount source %s: %s", host, strerror(errno));
     return IPD_ERR_INVALID;
 }
 
 static enum ipd_err plan_mounts(struct plan *pl,
-                                const struct ipd_sandbox_spec *spec,
-                                char *err, size_t errlen)
+                                const struct ipd_sandbox_spec *spec, char *err,
+                                size_t errlen)
 {
     if (spec->n_mounts > IPD__SANDBOX_MAX_MOUNTS) {
         snprintf(err, errlen, "too many mounts (%zu > %d)", spec->n_mounts,
                  IPD__SANDBOX_MAX_MOUNTS);
         return IPD_ERR_INVALID;
     }
-    pl->mounts = ipd_xcalloc(spec->n_mounts ? spec->n_mounts : 1,
-                             sizeof *pl->mounts);
+    pl->mounts =
+        ipd_xcalloc(spec->n_mounts ? spec->n_mounts : 1, sizeof *pl->mounts);
     pl->n_mounts = spec->n_mounts;
     for (size_t i = 0; i < spec->n_mounts; i++)
         pl->mounts[i].tree_fd = -1;
     for (size_t i = 0; i < spec->n_mounts; i++) {
-        enum ipd_err rc = plan_mount(&pl->mounts[i], &spec->mounts[i], err,
-                                     errlen);
+        enum ipd_err rc =
+            plan_mount(&pl->mounts[i], &spec->mounts[i], err, errlen);
         if (rc)
             return rc;
     }
@@ -286,8 +288,7 @@ static const char *const default_env[] = {
 static bool same_key(const char *a, const char *b)
 {
     const char *ea = strchr(a, '='), *eb = strchr(b, '=');
-    return ea && eb && ea - a == eb - b &&
-           memcmp(a, b, (size_t)(ea - a)) == 0;
+    return ea && eb && ea - a == eb - b && memcmp(a, b, (size_t)(ea - a)) == 0;
 }
 
 /* envp: borrowed strings in an owned array (free() the array only). */
@@ -303,8 +304,8 @@ static enum ipd_err plan_env(struct plan *pl,
         snprintf(err, errlen, "too many environment variables");
         return IPD_ERR_INVALID;
     }
-    pl->envp = ipd_xcalloc(IPD_ARRAY_LEN(default_env) + extra + 1,
-                           sizeof *pl->envp);
+    pl->envp =
+        ipd_xcalloc(IPD_ARRAY_LEN(default_env) + extra + 1, sizeof *pl->envp);
     for (size_t i = 0; i < IPD_ARRAY_LEN(default_env); i++) {
         bool overridden = false;
         for (size_t j = 0; j < extra; j++)
@@ -337,8 +338,7 @@ static void plan_release(struct plan *pl)
 /* The run's host ids: the spec's (gid 0: the uid's number), else the
  * config's. */
 static void run_ids(const struct ipd_sandbox_config *cfg,
-                    const struct ipd_sandbox_spec *spec, uid_t *uid,
-                    gid_t *gid)
+                    const struct ipd_sandbox_spec *spec, uid_t *uid, gid_t *gid)
 {
     *uid = spec->host_uid ? spec->host_uid : cfg->host_uid;
     *gid = spec->host_gid   ? spec->host_gid
@@ -360,8 +360,8 @@ void ipd__tmpfs_opts(const struct ipd_sandbox_config *cfg,
 static enum ipd_err plan_build(struct plan *pl,
                                const struct ipd_sandbox_config *cfg,
                                const struct ipd_sandbox_policy *p,
-                               const struct ipd_sandbox_spec *spec,
-                               char *err, size_t errlen)
+                               const struct ipd_sandbox_spec *spec, char *err,
+                               size_t errlen)
 {
     enum ipd_err rc;
     const struct ipd_sandbox_state *st = cfg->state;
@@ -422,8 +422,8 @@ static enum ipd_err plan_build(struct plan *pl,
 /* A run's own host ids: only as root (otherwise only the own ids can be
  * mapped, and they are the config's), never root's. */
 static enum ipd_err validate_ids(const struct ipd_sandbox_config *cfg,
-                                 const struct ipd_sandbox_spec *spec,
-                                 char *err, size_t errlen)
+                                 const struct ipd_sandbox_spec *spec, char *err,
+                                 size_t errlen)
 {
     uid_t uid;
     gid_t gid;
@@ -431,8 +431,8 @@ static enum ipd_err validate_ids(const struct ipd_sandbox_config *cfg,
     run_ids(cfg, spec, &uid, &gid);
     if (uid == 0 || gid == 0 || uid == (uid_t)-1 || gid == (gid_t)-1 ||
         (geteuid() != 0 && (uid != cfg->host_uid || gid != cfg->host_gid))) {
-        snprintf(err, errlen, "host ids %u/%u can't be a run's",
-                 (unsigned)uid, (unsigned)gid);
+        snprintf(err, errlen, "host ids %u/%u can't be a run's", (unsigned)uid,
+                 (unsigned)gid);
         return IPD_ERR_INVALID;
     }
     return IPD_OK;
@@ -470,9 +470,9 @@ struct run {
     struct ipd_sandbox_result *out;
     size_t cap;
     int out_r, err_r, in_w, ctl;
-    int pidfd;    /* C0 */
-    pid_t c1;     /* the namespace's init, P's child; 0 until known */
-    int c1fd;     /* its pidfd */
+    int pidfd; /* C0 */
+    pid_t c1;  /* the namespace's init, P's child; 0 until known */
+    int c1fd;  /* its pidfd */
     const unsigned char *in_data;
     size_t in_len, in_off;
     bool c0_done, c1_done, got_status, setup_error, timed_out, killed;
@@ -485,7 +485,7 @@ struct run {
                              just before a timeout kill (0: unknown) */
     void (*egress)(void *ctx, int listen_fd); /* spec's; NULL: none */
     void *egress_ctx;
-    bool egress_given;    /* the egress socket arrived (at most once) */
+    bool egress_given; /* the egress socket arrived (at most once) */
 };
 
 static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc)
@@ -517,8 +517,8 @@ static void feed_stdin(struct run *r)
 {
     while (r->in_off < r->in_len) {
         size_t len = r->in_len - r->in_off;
-        ssize_t n = write(r->in_w, r->in_data + r->in_off,
-                          len > 65536 ? 65536 : len);
+        ssize_t n =
+            write(r->in_w, r->in_data + r->in_off, len > 65536 ? 65536 : len);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -574,8 +574,8 @@ static void read_ctl(struct run *r)
         r->c1 = (pid_t)m.status;
         r->c1fd = (int)syscall(SYS_pidfd_open, r->c1, 0);
         if (r->c1fd < 0) {
-            snprintf(r->out->error, sizeof r->out->error,
-                     "pidfd_open: %s", strerror(errno));
+            snprintf(r->out->error, sizeof r->out->error, "pidfd_open: %s",
+                     strerror(errno));
             r->setup_error = true;
             kill(r->c1, SIGKILL);
         }
@@ -646,9 +646,9 @@ static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
                      bool *ctl_in, bool *pid_in)
 {
     enum { P_OUT, P_ERR, P_IN, P_CTL, P_PID0, P_PID1, P_N };
-    struct pollfd pfd[P_N] = {
-        {r->out_r, POLLIN, 0}, {r->err_r, POLLIN, 0}, {r->in_w, POLLOUT, 0},
-        {r->ctl, POLLIN, 0},   {pid0, POLLIN, 0},     {pid1, POLLIN, 0}};
+    struct pollfd pfd[P_N] = {{r->out_r, POLLIN, 0}, {r->err_r, POLLIN, 0},
+                              {r->in_w, POLLOUT, 0}, {r->ctl, POLLIN, 0},
+                              {pid0, POLLIN, 0},     {pid1, POLLIN, 0}};
 
     *ctl_in = *pid_in = false;
     if (poll(pfd, P_N, (int)(wait_ms > 0 ? wait_ms : 0)) < 0)
@@ -697,8 +697,8 @@ static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
             return IPD_ERR_INTERNAL;
         }
         if (wait_once(r, (r->killed ? hard : deadline) - now,
-                      r->c0_done ? -1 : r->pidfd,
-                      r->c1_done ? -1 : r->c1fd, &ctl_in, &pid_in)) {
+                      r->c0_done ? -1 : r->pidfd, r->c1_done ? -1 : r->c1fd,
+                      &ctl_in, &pid_in)) {
             snprintf(r->out->error, sizeof r->out->error, "poll: %s",
                      strerror(errno));
             kill_tree(r, cgr);
@@ -832,9 +832,8 @@ static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
         }
     } else if (r->timed_out || out->oom_killed) {
         out->term_signal = SIGKILL; /* the tree was killed */
-        out->max_rss_kib = r->hwm_kib > r->ru_c1.ru_maxrss
-                               ? r->hwm_kib
-                               : r->ru_c1.ru_maxrss;
+        out->max_rss_kib =
+            r->hwm_kib > r->ru_c1.ru_maxrss ? r->hwm_kib : r->ru_c1.ru_maxrss;
     }
     if (cpu >= 0)
         out->cpu_seconds = (double)cpu / 1e6;
@@ -945,9 +944,9 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
         pl.bpf = &cfg->state->bpf_zygote;
     }
     rc = ipd__cgroup_run_create(cfg->state->cg,
-                                &(struct ipd__cgroup_limits){
-                                    p.memory_bytes, p.max_processes,
-                                    p.cpu_millis},
+                                &(struct ipd__cgroup_limits){p.memory_bytes,
+                                                             p.max_processes,
+                                                             p.cpu_millis},
                                 &cgr, out->error, sizeof out->error);
     if (rc)
         goto out;
@@ -1017,8 +1016,7 @@ static int call_send(int ctl, enum ipd_zproto_verb verb, int64_t cpu_s,
                      int out_w, int err_w)
 {
     char msg[32];
-    int len = snprintf(msg, sizeof msg, "%c%lld", (int)verb,
-                       (long long)cpu_s);
+    int len = snprintf(msg, sizeof msg, "%c%lld", (int)verb, (long long)cpu_s);
     int fds[2] = {out_w, err_w};
     size_t nfds = verb == IPD_ZPROTO_GO && out_w >= 0 ? 2 : 0;
 
@@ -1097,8 +1095,7 @@ static void call_read_ctl(struct run *r, bool *done, bool *ended)
         memcpy(&st, u.b + 1, sizeof st);
         r->status = st;
         *done = true;
-    } else if (n == (ssize_t)sizeof u.m &&
-               u.m.kind == IPD_ZPROTO_CTL_STATUS) {
+    } else if (n == (ssize_t)sizeof u.m && u.m.kind == IPD_ZPROTO_CTL_STATUS) {
         r->got_status = true; /* a wait status: the program ended */
         r->status = u.m.status;
         *ended = true;
@@ -1133,8 +1130,8 @@ static void call_wait(struct run *r, struct ipd_sandbox_parked *pk,
 }
 
 /* What the call's answer, or the child's end, says. */
-static void call_result(struct run *r, struct ipd_sandbox_parked *pk,
-                        bool done, int64_t oom0, int64_t cpu0)
+static void call_result(struct run *r, struct ipd_sandbox_parked *pk, bool done,
+                        int64_t oom0, int64_t cpu0)
 {
     struct ipd_sandbox_result *out = r->out;
     int64_t oom = -1, cpu = -1, peak = -1;
@@ -1143,10 +1140,9 @@ static void call_result(struct run *r, struct ipd_sandbox_parked *pk,
     out->oom_killed = oom > 0 && oom > oom0;
     out->timed_out = r->timed_out;
     out->memory_peak_bytes = peak > 0 ? peak : 0;
-    out->cpu_seconds = cpu >= 0 && cpu0 >= 0 ? (double)(cpu - cpu0) / 1e6
-                                             : 0.0;
-    out->max_rss_kib = r->hwm_kib ? r->hwm_kib
-                                  : ipd__cgroup_run_hwm_kib(&pk->cgr);
+    out->cpu_seconds = cpu >= 0 && cpu0 >= 0 ? (double)(cpu - cpu0) / 1e6 : 0.0;
+    out->max_rss_kib =
+        r->hwm_kib ? r->hwm_kib : ipd__cgroup_run_hwm_kib(&pk->cgr);
     if (done) {
         out->exit_code = r->status & 0xff;
     } else if (r->got_status && WIFEXITED(r->status)) {
@@ -1180,8 +1176,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
         (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
          set_nonblock(out_p[0]) || set_nonblock(err_p[0]))) {
         snprintf(out->error, sizeof out->error, "pipes: %s", strerror(errno));
-        close_pipes(&(struct pipes){{out_p[0], out_p[1]}, {err_p[0], err_p[1]},
-                                    {-1, -1}, {-1, -1}});
+        close_pipes(&(struct pipes){
+            {out_p[0], out_p[1]}, {err_p[0], err_p[1]}, {-1, -1}, {-1, -1}});
         return IPD_ERR_INTERNAL;
     }
     /* The call's CPU limit as a warm run's (ipd_sandbox_parked_run):
@@ -1199,8 +1195,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
     r.out_r = out_p[0];
     r.err_r = err_p[0];
     if (!*ended)
-        call_wait(&r, pk, start + (timeout_ms > 0 ? timeout_ms
-                                                  : pk->p.wall_timeout_ms),
+        call_wait(&r, pk,
+                  start + (timeout_ms > 0 ? timeout_ms : pk->p.wall_timeout_ms),
                   &done, ended);
     if (*ended)
         ipd__parked_kill(pk);

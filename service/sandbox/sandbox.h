@@ -67,17 +67,17 @@ struct ipd_sandbox_state; /* private: compiled filters, cgroup parents */
  * and released with ipd_sandbox_config_release.  Zero means "default".
  */
 struct ipd_sandbox_config {
-    uid_t host_uid;        /* host uid the sandbox runs as (default 200000
-                              as root; must be the own uid otherwise) */
-    gid_t host_gid;        /* likewise (default: host_uid) */
-    uid_t inner_uid;       /* uid seen inside (default 1000) */
-    gid_t inner_gid;       /* gid seen inside (default 1000) */
+    uid_t host_uid;          /* host uid the sandbox runs as (default 200000
+                                as root; must be the own uid otherwise) */
+    gid_t host_gid;          /* likewise (default: host_uid) */
+    uid_t inner_uid;         /* uid seen inside (default 1000) */
+    gid_t inner_gid;         /* gid seen inside (default 1000) */
     const char *cgroup_name; /* borrowed; parent cgroup created under the
                                 process's own cgroup in every hierarchy
                                 used (default "interpd-sandbox") */
     /* OUT: */
-    unsigned mechanisms;   /* enum ipd_sandbox_mech bits */
-    char status[512];      /* "sandbox: userns uid 1000->200000, ..." */
+    unsigned mechanisms; /* enum ipd_sandbox_mech bits */
+    char status[512];    /* "sandbox: userns uid 1000->200000, ..." */
     struct ipd_sandbox_state *state; /* owned; freed by _release */
 };
 
@@ -191,18 +191,18 @@ static inline int64_t ipd_sandbox_cpu_seconds(int64_t wall_ms)
 
 /* What to run.  All pointers are borrowed for the duration of the run. */
 struct ipd_sandbox_spec {
-    const char *const *argv;  /* NULL-terminated; argv[0] an absolute path
-                                 inside the sandbox */
-    const char *const *env;   /* NULL-terminated "K=V" (may be NULL); added
-                                 to the defaults, overriding equal keys:
-                                 PATH, HOME=/tmp, LANG=C.UTF-8, TMPDIR,
-                                 PYTHONUNBUFFERED=1, PYTHONDONTWRITEBYTECODE=1,
-                                 OPENBLAS/OMP/MKL_NUM_THREADS=1, MPLBACKEND=Agg,
-                                 MPLCONFIGDIR=/tmp/matplotlib */
+    const char *const *argv; /* NULL-terminated; argv[0] an absolute path
+                                inside the sandbox */
+    const char *const *env;  /* NULL-terminated "K=V" (may be NULL); added
+                                to the defaults, overriding equal keys:
+                                PATH, HOME=/tmp, LANG=C.UTF-8, TMPDIR,
+                                PYTHONUNBUFFERED=1, PYTHONDONTWRITEBYTECODE=1,
+                                OPENBLAS/OMP/MKL_NUM_THREADS=1, MPLBACKEND=Agg,
+                                MPLCONFIGDIR=/tmp/matplotlib */
     const struct ipd_sandbox_mount *mounts; /* read-only binds etc. */
     size_t n_mounts;
-    const char *cwd;          /* default "/mnt/output" */
-    const void *stdin_data;   /* NULL: stdin is /dev/null */
+    const char *cwd;        /* default "/mnt/output" */
+    const void *stdin_data; /* NULL: stdin is /dev/null */
     size_t stdin_len;
     /* This run's host uid and gid (an execution slot's); 0: the
      * config's (host_gid 0 with a host_uid: the same number).  Only as
@@ -227,22 +227,22 @@ struct ipd_sandbox_spec {
 
 /* Result of a run; release with ipd_sandbox_result_release. */
 struct ipd_sandbox_result {
-    int exit_code;           /* exit status, or -1 when signalled */
-    int term_signal;         /* signal that ended the program, else 0 */
-    bool timed_out;          /* killed at the wall timeout */
-    bool oom_killed;         /* the cgroup counted an OOM kill */
+    int exit_code;   /* exit status, or -1 when signalled */
+    int term_signal; /* signal that ended the program, else 0 */
+    bool timed_out;  /* killed at the wall timeout */
+    bool oom_killed; /* the cgroup counted an OOM kill */
     double wall_seconds;
-    double cpu_seconds;      /* user+sys of the whole tree */
-    int64_t max_rss_kib;     /* largest RSS of a reaped process */
+    double cpu_seconds;        /* user+sys of the whole tree */
+    int64_t max_rss_kib;       /* largest RSS of a reaped process */
     int64_t memory_peak_bytes; /* cgroup peak, or 0 if unknown */
-    struct ipd_buf out;      /* owned; stdout, at most output_cap_bytes */
-    struct ipd_buf err;      /* owned; stderr, likewise */
+    struct ipd_buf out;        /* owned; stdout, at most output_cap_bytes */
+    struct ipd_buf err;        /* owned; stderr, likewise */
     bool out_truncated;
     bool err_truncated;
-    bool warm;               /* a parked child of a zygote ran it */
-    int output_dirfd;        /* owned; O_DIRECTORY fd of the sandbox's
-                                /mnt/output tmpfs, or -1 */
-    char error[256];         /* why setup failed (IPD_ERR_INTERNAL) */
+    bool warm;        /* a parked child of a zygote ran it */
+    int output_dirfd; /* owned; O_DIRECTORY fd of the sandbox's
+                         /mnt/output tmpfs, or -1 */
+    char error[256];  /* why setup failed (IPD_ERR_INTERNAL) */
 };
 
 /*

@@ -47,25 +47,25 @@ struct ipd__seccomp_tables {
     size_t n_ioctl_ok;
     const unsigned long *fcntl_ok; /* fcntl commands */
     size_t n_fcntl_ok;
-    const int *families;      /* socket/socketpair families: the first */
-    size_t n_families_nonet;  /* n_families_nonet without network, */
-    size_t n_families_net;    /* the first n_families_net with it */
-    uint64_t ns_clone_flags;  /* clone with any of these: EPERM */
-    int last_reviewed;        /* above it, up to newer_last: ENOSYS */
+    const int *families;     /* socket/socketpair families: the first */
+    size_t n_families_nonet; /* n_families_nonet without network, */
+    size_t n_families_net;   /* the first n_families_net with it */
+    uint64_t ns_clone_flags; /* clone with any of these: EPERM */
+    int last_reviewed;       /* above it, up to newer_last: ENOSYS */
     int newer_last;
 };
 const struct ipd__seccomp_tables *ipd__seccomp_tables(void);
 
 /* cgroups (cgroup.c) */
-struct ipd__cgroups;       /* parents found at probe */
-struct ipd__cgroup_run {   /* one run's cgroups */
-    char v2[512];          /* run dir under cgroup2 or "" */
-    char mem[512];         /* run dir holding the memory limit or "" */
-    char pids[512];        /* run dir holding the pids limit or "" */
-    char cpuacct[512];     /* v1 cpuacct run dir or "" */
-    char cpu[512];         /* run dir holding the CPU quota or "" */
-    int v2_fd;             /* O_DIRECTORY fd of v2 (CLONE_INTO_CGROUP) */
-    int procs_fd[4];       /* v1 cgroup.procs fds to join, -1 unused */
+struct ipd__cgroups;     /* parents found at probe */
+struct ipd__cgroup_run { /* one run's cgroups */
+    char v2[512];        /* run dir under cgroup2 or "" */
+    char mem[512];       /* run dir holding the memory limit or "" */
+    char pids[512];      /* run dir holding the pids limit or "" */
+    char cpuacct[512];   /* v1 cpuacct run dir or "" */
+    char cpu[512];       /* run dir holding the CPU quota or "" */
+    int v2_fd;           /* O_DIRECTORY fd of v2 (CLONE_INTO_CGROUP) */
+    int procs_fd[4];     /* v1 cgroup.procs fds to join, -1 unused */
     bool mem_is_v2, pids_is_v2, cpu_is_v2, cpu_is_cpuacct;
 };
 enum ipd_err ipd__cgroups_probe(const char *name, struct ipd__cgroups **out,
@@ -101,13 +101,13 @@ enum ipd_err ipd__cgroup_run_destroy(struct ipd__cgroup_run *run);
 
 /* What the probe prepares once for every run (cfg->state; probe.c). */
 struct ipd_sandbox_state {
-    struct ipd__sandbox_bpf bpf_nonet; /* network denied */
-    struct ipd__sandbox_bpf bpf_net;   /* network allowed */
+    struct ipd__sandbox_bpf bpf_nonet;  /* network denied */
+    struct ipd__sandbox_bpf bpf_net;    /* network allowed */
     struct ipd__sandbox_bpf bpf_zygote; /* a zygote's (no network) */
     struct ipd__cgroups *cg;
-    int cap_last;                      /* /proc/sys/kernel/cap_last_cap */
-    uintptr_t arg_start, arg_end;      /* P's argv and environment areas, */
-    uintptr_t env_start, env_end;      /* wiped in C1 (/proc/1/cmdline) */
+    int cap_last;                 /* /proc/sys/kernel/cap_last_cap */
+    uintptr_t arg_start, arg_end; /* P's argv and environment areas, */
+    uintptr_t env_start, env_end; /* wiped in C1 (/proc/1/cmdline) */
     bool cgroupns;
 };
 
@@ -188,8 +188,8 @@ IPD_NORETURN void ipd__sandbox_c0_main(struct plan *pl);
 
 /* What differs for a zygote's run (zygote.c); NULL for any other. */
 struct ipd__run_extra {
-    int fd;          /* given to the program as fd 3; P closes it once the
-                        children have it */
+    int fd; /* given to the program as fd 3; P closes it once the
+               children have it */
 };
 
 /* ipd_sandbox_run (run.c); with dry_run the whole setup happens but C2
@@ -212,11 +212,11 @@ void ipd__tmpfs_opts(const struct ipd_sandbox_config *cfg,
 struct ipd_sandbox_parked {
     struct ipd_sandbox_policy p; /* completed; name borrowed */
     struct ipd__cgroup_run cgr;  /* its own, attached at park */
-    int ctl;      /* P's end of its control socket */
+    int ctl;                     /* P's end of its control socket */
     int out_r, err_r;
-    int pidfd;    /* its init's (not P's child) */
-    pid_t pid;    /* its init's host pid */
-    int outdir;   /* its /mnt/output (MSG_OUTDIR) */
+    int pidfd;  /* its init's (not P's child) */
+    pid_t pid;  /* its init's host pid */
+    int outdir; /* its /mnt/output (MSG_OUTDIR) */
 };
 /* Wait (bounded) until the process behind pidfd, not P's child, has
  * been reaped by its parent (run.c). */

@@ -321,8 +321,8 @@ static int add_newer(scmp_filter_ctx ctx)
  * an int); other commands fall to the default, EPERM (libseccomp drops
  * argument rules when the same call also has a rule without one, so
  * "ENOTTY for the rest" cannot be said). */
-static int add_cmd_list(scmp_filter_ctx ctx, int nr,
-                        const unsigned long *cmds, size_t n)
+static int add_cmd_list(scmp_filter_ctx ctx, int nr, const unsigned long *cmds,
+                        size_t n)
 {
     int rc = 0;
 
@@ -430,8 +430,7 @@ enum ipd_err ipd__sandbox_seccomp_compile(bool network, bool zygote,
     rc = add_rules(ctx, network, zygote);
     if (rc) {
         char what[64];
-        snprintf(what, sizeof what, "adding a rule for syscall %d",
-                 failed_nr);
+        snprintf(what, sizeof what, "adding a rule for syscall %d", failed_nr);
         set_err(err, errlen, what, rc);
         goto out;
     }

@@ -33,8 +33,8 @@ static int tmpfs_detached(int64_t bytes, int64_t inodes)
         fsconfig(fs, FSCONFIG_SET_STRING, "nr_inodes", nr, 0) == 0 &&
         fsconfig(fs, FSCONFIG_SET_STRING, "mode", "0755", 0) == 0 &&
         fsconfig(fs, FSCONFIG_CMD_CREATE, NULL, NULL, 0) == 0)
-        mnt = fsmount(fs, FSMOUNT_CLOEXEC,
-                      MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
+        mnt =
+            fsmount(fs, FSMOUNT_CLOEXEC, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV);
     int saved = errno;
     close(fs);
     errno = saved;
@@ -49,8 +49,7 @@ static enum ipd_err stage_dir(struct ipd_sandbox_stage *st,
     char path[PATH_MAX];
 
     if ((size_t)snprintf(path, sizeof path, "%s/interpd-stage-XXXXXX",
-                         fallback_dir ? fallback_dir : "/tmp") >=
-            sizeof path ||
+                         fallback_dir ? fallback_dir : "/tmp") >= sizeof path ||
         !mkdtemp(path)) {
         snprintf(err, errlen, "staging dir under %s: %s",
                  fallback_dir ? fallback_dir : "/tmp", strerror(errno));
@@ -132,10 +131,10 @@ struct copied_link {
 };
 
 struct copy_ctx {
-    int root;        /* the stage's root */
-    void *links;     /* tsearch tree of struct copied_link */
+    int root;           /* the stage's root */
+    void *links;        /* tsearch tree of struct copied_link */
     char rel[PATH_MAX]; /* the entry's path inside the stage */
-    int errnum;      /* errno of the first failure */
+    int errnum;         /* errno of the first failure */
     char *err;
     size_t errlen;
 };
@@ -162,8 +161,7 @@ static int copy_meta(int dfd, const char *name, const struct stat *sb)
 
     if (fchownat(dfd, name, sb->st_uid, sb->st_gid, AT_SYMLINK_NOFOLLOW))
         return -1;
-    if (!S_ISLNK(sb->st_mode) &&
-        fchmodat(dfd, name, sb->st_mode & 07777, 0))
+    if (!S_ISLNK(sb->st_mode) && fchmodat(dfd, name, sb->st_mode & 07777, 0))
         return -1;
     return utimensat(dfd, name, ts, AT_SYMLINK_NOFOLLOW);
 }
@@ -228,12 +226,12 @@ static int copy_entry(struct copy_ctx *c, int sfd, int dfd, const char *name,
     if (fstatat(sfd, name, &sb, AT_SYMLINK_NOFOLLOW))
         return -1;
     if (S_ISDIR(sb.st_mode)) {
-        int s = openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                      O_CLOEXEC);
+        int s =
+            openat(sfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         int d = s < 0 || mkdirat(dfd, name, 0700)
                     ? -1
-                    : openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                            O_CLOEXEC);
+                    : openat(dfd, name,
+                             O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
         rc = d < 0 ? -1 : copy_dir(c, s, d, depth + 1);
         if (d >= 0)
             close(d);
@@ -268,8 +266,8 @@ static int copy_dir(struct copy_ctx *c, int sfd, int dfd, int depth)
     }
     while (!rc && (e = ipd_readdir(d)) != NULL) {
         if ((size_t)snprintf(c->rel + len, sizeof c->rel - len, "%s%s",
-                             len ? "/" : "", e->d_name) >=
-            sizeof c->rel - len) {
+                             len ? "/" : "",
+                             e->d_name) >= sizeof c->rel - len) {
             errno = ENAMETOOLONG;
             rc = -1;
             break;
@@ -297,8 +295,8 @@ enum ipd_err ipd_sandbox_stage_copy(struct ipd_sandbox_stage *st,
     err[0] = '\0';
     if (src < 0 || fstat(src, &sb) || strchr(name, '/') ||
         mkdirat(st->fd, name, 0700) ||
-        (dst = openat(st->fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
-                                        O_CLOEXEC)) < 0) {
+        (dst = openat(st->fd, name,
+                      O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0) {
         snprintf(err, errlen, "%s: %s", host_dir, strerror(errno));
         goto out;
     }

@@ -96,10 +96,10 @@ enum ipd_zproto_ctl_kind {
 #define IPD_ZPROTO_CTL_TEXT 200
 
 struct ipd_zproto_ctl {
-    uint32_t kind;        /* enum ipd_zproto_ctl_kind */
-    int32_t status;       /* STATUS: C2's wait status; INIT: C1's host
-                             pid */
-    struct rusage ru_all; /* STATUS: C1's RUSAGE_CHILDREN */
+    uint32_t kind;                  /* enum ipd_zproto_ctl_kind */
+    int32_t status;                 /* STATUS: C2's wait status; INIT: C1's host
+                                       pid */
+    struct rusage ru_all;           /* STATUS: C1's RUSAGE_CHILDREN */
     char text[IPD_ZPROTO_CTL_TEXT]; /* ERROR, NUL-terminated when it fits;
                                        the reader terminates it */
 };

@@ -28,8 +28,8 @@
 
 struct ipd_sandbox_zygote {
     const struct ipd_sandbox_config *cfg;
-    int cmd;   /* P's end */
-    int z_end; /* the zygote's end until its run takes it, else -1 */
+    int cmd;              /* P's end */
+    int z_end;            /* the zygote's end until its run takes it, else -1 */
     pthread_mutex_t lock; /* ready, why, reads of cmd */
     bool ready, gone;
     char why[256];
@@ -175,18 +175,17 @@ static char *park_params(const struct ipd_sandbox_config *cfg,
 
     ipd__tmpfs_opts(cfg, p, tmp, sizeof tmp, out, sizeof out);
     for (size_t i = 0; i < n; i++)
-        json_array_append_new(m, json_pack("[s,b]", mounts[i].sandbox_path,
-                                           mounts[i].writable));
+        json_array_append_new(
+            m, json_pack("[s,b]", mounts[i].sandbox_path, mounts[i].writable));
     o = json_pack(
-        "{s:s,s:s,s:o,s:i,s:i,s:i,s:{s:o,s:o,s:o,s:o,s:o}}", "tmp", tmp,
-        "out", out, "mounts", m, "uid", (int)cfg->inner_uid, "gid",
+        "{s:s,s:s,s:o,s:i,s:i,s:i,s:{s:o,s:o,s:o,s:o,s:o}}", "tmp", tmp, "out",
+        out, "mounts", m, "uid", (int)cfg->inner_uid, "gid",
         (int)cfg->inner_gid, "cap_last", cfg->state->cap_last, "rlimits",
         /* a session's calls set their own soft limit (zygote.py,
          * _session_loop): its hard one is the zygote's */
-        "cpu", rl_pair(p->cpu_seconds, session ? INT64_MAX
-                                               : p->cpu_seconds + 1),
-        "fsize",
-        rl_pair(p->fsize_bytes, p->fsize_bytes), "nofile",
+        "cpu",
+        rl_pair(p->cpu_seconds, session ? INT64_MAX : p->cpu_seconds + 1),
+        "fsize", rl_pair(p->fsize_bytes, p->fsize_bytes), "nofile",
         rl_pair(p->nofile, p->nofile), "sigpending",
         rl_pair(p->sigpending, p->sigpending), "msgqueue",
         rl_pair(p->msgqueue_bytes, p->msgqueue_bytes));
@@ -299,8 +298,10 @@ static enum ipd_err attach(struct ipd_sandbox_parked *pk, char *err,
     }
     return IPD_OK;
 fail:
-    snprintf(err, errlen, "zygote: attaching the parked child to its "
-                          "cgroup: %s", strerror(errno));
+    snprintf(err, errlen,
+             "zygote: attaching the parked child to its "
+             "cgroup: %s",
+             strerror(errno));
     return IPD_ERR_INTERNAL;
 }
 
@@ -346,8 +347,8 @@ static enum ipd_err handshake(struct ipd_sandbox_parked *pk, int64_t deadline,
 }
 
 /* The stage trees of the park's mounts into fds[3...]. */
-static enum ipd_err park_trees(const struct ipd_sandbox_mount *mounts,
-                               size_t n, int *fds, char *err, size_t errlen)
+static enum ipd_err park_trees(const struct ipd_sandbox_mount *mounts, size_t n,
+                               int *fds, char *err, size_t errlen)
 {
     for (size_t i = 0; i < n; i++) {
         const struct ipd_sandbox_mount *m = &mounts[i];
@@ -355,8 +356,9 @@ static enum ipd_err park_trees(const struct ipd_sandbox_mount *mounts,
             !m->host_path || m->host_path[0] == '/' ||
             strstr(m->host_path, "..") || !m->sandbox_path ||
             m->sandbox_path[0] != '/' || strstr(m->sandbox_path, "..")) {
-            snprintf(err, errlen, "zygote: a parked child's mount must be "
-                                  "a path of a detached stage");
+            snprintf(err, errlen,
+                     "zygote: a parked child's mount must be "
+                     "a path of a detached stage");
             return IPD_ERR_INVALID;
         }
         fds[3 + i] = open_tree(ipd_sandbox_stage_fd(m->stage), m->host_path,
@@ -462,11 +464,11 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
     rc = park_trees(mounts, n_mounts, fds, err, errlen);
     if (rc)
         goto out;
-    rc = ipd__cgroup_run_create(z->cfg->state->cg,
-                                &(struct ipd__cgroup_limits){
-                                    pk->p.memory_bytes, pk->p.max_processes,
-                                    pk->p.cpu_millis},
-                                &pk->cgr, err, errlen);
+    rc = ipd__cgroup_run_create(
+        z->cfg->state->cg,
+        &(struct ipd__cgroup_limits){pk->p.memory_bytes, pk->p.max_processes,
+                                     pk->p.cpu_millis},
+        &pk->cgr, err, errlen);
     if (rc) {
         pk->cgr.v2_fd = -1; /* nothing to destroy */
         goto out;

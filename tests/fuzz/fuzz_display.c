@@ -66,16 +66,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     IPD_ASSERT(json_is_array(list));
     IPD_ASSERT(json_array_size(list) <= IPD_DISPLAY_ENTRIES_MAX);
     IPD_ASSERT(!over || truncated);
-    json_array_foreach(list, i, b) {
+    json_array_foreach(list, i, b)
+    {
         const char *key;
         json_t *v;
         IPD_ASSERT(json_is_string(json_object_get(b, "text/plain")));
         text += IPD_DISPLAY_ENTRY_COST;
-        json_object_foreach(b, key, v) {
+        json_object_foreach(b, key, v)
+        {
             IPD_ASSERT(json_is_string(v));
             if (!strcmp(key, "image/png"))
-                png += check_png(json_string_value(v),
-                                 json_string_length(v));
+                png += check_png(json_string_value(v), json_string_length(v));
             else
                 IPD_ASSERT(!strcmp(key, "text/plain") ||
                            !strcmp(key, "text/html"));

@@ -368,8 +368,8 @@ static void check_replies(const char *req, size_t req_len,
         if (!final_seen && rp.status >= 200) {
             final_seen = true;
             if (nul_target && rp.status < 400)
-                fail(out->buf, out->len,
-                     "a %u for a target that hides a NUL", rp.status);
+                fail(out->buf, out->len, "a %u for a target that hides a NUL",
+                     rp.status);
         }
         if (last || header_is(&rp, "Connection", "close"))
             return; /* anything after it is not an answer */
@@ -564,8 +564,9 @@ static void check_job(const struct ipd_exec_job *j,
 {
     if (j->code_len > IPD_EXEC_CODE_MAX || j->n_files > IPD_EXEC_FILES_MAX ||
         strcmp(j->tenant, who->tenant) || strcmp(j->user_id, who->user_id))
-        fail(NULL, 0, "parser: a job out of bounds (code %zu bytes, %zu "
-                      "files) or for someone else",
+        fail(NULL, 0,
+             "parser: a job out of bounds (code %zu bytes, %zu "
+             "files) or for someone else",
              j->code_len, j->n_files);
     for (size_t i = 0; i < j->n_files; i++)
         if (!ipd_id_valid("file", j->file_ids[i]))
@@ -590,10 +591,10 @@ static void check_parser(const char *req, size_t len)
         .policies = env->cfg.policies, .n_policies = env->cfg.n_policies};
     const char *eoh = memmem(req, len, "\r\n\r\n", 4);
     json_error_t jerr;
-    json_t *doc = eoh ? json_loadb(eoh + 4, len - (size_t)(eoh + 4 - req),
-                                   JSON_REJECT_DUPLICATES | JSON_DECODE_ANY,
-                                   &jerr)
-                      : NULL;
+    json_t *doc =
+        eoh ? json_loadb(eoh + 4, len - (size_t)(eoh + 4 - req),
+                         JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &jerr)
+            : NULL;
     struct ipd_exec_job *j = NULL;
     struct ipd_refusal f;
     bool async = false, known = false;

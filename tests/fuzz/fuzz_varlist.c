@@ -32,7 +32,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     IPD_ASSERT(json_object_size(out) == 2 && json_is_array(vars) &&
                json_is_boolean(json_object_get(out, "truncated")));
     IPD_ASSERT(json_array_size(vars) <= IPD_VARLIST_COUNT_MAX);
-    json_array_foreach(vars, i, e) {
+    json_array_foreach(vars, i, e)
+    {
         const char *n = json_string_value(json_object_get(e, "name"));
         const char *t = json_string_value(json_object_get(e, "type"));
         const char *r = json_string_value(json_object_get(e, "repr"));

@@ -36,8 +36,9 @@ extern char **environ;
 #define STARTUP_TIMEOUT_MS 30000
 #define STOP_TIMEOUT_MS 20000
 #define CLI_TIMEOUT_MS 30000
-#define WARM_TIMEOUT_MS 60000 /* ITEST_EXEC_MODE=warm: until every zygote is
-                               * up */
+#define WARM_TIMEOUT_MS                                                        \
+    60000 /* ITEST_EXEC_MODE=warm: until every zygote is                       \
+           * up */
 #define LOG_TAIL_LINES 60
 
 static struct itest_server *live_servers;
@@ -212,8 +213,8 @@ static void walk(const char *root, const char *rel, struct strv *out)
     while ((e = readdir(d)) != NULL) {
         if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
             continue;
-        char *child_rel = rel[0] ? itest_fmt("%s/%s", rel, e->d_name)
-                                 : xstrdup(e->d_name);
+        char *child_rel =
+            rel[0] ? itest_fmt("%s/%s", rel, e->d_name) : xstrdup(e->d_name);
         char *child = itest_fmt("%s/%s", root, child_rel);
         struct stat st;
         if (lstat(child, &st) == 0 && S_ISDIR(st.st_mode)) {
@@ -248,8 +249,8 @@ size_t itest_list_files(const char *dir, char ***out)
 static bool not_user_data(const char *f)
 {
     return !strcmp(f, "admin.key") || !strncmp(f, "meta.db", 7) ||
-           !strcmp(f, ".space-reserve") ||
-           !strncmp(f, "venv/", 5) || !strncmp(f, "mplcache/", 9);
+           !strcmp(f, ".space-reserve") || !strncmp(f, "venv/", 5) ||
+           !strncmp(f, "mplcache/", 9);
 }
 
 /* Regular files under the data dir other than those. */
@@ -279,8 +280,9 @@ static int backend_kind(void)
         } else if (!strcmp(e, "mongo")) {
             kind = 2;
         } else {
-            fprintf(stderr, "harness: ITEST_BACKEND=\"%s\": want sqlite or "
-                            "mongo\n",
+            fprintf(stderr,
+                    "harness: ITEST_BACKEND=\"%s\": want sqlite or "
+                    "mongo\n",
                     e);
             exit(2);
         }
@@ -290,8 +292,8 @@ static int backend_kind(void)
 
 /* ITEST_EXEC_MODE: 1 cold (also when unset: the suites that are not
  * about executions pin cold, the product's default being warm, so only
- * the integration-warm/ and -session/ variants pay for zygotes), 2 warm, 3 session;
- * anything else stops the program loudly, as a wrong ITEST_BACKEND
+ * the integration-warm/ and -session/ variants pay for zygotes), 2 warm, 3
+ * session; anything else stops the program loudly, as a wrong ITEST_BACKEND
  * does. */
 static int exec_mode_env(void)
 {
@@ -307,8 +309,9 @@ static int exec_mode_env(void)
         } else if (!strcmp(e, "session")) {
             kind = 3;
         } else {
-            fprintf(stderr, "harness: ITEST_EXEC_MODE=\"%s\": want warm, "
-                            "cold or session\n",
+            fprintf(stderr,
+                    "harness: ITEST_EXEC_MODE=\"%s\": want warm, "
+                    "cold or session\n",
                     e);
             exit(2);
         }
@@ -384,8 +387,9 @@ char *itest_mongo_fixture_uri(const char *db, const char *query)
     size_t len;
     char *base = itest_read_file(path, &len);
     if (!base) {
-        fprintf(stderr, "harness: no MongoDB server: cannot read %s (did the "
-                        "mongo/start fixture fail?)\n",
+        fprintf(stderr,
+                "harness: no MongoDB server: cannot read %s (did the "
+                "mongo/start fixture fail?)\n",
                 path);
         free(path);
         return NULL;
@@ -409,8 +413,7 @@ char *itest_mongo_fixture_uri(const char *db, const char *query)
  * caller destroys both).  The harness waits at most 5 s for a server
  * unless the URI says otherwise. */
 static mongoc_client_t *mongo_connect(const char *uri_str,
-                                      mongoc_uri_t **uri_out,
-                                      const char **db)
+                                      mongoc_uri_t **uri_out, const char **db)
 {
     bson_error_t err;
     mongoc_uri_t *uri = mongoc_uri_new_with_error(uri_str, &err);
@@ -468,16 +471,16 @@ long itest_mongo_collection_count(const char *uri_str)
         return -1;
     mongoc_database_t *db = mongoc_client_get_database(c, dbname);
     bson_error_t err;
-    char **names = mongoc_database_get_collection_names_with_opts(db, NULL,
-                                                                  &err);
+    char **names =
+        mongoc_database_get_collection_names_with_opts(db, NULL, &err);
     long n = -1;
     if (names) {
         for (n = 0; names[n]; n++)
             ;
         bson_strfreev(names);
     } else {
-        fprintf(stderr, "harness: listing the collections of %s: %s\n",
-                dbname, err.message);
+        fprintf(stderr, "harness: listing the collections of %s: %s\n", dbname,
+                err.message);
     }
     mongoc_database_destroy(db);
     mongoc_client_destroy(c);
@@ -491,7 +494,7 @@ struct inv_blob {
     int64_t size;   /* bytes (fs.files length) */
     int64_t chunks; /* GridFS: chunk documents seen */
     int64_t chunk_size;
-    bool has_file;  /* GridFS: an fs.files document exists */
+    bool has_file; /* GridFS: an fs.files document exists */
 };
 
 struct inventory {
@@ -503,8 +506,7 @@ struct inventory {
     struct strv errors;     /* could not look */
 };
 
-static struct inv_blob *inv_find(struct inv_blob *v, size_t n,
-                                 const char *id)
+static struct inv_blob *inv_find(struct inv_blob *v, size_t n, const char *id)
 {
     for (size_t i = 0; i < n; i++)
         if (!strcmp(v[i].id, id))
@@ -512,8 +514,7 @@ static struct inv_blob *inv_find(struct inv_blob *v, size_t n,
     return NULL;
 }
 
-static struct inv_blob *inv_add(struct inv_blob **v, size_t *n,
-                                const char *id)
+static struct inv_blob *inv_add(struct inv_blob **v, size_t *n, const char *id)
 {
     *v = xrealloc(*v, (*n + 1) * sizeof(**v));
     struct inv_blob *b = &(*v)[(*n)++];
@@ -625,8 +626,8 @@ static void mongo_inventory(const char *uri_str, struct inventory *inv)
     harness_init();
     mongoc_client_t *c = mongo_connect(uri_str, &uri, &dbname);
     if (!c) {
-        strv_push(&inv->errors, itest_fmt("mongo-error:cannot connect to %s",
-                                          uri_str));
+        strv_push(&inv->errors,
+                  itest_fmt("mongo-error:cannot connect to %s", uri_str));
         return;
     }
     mongoc_database_t *db = mongoc_client_get_database(c, dbname);
@@ -658,8 +659,7 @@ static void mongo_inventory(const char *uri_str, struct inventory *inv)
 }
 
 /* Local disk: blobs/<xx>/<id> files, blobs/tmp/ uploads, meta.db rows. */
-static void local_inventory(const struct itest_server *s,
-                            struct inventory *inv)
+static void local_inventory(const struct itest_server *s, struct inventory *inv)
 {
     char **all;
     memset(inv, 0, sizeof(*inv));
@@ -762,8 +762,8 @@ char *itest_read_stored(const struct itest_server *s, const char *entry,
     bson_t filter = BSON_INITIALIZER;
     BSON_APPEND_UTF8(&filter, "files_id", entry + 7);
     bson_error_t err;
-    bson_t *opts = bson_new_from_json(
-        (const uint8_t *)"{\"sort\": {\"n\": 1}}", -1, &err);
+    bson_t *opts =
+        bson_new_from_json((const uint8_t *)"{\"sort\": {\"n\": 1}}", -1, &err);
     if (!opts)
         abort();
     mongoc_cursor_t *cur =
@@ -783,8 +783,9 @@ char *itest_read_stored(const struct itest_server *s, const char *entry,
         if (!bson_iter_init_find(&it, doc, "n") || iter_int(&it) != want_n++ ||
             !bson_iter_init_find(&it, doc, "data") ||
             !BSON_ITER_HOLDS_BINARY(&it)) {
-            fprintf(stderr, "harness: GridFS %s: chunk %lld missing or "
-                            "malformed\n",
+            fprintf(stderr,
+                    "harness: GridFS %s: chunk %lld missing or "
+                    "malformed\n",
                     entry + 7, (long long)(want_n - 1));
             ok = false;
             break;
@@ -859,8 +860,8 @@ bool itest_store_consistent(const struct itest_server *s, size_t *nrecords)
         const struct inv_blob *r = &inv.records[i];
         const struct inv_blob *b = inv_find(inv.blobs, inv.nblobs, r->id);
         if (!b || !b->has_file)
-            PROBLEM("metadata record %s (%lld bytes) has no bytes in %s",
-                    r->id, (long long)r->size, where);
+            PROBLEM("metadata record %s (%lld bytes) has no bytes in %s", r->id,
+                    (long long)r->size, where);
     }
 #undef PROBLEM
     if (nrecords)
@@ -890,13 +891,15 @@ void itest_print_strays(const struct itest_server *s)
     char **v;
     size_t n = itest_stray_files(s, &v);
     if (s->mongo_uri)
-        fprintf(stderr, "  GridFS files and chunks of %s, and files under %s "
-                        "other than admin.key: %zu\n",
+        fprintf(stderr,
+                "  GridFS files and chunks of %s, and files under %s "
+                "other than admin.key: %zu\n",
                 s->mongo_uri, s->data_dir, n);
     else
-        fprintf(stderr, "  files under %s other than admin.key, meta.db* "
-                        "and venv/: "
-                        "%zu\n",
+        fprintf(stderr,
+                "  files under %s other than admin.key, meta.db* "
+                "and venv/: "
+                "%zu\n",
                 s->data_dir, n);
     for (size_t i = 0; v[i]; i++)
         fprintf(stderr, "    %s\n", v[i]);
@@ -1015,9 +1018,8 @@ static void print_file_tail(const char *path, int lines, const char *title)
             break;
         start--;
     }
-    fprintf(stderr, "---- %s (%s), last %d lines:\n%s%s---- end\n", title,
-            path, lines, text + start,
-            len && text[len - 1] != '\n' ? "\n" : "");
+    fprintf(stderr, "---- %s (%s), last %d lines:\n%s%s---- end\n", title, path,
+            lines, text + start, len && text[len - 1] != '\n' ? "\n" : "");
     free(text);
 }
 
@@ -1107,8 +1109,9 @@ static int read_port(int fd, pid_t pid)
     for (;;) {
         int64_t left = deadline - mono_ms();
         if (left <= 0) {
-            fprintf(stderr, "harness: server pid %d wrote no port on its "
-                            "ready fd within %d ms\n",
+            fprintf(stderr,
+                    "harness: server pid %d wrote no port on its "
+                    "ready fd within %d ms\n",
                     (int)pid, STARTUP_TIMEOUT_MS);
             return -1;
         }
@@ -1135,9 +1138,10 @@ static int read_port(int fd, pid_t pid)
     long port = strtol(buf, &end, 10);
     if (n == 0 || errno || end == buf || *end != '\n' || end[1] != 0 ||
         port <= 0 || port > 65535) {
-        fprintf(stderr, "harness: server pid %d reported no valid port on its "
-                        "ready fd: got \"%s\" (want decimal + \"\\n\", then "
-                        "EOF)\n",
+        fprintf(stderr,
+                "harness: server pid %d reported no valid port on its "
+                "ready fd: got \"%s\" (want decimal + \"\\n\", then "
+                "EOF)\n",
                 (int)pid, buf);
         return -1;
     }
@@ -1146,8 +1150,7 @@ static int read_port(int fd, pid_t pid)
 
 /* The value of the last `exec-mode = VALUE` line of a config text, into
  * buf; NULL when it sets none. */
-static const char *config_exec_mode(const char *config, char *buf,
-                                    size_t len)
+static const char *config_exec_mode(const char *config, char *buf, size_t len)
 {
     const char *found = NULL;
     for (const char *l = config; l && *l;) {
@@ -1197,8 +1200,7 @@ static void push_exec_mode(struct itest_server *s, const struct itest_opts *o,
 {
     char buf[32];
     const char *mode = args_exec_mode(o ? o->args : NULL);
-    const char *file = config_exec_mode(o ? o->config : NULL, buf,
-                                        sizeof(buf));
+    const char *file = config_exec_mode(o ? o->config : NULL, buf, sizeof(buf));
     if (exec_mode_env() && !file) {
         strv_push(argv, xstrdup("--exec-mode"));
         strv_push(argv, xstrdup(itest_exec_mode_name()));
@@ -1285,8 +1287,8 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
         itest_strv_free(envp);
         return false;
     }
-    int logfd = open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
-                     0600);
+    int logfd =
+        open(s->log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
     if (logfd < 0) {
         perror("harness: open server log");
         close(p[0]);
@@ -1351,8 +1353,9 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
             kill(pid, SIGKILL);
             wait_pid(pid, 5000, &st);
         } else {
-            fprintf(stderr, "harness: server exited during startup, wait "
-                            "status 0x%x\n",
+            fprintf(stderr,
+                    "harness: server exited during startup, wait "
+                    "status 0x%x\n",
                     (unsigned)st);
         }
         s->pid = 0;
@@ -1368,8 +1371,9 @@ static bool spawn_server(struct itest_server *s, const struct itest_opts *o,
     size_t klen;
     char *key = itest_read_file(key_path, &klen);
     if (!key || klen < 2 || key[klen - 1] != '\n') {
-        fprintf(stderr, "harness: %s %s (want the admin key and a "
-                        "newline)\n",
+        fprintf(stderr,
+                "harness: %s %s (want the admin key and a "
+                "newline)\n",
                 key_path, key ? "has a bad format" : "is missing");
         free(key);
         free(key_path);
@@ -1390,11 +1394,9 @@ static bool poll_exec_mode(struct itest_server *s, const char *mode,
     int64_t deadline = mono_ms() + scaled(timeout_ms);
     for (;;) {
         struct itest_resp r;
-        itest_request(s, "GET", "/readyz", NULL, NULL, NULL, NULL, 0, NULL,
-                      &r);
-        const char *m = r.status == 200
-                            ? itest_json_str(r.json, "execution_mode")
-                            : NULL;
+        itest_request(s, "GET", "/readyz", NULL, NULL, NULL, NULL, 0, NULL, &r);
+        const char *m =
+            r.status == 200 ? itest_json_str(r.json, "execution_mode") : NULL;
         bool ok = m && !strcmp(m, mode);
         if (last && (ok || mono_ms() >= deadline))
             *last = itest_fmt("%ld %s", r.status, r.body);
@@ -1425,8 +1427,9 @@ static bool wait_warm_after_start(struct itest_server *s,
         free(last);
         return true;
     }
-    fprintf(stderr, "harness: server pid %d started with --exec-mode warm "
-                    "never served warm within %d ms; last GET /readyz: %s\n",
+    fprintf(stderr,
+            "harness: server pid %d started with --exec-mode warm "
+            "never served warm within %d ms; last GET /readyz: %s\n",
             (int)s->pid, scaled(WARM_TIMEOUT_MS), last ? last : "(none)");
     free(last);
     if (s->admin_key) {
@@ -1471,13 +1474,11 @@ static void abandon(struct itest_server *s)
     itest_print_log_tail(s, LOG_TAIL_LINES);
     fprintf(stderr, "harness: keeping %s\n", s->tmp_dir);
     if (s->mongo_uri)
-        fprintf(stderr, "harness: keeping the database of %s\n",
-                s->mongo_uri);
+        fprintf(stderr, "harness: keeping the database of %s\n", s->mongo_uri);
     server_free(s);
 }
 
-struct itest_server *itest__start(const struct itest_opts *opts,
-                                  int fail_mark)
+struct itest_server *itest__start(const struct itest_opts *opts, int fail_mark)
 {
     harness_init();
     struct itest_server *s = calloc(1, sizeof(*s));
@@ -1529,8 +1530,8 @@ struct itest_server *itest__start(const struct itest_opts *opts,
             return NULL;
         }
     }
-    bool ok = spawn_server(s, opts, config_path) &&
-              wait_warm_after_start(s, opts);
+    bool ok =
+        spawn_server(s, opts, config_path) && wait_warm_after_start(s, opts);
     free(config_path);
     if (!ok) {
         fprintf(stderr, "harness: the server did not start\n");
@@ -1549,20 +1550,23 @@ static bool terminate(struct itest_server *s)
     bool ok = true;
     kill(s->pid, SIGTERM);
     if (!wait_pid(s->pid, scaled(STOP_TIMEOUT_MS), &st)) {
-        fprintf(stderr, "harness: server pid %d did not exit within %d ms of "
-                        "SIGTERM; killing it\n",
+        fprintf(stderr,
+                "harness: server pid %d did not exit within %d ms of "
+                "SIGTERM; killing it\n",
                 (int)s->pid, STOP_TIMEOUT_MS);
         kill(s->pid, SIGKILL);
         wait_pid(s->pid, 5000, &st);
         ok = false;
     } else if (!WIFEXITED(st) || WEXITSTATUS(st) != 0) {
         if (WIFSIGNALED(st))
-            fprintf(stderr, "harness: server pid %d died of signal %d after "
-                            "SIGTERM (want exit 0)\n",
+            fprintf(stderr,
+                    "harness: server pid %d died of signal %d after "
+                    "SIGTERM (want exit 0)\n",
                     (int)s->pid, WTERMSIG(st));
         else
-            fprintf(stderr, "harness: server pid %d exited %d after SIGTERM "
-                            "(want 0)\n",
+            fprintf(stderr,
+                    "harness: server pid %d exited %d after SIGTERM "
+                    "(want 0)\n",
                     (int)s->pid, WIFEXITED(st) ? WEXITSTATUS(st) : -1);
         ok = false;
     }
@@ -1579,12 +1583,14 @@ static bool sessions_clean(struct itest_server *s)
         return true;
     int errs = __atomic_load_n(&s->session_errors, __ATOMIC_SEQ_CST);
     bool ok = errs == 0;
-    fprintf(stderr, "harness: session mode: server pid %d ran %d "
-                    "executions in sessions of their own\n",
+    fprintf(stderr,
+            "harness: session mode: server pid %d ran %d "
+            "executions in sessions of their own\n",
             (int)s->pid, __atomic_load_n(&s->session_calls, __ATOMIC_SEQ_CST));
     if (errs)
-        fprintf(stderr, "harness: session mode: %d failures of the session "
-                        "hook (above)\n",
+        fprintf(stderr,
+                "harness: session mode: %d failures of the session "
+                "hook (above)\n",
                 errs);
     if (s->admin_key) {
         struct itest_resp r;
@@ -1593,10 +1599,11 @@ static bool sessions_clean(struct itest_server *s)
         json_t *live = itest_json_get(r.json, "sessions.live");
         if (r.status == 200 && json_is_integer(live) &&
             json_integer_value(live) != 0) {
-            char *d = json_dumps(itest_json_get(r.json, "sessions"),
-                                 JSON_COMPACT);
-            fprintf(stderr, "harness: session mode: %lld live sessions left "
-                            "at the end: \"sessions\": %s\n",
+            char *d =
+                json_dumps(itest_json_get(r.json, "sessions"), JSON_COMPACT);
+            fprintf(stderr,
+                    "harness: session mode: %lld live sessions left "
+                    "at the end: \"sessions\": %s\n",
                     (long long)json_integer_value(live), d ? d : "?");
             free(d);
             ok = false;
@@ -1713,8 +1720,9 @@ static void cleanup_at_exit(void)
     while (live_servers) {
         struct itest_server *s = live_servers;
         if (s->pid) {
-            fprintf(stderr, "harness: server pid %d still running at exit (a "
-                            "test returned early); killing it\n",
+            fprintf(stderr,
+                    "harness: server pid %d still running at exit (a "
+                    "test returned early); killing it\n",
                     (int)s->pid);
             int st;
             kill(s->pid, SIGKILL);
@@ -1734,8 +1742,7 @@ int itest_rm_rf(const char *path)
     return rm_rf(path);
 }
 
-int itest_run(const char *const *argv, const char *const *unset,
-              int timeout_ms)
+int itest_run(const char *const *argv, const char *const *unset, int timeout_ms)
 {
     struct strv env = {NULL, 0};
     for (char **e = environ; e && *e; e++) {
@@ -1769,8 +1776,9 @@ int itest_run(const char *const *argv, const char *const *unset,
     }
     int st = 0;
     if (!wait_pid(pid, scaled(timeout_ms), &st)) {
-        fprintf(stderr, "harness: %s %s did not finish within %d ms; killing "
-                        "it\n",
+        fprintf(stderr,
+                "harness: %s %s did not finish within %d ms; killing "
+                "it\n",
                 argv[0], argv[1] ? argv[1] : "", timeout_ms);
         kill(pid, SIGKILL);
         wait_pid(pid, 5000, &st);
@@ -1801,9 +1809,8 @@ static int cli_run(struct itest_server *s, const char *cwd, char **out,
     while ((a = va_arg(ap, const char *)) != NULL)
         strv_push(&argv, xstrdup(a));
     /* The CLI works on the server's stores: on MongoDB, its database. */
-    char *mongo_env = s->mongo_uri
-                          ? itest_fmt("INTERPD_MONGO_URI=%s", s->mongo_uri)
-                          : NULL;
+    char *mongo_env =
+        s->mongo_uri ? itest_fmt("INTERPD_MONGO_URI=%s", s->mongo_uri) : NULL;
     const char *const extra_env[] = {mongo_env, NULL};
     char **envp = child_env(extra_env);
     free(mongo_env);
@@ -1917,9 +1924,10 @@ bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,
     const char *k = itest_json_str(j, "key");
     const char *id = itest_json_str(j, "key_id");
     if (code != 0 || !k || !id) {
-        fprintf(stderr, "harness: `interpd keys create --tenant %s%s`: exit "
-                        "%d, stdout: %s (want exit 0 and a JSON object with "
-                        "\"key\" and \"key_id\")\n",
+        fprintf(stderr,
+                "harness: `interpd keys create --tenant %s%s`: exit "
+                "%d, stdout: %s (want exit 0 and a JSON object with "
+                "\"key\" and \"key_id\")\n",
                 tenant, admin ? " --admin" : "", code, out ? out : "(none)");
         char *cli_log = itest_fmt("%s/cli.log", s->tmp_dir);
         print_file_tail(cli_log, 20, "cli stderr");
@@ -2198,8 +2206,9 @@ static long perform(struct itest_server *s, const struct itest_req *rq,
     /* A transfer error after the status line (a reset mid-body) is still
      * a failure the caller must see. */
     if (out->curl_rc != CURLE_OK && out->status)
-        fprintf(stderr, "harness: %s: got status %ld but the transfer failed: "
-                        "%s\n",
+        fprintf(stderr,
+                "harness: %s: got status %ld but the transfer failed: "
+                "%s\n",
                 out->what, out->status, out->curl_err);
     return out->status;
 }
@@ -2282,8 +2291,9 @@ static void session_hook_delete(struct itest_server *s,
     dr.body_len = 0;
     perform(s, &dr, &r);
     if (r.status != 204) {
-        fprintf(stderr, "harness: session mode: DELETE %s answered %ld "
-                        "(want 204): %s%s\n",
+        fprintf(stderr,
+                "harness: session mode: DELETE %s answered %ld "
+                "(want 204): %s%s\n",
                 path, r.status, r.body, r.curl_err);
         if (r.status)
             __atomic_add_fetch(&s->session_errors, 1, __ATOMIC_SEQ_CST);
@@ -2315,15 +2325,15 @@ static bool session_hook(struct itest_server *s, const struct itest_req *rq,
                            .headers = hdrs,
                            .timeout_ms = 30000};
     perform(s, &cr, out);
-    const char *sid = out->status == 201
-                          ? itest_json_str(out->json, "session_id")
-                          : NULL;
+    const char *sid =
+        out->status == 201 ? itest_json_str(out->json, "session_id") : NULL;
     bool taken = true;
     if (!sid) {
-        taken = !(out->status == 400 || out->status == 401 ||
-                  out->status == 403);
-        fprintf(stderr, "harness: session mode: POST /v1/sessions answered "
-                        "%ld: %s%s; %s\n",
+        taken =
+            !(out->status == 400 || out->status == 401 || out->status == 403);
+        fprintf(stderr,
+                "harness: session mode: POST /v1/sessions answered "
+                "%ld: %s%s; %s\n",
                 out->status, out->body, out->curl_err,
                 taken ? "that is the answer to POST /v1/executions"
                       : "POST /v1/executions goes without a session");
@@ -2343,8 +2353,9 @@ static bool session_hook(struct itest_server *s, const struct itest_req *rq,
     __atomic_add_fetch(&s->session_calls, 1, __ATOMIC_SEQ_CST);
     const char *echo = itest_json_str(out->json, "session_id");
     if (out->status == 200 && (!echo || strcmp(echo, id))) {
-        fprintf(stderr, "harness: session mode: the answer does not name "
-                        "session %s: %s\n",
+        fprintf(stderr,
+                "harness: session mode: the answer does not name "
+                "session %s: %s\n",
                 id, out->body);
         __atomic_add_fetch(&s->session_errors, 1, __ATOMIC_SEQ_CST);
     }
@@ -2365,8 +2376,8 @@ long itest_do(struct itest_server *s, const struct itest_req *rq,
     return perform(s, rq, out);
 }
 
-long itest_request(struct itest_server *s, const char *method,
-                   const char *path, const char *key, const char *user_id,
+long itest_request(struct itest_server *s, const char *method, const char *path,
+                   const char *key, const char *user_id,
                    const char *content_type, const void *body, size_t len,
                    const char *const *headers, struct itest_resp *out)
 {
@@ -2555,8 +2566,8 @@ static void print_resp(const struct itest_resp *r)
             r->len, r->body, r->len > 2000 ? "..." : "");
 }
 
-bool itest__check_status(const char *file, int line,
-                         const struct itest_resp *r, long want)
+bool itest__check_status(const char *file, int line, const struct itest_resp *r,
+                         long want)
 {
     if (r->status == want && itest_header(r, "X-Request-Id"))
         return true;
@@ -2570,9 +2581,8 @@ bool itest__check_status(const char *file, int line,
     return false;
 }
 
-bool itest__check_error(const char *file, int line,
-                        const struct itest_resp *r, long want_status,
-                        const char *want_code)
+bool itest__check_error(const char *file, int line, const struct itest_resp *r,
+                        long want_status, const char *want_code)
 {
     bool ok = true;
     const char *ct = itest_header(r, "Content-Type");
@@ -2586,8 +2596,9 @@ bool itest__check_error(const char *file, int line,
         ok = false;
     }
     if (!ct || strncasecmp(ct, "application/json", 16)) {
-        fprintf(stderr, "%s:%d: %s: want Content-Type application/json, got "
-                        "%s\n",
+        fprintf(stderr,
+                "%s:%d: %s: want Content-Type application/json, got "
+                "%s\n",
                 file, line, r->what, ct ? ct : "(none)");
         ok = false;
     }
@@ -2602,8 +2613,9 @@ bool itest__check_error(const char *file, int line,
         ok = false;
     }
     if (!hrid || !rid || strcmp(rid, hrid)) {
-        fprintf(stderr, "%s:%d: %s: want error.request_id equal to the "
-                        "X-Request-Id header, got %s vs header %s\n",
+        fprintf(stderr,
+                "%s:%d: %s: want error.request_id equal to the "
+                "X-Request-Id header, got %s vs header %s\n",
                 file, line, r->what, rid ? rid : "(none)",
                 hrid ? hrid : "(none)");
         ok = false;
@@ -2786,9 +2798,8 @@ int64_t itest_parse_time(const char *s)
     tm.tm_min = NUM(14, 2);
     tm.tm_sec = NUM(17, 2);
 #undef NUM
-    if (tm.tm_mon < 0 || tm.tm_mon > 11 || tm.tm_mday < 1 ||
-        tm.tm_mday > 31 || tm.tm_hour > 23 || tm.tm_min > 59 ||
-        tm.tm_sec > 60)
+    if (tm.tm_mon < 0 || tm.tm_mon > 11 || tm.tm_mday < 1 || tm.tm_mday > 31 ||
+        tm.tm_hour > 23 || tm.tm_min > 59 || tm.tm_sec > 60)
         return -1;
     return (int64_t)timegm(&tm);
 }

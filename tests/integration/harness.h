@@ -82,8 +82,8 @@
 
 /* One running (or stopped) interpd serve process. */
 struct itest_server {
-    pid_t pid;          /* 0 once reaped */
-    int exit_status;    /* wait status once reaped */
+    pid_t pid;       /* 0 once reaped */
+    int exit_status; /* wait status once reaped */
     int port;
     char url[64];       /* "http://127.0.0.1:PORT" */
     char *tmp_dir;      /* owned: the test's temp dir */
@@ -134,8 +134,7 @@ struct itest_opts {
 
 /* Start a server; NULL (after printing why and the log) when it did not come
  * up.  The result is freed by itest_stop. */
-struct itest_server *itest__start(const struct itest_opts *opts,
-                                  int fail_mark);
+struct itest_server *itest__start(const struct itest_opts *opts, int fail_mark);
 /* SIGTERM the server (unless it already exited), wait for it (bounded) and
  * free s.  Returns false when it did not exit 0 or was killed.  NULL is
  * fine (returns true). */
@@ -194,15 +193,15 @@ struct itest_header {
 
 /* A response.  Release with itest_resp_release. */
 struct itest_resp {
-    long status;            /* 0 when no response came (see curl_rc) */
+    long status; /* 0 when no response came (see curl_rc) */
     CURLcode curl_rc;
     char curl_err[CURL_ERROR_SIZE];
     struct itest_header *headers; /* of the final response, in order */
     size_t nheaders;
-    char *body;             /* owned, NUL-terminated, never NULL */
+    char *body; /* owned, NUL-terminated, never NULL */
     size_t len;
-    json_t *json;           /* new reference; NULL unless the body is JSON */
-    char what[160];         /* "METHOD /path" for messages */
+    json_t *json;   /* new reference; NULL unless the body is JSON */
+    char what[160]; /* "METHOD /path" for messages */
 };
 
 /* One multipart part: a file part when filename is set (may be ""), else a
@@ -211,7 +210,7 @@ struct itest_pattern_src;
 struct itest_part {
     const char *name;
     const char *filename;
-    const char *type;   /* part Content-Type or NULL */
+    const char *type; /* part Content-Type or NULL */
     const void *data;
     size_t len;
     struct itest_pattern_src *stream; /* when set: the part's bytes are
@@ -229,12 +228,12 @@ struct itest_req {
     size_t body_len;
     curl_read_callback read_cb; /* streamed body instead of body */
     void *read_ctx;
-    curl_off_t read_len;      /* with read_cb: the length, or -1 = chunked */
+    curl_off_t read_len; /* with read_cb: the length, or -1 = chunked */
     const struct itest_part *parts; /* multipart/form-data instead */
     size_t nparts;
     const char *const *headers; /* extra "Name: value", NULL-terminated */
-    const char *request_id;   /* X-Request-Id to send */
-    long timeout_ms;          /* whole transfer; 0: 60 s */
+    const char *request_id;     /* X-Request-Id to send */
+    long timeout_ms;            /* whole transfer; 0: 60 s */
 };
 
 /* Send rq to s.  Always fills *out (release it); returns out->status, 0 when
@@ -243,8 +242,8 @@ long itest_do(struct itest_server *s, const struct itest_req *rq,
               struct itest_resp *out);
 /* Shorthand for itest_do.  body may be NULL; headers NULL-terminated or
  * NULL. */
-long itest_request(struct itest_server *s, const char *method,
-                   const char *path, const char *key, const char *user_id,
+long itest_request(struct itest_server *s, const char *method, const char *path,
+                   const char *key, const char *user_id,
                    const char *content_type, const void *body, size_t len,
                    const char *const *headers, struct itest_resp *out);
 /* Raw upload: POST /v1/files?filename=<percent-encoded name>[&extra_query]
@@ -293,11 +292,10 @@ char *itest_read_request(int fd, int timeout_ms, size_t *len);
 
 /* ---- Checks (print expected vs. received) ---- */
 
-bool itest__check_status(const char *file, int line,
-                         const struct itest_resp *r, long want);
-bool itest__check_error(const char *file, int line,
-                        const struct itest_resp *r, long want_status,
-                        const char *want_code);
+bool itest__check_status(const char *file, int line, const struct itest_resp *r,
+                         long want);
+bool itest__check_error(const char *file, int line, const struct itest_resp *r,
+                        long want_status, const char *want_code);
 bool itest__check_file(const char *file, int line, const json_t *f,
                        const char *filename, const void *data, size_t len);
 
@@ -328,8 +326,8 @@ bool itest__check_file(const char *file, int line, const json_t *f,
 /* f is a File object for an upload of data[0..len) named filename (NULL:
  * don't check the name): id shape, size, sha256, source, timestamps. */
 #define CHECK_FILE(f, filename, data, len)                                     \
-    ITEST__FAIL_IF(itest__check_file(__FILE__, __LINE__, (f), (filename),     \
-                                     (data), (len)))
+    ITEST__FAIL_IF(                                                            \
+        itest__check_file(__FILE__, __LINE__, (f), (filename), (data), (len)))
 /* CHECKF: tests/unit/test.h. */
 
 /* ---- Keys and the CLI ---- */
@@ -417,8 +415,7 @@ char *itest_read_file(const char *path, size_t *len);
 /* Lowercase hex SHA-256 of data into out[65]. */
 void itest_sha256_hex(const void *data, size_t len, char out[65]);
 /* Deterministic pseudo-random bytes: byte i of stream `seed`. */
-void itest_pattern_fill(uint32_t seed, uint64_t offset, void *buf,
-                        size_t len);
+void itest_pattern_fill(uint32_t seed, uint64_t offset, void *buf, size_t len);
 /* The SHA-256 of the first len bytes of stream seed, hex. */
 void itest_pattern_sha256(uint32_t seed, uint64_t len, char out[65]);
 
@@ -440,8 +437,7 @@ double itest_now(void);
 /* Percent-encode s (everything but unreserved characters): new string. */
 char *itest_urlencode(const char *s, size_t len);
 /* snprintf into a new string. */
-char *itest_fmt(const char *fmt, ...)
-    __attribute__((format(printf, 1, 2)));
+char *itest_fmt(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* Standard base64 (no whitespace, '=' only as the last one or two
  * characters) decoded into a new buffer (free()); NULL when invalid. */

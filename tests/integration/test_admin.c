@@ -15,11 +15,14 @@
 #endif
 
 static const char *const status_fields[] = {
-    "venv_exists",      "python_path",          "installed_packages",
-    "package_count",    "last_cleanup",         "total_user_files",
-    "total_file_size_mb", "file_expiration_hours", "max_file_size_mb",
-    "version",          "uptime_seconds",       "metadata_backend",
-    "blob_backend",     "sandbox",              "executions"};
+    "venv_exists",        "python_path",
+    "installed_packages", "package_count",
+    "last_cleanup",       "total_user_files",
+    "total_file_size_mb", "file_expiration_hours",
+    "max_file_size_mb",   "version",
+    "uptime_seconds",     "metadata_backend",
+    "blob_backend",       "sandbox",
+    "executions"};
 
 static void status_fields_and_counts(void)
 {
@@ -31,18 +34,17 @@ static void status_fields_and_counts(void)
     REQUIRE(s);
 
     REQUIRE(itest_create_key(s, "bot", false, &bot, &bot_id));
-    itest_request(s, "GET", "/v1/admin/status", bot, NULL, NULL, NULL, 0,
-                  NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", bot, NULL, NULL, NULL, 0, NULL,
+                  &r);
     CHECK_ERROR(&r, 403, "forbidden");
     itest_resp_release(&r);
-    itest_request(s, "GET", "/v1/admin/status", NULL, NULL, NULL, NULL, 0,
-                  NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", NULL, NULL, NULL, NULL, 0, NULL,
+                  &r);
     CHECK_ERROR(&r, 401, "unauthorized");
     itest_resp_release(&r);
 
     /* Two files of 5 and 1,048,576 bytes, one execution. */
-    itest_upload_raw(s, bot, "u1", "a.txt", "text/plain", "hello", 5, NULL,
-                     &r);
+    itest_upload_raw(s, bot, "u1", "a.txt", "text/plain", "hello", 5, NULL, &r);
     CHECK_STATUS(&r, 201);
     itest_resp_release(&r);
     char *mib = calloc(1, 1 << 20);
@@ -52,7 +54,8 @@ static void status_fields_and_counts(void)
     free(mib);
     CHECK_STATUS(&r, 201);
     itest_resp_release(&r);
-    itest_exec(s, bot, "u1", json_pack("{s:s}", "code", "print(6 * 7)"), 60000, &r);
+    itest_exec(s, bot, "u1", json_pack("{s:s}", "code", "print(6 * 7)"), 60000,
+               &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_exec_stdout(&r), "42\n");
     itest_resp_release(&r);
@@ -64,11 +67,10 @@ static void status_fields_and_counts(void)
     CHECK_STATUS(&r, 200);
     itest_resp_release(&r);
 
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK_STATUS(&r, 200);
-    for (size_t i = 0; i < sizeof(status_fields) / sizeof(*status_fields);
-         i++)
+    for (size_t i = 0; i < sizeof(status_fields) / sizeof(*status_fields); i++)
         CHECKF(itest_json_get(r.json, status_fields[i]) != NULL,
                "status has no \"%s\"", status_fields[i]);
     CHECK_INT(json_integer_value(itest_json_get(r.json, "total_user_files")),
@@ -128,8 +130,8 @@ static int check_prom(struct itest_server *s, const char *text, size_t len)
     }
     close(fd);
     const char *argv[] = {"/usr/bin/python3",
-                          ITEST_SOURCE_DIR "/tests/support/check-prom.py",
-                          path, NULL};
+                          ITEST_SOURCE_DIR "/tests/support/check-prom.py", path,
+                          NULL};
     int rc = itest_run(argv, NULL, 60000);
     free(path);
     return rc;
@@ -160,21 +162,22 @@ static void metrics_exposition(void)
                      NULL, &r);
     itest_resp_release(&r);
     for (int i = 0; i < 3; i++) {
-        itest_request(s, "GET", "/v1/files", s->admin_key, "u1", NULL, NULL,
-                      0, NULL, &r);
+        itest_request(s, "GET", "/v1/files", s->admin_key, "u1", NULL, NULL, 0,
+                      NULL, &r);
         itest_resp_release(&r);
     }
     itest_request(s, "GET", "/v1/files/file_aaaaaaaaaaaaaaaaaaaaaaaaaa",
                   s->admin_key, "u1", NULL, NULL, 0, NULL, &r);
     itest_resp_release(&r);
-    itest_exec(s, s->admin_key, "u1", json_pack("{s:s}", "code", "print(1)"), 60000, &r);
+    itest_exec(s, s->admin_key, "u1", json_pack("{s:s}", "code", "print(1)"),
+               60000, &r);
     itest_resp_release(&r);
     itest_request(s, "POST", "/v1/admin/cleanup", s->admin_key, NULL, NULL,
                   NULL, 0, NULL, &r);
     itest_resp_release(&r);
 
-    itest_request(s, "GET", "/metrics", s->admin_key, NULL, NULL, NULL, 0,
-                  NULL, &r);
+    itest_request(s, "GET", "/metrics", s->admin_key, NULL, NULL, NULL, 0, NULL,
+                  &r);
     CHECK_STATUS(&r, 200);
     const char *ct = itest_header(&r, "Content-Type");
     CHECKF(ct && !strncmp(ct, "text/plain; version=0.0.4", 25),
@@ -231,8 +234,7 @@ static void status_command(void)
         listen = itest_fmt("%s:%d", wild[i], s->port);
         code = itest_cli(s, &out, "status", "--data-dir", s->data_dir,
                          "--listen", listen, NULL);
-        CHECKF(code == 0, "interpd status --listen %s: exit %d", listen,
-               code);
+        CHECKF(code == 0, "interpd status --listen %s: exit %d", listen, code);
         free(out);
         out = NULL;
         free(listen);
@@ -249,8 +251,9 @@ static void status_command(void)
  * admin status shows its jobs. */
 static void scheduled_sweep(void)
 {
-    const char *args[] = {"--file-ttl", "1s", "--sweep-interval", "1s",
-                          "--reconcile-interval", "1s", NULL};
+    const char *args[] = {
+        "--file-ttl", "1s", "--sweep-interval", "1s", "--reconcile-interval",
+        "1s",         NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
@@ -273,8 +276,8 @@ static void scheduled_sweep(void)
         if (!swept)
             usleep(100 * 1000);
     }
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK(json_integer_value(itest_json_get(r.json, "jobs.sweep.runs")) >= 1);
     CHECK(itest_json_get(r.json, "jobs.reconcile") != NULL);
     CHECK(itest_json_get(r.json, "last_cleanup.at") != NULL);
@@ -285,8 +288,8 @@ static void scheduled_sweep(void)
     /* The venv job runs at start (its interval is an hour): it lists the
      * base interpreter off the HTTP threads. */
     CHECK(itest_wait_job_ran(s, "venv", 30000));
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK_STR(itest_json_str(r.json, "jobs.venv.last_result"), "ok");
     itest_resp_release(&r);
     itest_stop(s);
@@ -335,5 +338,5 @@ static void status_refused_key(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(status_fields_and_counts), T(metrics_exposition),
-          T(status_command), T(scheduled_sweep), T(status_refused_key))
+TEST_MAIN(T(status_fields_and_counts), T(metrics_exposition), T(status_command),
+          T(scheduled_sweep), T(status_refused_key))

@@ -18,20 +18,21 @@
 
 #include "harness.h"
 
-/* ---- a callback receiver ---------------------------------------------------- */
+/* ---- a callback receiver ----------------------------------------------------
+ */
 
 #define RECV_MAX 4
 
 struct receiver {
-    int fd;               /* bound; listening once started */
+    int fd; /* bound; listening once started */
     int port;
     pthread_t thread;
     bool running;
-    int n;                /* connections to serve (0: 1) */
-    int status[RECV_MAX]; /* the answer to each (0: 200) */
+    int n;                    /* connections to serve (0: 1) */
+    int status[RECV_MAX];     /* the answer to each (0: 200) */
     char *requests[RECV_MAX]; /* each whole request received, or NULL */
-    int got;              /* requests received */
-    char *request;        /* the last one (borrowed from requests) */
+    int got;                  /* requests received */
+    char *request;            /* the last one (borrowed from requests) */
     size_t len;
 };
 
@@ -171,8 +172,8 @@ static void sig_expect(const char *secret, long long t, const char *body,
     unsigned char mac[32];
     unsigned int maclen = 0;
     char *text = itest_fmt("%lld.%s", t, body);
-    HMAC(EVP_sha256(), secret, (int)strlen(secret),
-         (const unsigned char *)text, strlen(text), mac, &maclen);
+    HMAC(EVP_sha256(), secret, (int)strlen(secret), (const unsigned char *)text,
+         strlen(text), mac, &maclen);
     for (unsigned i = 0; i < maclen; i++)
         snprintf(out + 2 * i, 3, "%02x", mac[i]);
     free(text);
@@ -199,13 +200,18 @@ static void check_sig_of(const char *req, const char *const *secrets,
     free(sig);
 }
 
-/* ---- helpers --------------------------------------------------------------- */
+/* ---- helpers ---------------------------------------------------------------
+ */
 
 static struct itest_server *start(const char *ttl)
 {
-    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
-                          "--callback-retry-delay", "1s", "--result-ttl",
-                          ttl, NULL};
+    const char *args[] = {"--fetch-allow",
+                          "127.0.0.1/32",
+                          "--callback-retry-delay",
+                          "1s",
+                          "--result-ttl",
+                          ttl,
+                          NULL};
     struct itest_opts o = {.args = args};
     return itest_start(&o);
 }
@@ -220,7 +226,8 @@ static char *admin_secret(struct itest_server *s)
     json_t *arr = out ? json_loads(out, 0, &jerr) : NULL;
     size_t i;
     json_t *k;
-    json_array_foreach(arr, i, k) {
+    json_array_foreach(arr, i, k)
+    {
         if (json_is_true(json_object_get(k, "admin")))
             secret = strdup(json_string_value(json_object_get(k, "secret")));
     }
@@ -237,8 +244,8 @@ static json_t *wait_done(struct itest_server *s, const char *user,
     /* Bounded poll: the API offers no other way to wait. */
     for (int i = 0; i < 600 && !result; i++) {
         struct itest_resp r;
-        itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0,
-                      NULL, &r);
+        itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0, NULL,
+                      &r);
         if (r.status != 200) {
             itest_resp_release(&r);
             break;
@@ -272,17 +279,17 @@ static char *submit(struct itest_server *s, const char *user, json_t *body,
     return id;
 }
 
-/* ---- tests ------------------------------------------------------------------ */
+/* ---- tests ------------------------------------------------------------------
+ */
 
 static void poll_to_completion(void)
 {
     struct itest_server *s = start("1h");
     struct itest_resp r;
     REQUIRE(s);
-    char *id = submit(s, "u1",
-                      json_pack("{s:s, s:b}", "code", "print(2 + 2)", "async",
-                                1),
-                      202);
+    char *id = submit(
+        s, "u1", json_pack("{s:s, s:b}", "code", "print(2 + 2)", "async", 1),
+        202);
     REQUIRE(id);
     json_t *res = wait_done(s, "u1", id);
     REQUIRE(res);
@@ -315,8 +322,7 @@ static void poll_to_completion(void)
         itest_resp_release(&r);
     }
     /* ... while the owner still gets it. */
-    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL,
-                  &r);
+    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_json_str(r.json, "result.stdout"), "4\n");
     itest_resp_release(&r);
@@ -326,8 +332,7 @@ static void poll_to_completion(void)
 
     /* Failures come back as results too; bad fields are 400 at once. */
     char *id2 = submit(s, "u1",
-                       json_pack("{s:s, s:b}", "code", "1/0", "async", 1),
-                       202);
+                       json_pack("{s:s, s:b}", "code", "1/0", "async", 1), 202);
     REQUIRE(id2);
     res = wait_done(s, "u1", id2);
     REQUIRE(res);
@@ -349,9 +354,8 @@ static void results_expire(void)
     struct itest_server *s = start("2s");
     struct itest_resp r;
     REQUIRE(s);
-    char *id = submit(s, "u1",
-                      json_pack("{s:s, s:b}", "code", "print(1)", "async", 1),
-                      202);
+    char *id = submit(
+        s, "u1", json_pack("{s:s, s:b}", "code", "print(1)", "async", 1), 202);
     REQUIRE(id);
     json_t *res = wait_done(s, "u1", id);
     CHECK(res != NULL);
@@ -399,8 +403,7 @@ static json_t *callback_of(struct itest_server *s, const char *user,
 {
     struct itest_resp r;
     char *path = itest_fmt("/v1/executions/%s", id);
-    itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0, NULL,
-                  &r);
+    itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     json_t *cb = json_incref(itest_json_get(r.json, "callback"));
     itest_resp_release(&r);
@@ -424,8 +427,8 @@ static json_t *callback_final(struct itest_server *s, const char *user,
     return cb;
 }
 
-static void check_callback_state(json_t *cb, const char *status,
-                                 long attempts, const char *error_has)
+static void check_callback_state(json_t *cb, const char *status, long attempts,
+                                 const char *error_has)
 {
     CHECK_STR(itest_json_str(cb, "status"), status);
     CHECK_INT(json_integer_value(itest_json_get(cb, "attempts")), attempts);
@@ -458,8 +461,7 @@ static void callback_signed(void)
      * recorded once the receiver's answer is in. */
     struct itest_resp pr;
     char *path = itest_fmt("/v1/executions/%s", id);
-    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL,
-                  &pr);
+    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL, &pr);
     CHECK_STATUS(&pr, 200);
     CHECK_STR(itest_json_str(pr.json, "status"), "done");
     CHECK(json_is_object(itest_json_get(pr.json, "result")));
@@ -474,17 +476,16 @@ static void callback_signed(void)
     REQUIRE(receiver_start(&rc2));
     char *url2 = itest_fmt("http://127.0.0.1:%d/hook", rc2.port);
     char *id2 = submit(s, "u1",
-                       json_pack("{s:s, s:s}", "code",
-                                 "print('called back')", "callback_url",
-                                 url2),
+                       json_pack("{s:s, s:s}", "code", "print('called back')",
+                                 "callback_url", url2),
                        202);
     REQUIRE(id2);
     receiver_finish(&rc2);
     char *dlv2 = check_callback(s, &rc2, id2);
     CHECK(dlv && dlv2 && strcmp(dlv, dlv2) != 0);
     /* Without a callback_url there is no "callback". */
-    char *id3 = submit(s, "u1",
-                       json_pack("{s:s, s:b}", "code", "1", "async", 1), 202);
+    char *id3 =
+        submit(s, "u1", json_pack("{s:s, s:b}", "code", "1", "async", 1), 202);
     REQUIRE(id3);
     json_decref(wait_done(s, "u1", id3));
     cb = callback_of(s, "u1", id3);
@@ -517,8 +518,8 @@ static void callback_retried(void)
                                 "callback_url", url),
                       202);
     REQUIRE(id);
-    CHECK(itest_wait_log_line(s, 60000, "callback dlv_", "attempt 1 of 3",
-                              NULL));
+    CHECK(
+        itest_wait_log_line(s, 60000, "callback dlv_", "attempt 1 of 3", NULL));
     json_t *cb = callback_of(s, "u1", id);
     check_callback_state(cb, "pending", 1, "could not");
     json_decref(cb);
@@ -597,8 +598,7 @@ static void callback_refused_at_submit(void)
         {itest_fmt("http://[::1]:%d/hook", rc.port), "(loopback)"},
         {itest_fmt("http://localhost:%d/hook", rc.port),
          "of host localhost is not allowed (loopback)"},
-        {itest_fmt("http://169.254.169.254/latest/meta-data"),
-         "(link-local"},
+        {itest_fmt("http://169.254.169.254/latest/meta-data"), "(link-local"},
         {itest_fmt("file:///etc/passwd"), "http or https"},
         {itest_fmt("gopher://127.0.0.1:%d/", rc.port), "http or https"},
         {itest_fmt("http://exa mple.com/"), "not usable"},
@@ -614,8 +614,8 @@ static void callback_refused_at_submit(void)
         itest_resp_release(&r);
         free(urls[i].url);
     }
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK_STATUS(&r, 200);
     CHECK_INT(json_integer_value(itest_json_get(r.json, "executions.total")),
               0);
@@ -643,36 +643,38 @@ static void callback_refused_at_delivery(void)
     bool refused_only = true;
     for (struct addrinfo *p = ai; p; p = p->ai_next) {
         if (p->ai_family == AF_INET) {
-            uint32_t a = ntohl(((struct sockaddr_in *)p->ai_addr)->sin_addr.s_addr);
+            uint32_t a =
+                ntohl(((struct sockaddr_in *)p->ai_addr)->sin_addr.s_addr);
             refused_only &= (a >> 24) == 127 || (a >> 24) == 10 ||
                             (a >> 20) == 0xac1 || (a >> 16) == 0xc0a8;
         } else {
-            refused_only &= p->ai_family == AF_INET6 &&
-                            IN6_IS_ADDR_LOOPBACK(
-                                &((struct sockaddr_in6 *)p->ai_addr)->sin6_addr);
+            refused_only &=
+                p->ai_family == AF_INET6 &&
+                IN6_IS_ADDR_LOOPBACK(
+                    &((struct sockaddr_in6 *)p->ai_addr)->sin6_addr);
         }
     }
     freeaddrinfo(ai);
-    CHECKF(refused_only, "host name %s resolves to a public address here; "
-                         "this test needs it private or loopback", host);
+    CHECKF(refused_only,
+           "host name %s resolves to a public address here; "
+           "this test needs it private or loopback",
+           host);
     const char *args[] = {"--callback-retry-delay", "0s", NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
     char *url = itest_fmt("http://%s:9/hook", host);
-    char *id = submit(s, "u1",
-                      json_pack("{s:s, s:s}", "code", "print(1)",
-                                "callback_url", url),
-                      202);
+    char *id = submit(
+        s, "u1",
+        json_pack("{s:s, s:s}", "code", "print(1)", "callback_url", url), 202);
     REQUIRE(id);
     json_t *cb = callback_final(s, "u1", id);
     check_callback_state(cb, "failed", 1, "is not allowed (");
-    CHECK(strstr(itest_json_str(cb, "error") ? itest_json_str(cb, "error")
-                                             : "",
+    CHECK(strstr(itest_json_str(cb, "error") ? itest_json_str(cb, "error") : "",
                  host) != NULL);
     json_decref(cb);
-    CHECK(itest_wait_log_line(s, 5000, "failed after 1 attempt",
-                              "not retried", NULL));
+    CHECK(itest_wait_log_line(s, 5000, "failed after 1 attempt", "not retried",
+                              NULL));
     char *log = itest_read_log(s);
     CHECK(log && !strstr(log, "attempt 2 of 3"));
     free(log);
@@ -730,7 +732,8 @@ static char *listed_secret(struct itest_server *s, const char *tenant,
     json_t *arr = keys_cli(s, "list", NULL), *k;
     char *secret = NULL;
     size_t i;
-    json_array_foreach(arr, i, k) {
+    json_array_foreach(arr, i, k)
+    {
         if (strcmp(itest_json_str(k, "tenant"), tenant) != 0)
             continue;
         const char *sec = itest_json_str(k, "secret");
@@ -748,9 +751,13 @@ static char *listed_secret(struct itest_server *s, const char *tenant,
  * until --callback-secret-grace ends, then the new one alone. */
 static void secret_rotation(void)
 {
-    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
-                          "--callback-retry-delay", "1s",
-                          "--callback-secret-grace", "3s", NULL};
+    const char *args[] = {"--fetch-allow",
+                          "127.0.0.1/32",
+                          "--callback-retry-delay",
+                          "1s",
+                          "--callback-secret-grace",
+                          "3s",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     bool rotated = true;
@@ -840,7 +847,7 @@ static char *doc_snippet(const char *name)
     const char *e = b ? strstr(b, end) : NULL;
     if (b && e) {
         b = strstr(b, "\n```");
-        b = b ? strchr(b + 1, '\n') : NULL;           /* after the fence */
+        b = b ? strchr(b + 1, '\n') : NULL;                /* after the fence */
         const char *close = b ? strstr(b, "\n```") : NULL; /* the last */
         if (b && close && close < e)
             out = strndup(b + 1, (size_t)(close - b));
@@ -897,7 +904,12 @@ static int run_verifier(struct itest_server *s, bool node, const char *secret,
         write_text(fh, header, NULL) &&
         write_text(fb, body ? body : body_of(req), NULL)) {
         const char *argv[] = {node ? "/usr/bin/node" : "/usr/bin/python3",
-                              script, fs, fh, fb, now ? nows : NULL, NULL};
+                              script,
+                              fs,
+                              fh,
+                              fb,
+                              now ? nows : NULL,
+                              NULL};
         code = itest_run(argv, NULL, 30000);
     }
     free(script);
@@ -961,9 +973,13 @@ static void verify_snippets(void)
  * whole fetch timeout (here 120 s, longer than the receiver waits). */
 static void slow_receiver_does_not_block_others(void)
 {
-    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
-                          "--callback-retry-delay", "1s",
-                          "--fetch-timeout", "120s", NULL};
+    const char *args[] = {"--fetch-allow",
+                          "127.0.0.1/32",
+                          "--callback-retry-delay",
+                          "1s",
+                          "--fetch-timeout",
+                          "120s",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct receiver hang, rc;
@@ -976,17 +992,17 @@ static void slow_receiver_does_not_block_others(void)
     REQUIRE(receiver_start(&rc));
     char *slow = itest_fmt("http://127.0.0.1:%d/slow", hang.port);
     char *fast = itest_fmt("http://127.0.0.1:%d/fast", rc.port);
-    char *a = submit(s, "u1",
-                     json_pack("{s:s, s:s}", "code", "print('a')",
-                               "callback_url", slow),
-                     202);
+    char *a = submit(
+        s, "u1",
+        json_pack("{s:s, s:s}", "code", "print('a')", "callback_url", slow),
+        202);
     /* Bounded wait until the slow callback's connection is pending. */
     struct pollfd pfd = {.fd = hang.fd, .events = POLLIN};
     CHECK(poll(&pfd, 1, 60000) == 1);
-    char *b = submit(s, "u1",
-                     json_pack("{s:s, s:s}", "code", "print('b')",
-                               "callback_url", fast),
-                     202);
+    char *b = submit(
+        s, "u1",
+        json_pack("{s:s, s:s}", "code", "print('b')", "callback_url", fast),
+        202);
     REQUIRE(a && b);
     receiver_finish(&rc); /* the fast one's request, or 60 s without */
     CHECKF(rc.request && strstr(rc.request, "POST /fast ") == rc.request,

@@ -21,20 +21,18 @@
  * from another.  store_outputs false: they come back inline only. */
 static json_t *run_body(int seed, int files)
 {
-    char *code = itest_fmt(
-        "import random\n"
-        "for i in range(%d):\n"
-        "    b = random.Random(%d * 1000 + i).randbytes(%d)\n"
-        "    open('f%%02d.bin' %% i, 'wb').write(b)\n"
-        "print('seed', %d)\n",
-        files, seed, FILE_SIZE, seed);
+    char *code =
+        itest_fmt("import random\n"
+                  "for i in range(%d):\n"
+                  "    b = random.Random(%d * 1000 + i).randbytes(%d)\n"
+                  "    open('f%%02d.bin' %% i, 'wb').write(b)\n"
+                  "print('seed', %d)\n",
+                  files, seed, FILE_SIZE, seed);
     json_t *body = json_pack("{s:s, s:b, s:b}", "code", code, "async", 1,
                              "store_outputs", 0);
     free(code);
     return body;
 }
-
-
 
 /* The server's resident set, in KiB, from /proc (-1 when unreadable). */
 static long long rss_kib(const struct itest_server *s)
@@ -56,10 +54,9 @@ static char *submit(struct itest_server *s, const char *key, json_t *body,
 {
     struct itest_resp r;
     itest_exec(s, key, "u1", body, 60000, &r);
-    CHECKF(r.status == want, "submit: want %ld, got %ld: %s", want,
-           r.status, r.body);
-    char *id = r.status == 202 ? itest_json_dup(r.json, "execution_id")
-                               : NULL;
+    CHECKF(r.status == want, "submit: want %ld, got %ld: %s", want, r.status,
+           r.body);
+    char *id = r.status == 202 ? itest_json_dup(r.json, "execution_id") : NULL;
     if (keep)
         *keep = r;
     else
@@ -68,8 +65,8 @@ static char *submit(struct itest_server *s, const char *key, json_t *body,
 }
 
 /* Poll (bounded) until id is done; its GET answer (release it). */
-static bool wait_done(struct itest_server *s, const char *key,
-                      const char *id, struct itest_resp *out)
+static bool wait_done(struct itest_server *s, const char *key, const char *id,
+                      struct itest_resp *out)
 {
     char *path = itest_fmt("/v1/executions/%s", id);
     bool done = false;
@@ -99,14 +96,14 @@ static void check_intact(const struct itest_resp *r, int seed, int files)
     json_t *res = itest_json_get(r->json, "result");
     char want[32];
     snprintf(want, sizeof(want), "seed %d\n", seed);
-    CHECKF(json_is_true(itest_json_get(res, "success")), "run %d failed",
-           seed);
+    CHECKF(json_is_true(itest_json_get(res, "success")), "run %d failed", seed);
     CHECK_STR(itest_json_str(res, "stdout"), want);
     json_t *gen = itest_json_get(res, "generated_files");
     CHECK_INT(json_array_size(gen), files);
     size_t i;
     json_t *f;
-    json_array_foreach(gen, i, f) {
+    json_array_foreach(gen, i, f)
+    {
         const char *b64 = itest_json_str(f, "data_base64");
         size_t len = 0;
         unsigned char *bytes = b64 ? itest_b64_decode(b64, &len) : NULL;
@@ -124,8 +121,8 @@ static void check_intact(const struct itest_resp *r, int seed, int files)
 static long long status_int(struct itest_server *s, const char *path)
 {
     struct itest_resp r;
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK_STATUS(&r, 200);
     long long v = json_integer_value(itest_json_get(r.json, path));
     itest_resp_release(&r);
@@ -160,8 +157,13 @@ static int result_files(const struct itest_server *s, bool check_mode)
  * stays far below what they weigh, and each comes back whole. */
 static void rss_flat(void)
 {
-    const char *args[] = {"--inline-image-max", "1M", "--result-ttl", "1h",
-                          "--async-results-max-bytes", "-1", NULL};
+    const char *args[] = {"--inline-image-max",
+                          "1M",
+                          "--result-ttl",
+                          "1h",
+                          "--async-results-max-bytes",
+                          "-1",
+                          NULL};
     struct itest_opts o = {.args = args};
     /* Under AddressSanitizer freed memory waits in a quarantine (256 MiB
      * by default) before it is reused: RSS would measure that, not what
@@ -169,8 +171,8 @@ static void rss_flat(void)
      * (the server inherits our environment). */
     const char *asan = getenv("ASAN_OPTIONS");
     if (asan) {
-        char *opts = itest_fmt("%s%squarantine_size_mb=4", asan,
-                               asan[0] ? ":" : "");
+        char *opts =
+            itest_fmt("%s%squarantine_size_mb=4", asan, asan[0] ? ":" : "");
         setenv("ASAN_OPTIONS", opts, 1);
         free(opts);
     }
@@ -197,8 +199,8 @@ static void rss_flat(void)
         REQUIRE(ids[i] && wait_done(s, key, ids[i], &r));
         itest_resp_release(&r);
     }
-    long long held = status_int(s, "executions.async_results.bytes") -
-                     held_before;
+    long long held =
+        status_int(s, "executions.async_results.bytes") - held_before;
     long long after_runs = rss_kib(s);
     /* Read back, every one intact. */
     for (int i = 0; i < WARMUP_RUNS + HELD_RUNS; i++) {
@@ -207,8 +209,8 @@ static void rss_flat(void)
         itest_resp_release(&r);
     }
     long long after_reads = rss_kib(s);
-    long long grew = (after_runs > after_reads ? after_runs : after_reads) -
-                     before;
+    long long grew =
+        (after_runs > after_reads ? after_runs : after_reads) - before;
     printf("held %lld KiB of results; RSS %lld KiB before, %lld after the "
            "runs, %lld after the reads\n",
            held / 1024, before, after_runs, after_reads);
@@ -226,8 +228,7 @@ static void rss_flat(void)
     REQUIRE(itest_restart(s, &o));
     CHECK_INT(result_files(s, false), 0);
     char *path = itest_fmt("/v1/executions/%s", ids[0]);
-    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL,
-                  &r);
+    itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL, &r);
     CHECK_ERROR(&r, 404, "not_found");
     itest_resp_release(&r);
     free(path);

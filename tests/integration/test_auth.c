@@ -7,7 +7,6 @@
 
 #include "harness.h"
 
-
 #include <sys/stat.h>
 
 static const char file_path_fmt[] = "/v1/files/%s";
@@ -155,8 +154,8 @@ static void keys_create(void)
         free(out);
     }
     out = NULL;
-    code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
-                     NULL);
+    code =
+        itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir, NULL);
     CHECKF(code > 0 && out && !strstr(out, "\"key\""),
            "keys create without --tenant: exit %d, stdout %s", code,
            out ? out : "");
@@ -172,14 +171,15 @@ static void keys_list(void)
     CHECK(itest_create_key(s, "acme", false, &k1, &id1));
     CHECK(itest_create_key(s, "globex", true, &k2, &id2));
     char *out = NULL;
-    int code = itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir,
-                         NULL);
+    int code =
+        itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir, NULL);
     CHECK_INT(code, 0);
     json_error_t jerr;
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     CHECKF(json_is_array(j), "keys list printed: %s", out ? out : "");
-    CHECKF(json_array_size(j) == 3, "want 3 keys (admin, acme, globex), got "
-                                    "%zu: %s",
+    CHECKF(json_array_size(j) == 3,
+           "want 3 keys (admin, acme, globex), got "
+           "%zu: %s",
            json_array_size(j), out ? out : "");
     bool seen_admin = false, seen1 = false, seen2 = false;
     size_t i;
@@ -258,9 +258,8 @@ static void keys_revoke(void)
 
     /* The list shows the revocation time. */
     char *out = NULL;
-    CHECK_INT(itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir,
-                        NULL),
-              0);
+    CHECK_INT(
+        itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir, NULL), 0);
     json_error_t jerr;
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     size_t i;
@@ -273,8 +272,8 @@ static void keys_revoke(void)
             continue;
         found = true;
         const char *rev = itest_json_str(e, "revoked_at");
-        CHECKF(rev && itest_parse_time(rev) > 0,
-               "revoked key's revoked_at: %s", rev ? rev : "(not a time)");
+        CHECKF(rev && itest_parse_time(rev) > 0, "revoked key's revoked_at: %s",
+               rev ? rev : "(not a time)");
     }
     CHECKF(found, "revoked key missing from keys list: %s", out ? out : "");
     json_decref(j);
@@ -441,8 +440,8 @@ static void keys_refuse_no_store(void)
     struct itest_server *s = itest_start(NULL);
     REQUIRE(s);
     char *absent = itest_fmt("%s/nostore", s->tmp_dir);
-    char *fresh = itest_backend_mongo() ? itest_mongo_fixture_uri(NULL, NULL)
-                                        : NULL;
+    char *fresh =
+        itest_backend_mongo() ? itest_mongo_fixture_uri(NULL, NULL) : NULL;
     const char *where = absent;
     if (fresh) {
         const char *db = strrchr(fresh, '/');
@@ -490,9 +489,8 @@ static void keys_refuse_no_store(void)
         CHECK_INT(itest_mongo_collection_count(fresh), 0);
     /* With the real store: as before. */
     out = NULL;
-    CHECK_INT(itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir,
-                        NULL),
-              0);
+    CHECK_INT(
+        itest_cli(s, &out, "keys", "list", "--data-dir", s->data_dir, NULL), 0);
     free(out);
     free(fresh);
     free(absent);
@@ -516,8 +514,8 @@ static void cli_refuses(struct itest_server *s, const char *absent,
     int code = itest_cli(s, &out, a[0], a[1], a[2], a[3], a[4], a[5], a[6],
                          a[7], a[8], NULL);
     struct stat st;
-    CHECKF(code == 2 && cli_said_count(s, want) > said &&
-               (!out || !out[0]) && stat(absent, &st) != 0,
+    CHECKF(code == 2 && cli_said_count(s, want) > said && (!out || !out[0]) &&
+               stat(absent, &st) != 0,
            "interpd %s %s %s %s: exit %d (want 2), stdout \"%s\", data dir "
            "%s; want stderr to say: %s",
            a[0], a[1] ? a[1] : "", a[1] && a[2] ? a[2] : "",
@@ -556,8 +554,7 @@ static void cli_words(void)
         {{"keys", "create", "--tenant", "bad tenant!"},
          "interpd keys create: invalid tenant \"bad tenant!\": use 1-64 "
          "characters of A-Z a-z 0-9 _ . -"},
-        {{"keys", "create", "--tenant=a/b"},
-         "invalid tenant \"a/b\""},
+        {{"keys", "create", "--tenant=a/b"}, "invalid tenant \"a/b\""},
         {{"keys", "create"}, "interpd keys create: --tenant NAME is required"},
         {{"keys", "create", "--tenant", "t", "--frob"},
          "interpd keys create: unknown option \"--frob\""},
@@ -582,7 +579,8 @@ static void cli_words(void)
         {{"serve", "--listen", "localhost:99999"},
          "interpd serve: listen \"localhost:99999\" is not HOST:PORT"},
         {{"serve", "--listen"}, "interpd serve: option --listen needs a value"},
-        {{"serve", "--fetch-allow", "not-a-cidr"}, "interpd serve: fetch-allow"},
+        {{"serve", "--fetch-allow", "not-a-cidr"},
+         "interpd serve: fetch-allow"},
         {{"serve", "--frob", "1"}, "interpd serve: unknown option --frob"},
         {{"serve", "extra"}, "interpd serve: unexpected argument \"extra\""},
         {{"serve", "--log-level", "loud"},
@@ -639,8 +637,10 @@ static void serve_store_error_log_shape(void)
         if (e)
             *e = '\0';
         lines++;
-        CHECKF(regexec(&re, l, 0, NULL, 0) == 0, "a log line of another "
-               "shape: %s", l);
+        CHECKF(regexec(&re, l, 0, NULL, 0) == 0,
+               "a log line of another "
+               "shape: %s",
+               l);
     }
     regfree(&re);
     CHECKF(lines > 3, "serve wrote %d lines", lines);
@@ -654,5 +654,4 @@ static void serve_store_error_log_shape(void)
 
 TEST_MAIN(T(admin_key_file), T(restart_keeps_state), T(keys_create),
           T(keys_list), T(keys_revoke), T(unauthorized), T(isolation),
-          T(keys_refuse_no_store), T(cli_words),
-          T(serve_store_error_log_shape))
+          T(keys_refuse_no_store), T(cli_words), T(serve_store_error_log_shape))

@@ -62,9 +62,9 @@ static void multipart_without_boundary(void)
         "Content-Type: text/plain\r\n\r\n"
         "hello\r\n"
         "--XYZ--\r\n";
-    const char *types[] = {"multipart/form-data", "multipart/form-data; ",
-                           "multipart/form-data; boundary=",
-                           "multipart/form-data; charset=utf-8"};
+    const char *types[] = {
+        "multipart/form-data", "multipart/form-data; ",
+        "multipart/form-data; boundary=", "multipart/form-data; charset=utf-8"};
     for (size_t i = 0; i < sizeof(types) / sizeof(types[0]); i++) {
         struct itest_resp r;
         post_files(s, key, "/v1/files", types[i], body, strlen(body), &r);
@@ -209,8 +209,12 @@ static void json_body(void)
         CHECK_ERROR(&r, 400, "invalid_json");
         itest_resp_release(&r);
     }
-    const char *no_url[] = {"{}", "{\"url\": 5}", "[1, 2]", "\"url\"",
-                            "{\"filename\": \"a.txt\"}", "{\"url\": null}"};
+    const char *no_url[] = {"{}",
+                            "{\"url\": 5}",
+                            "[1, 2]",
+                            "\"url\"",
+                            "{\"filename\": \"a.txt\"}",
+                            "{\"url\": null}"};
     for (size_t i = 0; i < sizeof(no_url) / sizeof(no_url[0]); i++) {
         struct itest_resp r;
         post_files(s, key, "/v1/files", "application/json; charset=utf-8",
@@ -264,8 +268,8 @@ static void check_name(struct itest_server *s, const char *key,
         free(enc);
     } else {
         struct itest_part parts[2] = {
-            {"file", form == BY_PART ? sent : "placeholder.bin", NULL, "n\n",
-             2, NULL},
+            {"file", form == BY_PART ? sent : "placeholder.bin", NULL, "n\n", 2,
+             NULL},
             {"filename", NULL, NULL, sent, sent_len, NULL},
         };
         struct itest_req rq = {0};
@@ -305,10 +309,8 @@ static void filename_paths(void)
     }
     /* Windows paths (old browsers send them); not through the part header,
      * where a backslash may be an escape. */
-    check_name(s, key, LIT("C:\\Users\\x\\report.csv"), BY_QUERY,
-               "report.csv");
-    check_name(s, key, LIT("C:\\Users\\x\\report.csv"), BY_FIELD,
-               "report.csv");
+    check_name(s, key, LIT("C:\\Users\\x\\report.csv"), BY_QUERY, "report.csv");
+    check_name(s, key, LIT("C:\\Users\\x\\report.csv"), BY_FIELD, "report.csv");
     /* Nothing left after the last separator. */
     check_name(s, key, LIT("dir/"), BY_QUERY, NULL);
     check_name(s, key, LIT("a/.."), BY_QUERY, NULL);
@@ -327,9 +329,18 @@ static void filename_controls(void)
     check_name(s, key, LIT("a\0b.txt"), BY_QUERY, "a_b.txt");
     check_name(s, key, LIT("a\0b.txt"), BY_FIELD, "a_b.txt");
     check_name(s, key, LIT("a\tb.txt"), BY_QUERY, "a_b.txt");
-    check_name(s, key, LIT("a\x7f" "b.txt"), BY_QUERY, "a_b.txt");
-    check_name(s, key, LIT("a\x01" "b.txt"), BY_FIELD, "a_b.txt");
-    check_name(s, key, LIT("a\xc2\x85" "b.txt"), BY_QUERY, "a_b.txt"); /* C1 */
+    check_name(s, key,
+               LIT("a\x7f"
+                   "b.txt"),
+               BY_QUERY, "a_b.txt");
+    check_name(s, key,
+               LIT("a\x01"
+                   "b.txt"),
+               BY_FIELD, "a_b.txt");
+    check_name(s, key,
+               LIT("a\xc2\x85"
+                   "b.txt"),
+               BY_QUERY, "a_b.txt"); /* C1 */
     check_name(s, key, LIT("a\x1b[31mred.txt"), BY_QUERY, "a_[31mred.txt");
     free(key);
     itest_stop(s);
@@ -376,8 +387,14 @@ static void filename_dots_empty_utf8(void)
     check_name(s, key, LIT("   "), BY_QUERY, NULL);
     check_name(s, key, LIT("/"), BY_QUERY, NULL);
     /* Not UTF-8: cannot be a JSON string. */
-    check_name(s, key, LIT("a\xff" "b.txt"), BY_QUERY, NULL);
-    check_name(s, key, LIT("a\xc0\xaf" "b.txt"), BY_QUERY, NULL); /* overlong */
+    check_name(s, key,
+               LIT("a\xff"
+                   "b.txt"),
+               BY_QUERY, NULL);
+    check_name(s, key,
+               LIT("a\xc0\xaf"
+                   "b.txt"),
+               BY_QUERY, NULL); /* overlong */
     check_nothing_stored(s, key, "invalid names");
     /* Names that only look odd are fine. */
     check_name(s, key, LIT(".hidden"), BY_QUERY, ".hidden");
@@ -394,7 +411,8 @@ static void filename_bidi(void)
     char *key;
     struct itest_server *s = start_keyed(NULL, &key);
     REQUIRE(s && key);
-    static const char name[] = "invoice\xE2\x80\xAE" "fdp.exe";
+    static const char name[] = "invoice\xE2\x80\xAE"
+                               "fdp.exe";
     for (int f = BY_QUERY; f <= BY_FIELD; f++) {
         struct itest_resp r;
         check_name(s, key, name, strlen(name), (enum name_form)f, name);
@@ -459,8 +477,15 @@ static void bad_user_ids(void)
     char long_id[130];
     memset(long_id, 'u', 129);
     long_id[129] = 0;
-    const char *bad[] = {"bad user", long_id, "\xc3\xa4", "a/b", "u1,u2",
-                         "a\"b", "x;y", "\xe2\x80\xae" "u1"};
+    const char *bad[] = {"bad user",
+                         long_id,
+                         "\xc3\xa4",
+                         "a/b",
+                         "u1,u2",
+                         "a\"b",
+                         "x;y",
+                         "\xe2\x80\xae"
+                         "u1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         check_bad_user(s, key, bad[i], NULL);
     check_bad_user(s, key, NULL, NULL); /* missing */
@@ -506,8 +531,8 @@ static void oversized_default_limit(void)
         if (r.status != 413)
             fprintf(stderr, "  (%s upload)\n", chunked ? "chunked" : "sized");
         itest_resp_release(&r);
-        check_nothing_stored(s, key, chunked ? "a chunked 60 MiB upload"
-                                             : "a 60 MiB upload");
+        check_nothing_stored(
+            s, key, chunked ? "a chunked 60 MiB upload" : "a 60 MiB upload");
     }
     /* Multipart: the file part alone is over the limit. */
     struct itest_pattern_src src = {12, (uint64_t)size, 0};
@@ -552,11 +577,10 @@ static void error_messages_stay_utf8(void)
     struct itest_resp r;
 
     /* A path that decodes to bytes that are no UTF-8, without a key. */
-    const char *paths[] = {"/%ff%fe", "/%c3", "/v1/%80abc", "/%ed%a0%80",
-                           "/%f4%90%80%80", "/a%00b"};
+    const char *paths[] = {"/%ff%fe",    "/%c3",          "/v1/%80abc",
+                           "/%ed%a0%80", "/%f4%90%80%80", "/a%00b"};
     for (size_t i = 0; i < sizeof(paths) / sizeof(paths[0]); i++) {
-        itest_request(s, "GET", paths[i], NULL, NULL, NULL, NULL, 0, NULL,
-                      &r);
+        itest_request(s, "GET", paths[i], NULL, NULL, NULL, NULL, 0, NULL, &r);
         check_utf8_error(&r, 404, "not_found", paths[i]);
         itest_resp_release(&r);
     }
@@ -571,8 +595,8 @@ static void error_messages_stay_utf8(void)
      * both parities of the cut. */
     for (int shift = 0; shift < 2; shift++) {
         char path[8192];
-        size_t n = (size_t)snprintf(path, sizeof(path), "/%s",
-                                    shift ? "x" : "");
+        size_t n =
+            (size_t)snprintf(path, sizeof(path), "/%s", shift ? "x" : "");
         for (int k = 0; k < 700; k++)
             n += (size_t)snprintf(path + n, sizeof(path) - n, "%%C3%%A9");
         itest_request(s, "GET", path, NULL, NULL, NULL, NULL, 0, NULL, &r);
@@ -582,8 +606,9 @@ static void error_messages_stay_utf8(void)
 
     /* A file id in an execution request, long enough to be cut. */
     char body[8192];
-    size_t n = (size_t)snprintf(body, sizeof(body), "{\"code\":\"1\","
-                                                    "\"files\":[\"");
+    size_t n = (size_t)snprintf(body, sizeof(body),
+                                "{\"code\":\"1\","
+                                "\"files\":[\"");
     for (int k = 0; k < 1500 && n + 8 < sizeof(body); k++)
         n += (size_t)snprintf(body + n, sizeof(body) - n, "\xc3\xa9");
     n += (size_t)snprintf(body + n, sizeof(body) - n, "\"]}");
@@ -788,12 +813,11 @@ static long status_of(struct itest_server *s, const char *key,
                       const char *method, const char *path)
 {
     struct itest_resp r;
-    long st = itest_request(s, method, path, key, "u1", NULL, NULL, 0, NULL,
-                            &r);
+    long st =
+        itest_request(s, method, path, key, "u1", NULL, NULL, 0, NULL, &r);
     if (st >= 400 && strcmp(method, "HEAD") != 0)
         CHECKF(itest_json_str(r.json, "error.code") != NULL,
-               "%s %s: %ld without a JSON error: %s", method, path, st,
-               r.body);
+               "%s %s: %ld without a JSON error: %s", method, path, st, r.body);
     itest_resp_release(&r);
     return st;
 }
@@ -810,8 +834,7 @@ static void ids_exact_in_paths(void)
     struct itest_server *s = start_keyed(NULL, &key);
     REQUIRE(s && key);
     struct itest_resp r;
-    itest_upload_raw(s, key, "u1", "a.txt", "text/plain", "hello", 5, NULL,
-                     &r);
+    itest_upload_raw(s, key, "u1", "a.txt", "text/plain", "hello", 5, NULL, &r);
     CHECK_STATUS(&r, 201);
     char *fid = itest_json_dup(r.json, "file_id");
     itest_resp_release(&r);
@@ -839,15 +862,15 @@ static void ids_exact_in_paths(void)
         char head[512];
         int h = snprintf(head, sizeof(head),
                          "Authorization: Bearer %s\r\nX-User-Id: u1\r\n", key);
-        long st = raw_request(s, line, (size_t)n, head, (size_t)h, buf,
-                              sizeof(buf));
+        long st =
+            raw_request(s, line, (size_t)n, head, (size_t)h, buf, sizeof(buf));
         CHECKF(st == 404, "a raw 0x%02x after the id: want 404, got %ld: %.80s",
                c, st, buf);
     }
 
-    static const char *const tails[] = {"%00", "%00junk", "%00/", "%01",
-                                        "%0a", "%0D", "%1f", "%7f",
-                                        "%2f", "%2Fcontent", "%ff", "%c3"};
+    static const char *const tails[] = {"%00", "%00junk",    "%00/", "%01",
+                                        "%0a", "%0D",        "%1f",  "%7f",
+                                        "%2f", "%2Fcontent", "%ff",  "%c3"};
     struct {
         const char *method, *prefix, *id, *suffix;
     } routes[] = {
@@ -873,8 +896,8 @@ static void ids_exact_in_paths(void)
     }
     /* Literal segments are exact too: a decoded NUL or "/" matches none. */
     static const char *const lists[] = {"/v1/files%00", "/v1/files%00/x",
-                                        "/v1%2ffiles", "/v1/sessions%00",
-                                        "/healthz%00", "/v1/files%20"};
+                                        "/v1%2ffiles",  "/v1/sessions%00",
+                                        "/healthz%00",  "/v1/files%20"};
     for (size_t i = 0; i < N_OF(lists); i++) {
         long st = status_of(s, key, "GET", lists[i]);
         CHECKF(st == 404, "GET %s: want 404, got %ld", lists[i], st);
@@ -887,8 +910,7 @@ static void ids_exact_in_paths(void)
     char *path = itest_fmt("/v1/files/%s/content", fid);
     itest_request(s, "GET", path, key, "u1", NULL, NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
-    CHECKF(r.len == 5 && !memcmp(r.body, "hello", 5), "content: %s",
-           r.body);
+    CHECKF(r.len == 5 && !memcmp(r.body, "hello", 5), "content: %s", r.body);
     itest_resp_release(&r);
     free(path);
     path = itest_fmt("/v1/sessions/%s", sid);
@@ -910,9 +932,9 @@ static void ids_exact_in_paths(void)
  * bytes that hide a NUL (or a control byte) could reach a C string.  Header
  * values are refused before routing: libmicrohttpd keeps one only up to a
  * NUL, so "X-User-Id: u1\0junk" was user u1, "Authorization: Bearer
- * KEY\0junk" was KEY and "X-Request-Id: ab\0cd" was echoed as "ab".  JSON strings with
- * \u0000 are refused by jansson (no JSON_ALLOW_NUL).  Multipart part names
- * and filenames that hide a NUL are not cut to a shorter name. */
+ * KEY\0junk" was KEY and "X-Request-Id: ab\0cd" was echoed as "ab".  JSON
+ * strings with \u0000 are refused by jansson (no JSON_ALLOW_NUL).  Multipart
+ * part names and filenames that hide a NUL are not cut to a shorter name. */
 static void nul_bytes_elsewhere(void)
 {
     char *key;
@@ -925,12 +947,12 @@ static void nul_bytes_elsewhere(void)
      * filename_controls shows), and a key that hides one is another
      * key, never the shorter one. */
     static const char *const queries[] = {
-        "/v1/files?limit=5%00x", "/v1/files?cursor=%00",
+        "/v1/files?limit=5%00x",
+        "/v1/files?cursor=%00",
         "/v1/files?limit=5%00",
     };
     for (size_t i = 0; i < N_OF(queries); i++) {
-        itest_request(s, "GET", queries[i], key, "u1", NULL, NULL, 0, NULL,
-                      &r);
+        itest_request(s, "GET", queries[i], key, "u1", NULL, NULL, 0, NULL, &r);
         CHECK_ERROR(&r, 400, "invalid_request");
         itest_resp_release(&r);
     }
@@ -957,13 +979,10 @@ static void nul_bytes_elsewhere(void)
         {"Authorization: Bearer @\r\nX-User-Id: u1\r\nX-Request-Id: ab#cd\r\n",
          '\0'},
         {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n", '\0'},
-        {"X-User-Id: u1\r\nAuthorization: Bearer @#\r\nAccept: x\r\n",
-         '\0'},
+        {"X-User-Id: u1\r\nAuthorization: Bearer @#\r\nAccept: x\r\n", '\0'},
         {"Authorization: Bearer @#\r\nX-User-Id: u1\r\n", '\x01'},
-        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n",
-         '\x1b'},
-        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n",
-         '\x7f'},
+        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n", '\x1b'},
+        {"Authorization: Bearer @\r\nX-User-Id: u1\r\nAccept: a#b\r\n", '\x7f'},
     };
     char buf[4096];
     for (size_t i = 0; i < N_OF(heads); i++) {
@@ -1026,9 +1045,8 @@ static void nul_bytes_elsewhere(void)
          "{\"code\":\"1\",\"async\":true,"
          "\"callback_url\":\"https://example.com/\\u0001\"}",
          400, "invalid_request"},
-        {"/v1/executions",
-         "{\"code\":\"1\",\"session_id\":\"sess_\\u0001\"}", 404,
-         "not_found"},
+        {"/v1/executions", "{\"code\":\"1\",\"session_id\":\"sess_\\u0001\"}",
+         404, "not_found"},
     };
     for (size_t i = 0; i < N_OF(ctls); i++) {
         itest_request(s, "POST", ctls[i].path, key, "u1", "application/json",
@@ -1058,8 +1076,7 @@ static void nul_bytes_elsewhere(void)
                          "boundary=XyZ\r\nContent-Length: %d\r\n\r\n",
                          key, b);
         memcpy(req + n, body, (size_t)b);
-        long st = raw_exchange(s, req, (size_t)n + (size_t)b, buf,
-                               sizeof(buf));
+        long st = raw_exchange(s, req, (size_t)n + (size_t)b, buf, sizeof(buf));
         CHECKF(st == 400 && strstr(buf, "\"invalid_request\""),
                "multipart case %zu: want 400, got %.200s", i, buf);
     }
@@ -1073,6 +1090,6 @@ TEST_MAIN(T(multipart_without_boundary), T(multipart_truncated),
           T(filename_paths), T(filename_controls), T(filename_lengths),
           T(filename_dots_empty_utf8), T(filename_bidi), T(bad_user_ids),
           T(oversized_default_limit), T(error_messages_stay_utf8),
-          T(odd_transfer_encodings),
-          T(refusal_before_the_body_arrives), T(refused_reply_closes),
-          T(ids_exact_in_paths), T(nul_bytes_elsewhere))
+          T(odd_transfer_encodings), T(refusal_before_the_body_arrives),
+          T(refused_reply_closes), T(ids_exact_in_paths),
+          T(nul_bytes_elsewhere))

@@ -74,8 +74,7 @@ static void openapi_document(void)
     CHECK_STATUS(&r, 200);
     CHECKF(content_type_is_json(&r), "Content-Type %s",
            itest_header(&r, "Content-Type"));
-    CHECKF(json_is_object(r.json), "body is not a JSON object: %.200s",
-           r.body);
+    CHECKF(json_is_object(r.json), "body is not a JSON object: %.200s", r.body);
     const char *v = itest_json_str(r.json, "openapi");
     CHECKF(v && v[0] == '3', "want an \"openapi\" version string, got %s",
            v ? v : "(none)");
@@ -192,9 +191,8 @@ static void check_405(struct itest_server *s, const char *method,
             CHECKF(itest_list_has(allow, allowed[i]),
                    "%s %s: want Allow to list %s, got %s", method, path,
                    allowed[i], allow ? allow : "(none)");
-        CHECKF(!itest_list_has(allow, not_allowed),
-               "%s %s: Allow lists %s: %s", method, path, not_allowed,
-               allow ? allow : "(none)");
+        CHECKF(!itest_list_has(allow, not_allowed), "%s %s: Allow lists %s: %s",
+               method, path, not_allowed, allow ? allow : "(none)");
         itest_resp_release(&r);
     }
 }
@@ -242,8 +240,8 @@ static void check_order(void)
                   0, NULL, &r);
     CHECK_ERROR(&r, 400, "invalid_user_id");
     itest_resp_release(&r);
-    itest_request(s, "PUT", "/v1/files", NULL, "bad user", "text/plain", "x",
-                  1, NULL, &r);
+    itest_request(s, "PUT", "/v1/files", NULL, "bad user", "text/plain", "x", 1,
+                  NULL, &r);
     CHECK_ERROR(&r, 405, "method_not_allowed");
     itest_resp_release(&r);
     itest_request(s, "GET", "/v1/filez", NULL, "bad user", NULL, NULL, 0, NULL,
@@ -269,10 +267,10 @@ static void access_log(void)
     itest_do(s, &rq, &r); /* no key: 401, also logged */
     CHECK_ERROR(&r, 401, "unauthorized");
     itest_resp_release(&r);
-    CHECKF(itest_wait_log_line(s, 5000, "request_id=itest-123", "status=",
-                               NULL),
-           "no access log line with request_id=itest-123 and status= within "
-           "5 s");
+    CHECKF(
+        itest_wait_log_line(s, 5000, "request_id=itest-123", "status=", NULL),
+        "no access log line with request_id=itest-123 and status= within "
+        "5 s");
     CHECKF(itest_wait_log_line(s, 5000, "request_id=itest-456", "status=401",
                                NULL),
            "no access log line with request_id=itest-456 and status=401 "
@@ -348,8 +346,8 @@ static int read_response(int fd)
     size_t body = cl ? (size_t)strtoul(cl + 17, NULL, 10) : 0;
     size_t have = n - (size_t)(end + 4 - buf);
     while (have < body) {
-        ssize_t got = read(fd, buf, sizeof(buf) < body - have ? sizeof(buf)
-                                                              : body - have);
+        ssize_t got = read(
+            fd, buf, sizeof(buf) < body - have ? sizeof(buf) : body - have);
         if (got < 0 && errno == EINTR)
             continue;
         if (got <= 0)
@@ -423,8 +421,7 @@ static void cors_preflight(void)
     CHECKF(itest_list_has(m, "POST") && itest_list_has(m, "GET"),
            "Access-Control-Allow-Methods: %s", m ? m : "(none)");
     const char *h = itest_header(&r, "Access-Control-Allow-Headers");
-    CHECKF(itest_list_has(h, "Authorization") &&
-               itest_list_has(h, "X-User-Id"),
+    CHECKF(itest_list_has(h, "Authorization") && itest_list_has(h, "X-User-Id"),
            "Access-Control-Allow-Headers: %s", h ? h : "(none)");
     CHECKF(r.len == 0, "204 with a body: %s", r.body);
     itest_resp_release(&r);
@@ -503,5 +500,5 @@ static void cors_simple_requests(void)
 
 TEST_MAIN(T(healthz), T(readyz), T(openapi_document), T(request_ids),
           T(not_found_routes), T(method_not_allowed), T(check_order),
-          T(access_log), T(access_log_escapes_request_bytes), T(keep_alive), T(cors_preflight),
-          T(cors_simple_requests))
+          T(access_log), T(access_log_escapes_request_bytes), T(keep_alive),
+          T(cors_preflight), T(cors_simple_requests))

@@ -9,7 +9,6 @@
 
 #include "harness.h"
 
-
 static void expired_files_are_swept(void)
 {
     const char *args[] = {"--file-ttl", "1s", NULL};
@@ -87,8 +86,8 @@ static void cleanup_refuses_no_store(void)
     CHECK(stat(absent, &st) != 0);
     CHECKF(!out || !out[0], "cleanup printed: %s", out);
     free(out);
-    char *fresh = itest_backend_mongo() ? itest_mongo_fixture_uri(NULL, NULL)
-                                        : NULL;
+    char *fresh =
+        itest_backend_mongo() ? itest_mongo_fixture_uri(NULL, NULL) : NULL;
     if (fresh) {
         CHECK_INT(itest_cli(s, NULL, "cleanup", "--data-dir", empty,
                             "--mongo-uri", fresh, NULL),
@@ -101,8 +100,7 @@ static void cleanup_refuses_no_store(void)
         CHECK(itest_cli_said(s, empty));
     }
     char **left = NULL;
-    CHECKF(itest_list_files(empty, &left) == 0, "%s is no longer empty",
-           empty);
+    CHECKF(itest_list_files(empty, &left) == 0, "%s is no longer empty", empty);
     itest_strv_free(left);
     CHECK(rmdir(empty) == 0);
     /* The real store still works. */

@@ -22,11 +22,11 @@ struct uploader {
     pthread_barrier_t *start;
     uint32_t seed;
     size_t len;
-    long status;                /* OUT */
-    char file_id[64];           /* OUT */
-    char sha_got[65];           /* OUT: the File object's sha256 */
-    char sha_want[65];          /* OUT: the real one */
-    char error[512];            /* OUT: why it went wrong */
+    long status;       /* OUT */
+    char file_id[64];  /* OUT */
+    char sha_got[65];  /* OUT: the File object's sha256 */
+    char sha_want[65]; /* OUT: the real one */
+    char error[512];   /* OUT: why it went wrong */
 };
 
 static void *upload_thread(void *arg)
@@ -41,8 +41,8 @@ static void *upload_thread(void *arg)
     snprintf(name, sizeof(name), "part-%u.bin", (unsigned)u->seed);
     pthread_barrier_wait(u->start);
     struct itest_resp r;
-    itest_upload_raw(u->s, u->key, "u1", name, "application/octet-stream",
-                     data, u->len, NULL, &r);
+    itest_upload_raw(u->s, u->key, "u1", name, "application/octet-stream", data,
+                     u->len, NULL, &r);
     u->status = r.status;
     const char *id = itest_json_str(r.json, "file_id");
     const char *sha = itest_json_str(r.json, "sha256");
@@ -131,8 +131,8 @@ static void concurrent_uploads(void)
         char sha[65];
         itest_sha256_hex(r.body, r.len, sha);
         CHECKF(!strcmp(sha, u[i].sha_want),
-               "download %zu: %zu bytes with sha256 %s, want %zu bytes, %s",
-               i, r.len, sha, u[i].len, u[i].sha_want);
+               "download %zu: %zu bytes with sha256 %s, want %zu bytes, %s", i,
+               r.len, sha, u[i].len, u[i].sha_want);
         itest_resp_release(&r);
     }
     free(key);
@@ -370,14 +370,14 @@ static void sigterm_during_upload(void)
     CHECKF(exited, "the server did not exit within 15 s of SIGTERM");
     if (exited)
         CHECKF(WIFEXITED(status) && WEXITSTATUS(status) == 0,
-               "exit status 0x%x after SIGTERM, want exit 0",
-               (unsigned)status);
+               "exit status 0x%x after SIGTERM, want exit 0", (unsigned)status);
 
     /* No temporary file remains: just the stored file's bytes. */
     char **files;
     size_t n = itest_stray_files(s, &files);
-    CHECKF(n == 1, "%zu files under the data dir besides the database, "
-                   "want 1 (the upload)",
+    CHECKF(n == 1,
+           "%zu files under the data dir besides the database, "
+           "want 1 (the upload)",
            n);
     if (n != 1)
         itest_print_strays(s);
@@ -386,8 +386,7 @@ static void sigterm_during_upload(void)
         char *bytes = itest_read_stored(s, files[0], &len);
         char sha[65];
         itest_sha256_hex(bytes, bytes ? len : 0, sha);
-        CHECKF(!strcmp(sha, want_sha), "%s is not the uploaded file",
-               files[0]);
+        CHECKF(!strcmp(sha, want_sha), "%s is not the uploaded file", files[0]);
         free(bytes);
     }
     itest_strv_free(files);
@@ -546,15 +545,15 @@ static void client_disconnects(void)
     REQUIRE(itest_create_key(s, "acme", false, &key, NULL));
     const size_t sent = 1024 * 1024;
 
-    char *raw = raw_request_head(key, "/v1/files?filename=partial.bin",
-                                 "application/octet-stream",
-                                 "Content-Length: 4194304");
+    char *raw =
+        raw_request_head(key, "/v1/files?filename=partial.bin",
+                         "application/octet-stream", "Content-Length: 4194304");
     char *chunked = raw_request_head(key, "/v1/files?filename=partial.bin",
                                      "application/octet-stream",
                                      "Transfer-Encoding: chunked");
-    char *multi = raw_request_head(key, "/v1/files",
-                                   "multipart/form-data; boundary=XYZ",
-                                   "Content-Length: 4194304");
+    char *multi =
+        raw_request_head(key, "/v1/files", "multipart/form-data; boundary=XYZ",
+                         "Content-Length: 4194304");
     static const char preamble[] =
         "--XYZ\r\n"
         "Content-Disposition: form-data; name=\"file\"; "
@@ -606,9 +605,9 @@ static void shutdown_timeout_bounds_stall(void)
     REQUIRE(s);
     char *key = NULL;
     REQUIRE(itest_create_key(s, "acme", false, &key, NULL));
-    char *head = raw_request_head(key, "/v1/files?filename=stall.bin",
-                                  "application/octet-stream",
-                                  "Content-Length: 1048576");
+    char *head =
+        raw_request_head(key, "/v1/files?filename=stall.bin",
+                         "application/octet-stream", "Content-Length: 1048576");
     int fd = itest_connect(s);
     REQUIRE(fd >= 0);
     unsigned char buf[4096];
@@ -668,8 +667,9 @@ static void connection_timeout(void)
     } while (got > 0 || (got < 0 && errno == EINTR));
     bool closed = got == 0 || (got < 0 && errno == ECONNRESET);
     double took = itest_now() - t0;
-    CHECKF(closed, "with --connection-timeout 1s a stalled connection is "
-                   "still open after %.1f s",
+    CHECKF(closed,
+           "with --connection-timeout 1s a stalled connection is "
+           "still open after %.1f s",
            took);
     close(fd);
     struct itest_resp r;
@@ -681,6 +681,5 @@ static void connection_timeout(void)
 
 TEST_MAIN(T(concurrent_uploads), T(concurrent_quota), T(concurrent_deletes),
           T(sigterm_during_upload), T(sigterm_with_partial_headers),
-          T(sigint_exits_zero),
-          T(client_disconnects), T(shutdown_timeout_bounds_stall),
-          T(connection_timeout))
+          T(sigint_exits_zero), T(client_disconnects),
+          T(shutdown_timeout_bounds_stall), T(connection_timeout))

@@ -11,8 +11,7 @@
 #include "harness.h"
 
 /* POST /v1/executions {"code": code} as u1; the status. */
-static long run(struct itest_server *s, const char *code,
-                struct itest_resp *r)
+static long run(struct itest_server *s, const char *code, struct itest_resp *r)
 {
     return itest_exec(s, s->admin_key, "u1", json_pack("{s:s}", "code", code),
                       0, r);
@@ -29,8 +28,7 @@ static bool wait_readyz(struct itest_server *s, long want, int timeout_ms,
     *last = NULL;
     while (!got) {
         struct itest_resp r;
-        itest_request(s, "GET", "/readyz", NULL, NULL, NULL, NULL, 0, NULL,
-                      &r);
+        itest_request(s, "GET", "/readyz", NULL, NULL, NULL, NULL, 0, NULL, &r);
         got = r.status == want;
         free(*last);
         *last = itest_fmt("%ld %s", r.status, r.body);
@@ -115,8 +113,8 @@ static char *prelude_copy(void)
     char tmpl[] = "/tmp/interpd-prelude-XXXXXX";
     CHECK(mkdtemp(tmpl));
     char *dir = itest_fmt("%s/python", tmpl);
-    char *src = itest_fmt("%s/service/exec/python/prelude.py",
-                          ITEST_SOURCE_DIR);
+    char *src =
+        itest_fmt("%s/service/exec/python/prelude.py", ITEST_SOURCE_DIR);
     char *dst = itest_fmt("%s/prelude.py", dir);
     size_t len = 0;
     char *text = itest_read_file(src, &len);
@@ -136,22 +134,22 @@ static char *prelude_copy(void)
 static void readiness_follows_executions(void)
 {
     char *work = prelude_copy();
-    const char *args[] = {"--ready-check-interval", "1s", "--prelude-dir",
-                          work, NULL};
+    const char *args[] = {"--ready-check-interval", "1s", "--prelude-dir", work,
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
     char *last = NULL;
     REQUIRE(s);
-    CHECK(itest_wait_log_line(s, 5000, "start-up check ran an execution",
-                              NULL));
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    CHECK(
+        itest_wait_log_line(s, 5000, "start-up check ran an execution", NULL));
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK_STATUS(&r, 200);
     CHECKF(json_is_true(itest_json_get(r.json, "execution_check.ok")),
            "execution_check: %s", r.body);
-    CHECK(json_integer_value(itest_json_get(r.json, "execution_check.runs"))
-          >= 1);
+    CHECK(json_integer_value(itest_json_get(r.json, "execution_check.runs")) >=
+          1);
     itest_resp_release(&r);
     CHECK(wait_readyz(s, 200, 5000, &last));
     free(last);
@@ -165,8 +163,8 @@ static void readiness_follows_executions(void)
     CHECKF(last && strstr(last, "executions") && strstr(last, "stage"),
            "readyz: %s", last ? last : "");
     free(last);
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECKF(json_is_false(itest_json_get(r.json, "execution_check.ok")) &&
                itest_json_str(r.json, "execution_check.error"),
            "execution_check: %s", r.body);
@@ -197,9 +195,10 @@ static void broken_executions_refuse_start(void)
     char *dir = itest_fmt("%s/data", tmpl);
     const char *bin = getenv("INTERPD_BIN");
     REQUIRE(bin);
-    const char *argv[] = {bin, "serve", "--listen", "127.0.0.1:0",
-                          "--data-dir", dir, "--python",
-                          "/usr/bin/no-such-python", NULL};
+    const char *argv[] = {
+        bin,          "serve", "--listen", "127.0.0.1:0",
+        "--data-dir", dir,     "--python", "/usr/bin/no-such-python",
+        NULL};
     const char *unset[] = {"INTERPD_MONGO_URI", NULL};
     CHECK_INT(itest_run(argv, unset, 30000), 1);
     free(dir);

@@ -61,8 +61,8 @@ static const char *mount_small_fs(void)
         return NULL;
     }
     if (mount("tmpfs", dir, "tmpfs", 0, "size=" FS_SIZE ",mode=0711")) {
-        fprintf(stderr, "mount tmpfs on %s: %s (this test needs root)\n",
-                dir, strerror(errno));
+        fprintf(stderr, "mount tmpfs on %s: %s (this test needs root)\n", dir,
+                strerror(errno));
         rmdir(dir);
         free(dir);
         return NULL;
@@ -75,8 +75,8 @@ static const char *mount_small_fs(void)
 static long get(struct itest_server *s, const char *path, const char *key,
                 struct itest_resp *r)
 {
-    return itest_request(s, "GET", path, key, key ? "u1" : NULL, NULL, NULL,
-                         0, NULL, r);
+    return itest_request(s, "GET", path, key, key ? "u1" : NULL, NULL, NULL, 0,
+                         NULL, r);
 }
 
 static long upload(struct itest_server *s, const char *key, uint32_t seed,
@@ -87,9 +87,9 @@ static long upload(struct itest_server *s, const char *key, uint32_t seed,
         abort();
     itest_pattern_fill(seed, 0, data, FILE_BYTES);
     char *path = itest_fmt("/v1/files?filename=f%u.bin", (unsigned)seed);
-    long st = itest_request(s, "POST", path, key, "u1",
-                            "application/octet-stream", data, FILE_BYTES,
-                            NULL, r);
+    long st =
+        itest_request(s, "POST", path, key, "u1", "application/octet-stream",
+                      data, FILE_BYTES, NULL, r);
     free(path);
     free(data);
     return st;
@@ -156,12 +156,27 @@ static struct itest_server *start_on(const char *data_dir, char **admin)
     char *venv = itest_fmt("%s-venv", mnt);
     char *wheels = itest_fmt("%s-wheels", mnt);
     mkdir(wheels, 0755);
-    const char *args[] = {"--data-dir", data_dir, "--venv-dir", venv,
-                          "--pip-no-index", "1", "--pip-find-links", wheels,
-                          "--min-free-space", "8M", "--disk-reserve", "2M",
-                          "--max-file-size", "8M", "--quota-bytes", "1G",
-                          "--quota-files", "1000", "--fetch-allow",
-                          "127.0.0.1/32", NULL};
+    const char *args[] = {"--data-dir",
+                          data_dir,
+                          "--venv-dir",
+                          venv,
+                          "--pip-no-index",
+                          "1",
+                          "--pip-find-links",
+                          wheels,
+                          "--min-free-space",
+                          "8M",
+                          "--disk-reserve",
+                          "2M",
+                          "--max-file-size",
+                          "8M",
+                          "--quota-bytes",
+                          "1G",
+                          "--quota-files",
+                          "1000",
+                          "--fetch-allow",
+                          "127.0.0.1/32",
+                          NULL};
     struct itest_opts o = {.args = args, .no_admin_key = true};
     struct itest_server *s = itest_start(&o);
     free(venv);
@@ -234,16 +249,15 @@ static void package_paths(struct itest_server *s, const char *admin, bool ok)
            "%s: POST /v1/packages: %ld %s", what, r.status, r.body);
     itest_resp_release(&r);
 
-    itest_exec(s, admin, "u1",
-               json_pack("{s:s, s:[s]}", "code", "print(1)", "packages",
-                         "polars"),
-               120000, &r);
+    itest_exec(
+        s, admin, "u1",
+        json_pack("{s:s, s:[s]}", "code", "print(1)", "packages", "polars"),
+        120000, &r);
     CHECK_STATUS(&r, 200);
     json_t *p = json_array_get(itest_json_get(r.json, "installed_packages"), 0);
     const char *pmsg = itest_json_str(p, "message");
     bool spaced = pmsg && strstr(pmsg, "out of storage space");
-    CHECKF(p && spaced == !ok, "%s: an execution's packages: %s", what,
-           r.body);
+    CHECKF(p && spaced == !ok, "%s: an execution's packages: %s", what, r.body);
     itest_resp_release(&r);
 }
 
@@ -262,8 +276,8 @@ static void write_paths(struct itest_server *s, const char *admin, bool ok)
     char *url = itest_fmt("%s/healthz", s->url);
     json_t *body = json_pack("{s:s, s:s}", "url", url, "filename", "h.json");
     char *text = json_dumps(body, 0);
-    itest_request(s, "POST", "/v1/files", admin, "u1", "application/json",
-                  text, strlen(text), NULL, &r);
+    itest_request(s, "POST", "/v1/files", admin, "u1", "application/json", text,
+                  strlen(text), NULL, &r);
     CHECKF(r.status == (ok ? 201 : 507), "%s: URL ingest: %s", what, r.body);
     const char *msg = itest_json_str(r.json, "error.message");
     CHECKF(ok || (msg && strstr(msg, "out of storage space")),
@@ -328,8 +342,10 @@ static void full_disk_sqlite(struct itest_server *s, const char *admin,
                  itest_json_str(r.json, "file_id"));
         itest_resp_release(&r);
     }
-    CHECKF(last == 507, "%zu uploads of %u bytes fitted on a %s disk, "
-                        "never a 507", nids, FILE_BYTES, FS_SIZE);
+    CHECKF(last == 507,
+           "%zu uploads of %u bytes fitted on a %s disk, "
+           "never a 507",
+           nids, FILE_BYTES, FS_SIZE);
     REQUIRE(nids >= 2);
     CHECKF(temporary_uploads(data_dir) == 0,
            "the refused upload left bytes in blobs/tmp");

@@ -70,19 +70,21 @@ static size_t check_bundles(const json_t *display)
     size_t i, total = 0;
     json_t *b;
     CHECK(json_is_array(display));
-    json_array_foreach(display, i, b) {
+    json_array_foreach(display, i, b)
+    {
         const char *key;
         json_t *v;
         CHECK(json_is_string(json_object_get(b, "text/plain")));
-        json_object_foreach(b, key, v) {
+        json_object_foreach(b, key, v)
+        {
             CHECKF(!strcmp(key, "text/plain") || !strcmp(key, "text/html") ||
                        !strcmp(key, "image/png"),
                    "bundle %zu has key %s", i, key);
             CHECK(json_is_string(v));
             if (!strcmp(key, "image/png")) {
                 size_t len = 0;
-                unsigned char *png = itest_b64_decode(json_string_value(v),
-                                                      &len);
+                unsigned char *png =
+                    itest_b64_decode(json_string_value(v), &len);
                 CHECKF(png && len > 8 && !memcmp(png, "\x89PNG\r\n\x1a\n", 8),
                        "bundle %zu: image/png is no PNG", i);
                 CHECK(len <= INLINE_MAX);
@@ -108,8 +110,9 @@ static void last_expression_shown(void)
     itest_resp_release(&r);
 
     run("display('a')\nprint('between')\ndisplay({'k': [1]})\nNone\n", &r);
-    check_display(&r, "[{\"text/plain\": \"'a'\"}, "
-                      "{\"text/plain\": \"{'k': [1]}\"}]",
+    check_display(&r,
+                  "[{\"text/plain\": \"'a'\"}, "
+                  "{\"text/plain\": \"{'k': [1]}\"}]",
                   false);
     itest_resp_release(&r);
 

@@ -124,9 +124,9 @@ static void start(void)
     srv = itest_start(&o);
     REQUIRE(srv);
     char *out = NULL;
-    int code = itest_cli(srv, &out, "keys", "create", "--data-dir",
-                         srv->data_dir, "--tenant", "t", "--policy",
-                         "networked", NULL);
+    int code =
+        itest_cli(srv, &out, "keys", "create", "--data-dir", srv->data_dir,
+                  "--tenant", "t", "--policy", "networked", NULL);
     json_error_t jerr;
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
@@ -142,8 +142,7 @@ static void start(void)
 static void run_net(const char *code, struct itest_resp *r)
 {
     itest_exec(srv, net_key, "u1",
-               json_pack("{s:s, s:i}", "code", code, "timeout", 60), 90000,
-               r);
+               json_pack("{s:s, s:i}", "code", code, "timeout", 60), 90000, r);
 }
 
 #define OUT(r) itest_exec_stdout(r)
@@ -243,8 +242,8 @@ static void proxy_refuses_guarded_addresses(void)
              "127.0.0.1 of host 127.0.0.1 is not allowed (loopback)\n",
              srv->port);
     CHECK_OUT(&r, want);
-    snprintf(want, sizeof want, "http://localhost:%d/ 403 interpd egress: ",
-             srv->port);
+    snprintf(want, sizeof want,
+             "http://localhost:%d/ 403 interpd egress: ", srv->port);
     CHECK_OUT(&r, want);
     CHECK_OUT(&r, "http://10.1.2.3/ 403 interpd egress: address 10.1.2.3 of "
                   "host 10.1.2.3 is not allowed (private");
@@ -306,10 +305,9 @@ static void plain_request_rewritten(void)
 
     REQUIRE(srv);
     char *code = itest_fmt(
-        NEED_PROXY
-        "rq = urllib.request.Request('http://127.0.0.2:%d/again',\n"
-        "    headers={'Proxy-Authorization': 'Basic c2VjcmV0'})\n"
-        "print(urllib.request.urlopen(rq, timeout=20).status)\n",
+        NEED_PROXY "rq = urllib.request.Request('http://127.0.0.2:%d/again',\n"
+                   "    headers={'Proxy-Authorization': 'Basic c2VjcmV0'})\n"
+                   "print(urllib.request.urlopen(rq, timeout=20).status)\n",
         origin.port);
     run_net(code, &r);
     free(code);
@@ -355,6 +353,6 @@ static void stop(void)
         close(origin.lfd);
 }
 
-TEST_MAIN(T(start), T(loopback_unreachable),
-          T(proxy_refuses_guarded_addresses), T(proxy_reaches_allowlisted),
-          T(plain_request_rewritten), T(standard_has_no_way_out), T(stop))
+TEST_MAIN(T(start), T(loopback_unreachable), T(proxy_refuses_guarded_addresses),
+          T(proxy_reaches_allowlisted), T(plain_request_rewritten),
+          T(standard_has_no_way_out), T(stop))

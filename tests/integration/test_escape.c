@@ -27,7 +27,7 @@
 #define EXEC_TIMEOUT_MS 90000 /* a request's transfer; runs ask for less */
 
 static struct itest_server *srv;
-static unsigned sbx_uid;        /* the server's --sandbox-uid */
+static unsigned sbx_uid; /* the server's --sandbox-uid */
 /* Host uids after it: one per execution slot (2), then one per session
  * (--max-sessions, 8): sessions (ITEST_EXEC_MODE=session runs every
  * execution in one) run as sandbox-uid + 1 + slots + i. */
@@ -36,8 +36,8 @@ static unsigned sbx_uid;        /* the server's --sandbox-uid */
 #define SBX_UIDS (1 + SLOTS + MAX_SESSIONS)
 #define STR_(x) #x
 #define STR(x) STR_(x)
-static char secret_env[96];     /* INTERPD_TEST_SECRET=... */
-static char secret_env2[96];    /* DB_PASSWORD=... */
+static char secret_env[96];  /* INTERPD_TEST_SECRET=... */
+static char secret_env2[96]; /* DB_PASSWORD=... */
 static char secret1[64], secret2[64];
 
 /* POST /v1/executions as user with body (taken). */
@@ -50,17 +50,17 @@ static long exec_body(const char *user, json_t *body, struct itest_resp *out)
 static long run_py(const char *user, const char *code, int timeout,
                    struct itest_resp *out)
 {
-    return exec_body(user, json_pack("{s:s, s:i}", "code", code, "timeout",
-                                     timeout),
-                     out);
+    return exec_body(
+        user, json_pack("{s:s, s:i}", "code", code, "timeout", timeout), out);
 }
 
 /* run_py under a stricter policy the server defines. */
 static long run_py_policy(const char *user, const char *code, int timeout,
                           const char *policy, struct itest_resp *out)
 {
-    return exec_body(user, json_pack("{s:s, s:i, s:s}", "code", code,
-                                     "timeout", timeout, "policy", policy),
+    return exec_body(user,
+                     json_pack("{s:s, s:i, s:s}", "code", code, "timeout",
+                               timeout, "policy", policy),
                      out);
 }
 
@@ -74,8 +74,8 @@ static long run_py_policy(const char *user, const char *code, int timeout,
            err_of(r))
 #define CHECK_NOT_OUT(r, needle)                                               \
     CHECKF(strstr(out_of(r), (needle)) == NULL,                                \
-           "unwanted \"%s\" in stdout:\n%s\nstderr:\n%s", (needle),            \
-           out_of(r), err_of(r))
+           "unwanted \"%s\" in stdout:\n%s\nstderr:\n%s", (needle), out_of(r), \
+           err_of(r))
 
 /* A uid of the server's sandbox: --sandbox-uid itself (internal runs),
  * a slot's or a session's. */
@@ -124,7 +124,7 @@ static int count_uid(void)
 #define RUN_NS_CODE                                                            \
     "import os as _o\n"                                                        \
     "_o.write(2, ('pidns %s %s\\n' % (_o.readlink('/proc/self/ns/pid'),"       \
-    " open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]))"            \
+    " open('/proc/1/stat').read().rsplit(')', 1)[1].split()[19]))"             \
     ".encode())\n"
 
 struct run_ns {
@@ -248,10 +248,10 @@ static int warm_extra(void)
         /* A slot's only: a session's processes (its zygote and child
          * look the same) are gone once the session is (the session
          * mode's harness deletes each session after its call). */
-        bool mine = slot_uid_of(v[i].uid) &&
-                    ((v[i].depth == zd && zyg_ns &&
-                      (v[i].local == 1 || v[i].zygote)) ||
-                     (v[i].depth == zd + 1 && pair && peers == 2));
+        bool mine =
+            slot_uid_of(v[i].uid) &&
+            ((v[i].depth == zd && zyg_ns && (v[i].local == 1 || v[i].zygote)) ||
+             (v[i].depth == zd + 1 && pair && peers == 2));
         extra += !mine;
     }
     free(v);
@@ -314,8 +314,7 @@ static int run_left(struct run_ns ns, bool zombies)
 static void check_service_healthy(const char *user)
 {
     struct itest_resp r;
-    itest_request(srv, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL,
-                  &r);
+    itest_request(srv, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     itest_resp_release(&r);
     run_py(user, "print(1)", 20, &r);
@@ -380,8 +379,7 @@ static void start_server(void)
     snprintf(uid, sizeof(uid), "%u", sbx_uid);
     snprintf(secret1, sizeof(secret1), "s3cr3t-%ld-esc", (long)getpid());
     snprintf(secret2, sizeof(secret2), "dbpw-%ld-hunter2", (long)getpid());
-    snprintf(secret_env, sizeof(secret_env), "INTERPD_TEST_SECRET=%s",
-             secret1);
+    snprintf(secret_env, sizeof(secret_env), "INTERPD_TEST_SECRET=%s", secret1);
     snprintf(secret_env2, sizeof(secret_env2), "DB_PASSWORD=%s", secret2);
     /* The readiness check runs one execution as the sandbox uid every
      * --ready-check-interval: off here (it still runs once before the
@@ -390,10 +388,17 @@ static void start_server(void)
      * within its 5 s even where each fork is slow (a warm run forks a
      * copy of the zygote's 300 MiB image; on a loaded machine 128 were
      * not reached). */
-    const char *args[] = {"--sandbox-uid", uid, "--exec-slots", STR(SLOTS),
-                          "--max-sessions", STR(MAX_SESSIONS),
-                          "--ready-check-interval", "never",
-                          "--policy.bomb.processes", "16", NULL};
+    const char *args[] = {"--sandbox-uid",
+                          uid,
+                          "--exec-slots",
+                          STR(SLOTS),
+                          "--max-sessions",
+                          STR(MAX_SESSIONS),
+                          "--ready-check-interval",
+                          "never",
+                          "--policy.bomb.processes",
+                          "16",
+                          NULL};
     const char *env[] = {secret_env, secret_env2, NULL};
     struct itest_opts o = {.args = args, .env = env};
     srv = itest_start(&o);
@@ -416,27 +421,27 @@ static void network_refused(void)
     REQUIRE(lfd >= 0);
     if (srv->mongo_uri && !mongo_host_port(srv->mongo_uri, mhost, &mport))
         mport = 0;
-    char *code = itest_fmt(
-        "import socket, errno\n"
-        "def probe(name, host, port):\n"
-        "    if not port:\n"
-        "        print(name, 'OSError skipped'); return\n"
-        "    try:\n"
-        "        socket.create_connection((host, port), timeout=2)\n"
-        "        print(name, 'CONNECTED')\n"
-        "    except OSError as e:\n"
-        "        print(name, 'OSError',"
-        " errno.errorcode.get(e.errno, e.errno))\n"
-        "probe('server', '127.0.0.1', %d)\n"
-        "probe('listener', '127.0.0.1', %d)\n"
-        "probe('mongo', '%s', %d)\n"
-        "for fam in (socket.AF_INET, socket.AF_INET6):\n"
-        "    try:\n"
-        "        socket.socket(fam, socket.SOCK_DGRAM)\n"
-        "        print('udp', 'OPENED')\n"
-        "    except OSError as e:\n"
-        "        print('udp OSError')\n",
-        srv->port, lport, mhost, mport);
+    char *code =
+        itest_fmt("import socket, errno\n"
+                  "def probe(name, host, port):\n"
+                  "    if not port:\n"
+                  "        print(name, 'OSError skipped'); return\n"
+                  "    try:\n"
+                  "        socket.create_connection((host, port), timeout=2)\n"
+                  "        print(name, 'CONNECTED')\n"
+                  "    except OSError as e:\n"
+                  "        print(name, 'OSError',"
+                  " errno.errorcode.get(e.errno, e.errno))\n"
+                  "probe('server', '127.0.0.1', %d)\n"
+                  "probe('listener', '127.0.0.1', %d)\n"
+                  "probe('mongo', '%s', %d)\n"
+                  "for fam in (socket.AF_INET, socket.AF_INET6):\n"
+                  "    try:\n"
+                  "        socket.socket(fam, socket.SOCK_DGRAM)\n"
+                  "        print('udp', 'OPENED')\n"
+                  "    except OSError as e:\n"
+                  "        print('udp OSError')\n",
+                  srv->port, lport, mhost, mport);
     run_py("net", code, 20, &r);
     free(code);
     CHECK_STATUS(&r, 200);
@@ -502,7 +507,6 @@ static const char walk_code[] =
     "            if x in os.fsencode(p): print('FOUND', i, repr(p))\n"
     "print('globbed', n > 10)\n";
 
-
 static json_t *reversed_str(const char *s)
 {
     size_t n = strlen(s);
@@ -560,8 +564,8 @@ static void host_files_unreachable(void)
         free(p);
     }
     itest_strv_free(files);
-    const char *guesses[] = {"", "/admin.key", "/meta.db", "/blobs",
-                             "/exec", "/mplcache", "/.."};
+    const char *guesses[] = {"",      "/admin.key", "/meta.db", "/blobs",
+                             "/exec", "/mplcache",  "/.."};
     for (size_t i = 0; i < sizeof(guesses) / sizeof(*guesses); i++) {
         char *p = itest_fmt("%s%s", srv->data_dir, guesses[i]);
         json_array_append_new(paths, json_string(p));
@@ -581,33 +585,33 @@ static void host_files_unreachable(void)
     json_array_append_new(paths, json_string("/sys"));
     json_array_append_new(paths, json_string("/proc/1/root/etc/shadow"));
 
-    char *code = itest_fmt(
-        "import os, errno\n"
-        "for p in PATHS:\n"
-        "    if os.path.lexists(p): print('EXISTS', repr(p))\n"
-        "    try:\n"
-        "        open(p, 'rb').read(1); print('OPENED', repr(p))\n"
-        "    except OSError as e:\n"
-        "        pass\n"
-        "    try:\n"
-        "        os.listdir(p); print('LISTED', repr(p))\n"
-        "    except OSError as e:\n"
-        "        pass\n"
-        "print('shadow', os.path.exists('/etc/shadow'))\n"
-        "pids = [d for d in os.listdir('/proc') if d.isdigit()]\n"
-        "print('npids', len(pids), 'few', len(pids) <= 4)\n"
-        "print('server pid visible', '%ld' in pids)\n"
-        "for d in pids:\n"
-        "    try: cmd = open('/proc/%%s/cmdline' %% d, 'rb').read()\n"
-        "    except OSError: continue\n"
-        "    if b'serve\\0' in cmd or b'--data-dir' in cmd:\n"
-        "        print('SERVER PROCESS', d, cmd)\n"
-        "%s",
-        (long)srv->pid, walk_code);
+    char *code =
+        itest_fmt("import os, errno\n"
+                  "for p in PATHS:\n"
+                  "    if os.path.lexists(p): print('EXISTS', repr(p))\n"
+                  "    try:\n"
+                  "        open(p, 'rb').read(1); print('OPENED', repr(p))\n"
+                  "    except OSError as e:\n"
+                  "        pass\n"
+                  "    try:\n"
+                  "        os.listdir(p); print('LISTED', repr(p))\n"
+                  "    except OSError as e:\n"
+                  "        pass\n"
+                  "print('shadow', os.path.exists('/etc/shadow'))\n"
+                  "pids = [d for d in os.listdir('/proc') if d.isdigit()]\n"
+                  "print('npids', len(pids), 'few', len(pids) <= 4)\n"
+                  "print('server pid visible', '%ld' in pids)\n"
+                  "for d in pids:\n"
+                  "    try: cmd = open('/proc/%%s/cmdline' %% d, 'rb').read()\n"
+                  "    except OSError: continue\n"
+                  "    if b'serve\\0' in cmd or b'--data-dir' in cmd:\n"
+                  "        print('SERVER PROCESS', d, cmd)\n"
+                  "%s",
+                  (long)srv->pid, walk_code);
     exec_body("esc_b",
               json_pack("{s:s, s:i, s:{s:o, s:O, s:i}}", "code", code,
-                        "timeout", 40, "variables", "PATHS", paths,
-                        "NEEDLES_R", needles, "BUDGET", 6),
+                        "timeout", 40, "variables", "PATHS", paths, "NEEDLES_R",
+                        needles, "BUDGET", 6),
               &r);
     free(code);
     CHECK_STATUS(&r, 200);
@@ -639,26 +643,25 @@ static void environment_has_no_secrets(void)
         json_array_append_new(needles, reversed_str(srv->mongo_uri));
     exec_body(
         "esc_env",
-        json_pack(
-            "{s:s, s:i, s:{s:o}}", "code",
-            "import os\n"
-            "needles = [n[::-1] for n in NEEDLES_R]\n"
-            "hit = [k for k, v in os.environ.items()\n"
-            "       if any(n in k or n in v for n in needles)]\n"
-            "print('env hits', hit)\n"
-            "print('names', 'INTERPD_TEST_SECRET' in os.environ,"
-            " 'DB_PASSWORD' in os.environ,"
-            " any(k.startswith('INTERPD_') for k in os.environ))\n"
-            "bneedles = [n.encode() for n in needles]\n"
-            "for d in ['self', '1'] + [d for d in os.listdir('/proc')"
-            " if d.isdigit()]:\n"
-            "    try:\n"
-            "        data = open('/proc/%s/environ' % d, 'rb').read()\n"
-            "    except OSError as e:\n"
-            "        print('environ', d, 'unreadable'); continue\n"
-            "    print('environ', d,"
-            " 'HIT' if any(n in data for n in bneedles) else 'clean')\n",
-            "timeout", 20, "variables", "NEEDLES_R", needles),
+        json_pack("{s:s, s:i, s:{s:o}}", "code",
+                  "import os\n"
+                  "needles = [n[::-1] for n in NEEDLES_R]\n"
+                  "hit = [k for k, v in os.environ.items()\n"
+                  "       if any(n in k or n in v for n in needles)]\n"
+                  "print('env hits', hit)\n"
+                  "print('names', 'INTERPD_TEST_SECRET' in os.environ,"
+                  " 'DB_PASSWORD' in os.environ,"
+                  " any(k.startswith('INTERPD_') for k in os.environ))\n"
+                  "bneedles = [n.encode() for n in needles]\n"
+                  "for d in ['self', '1'] + [d for d in os.listdir('/proc')"
+                  " if d.isdigit()]:\n"
+                  "    try:\n"
+                  "        data = open('/proc/%s/environ' % d, 'rb').read()\n"
+                  "    except OSError as e:\n"
+                  "        print('environ', d, 'unreadable'); continue\n"
+                  "    print('environ', d,"
+                  " 'HIT' if any(n in data for n in bneedles) else 'clean')\n",
+                  "timeout", 20, "variables", "NEEDLES_R", needles),
         &r);
     CHECK_STATUS(&r, 200);
     CHECK(json_is_true(itest_json_get(r.json, "success")));
@@ -843,9 +846,8 @@ static void read_only_mounts_refuse_writes(void)
      * /usr; the interpreter's lines cover what they hold) */
     static const char *const expect[] = {"/", "/usr", "/opt/interpd",
                                          "/mnt/job", "/mnt/data"};
-    static const char *const host[] = {"/usr/.ipd-ro-probe",
-                                       "/lib/.ipd-ro-probe",
-                                       "/bin/.ipd-ro-probe"};
+    static const char *const host[] = {
+        "/usr/.ipd-ro-probe", "/lib/.ipd-ro-probe", "/bin/.ipd-ro-probe"};
     size_t n_expect = sizeof(expect) / sizeof(expect[0]);
     struct itest_resp r;
     const char *sum;
@@ -856,8 +858,9 @@ static void read_only_mounts_refuse_writes(void)
     CHECK(json_is_true(itest_json_get(r.json, "success")));
     CHECK_NOT_OUT(&r, "BAD");
     sum = strstr(out_of(&r), "read-only mounts ");
-    CHECKF(sum && sscanf(sum, "read-only mounts %d, refusals checked %d",
-                         &n_ro, &n_ops) == 2 &&
+    CHECKF(sum &&
+               sscanf(sum, "read-only mounts %d, refusals checked %d", &n_ro,
+                      &n_ops) == 2 &&
                n_ro >= (int)n_expect && n_ops >= 5 * n_ro,
            "stdout:\n%s\nstderr:\n%s", out_of(&r), err_of(&r));
     for (size_t i = 0; i < n_expect; i++) {
@@ -884,25 +887,25 @@ static void fork_bomb_contained(void)
     double t0 = itest_now();
     /* Every process forks as fast as it can, for 5 s at most. */
     run_py_policy("esc_fork",
-           RUN_NS_CODE
-           "import os, time\n"
-           "top = os.getpid()\n"
-           "end = time.monotonic() + 5\n"
-           "n = fails = 0\n"
-           "while time.monotonic() < end:\n"
-           "    try:\n"
-           "        pid = os.fork()\n"
-           "    except OSError:\n"
-           "        fails += 1; time.sleep(0.001); continue\n"
-           "    if pid == 0:\n"
-           "        n = fails = 0\n"
-           "    else:\n"
-           "        n += 1\n"
-           "if os.getpid() != top:\n"
-           "    os._exit(0)\n"
-           "msg = 'top forked %d limited %s\\n' % (n, fails > 0)\n"
-           "os.write(1, msg.encode())\n",
-           15, "bomb", &r);
+                  RUN_NS_CODE
+                  "import os, time\n"
+                  "top = os.getpid()\n"
+                  "end = time.monotonic() + 5\n"
+                  "n = fails = 0\n"
+                  "while time.monotonic() < end:\n"
+                  "    try:\n"
+                  "        pid = os.fork()\n"
+                  "    except OSError:\n"
+                  "        fails += 1; time.sleep(0.001); continue\n"
+                  "    if pid == 0:\n"
+                  "        n = fails = 0\n"
+                  "    else:\n"
+                  "        n += 1\n"
+                  "if os.getpid() != top:\n"
+                  "    os._exit(0)\n"
+                  "msg = 'top forked %d limited %s\\n' % (n, fails > 0)\n"
+                  "os.write(1, msg.encode())\n",
+                  15, "bomb", &r);
     double took = itest_now() - t0;
     CHECK_STATUS(&r, 200);
     CHECKF(took < 30, "the fork bomb's request took %.1f s", took);
@@ -976,13 +979,11 @@ static void disk_fill_stops(void)
      * one written after space was freed. */
     json_t *gen = itest_json_get(r.json, "generated_files");
     CHECKF(json_array_size(gen) == 2, "%s", r.body);
-    CHECK_STR(itest_json_str(json_array_get(gen, 0), "filename"),
-              "after.txt");
-    CHECK_STR(itest_json_str(json_array_get(gen, 1), "filename"),
-              "fill0.bin");
-    CHECK_INT(json_integer_value(
-                  itest_json_get(json_array_get(gen, 1), "size")),
-              16 << 20);
+    CHECK_STR(itest_json_str(json_array_get(gen, 0), "filename"), "after.txt");
+    CHECK_STR(itest_json_str(json_array_get(gen, 1), "filename"), "fill0.bin");
+    CHECK_INT(
+        json_integer_value(itest_json_get(json_array_get(gen, 1), "size")),
+        16 << 20);
     itest_resp_release(&r);
     check_service_healthy("esc_disk");
 }
@@ -1012,15 +1013,14 @@ static void print_flood_truncated(void)
 }
 
 static const char daemon_code[] =
-    RUN_NS_CODE
-    "import os, time\n"
-    "if os.fork() == 0:\n"
-    "    os.setsid()\n"
-    "    if os.fork() == 0:\n"
-    "        os.execv('/bin/sleep', ['sleep', '1000'])\n"
-    "    os._exit(0)\n"
-    "time.sleep(0.3)\n"
-    "print('daemonized', flush=True)\n";
+    RUN_NS_CODE "import os, time\n"
+                "if os.fork() == 0:\n"
+                "    os.setsid()\n"
+                "    if os.fork() == 0:\n"
+                "        os.execv('/bin/sleep', ['sleep', '1000'])\n"
+                "    os._exit(0)\n"
+                "time.sleep(0.3)\n"
+                "print('daemonized', flush=True)\n";
 
 /* After a response, no process of the run exists: counted at once (the
  * teardown is synchronous); also polled 5 s to tell "late" from "never".
@@ -1038,10 +1038,14 @@ static void check_no_survivors(const char *what, struct run_ns ns)
         usleep(100 * 1000);
         later = run_left(ns, true);
     }
-    CHECKF(now == 0, "%s: %d processes of uid %u right after the response "
-           "(%d after 5 s)", what, now, sbx_uid, later);
-    CHECKF(later == 0, "%s: %d processes of uid %u survive 5 s after the "
-           "response", what, later, sbx_uid);
+    CHECKF(now == 0,
+           "%s: %d processes of uid %u right after the response "
+           "(%d after 5 s)",
+           what, now, sbx_uid, later);
+    CHECKF(later == 0,
+           "%s: %d processes of uid %u survive 5 s after the "
+           "response",
+           what, later, sbx_uid);
 }
 
 static void daemon_killed_no_survivors(void)
@@ -1186,8 +1190,8 @@ static void dangerous_syscalls_eperm(void)
 static json_t *list_files(const char *user)
 {
     struct itest_resp r;
-    itest_request(srv, "GET", "/v1/files?limit=100", srv->admin_key, user,
-                  NULL, NULL, 0, NULL, &r);
+    itest_request(srv, "GET", "/v1/files?limit=100", srv->admin_key, user, NULL,
+                  NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     json_t *files = json_incref(itest_json_get(r.json, "files"));
     itest_resp_release(&r);
@@ -1227,14 +1231,12 @@ static void symlink_in_output_not_followed(void)
     json_t *gen = itest_json_get(r.json, "generated_files");
     CHECKF(json_array_size(gen) == 1 &&
                !strcmp(itest_json_str(json_array_get(gen, 0), "filename")
-                           ? itest_json_str(json_array_get(gen, 0),
-                                            "filename")
+                           ? itest_json_str(json_array_get(gen, 0), "filename")
                            : "",
                        "real.txt"),
            "generated_files: %s", r.body);
-    CHECK_INT(json_integer_value(
-                  itest_json_get(json_array_get(gen, 0), "size")),
-              4);
+    CHECK_INT(
+        json_integer_value(itest_json_get(json_array_get(gen, 0), "size")), 4);
     CHECKF(skipped_has(r.json, "passwd_link", "symlink"), "%s", r.body);
     CHECKF(skipped_has(r.json, "etc_link", "symlink"), "%s", r.body);
     CHECKF(skipped_has(r.json, "root_link", "symlink"), "%s", r.body);
@@ -1261,9 +1263,9 @@ static void thousand_files_capped(void)
                json_array_size(gen) >= 1,
            "%zu generated files", json_array_size(gen));
     CHECK(json_is_true(itest_json_get(r.json, "generated_files_truncated")));
-    CHECK_INT(json_integer_value(
-                  itest_json_get(r.json, "generated_files_dropped")),
-              1000 - (long long)json_array_size(gen));
+    CHECK_INT(
+        json_integer_value(itest_json_get(r.json, "generated_files_dropped")),
+        1000 - (long long)json_array_size(gen));
     itest_resp_release(&r);
     json_t *files = list_files("esc_many");
     CHECKF(json_array_size(files) <= 20, "%zu files stored",
@@ -1293,15 +1295,14 @@ static void newline_names_handled(void)
         const char *id = itest_json_str(f, "file_id");
         if (!name || !id)
             continue;
-        CHECKF(!strpbrk(name, "\n\r\t") && name[0], "stored name \"%s\"",
-               name);
+        CHECKF(!strpbrk(name, "\n\r\t") && name[0], "stored name \"%s\"", name);
         char *path = itest_fmt("/v1/files/%s/content", id);
-        itest_request(srv, "GET", path, srv->admin_key, "esc_nl", NULL, NULL,
-                      0, NULL, &dl);
+        itest_request(srv, "GET", path, srv->admin_key, "esc_nl", NULL, NULL, 0,
+                      NULL, &dl);
         free(path);
         CHECK_STATUS(&dl, 200);
-        if ((dl.len == 3 && (!memcmp(dl.body, "one", 3) ||
-                             !memcmp(dl.body, "two", 3))) ||
+        if ((dl.len == 3 &&
+             (!memcmp(dl.body, "one", 3) || !memcmp(dl.body, "two", 3))) ||
             (dl.len == 4 && !memcmp(dl.body, "x\n1\n", 4)))
             found++;
         const char *cd = itest_header(&dl, "Content-Disposition");
@@ -1390,8 +1391,10 @@ static void check_session_uid(void)
                "want a session's, after the %d slots', the same for all)",
                v[i].pid, v[i].uid, sbx_uid, SLOTS);
     }
-    CHECKF(in_ns >= 2, "%zu processes in the session child's namespace "
-                       "(want its init and its program)", in_ns);
+    CHECKF(in_ns >= 2,
+           "%zu processes in the session child's namespace "
+           "(want its init and its program)",
+           in_ns);
     for (size_t i = 0; uid && i < n; i++) {
         if (v[i].depth != zd || v[i].local != 2 || !v[i].zygote ||
             v[i].uid != uid)
@@ -1452,8 +1455,7 @@ static void status_locked_down(void)
     } else if (geteuid() == 0) {
         /* a slot's uid, after --sandbox-uid (2 slots) */
         char want[96], want2[96];
-        snprintf(want, sizeof(want), "map ['1000', '%u', '1']\n",
-                 sbx_uid + 1);
+        snprintf(want, sizeof(want), "map ['1000', '%u', '1']\n", sbx_uid + 1);
         snprintf(want2, sizeof(want2), "map ['1000', '%u', '1']\n",
                  sbx_uid + 2);
         CHECKF(strstr(out_of(&r), want) || strstr(out_of(&r), want2),

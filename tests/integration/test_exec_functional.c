@@ -48,13 +48,12 @@ static long run_with_files(const char *user, const char *code,
 #define CHECK_RAN(r, want)                                                     \
     do {                                                                       \
         CHECK_STATUS((r), 200);                                                \
-        CHECKF(json_is_true(itest_json_get((r)->json, "success")),            \
+        CHECKF(json_is_true(itest_json_get((r)->json, "success")),             \
                "not a success: %s", (r)->body);                                \
         CHECKF(!strcmp(out_of(r), (want)),                                     \
-               "stdout:\n%s\nwant:\n%s\nstderr:\n%s", out_of(r), (want),      \
+               "stdout:\n%s\nwant:\n%s\nstderr:\n%s", out_of(r), (want),       \
                err_of(r));                                                     \
     } while (0)
-
 
 /* A 3x2 red RGB PNG. */
 static const unsigned char tiny_png[] =
@@ -111,8 +110,8 @@ static void stdout_and_stderr(void)
     memset(xs, 'x', 5000);
     xs[5000] = '\0';
     char *want = itest_fmt("out 0\nout 1\nout 2\ncaf\xc3\xa9 \xe2\x98\x83\n"
-                     "raw bytes\nfd write\n%s\nno newline",
-                     xs);
+                           "raw bytes\nfd write\n%s\nno newline",
+                           xs);
     CHECK_RAN(&r, want);
     free(want);
     const char *err = err_of(&r);
@@ -132,8 +131,9 @@ static void exit_codes(void)
 {
     struct itest_resp r;
     REQUIRE(srv);
-    run_py("fn_exit", "print('before')\nimport sys\nsys.exit(3)\n"
-                      "print('after')\n",
+    run_py("fn_exit",
+           "print('before')\nimport sys\nsys.exit(3)\n"
+           "print('after')\n",
            &r);
     CHECK_STATUS(&r, 200);
     CHECK_INT(json_integer_value(itest_json_get(r.json, "exit_code")), 3);
@@ -171,16 +171,16 @@ static void exception_line_numbers(void)
     struct itest_resp r;
     REQUIRE(srv);
     run_py("fn_exc",
-           "import json\n"                       /* 1 */
-           "\n"                                  /* 2 */
-           "def parse(s):\n"                     /* 3 */
-           "    return json.loads(s)['key']\n"   /* 4 */
-           "\n"                                  /* 5 */
-           "def outer(items):\n"                 /* 6 */
+           "import json\n"                          /* 1 */
+           "\n"                                     /* 2 */
+           "def parse(s):\n"                        /* 3 */
+           "    return json.loads(s)['key']\n"      /* 4 */
+           "\n"                                     /* 5 */
+           "def outer(items):\n"                    /* 6 */
            "    return [parse(x) for x in items]\n" /* 7 */
-           "\n"                                  /* 8 */
-           "print('start')\n"                    /* 9 */
-           "outer(['{\"key\": 1}', '{}'])\n",    /* 10 */
+           "\n"                                     /* 8 */
+           "print('start')\n"                       /* 9 */
+           "outer(['{\"key\": 1}', '{}'])\n",       /* 10 */
            &r);
     CHECK_STATUS(&r, 200);
     CHECK(json_is_false(itest_json_get(r.json, "success")));
@@ -216,8 +216,8 @@ static void exception_line_numbers(void)
     CHECK_STR(itest_json_str(r.json, "error.message"), "at the bottom");
     tb = itest_json_str(r.json, "error.traceback");
     tb = tb ? tb : "";
-    CHECKF(strstr(tb, "line 7, in <module>") &&
-               strstr(tb, "line 6, in a") && strstr(tb, "line 5, in a"),
+    CHECKF(strstr(tb, "line 7, in <module>") && strstr(tb, "line 6, in a") &&
+               strstr(tb, "line 5, in a"),
            "traceback: %s", tb);
     itest_resp_release(&r);
 
@@ -250,8 +250,8 @@ static void load_csv_json_text(void)
                     records, sizeof(records) - 1);
     ids[2] = upload("fn_load", "config.json", "application/octet-stream",
                     config, sizeof(config) - 1);
-    ids[3] = upload("fn_load", "notes.txt", "text/plain", text,
-                    sizeof(text) - 1);
+    ids[3] =
+        upload("fn_load", "notes.txt", "text/plain", text, sizeof(text) - 1);
     REQUIRE(ids[0] && ids[1] && ids[2] && ids[3]);
     char *code = itest_fmt(
         "import pandas as pd\n"
@@ -306,8 +306,7 @@ static void load_excel_end_to_end(void)
     json_t *f = json_array_get(gen, 0);
     CHECK_STR(itest_json_str(f, "filename"), "cities.xlsx");
     CHECK_STR(itest_json_str(f, "source"), "generated");
-    CHECKF(json_integer_value(itest_json_get(f, "size")) > 1000, "%s",
-           r.body);
+    CHECKF(json_integer_value(itest_json_get(f, "size")) > 1000, "%s", r.body);
     char *id = itest_json_dup(f, "file_id");
     itest_resp_release(&r);
 
@@ -388,8 +387,8 @@ static void matplotlib_png(void)
     REQUIRE(json_array_size(gen) == 1);
     json_t *f = json_array_get(gen, 0);
     const char *name = itest_json_str(f, "filename");
-    CHECKF(name && !strncmp(name, "figure_", 7) &&
-               strlen(name) > 4 && !strcmp(name + strlen(name) - 4, ".png"),
+    CHECKF(name && !strncmp(name, "figure_", 7) && strlen(name) > 4 &&
+               !strcmp(name + strlen(name) - 4, ".png"),
            "figure name %s", name ? name : "(none)");
     CHECK_STR(itest_json_str(f, "mime_type"), "image/png");
     CHECK_STR(itest_json_str(f, "source"), "generated");
@@ -450,8 +449,7 @@ static void matplotlib_png(void)
         free(bytes);
     }
     CHECK_INT(pngs, 2);
-    CHECKF(strstr(r.body, "\"filename\":\"bars.png\"") != NULL, "%s",
-           r.body);
+    CHECKF(strstr(r.body, "\"filename\":\"bars.png\"") != NULL, "%s", r.body);
     itest_resp_release(&r);
 }
 
@@ -460,16 +458,15 @@ static void variables_defined(void)
     struct itest_resp r;
     REQUIRE(srv);
     exec_body("fn_vars",
-              json_pack("{s:s, s:{s:i}}", "code", "print(x + 1)",
-                        "variables", "x", 41),
+              json_pack("{s:s, s:{s:i}}", "code", "print(x + 1)", "variables",
+                        "x", 41),
               &r);
     CHECK_RAN(&r, "42\n");
     itest_resp_release(&r);
     exec_body("fn_vars",
               json_pack("{s:s, s:{s:s, s:[i, f, n, b], s:{s:s}}}", "code",
-                        "print(repr(name), items, d['k'])",
-                        "variables", "name", "caf\xc3\xa9", "items", 1, 2.5, 1,
-                        "d", "k", "v"),
+                        "print(repr(name), items, d['k'])", "variables", "name",
+                        "caf\xc3\xa9", "items", 1, 2.5, 1, "d", "k", "v"),
               &r);
     CHECK_RAN(&r, "'caf\xc3\xa9' [1, 2.5, None, True] v\n");
     itest_resp_release(&r);
@@ -487,8 +484,8 @@ static void request_errors(void)
     run_with_files("fn_err", "open('ran.txt', 'w').write('1')", ids, &r);
     CHECK_ERROR(&r, 404, "not_found");
     itest_resp_release(&r);
-    itest_request(srv, "GET", "/v1/files", srv->admin_key, "fn_err", NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(srv, "GET", "/v1/files", srv->admin_key, "fn_err", NULL, NULL,
+                  0, NULL, &r);
     CHECK_STATUS(&r, 200);
     CHECK_INT(json_array_size(itest_json_get(r.json, "files")), 1);
     itest_resp_release(&r);

@@ -33,8 +33,9 @@ static const char csv_bytes[] = "city,pop\nOslo,700\n";
 
 static void start_server(void)
 {
-    const char *args[] = {"--quota-files", "3", "--quota-bytes", "200000",
-                          "--inline-image-max", "65536", NULL};
+    const char *args[] = {
+        "--quota-files", "3", "--quota-bytes", "200000", "--inline-image-max",
+        "65536",         NULL};
     struct itest_opts o = {.args = args};
     srv = itest_start(&o);
     REQUIRE(srv);
@@ -44,7 +45,6 @@ static long run_body(const char *user, json_t *body, struct itest_resp *out)
 {
     return itest_exec(srv, srv->admin_key, user, body, 90000, out);
 }
-
 
 /* The entry of generated_files named name, or NULL. */
 static json_t *entry(const json_t *result, const char *name)
@@ -83,8 +83,7 @@ static void check_unstored(const json_t *f, const char *reason,
     const char *b64 = itest_json_str(f, "data_base64");
     if (!want_inline) {
         CHECK(b64 == NULL);
-        CHECK_STR(itest_json_str(f, "not_inline_reason"),
-                  "over_inline_limit");
+        CHECK_STR(itest_json_str(f, "not_inline_reason"), "over_inline_limit");
         return;
     }
     CHECK(itest_json_get(f, "not_inline_reason") == NULL);
@@ -99,8 +98,7 @@ static void check_unstored(const json_t *f, const char *reason,
     if (head)
         CHECK(len > strlen(head) && !memcmp(bytes, head, strlen(head)));
     if (want_bytes)
-        CHECK(len == strlen(want_bytes) &&
-              !memcmp(bytes, want_bytes, len));
+        CHECK(len == strlen(want_bytes) && !memcmp(bytes, want_bytes, len));
     free(bytes);
 }
 
@@ -108,8 +106,8 @@ static void check_unstored(const json_t *f, const char *reason,
 static size_t files_of(const char *user)
 {
     struct itest_resp r;
-    itest_request(srv, "GET", "/v1/files?limit=100", srv->admin_key, user,
-                  NULL, NULL, 0, NULL, &r);
+    itest_request(srv, "GET", "/v1/files?limit=100", srv->admin_key, user, NULL,
+                  NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     size_t n = json_array_size(itest_json_get(r.json, "files"));
     itest_resp_release(&r);
@@ -119,8 +117,8 @@ static size_t files_of(const char *user)
 static long long total_user_files(void)
 {
     struct itest_resp r;
-    itest_request(srv, "GET", "/v1/admin/status", srv->admin_key, NULL,
-                  NULL, NULL, 0, NULL, &r);
+    itest_request(srv, "GET", "/v1/admin/status", srv->admin_key, NULL, NULL,
+                  NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     long long n =
         json_integer_value(itest_json_get(r.json, "total_user_files"));
@@ -135,8 +133,8 @@ static void fill(const char *user, int n)
         struct itest_resp r;
         char name[32];
         snprintf(name, sizeof(name), "own%d.txt", i);
-        itest_upload_raw(srv, srv->admin_key, user, name, "text/plain", "x",
-                         1, NULL, &r);
+        itest_upload_raw(srv, srv->admin_key, user, name, "text/plain", "x", 1,
+                         NULL, &r);
         CHECK_STATUS(&r, 201);
         itest_resp_release(&r);
     }
@@ -161,15 +159,13 @@ static void at_quota_returned_inline(void)
     CHECKF(json_is_true(itest_json_get(r.json, "success")), "%s", r.body);
     CHECKF(json_array_size(itest_json_get(r.json, "generated_files")) == 2,
            "%s", r.body);
-    check_unstored(entry(r.json, "chart.png"), "quota_exceeded", "quota",
-                   true, "\x89PNG\r\n\x1a\n", NULL);
-    CHECK_STR(itest_json_str(entry(r.json, "chart.png"), "file_type"),
-              "image");
-    check_unstored(entry(r.json, "table.csv"), "quota_exceeded", "quota",
-                   true, NULL, csv_bytes);
-    CHECK_INT(json_array_size(itest_json_get(r.json,
-                                             "generated_files_skipped")),
-              0);
+    check_unstored(entry(r.json, "chart.png"), "quota_exceeded", "quota", true,
+                   "\x89PNG\r\n\x1a\n", NULL);
+    CHECK_STR(itest_json_str(entry(r.json, "chart.png"), "file_type"), "image");
+    check_unstored(entry(r.json, "table.csv"), "quota_exceeded", "quota", true,
+                   NULL, csv_bytes);
+    CHECK_INT(
+        json_array_size(itest_json_get(r.json, "generated_files_skipped")), 0);
     itest_resp_release(&r);
     CHECK_INT(files_of("q_full"), QUOTA_FILES);
     check_stores();
@@ -183,8 +179,7 @@ static void store_outputs_false(void)
     REQUIRE(srv);
     long long before = total_user_files();
     run_body("q_inline",
-             json_pack("{s:s, s:b}", "code", chart_and_csv, "store_outputs",
-                       0),
+             json_pack("{s:s, s:b}", "code", chart_and_csv, "store_outputs", 0),
              &r);
     CHECK_STATUS(&r, 200);
     CHECKF(json_is_true(itest_json_get(r.json, "success")), "%s", r.body);
@@ -207,8 +202,7 @@ static void stored_as_before(void)
     struct itest_resp r, dl;
     REQUIRE(srv);
     run_body("q_normal",
-             json_pack("{s:s, s:b}", "code", chart_and_csv, "store_outputs",
-                       1),
+             json_pack("{s:s, s:b}", "code", chart_and_csv, "store_outputs", 1),
              &r);
     CHECK_STATUS(&r, 200);
     json_t *png = entry(r.json, "chart.png");
@@ -223,8 +217,8 @@ static void stored_as_before(void)
     CHECK(itest_json_str(csv, "expires_at") != NULL);
     char *path =
         itest_fmt("/v1/files/%s/content", itest_json_str(csv, "file_id"));
-    itest_request(srv, "GET", path, srv->admin_key, "q_normal", NULL, NULL,
-                  0, NULL, &dl);
+    itest_request(srv, "GET", path, srv->admin_key, "q_normal", NULL, NULL, 0,
+                  NULL, &dl);
     free(path);
     CHECK_STATUS(&dl, 200);
     CHECK(dl.len == strlen(csv_bytes) && !memcmp(dl.body, csv_bytes, dl.len));
@@ -234,8 +228,8 @@ static void stored_as_before(void)
 
     /* null is the default too. */
     run_body("q_normal2",
-             json_pack("{s:s, s:n}", "code",
-                       "open('a.txt', 'w').write('a')", "store_outputs"),
+             json_pack("{s:s, s:n}", "code", "open('a.txt', 'w').write('a')",
+                       "store_outputs"),
              &r);
     CHECK_STATUS(&r, 200);
     CHECK(json_is_true(itest_json_get(entry(r.json, "a.txt"), "stored")));
@@ -253,8 +247,8 @@ static void store_outputs_not_boolean(void)
     for (size_t i = 0; i < sizeof(bad) / sizeof(*bad); i++) {
         run_body("q_bad",
                  json_pack("{s:s, s:o}", "code",
-                           "open('ran.txt', 'w').write('1')",
-                           "store_outputs", bad[i]),
+                           "open('ran.txt', 'w').write('1')", "store_outputs",
+                           bad[i]),
                  &r);
         CHECK_ERROR(&r, 400, "invalid_request");
         const char *msg = itest_json_str(r.json, "error.message");
@@ -311,8 +305,8 @@ static void partially_stored(void)
     CHECK_STATUS(&r, 200);
     CHECKF(json_array_size(itest_json_get(r.json, "generated_files")) == 4,
            "%s", r.body);
-    check_unstored(entry(r.json, "big.bin"), "quota_exceeded",
-                   "200000 bytes", false, NULL, NULL);
+    check_unstored(entry(r.json, "big.bin"), "quota_exceeded", "200000 bytes",
+                   false, NULL, NULL);
     const char *stored[] = {"x.txt", "y.txt"};
     for (size_t i = 0; i < 2; i++) {
         json_t *f = entry(r.json, stored[i]);
@@ -320,8 +314,8 @@ static void partially_stored(void)
                    itest_json_str(f, "file_id") != NULL,
                "%s in %s", stored[i], r.body);
     }
-    check_unstored(entry(r.json, "z.txt"), "quota_exceeded", "3 files",
-                   true, NULL, "zzz");
+    check_unstored(entry(r.json, "z.txt"), "quota_exceeded", "3 files", true,
+                   NULL, "zzz");
     itest_resp_release(&r);
     CHECK_INT(files_of("q_part"), QUOTA_FILES);
     check_stores();
@@ -337,14 +331,14 @@ static void async_same_result(void)
                        "store_outputs", 0, "async", 1),
              &r);
     CHECK_STATUS(&r, 202);
-    char *path = itest_fmt("/v1/executions/%s",
-                           itest_json_str(r.json, "execution_id"));
+    char *path =
+        itest_fmt("/v1/executions/%s", itest_json_str(r.json, "execution_id"));
     itest_resp_release(&r);
     json_t *result = NULL;
     /* Bounded poll: the API offers no other way to wait. */
     for (int i = 0; i < 1200 && !result; i++) {
-        itest_request(srv, "GET", path, srv->admin_key, "q_async", NULL,
-                      NULL, 0, NULL, &r);
+        itest_request(srv, "GET", path, srv->admin_key, "q_async", NULL, NULL,
+                      0, NULL, &r);
         if (r.status != 200) {
             CHECK_STATUS(&r, 200);
             itest_resp_release(&r);
@@ -386,17 +380,16 @@ static void links_and_holes_within_output_limit(void)
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
-    json_t *body = json_pack(
-        "{s:s}", "code",
-        "import os\n"
-        "with open('a.bin', 'wb') as f:\n"
-        "    f.write(os.urandom(1 << 20))\n"
-        "for i in range(5):\n"
-        "    os.link('a.bin', 'link%d.bin' % i)\n"
-        "for i in range(6):\n"
-        "    with open('sparse%d.bin' % i, 'wb') as f:\n"
-        "        f.truncate(3 << 20)\n"
-        "print('made')\n");
+    json_t *body = json_pack("{s:s}", "code",
+                             "import os\n"
+                             "with open('a.bin', 'wb') as f:\n"
+                             "    f.write(os.urandom(1 << 20))\n"
+                             "for i in range(5):\n"
+                             "    os.link('a.bin', 'link%d.bin' % i)\n"
+                             "for i in range(6):\n"
+                             "    with open('sparse%d.bin' % i, 'wb') as f:\n"
+                             "        f.truncate(3 << 20)\n"
+                             "print('made')\n");
     struct itest_resp r;
     itest_exec(s, s->admin_key, "u1", body, 120000, &r);
     CHECK_STATUS(&r, 200);
@@ -430,8 +423,8 @@ static void links_and_holes_within_output_limit(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(start_server), T(at_quota_returned_inline),
-          T(store_outputs_false), T(stored_as_before),
-          T(store_outputs_not_boolean), T(over_inline_limit_not_stored),
-          T(partially_stored), T(async_same_result), T(stop_server),
+TEST_MAIN(T(start_server), T(at_quota_returned_inline), T(store_outputs_false),
+          T(stored_as_before), T(store_outputs_not_boolean),
+          T(over_inline_limit_not_stored), T(partially_stored),
+          T(async_same_result), T(stop_server),
           T(links_and_holes_within_output_limit))

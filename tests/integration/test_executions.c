@@ -33,8 +33,10 @@ static void prints_and_exits(void)
     struct itest_server *s = start();
     struct itest_resp r;
     REQUIRE(s);
-    run_code(s, "u1", code_only("print('hello'); import sys; "
-                                "print('oops', file=sys.stderr)"), &r);
+    run_code(s, "u1",
+             code_only("print('hello'); import sys; "
+                       "print('oops', file=sys.stderr)"),
+             &r);
     CHECK_STATUS(&r, 200);
     CHECK(json_is_true(itest_json_get(r.json, "success")));
     CHECK_STR(itest_json_str(r.json, "stdout"), "hello\n");
@@ -75,11 +77,11 @@ static void files_in_and_out(void)
                      sizeof(csv) - 1, NULL, &up);
     REQUIRE_STATUS(&up, 201);
     char *fid = itest_json_dup(up.json, "file_id");
-    json_t *body = json_pack(
-        "{s:s, s:[s]}", "code",
-        "print(open(FILES['sales.csv']).read().count('\\n'))\n"
-        "open('out.txt', 'w').write('made here')\n",
-        "files", fid);
+    json_t *body =
+        json_pack("{s:s, s:[s]}", "code",
+                  "print(open(FILES['sales.csv']).read().count('\\n'))\n"
+                  "open('out.txt', 'w').write('made here')\n",
+                  "files", fid);
     run_code(s, "u1", body, &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_json_str(r.json, "stdout"), "3\n");
@@ -94,7 +96,8 @@ static void files_in_and_out(void)
     CHECK_STR(itest_json_str(f, "source"), "generated");
     CHECK(itest_json_str(f, "expires_at") != NULL);
     /* Stored as the user's file: downloadable. */
-    char *path = itest_fmt("/v1/files/%s/content", itest_json_str(f, "file_id"));
+    char *path =
+        itest_fmt("/v1/files/%s/content", itest_json_str(f, "file_id"));
     itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL, &dl);
     CHECK_STATUS(&dl, 200);
     CHECK(dl.len == 9 && !memcmp(dl.body, "made here", 9));
@@ -103,9 +106,8 @@ static void files_in_and_out(void)
     itest_resp_release(&r);
 
     /* Another user can't pass that file id: 404, nothing ran. */
-    run_code(s, "u2", json_pack("{s:s, s:[s]}", "code", "print(1)", "files",
-                                fid),
-             &r);
+    run_code(s, "u2",
+             json_pack("{s:s, s:[s]}", "code", "print(1)", "files", fid), &r);
     CHECK_ERROR(&r, 404, "not_found");
     itest_resp_release(&r);
     free(fid);
@@ -150,18 +152,21 @@ static void isolation_basics(void)
     struct itest_resp r;
     REQUIRE(s);
     /* The server's own port, the data dir and its key are out of reach. */
-    char *code = itest_fmt(
-        "import socket, os\n"
-        "try:\n"
-        "    socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
-        "    print('net: connected')\n"
-        "except OSError as e:\n"
-        "    print('net: refused')\n"
-        "print('key:', os.path.exists(%s))\n"
-        "print('data:', os.path.exists('%s'))\n"
-        "print('status:', [l for l in open('/proc/self/status') "
-        "if l.startswith(('NoNewPrivs', 'Seccomp:', 'CapEff'))])\n",
-        s->port, "'/tmp/../" "etc/shadow'", s->data_dir);
+    char *code =
+        itest_fmt("import socket, os\n"
+                  "try:\n"
+                  "    socket.create_connection(('127.0.0.1', %d), timeout=2)\n"
+                  "    print('net: connected')\n"
+                  "except OSError as e:\n"
+                  "    print('net: refused')\n"
+                  "print('key:', os.path.exists(%s))\n"
+                  "print('data:', os.path.exists('%s'))\n"
+                  "print('status:', [l for l in open('/proc/self/status') "
+                  "if l.startswith(('NoNewPrivs', 'Seccomp:', 'CapEff'))])\n",
+                  s->port,
+                  "'/tmp/../"
+                  "etc/shadow'",
+                  s->data_dir);
     run_code(s, "u1", code_only(code), &r);
     free(code);
     CHECK_STATUS(&r, 200);
@@ -169,7 +174,8 @@ static void isolation_basics(void)
     CHECKF(out && strstr(out, "net: refused"), "stdout: %s", out ? out : "");
     CHECKF(out && strstr(out, "key: False"), "stdout: %s", out ? out : "");
     CHECKF(out && strstr(out, "data: False"), "stdout: %s", out ? out : "");
-    CHECKF(out && strstr(out, "NoNewPrivs:\\t1") && strstr(out, "Seccomp:\\t2") &&
+    CHECKF(out && strstr(out, "NoNewPrivs:\\t1") &&
+               strstr(out, "Seccomp:\\t2") &&
                strstr(out, "CapEff:\\t0000000000000000"),
            "stdout: %s", out ? out : "");
     itest_resp_release(&r);
@@ -206,8 +212,9 @@ static void bad_requests(void)
     CHECK_ERROR(&r, 413, "payload_too_large");
     itest_resp_release(&r);
 
-    run_code(s, "u1", json_pack("{s:s, s:[s]}", "code", "print(1)", "files",
-                                "file_aaaaaaaaaaaaaaaaaaaaaaaaaa"),
+    run_code(s, "u1",
+             json_pack("{s:s, s:[s]}", "code", "print(1)", "files",
+                       "file_aaaaaaaaaaaaaaaaaaaaaaaaaa"),
              &r);
     CHECK_ERROR(&r, 404, "not_found");
     itest_resp_release(&r);
@@ -246,8 +253,12 @@ static void executions_do_not_block(void)
 {
     /* One tenant here: its share is the whole pool (test_fairness checks
      * the default shares). */
-    const char *args[] = {"--exec-slots", "2", "--exec-queue", "0",
-                          "--policy.standard.tenant-running", "100%",
+    const char *args[] = {"--exec-slots",
+                          "2",
+                          "--exec-queue",
+                          "0",
+                          "--policy.standard.tenant-running",
+                          "100%",
                           NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
@@ -307,8 +318,9 @@ static void *exec_thread(void *arg)
  * 503 without running, and the service exits 0. */
 static void queued_execution_at_shutdown(void)
 {
-    const char *args[] = {"--exec-slots", "1", "--exec-queue", "1",
-                          "--shutdown-timeout", "1s", NULL};
+    const char *args[] = {
+        "--exec-slots", "1", "--exec-queue", "1", "--shutdown-timeout",
+        "1s",           NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
@@ -354,8 +366,10 @@ static void policies_per_key(void)
     char *strict_key = itest_json_dup(created, "key");
     json_decref(created);
 
-    struct itest_req rq = {.method = "POST", .path = "/v1/executions",
-                           .key = strict_key, .user_id = "u1",
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/executions",
+                           .key = strict_key,
+                           .user_id = "u1",
                            .content_type = "application/json",
                            .body = "{\"code\": \"print(1)\"}",
                            .timeout_ms = 60000};
@@ -378,8 +392,8 @@ static void policies_per_key(void)
     itest_resp_release(&r);
 
     /* The admin key is "standard"; asking for strict tightens it. */
-    run_code(s, "u1", json_pack("{s:s, s:s}", "code", "print(1)", "policy",
-                                "strict"),
+    run_code(s, "u1",
+             json_pack("{s:s, s:s}", "code", "print(1)", "policy", "strict"),
              &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_json_str(r.json, "resources.policy"), "strict");
@@ -396,19 +410,18 @@ static void policies_per_key(void)
  * refused rather than run under another policy. */
 static void operator_policies(void)
 {
-    struct itest_opts o = {
-        .config = "policy.tiny.timeout = 2s\n"
-                  "policy.tiny.max-timeout = 3s\n"
-                  "policy.tiny.output-limit = 2K\n"
-                  "policy.tiny.memory = 96M\n"};
+    struct itest_opts o = {.config = "policy.tiny.timeout = 2s\n"
+                                     "policy.tiny.max-timeout = 3s\n"
+                                     "policy.tiny.output-limit = 2K\n"
+                                     "policy.tiny.memory = 96M\n"};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
     char *out = NULL;
     REQUIRE(s);
     char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
-    int code = itest_cli(s, &out, "keys", "create", "--config", conf,
-                         "--data-dir", s->data_dir, "--tenant", "bot",
-                         "--policy", "tiny", NULL);
+    int code =
+        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
+                  s->data_dir, "--tenant", "bot", "--policy", "tiny", NULL);
     free(conf);
     CHECK_INT(code, 0);
     json_error_t jerr;
@@ -419,8 +432,10 @@ static void operator_policies(void)
     json_decref(created);
 
     /* 5,000 bytes printed, 2 KiB kept; a 100 s request capped at 3 s. */
-    struct itest_req rq = {.method = "POST", .path = "/v1/executions",
-                           .key = key, .user_id = "u1",
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/executions",
+                           .key = key,
+                           .user_id = "u1",
                            .content_type = "application/json",
                            .body = "{\"code\": \"print('x' * 5000)\\n"
                                    "import time\\ntime.sleep(60)\", "
@@ -458,7 +473,7 @@ static void operator_policies(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(prints_and_exits), T(policies_per_key), T(operator_policies), T(exception_has_user_line),
-          T(files_in_and_out), T(timeout_is_enforced), T(isolation_basics),
-          T(bad_requests), T(executions_do_not_block),
-          T(queued_execution_at_shutdown))
+TEST_MAIN(T(prints_and_exits), T(policies_per_key), T(operator_policies),
+          T(exception_has_user_line), T(files_in_and_out),
+          T(timeout_is_enforced), T(isolation_basics), T(bad_requests),
+          T(executions_do_not_block), T(queued_execution_at_shutdown))

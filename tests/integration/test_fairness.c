@@ -64,8 +64,8 @@ static void check_429(const struct itest_resp *r, long lo, long hi,
            msg ? msg : "(none)", field);
 }
 
-static char *submit_async(struct itest_server *s, const char *key,
-                          json_t *body, struct itest_resp *r)
+static char *submit_async(struct itest_server *s, const char *key, json_t *body,
+                          struct itest_resp *r)
 {
     json_object_set_new(body, "async", json_true());
     itest_exec(s, key, "u1", body, 30000, r);
@@ -253,8 +253,9 @@ static bool release_runs(struct itest_server *s, const char *key,
  * options. */
 static void exec_slots_shared(void)
 {
-    const char *args[] = {"--exec-slots", "2", "--exec-queue", "2",
-                          "--ready-check-interval", "never", NULL};
+    const char *args[] = {
+        "--exec-slots", "2", "--exec-queue", "2", "--ready-check-interval",
+        "never",        NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct tenants t;
@@ -271,8 +272,7 @@ static void exec_slots_shared(void)
     free(submit_async(s, t.a, gated_run(), &r));
     check_429(&r, 1, 1, "tenant-running");
     itest_resp_release(&r);
-    itest_exec(s, t.a, "u2", json_pack("{s:s}", "code", "print(1)"), 15000,
-               &r);
+    itest_exec(s, t.a, "u2", json_pack("{s:s}", "code", "print(1)"), 15000, &r);
     check_429(&r, 1, 1, "tenant-queued");
     itest_resp_release(&r);
     /* ...while B runs at once on the slot A may not take (15 s: without
@@ -299,8 +299,7 @@ static void exec_slots_shared(void)
 static void async_results_shared(void)
 {
     const char *args[] = {"--result-ttl", "1h",
-                          "--policy.standard.tenant-async-results", "2",
-                          NULL};
+                          "--policy.standard.tenant-async-results", "2", NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct tenants t;
@@ -308,8 +307,8 @@ static void async_results_shared(void)
     REQUIRE(s);
     REQUIRE(tenants_make(s, &t));
     for (int i = 0; i < 2; i++) {
-        char *id = submit_async(s, t.a, json_pack("{s:s}", "code", "print(1)"),
-                                &r);
+        char *id =
+            submit_async(s, t.a, json_pack("{s:s}", "code", "print(1)"), &r);
         CHECK_STATUS(&r, 202);
         itest_resp_release(&r);
         CHECK(id && wait_done(s, t.a, id));
@@ -319,8 +318,7 @@ static void async_results_shared(void)
     free(submit_async(s, t.a, json_pack("{s:s}", "code", "print(1)"), &r));
     check_429(&r, 3000, 3600, "tenant-async-results");
     itest_resp_release(&r);
-    char *id = submit_async(s, t.b, json_pack("{s:s}", "code", "print(2)"),
-                            &r);
+    char *id = submit_async(s, t.b, json_pack("{s:s}", "code", "print(2)"), &r);
     CHECK_STATUS(&r, 202);
     itest_resp_release(&r);
     CHECK(id && wait_done(s, t.b, id));
@@ -333,9 +331,13 @@ static void async_results_shared(void)
 
 static void callbacks_shared(void)
 {
-    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
-                          "--callback-retry-delay", "1s",
-                          "--policy.standard.tenant-callbacks", "6", NULL};
+    const char *args[] = {"--fetch-allow",
+                          "127.0.0.1/32",
+                          "--callback-retry-delay",
+                          "1s",
+                          "--policy.standard.tenant-callbacks",
+                          "6",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct tenants t;
@@ -351,24 +353,22 @@ static void callbacks_shared(void)
     char *slow = itest_fmt("http://127.0.0.1:%d/a", hang_port);
     char *fast = itest_fmt("http://127.0.0.1:%d/b", ok.port);
     for (int i = 0; i < 6; i++) {
-        free(submit_async(s, t.a,
-                          json_pack("{s:s, s:s}", "code", "print(1)",
-                                    "callback_url", slow),
-                          &r));
+        free(submit_async(
+            s, t.a,
+            json_pack("{s:s, s:s}", "code", "print(1)", "callback_url", slow),
+            &r));
         CHECK_STATUS(&r, 202);
         itest_resp_release(&r);
     }
-    free(submit_async(s, t.a,
-                      json_pack("{s:s, s:s}", "code", "print(1)",
-                                "callback_url", slow),
-                      &r));
+    free(submit_async(
+        s, t.a,
+        json_pack("{s:s, s:s}", "code", "print(1)", "callback_url", slow), &r));
     check_429(&r, 1, 60, "tenant-callbacks");
     itest_resp_release(&r);
     double t0 = itest_now();
-    char *id = submit_async(s, t.b,
-                            json_pack("{s:s, s:s}", "code", "print(2)",
-                                      "callback_url", fast),
-                            &r);
+    char *id = submit_async(
+        s, t.b,
+        json_pack("{s:s, s:s}", "code", "print(2)", "callback_url", fast), &r);
     CHECK_STATUS(&r, 202);
     itest_resp_release(&r);
     /* Bounded poll: B's callback arrives while A's hang (an attempt
@@ -401,10 +401,14 @@ static long ingest(struct itest_server *s, const char *key, const char *url,
 {
     struct itest_resp r;
     char *body = itest_fmt("{\"url\": \"%s\", \"filename\": \"x.txt\"}", url);
-    struct itest_req rq = {.method = "POST", .path = "/v1/files",
-                           .key = key, .user_id = "u1",
-                           .content_type = "application/json", .body = body,
-                           .body_len = strlen(body), .timeout_ms = timeout_ms};
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/files",
+                           .key = key,
+                           .user_id = "u1",
+                           .content_type = "application/json",
+                           .body = body,
+                           .body_len = strlen(body),
+                           .timeout_ms = timeout_ms};
     long st = itest_do(s, &rq, &r);
     if (st == 429)
         check_429(&r, 1, 1, "tenant-fetches");
@@ -422,9 +426,13 @@ static void *ingest_main(void *arg)
 
 static void fetches_shared(void)
 {
-    const char *args[] = {"--fetch-allow", "127.0.0.1/32",
-                          "--fetch-timeout", "60s",
-                          "--policy.standard.tenant-fetches", "2", NULL};
+    const char *args[] = {"--fetch-allow",
+                          "127.0.0.1/32",
+                          "--fetch-timeout",
+                          "60s",
+                          "--policy.standard.tenant-fetches",
+                          "2",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct tenants t;
@@ -440,8 +448,7 @@ static void fetches_shared(void)
     char *fast = itest_fmt("http://127.0.0.1:%d/b.txt", ok.port);
     for (int i = 0; i < 2; i++) {
         in[i] = (struct ingest){.s = s, .key = t.a, .url = slow};
-        REQUIRE(pthread_create(&in[i].thread, NULL, ingest_main, &in[i]) ==
-                0);
+        REQUIRE(pthread_create(&in[i].thread, NULL, ingest_main, &in[i]) == 0);
     }
     CHECK(itest_wait_status_int(s, "url_fetches.running", 2, 30000));
     /* A's third fetch is refused at once, B's is served meanwhile. */
@@ -555,8 +562,9 @@ static void trickled_head(void)
     CHECKF(closed && took >= 2.5 && took < 10,
            "a trickled head: closed %d after %.1f s", closed, took);
     close(fd);
-    CHECK(itest_wait_log_line(s, 5000, "closed 1 connection(s) whose request "
-                                       "head did not arrive within 3 s",
+    CHECK(itest_wait_log_line(s, 5000,
+                              "closed 1 connection(s) whose request "
+                              "head did not arrive within 3 s",
                               NULL));
     itest_stop(s);
 }
@@ -600,6 +608,6 @@ static void idle_keep_alive_closed_quietly(void)
     itest_stop(s);
 }
 
-TEST_MAIN(T(exec_slots_shared), T(async_results_shared),
-          T(callbacks_shared), T(fetches_shared), T(half_open_flood),
-          T(trickled_head), T(idle_keep_alive_closed_quietly))
+TEST_MAIN(T(exec_slots_shared), T(async_results_shared), T(callbacks_shared),
+          T(fetches_shared), T(half_open_flood), T(trickled_head),
+          T(idle_keep_alive_closed_quietly))

@@ -55,8 +55,8 @@ static int64_t ttl_of(const json_t *f)
 static long list(struct itest_server *s, const char *key, const char *user,
                  const char *query, struct itest_resp *r)
 {
-    char *path = query ? itest_fmt("/v1/files?%s", query)
-                       : itest_fmt("/v1/files");
+    char *path =
+        query ? itest_fmt("/v1/files?%s", query) : itest_fmt("/v1/files");
     long st = itest_request(s, "GET", path, key, user, NULL, NULL, 0, NULL, r);
     free(path);
     return st;
@@ -127,8 +127,9 @@ static void check_content(struct itest_server *s, const char *key,
         dec[n] = 0;
         CHECKF(clean, "filename* in \"%s\" has characters outside attr-char",
                cd);
-        CHECKF(!strcmp(dec, name), "filename* in \"%s\" decodes to \"%s\", "
-                                   "want \"%s\"",
+        CHECKF(!strcmp(dec, name),
+               "filename* in \"%s\" decodes to \"%s\", "
+               "want \"%s\"",
                cd, dec, name);
     }
     for (const char *p = cd; p && *p; p++)
@@ -169,8 +170,9 @@ static void upload_raw(void)
     CHECK_STATUS(&r, 201);
     CHECK_FILE(r.json, "notes.txt", text, len);
     CHECK_STR(itest_json_str(r.json, "file_type"), "text");
-    CHECKF(ttl_of(r.json) == DEFAULT_TTL, "expires_at - created_at = %lld, "
-                                          "want 48 h",
+    CHECKF(ttl_of(r.json) == DEFAULT_TTL,
+           "expires_at - created_at = %lld, "
+           "want 48 h",
            (long long)ttl_of(r.json));
     json_t *up = json_incref(r.json);
     itest_resp_release(&r);
@@ -178,8 +180,9 @@ static void upload_raw(void)
     /* GET answers the same object. */
     get_file(s, key, "u1", itest_json_str(up, "file_id"), "", "GET", &r);
     CHECK_STATUS(&r, 200);
-    CHECKF(json_equal(r.json, up), "GET %s differs from the upload answer: "
-                                   "%s",
+    CHECKF(json_equal(r.json, up),
+           "GET %s differs from the upload answer: "
+           "%s",
            itest_json_str(up, "file_id"), r.body);
     itest_resp_release(&r);
     check_content(s, key, "u1", up, text, len);
@@ -215,10 +218,10 @@ static void upload_multipart(void)
 
     /* A `filename` part overrides the file part's name, before or after. */
     for (int order = 0; order < 2; order++) {
-        struct itest_part file = {"file", "ignored.bin", "text/csv", csv,
-                                  strlen(csv), NULL};
-        struct itest_part name = {"filename", NULL, NULL, "renamed.csv", 11,
-                                  NULL};
+        struct itest_part file = {"file", "ignored.bin", "text/csv",
+                                  csv,    strlen(csv),   NULL};
+        struct itest_part name = {"filename",    NULL, NULL,
+                                  "renamed.csv", 11,   NULL};
         struct itest_part parts[2];
         parts[0] = order ? name : file;
         parts[1] = order ? file : name;
@@ -256,7 +259,11 @@ static void file_types(void)
     REQUIRE(s && key);
     size_t elf_len = 0;
     char *elf = itest_read_file("/bin/true", &elf_len);
-    REQUIRE(elf && elf_len > 4 && !memcmp(elf, "\x7f" "ELF", 4));
+    REQUIRE(elf && elf_len > 4 &&
+            !memcmp(elf,
+                    "\x7f"
+                    "ELF",
+                    4));
     static const char json[] = "{\"name\": \"x\", \"values\": [1, 2, 3]}\n";
     static const char text[] = "Dear team,\nthe numbers look fine.\n";
     struct {
@@ -311,8 +318,9 @@ static void special_names_download(void)
     struct itest_server *s = start_keyed(NULL, &key);
     REQUIRE(s && key);
     const char *names[] = {"report 2024.csv", "na\"me;x=1.txt",
-                           ("gr\xc3\xbc\xc3\x9f" "e.txt"), "100%.txt",
-                           "comma,semi;quote'.txt"};
+                           ("gr\xc3\xbc\xc3\x9f"
+                            "e.txt"),
+                           "100%.txt", "comma,semi;quote'.txt"};
     for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++) {
         struct itest_resp r;
         itest_upload_raw(s, key, "u1", names[i], "text/plain", "x\n", 2, NULL,
@@ -374,13 +382,13 @@ static void delete_file(void)
            "the deleted file's bytes stay on disk");
 
     /* Identical bytes twice are two files; deleting one keeps the other. */
-    itest_upload_raw(s, key, "u1", "twin1.txt", "text/plain", "twin\n", 5,
-                     NULL, &r);
+    itest_upload_raw(s, key, "u1", "twin1.txt", "text/plain", "twin\n", 5, NULL,
+                     &r);
     CHECK_STATUS(&r, 201);
     char *t1 = itest_json_dup(r.json, "file_id");
     itest_resp_release(&r);
-    itest_upload_raw(s, key, "u1", "twin2.txt", "text/plain", "twin\n", 5,
-                     NULL, &r);
+    itest_upload_raw(s, key, "u1", "twin2.txt", "text/plain", "twin\n", 5, NULL,
+                     &r);
     CHECK_STATUS(&r, 201);
     char *t2 = itest_json_dup(r.json, "file_id");
     itest_resp_release(&r);
@@ -406,9 +414,12 @@ static void unknown_ids(void)
     char *key;
     struct itest_server *s = start_keyed(NULL, &key);
     REQUIRE(s && key);
-    const char *ids[] = {"file_aaaaaaaaaaaaaaaaaaaaaaaaaa", "nope",
-                         "file_AAAAAAAAAAAAAAAAAAAAAAAAAA", "file_",
-                         "key_aaaaaaaaaaaaaaaaaaaaaaaaaa", "..%2F..%2Fmeta.db",
+    const char *ids[] = {"file_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                         "nope",
+                         "file_AAAAAAAAAAAAAAAAAAAAAAAAAA",
+                         "file_",
+                         "key_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                         "..%2F..%2Fmeta.db",
                          "%2E%2E",
                          "file_aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"};
     for (size_t i = 0; i < sizeof(ids) / sizeof(ids[0]); i++) {
@@ -464,8 +475,8 @@ static size_t page_all(struct itest_server *s, const char *key, int limit,
         CHECK_STATUS(&r, 200);
         json_t *files = itest_json_get(r.json, "files");
         const json_t *next = itest_json_get(r.json, "next_cursor");
-        CHECKF(json_is_array(files) && (json_is_null(next) ||
-                                        json_is_string(next)),
+        CHECKF(json_is_array(files) &&
+                   (json_is_null(next) || json_is_string(next)),
                "list page: %s", r.body);
         CHECKF(json_array_size(files) <= (size_t)limit,
                "page of %zu files with limit=%d", json_array_size(files),
@@ -535,9 +546,8 @@ static void list_and_paging(void)
     itest_resp_release(&r);
     list(s, key, "u1", "limit=1", &r);
     CHECK_STATUS(&r, 200);
-    const char *first =
-        itest_json_str(json_array_get(itest_json_get(r.json, "files"), 0),
-                       "created_at");
+    const char *first = itest_json_str(
+        json_array_get(itest_json_get(r.json, "files"), 0), "created_at");
     CHECKF(first && !strcmp(first, newest),
            "first listed was created %s, the newest file %s",
            first ? first : "(none)", newest);
@@ -553,7 +563,7 @@ static void list_and_paging(void)
            "default page has %zu files (want 50) and next_cursor %s",
            json_array_size(itest_json_get(r.json, "files")),
            json_is_string(itest_json_get(r.json, "next_cursor")) ? "set"
-                                                                  : "unset");
+                                                                 : "unset");
     itest_resp_release(&r);
     CHECK_INT(page_all(s, key, 1000, ids, 55), 1);
     CHECK_INT(page_all(s, key, 50, ids, 55), 2);
@@ -646,11 +656,12 @@ static void list_bad_params(void)
     char *key;
     struct itest_server *s = start_keyed(NULL, &key);
     REQUIRE(s && key);
-    const char *bad[] = {"limit=0",        "limit=1001",   "limit=-1",
-                         "limit=abc",      "limit=10x",    "limit=",
+    const char *bad[] = {"limit=0",        "limit=1001",
+                         "limit=-1",       "limit=abc",
+                         "limit=10x",      "limit=",
                          "limit=1e3",      "limit=99999999999999999999",
-                         "cursor=garbage", "cursor=%01%02", "cursor=%00%01",
-                         "limit=5&cursor=xyz"};
+                         "cursor=garbage", "cursor=%01%02",
+                         "cursor=%00%01",  "limit=5&cursor=xyz"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
         struct itest_resp r;
         list(s, key, "u1", bad[i], &r);
@@ -677,10 +688,18 @@ static void ttl_hours(void)
         const char *ttl;
         int64_t want; /* seconds, 0: 400 invalid_request */
     } cases[] = {
-        {"1", HOUR},          {"24", 24 * HOUR}, {"48", DEFAULT_TTL},
-        {"1000", DEFAULT_TTL}, {"0", 0},          {"-1", 0},
-        {"abc", 0},           {"", 0},           {"1h", 0},
-        {"1.5", 5400},        {"nan", 0},        {"-0.5", 0},
+        {"1", HOUR},
+        {"24", 24 * HOUR},
+        {"48", DEFAULT_TTL},
+        {"1000", DEFAULT_TTL},
+        {"0", 0},
+        {"-1", 0},
+        {"abc", 0},
+        {"", 0},
+        {"1h", 0},
+        {"1.5", 5400},
+        {"nan", 0},
+        {"-0.5", 0},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
         for (int form = 0; form < 2; form++) {
@@ -757,8 +776,8 @@ static void ttl_never(void)
 
 static void expiry(void)
 {
-    static const char *const args[] = {"--file-ttl", "2s", "--quota-files",
-                                       "1", NULL};
+    static const char *const args[] = {"--file-ttl", "2s", "--quota-files", "1",
+                                       NULL};
     char *key;
     struct itest_server *s = start_keyed(args, &key);
     REQUIRE(s && key);
@@ -1001,9 +1020,8 @@ static void config_precedence(void)
         itest_upload_raw(s, s->admin_key, "u1", "c.txt", "text/plain", "c", 1,
                          NULL, &r);
         CHECK_STATUS(&r, 201);
-        CHECKF(ttl_of(r.json) == cases[i].ttl,
-               "case %zu: ttl %lld, want %lld", i, (long long)ttl_of(r.json),
-               (long long)cases[i].ttl);
+        CHECKF(ttl_of(r.json) == cases[i].ttl, "case %zu: ttl %lld, want %lld",
+               i, (long long)ttl_of(r.json), (long long)cases[i].ttl);
         itest_resp_release(&r);
         if (cases[i].o.config) {
             /* The file's max-file-size = 1K applies too. */
@@ -1044,6 +1062,5 @@ static void config_precedence(void)
 TEST_MAIN(T(upload_raw), T(upload_multipart), T(file_types),
           T(special_names_download), T(delete_file), T(unknown_ids),
           T(list_and_paging), T(paging_while_changing), T(list_bad_params),
-          T(ttl_hours), T(ttl_never),
-          T(expiry), T(size_limit), T(quota_files), T(quota_bytes),
-          T(config_precedence))
+          T(ttl_hours), T(ttl_never), T(expiry), T(size_limit), T(quota_files),
+          T(quota_bytes), T(config_precedence))

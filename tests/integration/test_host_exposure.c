@@ -55,8 +55,9 @@ static int walk_modes(const char *path, int depth)
      * checks it; what it names is walked (or not in the data dir). */
     if (!S_ISLNK(st.st_mode) &&
         ((st.st_mode & 077) != 0 || st.st_uid != geteuid())) {
-        fprintf(stderr, "walk: %s: mode %04o owner %u (want 0 for group "
-                        "and other, owner %u)\n",
+        fprintf(stderr,
+                "walk: %s: mode %04o owner %u (want 0 for group "
+                "and other, owner %u)\n",
                 path, (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid,
                 (unsigned)geteuid());
         bad++;
@@ -86,8 +87,8 @@ static json_t *wait_done(struct itest_server *s, const char *id)
     double deadline = itest_now() + 60;
     while (!result && itest_now() < deadline) {
         struct itest_resp r;
-        itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0,
-                      NULL, &r);
+        itest_request(s, "GET", path, s->admin_key, "u1", NULL, NULL, 0, NULL,
+                      &r);
         const char *st = itest_json_str(r.json, "status");
         if (r.status == 200 && st && !strcmp(st, "done"))
             result = json_incref(itest_json_get(r.json, "result"));
@@ -106,8 +107,8 @@ static json_t *wait_done(struct itest_server *s, const char *id)
 static char *upload(struct itest_server *s, const char *name)
 {
     struct itest_resp r;
-    itest_upload_raw(s, s->admin_key, "u1", name, "text/plain", "in put",
-                     6, NULL, &r);
+    itest_upload_raw(s, s->admin_key, "u1", name, "text/plain", "in put", 6,
+                     NULL, &r);
     CHECK_STATUS(&r, 201);
     char *id = itest_json_dup(r.json, "file_id");
     itest_resp_release(&r);
@@ -122,8 +123,8 @@ static json_t *run(struct itest_server *s, const char *code,
     struct itest_resp r;
     json_t *res = NULL;
     itest_exec(s, s->admin_key, "u1",
-               json_pack("{s:s, s:[s], s:b}", "code", code, "files",
-                         file_id, "async", async),
+               json_pack("{s:s, s:[s], s:b}", "code", code, "files", file_id,
+                         "async", async),
                0, &r);
     CHECK_STATUS(&r, async ? 202 : 200);
     if (!async && r.status == 200)
@@ -155,8 +156,10 @@ static void data_dir_is_the_services_alone(void)
                "generated_files of run %d", async);
         json_decref(res);
     }
-    CHECKF(walk_modes(s->data_dir, 0) == 0, "the data dir %s is not the "
-           "service's alone (see above)", s->data_dir);
+    CHECKF(walk_modes(s->data_dir, 0) == 0,
+           "the data dir %s is not the "
+           "service's alone (see above)",
+           s->data_dir);
     /* The venv dir, beside it, is the service's too (its generations are
      * the sandbox's; they are handed to runs as open trees). */
     char *venv = itest_fmt("%s-venv", s->data_dir);
@@ -183,10 +186,10 @@ static const char *leak(const char *text, const char *const *needles)
     return NULL;
 }
 
-#define MOUNTS_CODE                                                      \
-    "import sys\n"                                                      \
-    "for f in ('mountinfo', 'mounts', 'mountstats'):\n"                  \
-    "    print(open('/proc/self/' + f).read())\n"                        \
+#define MOUNTS_CODE                                                            \
+    "import sys\n"                                                             \
+    "for f in ('mountinfo', 'mounts', 'mountstats'):\n"                        \
+    "    print(open('/proc/self/' + f).read())\n"                              \
     "import os; print(os.getcwd(), sys.executable, sys.path)\n"
 
 /* A sync and an async run of code (reading file_id): stdout has want and
@@ -206,9 +209,13 @@ static void runs_see_no_host_path(struct itest_server *s, const char *code,
                out ? out : "(none)");
         CHECKF(out && strstr(out, want), "want %s in stdout: %s", want,
                out ? out : "(none)");
-        const char *needles[] = {s->data_dir, venv, s->tmp_dir,
-                                 ITEST_SOURCE_DIR, exec_id ? exec_id : "",
-                                 other ? other : "", NULL};
+        const char *needles[] = {s->data_dir,
+                                 venv,
+                                 s->tmp_dir,
+                                 ITEST_SOURCE_DIR,
+                                 exec_id ? exec_id : "",
+                                 other ? other : "",
+                                 NULL};
         const char *found = out ? leak(out, needles) : NULL;
         CHECKF(!found, "run %d sees %s:\n%s", async, found, out);
         json_decref(res);
@@ -289,8 +296,7 @@ static bool venv_env_setup(struct venv_env *v)
 {
     const char *base = getenv("TMPDIR");
     memset(v, 0, sizeof *v);
-    v->work = itest_fmt("%s/ipd-hostexp-XXXXXX", base && *base ? base
-                                                                : "/tmp");
+    v->work = itest_fmt("%s/ipd-hostexp-XXXXXX", base && *base ? base : "/tmp");
     if (!mkdtemp(v->work)) {
         CHECKF(false, "mkdtemp %s: %s", v->work, strerror(errno));
         free(v->work);
@@ -302,10 +308,10 @@ static bool venv_env_setup(struct venv_env *v)
     v->empty = itest_fmt("%s/empty.txt", v->work);
     /* (--fetch-allow: pip's runs may reach 127.0.0.1 once they get a
      * network namespace of their own; offline here anyway) */
-    const char *args[] = {"--allowlist",      v->allow,  "--allowed-deps",
-                          v->empty,           "--import-names", v->empty,
-                          "--pip-find-links", v->wheels, "--pip-no-index",
-                          "1",                "--fetch-allow", "127.0.0.1/32"};
+    const char *args[] = {
+        "--allowlist",    v->allow, "--allowed-deps",   v->empty,
+        "--import-names", v->empty, "--pip-find-links", v->wheels,
+        "--pip-no-index", "1",      "--fetch-allow",    "127.0.0.1/32"};
     for (v->n = 0; v->n < sizeof args / sizeof args[0]; v->n++)
         v->args[v->n] = args[v->n];
     v->o.args = v->args;
@@ -339,7 +345,7 @@ static bool install_alpha(struct itest_server *s)
     return ok;
 }
 
-#define ALPHA_CODE                                                       \
+#define ALPHA_CODE                                                             \
     "import ipdtest_alpha; print(ipdtest_alpha.hello())\n" MOUNTS_CODE
 
 #define COPIED "copied into a private tmpfs for runs"
@@ -360,8 +366,7 @@ static void venv_run_sees_no_host_path(void)
     int copies = log_count(s, COPIED);
     CHECKF(copies >= 1, "%d copies logged at the install", copies);
     CHECK(itest_restart(s, &v.o));
-    CHECKF(log_count(s, COPIED) == copies + 1,
-           "no copy logged at the restart");
+    CHECKF(log_count(s, COPIED) == copies + 1, "no copy logged at the restart");
     runs_see_no_host_path(s, ALPHA_CODE, id, "alpha 2.0", v.work);
     free(id);
     itest_stop(s);
@@ -380,10 +385,10 @@ static char *runs_see_host_path(struct itest_server *s, const char *file_id)
         json_t *res = run(s, ALPHA_CODE, file_id, async);
         const char *out = json_string_value(json_object_get(res, "stdout"));
         const char *at = out ? strstr(out, "/data-venv/gen-") : NULL;
-        CHECKF(out && strstr(out, "alpha 2.0"), "run %d: stdout: %s",
-               async, out ? out : "(none)");
-        CHECKF(at, "run %d does not see the generation's host path:\n%s",
-               async, out ? out : "(none)");
+        CHECKF(out && strstr(out, "alpha 2.0"), "run %d: stdout: %s", async,
+               out ? out : "(none)");
+        CHECKF(at, "run %d does not see the generation's host path:\n%s", async,
+               out ? out : "(none)");
         if (at && !gen)
             gen = itest_fmt("%.*s", (int)strcspn(at + 11, " \n"), at + 11);
         json_decref(res);
@@ -434,7 +439,8 @@ static void venv_stage_max_zero(void)
     struct itest_server *s = itest_start(&v.o);
     REQUIRE(s);
     CHECKF(log_count(s, "venv-stage-max is 0: runs on a generation see its "
-                        "host path") == 1, "no start-up warning");
+                        "host path") == 1,
+           "no start-up warning");
     install_alpha(s);
     char *id = upload(s, "in.txt");
     free(runs_see_host_path(s, id));

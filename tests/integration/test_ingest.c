@@ -20,9 +20,9 @@
 
 struct origin {
     int fd, port;
-    const char *addr;          /* "127.0.0.1" or "127.0.0.2" */
-    int other_port;            /* the 127.0.0.2 server, for /away */
-    int release[2];            /* closed at the end: stalled handlers go */
+    const char *addr; /* "127.0.0.1" or "127.0.0.2" */
+    int other_port;   /* the 127.0.0.2 server, for /away */
+    int release[2];   /* closed at the end: stalled handlers go */
     pthread_t thread;
     atomic_int connections;
     bool stop;
@@ -231,8 +231,9 @@ static void fetch_and_name(void)
 
     /* ttl_hours shortens the lifetime like an upload's. */
     url = itest_fmt("http://127.0.0.1:%d/r/0", o.port);
-    ingest(s, json_pack("{s:s, s:s, s:i}", "url", url, "filename", "t.txt",
-                        "ttl_hours", 1),
+    ingest(s,
+           json_pack("{s:s, s:s, s:i}", "url", url, "filename", "t.txt",
+                     "ttl_hours", 1),
            &r);
     CHECK_STATUS(&r, 201);
     int64_t c = itest_parse_time(itest_json_str(r.json, "created_at"));
@@ -340,8 +341,13 @@ static void limits_and_broken_servers(void)
 {
     struct origin o;
     REQUIRE(origin_start(&o, "127.0.0.1"));
-    const char *args[] = {"--fetch-allow", "127.0.0.1/32", "--fetch-timeout",
-                          "1s", "--max-file-size", "4K", NULL};
+    const char *args[] = {"--fetch-allow",
+                          "127.0.0.1/32",
+                          "--fetch-timeout",
+                          "1s",
+                          "--max-file-size",
+                          "4K",
+                          NULL};
     struct itest_opts opts = {.args = args};
     struct itest_server *s = itest_start(&opts);
     struct itest_resp r;

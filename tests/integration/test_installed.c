@@ -49,8 +49,7 @@ static void install_prefix(void)
     REQUIRE(mkdtemp(tmpl));
     REQUIRE(chmod(tmpl, 0755) == 0); /* the sandbox's uids read share/ */
     prefix = strdup(tmpl);
-    const char *argv[] = {cmake, "--install", build, "--prefix", prefix,
-                          NULL};
+    const char *argv[] = {cmake, "--install", build, "--prefix", prefix, NULL};
     /* A DESTDIR in the environment would put the tree elsewhere. */
     static const char *const unset[] = {"DESTDIR", NULL};
     CHECK_INT(itest_run(argv, unset, 120000), 0);
@@ -60,9 +59,8 @@ static void install_prefix(void)
     free(bin);
     char *share = itest_fmt("%s/share/interpd", prefix);
     static const char *const files[] = {
-        "prelude.py",    "prelude_lib.py", "zygote.py",
-        "venv_check.py", "allowlist.txt",  "allowed-deps.txt",
-        "import-names.txt"};
+        "prelude.py",    "prelude_lib.py",   "zygote.py",       "venv_check.py",
+        "allowlist.txt", "allowed-deps.txt", "import-names.txt"};
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++)
         CHECKF(is_file(share, files[i]), "%s/%s is not installed", share,
                files[i]);
@@ -74,13 +72,13 @@ static void check_config_line(struct itest_server *s, const char *opt,
                               const char *file)
 {
     char *log = itest_read_log(s);
-    char *want = itest_fmt("config %s = %s/share/interpd%s%s (default)\n",
-                           opt, prefix, file ? "/" : "", file ? file : "");
+    char *want = itest_fmt("config %s = %s/share/interpd%s%s (default)\n", opt,
+                           prefix, file ? "/" : "", file ? file : "");
     const char *said = log ? strstr(log, "config prelude-dir") : NULL;
     CHECKF(log && strstr(log, want),
-           "no line \"%.*s\" in the log; it says: %.*s",
-           (int)strlen(want) - 1, want,
-           said ? (int)strcspn(said, "\n") : 9, said ? said : "(nothing)");
+           "no line \"%.*s\" in the log; it says: %.*s", (int)strlen(want) - 1,
+           want, said ? (int)strcspn(said, "\n") : 9,
+           said ? said : "(nothing)");
     free(want);
     free(log);
 }
@@ -119,8 +117,8 @@ static void installed_serves_warm(void)
     if (sid) {
         call(s, "inst_sess", sid, "x = 41\n", &r);
         CHECK_STATUS(&r, 200);
-        CHECKF(json_is_true(itest_json_get(r.json, "success")), "first call: %s",
-               r.body);
+        CHECKF(json_is_true(itest_json_get(r.json, "success")),
+               "first call: %s", r.body);
         itest_resp_release(&r);
         call(s, "inst_sess", sid, "print(x + 1)\n", &r);
         CHECK_STATUS(&r, 200);

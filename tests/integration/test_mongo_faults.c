@@ -46,7 +46,7 @@
 #include <time.h>
 
 #define NTHREADS 4
-#define MAX_UPLOADS 60      /* per thread; the default quota is 100 */
+#define MAX_UPLOADS 60       /* per thread; the default quota is 100 */
 #define REQ_TIMEOUT_MS 20000 /* a request that takes longer is a hang */
 #define OK_BEFORE_KILL (3 * NTHREADS)
 #define REFUSED_AFTER_KILL (2 * NTHREADS)
@@ -78,8 +78,7 @@ static void mongo_stop_at_exit(void)
 {
     if (!mongo_state)
         return;
-    fprintf(stderr, "stopping the private MongoDB server (%s)\n",
-            mongo_state);
+    fprintf(stderr, "stopping the private MongoDB server (%s)\n", mongo_state);
     mongo_script("stop");
     free(mongo_state);
     mongo_state = NULL;
@@ -153,8 +152,8 @@ struct cutproxy {
     pthread_t acceptor;
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    bool armed;    /* cut after the reply to the next lock insert */
-    bool cut;      /* refusing: new connections are closed at once */
+    bool armed; /* cut after the reply to the next lock insert */
+    bool cut;   /* refusing: new connections are closed at once */
     bool stop;
     int32_t watch; /* request id of the lock insert seen (0: none) */
     int ncuts;     /* how often it cut */
@@ -200,7 +199,7 @@ static int32_t le32(const unsigned char *b)
  * element: type 2 (string), "insert\0", length (4), "quota_locks\0". */
 static bool is_lock_insert(const unsigned char *m, size_t len)
 {
-    static const char key[] = "\x02insert"; /* and its NUL */
+    static const char key[] = "\x02insert";  /* and its NUL */
     static const char val[] = "quota_locks"; /* and its NUL */
     const unsigned char *e = m + 25;
     if (len < 25 + sizeof(key) + 4 + sizeof(val) || le32(m + 12) != 2013 ||
@@ -314,8 +313,8 @@ static void proxy_take(struct cutproxy *p, int client)
     bool refuse = p->cut || p->stop || slot < 0;
     pthread_mutex_unlock(&p->mu);
     int server = refuse ? -1 : socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (server < 0 || connect(server, (const struct sockaddr *)&p->up,
-                              sizeof(p->up))) {
+    if (server < 0 ||
+        connect(server, (const struct sockaddr *)&p->up, sizeof(p->up))) {
         if (server >= 0)
             close(server);
         close(client);
@@ -324,8 +323,8 @@ static void proxy_take(struct cutproxy *p, int client)
     struct conn *c = calloc(1, sizeof(*c));
     if (!c)
         abort();
-    *c = (struct conn){.p = p, .client = client, .server = server,
-                       .refs = 2, .slot = slot};
+    *c = (struct conn){
+        .p = p, .client = client, .server = server, .refs = 2, .slot = slot};
     pthread_mutex_lock(&p->mu);
     p->conns[slot] = c;
     p->nconns++;
@@ -426,14 +425,14 @@ struct upload {
     uint32_t seed;
     size_t len;
     char user[8];
-    char id[48];   /* set once a 201 came */
-    bool refused;  /* the first try got 503 */
+    char id[48];  /* set once a 201 came */
+    bool refused; /* the first try got 503 */
 };
 
 struct shared {
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    size_t ok_uploads;        /* 201s so far */
+    size_t ok_uploads;         /* 201s so far */
     size_t refused_after_kill; /* 503s since killed was set */
     bool killed;
     bool stop;
@@ -464,8 +463,7 @@ static void note_bad(struct worker *w, const struct itest_resp *r,
 }
 
 /* Classify one answer; true when it was a 503 (counted). */
-static bool outcome(struct worker *w, const struct itest_resp *r,
-                    long want_ok)
+static bool outcome(struct worker *w, const struct itest_resp *r, long want_ok)
 {
     if (r->status == want_ok && r->curl_rc == CURLE_OK)
         return false;
@@ -498,8 +496,8 @@ static bool outcome(struct worker *w, const struct itest_resp *r,
     return false;
 }
 
-static long upload(struct itest_server *s, const char *key,
-                   struct upload *u, struct itest_resp *r)
+static long upload(struct itest_server *s, const char *key, struct upload *u,
+                   struct itest_resp *r)
 {
     unsigned char *data = malloc(u->len);
     if (!data)
@@ -703,8 +701,8 @@ static void check_store(struct itest_server *s, const char *key,
                 if (id && !strcmp(id, u->id))
                     listed = true;
             }
-            CHECKF(listed, "acknowledged upload %s of %s is not listed",
-                   u->id, u->user);
+            CHECKF(listed, "acknowledged upload %s of %s is not listed", u->id,
+                   u->user);
             char *p = itest_fmt("/v1/files/%s/content", u->id);
             struct itest_resp c;
             itest_request(s, "GET", p, key, u->user, NULL, NULL, 0, NULL, &c);
@@ -769,8 +767,9 @@ static void run_outage(const char *uri)
             abort();
     }
 
-    CHECKF(wait_for(&sh, enough_ok, 60), "fewer than %d uploads succeeded "
-                                         "within 60 s with the database up",
+    CHECKF(wait_for(&sh, enough_ok, 60),
+           "fewer than %d uploads succeeded "
+           "within 60 s with the database up",
            OK_BEFORE_KILL);
     /* Mark first: a 503 from here on may be the kill's doing. */
     pthread_mutex_lock(&sh.mu);
@@ -792,8 +791,9 @@ static void run_outage(const char *uri)
     CHECK_STATUS(&r, 503);
     itest_resp_release(&r);
     int st;
-    CHECKF(!itest_wait_exit(s, 0, &st), "the server exited during the "
-                                        "outage (wait status 0x%x)",
+    CHECKF(!itest_wait_exit(s, 0, &st),
+           "the server exited during the "
+           "outage (wait status 0x%x)",
            (unsigned)st);
 
     pthread_mutex_lock(&sh.mu);
@@ -809,15 +809,15 @@ static void run_outage(const char *uri)
         n503 += w[t].n503;
         ncut += w[t].ncut;
         early += w[t].n503_before_kill;
-        CHECKF(w[t].nbad == 0, "thread %d: %zu requests answered neither "
-                               "201/200 nor 503 unavailable:\n%s",
+        CHECKF(w[t].nbad == 0,
+               "thread %d: %zu requests answered neither "
+               "201/200 nor 503 unavailable:\n%s",
                t, w[t].nbad, w[t].bad);
     }
     printf("     %zu uploads ok (%zu before the kill), %zu reads/lists ok, "
            "%zu refused with 503, %zu downloads cut off\n",
            n201, ok_at_kill, n200, n503, ncut);
-    CHECKF(early == 0, "%zu requests got 503 while the database was up",
-           early);
+    CHECKF(early == 0, "%zu requests got 503 while the database was up", early);
 
     /* The database comes back on the same port with the same data; the
      * server notices by itself.  No event says so: poll, bounded. */
@@ -862,18 +862,18 @@ static void database_outage(void)
 
 /* ---- fast failure: liveness, bounded 503s, the key cache ---- */
 
-#define MONGO_TIMEOUT_S 2   /* --mongo-timeout */
-#define KEY_CACHE_TTL_S 10  /* --key-cache-ttl */
-#define NSTUCK 6            /* uploads in flight while /healthz is asked */
-#define HEALTHZ_MAX_S 1.0   /* liveness answers well within this */
-#define REFUSE_MAX_S 5.0    /* --mongo-timeout 2s: a 503 within this */
+#define MONGO_TIMEOUT_S 2  /* --mongo-timeout */
+#define KEY_CACHE_TTL_S 10 /* --key-cache-ttl */
+#define NSTUCK 6           /* uploads in flight while /healthz is asked */
+#define HEALTHZ_MAX_S 1.0  /* liveness answers well within this */
+#define REFUSE_MAX_S 5.0   /* --mongo-timeout 2s: a 503 within this */
 
 struct timed {
     struct itest_server *s;
     const char *key;
     int idx;
-    long status;  /* OUT */
-    double secs;  /* OUT */
+    long status;    /* OUT */
+    double secs;    /* OUT */
     char body[256]; /* OUT */
 };
 
@@ -893,8 +893,8 @@ static void *timed_upload(void *arg)
 }
 
 /* GET path with key (and a user); the answer's time into *secs. */
-static long timed_get(struct itest_server *s, const char *path,
-                      const char *key, struct itest_resp *r, double *secs)
+static long timed_get(struct itest_server *s, const char *path, const char *key,
+                      struct itest_resp *r, double *secs)
 {
     struct itest_req rq = {0};
     rq.path = path;
@@ -939,26 +939,31 @@ static void outage_while_stuck(struct itest_server *s, const char *key)
         if (secs > worst)
             worst = secs;
     }
-    CHECKF(worst < HEALTHZ_MAX_S, "/healthz took %.3f s during the outage "
-                                  "(want < %.1f s)", worst, HEALTHZ_MAX_S);
+    CHECKF(worst < HEALTHZ_MAX_S,
+           "/healthz took %.3f s during the outage "
+           "(want < %.1f s)",
+           worst, HEALTHZ_MAX_S);
     double slowest = 0;
     for (int i = 0; i < NSTUCK; i++) {
         pthread_join(th[i], NULL);
         if (t[i].secs > slowest)
             slowest = t[i].secs;
-        CHECKF(t[i].status == 503, "upload %d during the outage: status "
-                                   "%ld: %s", i, t[i].status, t[i].body);
-        CHECKF(t[i].secs < REFUSE_MAX_S, "upload %d got its %ld after "
-                                         "%.2f s (want < %.1f s)",
+        CHECKF(t[i].status == 503,
+               "upload %d during the outage: status "
+               "%ld: %s",
+               i, t[i].status, t[i].body);
+        CHECKF(t[i].secs < REFUSE_MAX_S,
+               "upload %d got its %ld after "
+               "%.2f s (want < %.1f s)",
                i, t[i].status, t[i].secs, REFUSE_MAX_S);
     }
     printf("     during the outage: /healthz at most %.3f s, uploads "
-           "refused within %.3f s\n", worst, slowest);
+           "refused within %.3f s\n",
+           worst, slowest);
     double secs;
     timed_get(s, "/readyz", NULL, &r, &secs);
     CHECK_STATUS(&r, 503);
-    CHECKF(secs < HEALTHZ_MAX_S, "/readyz took %.3f s during the outage",
-           secs);
+    CHECKF(secs < HEALTHZ_MAX_S, "/readyz took %.3f s during the outage", secs);
     itest_resp_release(&r);
 }
 
@@ -968,8 +973,8 @@ static void run_fast_failure(const char *uri)
     snprintf(ttl, sizeof(ttl), "%ds", KEY_CACHE_TTL_S);
     char mto[16];
     snprintf(mto, sizeof(mto), "%ds", MONGO_TIMEOUT_S);
-    const char *args[] = {"--mongo-timeout", mto, "--key-cache-ttl", ttl,
-                          "--threads", "2", NULL};
+    const char *args[] = {
+        "--mongo-timeout", mto, "--key-cache-ttl", ttl, "--threads", "2", NULL};
     struct itest_opts o = {.mongo_uri = uri, .args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
@@ -1058,7 +1063,6 @@ static void fast_failure(void)
     free(uri);
 }
 
-
 /* ---- a quota lock left behind by an outage ---- */
 
 static void run_lock_left(const char *direct)
@@ -1066,7 +1070,8 @@ static void run_lock_left(const char *direct)
     struct cutproxy p;
     REQUIRE(proxy_start(&p, direct));
     char *uri = itest_fmt("mongodb://127.0.0.1:%d/interpd_lockcut?"
-                          "serverSelectionTimeoutMS=1000", p.port);
+                          "serverSelectionTimeoutMS=1000",
+                          p.port);
     const char *args[] = {"--threads", "2", NULL};
     struct itest_opts o = {.mongo_uri = uri, .args = args};
     struct itest_server *s = itest_start(&o);

@@ -10,7 +10,6 @@
 
 #include <sys/stat.h>
 
-
 static long get(struct itest_server *s, const char *key, const char *path,
                 struct itest_resp *r)
 {
@@ -86,8 +85,7 @@ static void shared_files(void)
     get(n.b, key, p, &r);
     CHECK_STATUS(&r, 200);
     CHECKF(json_equal(r.json, small_obj),
-           "node B's File object differs from the one A returned: %s",
-           r.body);
+           "node B's File object differs from the one A returned: %s", r.body);
     itest_resp_release(&r);
     free(p);
 
@@ -99,15 +97,14 @@ static void shared_files(void)
     itest_sha256_hex(r.body, r.len, got);
     itest_sha256_hex(big, big_len, exp);
     CHECKF(r.len == big_len && !strcmp(got, exp),
-           "node B served %zu bytes with sha256 %s, want %zu bytes, %s",
-           r.len, got, big_len, exp);
+           "node B served %zu bytes with sha256 %s, want %zu bytes, %s", r.len,
+           got, big_len, exp);
     itest_resp_release(&r);
     free(p);
     p = itest_fmt("/v1/files/%s/content", small_id);
     get(n.b, key, p, &r);
     CHECK_STATUS(&r, 200);
-    CHECKF(r.len == 7 && !memcmp(r.body, "from A\n", 7), "content: %s",
-           r.body);
+    CHECKF(r.len == 7 && !memcmp(r.body, "from A\n", 7), "content: %s", r.body);
     itest_resp_release(&r);
     free(p);
 
@@ -141,8 +138,7 @@ static void shared_files(void)
     p = itest_fmt("/v1/files/%s/content", b_id);
     get(n.a, key, p, &r);
     CHECK_STATUS(&r, 200);
-    CHECKF(r.len == 7 && !memcmp(r.body, "from B\n", 7), "content: %s",
-           r.body);
+    CHECKF(r.len == 7 && !memcmp(r.body, "from B\n", 7), "content: %s", r.body);
     itest_resp_release(&r);
     free(p);
 
@@ -181,8 +177,7 @@ static void shared_keys(void)
     char *b_key_path = itest_fmt("%s/admin.key", n.b->data_dir);
     struct stat st;
     CHECKF(stat(b_key_path, &st) != 0,
-           "node B wrote %s although the shared database has keys",
-           b_key_path);
+           "node B wrote %s although the shared database has keys", b_key_path);
     free(b_key_path);
 
     /* A key made with the CLI on the shared database, with --mongo-uri
@@ -210,8 +205,8 @@ static void shared_keys(void)
                          "adm\n", 4, NULL, &r);
         CHECK_STATUS(&r, 201);
         itest_resp_release(&r);
-        itest_request(n.a, "GET", "/v1/files", n.a->admin_key, "u9", NULL,
-                      NULL, 0, NULL, &r);
+        itest_request(n.a, "GET", "/v1/files", n.a->admin_key, "u9", NULL, NULL,
+                      0, NULL, &r);
         CHECK_STATUS(&r, 200);
         CHECK_INT(json_array_size(itest_json_get(r.json, "files")), 1);
         itest_resp_release(&r);
@@ -223,8 +218,8 @@ static void shared_keys(void)
                             "--data-dir", cli_dir, kid, NULL),
                   0);
         for (int i = 0; i < 2 && key; i++) {
-            itest_request(both[i], "GET", "/v1/files", key, "u1", NULL, NULL,
-                          0, NULL, &r);
+            itest_request(both[i], "GET", "/v1/files", key, "u1", NULL, NULL, 0,
+                          NULL, &r);
             CHECK_ERROR(&r, 401, "unauthorized");
             itest_resp_release(&r);
         }

@@ -16,7 +16,6 @@
 #define LIVE 4
 #define UPLOADERS 4
 
-
 /* ---- uploads from several threads, through both nodes ----------------- */
 
 struct uploader {
@@ -24,9 +23,9 @@ struct uploader {
     struct nodes *n;
     const char *key;
     int index;
-    int ok;               /* OUT: 201s */
-    int64_t last_expiry;  /* OUT: latest expires_at seen, seconds */
-    long bad_status;      /* OUT: the first non-201 status, 0 if none */
+    int ok;              /* OUT: 201s */
+    int64_t last_expiry; /* OUT: latest expires_at seen, seconds */
+    long bad_status;     /* OUT: the first non-201 status, 0 if none */
 };
 
 static void *upload_some(void *arg)
@@ -61,10 +60,10 @@ struct cleaner {
     struct itest_server *s;
     const char *admin_key;
     pthread_barrier_t *start;
-    long status;                 /* OUT */
-    json_int_t deleted, freed;   /* OUT */
-    bool shape_ok;               /* OUT: the contract's four integers */
-    char body[512];              /* OUT: for failure messages */
+    long status;               /* OUT */
+    json_int_t deleted, freed; /* OUT */
+    bool shape_ok;             /* OUT: the contract's four integers */
+    char body[512];            /* OUT: for failure messages */
 };
 
 static void *cleanup_now(void *arg)
@@ -95,9 +94,8 @@ static void both_clean(struct nodes *n, const char *admin_key,
     struct cleaner c[2];
     pthread_barrier_init(&start, NULL, 2);
     for (int i = 0; i < 2; i++) {
-        c[i] = (struct cleaner){.s = i ? n->b : n->a,
-                                .admin_key = admin_key,
-                                .start = &start};
+        c[i] = (struct cleaner){
+            .s = i ? n->b : n->a, .admin_key = admin_key, .start = &start};
         CHECK_INT(pthread_create(&c[i].tid, NULL, cleanup_now, &c[i]), 0);
     }
     *deleted = *freed = 0;

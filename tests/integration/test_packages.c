@@ -45,10 +45,10 @@
 
 static struct {
     bool tried, ok;
-    char *work;      /* temp dir holding everything below */
-    char *wheels;    /* the index's --dir */
-    char *gate;      /* its --gate-dir */
-    char *log;       /* its --log */
+    char *work;                 /* temp dir holding everything below */
+    char *wheels;               /* the index's --dir */
+    char *gate;                 /* its --gate-dir */
+    char *log;                  /* its --log */
     char *allow, *deps, *names; /* the lists given to interpd */
     char index_url[96];
     int port;
@@ -139,8 +139,9 @@ static void at_exit(void)
     if (test__failed_checks == 0)
         itest_rm_rf(ix.work);
     else
-        fprintf(stderr, "test_packages: keeping the index dir %s (index log: "
-                        "%s)\n",
+        fprintf(stderr,
+                "test_packages: keeping the index dir %s (index log: "
+                "%s)\n",
                 ix.work, ix.log);
 }
 
@@ -225,9 +226,8 @@ static bool index_setup(void)
         }
         if (nul >= 0)
             dup2(nul, 0);
-        execl(PY, PY, script, "--dir", ix.wheels, "--port", "0",
-              "--port-file", port_file, "--log", ix.log, "--gate-dir",
-              ix.gate, (char *)NULL);
+        execl(PY, PY, script, "--dir", ix.wheels, "--port", "0", "--port-file",
+              port_file, "--log", ix.log, "--gate-dir", ix.gate, (char *)NULL);
         dprintf(2, "execl %s: %s\n", PY, strerror(errno));
         _exit(127);
     }
@@ -266,13 +266,14 @@ static bool index_setup(void)
     free(out_file);
     if (!ix.port)
         return false;
-    snprintf(ix.index_url, sizeof(ix.index_url),
-             "http://127.0.0.1:%d/simple/", ix.port);
+    snprintf(ix.index_url, sizeof(ix.index_url), "http://127.0.0.1:%d/simple/",
+             ix.port);
     ix.ok = true;
     return true;
 }
 
-/* ---- gates ----------------------------------------------------------------- */
+/* ---- gates -----------------------------------------------------------------
+ */
 
 static char *gate_path(const char *file, const char *suffix)
 {
@@ -360,7 +361,8 @@ static char *gen_from_index_log(struct itest_server *s)
     return gen;
 }
 
-/* ---- the servers ------------------------------------------------------------ */
+/* ---- the servers ------------------------------------------------------------
+ */
 
 struct srv_opts {
     const char *args[32];
@@ -371,10 +373,9 @@ static void make_opts(struct srv_opts *so, const char *const *extra)
 {
     size_t k = 0;
     memset(so, 0, sizeof(*so));
-    const char *base[] = {"--allowlist",   ix.allow,     "--allowed-deps",
-                          ix.deps,         "--import-names", ix.names,
-                          "--pip-index-url", ix.index_url, "--pip-timeout",
-                          "120s",
+    const char *base[] = {"--allowlist", ix.allow, "--allowed-deps", ix.deps,
+                          "--import-names", ix.names, "--pip-index-url",
+                          ix.index_url, "--pip-timeout", "120s",
                           /* pip and networked runs reach the index on
                            * 127.0.0.1 through the egress proxy */
                           "--fetch-allow", "127.0.0.1/32"};
@@ -412,7 +413,6 @@ static struct itest_server *shared_server(struct shared_server *sh)
     return sh->s;
 }
 
-
 static struct itest_server *main_server(void)
 {
     return shared_server(&main_shared);
@@ -443,7 +443,8 @@ static char *networked_key(struct itest_server *s)
     return key;
 }
 
-/* ---- requests ---------------------------------------------------------------- */
+/* ---- requests
+ * ---------------------------------------------------------------- */
 
 /* POST /v1/packages with the raw body, as key (NULL: the admin key). */
 static long post_raw_as(struct itest_server *s, const char *key,
@@ -500,9 +501,8 @@ static json_t *result_at(const struct itest_resp *r, size_t i)
 /* results[i] is {"package": pkg, "status": status, "version": version
  * (NULL: don't care)} and, for the statuses that are refusals, has a
  * message containing msg_part (NULL: any non-empty message). */
-static bool check_result(const char *file, int line,
-                         const struct itest_resp *r, size_t i,
-                         const char *pkg, const char *status,
+static bool check_result(const char *file, int line, const struct itest_resp *r,
+                         size_t i, const char *pkg, const char *status,
                          const char *version, const char *msg_part)
 {
     json_t *res = result_at(r, i);
@@ -521,17 +521,16 @@ static bool check_result(const char *file, int line,
         fprintf(stderr,
                 "%s:%d: %s: results[%zu]: want package \"%s\" status \"%s\""
                 "%s%s%s%s%s; got status %ld: %s\n",
-                file, line, r->what, i, pkg, status,
-                version ? " version " : "", version ? version : "",
-                refusal ? " with a message" : "",
+                file, line, r->what, i, pkg, status, version ? " version " : "",
+                version ? version : "", refusal ? " with a message" : "",
                 msg_part ? " containing " : "", msg_part ? msg_part : "",
                 r->status, r->body);
     return ok;
 }
 
 #define CHECK_RESULT(r, i, pkg, status, version, msg_part)                     \
-    ITEST__FAIL_IF(check_result(__FILE__, __LINE__, (r), (i), (pkg),          \
-                                (status), (version), (msg_part)))
+    ITEST__FAIL_IF(check_result(__FILE__, __LINE__, (r), (i), (pkg), (status), \
+                                (version), (msg_part)))
 
 /* POST one requirement and check the single result. */
 #define CHECK_INSTALL(s, req, status, version, msg_part)                       \
@@ -542,8 +541,8 @@ static bool check_result(const char *file, int line,
         itest_resp_release(&ci__r);                                            \
     } while (0)
 
-static long run_code(struct itest_server *s, const char *key,
-                     const char *code, struct itest_resp *r)
+static long run_code(struct itest_server *s, const char *key, const char *code,
+                     struct itest_resp *r)
 {
     return itest_exec(s, key ? key : s->admin_key, "u1",
                       json_pack("{s:s, s:i}", "code", code, "timeout", 120),
@@ -572,8 +571,8 @@ static bool check_exec(const char *file, int line, const struct itest_resp *r,
 }
 
 #define CHECK_EXEC(r, success, want_stdout)                                    \
-    ITEST__FAIL_IF(check_exec(__FILE__, __LINE__, (r), (success),             \
-                              (want_stdout)))
+    ITEST__FAIL_IF(                                                            \
+        check_exec(__FILE__, __LINE__, (r), (success), (want_stdout)))
 
 static json_t *get_packages(struct itest_server *s)
 {
@@ -594,7 +593,8 @@ static const char *installed_version(const json_t *st, const char *name)
 {
     size_t i;
     json_t *item;
-    json_array_foreach(json_object_get(st, "installed"), i, item) {
+    json_array_foreach(json_object_get(st, "installed"), i, item)
+    {
         const char *n = json_string_value(json_object_get(item, "name"));
         if (n && !strcmp(n, name))
             return json_string_value(json_object_get(item, "version"));
@@ -645,14 +645,15 @@ static void venv_entries(struct itest_server *s, int *ngen, int *nstray,
     free(root);
 }
 
-/* ---- requests in the background --------------------------------------------- */
+/* ---- requests in the background ---------------------------------------------
+ */
 
 struct bg {
     struct itest_server *s;
-    const char *key;     /* exec or install: the key; NULL: admin */
-    const char *code;    /* exec: the code */
-    const char *pkg;     /* POST /v1/packages of this one requirement */
-    json_t *exec_body;   /* exec with this body instead (stolen) */
+    const char *key;   /* exec or install: the key; NULL: admin */
+    const char *code;  /* exec: the code */
+    const char *pkg;   /* POST /v1/packages of this one requirement */
+    json_t *exec_body; /* exec with this body instead (stolen) */
     struct itest_resp r;
     int done;
     pthread_t t;
@@ -665,8 +666,8 @@ static void *bg_main(void *arg)
     if (b->pkg)
         post_packages_as(b->s, b->key, json_pack("[s]", b->pkg), &b->r);
     else if (b->exec_body)
-        itest_exec(b->s, b->key ? b->key : b->s->admin_key, "u1",
-                   b->exec_body, EXEC_TIMEOUT_MS * scale(), &b->r);
+        itest_exec(b->s, b->key ? b->key : b->s->admin_key, "u1", b->exec_body,
+                   EXEC_TIMEOUT_MS * scale(), &b->r);
     else
         run_code(b->s, b->key, b->code, &b->r);
     __atomic_store_n(&b->done, 1, __ATOMIC_SEQ_CST);
@@ -709,7 +710,8 @@ static char *held_code(void)
         ix.port, SYNC_FILE);
 }
 
-/* ---- 1. install, again, list --------------------------------------------------- */
+/* ---- 1. install, again, list
+ * --------------------------------------------------- */
 
 static void install_and_list(void)
 {
@@ -726,8 +728,7 @@ static void install_and_list(void)
     CHECKF(!strncmp(cur, "gen-", 4), "current -> \"%s\"", cur);
 
     install(s, "ipdtest-alpha==1.0", &r);
-    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "already_installed", "1.0",
-                 NULL);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "already_installed", "1.0", NULL);
     itest_resp_release(&r);
     char cur2[256];
     current_gen(s, cur2, sizeof(cur2));
@@ -737,8 +738,8 @@ static void install_and_list(void)
     json_t *st = get_packages(s);
     REQUIRE(st);
     static const char *const allowed[] = {
-        "ipdtest-alpha",  "ipdtest-baddep",    "ipdtest-big",
-        "ipdtest-broken", "ipdtest-evil",      "ipdtest-mapped",
+        "ipdtest-alpha",     "ipdtest-baddep", "ipdtest-big",
+        "ipdtest-broken",    "ipdtest-evil",   "ipdtest-mapped",
         "ipdtest-sdistonly", "ipdtest-tamper", "ipdtest-withdep"};
     const size_t n_allowed = sizeof(allowed) / sizeof(allowed[0]);
     json_t *al = json_object_get(st, "allowed");
@@ -777,7 +778,8 @@ static void install_and_list(void)
     json_decref(st);
 }
 
-/* ---- 2. refusals -------------------------------------------------------------- */
+/* ---- 2. refusals
+ * -------------------------------------------------------------- */
 
 static void not_allowed_and_invalid(void)
 {
@@ -817,8 +819,8 @@ static void not_allowed_and_invalid(void)
     CHECK_INT(json_array_size(json_object_get(r.json, "results")), nbad + 1);
     CHECK_RESULT(&r, 0, "pandas", "not_allowed", NULL, "pandas");
     for (size_t i = 0; i < nbad; i++) {
-        CHECK_RESULT(&r, i + 1, bad[i].req ? bad[i].req : long_name,
-                     "invalid", NULL, bad[i].phrase);
+        CHECK_RESULT(&r, i + 1, bad[i].req ? bad[i].req : long_name, "invalid",
+                     NULL, bad[i].phrase);
         CHECK(json_is_null(json_object_get(result_at(&r, i + 1), "version")));
     }
     itest_resp_release(&r);
@@ -858,7 +860,8 @@ static void not_allowed_and_invalid(void)
     CHECK_ERROR(&r, 400, "invalid_request");
     itest_resp_release(&r);
     /* Without a key: 401. */
-    struct itest_req rq = {.method = "POST", .path = "/v1/packages",
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/packages",
                            .content_type = "application/json",
                            .body = "{\"packages\":[\"ipdtest-alpha\"]}"};
     rq.body_len = strlen(rq.body);
@@ -867,11 +870,11 @@ static void not_allowed_and_invalid(void)
     itest_resp_release(&r);
 
     current_gen(s, cur2, sizeof(cur2));
-    CHECKF(!strcmp(cur, cur2), "refusals switched current %s -> %s", cur,
-           cur2);
+    CHECKF(!strcmp(cur, cur2), "refusals switched current %s -> %s", cur, cur2);
 }
 
-/* ---- 3. dependencies ------------------------------------------------------------ */
+/* ---- 3. dependencies
+ * ------------------------------------------------------------ */
 
 static void dependency_not_allowed(void)
 {
@@ -896,8 +899,7 @@ static void dependency_not_allowed(void)
     for (size_t i = 0; i < json_array_size(ip); i++) {
         const char *st =
             json_string_value(json_object_get(json_array_get(ip, i), "status"));
-        CHECKF(st && strcmp(st, "installed"), "installed_packages: %s",
-               r.body);
+        CHECKF(st && strcmp(st, "installed"), "installed_packages: %s", r.body);
     }
     itest_resp_release(&r);
     current_gen(s, cur2, sizeof(cur2));
@@ -919,7 +921,8 @@ static void dependency_not_allowed(void)
     json_decref(st);
 }
 
-/* ---- 4. a package that does not import -------------------------------------------- */
+/* ---- 4. a package that does not import
+ * -------------------------------------------- */
 
 static void broken_package_fails(void)
 {
@@ -945,7 +948,8 @@ static void broken_package_fails(void)
     itest_resp_release(&r);
 }
 
-/* ---- 5. no wheel -------------------------------------------------------------------- */
+/* ---- 5. no wheel
+ * -------------------------------------------------------------------- */
 
 static void sdist_only_fails(void)
 {
@@ -966,7 +970,8 @@ static void sdist_only_fails(void)
     free(log);
 }
 
-/* ---- 6. import after install ----------------------------------------------------------- */
+/* ---- 6. import after install
+ * ----------------------------------------------------------- */
 
 static void import_after_install(void)
 {
@@ -975,15 +980,15 @@ static void import_after_install(void)
     REQUIRE(s);
     /* (installed by install_and_list; a no-op then) */
     CHECK_INSTALL(s, "ipdtest-alpha==1.0", "already_installed", "1.0", NULL);
-    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
-             &r);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())", &r);
     CHECK_EXEC(&r, true, "alpha 1.0\n");
     CHECK(json_array_size(itest_json_get(r.json, "installed_packages")) == 0);
     CHECK(json_number_value(itest_json_get(r.json, "install_time")) == 0);
     itest_resp_release(&r);
 }
 
-/* ---- 7. packages of an execution ------------------------------------------------------- */
+/* ---- 7. packages of an execution
+ * ------------------------------------------------------- */
 
 static void execution_packages(void)
 {
@@ -1012,8 +1017,8 @@ static void execution_packages(void)
                                           "ipdtest-dep", "-e ."};
     for (size_t i = 0; i < sizeof(refused) / sizeof(refused[0]); i++) {
         itest_exec(s, s->admin_key, "u1",
-                   json_pack("{s:s, s:[s]}", "code", "print('ran')",
-                             "packages", refused[i]),
+                   json_pack("{s:s, s:[s]}", "code", "print('ran')", "packages",
+                             refused[i]),
                    EXEC_TIMEOUT_MS * scale(), &r);
         CHECK_ERROR(&r, 400, "invalid_request");
         if (r.status != 400)
@@ -1027,7 +1032,8 @@ static void execution_packages(void)
     json_decref(st);
 }
 
-/* ---- 8. automatic installs --------------------------------------------------------------- */
+/* ---- 8. automatic installs
+ * --------------------------------------------------------------- */
 
 static void auto_install(void)
 {
@@ -1076,7 +1082,8 @@ static void auto_install_off(void)
     itest_stop(s);
 }
 
-/* ---- 9. concurrent installs ----------------------------------------------------------------- */
+/* ---- 9. concurrent installs
+ * ----------------------------------------------------------------- */
 
 static void concurrent_installs(void)
 {
@@ -1088,11 +1095,11 @@ static void concurrent_installs(void)
      * execution's packages (another thread of the server). */
     struct bg a = {.s = s, .pkg = "ipdtest-withdep"};
     struct bg b = {.s = s, .pkg = "ipdtest-alpha==1.0"};
-    struct bg c = {
-        .s = s,
-        .exec_body = json_pack("{s:s, s:[s]}", "code",
-                               "import ipdmapped; print(ipdmapped.hello())",
-                               "packages", "ipdtest-mapped")};
+    struct bg c = {.s = s,
+                   .exec_body =
+                       json_pack("{s:s, s:[s]}", "code",
+                                 "import ipdmapped; print(ipdmapped.hello())",
+                                 "packages", "ipdtest-mapped")};
     bg_start(&a);
     bg_start(&b);
     bg_start(&c);
@@ -1102,11 +1109,11 @@ static void concurrent_installs(void)
     CHECK_RESULT(&a.r, 0, "ipdtest-withdep", "installed", "1.0", NULL);
     CHECK_RESULT(&b.r, 0, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
     CHECK_EXEC(&c.r, true, "mapped 1.0\n");
-    CHECK_STR(itest_json_str(json_array_get(itest_json_get(c.r.json,
-                                                           "installed_packages"),
-                                            0),
-                             "status"),
-              "installed");
+    CHECK_STR(
+        itest_json_str(
+            json_array_get(itest_json_get(c.r.json, "installed_packages"), 0),
+            "status"),
+        "installed");
     itest_resp_release(&a.r);
     itest_resp_release(&b.r);
     itest_resp_release(&c.r);
@@ -1129,7 +1136,8 @@ static void concurrent_installs(void)
     json_decref(st);
 }
 
-/* ---- 10. SIGKILL during an install -------------------------------------------------------- */
+/* ---- 10. SIGKILL during an install
+ * -------------------------------------------------------- */
 
 static void sigkill_during_install(void)
 {
@@ -1139,10 +1147,10 @@ static void sigkill_during_install(void)
     int status = 0;
     REQUIRE(s);
     install(s, "ipdtest-alpha==1.0", &r);
-    const char *st0 = json_string_value(json_object_get(result_at(&r, 0),
-                                                        "status"));
-    CHECKF(st0 && (!strcmp(st0, "installed") ||
-                   !strcmp(st0, "already_installed")),
+    const char *st0 =
+        json_string_value(json_object_get(result_at(&r, 0), "status"));
+    CHECKF(st0 &&
+               (!strcmp(st0, "installed") || !strcmp(st0, "already_installed")),
            "alpha==1.0: %s", r.body);
     itest_resp_release(&r);
     current_gen(s, cur, sizeof(cur));
@@ -1161,8 +1169,8 @@ static void sigkill_during_install(void)
     gate_open(BIG_WHEEL);
     bg_join(&b);
     /* The client saw the connection drop, not an answer. */
-    CHECKF(!held || b.r.status == 0, "the install answered %ld: %s",
-           b.r.status, b.r.body);
+    CHECKF(!held || b.r.status == 0, "the install answered %ld: %s", b.r.status,
+           b.r.body);
     itest_resp_release(&b.r);
     if (!held)
         return;
@@ -1181,8 +1189,7 @@ static void sigkill_during_install(void)
     CHECKF(!strcmp(cur, cur2), "current %s -> %s", cur, cur2);
     CHECK(gen_exists(s, cur));
 
-    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
-             &r);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())", &r);
     CHECK_EXEC(&r, true, "alpha 1.0\n");
     itest_resp_release(&r);
     run_code(s, NULL,
@@ -1197,7 +1204,8 @@ static void sigkill_during_install(void)
     json_decref(pk);
 }
 
-/* ---- 11. an execution across a generation switch --------------------------------------------- */
+/* ---- 11. an execution across a generation switch
+ * --------------------------------------------- */
 
 static void execution_across_switch(void)
 {
@@ -1208,10 +1216,10 @@ static void execution_across_switch(void)
     char *key = networked_key(s);
     REQUIRE(key);
     install(s, "ipdtest-alpha==1.0", &r);
-    const char *st0 = json_string_value(json_object_get(result_at(&r, 0),
-                                                        "status"));
-    CHECKF(st0 && (!strcmp(st0, "installed") ||
-                   !strcmp(st0, "already_installed")),
+    const char *st0 =
+        json_string_value(json_object_get(result_at(&r, 0), "status"));
+    CHECKF(st0 &&
+               (!strcmp(st0, "installed") || !strcmp(st0, "already_installed")),
            "alpha==1.0: %s", r.body);
     itest_resp_release(&r);
 
@@ -1223,9 +1231,8 @@ static void execution_across_switch(void)
     CHECKF(held, "the execution never reached the gate");
     current_gen(s, old, sizeof(old));
     char *gen = gen_from_index_log(s);
-    CHECKF(gen && !strcmp(gen, old),
-           "the execution runs on %s, current is %s", gen ? gen : "(?)",
-           old);
+    CHECKF(gen && !strcmp(gen, old), "the execution runs on %s, current is %s",
+           gen ? gen : "(?)", old);
     free(gen);
     if (held) {
         install(s, "ipdtest-alpha==2.0", &r);
@@ -1234,8 +1241,9 @@ static void execution_across_switch(void)
         current_gen(s, now, sizeof(now));
         CHECKF(strcmp(now, old) != 0, "current did not switch from %s", old);
         /* Held by the running execution: not collected. */
-        CHECKF(gen_exists(s, old), "%s was removed under a running "
-                                   "execution",
+        CHECKF(gen_exists(s, old),
+               "%s was removed under a running "
+               "execution",
                old);
     }
     gate_open(SYNC_FILE);
@@ -1244,8 +1252,7 @@ static void execution_across_switch(void)
     itest_resp_release(&e.r);
     free(code);
 
-    run_code(s, key, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
-             &r);
+    run_code(s, key, "import ipdtest_alpha; print(ipdtest_alpha.hello())", &r);
     CHECK_EXEC(&r, true, "alpha 2.0\n");
     itest_resp_release(&r);
     /* A request with nothing to install touches no generation; the next
@@ -1262,7 +1269,8 @@ static void execution_across_switch(void)
     free(key);
 }
 
-/* ---- 12. the age rebuild ------------------------------------------------------------------- */
+/* ---- 12. the age rebuild
+ * ------------------------------------------------------------------- */
 
 static void rebuild_switches(void)
 {
@@ -1281,11 +1289,11 @@ static void rebuild_switches(void)
         return;
     }
     install(s, "ipdtest-alpha==1.0", &r);
-    const char *st0 = json_string_value(json_object_get(result_at(&r, 0),
-                                                        "status"));
+    const char *st0 =
+        json_string_value(json_object_get(result_at(&r, 0), "status"));
     /* (a rebuild may have switched meanwhile: it installs the same) */
-    CHECKF(st0 && (!strcmp(st0, "installed") ||
-                   !strcmp(st0, "already_installed")),
+    CHECKF(st0 &&
+               (!strcmp(st0, "installed") || !strcmp(st0, "already_installed")),
            "alpha==1.0: %s", r.body);
     itest_resp_release(&r);
 
@@ -1379,8 +1387,8 @@ static void sigterm_with_queued_install(void)
     bg_start(&b);
     /* Bounded wait until the second install sits in the queue (the first
      * is held at the gate, so running stays 1). */
-    bool queued = held && itest_wait_status_int(s, "installs.queued", 1,
-                                                30000) &&
+    bool queued = held &&
+                  itest_wait_status_int(s, "installs.queued", 1, 30000) &&
                   itest_wait_status_int(s, "installs.running", 1, 1000);
     CHECKF(queued, "the second install never showed as queued");
     itest_signal(s, SIGTERM);
@@ -1435,8 +1443,10 @@ static void install_share_per_tenant(void)
      * while the gate holds the download; the steps below take less). */
     CHECK(held && itest_wait_status_int(s, "installs.queued", 3, 20000) &&
           itest_wait_status_int(s, "installs.running", 1, 1000));
-    struct itest_req rq = {.method = "POST", .path = "/v1/packages",
-                           .key = ka, .content_type = "application/json",
+    struct itest_req rq = {.method = "POST",
+                           .path = "/v1/packages",
+                           .key = ka,
+                           .content_type = "application/json",
                            .body = "{\"packages\": [\"ipdtest-alpha\"]}",
                            .timeout_ms = 10000};
     rq.body_len = strlen(rq.body);
@@ -1453,8 +1463,8 @@ static void install_share_per_tenant(void)
     gate_open(BIG_WHEEL);
     for (int i = 0; i < 4; i++) {
         bg_join(&a[i]);
-        CHECKF(a[i].r.status == 200, "A's install %d: %ld %s", i,
-               a[i].r.status, a[i].r.body ? a[i].r.body : "");
+        CHECKF(a[i].r.status == 200, "A's install %d: %ld %s", i, a[i].r.status,
+               a[i].r.body ? a[i].r.body : "");
         itest_resp_release(&a[i].r);
     }
     bg_join(&b);
@@ -1515,8 +1525,7 @@ static void sdist_build_stays_in_its_generation(void)
     CHECK_INSTALL(s, "ipdtest-evil", "installed", "1.0", NULL);
     CHECKF(access("/tmp/ipdtest-evil-written", F_OK) != 0,
            "the service wrote through a symlink the build planted");
-    run_code(s, NULL, "import ipdtest_evil, ipdtest_alpha\nprint('ok')\n",
-             &r);
+    run_code(s, NULL, "import ipdtest_evil, ipdtest_alpha\nprint('ok')\n", &r);
     CHECK_EXEC(&r, true, "ok\n");
     itest_resp_release(&r);
     itest_stop(s);
@@ -1539,9 +1548,13 @@ static void rebuild_failure_keeps_current(void)
     current_gen(s, cur0, sizeof(cur0));
 
     /* Nothing listens on port 1: every pip run of the rebuild fails. */
-    const char *extra[] = {"--pip-index-url", "http://127.0.0.1:1/simple/",
-                           "--venv-max-age", "2s", "--venv-check-interval",
-                           "1s", NULL};
+    const char *extra[] = {"--pip-index-url",
+                           "http://127.0.0.1:1/simple/",
+                           "--venv-max-age",
+                           "2s",
+                           "--venv-check-interval",
+                           "1s",
+                           NULL};
     make_opts(&bad, extra);
     REQUIRE(itest_restart(s, &bad.o));
     char *why = NULL;
@@ -1567,7 +1580,8 @@ static void rebuild_failure_keeps_current(void)
     itest_stop(s);
 }
 
-/* ---- 13. pip's failures named, offline hosts, remembered failures ---------- */
+/* ---- 13. pip's failures named, offline hosts, remembered failures ----------
+ */
 
 /* How many requests for project's index page the test index answered. */
 static int index_hits(const char *project)
@@ -1600,8 +1614,10 @@ static void index_unreachable_named(void)
     itest_resp_release(&r);
     double t0 = itest_now();
     install(s, "ipdtest-alpha==1.0", &r);
-    fprintf(stderr, "index_unreachable_named: the failed install took "
-                    "%.1f s\n", itest_now() - t0);
+    fprintf(stderr,
+            "index_unreachable_named: the failed install took "
+            "%.1f s\n",
+            itest_now() - t0);
     CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "failed", NULL,
                  "the package index is unreachable: "
                  "http://127.0.0.1:1/simple/ (connection refused)");
@@ -1617,9 +1633,13 @@ static void offline_wheel_folder(void)
 {
     struct srv_opts so;
     struct itest_resp r;
-    const char *extra[] = {"--pip-index-url", ix.index_url,
-                           "--pip-no-index", "1", "--pip-find-links",
-                           ix.wheels, NULL};
+    const char *extra[] = {"--pip-index-url",
+                           ix.index_url,
+                           "--pip-no-index",
+                           "1",
+                           "--pip-find-links",
+                           ix.wheels,
+                           NULL};
     REQUIRE(index_setup());
     extra[5] = ix.wheels;
     int hits = index_hits("ipdtest-mapped") + index_hits("ipdtest-alpha");
@@ -1642,8 +1662,7 @@ static void offline_wheel_folder(void)
                   "no such version: ipdtest-alpha==9.9; the wheel folder "
                   "(--pip-find-links) has 1.0, 2.0");
     struct itest_resp e;
-    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
-             &e);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())", &e);
     CHECK_EXEC(&e, true, "alpha 1.0\n");
     itest_resp_release(&e);
     int after = index_hits("ipdtest-mapped") + index_hits("ipdtest-alpha");
@@ -1682,8 +1701,8 @@ static void auto_install_failure_remembered(void)
     int h0 = index_hits("ipdtest-sdistonly");
     run_code(s, NULL, code, &r);
     CHECK_EXEC(&r, false, "");
-    json_t *one = json_array_get(itest_json_get(r.json, "installed_packages"),
-                                 0);
+    json_t *one =
+        json_array_get(itest_json_get(r.json, "installed_packages"), 0);
     const char *msg1 = json_string_value(json_object_get(one, "message"));
     CHECK_STR(json_string_value(json_object_get(one, "status")), "failed");
     CHECKF(msg1 && strstr(msg1, "build refused"), "message: %s", r.body);
@@ -1701,8 +1720,10 @@ static void auto_install_failure_remembered(void)
     CHECKF(index_hits("ipdtest-sdistonly") == h1,
            "the second execution ran pip again (%d -> %d requests)", h1,
            index_hits("ipdtest-sdistonly"));
-    CHECK(itest_wait_log_line(s, 5000, "not installing ipdtest-sdistonly "
-                                       "again", NULL));
+    CHECK(itest_wait_log_line(s, 5000,
+                              "not installing ipdtest-sdistonly "
+                              "again",
+                              NULL));
 
     /* A new generation: tried again. */
     CHECK_INSTALL(s, "ipdtest-alpha==1.0", "installed", "1.0", NULL);
@@ -1761,13 +1782,12 @@ static void auto_install_within_timeout(void)
      * 3 s are spent, the install cut short with it. */
     bg_join(&e);
     CHECK_STATUS(&e.r, 200);
-    json_t *one = json_array_get(itest_json_get(e.r.json,
-                                                "installed_packages"), 0);
+    json_t *one =
+        json_array_get(itest_json_get(e.r.json, "installed_packages"), 0);
     const char *msg = json_string_value(json_object_get(one, "message"));
     CHECK_STR(json_string_value(json_object_get(one, "status")), "failed");
     CHECKF(msg && strstr(msg, "within the execution's timeout"),
-           "the install was not cut at the execution's timeout: %s",
-           e.r.body);
+           "the install was not cut at the execution's timeout: %s", e.r.body);
     CHECKF(!itest_json_str(e.r.json, "auto_installed"),
            "auto_installed set: %s", e.r.body);
     itest_resp_release(&e.r);
@@ -1811,20 +1831,17 @@ static void relative_venv_dir(void)
     char *line = itest_fmt("venv-dir = %s (flag)", venv);
     CHECK(itest_wait_log_line(s, 5000, line, NULL));
     CHECK_INSTALL(s, "ipdtest-alpha==2.0", "installed", "2.0", NULL);
-    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
-             &r);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())", &r);
     CHECK_EXEC(&r, true, "alpha 2.0\n");
     CHECKF(json_array_size(itest_json_get(r.json, "installed_packages")) == 0,
            "installed again for the run: %s", r.body);
     itest_resp_release(&r);
     char *current = itest_fmt("%s/current", venv);
-    CHECKF(lstat(current, &st) == 0 && S_ISLNK(st.st_mode), "no %s",
-           current);
+    CHECKF(lstat(current, &st) == 0 && S_ISLNK(st.st_mode), "no %s", current);
     char *beside = itest_fmt("%s-venv", s->data_dir);
     CHECKF(lstat(beside, &st) != 0, "%s exists", beside);
     REQUIRE(itest_restart(s, &so.o));
-    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())",
-             &r);
+    run_code(s, NULL, "import ipdtest_alpha; print(ipdtest_alpha.hello())", &r);
     CHECK_EXEC(&r, true, "alpha 2.0\n");
     CHECKF(json_array_size(itest_json_get(r.json, "installed_packages")) == 0,
            "installed again after the restart: %s", r.body);
@@ -1836,13 +1853,15 @@ static void relative_venv_dir(void)
     itest_stop(s);
 }
 
-/* ---- teardown ------------------------------------------------------------------------------ */
+/* ---- teardown
+ * ------------------------------------------------------------------------------
+ */
 
 /* ---- version changes need an admin key (hardening item 14) --------------- */
 
 /* POST /v1/packages with key. */
-static long install_as(struct itest_server *s, const char *key,
-                       const char *req, struct itest_resp *r)
+static long install_as(struct itest_server *s, const char *key, const char *req,
+                       struct itest_resp *r)
 {
     char *body = itest_fmt("{\"packages\": [\"%s\"]}", req);
     struct itest_req rq = {.method = "POST",
@@ -1887,8 +1906,7 @@ static void version_change_needs_admin(void)
 
     install_as(s, key, "ipdtest-alpha==1.0", &r); /* no change: fine */
     CHECK_STATUS(&r, 200);
-    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "already_installed", "1.0",
-                 NULL);
+    CHECK_RESULT(&r, 0, "ipdtest-alpha==1.0", "already_installed", "1.0", NULL);
     itest_resp_release(&r);
 
     json_t *body = json_pack("{s:s, s:[s]}", "code",
@@ -1898,11 +1916,11 @@ static void version_change_needs_admin(void)
     itest_exec(s, key, "u1", body, INSTALL_TIMEOUT_MS * scale(), &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_exec_stdout(&r), "1.0\n");
-    CHECK_STR(itest_json_str(json_array_get(itest_json_get(
-                                                r.json, "installed_packages"),
-                                            0),
-                             "status"),
-              "failed");
+    CHECK_STR(
+        itest_json_str(
+            json_array_get(itest_json_get(r.json, "installed_packages"), 0),
+            "status"),
+        "failed");
     itest_resp_release(&r);
 
     install(s, "ipdtest-alpha==2.0", &r); /* the admin key may */
@@ -1915,7 +1933,8 @@ static void version_change_needs_admin(void)
     free(key);
 }
 
-/* ---- requests that install nothing ------------------------------------------- */
+/* ---- requests that install nothing
+ * ------------------------------------------- */
 
 /* The warm slots of the admin status as "restarts/generation " per slot:
  * a recycled zygote counts a restart and a new generation names its own
@@ -1928,17 +1947,16 @@ static char *slots_sig(struct itest_server *s)
     json_t *slot;
     itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
                   0, NULL, &r);
-    json_array_foreach(itest_json_get(r.json, "execution_mode.slots"), i,
-                       slot) {
+    json_array_foreach(itest_json_get(r.json, "execution_mode.slots"), i, slot)
+    {
         size_t l = strlen(buf);
         const char *g = itest_json_str(slot, "generation");
-        snprintf(buf + l, sizeof(buf) - l, "%lld/%s ",
-                 (long long)json_integer_value(
-                     json_object_get(slot, "restarts")),
-                 g ? g : "?");
+        snprintf(
+            buf + l, sizeof(buf) - l, "%lld/%s ",
+            (long long)json_integer_value(json_object_get(slot, "restarts")),
+            g ? g : "?");
     }
-    CHECKF(r.status == 200 && buf[0], "admin status: %ld %s", r.status,
-           r.body);
+    CHECKF(r.status == 200 && buf[0], "admin status: %ld %s", r.status, r.body);
     itest_resp_release(&r);
     return strdup(buf);
 }
@@ -1949,12 +1967,12 @@ static void exec_with_present(struct itest_server *s, const char *pkg,
                               const char *mode)
 {
     struct itest_resp r;
-    json_t *body = json_pack("{s:s, s:[s]}", "code", "print('ok')",
-                             "packages", pkg);
+    json_t *body =
+        json_pack("{s:s, s:[s]}", "code", "print('ok')", "packages", pkg);
     itest_exec(s, s->admin_key, "u1", body, EXEC_TIMEOUT_MS * scale(), &r);
     CHECK_EXEC(&r, true, "ok\n");
-    json_t *ip = json_array_get(itest_json_get(r.json, "installed_packages"),
-                                0);
+    json_t *ip =
+        json_array_get(itest_json_get(r.json, "installed_packages"), 0);
     CHECKF(!strcmp(itest_json_str(ip, "status") ? itest_json_str(ip, "status")
                                                 : "",
                    "already_installed"),
@@ -2025,8 +2043,7 @@ static void nothing_to_install(void)
            "%s",
            cur, names);
     char *sig = slots_sig(s);
-    CHECKF(!strcmp(sig0, sig), "the zygotes were recycled: %s-> %s", sig0,
-           sig);
+    CHECKF(!strcmp(sig0, sig), "the zygotes were recycled: %s-> %s", sig0, sig);
     free(sig);
     free(sig0);
 
@@ -2076,11 +2093,11 @@ static void nothing_to_install(void)
     CHECK_RESULT(&met.r, 0, "ipdtest-alpha>=0.5,<2", "already_installed", "1.0",
                  NULL);
     CHECK_EXEC(&ex.r, true, "ok\n");
-    CHECK_STR(itest_json_str(json_array_get(itest_json_get(ex.r.json,
-                                                           "installed_packages"),
-                                            0),
-                             "status"),
-              "already_installed");
+    CHECK_STR(
+        itest_json_str(
+            json_array_get(itest_json_get(ex.r.json, "installed_packages"), 0),
+            "status"),
+        "already_installed");
     CHECK_RESULT(&big.r, 0, "ipdtest-big", "installed", "1.0", NULL);
     itest_resp_release(&met.r);
     itest_resp_release(&ex.r);
@@ -2155,8 +2172,8 @@ static void log_lines_one_format(void)
     itest_request(s, "GET", "/healthz", NULL, NULL, NULL, NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     itest_resp_release(&r);
-    CHECK(itest_wait_log_line(s, 5000, "access method=GET path=/healthz",
-                              NULL));
+    CHECK(
+        itest_wait_log_line(s, 5000, "access method=GET path=/healthz", NULL));
     char *log = itest_read_log(s);
     REQUIRE(log);
     char bad[512];
@@ -2177,17 +2194,14 @@ static void log_lines_one_format(void)
 
 TEST_MAIN(T(install_and_list), T(not_allowed_and_invalid),
           T(dependency_not_allowed), T(broken_package_fails),
-          T(sdist_only_fails), T(import_after_install),
-          T(execution_packages), T(auto_install), T(auto_install_off),
-          T(concurrent_installs), T(sigkill_during_install),
-          T(execution_across_switch), T(rebuild_switches),
-          T(rebuild_failure_keeps_current), T(sdist_allowed),
-          T(sdist_build_stays_in_its_generation),
+          T(sdist_only_fails), T(import_after_install), T(execution_packages),
+          T(auto_install), T(auto_install_off), T(concurrent_installs),
+          T(sigkill_during_install), T(execution_across_switch),
+          T(rebuild_switches), T(rebuild_failure_keeps_current),
+          T(sdist_allowed), T(sdist_build_stays_in_its_generation),
           T(sigterm_with_queued_install), T(install_share_per_tenant),
-          T(index_unreachable_named),
-          T(offline_wheel_folder), T(relative_venv_dir),
-          T(no_such_version_named),
-          T(auto_install_failure_remembered),
-          T(auto_install_within_timeout), T(version_change_needs_admin),
-          T(log_lines_one_format), T(nothing_to_install),
-          T(stop_servers))
+          T(index_unreachable_named), T(offline_wheel_folder),
+          T(relative_venv_dir), T(no_such_version_named),
+          T(auto_install_failure_remembered), T(auto_install_within_timeout),
+          T(version_change_needs_admin), T(log_lines_one_format),
+          T(nothing_to_install), T(stop_servers))

@@ -103,8 +103,8 @@ static char *upload(const char *user, const char *filename, const void *data,
                     size_t len)
 {
     struct itest_resp r;
-    itest_upload_raw(srv, srv->admin_key, user, filename, NULL, data, len,
-                     NULL, &r);
+    itest_upload_raw(srv, srv->admin_key, user, filename, NULL, data, len, NULL,
+                     &r);
     CHECK_STATUS(&r, 201);
     char *id = itest_json_dup(r.json, "file_id");
     itest_resp_release(&r);
@@ -117,7 +117,8 @@ static char *joined(const json_t *j, const char *key)
     json_t *a = json_object_get(j, key), *v;
     size_t i;
     char *out = itest_fmt("%s", json_is_array(a) ? "" : "(no array)");
-    json_array_foreach(a, i, v) {
+    json_array_foreach(a, i, v)
+    {
         char *next = itest_fmt("%s%s%s", out, i ? "," : "",
                                json_is_string(v) ? json_string_value(v)
                                                  : "(not a string)");
@@ -130,7 +131,7 @@ static char *joined(const json_t *j, const char *key)
 #define CHECK_LIST(j, key, want)                                               \
     do {                                                                       \
         char *got__ = joined((j), (key));                                      \
-        CHECKF(!strcmp(got__, (want)), "%s: [%s], want [%s]", (key), got__,   \
+        CHECKF(!strcmp(got__, (want)), "%s: [%s], want [%s]", (key), got__,    \
                (want));                                                        \
         free(got__);                                                           \
     } while (0)
@@ -139,8 +140,13 @@ static void start_server(void)
 {
     /* 40 MiB inputs come from GridFS in one read each: no 2 s socket
      * timeout on a loaded machine. */
-    const char *args[] = {"--exec-slots", "2", "--ready-check-interval",
-                          "never", "--mongo-timeout", "30s", NULL};
+    const char *args[] = {"--exec-slots",
+                          "2",
+                          "--ready-check-interval",
+                          "never",
+                          "--mongo-timeout",
+                          "30s",
+                          NULL};
     struct itest_opts o = {.args = args,
                            .config = "policy.standard.memory = 128M\n"};
     srv = itest_start(&o);
@@ -168,9 +174,10 @@ static char *repr_now(const char *user, const char *sid, const char *name)
     char *out = NULL;
     get_variables(user, sid, &r);
     CHECK_STATUS(&r, 200);
-    json_array_foreach(itest_json_get(r.json, "variables"), i, e) {
-        if (!strcmp(itest_json_str(e, "name") ? itest_json_str(e, "name")
-                                               : "", name))
+    json_array_foreach(itest_json_get(r.json, "variables"), i, e)
+    {
+        if (!strcmp(itest_json_str(e, "name") ? itest_json_str(e, "name") : "",
+                    name))
             out = itest_json_dup(e, "repr");
     }
     CHECKF(out != NULL, "no variable %s: %s", name, r.body);
@@ -313,11 +320,11 @@ static void job_files_not_kept(void)
     REQUIRE(srv);
     char *sid = new_session(u);
     REQUIRE(sid);
-    json_t *body = json_pack(
-        "{s:s, s:s, s:{s:s}}", "session_id", sid, "code",
-        "import json\nhv = open('/mnt/job/variables.json')\n"
-        "hc = open('/mnt/job/code.py')\nprint(len(big))",
-        "variables", "big", "0123456789abcdef0123456789abcdef");
+    json_t *body =
+        json_pack("{s:s, s:s, s:{s:s}}", "session_id", sid, "code",
+                  "import json\nhv = open('/mnt/job/variables.json')\n"
+                  "hc = open('/mnt/job/code.py')\nprint(len(big))",
+                  "variables", "big", "0123456789abcdef0123456789abcdef");
     itest_exec(srv, srv->admin_key, u, body, CALL_MS, &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_exec_stdout(&r), "32\n");
@@ -356,17 +363,18 @@ static void staged_inputs_bounded(void)
     REQUIRE(sid);
     for (int i = 0; i < 4; i++) {
         char *files = itest_fmt("[\"%s\"]", ids[i]);
-        json_t *j = call_json(
-            u, sid,
-            "import os, json\nst = os.statvfs('/mnt/data')\n"
-            "print(json.dumps({'used': (st.f_blocks - st.f_bfree) * "
-            "st.f_frsize,\n  'n': len(os.listdir('/mnt/data'))}))",
-            files);
+        json_t *j =
+            call_json(u, sid,
+                      "import os, json\nst = os.statvfs('/mnt/data')\n"
+                      "print(json.dumps({'used': (st.f_blocks - st.f_bfree) * "
+                      "st.f_frsize,\n  'n': len(os.listdir('/mnt/data'))}))",
+                      files);
         long long used = json_integer_value(json_object_get(j, "used"));
         long long n = json_integer_value(json_object_get(j, "n"));
         CHECKF(n == 1 && used >= 40LL * MIB && used < 48LL * MIB,
                "call %d: %lld inputs staged, %lld bytes in the stage "
-               "(want 1, 40-48 MiB)", i + 1, n, used);
+               "(want 1, 40-48 MiB)",
+               i + 1, n, used);
         json_decref(j);
         free(files);
     }
@@ -418,9 +426,9 @@ static void check_listing_shape(const json_t *doc)
     CHECKF(json_object_size(doc) == 2 && json_is_array(vars) &&
                json_is_boolean(json_object_get(doc, "truncated")),
            "not the listing's shape (%zu keys)", json_object_size(doc));
-    CHECKF(json_array_size(vars) <= 1000, "%zu entries",
-           json_array_size(vars));
-    json_array_foreach(vars, i, e) {
+    CHECKF(json_array_size(vars) <= 1000, "%zu entries", json_array_size(vars));
+    json_array_foreach(vars, i, e)
+    {
         const char *n = itest_json_str(e, "name");
         const char *t = itest_json_str(e, "type");
         const char *rp = itest_json_str(e, "repr");
@@ -429,8 +437,9 @@ static void check_listing_shape(const json_t *doc)
                   strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTU"
                             "VWXYZ0123456789_") == strlen(n) &&
                   chars(t) <= 256 && chars(rp) <= 500;
-        CHECKF(ok, "entry %zu is not a listing entry within its caps "
-                   "(name %.40s, type %zu, repr %zu characters)",
+        CHECKF(ok,
+               "entry %zu is not a listing entry within its caps "
+               "(name %.40s, type %zu, repr %zu characters)",
                i, n ? n : "(none)", chars(t), chars(rp));
         if (!ok)
             break;
@@ -443,7 +452,8 @@ static json_t *entry_named(const json_t *doc, const char *name)
 {
     json_t *e;
     size_t i;
-    json_array_foreach(json_object_get(doc, "variables"), i, e) {
+    json_array_foreach(json_object_get(doc, "variables"), i, e)
+    {
         const char *n = itest_json_str(e, "name");
         if (n && !strcmp(n, name))
             return e;
@@ -481,8 +491,7 @@ static void repr_subclass_is_cut(void)
 
 /* The code replaces the prelude's writer of the listing (it runs in the
  * same interpreter) with one that writes doc_py, a Python expression. */
-static void forge_listing(const char *user, const char *sid,
-                          const char *doc_py)
+static void forge_listing(const char *user, const char *sid, const char *doc_py)
 {
     char *code = itest_fmt(
         "import sys, json, os\n"
@@ -552,10 +561,11 @@ static void forged_listing_is_checked(void)
     CHECKF(big && chars(itest_json_str(big, "type")) == 256 &&
                chars(itest_json_str(big, "repr")) == 500,
            "d_big not capped");
-    CHECKF(!entry_named(r.json, "b_extra") && !entry_named(r.json, "c_nested")
-               && !entry_named(r.json, "f_type") &&
-               !strstr(r.body, "<b>") && !strstr(r.body, "<i>") &&
-               !strstr(r.body, "html") && !strstr(r.body, "again"),
+    CHECKF(!entry_named(r.json, "b_extra") &&
+               !entry_named(r.json, "c_nested") &&
+               !entry_named(r.json, "f_type") && !strstr(r.body, "<b>") &&
+               !strstr(r.body, "<i>") && !strstr(r.body, "html") &&
+               !strstr(r.body, "again"),
            "a bad entry came back: %.300s", r.body);
     itest_resp_release(&r);
     call_out(u, sid, "print('after')", "after\n");
@@ -701,24 +711,24 @@ static void fork_in_handler(const char *u, const char *fork_py)
     REQUIRE(srv);
     char *sid = new_session(u);
     REQUIRE(sid);
-    char *code = itest_fmt(
-        "import ctypes, os, signal, threading, time\n"
-        "PID = os.getpid()\nn = 0\nIN_CELL = False\nFORKED = 0\n"
-        "def _h(*a):\n"
-        "    global FORKED\n"
-        "    if IN_CELL:\n        return\n"
-        "    FORKED += 1\n"
-        "    %s\n"
-        "signal.signal(signal.SIGUSR1, _h)\n"
-        "def _poke():\n"
-        "    p = '/mnt/output/.interpd/result.json'\n"
-        "    for _ in range(40000):\n"
-        "        if FORKED:\n            break\n"
-        "        if not IN_CELL and os.path.exists(p):\n"
-        "            os.kill(PID, signal.SIGUSR1)\n"
-        "        time.sleep(0.0005)\n"
-        "threading.Thread(target=_poke, daemon=True).start()\n",
-        fork_py);
+    char *code =
+        itest_fmt("import ctypes, os, signal, threading, time\n"
+                  "PID = os.getpid()\nn = 0\nIN_CELL = False\nFORKED = 0\n"
+                  "def _h(*a):\n"
+                  "    global FORKED\n"
+                  "    if IN_CELL:\n        return\n"
+                  "    FORKED += 1\n"
+                  "    %s\n"
+                  "signal.signal(signal.SIGUSR1, _h)\n"
+                  "def _poke():\n"
+                  "    p = '/mnt/output/.interpd/result.json'\n"
+                  "    for _ in range(40000):\n"
+                  "        if FORKED:\n            break\n"
+                  "        if not IN_CELL and os.path.exists(p):\n"
+                  "            os.kill(PID, signal.SIGUSR1)\n"
+                  "        time.sleep(0.0005)\n"
+                  "threading.Thread(target=_poke, daemon=True).start()\n",
+                  fork_py);
     call_out(u, sid, code, "");
     for (int i = 0; i < 200 && !forked; i++) {
         call(u, sid,
@@ -771,20 +781,19 @@ static void fork_in_flush(const char *u, const char *fork_py)
     REQUIRE(srv);
     char *sid = new_session(u);
     REQUIRE(sid);
-    char *code = itest_fmt(
-        "import ctypes, os, sys\nPID = os.getpid()\nn = 0\n"
-        "class Forky:\n"
-        "    def __init__(self, s):\n"
-        "        self.s, self.armed = s, True\n"
-        "    def write(self, t):\n"
-        "        return self.s.write(t)\n"
-        "    def flush(self):\n"
-        "        if self.armed and os.getpid() == PID:\n"
-        "            self.armed = False\n"
-        "            %s\n"
-        "        return self.s.flush()\n"
-        "sys.stdout = Forky(sys.stdout)\n",
-        fork_py);
+    char *code = itest_fmt("import ctypes, os, sys\nPID = os.getpid()\nn = 0\n"
+                           "class Forky:\n"
+                           "    def __init__(self, s):\n"
+                           "        self.s, self.armed = s, True\n"
+                           "    def write(self, t):\n"
+                           "        return self.s.write(t)\n"
+                           "    def flush(self):\n"
+                           "        if self.armed and os.getpid() == PID:\n"
+                           "            self.armed = False\n"
+                           "            %s\n"
+                           "        return self.s.flush()\n"
+                           "sys.stdout = Forky(sys.stdout)\n",
+                           fork_py);
     call_out(u, sid, code, "");
     for (int i = 1; i <= 4; i++)
         still_itself(u, sid, i);
@@ -803,9 +812,8 @@ static void fork_in_flush_libc(void)
     fork_in_flush("fork7", "ctypes.PyDLL(None).fork()");
 }
 
-TEST_MAIN(T(start_server), T(inputs_last_one_call),
-          T(deleted_input_unreadable), T(job_files_not_kept),
-          T(staged_inputs_bounded),
+TEST_MAIN(T(start_server), T(inputs_last_one_call), T(deleted_input_unreadable),
+          T(job_files_not_kept), T(staged_inputs_bounded),
           T(repr_subclass_is_cut), T(forged_listing_is_checked),
           T(fork_in_cells), T(fork_then_parent_exits),
           T(fork_in_variables_repr), T(fork_in_signal_handler),

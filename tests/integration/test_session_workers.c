@@ -54,8 +54,8 @@ struct async_req {
     pthread_t thread;
     atomic_bool done; /* the answer (or the failure) came back */
     long status;
-    char *sid;        /* a create's session id (free()) */
-    char error[64];   /* the error code of a refusal */
+    char *sid;      /* a create's session id (free()) */
+    char error[64]; /* the error code of a refusal */
 };
 
 static void *async_main(void *arg)
@@ -66,8 +66,7 @@ static void *async_main(void *arg)
                            .path = a->path,
                            .key = a->key,
                            .user_id = a->user,
-                           .content_type = a->body ? "application/json"
-                                                   : NULL,
+                           .content_type = a->body ? "application/json" : NULL,
                            .body = a->body,
                            .body_len = a->body ? strlen(a->body) : 0,
                            .timeout_ms = CALL_MS};
@@ -132,8 +131,7 @@ static void run_ok(struct itest_server *s, const char *key, const char *user,
                json_pack("{s:s, s:s}", "code", code, "session_id", sid),
                CALL_MS, &r);
     CHECK_STATUS(&r, 200);
-    CHECKF(json_is_true(itest_json_get(r.json, "success")), "call: %s",
-           r.body);
+    CHECKF(json_is_true(itest_json_get(r.json, "success")), "call: %s", r.body);
     itest_resp_release(&r);
 }
 
@@ -144,9 +142,9 @@ static char *conf_key(struct itest_server *s, const char *tenant,
     char *out = NULL, *key = NULL;
     char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
     json_error_t jerr;
-    int code = itest_cli(s, &out, "keys", "create", "--config", conf,
-                         "--data-dir", s->data_dir, "--tenant", tenant,
-                         "--policy", policy, NULL);
+    int code =
+        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
+                  s->data_dir, "--tenant", tenant, "--policy", policy, NULL);
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
            out ? out : "");
@@ -175,17 +173,18 @@ static char *slow_prelude_dir(int secs)
     }
     dir = itest_fmt("%s", tmpl);
     for (size_t i = 0; i < sizeof(files) / sizeof(files[0]); i++) {
-        char *src = itest_fmt("%s/service/exec/python/%s", ITEST_SOURCE_DIR,
-                              files[i]);
+        char *src =
+            itest_fmt("%s/service/exec/python/%s", ITEST_SOURCE_DIR, files[i]);
         char *dst = itest_fmt("%s/%s", dir, files[i]);
         size_t len = 0;
         char *text = itest_read_file(src, &len);
         FILE *f = text ? fopen(dst, "w") : NULL;
         CHECK(f && fwrite(text, 1, len, f) == len);
         if (f && !strcmp(files[i], "prelude.py"))
-            fprintf(f, "\nif 'IPD_WARM_MODULES' in os.environ:\n"
-                       "    import time as _t\n"
-                       "    _t.sleep(%d)\n",
+            fprintf(f,
+                    "\nif 'IPD_WARM_MODULES' in os.environ:\n"
+                    "    import time as _t\n"
+                    "    _t.sleep(%d)\n",
                     secs);
         if (f)
             fclose(f);
@@ -250,9 +249,8 @@ static void event_thread_not_held(void)
     /* B's create waits at most 5 s for A's uid: on a loaded machine A's
      * zygote (2 s asleep, then its imports and exit) may take longer,
      * and B is refused at the node's bound. */
-    CHECKF(create.status == 201 ||
-               (create.status == 429 &&
-                !strcmp(create.error, "too_many_requests")),
+    CHECKF(create.status == 201 || (create.status == 429 &&
+                                    !strcmp(create.error, "too_many_requests")),
            "create: %ld %s", create.status, create.error);
     if (create.sid) {
         char *p2 = itest_fmt("/v1/sessions/%s", create.sid);
@@ -273,13 +271,12 @@ static void event_thread_not_held(void)
 
 /* A variables call into a session holding `s`, whose __repr__ sleeps:
  * it holds a session worker for about 6 s (under the 10 s bound). */
-static const char slow_repr_code[] =
-    "class Slow:\n"
-    "    def __repr__(self):\n"
-    "        import time\n"
-    "        time.sleep(6)\n"
-    "        return 'slow'\n"
-    "s = Slow()\n";
+static const char slow_repr_code[] = "class Slow:\n"
+                                     "    def __repr__(self):\n"
+                                     "        import time\n"
+                                     "        time.sleep(6)\n"
+                                     "        return 'slow'\n"
+                                     "s = Slow()\n";
 
 #define FLOOD 4
 
@@ -289,11 +286,11 @@ static const char slow_repr_code[] =
  * tenant B's create is served while A's calls are still running. */
 static void tenant_share(void)
 {
-    struct itest_opts o = {.config = BASE_CONF
-                           "max-sessions = 8\n"
-                           "sessions-per-user = 8\n"
-                           "policy.flood.memory = 256M\n"
-                           "policy.flood.tenant-sessions = 4\n"};
+    struct itest_opts o = {.config =
+                               BASE_CONF "max-sessions = 8\n"
+                                         "sessions-per-user = 8\n"
+                                         "policy.flood.memory = 256M\n"
+                                         "policy.flood.tenant-sessions = 4\n"};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
     char *ka = conf_key(s, "tenant-a", "flood");
@@ -314,8 +311,8 @@ static void tenant_share(void)
     CHECK(itest_wait_status_int(s, "session_requests.queued", 2, 30000));
     CHECK(itest_wait_status_int(s, "session_requests.running", 2, 30000));
     struct itest_resp r;
-    itest_request(s, "POST", "/v1/sessions", ka, "u2", "application/json",
-                  "{}", 2, NULL, &r);
+    itest_request(s, "POST", "/v1/sessions", ka, "u2", "application/json", "{}",
+                  2, NULL, &r);
     CHECK_ERROR(&r, 429, "too_many_requests");
     const char *msg = itest_json_str(r.json, "error.message");
     CHECKF(msg && strstr(msg, "tenant-sessions"), "message %s",
@@ -327,15 +324,14 @@ static void tenant_share(void)
     int done = 0;
     for (int i = 0; i < FLOOD; i++)
         done += atomic_load(&vars[i].done);
-    CHECKF(done == 0,
-           "%d of A's variables calls came back before B's create", done);
+    CHECKF(done == 0, "%d of A's variables calls came back before B's create",
+           done);
     for (int i = 0; i < FLOOD; i++) {
         async_join(&vars[i]);
         CHECK_INT(vars[i].status, 200);
         free(path[i]);
         path[i] = itest_fmt("/v1/sessions/%s", sid[i]);
-        itest_request(s, "DELETE", path[i], ka, "u1", NULL, NULL, 0, NULL,
-                      &r);
+        itest_request(s, "DELETE", path[i], ka, "u1", NULL, NULL, 0, NULL, &r);
         CHECK_STATUS(&r, 204);
         itest_resp_release(&r);
         free(path[i]);
@@ -401,13 +397,12 @@ static void variables_not_behind_fetches(void)
     CHECK(itest_wait_status_int(s, "url_fetches.running", 4, 30000));
     char *path = itest_fmt("/v1/sessions/%s/variables", sid);
     struct itest_resp r;
-    struct itest_req rq = {.path = path, .key = k, .user_id = "u1",
-                           .timeout_ms = 30000};
+    struct itest_req rq = {
+        .path = path, .key = k, .user_id = "u1", .timeout_ms = 30000};
     itest_do(s, &rq, &r);
     CHECK_STATUS(&r, 200);
     json_t *v = itest_json_get(r.json, "variables");
-    CHECKF(json_is_array(v) && json_array_size(v) == 1, "variables %s",
-           r.body);
+    CHECKF(json_is_array(v) && json_array_size(v) == 1, "variables %s", r.body);
     itest_resp_release(&r);
     int done = 0;
     for (int i = 0; i < 4; i++)

@@ -133,16 +133,14 @@ static long sess_req(struct itest_server *s, const char *method,
                      const char *tail, struct itest_resp *r)
 {
     char *path = itest_fmt("/v1/sessions/%s%s", sid, tail);
-    long st = itest_request(s, method, path, key, user, NULL, NULL, 0, NULL,
-                            r);
+    long st = itest_request(s, method, path, key, user, NULL, NULL, 0, NULL, r);
     free(path);
     return st;
 }
 
 /* POST /v1/executions with body (stolen) plus "session_id": sid. */
-static long run_body(struct itest_server *s, const char *key,
-                     const char *user, const char *sid, json_t *body,
-                     struct itest_resp *r)
+static long run_body(struct itest_server *s, const char *key, const char *user,
+                     const char *sid, json_t *body, struct itest_resp *r)
 {
     if (body && sid)
         json_object_set_new(body, "session_id", json_string(sid));
@@ -190,15 +188,16 @@ static char *gen_names(const struct itest_resp *r)
     for (i = 0; i < n; i++)
         v[i] = itest_json_str(json_array_get(gen, i), "filename");
     for (i = 0; i < n; i++) /* insertion sort: a handful of names */
-        for (j = i; j > 0 && strcmp(v[j - 1] ? v[j - 1] : "",
-                                    v[j] ? v[j] : "") > 0; j--) {
+        for (j = i;
+             j > 0 && strcmp(v[j - 1] ? v[j - 1] : "", v[j] ? v[j] : "") > 0;
+             j--) {
             const char *t = v[j];
             v[j] = v[j - 1];
             v[j - 1] = t;
         }
     for (i = 0; i < n; i++) {
-        char *next = itest_fmt("%s%s%s", out, i ? "," : "",
-                               v[i] ? v[i] : "(null)");
+        char *next =
+            itest_fmt("%s%s%s", out, i ? "," : "", v[i] ? v[i] : "(null)");
         free(out);
         out = next;
     }
@@ -209,7 +208,7 @@ static char *gen_names(const struct itest_resp *r)
 #define CHECK_GEN(r, want)                                                     \
     do {                                                                       \
         char *got__ = gen_names(r);                                            \
-        CHECKF(!strcmp(got__, (want)), "generated_files [%s], want [%s]",     \
+        CHECKF(!strcmp(got__, (want)), "generated_files [%s], want [%s]",      \
                got__, (want));                                                 \
         free(got__);                                                           \
     } while (0)
@@ -222,14 +221,14 @@ static bool listed(struct itest_server *s, const char *key, const char *user,
     bool found = false;
     size_t i;
     json_t *e;
-    itest_request(s, "GET", "/v1/sessions", key, user, NULL, NULL, 0, NULL,
-                  &r);
+    itest_request(s, "GET", "/v1/sessions", key, user, NULL, NULL, 0, NULL, &r);
     CHECK_STATUS(&r, 200);
     json_t *a = itest_json_get(r.json, "sessions");
     CHECKF(json_is_array(a), "no sessions array: %s", r.body);
     if (count)
         *count = json_array_size(a);
-    json_array_foreach(a, i, e) {
+    json_array_foreach(a, i, e)
+    {
         const char *id = itest_json_str(e, "session_id");
         if (id && sid && !strcmp(id, sid))
             found = true;
@@ -267,8 +266,8 @@ static void check_call_ended(const struct itest_resp *r, const char *sid)
     CHECK(json_is_false(itest_json_get(r->json, "success")));
 }
 
-static void delete_ok(struct itest_server *s, const char *key,
-                      const char *user, const char *sid)
+static void delete_ok(struct itest_server *s, const char *key, const char *user,
+                      const char *sid)
 {
     struct itest_resp r;
     sess_req(s, "DELETE", key, user, sid, "", &r);
@@ -282,8 +281,8 @@ static json_t *status_sessions(struct itest_server *s)
 {
     struct itest_resp r;
     json_t *out = NULL;
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     CHECK_STATUS(&r, 200);
     out = json_incref(itest_json_get(r.json, "sessions"));
     CHECKF(json_is_object(out), "no \"sessions\" in the status: %s", r.body);
@@ -304,8 +303,8 @@ static long long metric(struct itest_server *s, const char *name)
     struct itest_resp r;
     long long v = -1;
     size_t n = strlen(name);
-    itest_request(s, "GET", "/metrics", s->admin_key, NULL, NULL, NULL, 0,
-                  NULL, &r);
+    itest_request(s, "GET", "/metrics", s->admin_key, NULL, NULL, NULL, 0, NULL,
+                  &r);
     CHECK_STATUS(&r, 200);
     for (const char *p = r.body; p && *p;) {
         if (!strncmp(p, name, n) && p[n] == ' ') {
@@ -327,9 +326,8 @@ static char *policy_key(struct itest_server *s, const char *tenant,
 {
     char *out = NULL, *key = NULL;
     json_error_t jerr;
-    int code = itest_cli(s, &out, "keys", "create", "--data-dir",
-                         s->data_dir, "--tenant", tenant, "--policy", policy,
-                         NULL);
+    int code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
+                         "--tenant", tenant, "--policy", policy, NULL);
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
            out ? out : "");
@@ -357,7 +355,8 @@ static void state_persists(struct itest_server *s, const char *user)
     REQUIRE(sid);
     run_in(s, k, user, sid,
            "import math\nx = 41\nopen('a.txt', 'w').write('a')\n"
-           "open('b.txt', 'w').write('b')\nprint('one')", &r);
+           "open('b.txt', 'w').write('b')\nprint('one')",
+           &r);
     check_call_ok(&r, sid, "one\n");
     CHECK_GEN(&r, "a.txt,b.txt");
     itest_resp_release(&r);
@@ -367,7 +366,8 @@ static void state_persists(struct itest_server *s, const char *user)
            "x += 1\nprint(x, round(math.pi, 2))\n"
            "open('b.txt', 'w').write('bb')\nopen('c.txt', 'w').write('c')\n"
            "import os\n"
-           "print(sorted(f for f in os.listdir('.') if f[0] != '.'))", &r);
+           "print(sorted(f for f in os.listdir('.') if f[0] != '.'))",
+           &r);
     check_call_ok(&r, sid, "42 3.14\n['a.txt', 'b.txt', 'c.txt']\n");
     CHECK_GEN(&r, "b.txt,c.txt");
     json_t *gen = itest_json_get(r.json, "generated_files");
@@ -456,8 +456,10 @@ static void lifecycle(void)
     char *sid = itest_json_dup(r.json, "session_id");
     int64_t created = itest_parse_time(itest_json_str(r.json, "created_at"));
     int64_t expires = itest_parse_time(itest_json_str(r.json, "expires_at"));
-    CHECKF(expires - created == 20 * 60, "expires_at %lld s after created_at"
-           " (want the 20 min idle timeout)", (long long)(expires - created));
+    CHECKF(expires - created == 20 * 60,
+           "expires_at %lld s after created_at"
+           " (want the 20 min idle timeout)",
+           (long long)(expires - created));
     itest_resp_release(&r);
     REQUIRE(sid[0]);
 
@@ -473,15 +475,14 @@ static void lifecycle(void)
     sess_req(srv, "GET", k, "life", sid, "", &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_json_str(r.json, "status"), "ready");
-    CHECK(itest_parse_time(itest_json_str(r.json, "last_used_at")) >=
-          created);
+    CHECK(itest_parse_time(itest_json_str(r.json, "last_used_at")) >= created);
     itest_resp_release(&r);
 
     delete_ok(srv, k, "life", sid);
     check_gone(srv, k, "life", sid);
     /* A plain execution of the same user is unaffected. */
-    itest_exec(srv, k, "life", json_pack("{s:s}", "code", "print(2)"),
-               CALL_MS, &r);
+    itest_exec(srv, k, "life", json_pack("{s:s}", "code", "print(2)"), CALL_MS,
+               &r);
     CHECK_STATUS(&r, 200);
     CHECK_STR(itest_exec_stdout(&r), "2\n");
     itest_resp_release(&r);
@@ -539,8 +540,8 @@ static void variables_and_files(void)
     itest_resp_release(&r);
 
     run_body(srv, k, u, sid,
-             json_pack("{s:s, s:[s]}", "code", "print('installed')",
-                       "packages", "six"),
+             json_pack("{s:s, s:[s]}", "code", "print('installed')", "packages",
+                       "six"),
              &r);
     CHECK_ERROR(&r, 400, "invalid_request");
     CHECK(strstr(r.body, "installed\\n") == NULL);
@@ -557,7 +558,8 @@ static json_t *var_named(json_t *vars, const char *name)
 {
     size_t i;
     json_t *v;
-    json_array_foreach(vars, i, v) {
+    json_array_foreach(vars, i, v)
+    {
         const char *n = itest_json_str(v, "name");
         if (n && !strcmp(n, name))
             return v;
@@ -615,7 +617,8 @@ static void variables_listing(void)
     run_ok(srv, k, u, sid,
            "import json, os\nimport numpy as np\nlong_text = 'a' * 2000\n"
            "n = 3\n_hidden = 1\n__also_hidden = 2\ndata = {'k': [0, 1, 2]}\n"
-           "def f():\n    return 1\nprint('defined')", "defined\n");
+           "def f():\n    return 1\nprint('defined')",
+           "defined\n");
     sess_req(srv, "GET", k, u, sid, "/variables", &r);
     CHECK_STATUS(&r, 200);
     json_t *vars = itest_json_get(r.json, "variables");
@@ -633,11 +636,11 @@ static void variables_listing(void)
               "{'k': [0, 1, 2]}");
     CHECK_STR(itest_json_str(var_named(vars, "data"), "type"), "dict");
     CHECK_STR(itest_json_str(var_named(vars, "f"), "type"), "function");
-    const char *hidden[] = {"json", "os", "np", "_hidden", "__also_hidden",
-                            "FILES", "load_file", "__builtins__", NULL};
+    const char *hidden[] = {
+        "json",  "os",        "np",           "_hidden", "__also_hidden",
+        "FILES", "load_file", "__builtins__", NULL};
     for (int i = 0; hidden[i]; i++)
-        CHECKF(!var_named(vars, hidden[i]), "%s listed: %s", hidden[i],
-               r.body);
+        CHECKF(!var_named(vars, hidden[i]), "%s listed: %s", hidden[i], r.body);
     itest_resp_release(&r);
     /* Listing writes nothing the next call reports as generated. */
     run_in(srv, k, u, sid, "print(n)", &r);
@@ -699,14 +702,16 @@ static void users_are_isolated(void)
     CHECK(strcmp(sa, sb) != 0);
     run_ok(srv, k, "alice", sa,
            "secret = 'alice-' + 'secret'\ntheirs = 1\n"
-           "open('alice.txt', 'w').write(secret)\nprint('ok')", "ok\n");
+           "open('alice.txt', 'w').write(secret)\nprint('ok')",
+           "ok\n");
     run_ok(srv, k, "bob", sb, probe_code, "False False\n[]\n[]\n");
     run_ok(srv, k, "bob", sb,
            "secret = 'bob'\nopen('bob.txt', 'w').write(secret)\nprint('ok')",
            "ok\n");
     run_ok(srv, k, "alice", sa,
            "import os\nprint(secret, sorted(f for f in os.listdir('.') "
-           "if f[0] != '.'))", "alice-secret ['alice.txt']\n");
+           "if f[0] != '.'))",
+           "alice-secret ['alice.txt']\n");
 
     sess_req(srv, "GET", k, "bob", sb, "/variables", &r);
     CHECK_STATUS(&r, 200);
@@ -737,10 +742,13 @@ static void users_are_isolated(void)
 /* Ids that are nobody's session: 404 everywhere. */
 static void malformed_ids(void)
 {
-    static const char *const ids[] = {
-        "nonsense", "sess_", "sess_bad", "file_aaaaaaaaaaaaaaaaaaaaaaaaaa",
-        "sess_aaaaaaaaaaaaaaaaaaaaaaaaaa", "SESS_AAAAAAAAAAAAAAAAAAAAAAAAAA",
-        NULL};
+    static const char *const ids[] = {"nonsense",
+                                      "sess_",
+                                      "sess_bad",
+                                      "file_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                                      "sess_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+                                      "SESS_AAAAAAAAAAAAAAAAAAAAAAAAAA",
+                                      NULL};
     const char *k;
     struct itest_resp r;
     REQUIRE(srv);
@@ -795,9 +803,15 @@ static struct itest_server *start_limits(unsigned uid)
 {
     char u[16];
     snprintf(u, sizeof(u), "%u", uid);
-    const char *args[] = {"--sandbox-uid", u, "--exec-slots", "1",
-                          "--max-sessions", "3", "--ready-check-interval",
-                          "never", NULL};
+    const char *args[] = {"--sandbox-uid",
+                          u,
+                          "--exec-slots",
+                          "1",
+                          "--max-sessions",
+                          "3",
+                          "--ready-check-interval",
+                          "never",
+                          NULL};
     struct itest_opts o = {.args = args,
                            .config = "policy.standard.output-limit = 4K\n"
                                      "policy.standard.memory = 256M\n"};
@@ -814,8 +828,8 @@ static void ended_by_timeout(struct itest_server *s, unsigned first,
     REQUIRE(sid);
     run_body(s, k, "u1", sid,
              json_pack("{s:s, s:i}", "code",
-                       "import time\ntime.sleep(1)\nprint('slept')",
-                       "timeout", 5),
+                       "import time\ntime.sleep(1)\nprint('slept')", "timeout",
+                       5),
              &r);
     check_call_ok(&r, sid, "slept\n");
     CHECK(json_is_false(itest_json_get(r.json, "timed_out")));
@@ -824,7 +838,8 @@ static void ended_by_timeout(struct itest_server *s, unsigned first,
 
     run_in(s, k, "u1", sid,
            "import sys\nprint('x' * 10000)\nsys.stderr.write('e' * 10000)\n"
-           "after_cap = 7", &r);
+           "after_cap = 7",
+           &r);
     check_call_ok(&r, sid, NULL);
     CHECK(json_is_true(itest_json_get(r.json, "stdout_truncated")));
     CHECK_INT(strlen(itest_exec_stdout(&r)), 4096);
@@ -855,8 +870,7 @@ static void ended_by_timeout(struct itest_server *s, unsigned first,
     free(sid);
 }
 
-static void ended_by_exit(struct itest_server *s, unsigned first,
-                          unsigned last)
+static void ended_by_exit(struct itest_server *s, unsigned first, unsigned last)
 {
     const char *k = s->admin_key;
     struct itest_resp r;
@@ -944,8 +958,8 @@ static json_t *wait_async(struct itest_server *s, const char *user,
     json_t *res = NULL;
     while (!res && itest_now() < until) {
         struct itest_resp r;
-        itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0,
-                      NULL, &r);
+        itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0, NULL,
+                      &r);
         const char *st = itest_json_str(r.json, "status");
         if (r.status == 200 && st && !strcmp(st, "done"))
             res = json_incref(itest_json_get(r.json, "result"));
@@ -990,8 +1004,10 @@ static void concurrent_call(const char *const *args)
     double took = itest_now() - t0;
     CHECK_ERROR(&r, 409, "session_busy");
     CHECK(strstr(r.body, "second") == NULL);
-    CHECKF(took < 2.5, "the concurrent call was answered after %.1f s "
-           "(waited for the first instead of 409 at once)", took);
+    CHECKF(took < 2.5,
+           "the concurrent call was answered after %.1f s "
+           "(waited for the first instead of 409 at once)",
+           took);
     itest_resp_release(&r);
     sess_req(s, "GET", k, "u1", sid, "/variables", &r);
     CHECK_ERROR(&r, 409, "session_busy");
@@ -1095,8 +1111,12 @@ static void check_refused(struct itest_server *s, const char *user)
 
 static void caps_status_metrics(void)
 {
-    const char *args[] = {"--max-sessions", "3", "--sessions-per-user", "2",
-                          "--policy.standard.tenant-sessions", "100%",
+    const char *args[] = {"--max-sessions",
+                          "3",
+                          "--sessions-per-user",
+                          "2",
+                          "--policy.standard.tenant-sessions",
+                          "100%",
                           NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
@@ -1113,10 +1133,10 @@ static void caps_status_metrics(void)
     char *a = new_session(s, k, "u1");
     char *b = new_session(s, k, "u1");
     REQUIRE(a && b);
-    check_refused(s, "u1");          /* the user's 2 */
+    check_refused(s, "u1"); /* the user's 2 */
     char *d = new_session(s, k, "u2");
     REQUIRE(d);
-    check_refused(s, "u3");          /* the node's 3 */
+    check_refused(s, "u3"); /* the node's 3 */
     size_t n = 0;
     listed(s, k, "u1", a, &n);
     CHECK_INT(n, 2);
@@ -1135,7 +1155,7 @@ static void caps_status_metrics(void)
     delete_ok(s, k, "u1", b);
     char *e = new_session(s, k, "u3");
     CHECK(e != NULL);
-    check_refused(s, "u1");          /* the node's 3 again */
+    check_refused(s, "u1"); /* the node's 3 again */
     delete_ok(s, k, "u1", a);
     delete_ok(s, k, "u2", d);
     if (e)
@@ -1162,9 +1182,9 @@ static char *conf_key(struct itest_server *s, const char *tenant,
     char *out = NULL, *key = NULL;
     char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
     json_error_t jerr;
-    int code = itest_cli(s, &out, "keys", "create", "--config", conf,
-                         "--data-dir", s->data_dir, "--tenant", tenant,
-                         "--policy", policy, NULL);
+    int code =
+        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
+                  s->data_dir, "--tenant", tenant, "--policy", policy, NULL);
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
            out ? out : "");
@@ -1201,7 +1221,8 @@ static json_t *status_tenant(json_t *ss, const char *tenant)
     json_t *a = json_object_get(ss, "tenants"), *e;
     size_t i;
     CHECKF(json_is_array(a), "sessions.tenants is not an array");
-    json_array_foreach(a, i, e) {
+    json_array_foreach(a, i, e)
+    {
         const char *t = itest_json_str(e, "tenant");
         if (t && !strcmp(t, tenant))
             return e;
@@ -1209,8 +1230,8 @@ static json_t *status_tenant(json_t *ss, const char *tenant)
     return NULL;
 }
 
-static void check_status_tenant(json_t *ss, const char *tenant,
-                                long long live, long long charged)
+static void check_status_tenant(json_t *ss, const char *tenant, long long live,
+                                long long charged)
 {
     json_t *e = status_tenant(ss, tenant);
     CHECKF(e != NULL, "tenant %s not in sessions.tenants", tenant);
@@ -1236,11 +1257,11 @@ static void check_status_tenant(json_t *ss, const char *tenant,
  * one tenant is nobody's in another with the same user id. */
 static void tenant_session_share(void)
 {
-    struct itest_opts o = {.config = BOUNDS_CONF
-                           "max-sessions = 8\n"
-                           "sessions-per-user = 2\n"
-                           "policy.solo.memory = 256M\n"
-                           "policy.solo.tenant-sessions = 1\n"};
+    struct itest_opts o = {.config =
+                               BOUNDS_CONF "max-sessions = 8\n"
+                                           "sessions-per-user = 2\n"
+                                           "policy.solo.memory = 256M\n"
+                                           "policy.solo.tenant-sessions = 1\n"};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
     char *a = conf_key(s, "tenant-a", "standard");
@@ -1338,8 +1359,7 @@ static void session_memory_budget(void)
     check_status_tenant(ss, "tenant-a", 2, 1LL << 30);
     check_status_tenant(ss, "tenant-b", 1, 512LL << 20);
     json_decref(ss);
-    CHECK_INT(metric(s, "interpd_sessions_memory_charged_bytes"),
-              1536LL << 20);
+    CHECK_INT(metric(s, "interpd_sessions_memory_charged_bytes"), 1536LL << 20);
     delete_ok(s, a, "u2", sa2);
     char *sb2 = new_session_p(s, b, "u1", "big");
     CHECK(sb2 != NULL);
@@ -1359,7 +1379,7 @@ static void session_memory_budget(void)
 struct reaped {
     const char *name;
     char *sid;
-    double created, last_used;  /* itest_now() */
+    double created, last_used; /* itest_now() */
     /* The 410 that said it ended: sent at ended (0: live), answered at
      * ended_seen.  Idleness is exact now (a look after it is 410), so the
      * end lies between the last 200's sending and ended_seen. */
@@ -1400,13 +1420,25 @@ static void idle_and_old_sessions_end(void)
     unsigned uid = own_sandbox_uid();
     char u[16];
     snprintf(u, sizeof(u), "%u", uid);
-    const char *args[] = {"--sandbox-uid", u, "--exec-slots", "1",
-                          "--max-sessions", "3", "--session-idle-timeout",
-                          "4s", "--session-max-life", "16s",
-                          "--session-reap-interval", "1s",
-                          "--policy.standard.tenant-sessions", "100%",
-                          "--warm-modules", "json",
-                          "--ready-check-interval", "never", NULL};
+    const char *args[] = {"--sandbox-uid",
+                          u,
+                          "--exec-slots",
+                          "1",
+                          "--max-sessions",
+                          "3",
+                          "--session-idle-timeout",
+                          "4s",
+                          "--session-max-life",
+                          "16s",
+                          "--session-reap-interval",
+                          "1s",
+                          "--policy.standard.tenant-sessions",
+                          "100%",
+                          "--warm-modules",
+                          "json",
+                          "--ready-check-interval",
+                          "never",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
@@ -1452,13 +1484,12 @@ static void idle_and_old_sessions_end(void)
                "%s ended %.1f-%.1f s after its last use, %.1f s after "
                "creation",
                x[i].name, x[i].ended - x[i].last_used,
-               x[i].ended_seen - x[i].last_used,
-               x[i].ended - x[i].created);
+               x[i].ended_seen - x[i].last_used, x[i].ended - x[i].created);
     CHECKF(x[2].ended_seen - x[2].created >= 13 &&
                x[2].ended - x[2].last_used < 3,
            "the used session ended %.1f s after creation, %.1f s after its "
-           "last use", x[2].ended - x[2].created,
-           x[2].ended - x[2].last_used);
+           "last use",
+           x[2].ended - x[2].created, x[2].ended - x[2].last_used);
     for (int i = 0; i < 3; i++) {
         check_gone(s, s->admin_key, "u1", x[i].sid);
         free(x[i].sid);
@@ -1522,8 +1553,7 @@ static void busy_session_ends_at_life(struct itest_server *s)
     struct itest_resp r;
     int calls = 0;
     while (ended == 0 && itest_now() < t0 + 40) {
-        run_in(s, k, "busy", sid, "import time\ntime.sleep(1)\nprint('k')",
-               &r);
+        run_in(s, k, "busy", sid, "import time\ntime.sleep(1)\nprint('k')", &r);
         calls++;
         CHECKF(r.status == 200, "call %d: %ld %s", calls, r.status, r.body);
         if (r.status != 200 ||
@@ -1535,9 +1565,14 @@ static void busy_session_ends_at_life(struct itest_server *s)
         }
         itest_resp_release(&r);
     }
-    CHECKF(ended > 0 && ended - t0 >= 7.5 && ended - t0 < 14,
-           "a session under 1 s calls ended %.1f s after its creation "
-           "(max life 8 s)", ended > 0 ? ended - t0 : -1.0);
+    CHECKF(ended > 0 && ended - t0 >= 7.5 &&
+                   ended - t0<14,
+                              "a session under 1 s calls ended %.1f s after "
+                              "its creation "
+                              "(max life 8 s)",
+                              ended> 0
+               ? ended - t0
+               : -1.0);
     run_in(s, k, "busy", sid, "print(1)", &r);
     check_410_why(&r, "maximum life");
     itest_resp_release(&r);
@@ -1593,14 +1628,27 @@ static void call_past_idle_refused(struct itest_server *s)
  * whole and says the session ended. */
 static void life_holds_under_calls(void)
 {
-    const char *args[] = {"--session-max-life", "8s",
-                          "--session-idle-timeout", "4s",
-                          "--session-reap-interval", "1h",
-                          "--exec-mode", "cold", "--warm-modules", "json",
-                          "--exec-slots", "2", "--max-sessions", "4",
-                          "--policy.standard.tenant-running", "100%",
-                          "--policy.standard.tenant-sessions", "100%",
-                          "--ready-check-interval", "never", NULL};
+    const char *args[] = {"--session-max-life",
+                          "8s",
+                          "--session-idle-timeout",
+                          "4s",
+                          "--session-reap-interval",
+                          "1h",
+                          "--exec-mode",
+                          "cold",
+                          "--warm-modules",
+                          "json",
+                          "--exec-slots",
+                          "2",
+                          "--max-sessions",
+                          "4",
+                          "--policy.standard.tenant-running",
+                          "100%",
+                          "--policy.standard.tenant-sessions",
+                          "100%",
+                          "--ready-check-interval",
+                          "never",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
@@ -1705,8 +1753,10 @@ static void check_session_uids(unsigned uid, unsigned slots, unsigned n)
         return;
     for (unsigned i = 0; i < n; i++) {
         unsigned want = uid + 1 + slots + i;
-        CHECKF(test_count_uids(want, want) > 0, "no process of session %u's "
-               "host uid %u", i, want);
+        CHECKF(test_count_uids(want, want) > 0,
+               "no process of session %u's "
+               "host uid %u",
+               i, want);
     }
     CHECKF(test_count_uids(uid + 1 + slots + n, uid + 7) == 0,
            "processes of uids past the %u sessions'", n);
@@ -1719,10 +1769,19 @@ static void shutdown_ends_sessions(void)
     unsigned uid = own_sandbox_uid();
     char u[16];
     snprintf(u, sizeof(u), "%u", uid);
-    const char *args[] = {"--sandbox-uid", u, "--exec-slots", "1",
-                          "--max-sessions", "4", "--exec-mode", "cold",
-                          "--policy.standard.tenant-sessions", "100%",
-                          "--ready-check-interval", "never", NULL};
+    const char *args[] = {"--sandbox-uid",
+                          u,
+                          "--exec-slots",
+                          "1",
+                          "--max-sessions",
+                          "4",
+                          "--exec-mode",
+                          "cold",
+                          "--policy.standard.tenant-sessions",
+                          "100%",
+                          "--ready-check-interval",
+                          "never",
+                          NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
@@ -1769,12 +1828,11 @@ static void shutdown_ends_sessions(void)
 
 TEST_MAIN(T(tenant_session_share), T(session_memory_budget),
           T(life_holds_under_calls), T(cold_server_sessions),
-          T(warm_server_sessions),
-          T(start_api_server), T(lifecycle), T(variables_and_files),
-          T(variables_listing), T(variables_head_calls_nothing),
-          T(users_are_isolated), T(malformed_ids),
-          T(session_policies), T(stop_api_server),
+          T(warm_server_sessions), T(start_api_server), T(lifecycle),
+          T(variables_and_files), T(variables_listing),
+          T(variables_head_calls_nothing), T(users_are_isolated),
+          T(malformed_ids), T(session_policies), T(stop_api_server),
           T(calls_that_end_a_session), T(concurrent_call_default_shares),
           T(concurrent_call_free_slot), T(delete_during_call),
-          T(caps_status_metrics),
-          T(idle_and_old_sessions_end), T(shutdown_ends_sessions))
+          T(caps_status_metrics), T(idle_and_old_sessions_end),
+          T(shutdown_ends_sessions))

@@ -105,16 +105,16 @@ static long upload(const char *key, const char *user, size_t len,
 {
     char *buf = malloc(len + 1);
     memset(buf, 'd', len);
-    long st = itest_upload_raw(srv, key, user, "d.txt", "text/plain", buf,
-                               len, NULL, r);
+    long st = itest_upload_raw(srv, key, user, "d.txt", "text/plain", buf, len,
+                               NULL, r);
     free(buf);
     return st;
 }
 
 static long ingest(const char *key, const char *user, struct itest_resp *r)
 {
-    char *body = itest_fmt("{\"url\": \"http://127.0.0.1:%d/u.txt\"}",
-                           origin.port);
+    char *body =
+        itest_fmt("{\"url\": \"http://127.0.0.1:%d/u.txt\"}", origin.port);
     long st = itest_request(srv, "POST", "/v1/files", key, user,
                             "application/json", body, strlen(body), NULL, r);
     free(body);
@@ -126,8 +126,7 @@ static void check_tenant_507(const struct itest_resp *r)
 {
     CHECK_ERROR(r, 507, "quota_exceeded");
     const char *msg = itest_json_str(r->json, "error.message");
-    CHECKF(msg && strstr(msg, "tenant"), "message: %s",
-           msg ? msg : "(none)");
+    CHECKF(msg && strstr(msg, "tenant"), "message: %s", msg ? msg : "(none)");
 }
 
 /* Run code as (key, user) that writes out.txt of n bytes; the one
@@ -149,8 +148,8 @@ static json_t *generate(const char *key, const char *user, int n)
 static long long files_of(const char *key, const char *user)
 {
     struct itest_resp r;
-    itest_request(srv, "GET", "/v1/files?limit=100", key, user, NULL, NULL,
-                  0, NULL, &r);
+    itest_request(srv, "GET", "/v1/files?limit=100", key, user, NULL, NULL, 0,
+                  NULL, &r);
     CHECK_STATUS(&r, 200);
     long long n = (long long)json_array_size(itest_json_get(r.json, "files"));
     itest_resp_release(&r);
@@ -172,7 +171,8 @@ static json_t *tenant_status(const char *tenant)
     CHECK(json_is_integer(itest_json_get(r.json, "total_user_files")));
     size_t i;
     json_t *t;
-    json_array_foreach(list, i, t) {
+    json_array_foreach(list, i, t)
+    {
         if (!strcmp(itest_json_str(t, "tenant") ? itest_json_str(t, "tenant")
                                                 : "",
                     tenant))
@@ -253,8 +253,7 @@ static void files_limit(void)
     json_decref(t);
 
     /* Deleting one of u1's files frees a slot for u3. */
-    itest_request(srv, "GET", "/v1/files", acme, "u1", NULL, NULL, 0, NULL,
-                  &r);
+    itest_request(srv, "GET", "/v1/files", acme, "u1", NULL, NULL, 0, NULL, &r);
     const char *first = json_string_value(json_object_get(
         json_array_get(itest_json_get(r.json, "files"), 0), "file_id"));
     char *id = strdup(first ? first : "");
@@ -319,10 +318,14 @@ static void setup(void)
         return;
     }
     char allow[] = "127.0.0.1/32";
-    const char *args[] = {"--quota-files", "2",
-                          "--tenant-quota-files", "4",
-                          "--tenant-quota-bytes", "1000",
-                          "--fetch-allow", allow,
+    const char *args[] = {"--quota-files",
+                          "2",
+                          "--tenant-quota-files",
+                          "4",
+                          "--tenant-quota-bytes",
+                          "1000",
+                          "--fetch-allow",
+                          allow,
                           NULL};
     struct itest_opts o = {.args = args};
     srv = itest_start(&o);

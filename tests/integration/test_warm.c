@@ -28,9 +28,9 @@ static char *key_a, *key_b;      /* two tenants, policy standard */
 
 /* POST /v1/executions of code as user with key (timeout in s, 0: the
  * policy's; extra: more request fields, taken, or NULL). */
-static long run_code(struct itest_server *s, const char *key,
-                     const char *user, const char *code, int timeout,
-                     json_t *extra, struct itest_resp *out)
+static long run_code(struct itest_server *s, const char *key, const char *user,
+                     const char *code, int timeout, json_t *extra,
+                     struct itest_resp *out)
 {
     json_t *body = json_pack("{s:s}", "code", code);
     if (timeout)
@@ -50,13 +50,13 @@ static char *key_with_policy(struct itest_server *s, const char *tenant,
                              const char *policy, bool with_config)
 {
     char *out = NULL, *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
-    int code = with_config
-                   ? itest_cli(s, &out, "keys", "create", "--config", conf,
-                               "--data-dir", s->data_dir, "--tenant", tenant,
-                               "--policy", policy, NULL)
-                   : itest_cli(s, &out, "keys", "create", "--data-dir",
-                               s->data_dir, "--tenant", tenant, "--policy",
-                               policy, NULL);
+    int code =
+        with_config
+            ? itest_cli(s, &out, "keys", "create", "--config", conf,
+                        "--data-dir", s->data_dir, "--tenant", tenant,
+                        "--policy", policy, NULL)
+            : itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
+                        "--tenant", tenant, "--policy", policy, NULL);
     json_error_t jerr;
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     char *key = itest_json_str(j, "key") ? itest_json_dup(j, "key") : NULL;
@@ -75,11 +75,11 @@ static char *key_with_policy(struct itest_server *s, const char *tenant,
 static json_t *exec_status(struct itest_server *s)
 {
     struct itest_resp r;
-    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL,
-                  NULL, 0, NULL, &r);
+    itest_request(s, "GET", "/v1/admin/status", s->admin_key, NULL, NULL, NULL,
+                  0, NULL, &r);
     json_t *em = itest_json_get(r.json, "execution_mode");
-    CHECKF(r.status == 200 && json_is_object(em),
-           "admin status: %ld %s", r.status, r.body);
+    CHECKF(r.status == 200 && json_is_object(em), "admin status: %ld %s",
+           r.status, r.body);
     json_incref(em);
     itest_resp_release(&r);
     return json_is_object(em) ? em : NULL;
@@ -90,16 +90,16 @@ static json_t *exec_status(struct itest_server *s)
 static long long slot_int(struct itest_server *s, size_t i, const char *f)
 {
     json_t *em = exec_status(s);
-    json_t *v = json_object_get(
-        json_array_get(json_object_get(em, "slots"), i), f);
+    json_t *v =
+        json_object_get(json_array_get(json_object_get(em, "slots"), i), f);
     long long n = json_is_integer(v) ? json_integer_value(v) : -1;
     json_decref(em);
     return n;
 }
 
 /* Poll (bounded) until slot i's restarts reach want; the last value. */
-static long long wait_restarts(struct itest_server *s, size_t i,
-                               long long want, int timeout_ms)
+static long long wait_restarts(struct itest_server *s, size_t i, long long want,
+                               int timeout_ms)
 {
     double deadline = itest_now() + timeout_ms / 1000.0;
     long long n = slot_int(s, i, "restarts");
@@ -218,10 +218,10 @@ static void check_leaker(const struct itest_resp *r, const char *who)
            itest_exec_stdout(r));
     json_decref(j);
     json_t *gen = itest_json_get(r->json, "generated_files");
-    CHECKF(json_array_size(gen) == 1 &&
-               !strcmp(itest_json_str(json_array_get(gen, 0), "filename"),
-                       "leak"),
-           "%s: generated_files: %s", who, r->body);
+    CHECKF(
+        json_array_size(gen) == 1 &&
+            !strcmp(itest_json_str(json_array_get(gen, 0), "filename"), "leak"),
+        "%s: generated_files: %s", who, r->body);
 }
 
 /* The checker's run: warm, and none of the leaker's doing is there. */
@@ -238,17 +238,23 @@ static void check_clean(const struct itest_resp *r, const char *who)
            "%s: the leaker's files: %s", who, itest_exec_stdout(r));
     CHECKF(json_array_size(itest_json_get(r->json, "generated_files")) == 0,
            "%s: generated_files: %s", who, r->body);
-    CHECKF(json_is_null(json_object_get(j, "env")), "%s: LEAK in the "
-           "environment: %s", who, itest_exec_stdout(r));
+    CHECKF(json_is_null(json_object_get(j, "env")),
+           "%s: LEAK in the "
+           "environment: %s",
+           who, itest_exec_stdout(r));
     CHECK_STR(json_string_value(json_object_get(j, "json")), "{\"a\": 1}");
     CHECK_STR(json_string_value(json_object_get(j, "json_module")), "json");
     CHECK(json_is_false(json_object_get(j, "numpy")));
     double rnd = json_real_value(json_object_get(j, "random"));
     double np = json_real_value(json_object_get(j, "nprandom"));
-    CHECKF(rnd != SEEDED_RANDOM && rnd > 0 && rnd < 1, "%s: random %.17g "
-           "(seed(1) gives %.17g)", who, rnd, SEEDED_RANDOM);
-    CHECKF(np != SEEDED_NUMPY && np > 0 && np < 1, "%s: numpy %.17g "
-           "(seed(1) gives %.17g)", who, np, SEEDED_NUMPY);
+    CHECKF(rnd != SEEDED_RANDOM && rnd > 0 && rnd < 1,
+           "%s: random %.17g "
+           "(seed(1) gives %.17g)",
+           who, rnd, SEEDED_RANDOM);
+    CHECKF(np != SEEDED_NUMPY && np > 0 && np < 1,
+           "%s: numpy %.17g "
+           "(seed(1) gives %.17g)",
+           who, np, SEEDED_NUMPY);
     CHECK_INT(json_integer_value(json_object_get(j, "fd50")), EBADF);
     json_t *th = json_object_get(j, "threads");
     CHECKF(json_array_size(th) == 1 &&
@@ -328,17 +334,15 @@ static void mode_per_policy(void)
         {1, NULL, "strict", "warm"},     {0, NULL, "standard", "warm"},
     };
     for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
-        const char *key = cases[i].key == 0 ? key_a
+        const char *key = cases[i].key == 0   ? key_a
                           : cases[i].key == 1 ? strict
                                               : net;
-        json_t *extra = cases[i].ask
-                            ? json_pack("{s:s}", "policy", cases[i].ask)
-                            : NULL;
+        json_t *extra =
+            cases[i].ask ? json_pack("{s:s}", "policy", cases[i].ask) : NULL;
         run_code(srv, key, "pol", "print(6 * 7)", 30, extra, &r);
         CHECK_STATUS(&r, 200);
         CHECK_STR(itest_exec_stdout(&r), "42\n");
-        CHECK_STR(itest_json_str(r.json, "resources.policy"),
-                  cases[i].policy);
+        CHECK_STR(itest_json_str(r.json, "resources.policy"), cases[i].policy);
         CHECKF(MODE_OF(&r) && !strcmp(MODE_OF(&r), cases[i].mode),
                "case %zu: policy %s ran %s, want %s", i, cases[i].policy,
                MODE_OF(&r), cases[i].mode);
@@ -417,8 +421,8 @@ static char *prelude_without_zygote(void)
     bool ok = mkdtemp(dir) && chmod(dir, 0755) == 0;
     const char *names[] = {"prelude.py", "venv_check.py"};
     for (size_t i = 0; ok && i < 2; i++) {
-        char *from = itest_fmt("%s/service/exec/python/%s",
-                               ITEST_SOURCE_DIR, names[i]);
+        char *from =
+            itest_fmt("%s/service/exec/python/%s", ITEST_SOURCE_DIR, names[i]);
         char *to = itest_fmt("%s/%s", dir, names[i]);
         size_t len = 0;
         char *text = itest_read_file(from, &len);
@@ -447,8 +451,8 @@ static void zygote_cannot_start(void)
 {
     char *dir = prelude_without_zygote();
     REQUIRE(dir);
-    const char *args[] = {"--exec-mode", "warm", "--exec-slots", "2",
-                          "--prelude-dir", dir, NULL};
+    const char *args[] = {
+        "--exec-mode", "warm", "--exec-slots", "2", "--prelude-dir", dir, NULL};
     struct itest_opts o = {.args = args, .no_warm_wait = true};
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
@@ -479,7 +483,8 @@ static void zygote_cannot_start(void)
         /* Three tries, then none for a minute. */
         CHECKF(json_integer_value(json_object_get(sl, "restarts")) == 3,
                "slot %zu: %lld zygote starts before serving cold, want 3: "
-               "%s", i,
+               "%s",
+               i,
                (long long)json_integer_value(json_object_get(sl, "restarts")),
                why ? why : "");
     }
@@ -496,7 +501,8 @@ static void zygote_cannot_start(void)
     for (size_t i = 0; i < 2; i++)
         CHECKF(slot_int(s, i, "restarts") == 3,
                "slot %zu started %lld zygotes within a minute of going "
-               "cold", i, slot_int(s, i, "restarts"));
+               "cold",
+               i, slot_int(s, i, "restarts"));
     itest_stop(s);
     itest_rm_rf(dir);
     free(dir);
@@ -524,8 +530,9 @@ static void one_warm_run(struct itest_server *s, int n)
  * warm again once the next one is up. */
 static void recycled_after_runs(void)
 {
-    const char *args[] = {"--exec-mode", "warm", "--exec-slots", "1",
-                          "--warm-recycle-runs", "2", NULL};
+    const char *args[] = {
+        "--exec-mode", "warm", "--exec-slots", "1", "--warm-recycle-runs",
+        "2",           NULL};
     struct itest_opts o = {.args = args};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
@@ -600,17 +607,19 @@ static void same_on_both(struct itest_server *w, struct itest_server *c,
              NULL, &rc);
     CHECK_STATUS(&rw, 200);
     CHECK_STATUS(&rc, 200);
-    CHECKF(MODE_OF(&rw) && !strcmp(MODE_OF(&rw), "warm"), "%s: ran %s",
-           k->name, MODE_OF(&rw));
-    CHECKF(MODE_OF(&rc) && !strcmp(MODE_OF(&rc), "cold"), "%s: ran %s",
-           k->name, MODE_OF(&rc));
+    CHECKF(MODE_OF(&rw) && !strcmp(MODE_OF(&rw), "warm"), "%s: ran %s", k->name,
+           MODE_OF(&rw));
+    CHECKF(MODE_OF(&rc) && !strcmp(MODE_OF(&rc), "cold"), "%s: ran %s", k->name,
+           MODE_OF(&rc));
     if (rw.json && rc.json) {
         strip_volatile(rw.json);
         strip_volatile(rc.json);
         char *a = json_dumps(rw.json, JSON_SORT_KEYS | JSON_INDENT(1));
         char *b = json_dumps(rc.json, JSON_SORT_KEYS | JSON_INDENT(1));
-        CHECKF(json_equal(rw.json, rc.json), "%s: warm and cold differ:\n"
-               "---- warm\n%s\n---- cold\n%s", k->name, a, b);
+        CHECKF(json_equal(rw.json, rc.json),
+               "%s: warm and cold differ:\n"
+               "---- warm\n%s\n---- cold\n%s",
+               k->name, a, b);
         free(a);
         free(b);
     }
@@ -625,10 +634,8 @@ static const char small_policy[] = "policy.small.memory = 128M\n"
 static bool start_pair(struct itest_server **w, struct itest_server **c,
                        char **wkey, char **ckey)
 {
-    const char *wargs[] = {"--exec-mode", "warm", "--exec-slots", "1",
-                           NULL};
-    const char *cargs[] = {"--exec-mode", "cold", "--exec-slots", "1",
-                           NULL};
+    const char *wargs[] = {"--exec-mode", "warm", "--exec-slots", "1", NULL};
+    const char *cargs[] = {"--exec-mode", "cold", "--exec-slots", "1", NULL};
     struct itest_opts wo = {.args = wargs, .config = small_policy};
     struct itest_opts co = {.args = cargs, .config = small_policy};
     *w = itest_start(&wo);
@@ -656,8 +663,7 @@ static void run_same_cases(const struct same_case *cases, size_t n)
 static void same_results_warm_and_cold(void)
 {
     static const struct same_case cases[] = {
-        {"timeout", "print('start', flush=True)\nwhile True: pass\n", 1,
-         false},
+        {"timeout", "print('start', flush=True)\nwhile True: pass\n", 1, false},
         {"sleeping timeout",
          "import time\nprint('a', flush=True)\ntime.sleep(30)\n", 1, false},
         {"memory kill",
@@ -672,10 +678,12 @@ static void same_results_warm_and_cold(void)
          "import numpy as np\nnp.array([1, 2]).reshape(3)\n", 0, false},
         {"sys.exit(3)", "import sys\nprint('x')\nsys.exit(3)\n", 0, false},
         {"sys.exit('bye')", "import sys\nsys.exit('bye')\n", 0, false},
-        {"os._exit(5)", "import os\nprint('hi', flush=True)\nos._exit(5)\n",
+        {"os._exit(5)", "import os\nprint('hi', flush=True)\nos._exit(5)\n", 0,
+         false},
+        {"SIGTERM",
+         "import os, signal\nos.kill(os.getpid(), "
+         "signal.SIGTERM)\n",
          0, false},
-        {"SIGTERM", "import os, signal\nos.kill(os.getpid(), "
-                    "signal.SIGTERM)\n", 0, false},
         {"KeyboardInterrupt", "raise KeyboardInterrupt\n", 0, false},
         {"atexit and a thread",
          "import atexit, threading, time\n"
@@ -707,8 +715,7 @@ static void same_view_warm_and_cold(void)
          "    if n.startswith('RLIMIT_'):\n"
          "        print(n, resource.getrlimit(getattr(resource, n)))\n",
          10, false},
-        {"recursion depth", "def f(n):\n    return f(n + 1)\nf(0)\n", 0,
-         false},
+        {"recursion depth", "def f(n):\n    return f(n + 1)\nf(0)\n", 0, false},
     };
     run_same_cases(cases, sizeof(cases) / sizeof(cases[0]));
 }

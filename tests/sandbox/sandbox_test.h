@@ -232,8 +232,9 @@ static bool sbx_setup(void)
         sbx_ok = ipd_sandbox_probe(&sbx_cfg) == IPD_OK;
         fprintf(stderr, "%s\n", sbx_cfg.status);
         if (strcmp(m, "cold") && !sbx_parked()) {
-            fprintf(stderr, "IPD_SANDBOX_TEST_MODE=%s: not cold, warm or "
-                            "session\n",
+            fprintf(stderr,
+                    "IPD_SANDBOX_TEST_MODE=%s: not cold, warm or "
+                    "session\n",
                     m);
             sbx_ok = false;
         }
@@ -312,8 +313,7 @@ IPD_UNUSED static int sbx_stage_write(const struct ipd_sandbox_stage *st,
 {
     size_t len = strlen(text);
     int fd = openat(ipd_sandbox_stage_fd(st), relpath,
-                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                    0600);
+                    O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     bool ok = fd >= 0 && write(fd, text, len) == (ssize_t)len &&
               fchmod(fd, mode) == 0;
 
@@ -348,7 +348,7 @@ struct zt {
 static void *zt_thread(void *arg)
 {
     struct zt *t = arg;
-    const char *argv[] = {"/usr/bin/python3", "-u", "-I", "-B",
+    const char *argv[] = {"/usr/bin/python3",       "-u", "-I", "-B",
                           "/opt/interpd/zygote.py", NULL};
     char modules[256];
     const char *env[] = {modules, NULL};
@@ -367,10 +367,8 @@ static void *zt_thread(void *arg)
                                              "/etc/alternatives", false, NULL};
     /* where a parked child's stage mounts go */
     mounts[n++] = (struct ipd_sandbox_mount){"job", "/mnt/job", false, t->st};
-    mounts[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false,
-                                             t->st};
-    mounts[n++] = (struct ipd_sandbox_mount){"sync", "/mnt/sync", false,
-                                             t->st};
+    mounts[n++] = (struct ipd_sandbox_mount){"data", "/mnt/data", false, t->st};
+    mounts[n++] = (struct ipd_sandbox_mount){"sync", "/mnt/sync", false, t->st};
     memset(&spec, 0, sizeof spec);
     spec.argv = argv;
     spec.env = env;
@@ -397,8 +395,7 @@ static int zt_mkdirs(const struct ipd_sandbox_stage *st)
 
 /* Start a zygote importing modules as host uid (0: the config's) and
  * wait until it is ready.  Stop it with zt_stop whatever this returned. */
-IPD_UNUSED static bool zt_start_as(struct zt *t, const char *modules,
-                                   uid_t uid)
+IPD_UNUSED static bool zt_start_as(struct zt *t, const char *modules, uid_t uid)
 {
     char err[256] = "", why[256];
 
@@ -435,10 +432,11 @@ IPD_UNUSED static void zt_stop(struct zt *t)
     if (t->th_started) {
         pthread_join(t->th, NULL);
         if (t->rc || t->res.exit_code != 0)
-            fprintf(stderr, "zygote ended: rc=%d exit=%d sig=%d %s\n"
-                            "%.4000s\n",
-                    t->rc, t->res.exit_code, t->res.term_signal,
-                    t->res.error, t->res.err.buf);
+            fprintf(stderr,
+                    "zygote ended: rc=%d exit=%d sig=%d %s\n"
+                    "%.4000s\n",
+                    t->rc, t->res.exit_code, t->res.term_signal, t->res.error,
+                    t->res.err.buf);
     }
     t->th_started = false;
     ipd_sandbox_result_release(&t->res);
@@ -453,9 +451,9 @@ IPD_UNUSED static void zt_stop(struct zt *t)
 static int zt_write_code(const struct ipd_sandbox_stage *st, const char *code)
 {
     size_t len = strlen(code);
-    int fd = openat(ipd_sandbox_stage_fd(st), "job/code.py",
-                    O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC,
-                    0644);
+    int fd =
+        openat(ipd_sandbox_stage_fd(st), "job/code.py",
+               O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
     bool ok = fd >= 0 && write(fd, code, len) == (ssize_t)len;
 
     if (fd >= 0)
@@ -521,10 +519,10 @@ out:
  * /mnt/job of a stage of its own, written once the child is parked, as
  * the service does; extra as zt_park_job's).
  */
-IPD_UNUSED static enum ipd_err zt_run_mounts(
-    struct zt *t, const struct ipd_sandbox_policy *p, const char *code,
-    const struct ipd_sandbox_mount *extra, size_t n_extra,
-    struct ipd_sandbox_result *res)
+IPD_UNUSED static enum ipd_err
+zt_run_mounts(struct zt *t, const struct ipd_sandbox_policy *p,
+              const char *code, const struct ipd_sandbox_mount *extra,
+              size_t n_extra, struct ipd_sandbox_result *res)
 {
     struct ipd_sandbox_stage *st = NULL;
     struct ipd_sandbox_parked *pk = NULL;
@@ -552,8 +550,8 @@ out:
 /*
  * Run codes[0..n-1] as the calls, in order, of one fresh session of t
  * under p: a child parked with IPD_SANDBOX_PARK_SESSION (stage and extra
- * as zt_park_job's), job/code.py rewritten for each call, one IPD_ZPROTO_GO call
- * each with the policy's wall timeout.  res[i] is call i's result
+ * as zt_park_job's), job/code.py rewritten for each call, one IPD_ZPROTO_GO
+ * call each with the policy's wall timeout.  res[i] is call i's result
  * (ipd_sandbox_parked_call's; each the caller's to release); a call
  * after one that ended the session is not made (its result as a run's
  * that never started, IPD_ERR_UNAVAILABLE).  Then the session is freed
@@ -562,11 +560,11 @@ out:
  * the session (false when none was).  The first rc that is not IPD_OK,
  * else IPD_OK.
  */
-IPD_UNUSED static enum ipd_err zt_calls_mounts(
-    struct zt *t, const struct ipd_sandbox_policy *p,
-    const char *const *codes, size_t n,
-    const struct ipd_sandbox_mount *extra, size_t n_extra,
-    struct ipd_sandbox_result *res, bool *ended)
+IPD_UNUSED static enum ipd_err
+zt_calls_mounts(struct zt *t, const struct ipd_sandbox_policy *p,
+                const char *const *codes, size_t n,
+                const struct ipd_sandbox_mount *extra, size_t n_extra,
+                struct ipd_sandbox_result *res, bool *ended)
 {
     struct ipd_sandbox_stage *st = NULL;
     struct ipd_sandbox_parked *pk = NULL;
@@ -576,8 +574,7 @@ IPD_UNUSED static enum ipd_err zt_calls_mounts(
     *ended = false;
     for (size_t k = 0; k < n; k++)
         sbx_result_init(&res[k]);
-    rc = zt_park_job(t, p, extra, n_extra, IPD_SANDBOX_PARK_SESSION, &st,
-                     &pk);
+    rc = zt_park_job(t, p, extra, n_extra, IPD_SANDBOX_PARK_SESSION, &st, &pk);
     for (; !rc && i < n && !*ended; i++) {
         if (zt_write_code(st, codes[i])) {
             fprintf(stderr, "job/code.py: %s\n", strerror(errno));
@@ -657,10 +654,10 @@ IPD_UNUSED static int sbx_resident(uid_t uid)
 /* Run code cold in every mode, with python3 -I -c as host uid (0: the
  * config's); extra mounts (host paths or stages) appended to the system
  * ones; stdin_data NULL: stdin is /dev/null. */
-IPD_UNUSED static enum ipd_err sbx_run_cold_as(
-    const struct ipd_sandbox_policy *p, uid_t uid, const char *code,
-    const char *stdin_data, const struct ipd_sandbox_mount *extra,
-    size_t n_extra, struct ipd_sandbox_result *res)
+IPD_UNUSED static enum ipd_err
+sbx_run_cold_as(const struct ipd_sandbox_policy *p, uid_t uid, const char *code,
+                const char *stdin_data, const struct ipd_sandbox_mount *extra,
+                size_t n_extra, struct ipd_sandbox_result *res)
 {
     const char *argv[] = {"/usr/bin/python3", "-I", "-c", code, NULL};
     struct ipd_sandbox_mount mounts[16];
@@ -689,10 +686,10 @@ IPD_UNUSED static enum ipd_err sbx_run_cold_as(
 }
 
 /* sbx_run_cold_as as the config's host uid. */
-IPD_UNUSED static enum ipd_err sbx_run_cold(
-    const struct ipd_sandbox_policy *p, const char *code,
-    const char *stdin_data, const struct ipd_sandbox_mount *extra,
-    size_t n_extra, struct ipd_sandbox_result *res)
+IPD_UNUSED static enum ipd_err
+sbx_run_cold(const struct ipd_sandbox_policy *p, const char *code,
+             const char *stdin_data, const struct ipd_sandbox_mount *extra,
+             size_t n_extra, struct ipd_sandbox_result *res)
 {
     return sbx_run_cold_as(p, 0, code, stdin_data, extra, n_extra, res);
 }
@@ -719,25 +716,25 @@ IPD_UNUSED static bool sbx_session_ended(bool want)
  * the call of a fresh session of it (zt_run_mounts, zt_calls_mounts),
  * where extra must be stage mounts and stdin_data NULL: a case that
  * needs either calls sbx_run_cold_as. */
-IPD_UNUSED static enum ipd_err sbx_run_as(
-    const struct ipd_sandbox_policy *p, uid_t uid, const char *code,
-    const char *stdin_data, const struct ipd_sandbox_mount *extra,
-    size_t n_extra, struct ipd_sandbox_result *res)
+IPD_UNUSED static enum ipd_err
+sbx_run_as(const struct ipd_sandbox_policy *p, uid_t uid, const char *code,
+           const char *stdin_data, const struct ipd_sandbox_mount *extra,
+           size_t n_extra, struct ipd_sandbox_result *res)
 {
     struct zt *t;
     bool host_path = false;
 
     sbx_last_ended = false;
     if (!sbx_parked())
-        return sbx_run_cold_as(p, uid, code, stdin_data, extra, n_extra,
-                               res);
+        return sbx_run_cold_as(p, uid, code, stdin_data, extra, n_extra, res);
     for (size_t i = 0; i < n_extra; i++)
         host_path = host_path || !extra[i].stage;
     sbx_result_init(res);
     if (stdin_data || host_path) {
         /* the case is wrong, not the sandbox: fail it loudly */
-        fprintf(stderr, "  %s run: a parked child takes no %s; run this "
-                        "case with sbx_run_cold\n",
+        fprintf(stderr,
+                "  %s run: a parked child takes no %s; run this "
+                "case with sbx_run_cold\n",
                 sbx_mode(), stdin_data ? "stdin" : "host-path mount");
         return IPD_ERR_INVALID;
     }
@@ -751,16 +748,17 @@ IPD_UNUSED static enum ipd_err sbx_run_as(
 }
 
 /* sbx_run_as as the config's host uid. */
-IPD_UNUSED static enum ipd_err sbx_run_mounts(
-    const struct ipd_sandbox_policy *p, const char *code,
-    const char *stdin_data, const struct ipd_sandbox_mount *extra,
-    size_t n_extra, struct ipd_sandbox_result *res)
+IPD_UNUSED static enum ipd_err
+sbx_run_mounts(const struct ipd_sandbox_policy *p, const char *code,
+               const char *stdin_data, const struct ipd_sandbox_mount *extra,
+               size_t n_extra, struct ipd_sandbox_result *res)
 {
     return sbx_run_as(p, 0, code, stdin_data, extra, n_extra, res);
 }
 
 IPD_UNUSED static enum ipd_err sbx_run(const struct ipd_sandbox_policy *p,
-                            const char *code, struct ipd_sandbox_result *res)
+                                       const char *code,
+                                       struct ipd_sandbox_result *res)
 {
     return sbx_run_mounts(p, code, NULL, NULL, 0, res);
 }
@@ -771,8 +769,7 @@ IPD_UNUSED static enum ipd_err sbx_run(const struct ipd_sandbox_policy *p,
  * one fresh session (zt_calls_mounts: what a call leaves, the next one
  * has).  The first rc that is not IPD_OK, else IPD_OK. */
 IPD_UNUSED static enum ipd_err sbx_run_seq(const struct ipd_sandbox_policy *p,
-                                           const char *const *codes,
-                                           size_t n,
+                                           const char *const *codes, size_t n,
                                            struct ipd_sandbox_result *res)
 {
     enum ipd_err rc, first = IPD_OK;

@@ -83,8 +83,8 @@ static bool held_start(struct held *h, const char *code, uid_t uid)
         h->sync = NULL;
         return false;
     }
-    while (!sbx_stage_exists(h->sync, "sync/full") &&
-           !atomic_load(&h->over) && ipd_mono_ms() < deadline)
+    while (!sbx_stage_exists(h->sync, "sync/full") && !atomic_load(&h->over) &&
+           ipd_mono_ms() < deadline)
         usleep(5000);
     return sbx_stage_exists(h->sync, "sync/full");
 }
@@ -253,19 +253,18 @@ static void test_pipe_budget_is_per_slot(void)
  * loaded, so this proves a bound, not a speed. */
 static void test_cpu_share_is_one_core(void)
 {
-    static const char code[] =
-        "import os, time\n"
-        "def burn():\n"
-        "    end = time.monotonic() + 2\n"
-        "    while time.monotonic() < end:\n"
-        "        pass\n"
-        "t0 = time.monotonic()\n"
-        "pid = os.fork()\n"
-        "burn()\n"
-        "if pid == 0:\n"
-        "    os._exit(0)\n"
-        "os.waitpid(pid, 0)\n"
-        "print('%.3f' % (time.monotonic() - t0))\n";
+    static const char code[] = "import os, time\n"
+                               "def burn():\n"
+                               "    end = time.monotonic() + 2\n"
+                               "    while time.monotonic() < end:\n"
+                               "        pass\n"
+                               "t0 = time.monotonic()\n"
+                               "pid = os.fork()\n"
+                               "burn()\n"
+                               "if pid == 0:\n"
+                               "    os._exit(0)\n"
+                               "os.waitpid(pid, 0)\n"
+                               "print('%.3f' % (time.monotonic() - t0))\n";
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
     double inside = 0;

@@ -62,8 +62,7 @@ static size_t find_parents(char parents[5][512], unsigned *next_n)
 
     if (ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) != IPD_OK)
         return 0;
-    if (ipd__cgroup_run_create(cg, &lim, &a, err, sizeof err) !=
-        IPD_OK) {
+    if (ipd__cgroup_run_create(cg, &lim, &a, err, sizeof err) != IPD_OK) {
         ipd__cgroups_free(cg);
         return 0;
     }
@@ -148,12 +147,10 @@ static void test_run_takes_over_or_skips_leftovers(void)
     int status;
 
     snprintf(cg_name, sizeof cg_name, "ipd-cgtest-%ld", me);
-    REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) ==
-            IPD_OK);
+    REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) == IPD_OK);
     /* A first run tells where the parents are and which <n> is next (the
      * counter is per process; this test is its only user meanwhile). */
-    REQUIRE(ipd__cgroup_run_create(cg, &lim, &a, err, sizeof err) ==
-            IPD_OK);
+    REQUIRE(ipd__cgroup_run_create(cg, &lim, &a, err, sizeof err) == IPD_OK);
     unsigned k = run_n(&a);
     snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k);
     CHECK(ends_with(a.mem, leaf));
@@ -171,13 +168,11 @@ static void test_run_takes_over_or_skips_leftovers(void)
     REQUIRE(child > 0);
 
     err[0] = '\0';
-    CHECK_INT(ipd__cgroup_run_create(cg, &lim, &b, err, sizeof err),
-              IPD_OK);
+    CHECK_INT(ipd__cgroup_run_create(cg, &lim, &b, err, sizeof err), IPD_OK);
     CHECK_STR(err, "");
     snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k + 1);
     CHECK(ends_with(b.mem, leaf));
-    CHECK_INT(ipd__cgroup_run_create(cg, &lim, &c, err, sizeof err),
-              IPD_OK);
+    CHECK_INT(ipd__cgroup_run_create(cg, &lim, &c, err, sizeof err), IPD_OK);
     snprintf(leaf, sizeof leaf, "/run-%ld-%u", me, k + 3);
     CHECK(ends_with(c.mem, leaf));
     CHECK(kill(child, 0) == 0);
@@ -222,8 +217,7 @@ static void test_probe_reaps_dead_pids_only(void)
     make_dirs(parents, n, dead_leaf);
     make_dirs(parents, n, live_leaf);
 
-    REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) ==
-            IPD_OK);
+    REQUIRE(ipd__cgroups_probe(cg_name, &cg, &mech, err, sizeof err) == IPD_OK);
     for (size_t i = 0; i < n; i++) {
         CHECK(!dir_exists(parents[i], dead_leaf));
         CHECK(dir_exists(parents[i], live_leaf));

@@ -46,8 +46,8 @@ static void test_overhead(void)
         pid_t pid;
         int st;
         double t0 = now_us();
-        if (posix_spawn(&pid, argv[0], NULL, NULL, (char *const *)(uintptr_t)argv,
-                        environ) == 0)
+        if (posix_spawn(&pid, argv[0], NULL, NULL,
+                        (char *const *)(uintptr_t)argv, environ) == 0)
             waitpid(pid, &st, 0);
         direct[i] = now_us() - t0;
         t0 = now_us();

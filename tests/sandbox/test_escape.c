@@ -215,11 +215,11 @@ static void test_host_files_unreachable(void)
     CHECK(strstr(r.out.buf, "/secret.txt False\n/sys False\n/home False\n"
                             "/work False\n/var False\n/etc/ssh False\n"
                             "/run False\n") != NULL);
-    CHECK(strstr(r.out.buf,
-                 warm ? "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
-                        "'opt', 'proc', 'tmp', 'usr']\n"
-                      : "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
-                        "'proc', 'tmp', 'usr']\n") != NULL);
+    CHECK(
+        strstr(r.out.buf, warm ? "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
+                                 "'opt', 'proc', 'tmp', 'usr']\n"
+                               : "['bin', 'dev', 'etc', 'lib', 'lib64', 'mnt', "
+                                 "'proc', 'tmp', 'usr']\n") != NULL);
     CHECK(strstr(r.out.buf,
                  warm ? "['alternatives', 'group', 'hostname', 'hosts', "
                         "'nsswitch.conf', 'passwd']\n"
@@ -263,8 +263,7 @@ static void test_no_host_secrets_in_environment(void)
 
 /* Writes anywhere but /tmp and /mnt/output fail, also into a read-only
  * /mnt/data whose directory and file are writable by everyone. */
-static void writes_outside_fail(const struct ipd_sandbox_mount *data,
-                                bool cold)
+static void writes_outside_fail(const struct ipd_sandbox_mount *data, bool cold)
 {
     static const char code[] =
         "import os, errno\n"
@@ -315,8 +314,8 @@ static void test_writes_outside_fail(void)
     chmod(data_dir, 0777);
     chmod(path, 0666);
     {
-        struct ipd_sandbox_mount data[] = {{data_dir, "/mnt/data", false,
-                                            NULL}};
+        struct ipd_sandbox_mount data[] = {
+            {data_dir, "/mnt/data", false, NULL}};
         writes_outside_fail(data, true);
     }
     CHECK(access("/usr/x", F_OK) != 0);
@@ -345,18 +344,19 @@ static void test_fork_bomb_contained(void)
     REQUIRE(sbx_setup());
     sbx_policy(&p);
     p.max_processes = 20;
-    CHECK_INT(sbx_run(&p,
-                      "import os, time, errno\n"
-                      "n = 0\n"
-                      "try:\n"
-                      "    while True:\n"
-                      "        if os.fork() == 0:\n"
-                      "            time.sleep(30); os._exit(0)\n"
-                      "        n += 1\n"
-                      "except OSError as e:\n"
-                      "    print('blocked', errno.errorcode[e.errno], n < 20)\n",
-                      &r),
-              IPD_OK);
+    CHECK_INT(
+        sbx_run(&p,
+                "import os, time, errno\n"
+                "n = 0\n"
+                "try:\n"
+                "    while True:\n"
+                "        if os.fork() == 0:\n"
+                "            time.sleep(30); os._exit(0)\n"
+                "        n += 1\n"
+                "except OSError as e:\n"
+                "    print('blocked', errno.errorcode[e.errno], n < 20)\n",
+                &r),
+        IPD_OK);
     CHECK_STR(r.out.buf, "blocked EAGAIN True\n");
     CHECK(r.wall_seconds < 10);
     CHECK(sbx_session_ended(false));
@@ -672,8 +672,7 @@ static void test_symlink_in_output_not_followed(void)
     REQUIRE(r.output_dirfd >= 0);
     CHECK(fstatat(r.output_dirfd, "passwd", &sb, AT_SYMLINK_NOFOLLOW) == 0);
     CHECK(S_ISLNK(sb.st_mode));
-    CHECK(readlinkat(r.output_dirfd, "passwd", target, sizeof target - 1) >
-          0);
+    CHECK(readlinkat(r.output_dirfd, "passwd", target, sizeof target - 1) > 0);
     CHECK_STR(target, "/etc/passwd");
     errno = 0;
     fd = openat(r.output_dirfd, "passwd", O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -780,16 +779,17 @@ static void test_crash_never_reaches_core_helper(void)
 
     /* Inside: the limit is pinned, and a crash dumps nothing. */
     sbx_policy(&p);
-    CHECK_INT(sbx_run(&p,
-                      "import os, resource, signal\n"
-                      "print(resource.getrlimit(resource.RLIMIT_CORE), flush=True)\n"
-                      "try:\n"
-                      "    resource.setrlimit(resource.RLIMIT_CORE, (-1, -1))\n"
-                      "except (ValueError, OSError) as e:\n"
-                      "    print('refused', flush=True)\n"
-                      "os.kill(os.getpid(), signal.SIGSEGV)\n",
-                      &r),
-              IPD_OK);
+    CHECK_INT(
+        sbx_run(&p,
+                "import os, resource, signal\n"
+                "print(resource.getrlimit(resource.RLIMIT_CORE), flush=True)\n"
+                "try:\n"
+                "    resource.setrlimit(resource.RLIMIT_CORE, (-1, -1))\n"
+                "except (ValueError, OSError) as e:\n"
+                "    print('refused', flush=True)\n"
+                "os.kill(os.getpid(), signal.SIGSEGV)\n",
+                &r),
+        IPD_OK);
     CHECK_STR(r.out.buf, "(1, 1)\nrefused\n");
     CHECK_INT(r.term_signal, SIGSEGV);
     CHECK(sbx_session_ended(true));
@@ -824,8 +824,8 @@ static void test_crash_never_reaches_core_helper(void)
     bool run_dumped = !strncmp(calls, runline, strlen(runline)) ||
                       strstr(calls, nl_run) != NULL;
     if (!strstr(calls, pidline) || run_dumped)
-        fprintf(stderr, "core helper calls: \"%s\" (outside crash: %s)",
-                calls, pidline);
+        fprintf(stderr, "core helper calls: \"%s\" (outside crash: %s)", calls,
+                pidline);
     CHECK(strstr(calls, pidline) != NULL); /* the helper works */
     CHECK(!run_dumped);                    /* and never ran for the run */
     free(calls);
@@ -881,15 +881,15 @@ static void test_uid_maps_to_configured_host_uid(void)
 /* Hardening items 3 and 4: the filter is an allow list.  Calls nobody
  * measured (docs/SANDBOX.md) fail with EPERM; clone3 and numbers newer
  * than the reviewed table with ENOSYS (libc falls back). */
-#define SC_HELPER                                                          \
-    "import ctypes, errno, os\n"                                           \
-    "libc = ctypes.CDLL(None, use_errno=True)\n"                           \
-    "libc.syscall.restype = ctypes.c_long\n"                               \
-    "def sc(name, nr, *args):\n"                                           \
-    "    ctypes.set_errno(0)\n"                                            \
-    "    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) "         \
-    "for a in args])\n"                                                    \
-    "    e = ctypes.get_errno()\n"                                         \
+#define SC_HELPER                                                              \
+    "import ctypes, errno, os\n"                                               \
+    "libc = ctypes.CDLL(None, use_errno=True)\n"                               \
+    "libc.syscall.restype = ctypes.c_long\n"                                   \
+    "def sc(name, nr, *args):\n"                                               \
+    "    ctypes.set_errno(0)\n"                                                \
+    "    rc = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(a) "             \
+    "for a in args])\n"                                                        \
+    "    e = ctypes.get_errno()\n"                                             \
     "    print(name, errno.errorcode.get(e, e) if rc < 0 else 'ALLOWED')\n"
 
 static void test_unlisted_syscalls_refused(void)
@@ -1111,9 +1111,8 @@ static void test_x32_abi_killed(void)
     REQUIRE(sbx_setup());
     sbx_policy(&p);
     CHECK_INT(sbx_run(&p,
-                      SC_HELPER
-                      "print('calling', flush=True)\n"
-                      "sc('x32 getpid', 0x40000000 | 39)\n",
+                      SC_HELPER "print('calling', flush=True)\n"
+                                "sc('x32 getpid', 0x40000000 | 39)\n",
                       &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "calling\n");
@@ -1153,19 +1152,15 @@ static void test_teardown(void)
     CHECK_INT(test_count_uids(sbx_cfg.host_uid, sbx_cfg.host_uid), 0);
 }
 
-SBX_TEST_MAIN(T(test_setup), T(test_network_denied),
-              T(test_networked_own_namespace), T(test_host_files_unreachable),
-              T(test_no_host_secrets_in_environment),
-              T(test_writes_outside_fail), T(test_fork_bomb_contained),
-              T(test_oom_killed), T(test_disk_fill_stops),
-              T(test_print_flood_truncated), T(test_daemon_killed_no_survivors),
-              T(test_kill_all_hurts_nothing_outside),
-              T(test_dangerous_syscalls_refused), T(test_foreign_arch_killed),
-              T(test_symlink_in_output_not_followed),
-              T(test_status_locked_down),
-              T(test_uid_maps_to_configured_host_uid),
-              T(test_crash_never_reaches_core_helper),
-              T(test_unlisted_syscalls_refused),
-              T(test_inotify_on_shared_bind_refused),
-              T(test_networked_socket_families), T(test_no_stray_descriptors),
-              T(test_x32_abi_killed), T(test_teardown))
+SBX_TEST_MAIN(
+    T(test_setup), T(test_network_denied), T(test_networked_own_namespace),
+    T(test_host_files_unreachable), T(test_no_host_secrets_in_environment),
+    T(test_writes_outside_fail), T(test_fork_bomb_contained),
+    T(test_oom_killed), T(test_disk_fill_stops), T(test_print_flood_truncated),
+    T(test_daemon_killed_no_survivors), T(test_kill_all_hurts_nothing_outside),
+    T(test_dangerous_syscalls_refused), T(test_foreign_arch_killed),
+    T(test_symlink_in_output_not_followed), T(test_status_locked_down),
+    T(test_uid_maps_to_configured_host_uid),
+    T(test_crash_never_reaches_core_helper), T(test_unlisted_syscalls_refused),
+    T(test_inotify_on_shared_bind_refused), T(test_networked_socket_families),
+    T(test_no_stray_descriptors), T(test_x32_abi_killed), T(test_teardown))

@@ -95,8 +95,7 @@ static void test_mode_is_what_it_says(void)
                       "print('numpy' in sys.modules, sys.argv)\n",
                       &r),
               IPD_OK);
-    CHECK_STR(r.out.buf,
-              sbx_parked() ? "True ['<code>']\n" : "False ['-c']\n");
+    CHECK_STR(r.out.buf, sbx_parked() ? "True ['<code>']\n" : "False ['-c']\n");
     ipd_sandbox_result_release(&r);
 }
 
@@ -148,8 +147,9 @@ static void test_exit_codes(void)
     CHECK(sbx_session_ended(false));
     ipd_sandbox_result_release(&r);
 
-    CHECK_INT(sbx_run(&p, "import os, signal\n"
-                          "os.kill(os.getpid(), signal.SIGTERM)\n",
+    CHECK_INT(sbx_run(&p,
+                      "import os, signal\n"
+                      "os.kill(os.getpid(), signal.SIGTERM)\n",
                       &r),
               IPD_OK);
     CHECK_INT(r.term_signal, SIGTERM);
@@ -214,8 +214,8 @@ static void test_timeout_keeps_output(void)
         last = n;
     double seen = last ? strtod(last + 4, NULL) : 0.0;
     if (!(r.cpu_seconds > 0 && r.cpu_seconds + 0.02 >= seen))
-        fprintf(stderr, "cpu_seconds %.3f, the run saw %.3f\n",
-                r.cpu_seconds, seen);
+        fprintf(stderr, "cpu_seconds %.3f, the run saw %.3f\n", r.cpu_seconds,
+                seen);
     CHECK(r.cpu_seconds > 0 && r.cpu_seconds + 0.02 >= seen);
     CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
@@ -261,8 +261,9 @@ static void test_timeout_reports_peak_rss(void)
  * rounded up a second, plus its limit: zygote.py _call_cpu; 19 ticks).
  * The cgroup's reported time is checked against the exact CPU time the
  * run itself saw while counting (a session's interpreter was alive
- * before the call, whose time alone is reported).  The wall timeout is far off so that no load makes it
- * the kill reason; a run the limit never kills fails on timed_out.
+ * before the call, whose time alone is reported).  The wall timeout is far off
+ * so that no load makes it the kill reason; a run the limit never kills fails
+ * on timed_out.
  */
 static void test_cpu_limit(void)
 {
@@ -451,7 +452,8 @@ static void test_setup_failure_is_an_error(void)
      * (and nothing is created on the host). */
     {
         struct ipd_sandbox_mount nested[] = {
-            {"/usr", "/usr", false, NULL}, {"/etc", "/usr/zz-not-there", false, NULL}};
+            {"/usr", "/usr", false, NULL},
+            {"/etc", "/usr/zz-not-there", false, NULL}};
         spec.argv = argv2;
         spec.mounts = nested;
         spec.n_mounts = 2;
@@ -468,7 +470,8 @@ static void test_setup_failure_is_an_error(void)
     ipd_sandbox_result_release(&r);
 
     {
-        struct ipd_sandbox_mount evil[] = {{"/etc", "/usr/../proc", false, NULL}};
+        struct ipd_sandbox_mount evil[] = {
+            {"/etc", "/usr/../proc", false, NULL}};
         spec.mounts = evil;
         spec.n_mounts = 1;
         CHECK_INT(ipd_sandbox_run(&sbx_cfg, &p, &spec, &r), IPD_ERR_INVALID);
@@ -575,9 +578,10 @@ static void test_bind_under_private_dir(void)
     REQUIRE(chmod(msg, 0644) == 0 && chmod(file, 0644) == 0);
     sbx_policy(&p);
     {
-        const struct ipd_sandbox_mount extra[] = {{in, "/mnt/in", false, NULL},
-                                                  {file, "/mnt/one", false, NULL},
-                                                  {rw, "/mnt/rw", true, NULL}};
+        const struct ipd_sandbox_mount extra[] = {
+            {in, "/mnt/in", false, NULL},
+            {file, "/mnt/one", false, NULL},
+            {rw, "/mnt/rw", true, NULL}};
         CHECK_INT(sbx_run_cold(&p,
                                "print(open('/mnt/in/msg').read(),"
                                " open('/mnt/one').read())\n"
@@ -586,8 +590,8 @@ static void test_bind_under_private_dir(void)
                   IPD_OK);
     }
     if (r.exit_code != 0)
-        fprintf(stderr, "exit %d, error %s, stderr %s\n", r.exit_code,
-                r.error, r.err.buf);
+        fprintf(stderr, "exit %d, error %s, stderr %s\n", r.exit_code, r.error,
+                r.err.buf);
     CHECK_INT(r.exit_code, 0);
     CHECK_STR(r.out.buf, "hello single\n");
     f = fopen(got, "r");

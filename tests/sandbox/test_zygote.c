@@ -110,8 +110,7 @@ static void test_timeout_then_next(void)
     REQUIRE(zt_ok);
     sbx_policy(&p);
     p.wall_timeout_ms = 300;
-    CHECK_INT(zt_run(&zt, &p, "print('a', flush=True)\nwhile True: pass\n",
-                     &r),
+    CHECK_INT(zt_run(&zt, &p, "print('a', flush=True)\nwhile True: pass\n", &r),
               IPD_OK);
     CHECK(r.timed_out);
     CHECK_STR(r.out.buf, "a\n");
@@ -130,8 +129,7 @@ static void test_memory_limit(void)
     REQUIRE(zt_ok);
     sbx_policy(&p);
     p.memory_bytes = 96LL << 20;
-    CHECK_INT(zt_run(&zt, &p, "x = bytearray(400 << 20)\nprint(len(x))\n",
-                     &r),
+    CHECK_INT(zt_run(&zt, &p, "x = bytearray(400 << 20)\nprint(len(x))\n", &r),
               IPD_OK);
     CHECK(r.oom_killed || r.exit_code != 0);
     CHECK(r.oom_killed);
@@ -192,21 +190,25 @@ static void test_session(void)
     REQUIRE(!zt_mkdirs(st));
     struct ipd_sandbox_mount m[] = {{"job", "/mnt/job", false, st},
                                     {"data", "/mnt/data", false, st}};
-    REQUIRE(!ipd_sandbox_park(zt.z, &p, m, 2, IPD_SANDBOX_PARK_SESSION,
-                              30000, &pk, err, sizeof err));
+    REQUIRE(!ipd_sandbox_park(zt.z, &p, m, 2, IPD_SANDBOX_PARK_SESSION, 30000,
+                              &pk, err, sizeof err));
     CHECK(!write_code(st, "x = 41\nprint('one')\nopen('a.txt', 'w')\n"));
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, &r, &ended), IPD_OK);
+    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, &r, &ended),
+              IPD_OK);
     CHECK(!ended);
     CHECK_INT(r.exit_code, 0);
     CHECK_STR(r.out.buf, "one\n");
     ipd_sandbox_result_release(&r);
     CHECK(!write_code(st, "x += 1\nprint(x)\nimport sys; sys.exit(3)\n"));
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, &r, &ended), IPD_OK);
+    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, &r, &ended),
+              IPD_OK);
     CHECK(!ended);
     CHECK_INT(r.exit_code, 3);
     CHECK_STR(r.out.buf, "42\n");
     ipd_sandbox_result_release(&r);
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_VARIABLES, 5000, &r, &ended), IPD_OK);
+    CHECK_INT(
+        ipd_sandbox_parked_call(pk, IPD_ZPROTO_VARIABLES, 5000, &r, &ended),
+        IPD_OK);
     fd = ipd_sandbox_output_open(&r, ".interpd/variables.json", O_RDONLY);
     CHECK(fd >= 0);
     ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
@@ -217,7 +219,8 @@ static void test_session(void)
         close(fd);
     ipd_sandbox_result_release(&r);
     CHECK(!write_code(st, "print('loop', flush=True)\nwhile True: pass\n"));
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 300, &r, &ended), IPD_OK);
+    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 300, &r, &ended),
+              IPD_OK);
     CHECK(ended);
     CHECK(r.timed_out);
     CHECK_STR(r.out.buf, "loop\n");

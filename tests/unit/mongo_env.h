@@ -26,16 +26,20 @@ static void mongo_env_load(const char *prog)
     size_t n;
 
     if (!dir || !dir[0]) {
-        fprintf(stderr, "%s: IPD_TEST_MONGO_STATE is not set: "
-                        "run through ctest (fixture mongo/start), or set it "
-                        "to a directory holding a file 'uri'\n", prog);
+        fprintf(stderr,
+                "%s: IPD_TEST_MONGO_STATE is not set: "
+                "run through ctest (fixture mongo/start), or set it "
+                "to a directory holding a file 'uri'\n",
+                prog);
         exit(2);
     }
     snprintf(path, sizeof(path), "%s/uri", dir);
     f = fopen(path, "r");
     if (!f) {
-        fprintf(stderr, "%s: no MongoDB server: cannot read %s "
-                        "(did the mongo/start fixture fail?)\n", prog, path);
+        fprintf(stderr,
+                "%s: no MongoDB server: cannot read %s "
+                "(did the mongo/start fixture fail?)\n",
+                prog, path);
         exit(2);
     }
     n = fread(mongo_env_base, 1, sizeof(mongo_env_base) - 1, f);
@@ -64,8 +68,8 @@ static void mongo_env_uri(char *out, size_t cap, const char *db)
     if (slash && (!query || slash < query))
         hostlen = (size_t)(slash - mongo_env_base);
     else
-        hostlen = query ? (size_t)(query - mongo_env_base)
-                        : strlen(mongo_env_base);
+        hostlen =
+            query ? (size_t)(query - mongo_env_base) : strlen(mongo_env_base);
     snprintf(out, cap, "%.*s/%s%s", (int)hostlen, mongo_env_base, db,
              query ? query : "");
 }

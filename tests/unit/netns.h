@@ -39,8 +39,7 @@ static inline bool test_netns_is_local_route(struct nlmsghdr *h,
     int len = (int)RTM_PAYLOAD(h);
     if (h->nlmsg_type != RTM_NEWROUTE || rt->rtm_type != RTN_LOCAL)
         return false;
-    for (struct rtattr *a = RTM_RTA(rt); RTA_OK(a, len);
-         a = RTA_NEXT(a, len))
+    for (struct rtattr *a = RTM_RTA(rt); RTA_OK(a, len); a = RTA_NEXT(a, len))
         if (a->rta_type == RTA_DST && RTA_PAYLOAD(a) == sizeof(*addr) &&
             !memcmp(RTA_DATA(a), addr, sizeof(*addr)))
             return true;

@@ -39,8 +39,8 @@ static int test__failed_checks;
 #define REQUIRE(cond)                                                          \
     do {                                                                       \
         if (!(cond)) {                                                         \
-            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__,           \
-                    __LINE__, #cond);                                          \
+            fprintf(stderr, "%s:%d: REQUIRE failed: %s\n", __FILE__, __LINE__, \
+                    #cond);                                                    \
             test__failed_checks++;                                             \
             return;                                                            \
         }                                                                      \
@@ -50,7 +50,8 @@ static int test__failed_checks;
     do {                                                                       \
         long long test__a = (long long)(a), test__b = (long long)(b);          \
         if (test__a != test__b) {                                              \
-            fprintf(stderr, "%s:%d: CHECK_INT failed: %s == %lld, want %lld\n", \
+            fprintf(stderr,                                                    \
+                    "%s:%d: CHECK_INT failed: %s == %lld, want %lld\n",        \
                     __FILE__, __LINE__, #a, test__a, test__b);                 \
             test__failed_checks++;                                             \
         }                                                                      \
@@ -60,7 +61,8 @@ static int test__failed_checks;
     do {                                                                       \
         const char *test__a = (a), *test__b = (b);                             \
         if (!test__a || !test__b || strcmp(test__a, test__b) != 0) {           \
-            fprintf(stderr, "%s:%d: CHECK_STR failed: %s == \"%s\", want \"%s\"\n", \
+            fprintf(stderr,                                                    \
+                    "%s:%d: CHECK_STR failed: %s == \"%s\", want \"%s\"\n",    \
                     __FILE__, __LINE__, #a, test__a ? test__a : "(null)",      \
                     test__b ? test__b : "(null)");                             \
             test__failed_checks++;                                             \
@@ -134,6 +136,9 @@ static inline int test_run(const struct test_case *cases, size_t n)
         return test_run(cases, sizeof(cases) / sizeof(cases[0]));              \
     }
 
-#define T(fn) {#fn, fn}
+#define T(fn)                                                                  \
+    {                                                                          \
+#fn, fn                                                                \
+    }
 
 #endif

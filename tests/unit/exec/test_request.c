@@ -81,11 +81,12 @@ static void good_document(void)
 {
     struct ipd_refusal f;
     bool async = true;
-    struct ipd_exec_job *j = parse(
-        "{\"code\":\"print(1)\",\"files\":[\"file_abcdefghijklmnopqrstuvwxyz\"],"
-        "\"timeout\":2.5,\"variables\":{\"x\":1},\"store_outputs\":false,"
-        "\"packages\":[\"six\"],\"policy\":\"strict\",\"async\":false}",
-        &async, &f);
+    struct ipd_exec_job *j =
+        parse("{\"code\":\"print(1)\",\"files\":[\"file_"
+              "abcdefghijklmnopqrstuvwxyz\"],"
+              "\"timeout\":2.5,\"variables\":{\"x\":1},\"store_outputs\":false,"
+              "\"packages\":[\"six\"],\"policy\":\"strict\",\"async\":false}",
+              &async, &f);
     REQUIRE(j);
     CHECK(!async);
     CHECK_STR(j->tenant, "acme");
@@ -158,8 +159,7 @@ static void refusals(void)
             "\"packages\" must be an array of requirement strings");
     refused("{\"code\":\"1\",\"async\":1}", "invalid_request",
             "\"async\" must be true or false");
-    refused("{\"code\":\"1\",\"callback_url\":\"ftp://x/\"}",
-            "invalid_request",
+    refused("{\"code\":\"1\",\"callback_url\":\"ftp://x/\"}", "invalid_request",
             "\"callback_url\" must be an http or https URL of at most 2048 "
             "bytes");
     refused("{\"code\":\"1\",\"callback_url\":5}", "invalid_request",
@@ -175,11 +175,12 @@ static void refusals(void)
             "no such session");
     refused("{\"code\":\"1\",\"session_id\":7}", "not_found",
             "no such session");
-    refused("{\"code\":\"1\",\"session_id\":\"sess_abcdefghijklmnopqrstuvwxyz\","
-            "\"packages\":[\"six\"]}",
-            "invalid_request",
-            "a session keeps the packages it started with: install them "
-            "(POST /v1/packages) and create a new session");
+    refused(
+        "{\"code\":\"1\",\"session_id\":\"sess_abcdefghijklmnopqrstuvwxyz\","
+        "\"packages\":[\"six\"]}",
+        "invalid_request",
+        "a session keeps the packages it started with: install them "
+        "(POST /v1/packages) and create a new session");
     refused("{\"code\":\"1\",\"store_outputs\":\"no\"}", "invalid_request",
             "\"store_outputs\" must be true or false");
     refused("{\"code\":\"1\",\"variables\":[1]}", "invalid_request",

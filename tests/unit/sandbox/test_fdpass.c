@@ -46,9 +46,8 @@ static void message_and_fds_arrive(void)
     REQUIRE(pair(sv));
     int before = open_fds();
     send_k(sv[0], 2);
-    CHECK_INT(ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, fds, 2,
-                               &n),
-              5);
+    CHECK_INT(
+        ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, fds, 2, &n), 5);
     CHECK(!memcmp(buf, "hello", 5));
     CHECK_INT(n, 2);
     for (int i = 0; i < 2; i++) {
@@ -71,16 +70,14 @@ static void excess_fds_closed(void)
     REQUIRE(pair(sv));
     int before = open_fds();
     send_k(sv[0], 5);
-    CHECK_INT(ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, &fd, 1,
-                               &n),
-              5);
+    CHECK_INT(
+        ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, &fd, 1, &n), 5);
     CHECK_INT(n, 1);
     ipd__close_fd(&fd);
     CHECK_INT(open_fds(), before);
     send_k(sv[0], IPD_FDPASS_MAX);
-    CHECK_INT(ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, NULL, 0,
-                               &n),
-              5);
+    CHECK_INT(
+        ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, NULL, 0, &n), 5);
     CHECK_INT(n, 0);
     CHECK_INT(open_fds(), before);
     close(sv[0]);
@@ -99,16 +96,14 @@ static void bounds(void)
     CHECK_INT(ipd__fdpass_send(sv[0], "x", 1, fds, IPD_ARRAY_LEN(fds)), -1);
     CHECK_INT(errno, EINVAL);
     /* nothing waiting: -1 with EAGAIN, no descriptors */
-    CHECK_INT(ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, fds, 1,
-                               &n),
-              -1);
+    CHECK_INT(
+        ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, fds, 1, &n), -1);
     CHECK_INT(errno, EAGAIN);
     CHECK_INT(n, 0);
     /* the peer gone: 0 */
     close(sv[0]);
-    CHECK_INT(ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, fds, 1,
-                               &n),
-              0);
+    CHECK_INT(
+        ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, fds, 1, &n), 0);
     close(sv[1]);
 }
 

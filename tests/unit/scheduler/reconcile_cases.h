@@ -287,8 +287,8 @@ struct rc_deleter {
     struct ipd_blobs *b;
     char (*ids)[IPD_ID_MAX];
     int n;
-    int done;      /* atomic */
-    int failures;  /* OUT */
+    int done;     /* atomic */
+    int failures; /* OUT */
 };
 
 /* Deletes files the way DELETE /v1/files/{id} does: record, then bytes. */

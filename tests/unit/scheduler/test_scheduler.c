@@ -91,9 +91,9 @@ static void no_overlap(void)
     struct gated g = {0};
     struct ipd_scheduler *s = ipd_scheduler_new(NULL, 0, NULL);
     struct ipd_job_status st;
-    CHECK_INT(ipd_scheduler_add(s, "gated", 5, gated_job, &g,
-                                IPD_JOB_RUN_AT_START),
-              IPD_OK);
+    CHECK_INT(
+        ipd_scheduler_add(s, "gated", 5, gated_job, &g, IPD_JOB_RUN_AT_START),
+        IPD_OK);
     CHECK_INT(ipd_scheduler_start(s), IPD_OK);
     pthread_mutex_lock(&mu);
     CHECK_INT(wait_at_least(&g.starts, 1, WAIT_MS), 1);
@@ -146,9 +146,9 @@ static void failures_counted_and_retried(void)
     struct flaky f = {.fail_first = 3};
     struct ipd_scheduler *s = ipd_scheduler_new(NULL, 0, NULL);
     struct ipd_job_status st;
-    CHECK_INT(ipd_scheduler_add(s, "flaky", 5, flaky_job, &f,
-                                IPD_JOB_RUN_AT_START),
-              IPD_OK);
+    CHECK_INT(
+        ipd_scheduler_add(s, "flaky", 5, flaky_job, &f, IPD_JOB_RUN_AT_START),
+        IPD_OK);
     CHECK_INT(ipd_scheduler_start(s), IPD_OK);
     pthread_mutex_lock(&mu);
     CHECK(wait_at_least(&f.calls, 5, WAIT_MS) >= 5);
@@ -336,8 +336,7 @@ static void run_now(void)
      * each waits for a run; the job never overlaps itself. */
     struct gated g = {0};
     s = ipd_scheduler_new(NULL, 0, NULL);
-    CHECK_INT(ipd_scheduler_add(s, "gated", 3600000, gated_job, &g, 0),
-              IPD_OK);
+    CHECK_INT(ipd_scheduler_add(s, "gated", 3600000, gated_job, &g, 0), IPD_OK);
     CHECK_INT(ipd_scheduler_start(s), IPD_OK);
     struct caller c[4];
     for (int i = 0; i < 4; i++) {
@@ -444,9 +443,9 @@ static void lease_skips_while_held(void)
     CHECK_INT(ipd_scheduler_add(s1, "sweep", 3600000, gated_job, &g,
                                 IPD_JOB_LEASE | IPD_JOB_RUN_AT_START),
               IPD_OK);
-    CHECK_INT(ipd_scheduler_add(s2, "sweep", 3600000, flaky_job, &f,
-                                IPD_JOB_LEASE),
-              IPD_OK);
+    CHECK_INT(
+        ipd_scheduler_add(s2, "sweep", 3600000, flaky_job, &f, IPD_JOB_LEASE),
+        IPD_OK);
     CHECK_INT(ipd_scheduler_start(s1), IPD_OK);
     CHECK_INT(ipd_scheduler_start(s2), IPD_OK);
     pthread_mutex_lock(&mu);
@@ -544,11 +543,15 @@ int main(void)
 {
     cv_init();
     static const struct test_case cases[] = {
-        T(no_overlap),           T(failures_counted_and_retried),
+        T(no_overlap),
+        T(failures_counted_and_retried),
         T(never_interval_does_not_wrap),
-        T(stop_is_prompt),       T(run_now),
-        T(run_now_during_stop),  T(add_rules),
-        T(lease_skips_while_held), T(lost_lease_stops_run),
+        T(stop_is_prompt),
+        T(run_now),
+        T(run_now_during_stop),
+        T(add_rules),
+        T(lease_skips_while_held),
+        T(lost_lease_stops_run),
         T(cleanup),
     };
     return test_run(cases, sizeof(cases) / sizeof(cases[0]));

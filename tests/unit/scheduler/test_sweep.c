@@ -223,5 +223,4 @@ static void concurrent_sweeps_delete_once(void)
 }
 
 TEST_MAIN(T(sweeps_expired_only), T(record_first_then_bytes),
-          T(failed_record_delete_keeps_bytes),
-          T(concurrent_sweeps_delete_once))
+          T(failed_record_delete_keeps_bytes), T(concurrent_sweeps_delete_once))

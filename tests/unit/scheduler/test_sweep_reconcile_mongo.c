@@ -42,11 +42,11 @@ static void mongo_backdate(struct ipd_blobs *b, const char *id, int64_t ms)
     mongoc_client_t *c = u ? mongoc_client_new_from_uri(u) : NULL;
     (void)b;
     REQUIRE(c);
-    mongoc_collection_t *files = mongoc_client_get_collection(
-        c, mongoc_uri_get_database(u), "fs.files");
+    mongoc_collection_t *files =
+        mongoc_client_get_collection(c, mongoc_uri_get_database(u), "fs.files");
     bson_t *filter = BCON_NEW("_id", BCON_UTF8(id));
-    bson_t *update = BCON_NEW("$set", "{", "uploadDate", BCON_DATE_TIME(ms),
-                              "}");
+    bson_t *update =
+        BCON_NEW("$set", "{", "uploadDate", BCON_DATE_TIME(ms), "}");
     bson_t reply;
     CHECK(mongoc_collection_update_one(files, filter, update, NULL, &reply,
                                        &err));

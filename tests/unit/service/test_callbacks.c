@@ -23,8 +23,10 @@
 
 #define T0 INT64_C(1800000000000) /* ms; t=1800000000 */
 /* /usr/bin/python3: hmac.new(k, b"1800000000." + b'{"a":1}', sha256) */
-#define V1_NEW "6096aa106f1d37bc8064e9c92b8a1c462d86518074b048b4ca666e84e3f72568"
-#define V1_OLD "603fae72dd497f968d3c5b62b4348c7af27d452ff7b61142264a24c4478a6000"
+#define V1_NEW                                                                 \
+    "6096aa106f1d37bc8064e9c92b8a1c462d86518074b048b4ca666e84e3f72568"
+#define V1_OLD                                                                 \
+    "603fae72dd497f968d3c5b62b4348c7af27d452ff7b61142264a24c4478a6000"
 
 static void signature(void)
 {
@@ -138,8 +140,7 @@ static bool receiver_start(struct receiver *rc)
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     rc->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (rc->fd < 0 || bind(rc->fd, (struct sockaddr *)&a, sizeof(a)) ||
-        getsockname(rc->fd, (struct sockaddr *)&a, &al) ||
-        listen(rc->fd, 64))
+        getsockname(rc->fd, (struct sockaddr *)&a, &al) || listen(rc->fd, 64))
         return false;
     rc->port = ntohs(a.sin_port);
     return pthread_create(&rc->thread, NULL, receiver_main, rc) == 0;
@@ -213,8 +214,7 @@ static void tenant_thread_share(void)
     struct ipd_buf err;
     ipd_buf_init(&err, 256);
     REQUIRE(receiver_start(&rc));
-    REQUIRE(ipd_fetch_allowlist_parse("127.0.0.1/32", &allow, &err) ==
-            IPD_OK);
+    REQUIRE(ipd_fetch_allowlist_parse("127.0.0.1/32", &allow, &err) == IPD_OK);
     ipd_fetch_opts_init(&o);
     o.allow = allow;
     static const char *const tenants[] = {"a", "b", NULL};
@@ -274,8 +274,7 @@ static void signed_as_rotated(void)
     struct ipd_meta *m = key_store(tenants);
     ipd_buf_init(&err, 256);
     REQUIRE(receiver_start(&rc));
-    REQUIRE(ipd_fetch_allowlist_parse("127.0.0.1/32", &allow, &err) ==
-            IPD_OK);
+    REQUIRE(ipd_fetch_allowlist_parse("127.0.0.1/32", &allow, &err) == IPD_OK);
     ipd_fetch_opts_init(&o);
     o.allow = allow;
     REQUIRE(ipd_callbacks_new(&o, m, 60000, 3600000, &cb) == IPD_OK);
@@ -289,8 +288,7 @@ static void signed_as_rotated(void)
     ipd_callbacks_send(cb, fine, "{}", 2, "a", sa);
     CHECK_STR(state_of(sa), "pending");
     int64_t rotated = ipd_now_ms();
-    CHECK_INT(ipd_meta_key_rotate_secret(m, "a", "a-secret", "a-next",
-                                         rotated),
+    CHECK_INT(ipd_meta_key_rotate_secret(m, "a", "a-secret", "a-next", rotated),
               IPD_OK);
     for (int i = 0; i < atomic_load(&rc.hung) && i < 16; i++)
         close(rc.held[i]);
@@ -303,8 +301,8 @@ static void signed_as_rotated(void)
                                   .prev_secret = "a-secret",
                                   .rotated_at_ms = rotated};
     char want[IPD_SIGNATURE_MAX];
-    ipd_callback_signature(&k, 3600000, strtoll(got + 2, NULL, 10) * 1000,
-                           "{}", 2, want);
+    ipd_callback_signature(&k, 3600000, strtoll(got + 2, NULL, 10) * 1000, "{}",
+                           2, want);
     CHECK_STR(got, want);
     CHECK(strstr(got, ",v1=") != strrchr(got, ',')); /* two v1= */
 

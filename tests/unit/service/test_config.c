@@ -43,17 +43,18 @@ static void precedence_flag_env_file(void)
                             "quota-files = 7\n"
                             "\n"
                             "listen = 127.0.0.1:9000\n");
-    const char *argv[] = {"--config", path, "--file-ttl", "2s", "--listen=0.0.0.0:1"};
+    const char *argv[] = {"--config", path, "--file-ttl", "2s",
+                          "--listen=0.0.0.0:1"};
     ipd_config_init(&c);
     ipd_buf_init(&err, 1024);
     setenv("INTERPD_FILE_TTL", "5m", 1);
     setenv("INTERPD_QUOTA_FILES", "9", 1);
     CHECK_INT(ipd_config_load(&c, 5, argv, NULL, NULL, &err), IPD_OK);
     CHECK_STR(err.buf, "");
-    CHECK_INT(c.file_ttl_ms, 2000);                /* flag over env */
-    CHECK_INT(c.quota_files, 9);                   /* env over file */
-    CHECK_INT(c.max_file_size, 2 * 1024 * 1024);   /* file over default */
-    CHECK_STR(c.listen, "0.0.0.0:1");              /* --name=value */
+    CHECK_INT(c.file_ttl_ms, 2000);              /* flag over env */
+    CHECK_INT(c.quota_files, 9);                 /* env over file */
+    CHECK_INT(c.max_file_size, 2 * 1024 * 1024); /* file over default */
+    CHECK_STR(c.listen, "0.0.0.0:1");            /* --name=value */
     unsetenv("INTERPD_FILE_TTL");
     unsetenv("INTERPD_QUOTA_FILES");
     unlink(path);
@@ -123,8 +124,8 @@ static void command_args_pass_through(void)
     struct ipd_buf err;
     const char **rest = NULL;
     size_t n = 0;
-    const char *argv[] = {"create", "--tenant", "bot", "--data-dir", "/tmp/x",
-                    "--admin"};
+    const char *argv[] = {"create",     "--tenant", "bot",
+                          "--data-dir", "/tmp/x",   "--admin"};
     ipd_config_init(&c);
     ipd_buf_init(&err, 1024);
     CHECK_INT(ipd_config_load(&c, 6, argv, &rest, &n, &err), IPD_OK);
@@ -144,7 +145,7 @@ static void never_ttl_and_redaction(void)
     struct ipd_config c;
     struct ipd_buf err;
     const char *argv[] = {"--file-ttl", "never", "--mongo-uri",
-                    "mongodb://app:s3cret@db.example:27017/interpd"};
+                          "mongodb://app:s3cret@db.example:27017/interpd"};
     ipd_config_init(&c);
     ipd_buf_init(&err, 1024);
     CHECK_INT(ipd_config_load(&c, 4, argv, NULL, NULL, &err), IPD_OK);
@@ -194,8 +195,11 @@ static void policies(void)
                             "policy.tiny.timeout = 2s\n"
                             "policy.tiny.max_timeout = 3s\n"
                             "policy.standard.output-limit = 50K\n");
-    const char *argv[] = {"--config", path, "--policy.tiny.network=yes",
-                          "--policy.tiny.processes", "8",
+    const char *argv[] = {"--config",
+                          path,
+                          "--policy.tiny.network=yes",
+                          "--policy.tiny.processes",
+                          "8",
                           "--policy.tiny.cpus=0.25"};
     CHECK_INT(st->cpu_millis, 1000); /* one core unless set */
     CHECK_INT(ipd_config_load(&c, 6, argv, NULL, NULL, &err), IPD_OK);
@@ -250,17 +254,22 @@ static void policies(void)
 static void never_only_where_it_means_something(void)
 {
     static const char *const refused[] = {
-        "--fetch-timeout=never",  "--fetch-connect-timeout=never",
-        "--pip-timeout=never",    "--callback-retry-delay=never",
+        "--fetch-timeout=never",
+        "--fetch-connect-timeout=never",
+        "--pip-timeout=never",
+        "--callback-retry-delay=never",
         "--fetch-timeout=2d",
         /* a deadline added to the clock: never wrapped, closing every
          * connection at once */
-        "--request-header-timeout=never", "--request-body-timeout=never",
+        "--request-header-timeout=never",
+        "--request-body-timeout=never",
         "--request-body-timeout=2d",
     };
     static const char *const accepted[] = {
-        "--venv-check-interval=never", "--venv-max-age=never",
-        "--sweep-interval=never",      "--reconcile-interval=never",
+        "--venv-check-interval=never",
+        "--venv-max-age=never",
+        "--sweep-interval=never",
+        "--reconcile-interval=never",
     };
     struct ipd_config c;
     struct ipd_buf err;
@@ -307,7 +316,8 @@ static void callback_secret_grace(void)
         enum ipd_err rc = ipd_config_load(&c, 1, one, NULL, NULL, &err);
         if (cases[i][1]) {
             CHECK_INT(rc, IPD_OK);
-            CHECK_INT(c.callback_secret_grace_ms, strtoll(cases[i][1], NULL, 10));
+            CHECK_INT(c.callback_secret_grace_ms,
+                      strtoll(cases[i][1], NULL, 10));
         } else {
             CHECK_INT(rc, IPD_ERR_INVALID);
             CHECK(strstr(err.buf, "callback-secret-grace must be 0s to 30d"));
@@ -354,9 +364,23 @@ static void policy_shares(void)
     ipd_config_release(&c);
 
     static const char *const bad[] = {
-        "-1", "-5%", "0%", "101%", "1000%", "%", "", "abc", "5x", "5%%",
-        "x%", "1.5", "1.5%", "1048577", "99999999999999999999",
-        "99999999999999999999%", "12345678901234567890123%",
+        "-1",
+        "-5%",
+        "0%",
+        "101%",
+        "1000%",
+        "%",
+        "",
+        "abc",
+        "5x",
+        "5%%",
+        "x%",
+        "1.5",
+        "1.5%",
+        "1048577",
+        "99999999999999999999",
+        "99999999999999999999%",
+        "12345678901234567890123%",
     };
     for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
         char arg[96];
@@ -383,7 +407,7 @@ static void policy_shares(void)
 static void policy_share_of_pool(void)
 {
     CHECK_INT(ipd_policy_share(0, 17), 0);
-    CHECK_INT(ipd_policy_share(3, 2), 3);  /* the pool bounds it anyway */
+    CHECK_INT(ipd_policy_share(3, 2), 3); /* the pool bounds it anyway */
     CHECK_INT(ipd_policy_share(-50, 2), 1);
     CHECK_INT(ipd_policy_share(-50, 1), 1); /* at least 1 */
     CHECK_INT(ipd_policy_share(-25, 17), 4);
@@ -397,11 +421,11 @@ static void policy_share_of_pool(void)
 static void warm_and_sessions(void)
 {
     static const char *const refused[] = {
-        "--exec-mode=hot",          "--exec-mode=",
-        "--warm-recycle-runs=-1",   "--warm-recycle-after=8d",
-        "--max-sessions=-1",        "--max-sessions=1001",
-        "--sessions-per-user=0",    "--session-idle-timeout=never",
-        "--session-max-life=31d",   "--session-reap-interval=2h",
+        "--exec-mode=hot",        "--exec-mode=",
+        "--warm-recycle-runs=-1", "--warm-recycle-after=8d",
+        "--max-sessions=-1",      "--max-sessions=1001",
+        "--sessions-per-user=0",  "--session-idle-timeout=never",
+        "--session-max-life=31d", "--session-reap-interval=2h",
     };
     struct ipd_config c;
     struct ipd_buf err;
@@ -439,6 +463,6 @@ static void warm_and_sessions(void)
 
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
           T(command_args_pass_through), T(never_ttl_and_redaction),
-          T(never_only_where_it_means_something),
-          T(policies), T(callback_secret_grace), T(policy_shares),
-          T(policy_share_of_pool), T(warm_and_sessions))
+          T(never_only_where_it_means_something), T(policies),
+          T(callback_secret_grace), T(policy_shares), T(policy_share_of_pool),
+          T(warm_and_sessions))

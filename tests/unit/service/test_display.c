@@ -173,15 +173,16 @@ static void expect1(const char *what, json_t *obj, int64_t text_max,
 static void whole_bundle(void)
 {
     char *p = png64(40, NULL);
-    expect1("all three", J("{s:s, s:s, s:s}", "text/plain", "a", "text/html",
-                           "<b>a</b>", "image/png", p),
+    expect1("all three",
+            J("{s:s, s:s, s:s}", "text/plain", "a", "text/html", "<b>a</b>",
+              "image/png", p),
             BIG, BIG,
             J("[{s:s, s:s, s:s}]", "text/plain", "a", "text/html", "<b>a</b>",
               "image/png", p),
             false);
-    expect1("truncated: false", J("{s:s, s:b}", "text/plain", "a",
-                                  "truncated", 0),
-            BIG, BIG, J("[{s:s}]", "text/plain", "a"), false);
+    expect1("truncated: false",
+            J("{s:s, s:b}", "text/plain", "a", "truncated", 0), BIG, BIG,
+            J("[{s:s}]", "text/plain", "a"), false);
     expect("empty", "", false, BIG, BIG, json_array(), false);
     expect("empty lines", "\n\n", false, BIG, BIG, json_array(), false);
     free(p);
@@ -210,18 +211,19 @@ static void read_bound(void)
  * prelude's truncated mark, marks the list truncated. */
 static void key_set(void)
 {
-    expect1("unknown key", J("{s:s, s:s}", "text/plain", "a",
-                             "application/javascript", "alert(1)"),
+    expect1("unknown key",
+            J("{s:s, s:s}", "text/plain", "a", "application/javascript",
+              "alert(1)"),
             BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
-    expect1("nested unknown key", J("{s:s, s:{s:s}}", "text/plain", "a", "x",
-                                    "text/html", "<i>"),
+    expect1("nested unknown key",
+            J("{s:s, s:{s:s}}", "text/plain", "a", "x", "text/html", "<i>"),
             BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
-    expect1("truncated: true", J("{s:s, s:b}", "text/plain", "a",
-                                 "truncated", 1),
-            BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
-    expect1("truncated of another type", J("{s:s, s:s}", "text/plain", "a",
-                                           "truncated", "no"),
-            BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
+    expect1("truncated: true",
+            J("{s:s, s:b}", "text/plain", "a", "truncated", 1), BIG, BIG,
+            J("[{s:s}]", "text/plain", "a"), true);
+    expect1("truncated of another type",
+            J("{s:s, s:s}", "text/plain", "a", "truncated", "no"), BIG, BIG,
+            J("[{s:s}]", "text/plain", "a"), true);
     expect1("the prelude's full-file line", J("{s:b}", "truncated", 1), BIG,
             BIG, json_array(), true);
 }
@@ -232,8 +234,12 @@ static void key_set(void)
 static void types(void)
 {
     static const char *const not_objects[] = {
-        "[{\"text/plain\":\"a\"}]\n", "\"text/plain\"\n", "42\n", "null\n",
-        "{\"text/plain\":\"a\"\n", "{\"text/plain\":\"a\"}}\n",
+        "[{\"text/plain\":\"a\"}]\n",
+        "\"text/plain\"\n",
+        "42\n",
+        "null\n",
+        "{\"text/plain\":\"a\"\n",
+        "{\"text/plain\":\"a\"}}\n",
         "{\"text/plain\":\"\\u0000\"}\n",
     };
     for (size_t i = 0; i < IPD_ARRAY_LEN(not_objects); i++)
@@ -245,17 +251,15 @@ static void types(void)
             true);
     expect1("plain an array", J("{s:[s]}", "text/plain", "a"), BIG, BIG,
             json_array(), true);
-    expect1("no plain", J("{s:s}", "text/html", "<b>"), BIG, BIG,
-            json_array(), true);
-    expect1("html an object", J("{s:s, s:{}}", "text/plain", "a",
-                                "text/html"),
+    expect1("no plain", J("{s:s}", "text/html", "<b>"), BIG, BIG, json_array(),
+            true);
+    expect1("html an object", J("{s:s, s:{}}", "text/plain", "a", "text/html"),
             BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
-    expect1("png a number", J("{s:s, s:i}", "text/plain", "a", "image/png",
-                              7),
+    expect1("png a number", J("{s:s, s:i}", "text/plain", "a", "image/png", 7),
             BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
     /* A good line after bad ones still comes back. */
-    expect("bad then good", "nope\n{\"text/plain\":\"ok\"}\n", false, BIG,
-           BIG, J("[{s:s}]", "text/plain", "ok"), true);
+    expect("bad then good", "nope\n{\"text/plain\":\"ok\"}\n", false, BIG, BIG,
+           J("[{s:s}]", "text/plain", "ok"), true);
 }
 
 /* text/plain against its own length: cut to what is left, at a character
@@ -263,8 +267,8 @@ static void types(void)
 static void plain_length(void)
 {
     char *s = str(100, 'p');
-    expect1("plain fits exactly", J("{s:s}", "text/plain", s), COST + 100,
-            BIG, J("[{s:s}]", "text/plain", s), false);
+    expect1("plain fits exactly", J("{s:s}", "text/plain", s), COST + 100, BIG,
+            J("[{s:s}]", "text/plain", s), false);
     expect1("plain one over", J("{s:s}", "text/plain", s), COST + 99, BIG,
             J("[{s:s%}]", "text/plain", s, (size_t)99), true);
     free(s);
@@ -279,19 +283,18 @@ static void html_length(void)
 {
     char *h = str(50, 'h');
     /* A short plain and an html one byte over what is left: html out. */
-    expect1("html over, plain short", J("{s:s, s:s}", "text/plain", "p",
-                                        "text/html", h),
-            COST + 1 + 49, BIG, J("[{s:s}]", "text/plain", "p"), true);
+    expect1("html over, plain short",
+            J("{s:s, s:s}", "text/plain", "p", "text/html", h), COST + 1 + 49,
+            BIG, J("[{s:s}]", "text/plain", "p"), true);
     /* The same html exactly fits. */
-    expect1("html exactly fits", J("{s:s, s:s}", "text/plain", "p",
-                                   "text/html", h),
-            COST + 1 + 50, BIG,
-            J("[{s:s, s:s}]", "text/plain", "p", "text/html", h), false);
+    expect1("html exactly fits",
+            J("{s:s, s:s}", "text/plain", "p", "text/html", h), COST + 1 + 50,
+            BIG, J("[{s:s, s:s}]", "text/plain", "p", "text/html", h), false);
     /* A long plain (that fits) and a short html that fits what is left:
      * kept, although plain alone is longer than what html has left. */
     char *p = str(200, 'p');
-    expect1("plain long, html short", J("{s:s, s:s}", "text/plain", p,
-                                        "text/html", "<b>"),
+    expect1("plain long, html short",
+            J("{s:s, s:s}", "text/plain", p, "text/html", "<b>"),
             COST + 200 + 3, BIG,
             J("[{s:s, s:s}]", "text/plain", p, "text/html", "<b>"), false);
     /* html is text: the image budget does not hold it. */
@@ -307,8 +310,8 @@ static void png_length(void)
 {
     size_t n1, n2;
     char *a = png64(300, &n1), *b = png64(500, &n2);
-    json_t *two = J("[{s:s, s:s}, {s:s, s:s}]", "text/plain", "a",
-                    "image/png", a, "text/plain", "b", "image/png", b);
+    json_t *two = J("[{s:s, s:s}, {s:s, s:s}]", "text/plain", "a", "image/png",
+                    a, "text/plain", "b", "image/png", b);
     char *t1 = line(J("{s:s, s:s}", "text/plain", "a", "image/png", a));
     char *t2 = line(J("{s:s, s:s}", "text/plain", "b", "image/png", b));
     size_t bn = strlen(t1) + strlen(t2) + 1;
@@ -320,22 +323,21 @@ static void png_length(void)
             J("{s:s, s:s}", "text/plain", "a", "image/png", a), BIG,
             (int64_t)n1, J("[{s:s, s:s}]", "text/plain", "a", "image/png", a),
             false);
-    expect1("png one byte over", J("{s:s, s:s}", "text/plain", "a",
-                                   "image/png", a),
-            BIG, (int64_t)n1 - 1, J("[{s:s}]", "text/plain", "a"), true);
+    expect1("png one byte over",
+            J("{s:s, s:s}", "text/plain", "a", "image/png", a), BIG,
+            (int64_t)n1 - 1, J("[{s:s}]", "text/plain", "a"), true);
     expect("two pngs exactly", both, false, BIG, (int64_t)(n1 + n2),
            json_incref(two), false);
-    expect("two pngs, one byte short", both, false, BIG,
-           (int64_t)(n1 + n2 - 1),
+    expect("two pngs, one byte short", both, false, BIG, (int64_t)(n1 + n2 - 1),
            J("[{s:s, s:s}, {s:s}]", "text/plain", "a", "image/png", a,
              "text/plain", "b"),
            true);
     /* The image is not text: a text budget far smaller than the image. */
-    expect("pngs not against the text budget", both, false, 2 * COST + 2,
-           BIG, json_incref(two), false);
-    expect1("no images at all", J("{s:s, s:s}", "text/plain", "a",
-                                  "image/png", a),
-            BIG, 0, J("[{s:s}]", "text/plain", "a"), true);
+    expect("pngs not against the text budget", both, false, 2 * COST + 2, BIG,
+           json_incref(two), false);
+    expect1("no images at all",
+            J("{s:s, s:s}", "text/plain", "a", "image/png", a), BIG, 0,
+            J("[{s:s}]", "text/plain", "a"), true);
     json_decref(two);
     free(both);
     free(t1);
@@ -348,8 +350,8 @@ static void png_length(void)
  * truncated. */
 static void expect_png_refused(const char *what, const char *b64text)
 {
-    expect1(what, J("{s:s, s:s}", "text/plain", "a", "image/png", b64text),
-            BIG, BIG, J("[{s:s}]", "text/plain", "a"), true);
+    expect1(what, J("{s:s, s:s}", "text/plain", "a", "image/png", b64text), BIG,
+            BIG, J("[{s:s}]", "text/plain", "a"), true);
 }
 
 static void expect_bytes_refused(const char *what, const unsigned char *d,
@@ -418,8 +420,8 @@ static void png_whole(void)
     put32(&x, 0x7ffffff0u);
     ipd_buf_add(&x, "IDATxxxxxxxx", 12);
     chunk(&x, "IEND", "", 0);
-    expect_bytes_refused("a chunk longer than the data",
-                         (unsigned char *)x.buf, x.len);
+    expect_bytes_refused("a chunk longer than the data", (unsigned char *)x.buf,
+                         x.len);
     ipd_buf_reset(&x);
     ipd_buf_add(&x, d, 8 + 25);
     put32(&x, 0xfffffff4u);
@@ -492,16 +494,16 @@ static void counts(void)
     CHECK_INT(json_array_size(g.list), IPD_DISPLAY_ENTRIES_MAX);
     CHECK(g.truncated);
     json_decref(g.list);
-    g.list = ipd_display_parse(t.buf, t.len - 19, false, BIG, BIG,
-                               &g.truncated);
+    g.list =
+        ipd_display_parse(t.buf, t.len - 19, false, BIG, BIG, &g.truncated);
     CHECK_INT(json_array_size(g.list), IPD_DISPLAY_ENTRIES_MAX);
     CHECK(!g.truncated);
     json_decref(g.list);
     ipd_buf_release(&t);
 
     /* Each bundle costs COST of the text budget, even an empty one. */
-    expect1("one byte past the cost", J("{s:s}", "text/plain", "x"),
-            COST + 1, BIG, J("[{s:s}]", "text/plain", "x"), false);
+    expect1("one byte past the cost", J("{s:s}", "text/plain", "x"), COST + 1,
+            BIG, J("[{s:s}]", "text/plain", "x"), false);
     expect1("the cost alone", J("{s:s}", "text/plain", ""), COST, BIG,
             json_array(), true);
     expect("empty bundles cost too",
@@ -528,8 +530,8 @@ static void total_size(void)
            true);
     expect("all three fit", t, false, 3 * (COST + 200), BIG,
            J("[{s:s, s:s}, {s:s, s:s}, {s:s, s:s}]", "text/plain", p,
-             "text/html", p, "text/plain", p, "text/html", p, "text/plain",
-             p, "text/html", p),
+             "text/html", p, "text/plain", p, "text/html", p, "text/plain", p,
+             "text/html", p),
            false);
     expect("a budget of nothing", t, false, 0, BIG, json_array(), true);
     free(t);
@@ -537,6 +539,6 @@ static void total_size(void)
     free(p);
 }
 
-TEST_MAIN(T(whole_bundle), T(read_bound), T(key_set), T(types),
-          T(plain_length), T(html_length), T(png_length), T(png_whole),
-          T(png_base64), T(counts), T(total_size))
+TEST_MAIN(T(whole_bundle), T(read_bound), T(key_set), T(types), T(plain_length),
+          T(html_length), T(png_length), T(png_whole), T(png_base64), T(counts),
+          T(total_size))

@@ -77,9 +77,9 @@ static void absolute_forms(void)
     CHECK_STR(req.out.buf, "HEAD / HTTP/1.0\r\nHost: [::1]:8080\r\n"
                            "Connection: close\r\n\r\n");
     ipd_buf_release(&req.out);
-    CHECK_INT(parse("POST http://h?q HTTP/1.1\nContent-Length: 0\n\n", &req,
-                    why),
-              IPD_OK);
+    CHECK_INT(
+        parse("POST http://h?q HTTP/1.1\nContent-Length: 0\n\n", &req, why),
+        IPD_OK);
     CHECK_STR(req.out.buf, "POST /?q HTTP/1.1\r\nContent-Length: 0\r\n"
                            "Host: h\r\nConnection: close\r\n\r\n");
     ipd_buf_release(&req.out);
@@ -165,9 +165,9 @@ static void garbage(void)
         ipd_buf_release(&req.out);
         char *big = ipd_xcalloc(1, IPD_EGRESS_HEAD_MAX + 2);
         memset(big, 'a', IPD_EGRESS_HEAD_MAX + 1);
-        CHECK_INT(ipd_egress_parse(big, IPD_EGRESS_HEAD_MAX + 1, &req, why,
-                                   128),
-                  IPD_ERR_INVALID);
+        CHECK_INT(
+            ipd_egress_parse(big, IPD_EGRESS_HEAD_MAX + 1, &req, why, 128),
+            IPD_ERR_INVALID);
         CHECK_STR(why, "request head too large");
         ipd_buf_release(&req.out);
         free(big);
@@ -183,7 +183,8 @@ static void head_len(void)
     CHECK_INT((int)ipd_egress_head_len("", 0), 0);
 }
 
-/* ---- the proxy in-process ------------------------------------------------- */
+/* ---- the proxy in-process -------------------------------------------------
+ */
 
 static int listen_lo(int *port)
 {
@@ -376,9 +377,9 @@ static int host_addresses_child(void)
     CHECK_INT((int)st.refused, (int)IPD_ARRAY_LEN(reqs));
 
     /* The control: allowlisted, a tunnel to each. */
-    CHECK_INT(ipd_fetch_allowlist_parse(TEST_HOST_V4 " " TEST_HOST_V6, &allow,
-                                        NULL),
-              IPD_OK);
+    CHECK_INT(
+        ipd_fetch_allowlist_parse(TEST_HOST_V4 " " TEST_HOST_V6, &allow, NULL),
+        IPD_OK);
     o.allow = allow;
     CHECK_INT(ipd_egress_start(&o, listen_lo(&pport), &eg), IPD_OK);
     for (size_t i = 0; i < 3; i += 2) {

@@ -93,8 +93,9 @@ static bool setup(void)
     IPD_ASSERT(mkdir(data_dir, 0700) == 0);
     real_prelude = find_real_prelude(prelude_dir, sizeof(prelude_dir));
     if (!real_prelude) {
-        fprintf(stderr, "NOTE: service/exec/python/prelude.py is missing; using "
-                        "a stand-in prelude\n");
+        fprintf(stderr,
+                "NOTE: service/exec/python/prelude.py is missing; using "
+                "a stand-in prelude\n");
         snprintf(prelude_dir, sizeof(prelude_dir), "%s/prelude", base);
         IPD_ASSERT(mkdir(prelude_dir, 0755) == 0);
         snprintf(path, sizeof(path), "%s/prelude.py", prelude_dir);
@@ -369,8 +370,7 @@ static void test_subfolder_and_odd_names(void)
     REQUIRE(json_array_size(files) == 2);
     /* Top level first; '/' joined with '_'; a newline becomes '_'. */
     CHECK_STR(jstr(json_array_get(files, 0), "filename"), "line_break.txt");
-    CHECK_STR(jstr(json_array_get(files, 1), "filename"),
-              "plots_deep_a.txt");
+    CHECK_STR(jstr(json_array_get(files, 1), "filename"), "plots_deep_a.txt");
     json_decref(res);
 }
 
@@ -407,8 +407,9 @@ static void test_count_cap(void)
     REQUIRE(res);
     CHECK_INT(json_array_size(json_object_get(res, "generated_files")), 20);
     CHECK(json_is_true(json_object_get(res, "generated_files_truncated")));
-    CHECK_INT(json_integer_value(json_object_get(res, "generated_files_dropped")),
-              10);
+    CHECK_INT(
+        json_integer_value(json_object_get(res, "generated_files_dropped")),
+        10);
     CHECK_STR(jstr(json_array_get(json_object_get(res, "generated_files"), 0),
                    "filename"),
               "f00.txt");
@@ -476,8 +477,8 @@ static void test_inline_only(void)
     CHECK_STR(jstr(f, "data_base64"), "");
     CHECK_INT(json_integer_value(json_object_get(f, "size")), 0);
     json_decref(res);
-    REQUIRE(ipd_meta_file_usage(meta, "t1", "inline-user", ipd_now_ms(),
-                                &count, &bytes) == IPD_OK);
+    REQUIRE(ipd_meta_file_usage(meta, "t1", "inline-user", ipd_now_ms(), &count,
+                                &bytes) == IPD_OK);
     CHECK_INT(count, 0);
 }
 
@@ -531,8 +532,7 @@ static void put_file(const char *user, const char *name, const char *content,
     f.size = (int64_t)strlen(content);
     f.created_at_ms = ipd_now_ms();
     f.expires_at_ms = f.created_at_ms + 3600 * 1000;
-    IPD_ASSERT(ipd_meta_file_insert(meta, &f, NULL, f.created_at_ms) ==
-               IPD_OK);
+    IPD_ASSERT(ipd_meta_file_insert(meta, &f, NULL, f.created_at_ms) == IPD_OK);
     memcpy(id, f.file_id, IPD_ID_MAX);
 }
 
@@ -560,8 +560,9 @@ static void test_input_file(void)
              id, id);
     res = run_files("u1", code, files, 2, 0, IPD_OK);
     REQUIRE(res);
-    snprintf(want, sizeof(want),
-             "region,amount\nnorth,10\n10\nTrue True\n['sales.csv']\nro True\n");
+    snprintf(
+        want, sizeof(want),
+        "region,amount\nnorth,10\n10\nTrue True\n['sales.csv']\nro True\n");
     CHECK_STR(jstr(res, "stdout"), want);
     json_decref(res);
 }
@@ -698,8 +699,8 @@ static void test_quota(void)
     CHECK_INT(json_array_size(json_object_get(res, "generated_files_skipped")),
               0);
     json_decref(res);
-    REQUIRE(ipd_meta_file_usage(meta, "t1", "quota-user", ipd_now_ms(),
-                                &count, &bytes) == IPD_OK);
+    REQUIRE(ipd_meta_file_usage(meta, "t1", "quota-user", ipd_now_ms(), &count,
+                                &bytes) == IPD_OK);
     CHECK_INT(count, 2);
     cfg.quota_files = -1;
 }
@@ -738,16 +739,16 @@ static void test_teardown(void)
     teardown();
 }
 
-TEST_MAIN({"print", test_print}, {"slot_has_own_uid", test_slot_has_own_uid}, {"exception", test_exception},
+TEST_MAIN({"print", test_print}, {"slot_has_own_uid", test_slot_has_own_uid},
+          {"exception", test_exception},
           {"generated_file", test_generated_file},
           {"generated_image_inline", test_generated_image_inline},
           {"matplotlib_figure", test_matplotlib_figure},
           {"subfolder_and_odd_names", test_subfolder_and_odd_names},
           {"symlink_skipped", test_symlink_skipped},
           {"count_cap", test_count_cap}, {"size_cap", test_size_cap},
-          {"inline_only", test_inline_only},
-          {"timeout", test_timeout}, {"input_file", test_input_file},
-          {"foreign_file", test_foreign_file},
+          {"inline_only", test_inline_only}, {"timeout", test_timeout},
+          {"input_file", test_input_file}, {"foreign_file", test_foreign_file},
           {"bad_requests", test_bad_requests},
           {"policy_and_variables", test_policy_and_variables},
           {"exit_and_signal", test_exit_and_signal}, {"quota", test_quota},

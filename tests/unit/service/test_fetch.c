@@ -442,7 +442,8 @@ static void localhost_via_etc_hosts(void)
     CHECK_INT(fx_get(&f, "http://0.0.0.0:%d/hello.txt", s.port),
               IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "(unspecified)");
-    CHECK_INT(fx_get(&f, "http://[::]:%d/hello.txt", s.port), IPD_ERR_FORBIDDEN);
+    CHECK_INT(fx_get(&f, "http://[::]:%d/hello.txt", s.port),
+              IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "(unspecified)");
     CHECK_INT(f.rec.discards, 1);
     fx_release(&f);
@@ -500,13 +501,15 @@ static void redirect_to_refused_address(void)
 
     snprintf(a.redirect_to, sizeof(a.redirect_to), "http://127.0.0.2:%d/x",
              b.port);
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_FORBIDDEN);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(f.err.buf,
               "address 127.0.0.2 of host 127.0.0.2 is not allowed (loopback)");
     CHECK_INT(f.res.redirects, 1);
 
     snprintf(a.redirect_to, sizeof(a.redirect_to), "http://[::1]:%d/x", b.port);
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port), IPD_ERR_FORBIDDEN);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/away", a.port),
+              IPD_ERR_FORBIDDEN);
     CHECK_STR(f.err.buf, "address ::1 of host [::1] is not allowed (loopback)");
 
     /* Off-machine targets: only when the classifier refuses them, so a
@@ -633,8 +636,10 @@ static int mixed_name_child(void)
     struct fx f;
 
     if (!private_hosts() || !mixed_name_resolves()) {
-        fprintf(stderr, "%s:%d: no private /etc/hosts giving %s two "
-                        "addresses\n", __FILE__, __LINE__, MIXED_NAME);
+        fprintf(stderr,
+                "%s:%d: no private /etc/hosts giving %s two "
+                "addresses\n",
+                __FILE__, __LINE__, MIXED_NAME);
         return 1;
     }
     if (!srv_start(&a, "127.0.0.1") || !srv_start(&b, "127.0.0.1"))
@@ -719,7 +724,8 @@ static void slow_drip_times_out(void)
     fx_init(&f, "127.0.0.1/32");
     f.o.total_timeout_ms = 500;
     int64_t t0 = ipd_mono_ms();
-    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/drip", s.port), IPD_ERR_UPSTREAM_TIMEOUT);
+    CHECK_INT(fx_get(&f, "http://127.0.0.1:%d/drip", s.port),
+              IPD_ERR_UPSTREAM_TIMEOUT);
     int64_t took = ipd_mono_ms() - t0;
     CHECK(took >= 400 && took < 6000); /* bounded, loosely */
     CHECK_HAS(f.err.buf, "timed out");
@@ -920,14 +926,14 @@ static void url_check_on_its_face(void)
     /* What a fetch of the same URL says (no connection is made). */
     int status = -1;
     ipd_buf_reset(&err);
-    CHECK_INT(ipd_fetch_post(&o, "http://localhost:9/hook", NULL, NULL, 0,
-                             NULL, &status, &err),
+    CHECK_INT(ipd_fetch_post(&o, "http://localhost:9/hook", NULL, NULL, 0, NULL,
+                             &status, &err),
               IPD_ERR_FORBIDDEN);
     CHECK_HAS(err.buf, "not allowed (loopback)");
 
     /* The allowlist counts: localhost needs both loopback addresses. */
-    IPD_ASSERT(ipd_fetch_allowlist_parse("127.0.0.1, 10.0.0.0/8", &allow,
-                                         NULL) == 0);
+    IPD_ASSERT(
+        ipd_fetch_allowlist_parse("127.0.0.1, 10.0.0.0/8", &allow, NULL) == 0);
     o.allow = allow;
     CHECK_INT(ipd_fetch_url_check(&o, "http://127.0.0.1:9/", &err), IPD_OK);
     CHECK_INT(ipd_fetch_url_check(&o, "http://10.1.2.3/", &err), IPD_OK);
@@ -972,9 +978,9 @@ static int host_addresses_child(void)
               IPD_ERR_FORBIDDEN);
     CHECK_STR(f.err.buf, "address " TEST_HOST_V4 " of host " TEST_HOST_V4
                          " is not allowed (an address of this host)");
-    CHECK_INT(fx_get(&f, "http://[::ffff:" TEST_HOST_V4 "]:%d/hello.txt",
-                     v4.port),
-              IPD_ERR_FORBIDDEN);
+    CHECK_INT(
+        fx_get(&f, "http://[::ffff:" TEST_HOST_V4 "]:%d/hello.txt", v4.port),
+        IPD_ERR_FORBIDDEN);
     CHECK_HAS(f.err.buf, "is not allowed (an address of this host)");
     CHECK_INT(fx_get(&f, "http://[" TEST_HOST_V6 "]:%d/hello.txt", v6.port),
               IPD_ERR_FORBIDDEN);
@@ -987,21 +993,19 @@ static int host_addresses_child(void)
     CHECK_INT(f.rec.got.len, 0);
 
     /* A callback_url on its face (the handler's 400), in each family. */
-    static const char *const faces[] = {
-        "http://" TEST_HOST_V4 ":9/hook", "http://[::ffff:" TEST_HOST_V4 "]/",
-        "https://[" TEST_HOST_V6 "]/hook"};
+    static const char *const faces[] = {"http://" TEST_HOST_V4 ":9/hook",
+                                        "http://[::ffff:" TEST_HOST_V4 "]/",
+                                        "https://[" TEST_HOST_V6 "]/hook"};
     for (size_t i = 0; i < IPD_ARRAY_LEN(faces); i++) {
         ipd_buf_reset(&err);
-        CHECKF(ipd_fetch_url_check(&f.o, faces[i], &err) ==
-                       IPD_ERR_FORBIDDEN &&
+        CHECKF(ipd_fetch_url_check(&f.o, faces[i], &err) == IPD_ERR_FORBIDDEN &&
                    strstr(err.buf, "(an address of this host)"),
                "%s: %s", faces[i], err.buf);
     }
     ipd_buf_reset(&err);
 
     /* Callbacks: the same refusal, before any connection. */
-    snprintf(f.url, sizeof(f.url), "http://" TEST_HOST_V4 ":%d/hook",
-             v4.port);
+    snprintf(f.url, sizeof(f.url), "http://" TEST_HOST_V4 ":%d/hook", v4.port);
     CHECK_INT(ipd_fetch_post(&f.o, f.url, "application/json", "{}", 2, NULL,
                              &status, &err),
               IPD_ERR_FORBIDDEN);
@@ -1056,7 +1060,6 @@ static void host_addresses_refused(void)
 TEST_MAIN(T(injected_failure), T(global_init_is_idempotent), T(refused_schemes),
           T(plain_fetch), T(localhost_via_etc_hosts), T(redirects),
           T(redirect_to_refused_address), T(mixed_name_refused_whole),
-          T(error_status),
-          T(slow_drip_times_out), T(body_over_limit), T(connection_failures),
-          T(post_callback), T(url_check_on_its_face),
+          T(error_status), T(slow_drip_times_out), T(body_over_limit),
+          T(connection_failures), T(post_callback), T(url_check_on_its_face),
           T(host_addresses_refused))

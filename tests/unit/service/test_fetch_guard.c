@@ -619,9 +619,9 @@ static int host_address_child(void)
         {"fc00::5", 0, "private"},
     };
     static const struct host_case allowed[] = {
-        {"203.0.114.6", 0, NULL},           /* public, not the host's */
+        {"203.0.114.6", 0, NULL}, /* public, not the host's */
         {"::ffff:203.0.114.6", 0, NULL},
-        {"2a01:4f8:1::6", 0, NULL},         /* global, not the host's */
+        {"2a01:4f8:1::6", 0, NULL}, /* global, not the host's */
         {"2a01:4f8:1::6", 1, NULL},
     };
     struct ipd_fetch_allowlist *allow = NULL;
@@ -639,9 +639,9 @@ static int host_address_child(void)
         check_host_case(&allowed[i], NULL);
     /* The operator's allowlist names them: allowed (the IPv4 entry covers
      * the IPv4-mapped form). */
-    CHECK_INT(ipd_fetch_allowlist_parse(TEST_HOST_V4 ", " TEST_HOST_V6,
-                                        &allow, &err),
-              IPD_OK);
+    CHECK_INT(
+        ipd_fetch_allowlist_parse(TEST_HOST_V4 ", " TEST_HOST_V6, &allow, &err),
+        IPD_OK);
     for (size_t i = 0; i < 5; i++) {
         struct host_case c = refused[i];
         c.want = NULL;
@@ -673,8 +673,10 @@ static void host_address_refused(void)
         _exit(host_address_child());
     REQUIRE(waitpid(pid, &st, 0) == pid);
     if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-        fprintf(stderr, "the checks in the namespace failed (wait status "
-                        "0x%x)\n", (unsigned)st);
+        fprintf(stderr,
+                "the checks in the namespace failed (wait status "
+                "0x%x)\n",
+                (unsigned)st);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 }
 

@@ -36,7 +36,9 @@ static void separators_are_escaped(void)
 {
     struct ipd_buf b;
     ipd_buf_init(&b, IPD_BUF_UNLIMITED);
-    CHECK_INT(ipd_jw_str(&b, "a\xe2\x80\xa8" "b<"), IPD_OK);
+    CHECK_INT(ipd_jw_str(&b, "a\xe2\x80\xa8"
+                             "b<"),
+              IPD_OK);
     CHECK_STR(b.buf, "\"a\\u2028b<\"");
     ipd_buf_release(&b);
 }

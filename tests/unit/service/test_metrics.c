@@ -39,8 +39,7 @@ static char *render(struct ipd_metrics *m)
 }
 
 /* Copy the value text of the sample line "<series> <value>" to out. */
-static bool sample(const char *text, const char *series, char *out,
-                   size_t n)
+static bool sample(const char *text, const char *series, char *out, size_t n)
 {
     size_t len = strlen(series);
     for (const char *p = text; p && *p;) {
@@ -70,8 +69,7 @@ static double value(const char *text, const char *series)
 static long long count(const char *text, const char *series)
 {
     double v = value(text, series);
-    return v >= 0 && v < 9e15 && v == (double)(long long)v ? (long long)v
-                                                          : -1;
+    return v >= 0 && v < 9e15 && v == (double)(long long)v ? (long long)v : -1;
 }
 
 static size_t count_lines_with_prefix(const char *text, const char *prefix)
@@ -230,14 +228,14 @@ static void fresh_registry_renders_valid_text(void)
     CHECK(value(t, "process_max_fds") >= 3);
     CHECK(value(t, "process_cpu_seconds_total") >= 0);
     CHECK(value(t, "interpd_executions_total{outcome=\"timeout\"}") == 0);
-    CHECK(value(t, "interpd_package_installs_total{outcome=\"not_allowed\"}")
-          == 0);
+    CHECK(value(t, "interpd_package_installs_total{outcome=\"not_allowed\"}") ==
+          0);
     CHECK(value(t, "interpd_sweep_runs_total{result=\"error\"}") == 0);
     CHECK(value(t, "interpd_execution_duration_seconds_count") == 0);
     CHECK(value(t, "interpd_exec_queue_depth") == 0);
-    CHECK(value(t,
-                "interpd_scrape_errors_total{metric=\"process_open_fds\"}")
-          == 0);
+    CHECK(
+        value(t, "interpd_scrape_errors_total{metric=\"process_open_fds\"}") ==
+        0);
     /* No HTTP request yet, no stored-files function: no such families. */
     CHECK(!strstr(t, "interpd_http_requests_total"));
     CHECK(!strstr(t, "interpd_files_stored"));
@@ -272,8 +270,14 @@ struct worker {
 };
 
 /* Every route sees both methods and both statuses. */
-static const char *method_of(int i) { return i / 4 % 2 ? "GET" : "POST"; }
-static int status_of(int i) { return i % 3 ? 200 : 404; }
+static const char *method_of(int i)
+{
+    return i / 4 % 2 ? "GET" : "POST";
+}
+static int status_of(int i)
+{
+    return i % 3 ? 200 : 404;
+}
 
 static void *observe_loop(void *arg)
 {
@@ -336,8 +340,7 @@ static void concurrent_observes_are_exact(void)
                          "interpd_http_requests_total{route=\"%s\","
                          "method=\"%s\",status=\"%s\"}",
                          routes[r], g ? "GET" : "POST", s ? "404" : "200");
-                CHECK_INT(count(t, series),
-                          THREADS * expect[r][g][s]);
+                CHECK_INT(count(t, series), THREADS * expect[r][g][s]);
             }
         }
         snprintf(series, sizeof(series),
@@ -359,8 +362,8 @@ static void concurrent_observes_are_exact(void)
                  routes[r]);
         CHECK_INT(count(t, series), THREADS * ITERS / 4);
     }
-    static const char *const outcomes[] = {"success", "error", "timeout",
-                                           "oom", "failed_to_start"};
+    static const char *const outcomes[] = {"success", "error", "timeout", "oom",
+                                           "failed_to_start"};
     for (int o = 0; o < 5; o++) {
         snprintf(series, sizeof(series),
                  "interpd_executions_total{outcome=\"%s\"}", outcomes[o]);
@@ -370,19 +373,15 @@ static void concurrent_observes_are_exact(void)
               THREADS * ITERS);
     CHECK(value(t, "interpd_execution_duration_seconds_sum") ==
           THREADS * (ITERS / 2 * 0.5 + ITERS / 2 * 2.0));
-    CHECK_INT(count(
-                  t, "interpd_execution_duration_seconds_bucket{le=\"0.5\"}"),
+    CHECK_INT(count(t, "interpd_execution_duration_seconds_bucket{le=\"0.5\"}"),
               THREADS * ITERS / 2);
-    CHECK_INT(count(
-                  t, "interpd_package_installs_total{outcome=\"invalid\"}"),
+    CHECK_INT(count(t, "interpd_package_installs_total{outcome=\"invalid\"}"),
               THREADS * ITERS / 5);
     CHECK_INT(count(t, "interpd_sweep_runs_total{result=\"ok\"}"),
               THREADS * ITERS / 4 * 3);
-    CHECK_INT(
-        count(t, "interpd_sweep_runs_total{result=\"error\"}"),
-        THREADS * ITERS / 4);
-    CHECK_INT(count(t, "interpd_sweep_deleted_files_total"),
-              THREADS * ITERS);
+    CHECK_INT(count(t, "interpd_sweep_runs_total{result=\"error\"}"),
+              THREADS * ITERS / 4);
+    CHECK_INT(count(t, "interpd_sweep_deleted_files_total"), THREADS * ITERS);
     CHECK_INT(count(t, "interpd_sweep_freed_bytes_total"),
               THREADS * ITERS * 10LL);
     CHECK(value(t, "interpd_exec_running") == 0);
@@ -409,11 +408,11 @@ static void histogram_bucket_math(void)
     const double obs[] = {0.05, 0.1, 0.5, 1, 5, 10, 11, -3};
     REQUIRE(ipd_metrics_new("t", &m) == IPD_OK);
     REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM,
-                                   "test_latency_seconds", "Latency.", NULL,
-                                   0, bounds, 3, &h) == IPD_OK);
+                                   "test_latency_seconds", "Latency.", NULL, 0,
+                                   bounds, 3, &h) == IPD_OK);
     REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM,
-                                   "test_labelled_seconds", "Labelled.", lab,
-                                   1, bounds, 3, &hl) == IPD_OK);
+                                   "test_labelled_seconds", "Labelled.", lab, 1,
+                                   bounds, 3, &hl) == IPD_OK);
     struct ipd_metric_series *s = ipd_metrics_series_get(h, NULL);
     for (size_t i = 0; i < IPD_ARRAY_LEN(obs); i++)
         ipd_metrics_series_observe(s, obs[i]);
@@ -454,8 +453,8 @@ static void histogram_bucket_math(void)
                    "health\"}") == 1);
     CHECK(value(t, "interpd_http_requests_total{route=\"/v1/health\","
                    "method=\"GET\",status=\"200\"}") == 2);
-    CHECK(value(t, "interpd_execution_duration_seconds_bucket{le=\"0.01\"}")
-          == 0);
+    CHECK(value(t, "interpd_execution_duration_seconds_bucket{le=\"0.01\"}") ==
+          0);
     check_valid(t);
     free(t);
     ipd_metrics_free(m);
@@ -468,8 +467,12 @@ static void label_values_and_help_are_escaped(void)
     struct ipd_metrics *m = NULL;
     struct ipd_metric_family *f = NULL;
     const char *lab[1] = {"v"};
-    const char *vals[] = {"a\"b", "back\\slash", "new\nline", "",
-                          "\xc3\xbc\xc3\xb1\xc3\xad", "{x=\"y\"} 1"};
+    const char *vals[] = {"a\"b",
+                          "back\\slash",
+                          "new\nline",
+                          "",
+                          "\xc3\xbc\xc3\xb1\xc3\xad",
+                          "{x=\"y\"} 1"};
     REQUIRE(ipd_metrics_new("t", &m) == IPD_OK);
     REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "test_escape_total",
                                    "line1\nback\\slash \"quoted\"", lab, 1,
@@ -501,12 +504,11 @@ static void cardinality_bound_counts_into_other(void)
     const char *lab[2] = {"id", "kind"};
     char id[32], longv[IPD_METRICS_VALUE_MAX + 2];
     REQUIRE(ipd_metrics_new("t", &m) == IPD_OK);
-    REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_COUNTER,
-                                   "test_overflow_total", "Bounded.", lab, 2,
-                                   NULL, 0, &f) == IPD_OK);
+    REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "test_overflow_total",
+                                   "Bounded.", lab, 2, NULL, 0, &f) == IPD_OK);
     REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "test_other_total",
-                                   "Other is also a real value.", lab, 1,
-                                   NULL, 0, &g) == IPD_OK);
+                                   "Other is also a real value.", lab, 1, NULL,
+                                   0, &g) == IPD_OK);
     for (int i = 0; i < 300; i++) {
         snprintf(id, sizeof(id), "v%d", i);
         const char *v[2] = {id, "x"};
@@ -540,8 +542,7 @@ static void cardinality_bound_counts_into_other(void)
     CHECK(value(t, "test_overflow_total{id=\"v0\",kind=\"x\"}") == 2);
     CHECK(value(t, "test_overflow_total{id=\"v255\",kind=\"x\"}") == 1);
     CHECK(isnan(value(t, "test_overflow_total{id=\"v256\",kind=\"x\"}")));
-    CHECK_INT(count(
-                  t, "test_overflow_total{id=\"other\",kind=\"other\"}"),
+    CHECK_INT(count(t, "test_overflow_total{id=\"other\",kind=\"other\"}"),
               300 - IPD_METRICS_MAX_SERIES + 2);
     CHECK_INT(count_lines_with_prefix(t, "test_other_total{"),
               IPD_METRICS_MAX_SERIES);
@@ -590,8 +591,7 @@ static void gauge_functions(void)
     ipd_metrics_gauge_set(m, IPD_METRICS_EXEC_RUNNING, 3);
     ipd_metrics_set_gauge_fn(m, IPD_METRICS_FILES_STORED, answer_42, NULL);
     ipd_metrics_set_gauge_fn(m, IPD_METRICS_BYTES_STORED, always_fails, NULL);
-    ipd_metrics_set_gauge_fn(m, IPD_METRICS_EXEC_RUNNING, count_calls,
-                             &calls);
+    ipd_metrics_set_gauge_fn(m, IPD_METRICS_EXEC_RUNNING, count_calls, &calls);
 
     char *t = render(m);
     REQUIRE(t);
@@ -629,12 +629,11 @@ static void gauge_functions(void)
 
     REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "test_h_seconds",
                                    "H.", NULL, 0, b, 1, &hist) == IPD_OK);
-    REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "test_labelled",
-                                   "L.", l, 1, NULL, 0, &lab) == IPD_OK);
+    REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "test_labelled", "L.",
+                                   l, 1, NULL, 0, &lab) == IPD_OK);
     CHECK_INT(ipd_metrics_family_set_fn(hist, answer_42, NULL),
               IPD_ERR_INVALID);
-    CHECK_INT(ipd_metrics_family_set_fn(lab, answer_42, NULL),
-              IPD_ERR_INVALID);
+    CHECK_INT(ipd_metrics_family_set_fn(lab, answer_42, NULL), IPD_ERR_INVALID);
     ipd_metrics_free(m);
 }
 
@@ -709,12 +708,23 @@ static void numbers_round_trip_in_any_locale(void)
         double v;
         const char *text;
     } cases[] = {
-        {0.1, "0.1"},          {1e-9, "1e-09"},     {1e21, "1e+21"},
-        {123456789, "123456789"}, {-2.5, "-2.5"},  {1.0 / 3, "0.3333333333333333"},
-        {0, "0"},              {-0.0, "-0"},        {0.005, "0.005"},
-        {10, "10"},            {300, "300"},        {1e12, "1000000000000"},
-        {0.0001, "0.0001"},    {0.00001, "1e-05"},  {1e20, "100000000000000000000"},
-        {5e-324, "5e-324"},    {1.7976931348623157e308, "1.7976931348623157e+308"},
+        {0.1, "0.1"},
+        {1e-9, "1e-09"},
+        {1e21, "1e+21"},
+        {123456789, "123456789"},
+        {-2.5, "-2.5"},
+        {1.0 / 3, "0.3333333333333333"},
+        {0, "0"},
+        {-0.0, "-0"},
+        {0.005, "0.005"},
+        {10, "10"},
+        {300, "300"},
+        {1e12, "1000000000000"},
+        {0.0001, "0.0001"},
+        {0.00001, "1e-05"},
+        {1e20, "100000000000000000000"},
+        {5e-324, "5e-324"},
+        {1.7976931348623157e308, "1.7976931348623157e+308"},
         {0.1 + 0.2, "0.30000000000000004"},
     };
     struct ipd_metrics *m = NULL;
@@ -729,8 +739,8 @@ static void numbers_round_trip_in_any_locale(void)
         printf("note: no comma-decimal locale available; C locale only\n");
 
     REQUIRE(ipd_metrics_new("t", &m) == IPD_OK);
-    REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "test_float", "F.",
-                                   lab, 1, NULL, 0, &f) == IPD_OK);
+    REQUIRE(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "test_float", "F.", lab,
+                                   1, NULL, 0, &f) == IPD_OK);
     for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
         snprintf(series, sizeof(series), "c%zu", i);
         const char *v[1] = {series};
@@ -745,7 +755,8 @@ static void numbers_round_trip_in_any_locale(void)
     setlocale(LC_NUMERIC, "C");
     drop_comma_locale();
     REQUIRE(t);
-    CHECK(strstr(t, "interpd_execution_duration_seconds_bucket{le=\"0.5\"} 1\n"));
+    CHECK(
+        strstr(t, "interpd_execution_duration_seconds_bucket{le=\"0.5\"} 1\n"));
     CHECK(strstr(t, "interpd_execution_duration_seconds_sum 0.3\n"));
     for (size_t i = 0; i < IPD_ARRAY_LEN(cases); i++) {
         snprintf(series, sizeof(series), "test_float{k=\"c%zu\"}", i);
@@ -776,14 +787,14 @@ static void family_arguments_are_checked(void)
                                      NULL, 0, &f),
               IPD_ERR_INVALID);
     CHECK(f == NULL);
-    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "a-b", "", NULL,
-                                     0, NULL, 0, &f),
+    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "a-b", "", NULL, 0,
+                                     NULL, 0, &f),
               IPD_ERR_INVALID);
     CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "", "", NULL, 0,
                                      NULL, 0, &f),
               IPD_ERR_INVALID);
-    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, NULL, "", NULL,
-                                     0, NULL, 0, &f),
+    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, NULL, "", NULL, 0,
+                                     NULL, 0, &f),
               IPD_ERR_INVALID);
     CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", le, 1,
                                      good, 2, &f),
@@ -800,24 +811,24 @@ static void family_arguments_are_checked(void)
     CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_COUNTER, "c", "", five, 5,
                                      NULL, 0, &f),
               IPD_ERR_INVALID);
-    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", NULL,
-                                     0, unsorted, 2, &f),
+    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", NULL, 0,
+                                     unsorted, 2, &f),
               IPD_ERR_INVALID);
-    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", NULL,
-                                     0, inf, 2, &f),
+    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", NULL, 0,
+                                     inf, 2, &f),
               IPD_ERR_INVALID);
-    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", NULL,
-                                     0, NULL, 0, &f),
+    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_HISTOGRAM, "h", "", NULL, 0,
+                                     NULL, 0, &f),
               IPD_ERR_INVALID);
     CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "g", "", NULL, 0,
                                      good, 2, &f),
               IPD_ERR_INVALID);
     CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_GAUGE,
-                                     "interpd_exec_running", "", NULL, 0,
-                                     NULL, 0, &f),
+                                     "interpd_exec_running", "", NULL, 0, NULL,
+                                     0, &f),
               IPD_ERR_CONFLICT);
-    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "ns:g_x", "", NULL,
-                                     0, NULL, 0, &f),
+    CHECK_INT(ipd_metrics_family_add(m, IPD_METRIC_GAUGE, "ns:g_x", "", NULL, 0,
+                                     NULL, 0, &f),
               IPD_OK);
     CHECK(f != NULL);
     enum ipd_err rc = IPD_OK;
@@ -851,22 +862,22 @@ static void checker_rejects_malformed_text(void)
         const char *text;
         int line; /* the line the checker must name */
     } bad[] = {
-        {"# TYPE a gauge\na 1", 2},                            /* no \n */
-        {"b 1\n", 1},                                          /* no TYPE */
-        {"# TYPE a gauge\n# TYPE a gauge\na 1\n", 2},          /* 2 TYPEs */
-        {"# HELP a x\n# HELP a y\n# TYPE a gauge\na 1\n", 2},  /* 2 HELPs */
-        {"# TYPE a gauge\na 1\n# HELP a late\n", 3},           /* after */
+        {"# TYPE a gauge\na 1", 2},                           /* no \n */
+        {"b 1\n", 1},                                         /* no TYPE */
+        {"# TYPE a gauge\n# TYPE a gauge\na 1\n", 2},         /* 2 TYPEs */
+        {"# HELP a x\n# HELP a y\n# TYPE a gauge\na 1\n", 2}, /* 2 HELPs */
+        {"# TYPE a gauge\na 1\n# HELP a late\n", 3},          /* after */
         {"# TYPE a gauge\na 1\n# TYPE b gauge\nb 1\na{x=\"1\"} 2\n", 5},
-        {"# TYPE 1a gauge\n", 1},                              /* name */
+        {"# TYPE 1a gauge\n", 1}, /* name */
         {"# TYPE a gauge\n1a 1\n", 2},
-        {"# TYPE a gauge\na{1x=\"y\"} 1\n", 2},                /* label */
-        {"# TYPE a gauge\na{x=\"\\q\"} 1\n", 2},               /* escape */
-        {"# TYPE a gauge\na{x=\"y} 1\n", 2},                   /* unclosed */
-        {"# TYPE a gauge\na{x=\"y\"z=\"w\"} 1\n", 2},          /* no comma */
-        {"# TYPE a gauge\na{x=\"1\",x=\"2\"} 1\n", 2},         /* dup label */
-        {"# TYPE a gauge\na{__x=\"1\"} 1\n", 2},               /* reserved */
-        {"# TYPE a gauge\na{x=\"\xff\"} 1\n", 2},              /* UTF-8 */
-        {"# TYPE a gauge\na 1,5\n", 2},                        /* float */
+        {"# TYPE a gauge\na{1x=\"y\"} 1\n", 2},        /* label */
+        {"# TYPE a gauge\na{x=\"\\q\"} 1\n", 2},       /* escape */
+        {"# TYPE a gauge\na{x=\"y} 1\n", 2},           /* unclosed */
+        {"# TYPE a gauge\na{x=\"y\"z=\"w\"} 1\n", 2},  /* no comma */
+        {"# TYPE a gauge\na{x=\"1\",x=\"2\"} 1\n", 2}, /* dup label */
+        {"# TYPE a gauge\na{__x=\"1\"} 1\n", 2},       /* reserved */
+        {"# TYPE a gauge\na{x=\"\xff\"} 1\n", 2},      /* UTF-8 */
+        {"# TYPE a gauge\na 1,5\n", 2},                /* float */
         {"# TYPE a gauge\na inf\n", 2},
         {"# TYPE a gauge\na 0x10\n", 2},
         {"# TYPE a gauge\na\n", 2},                            /* no value */
@@ -883,17 +894,22 @@ static void checker_rejects_malformed_text(void)
         {"# TYPE h histogram\nh_bucket 1\n", 2},               /* no le */
         {"# TYPE h histogram\nh_bucket{le=\"x\"} 1\n", 2},     /* bad le */
         {"# TYPE h histogram\nh_bucket{le=\"1\"} 2\n"
-         "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n", 3},  /* cumulative */
+         "h_bucket{le=\"+Inf\"} 1\nh_sum 1\nh_count 1\n",
+         3}, /* cumulative */
         {"# TYPE h histogram\nh_bucket{le=\"2\"} 1\n"
          "h_bucket{le=\"1\"} 1\nh_bucket{le=\"+Inf\"} 1\n"
-         "h_sum 1\nh_count 1\n", 3},                           /* order */
+         "h_sum 1\nh_count 1\n",
+         3}, /* order */
         {"# TYPE h histogram\nh_bucket{le=\"1\"} 1\n"
-         "h_sum 1\nh_count 1\n", 2},                           /* no +Inf */
+         "h_sum 1\nh_count 1\n",
+         2}, /* no +Inf */
         {"# TYPE h histogram\nh_bucket{le=\"+Inf\"} 3\n"
-         "h_sum 1\nh_count 4\n", 4},                           /* _count */
+         "h_sum 1\nh_count 4\n",
+         4}, /* _count */
         {"# TYPE h histogram\nh_bucket{le=\"+Inf\"} 3\n"
-         "h_count 3\n", 2},                                    /* no _sum */
-        {"# TYPE h histogram\n# TYPE h_count gauge\n", 2},     /* collision */
+         "h_count 3\n",
+         2},                                               /* no _sum */
+        {"# TYPE h histogram\n# TYPE h_count gauge\n", 2}, /* collision */
     };
     struct ipd_buf err;
     char want[16];
@@ -1031,7 +1047,6 @@ TEST_MAIN(T(null_registry_is_noop), T(fresh_registry_renders_valid_text),
           T(concurrent_observes_are_exact), T(histogram_bucket_math),
           T(label_values_and_help_are_escaped),
           T(cardinality_bound_counts_into_other), T(gauge_functions),
-          T(numbers_round_trip_in_any_locale),
-          T(family_arguments_are_checked),
+          T(numbers_round_trip_in_any_locale), T(family_arguments_are_checked),
           T(render_respects_the_buffer_limit),
           T(checker_rejects_malformed_text), T(micro_benchmark))

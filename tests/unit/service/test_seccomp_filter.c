@@ -38,7 +38,7 @@
  * opcode, a load or jump out of bounds): no action has this value. */
 #define EVAL_FAILED 0xfffffffeu
 #define ALLOW SECCOMP_RET_ALLOW
-#define ERRNO(e) (SECCOMP_RET_ERRNO | ((uint32_t)(e) & SECCOMP_RET_DATA))
+#define ERRNO(e) (SECCOMP_RET_ERRNO | ((uint32_t)(e)&SECCOMP_RET_DATA))
 #define KILL SECCOMP_RET_KILL_PROCESS
 
 struct variant {
@@ -80,9 +80,7 @@ static bool step(const struct sock_filter *in, size_t pc, size_t len,
             return bad_insn(pc, in, "load outside struct seccomp_data");
         memcpy(a, (const char *)d + in->k, 4);
         return true;
-    case BPF_ALU | BPF_AND | BPF_K:
-        *a &= in->k;
-        return true;
+    case BPF_ALU | BPF_AND | BPF_K: *a &= in->k; return true;
     case BPF_JMP | BPF_JA:
         if (in->k >= len - *next)
             return bad_insn(pc, in, "jump past the end");
@@ -92,20 +90,11 @@ static bool step(const struct sock_filter *in, size_t pc, size_t len,
         *done = true;
         *ret = in->k;
         return true;
-    case BPF_JMP | BPF_JEQ | BPF_K:
-        cond = *a == in->k;
-        break;
-    case BPF_JMP | BPF_JGT | BPF_K:
-        cond = *a > in->k;
-        break;
-    case BPF_JMP | BPF_JGE | BPF_K:
-        cond = *a >= in->k;
-        break;
-    case BPF_JMP | BPF_JSET | BPF_K:
-        cond = (*a & in->k) != 0;
-        break;
-    default:
-        return bad_insn(pc, in, "opcode this interpreter does not know");
+    case BPF_JMP | BPF_JEQ | BPF_K: cond = *a == in->k; break;
+    case BPF_JMP | BPF_JGT | BPF_K: cond = *a > in->k; break;
+    case BPF_JMP | BPF_JGE | BPF_K: cond = *a >= in->k; break;
+    case BPF_JMP | BPF_JSET | BPF_K: cond = (*a & in->k) != 0; break;
+    default: return bad_insn(pc, in, "opcode this interpreter does not know");
     }
     *next += cond ? in->jt : in->jf;
     return true;
@@ -163,12 +152,12 @@ static void interpreter_self_check(void)
         BPF_STMT(BPF_RET | BPF_K, 3),
         BPF_STMT(BPF_RET | BPF_K, 4),
     };
-    static const struct sock_filter unknown[] = {
-        BPF_STMT(BPF_LD | BPF_MEM, 0), BPF_STMT(BPF_RET | BPF_K, 0)};
+    static const struct sock_filter unknown[] = {BPF_STMT(BPF_LD | BPF_MEM, 0),
+                                                 BPF_STMT(BPF_RET | BPF_K, 0)};
     static const struct sock_filter far_load[] = {
         BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 64), BPF_STMT(BPF_RET | BPF_K, 0)};
-    static const struct sock_filter far_jump[] = {
-        BPF_STMT(BPF_JMP | BPF_JA, 1), BPF_STMT(BPF_RET | BPF_K, 0)};
+    static const struct sock_filter far_jump[] = {BPF_STMT(BPF_JMP | BPF_JA, 1),
+                                                  BPF_STMT(BPF_RET | BPF_K, 0)};
     static const struct sock_filter no_ret[] = {
         BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 0, 0)};
     struct seccomp_data d;
@@ -193,8 +182,7 @@ static void interpreter_self_check(void)
 }
 
 /* The x86_64 call nr with arg0 and arg1 (the others 0). */
-static uint32_t call2(const struct variant *v, int nr, uint64_t a0,
-                      uint64_t a1)
+static uint32_t call2(const struct variant *v, int nr, uint64_t a0, uint64_t a1)
 {
     const uint64_t args[6] = {a0, a1, 0, 0, 0, 0};
     return eval(v, AUDIT_ARCH_X86_64, nr, args);
@@ -250,8 +238,8 @@ static bool table_allows(const struct variant *v, int nr)
 
 /* The calls with rules on their arguments: never in an allow table (an
  * unconditional rule would void the argument checks). */
-static const int arg_checked[] = {SYS_clone,   SYS_clone3, SYS_personality,
-                                  SYS_ioctl,   SYS_fcntl,  SYS_socket,
+static const int arg_checked[] = {SYS_clone,     SYS_clone3, SYS_personality,
+                                  SYS_ioctl,     SYS_fcntl,  SYS_socket,
                                   SYS_socketpair};
 
 static bool is_arg_checked(int nr)
@@ -323,8 +311,8 @@ static void every_number(void)
                 continue;
             for (size_t s = 0; s < IPD_ARRAY_LEN(argsets); s++) {
                 uint32_t got = eval(v, AUDIT_ARCH_X86_64, nr, argsets[s]);
-                expect(v, "plain call", nr, argsets[s][0], argsets[s][1],
-                       got, want_plain(v, nr));
+                expect(v, "plain call", nr, argsets[s][0], argsets[s][1], got,
+                       want_plain(v, nr));
             }
         }
         /* Far past the numbers reviewed or refused with ENOSYS. */
@@ -367,15 +355,17 @@ static void clone_flags(void)
 {
     const struct ipd__seccomp_tables *t = ipd__seccomp_tables();
     static const uint64_t ok[] = {
-        0, SIGCHLD, CLONE_VM | CLONE_VFORK | SIGCHLD,
+        0,
+        SIGCHLD,
+        CLONE_VM | CLONE_VFORK | SIGCHLD,
         CLONE_CHILD_SETTID | CLONE_CHILD_CLEARTID | SIGCHLD,
         CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
             CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
             CLONE_CHILD_CLEARTID,
         CLONE_PIDFD | CLONE_VM | CLONE_VFORK | SIGCHLD,
     };
-    static const uint64_t ns[] = {CLONE_NEWNS,  CLONE_NEWUTS, CLONE_NEWIPC,
-                                  CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET,
+    static const uint64_t ns[] = {CLONE_NEWNS,    CLONE_NEWUTS, CLONE_NEWIPC,
+                                  CLONE_NEWUSER,  CLONE_NEWPID, CLONE_NEWNET,
                                   CLONE_NEWCGROUP};
 
     for (size_t vi = 0; vi < IPD_ARRAY_LEN(variants); vi++) {
@@ -388,8 +378,8 @@ static void clone_flags(void)
                                      ns[i] | CLONE_VM | CLONE_VFORK,
                                      ns[i] | (1ull << 32)};
             for (size_t w = 0; w < IPD_ARRAY_LEN(with); w++)
-                expect(v, "clone with a namespace flag", SYS_clone, with[w],
-                       0, call2(v, SYS_clone, with[w], 0), ERRNO(EPERM));
+                expect(v, "clone with a namespace flag", SYS_clone, with[w], 0,
+                       call2(v, SYS_clone, with[w], 0), ERRNO(EPERM));
         }
         for (unsigned bit = 0; bit < 64; bit++) {
             uint64_t f = 1ull << bit;
@@ -408,9 +398,9 @@ static void clone_flags(void)
  * bits get EPERM. */
 static void personality_only_linux(void)
 {
-    static const uint64_t no[] = {PER_LINUX32, ADDR_NO_RANDOMIZE,
-                                  READ_IMPLIES_EXEC, PER_BSD, 0xffffffffu,
-                                  1ull << 32};
+    static const uint64_t no[] = {PER_LINUX32,       ADDR_NO_RANDOMIZE,
+                                  READ_IMPLIES_EXEC, PER_BSD,
+                                  0xffffffffu,       1ull << 32};
 
     for (size_t vi = 0; vi < IPD_ARRAY_LEN(variants); vi++) {
         const struct variant *v = &variants[vi];
@@ -502,12 +492,9 @@ static void socket_families(void)
 {
     const struct ipd__seccomp_tables *t = ipd__seccomp_tables();
     static const int nrs[] = {SYS_socket, SYS_socketpair};
-    static const uint64_t past[] = {64,
-                                    255,
-                                    0xffffffffu,
-                                    (1ull << 32) | AF_UNIX,
-                                    (1ull << 63) | AF_INET,
-                                    ~0ull};
+    static const uint64_t past[] = {
+        64,   255, 0xffffffffu, (1ull << 32) | AF_UNIX, (1ull << 63) | AF_INET,
+        ~0ull};
 
     for (size_t vi = 0; vi < IPD_ARRAY_LEN(variants); vi++) {
         const struct variant *v = &variants[vi];
@@ -517,11 +504,11 @@ static void socket_families(void)
                 bool ok = false;
                 for (size_t i = 0; i < n_ok; i++)
                     ok = ok || t->families[i] == fam;
-                expect(v, "socket family", nrs[s], (uint64_t)fam,
-                       SOCK_STREAM | SOCK_CLOEXEC,
-                       call2(v, nrs[s], (uint64_t)fam,
-                             SOCK_STREAM | SOCK_CLOEXEC),
-                       ok ? ALLOW : ERRNO(EAFNOSUPPORT));
+                expect(
+                    v, "socket family", nrs[s], (uint64_t)fam,
+                    SOCK_STREAM | SOCK_CLOEXEC,
+                    call2(v, nrs[s], (uint64_t)fam, SOCK_STREAM | SOCK_CLOEXEC),
+                    ok ? ALLOW : ERRNO(EAFNOSUPPORT));
             }
             for (size_t i = 0; i < IPD_ARRAY_LEN(past); i++)
                 expect(v, "socket family", nrs[s], past[i], SOCK_DGRAM,
@@ -594,10 +581,9 @@ static const struct {
 };
 
 /* A zygote's extras as docs/SANDBOX.md and sandbox.h give them. */
-static const int zygote_extras[] = {SYS_unshare,       SYS_mount,
-                                    SYS_umount2,       SYS_open_tree,
-                                    SYS_move_mount,    SYS_mount_setattr,
-                                    SYS_capget,        SYS_capset};
+static const int zygote_extras[] = {
+    SYS_unshare,    SYS_mount,         SYS_umount2, SYS_open_tree,
+    SYS_move_mount, SYS_mount_setattr, SYS_capget,  SYS_capset};
 
 static void never_allowed(void)
 {
@@ -650,9 +636,15 @@ int main(void)
 {
     static const struct test_case cases[] = {
         T(interpreter_self_check),
-        T(tables_sane),    T(every_number),           T(foreign_abis_killed),
-        T(clone_flags),    T(personality_only_linux), T(ioctl_commands),
-        T(fcntl_commands), T(socket_families),        T(never_allowed),
+        T(tables_sane),
+        T(every_number),
+        T(foreign_abis_killed),
+        T(clone_flags),
+        T(personality_only_linux),
+        T(ioctl_commands),
+        T(fcntl_commands),
+        T(socket_families),
+        T(never_allowed),
         T(zygote_extras_only),
     };
     int rc = 1;

@@ -136,9 +136,9 @@ static void utf8(void)
     CHECK(ipd_utf8_valid("\xc3\xa4", 2));
     CHECK(ipd_utf8_valid("\xe2\x80\xae", 3));
     CHECK(ipd_utf8_valid("\xf0\x9f\x98\x80", 4));
-    CHECK(!ipd_utf8_valid("\xc3", 1));           /* truncated */
-    CHECK(!ipd_utf8_valid("\xc0\xaf", 2));       /* overlong '/' */
-    CHECK(!ipd_utf8_valid("\xed\xa0\x80", 3));   /* surrogate */
+    CHECK(!ipd_utf8_valid("\xc3", 1));             /* truncated */
+    CHECK(!ipd_utf8_valid("\xc0\xaf", 2));         /* overlong '/' */
+    CHECK(!ipd_utf8_valid("\xed\xa0\x80", 3));     /* surrogate */
     CHECK(!ipd_utf8_valid("\xf4\x90\x80\x80", 4)); /* > U+10FFFF */
     CHECK(!ipd_utf8_valid("\xff", 1));
 }
@@ -150,12 +150,17 @@ static void utf8_lossy(void)
     char out[16];
     CHECK(ipd_utf8_lossy(out, sizeof(out), "ok", 2) == 2);
     CHECK_STR(out, "ok");
-    ipd_utf8_lossy(out, sizeof(out), "a\xff" "b", 3);
-    CHECK_STR(out, "a\xef\xbf\xbd" "b");
+    ipd_utf8_lossy(out, sizeof(out),
+                   "a\xff"
+                   "b",
+                   3);
+    CHECK_STR(out, "a\xef\xbf\xbd"
+                   "b");
     ipd_utf8_lossy(out, sizeof(out), "\xc3", 1); /* truncated character */
     CHECK_STR(out, "\xef\xbf\xbd");
     ipd_utf8_lossy(out, sizeof(out), "a\0b", 3);
-    CHECK_STR(out, "a\xef\xbf\xbd" "b");
+    CHECK_STR(out, "a\xef\xbf\xbd"
+                   "b");
     /* 15 bytes of room: 7 two-byte characters fit, the 8th does not. */
     CHECK(ipd_utf8_lossy(out, sizeof(out),
                          "\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9\xc3\xa9"
@@ -173,7 +178,8 @@ static void utf8_lossy(void)
 static void log_escape(void)
 {
     char out[64];
-    size_t n = ipd_log_escape(out, sizeof(out), "a\nb\x1b[1m\xff\xc3\xa9\x7f", 11);
+    size_t n =
+        ipd_log_escape(out, sizeof(out), "a\nb\x1b[1m\xff\xc3\xa9\x7f", 11);
     out[n] = '\0';
     CHECK_STR(out, "a\\x0ab\\x1b[1m\\xff\xc3\xa9\\x7f");
     n = ipd_log_escape(out, 5, "\n\n", 2); /* the second escape does not fit */
@@ -185,19 +191,22 @@ static void sha256_and_hmac(void)
 {
     char hex[IPD_SHA256_HEX];
     ipd_sha256_hex("abc", 3, hex);
-    CHECK_STR(hex,
-              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK_STR(
+        hex,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     struct ipd_sha256 *h = ipd_sha256_new();
     ipd_sha256_update(h, "a", 1);
     ipd_sha256_update(h, "bc", 2);
     ipd_sha256_final(h, hex);
     ipd_sha256_free(h);
-    CHECK_STR(hex,
-              "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    CHECK_STR(
+        hex,
+        "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     /* RFC 4231 test case 2. */
     ipd_hmac_sha256_hex("Jefe", 4, "what do ya want for nothing?", 28, hex);
-    CHECK_STR(hex,
-              "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+    CHECK_STR(
+        hex,
+        "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
     CHECK(ipd_ct_equal("abcd", "abcd", 4));
     CHECK(!ipd_ct_equal("abcd", "abce", 4));
 }

@@ -13,8 +13,8 @@
 #define GOOD_ENTRIES                                                           \
     "{\"name\":\"a\",\"type\":\"int\",\"repr\":\"1\"},"                        \
     "{\"name\":\"b_2\",\"type\":\"str\",\"repr\":\"'x'\"}"
-static const char good[] = "{\"variables\":[" GOOD_ENTRIES
-                           "],\"truncated\":false}";
+static const char good[] =
+    "{\"variables\":[" GOOD_ENTRIES "],\"truncated\":false}";
 
 static json_t *parse_ok(const char *text)
 {
@@ -54,10 +54,11 @@ static const char *names(const json_t *doc)
     json_t *e;
     size_t i, at = 0;
     buf[0] = '\0';
-    json_array_foreach(json_object_get(doc, "variables"), i, e) {
+    json_array_foreach(json_object_get(doc, "variables"), i, e)
+    {
         const char *n = json_string_value(json_object_get(e, "name"));
-        at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%s%s",
-                               i ? "," : "", n ? n : "(null)");
+        at += (size_t)snprintf(buf + at, sizeof(buf) - at, "%s%s", i ? "," : "",
+                               n ? n : "(null)");
         if (at >= sizeof(buf))
             break;
     }
@@ -120,8 +121,8 @@ static void document_checks(void)
     refused("[]");
     refused("\"variables\"");
     refused("{\"variables\":[" GOOD_ENTRIES "],\"truncated\":false");
-    refused("{\"variables\":[" GOOD_ENTRIES "]}");            /* no truncated */
-    refused("{\"truncated\":false}");                         /* no variables */
+    refused("{\"variables\":[" GOOD_ENTRIES "]}"); /* no truncated */
+    refused("{\"truncated\":false}");              /* no variables */
     refused("{\"variables\":[" GOOD_ENTRIES "],\"truncated\":false,"
             "\"extra\":1}");
     refused("{\"variables\":{},\"truncated\":false}");
@@ -277,8 +278,8 @@ static void count_and_truncated_checks(void)
         free(text);
     }
     /* The document's own true is kept; its false never hides a cut. */
-    json_t *doc = parse_ok("{\"variables\":[" GOOD_ENTRIES
-                           "],\"truncated\":true}");
+    json_t *doc =
+        parse_ok("{\"variables\":[" GOOD_ENTRIES "],\"truncated\":true}");
     CHECK(truncated(doc));
     CHECK_INT(n_vars(doc), 2);
     json_decref(doc);

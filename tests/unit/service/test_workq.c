@@ -31,9 +31,9 @@ static void each_job_runs_once(void)
     CHECK_INT(ipd_workq_threads(q), 4);
     CHECK_INT(ipd_workq_queue_max(q), N_JOBS);
     for (int i = 0; i < N_JOBS; i++)
-        CHECK_INT(ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)i,
-                                   NULL),
-                  IPD_OK);
+        CHECK_INT(
+            ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)i, NULL),
+            IPD_OK);
     ipd_workq_free(q); /* drains: every queued job is handed over */
     for (int i = 0; i < N_JOBS; i++)
         CHECK_INT(atomic_load(&ran[i]), 1);
@@ -105,8 +105,8 @@ static void *free_queue(void *arg)
 static void capacity_admission_and_stop(void)
 {
     struct ipd_workq *q = NULL;
-    struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                     false, false, false};
+    struct gate g = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false,
+                     false, false};
     struct admitted refuse = {0, IPD_ERR_QUOTA};
     pthread_t t;
     enum ipd_err rc;
@@ -126,8 +126,7 @@ static void capacity_admission_and_stop(void)
               IPD_OK);
     CHECK_INT(ipd_workq_submit(q, count_job, NULL, (void *)(intptr_t)1, NULL),
               IPD_OK);
-    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL, NULL),
-              IPD_ERR_BUSY);
+    CHECK_INT(ipd_workq_submit(q, never_runs, NULL, NULL, NULL), IPD_ERR_BUSY);
     unsigned running = 9, queued = 9;
     ipd_workq_counts(q, &running, &queued);
     CHECK_INT(running, 1);
@@ -142,9 +141,9 @@ static void capacity_admission_and_stop(void)
     CHECK_INT(rc, IPD_ERR_UNAVAILABLE);
     gate_open(&g);
     pthread_join(t, NULL);
-    CHECK(!g.stopping);                    /* it had started: it finished */
-    CHECK_INT(atomic_load(&ran[0]), 1);    /* waiting ones were handed */
-    CHECK_INT(atomic_load(&ran[1]), 1);    /* over, told "stopping" */
+    CHECK(!g.stopping);                 /* it had started: it finished */
+    CHECK_INT(atomic_load(&ran[0]), 1); /* waiting ones were handed */
+    CHECK_INT(atomic_load(&ran[1]), 1); /* over, told "stopping" */
     CHECK_INT(atomic_load(&stopped_runs), 2);
     CHECK_INT(atomic_load(&refused_ran), 0); /* refused jobs never ran */
 }
@@ -203,8 +202,8 @@ static void note_counts(void *arg)
  * was running right after both had answered. */
 static void done_sees_job_no_longer_running(void)
 {
-    struct seen x = {NULL, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER,
-                     false, 9, 9};
+    struct seen x = {
+        NULL, PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false, 9, 9};
     REQUIRE(ipd_workq_new(1, 4, &x.q) == IPD_OK);
     CHECK_INT(ipd_workq_submit(x.q, nothing, note_counts, &x, NULL), IPD_OK);
     pthread_mutex_lock(&x.lock);
@@ -257,22 +256,20 @@ static void group_shares(void)
     atomic_store(&order_next, 0);
     atomic_store(&refused_ran, 0);
     REQUIRE(ipd_workq_new(2, 2, &q) == IPD_OK);
-    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &ga, NULL, &a,
-                                      &full),
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &ga, NULL, &a, &full),
               IPD_OK);
     CHECK(!full);
     CHECK(gate_entered_within(&ga));
     for (intptr_t i = 1; i <= 2; i++)
-        CHECK_INT(ipd_workq_submit_shared(q, order_job, NULL, (void *)i,
-                                          NULL, &a, NULL),
+        CHECK_INT(ipd_workq_submit_shared(q, order_job, NULL, (void *)i, NULL,
+                                          &a, NULL),
                   IPD_OK);
-    CHECK_INT(ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &a,
-                                      &full),
-              IPD_ERR_BUSY);
+    CHECK_INT(
+        ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &a, &full),
+        IPD_ERR_BUSY);
     CHECK(full);
     /* The second worker skips a's waiting jobs for b's. */
-    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &gb, NULL, &b,
-                                      &full),
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &gb, NULL, &b, &full),
               IPD_OK);
     CHECK(!full);
     CHECK(gate_entered_within(&gb));
@@ -287,9 +284,9 @@ static void group_shares(void)
     CHECK_INT(queued, 2);
     /* 2 running + 2 waiting: the queue is full for b too (no share of
      * its own to blame). */
-    CHECK_INT(ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &b,
-                                      &full),
-              IPD_ERR_BUSY);
+    CHECK_INT(
+        ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &b, &full),
+        IPD_ERR_BUSY);
     CHECK(!full);
     CHECK_INT(atomic_load(&order_next), 0); /* a's bound held them */
     gate_open(&ga);
@@ -315,15 +312,13 @@ static void held_back_jobs_leave_no_worker_idle(void)
     unsigned running = 9, queued = 9;
     atomic_store(&refused_ran, 0);
     REQUIRE(ipd_workq_new(2, 0, &q) == IPD_OK);
-    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &ga, NULL, &a,
-                                      NULL),
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &ga, NULL, &a, NULL),
               IPD_OK);
     CHECK(gate_entered_within(&ga));
-    CHECK_INT(ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &a,
-                                      NULL),
-              IPD_ERR_BUSY);
-    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &gb, NULL, &b,
-                                      NULL),
+    CHECK_INT(
+        ipd_workq_submit_shared(q, never_runs, NULL, NULL, NULL, &a, NULL),
+        IPD_ERR_BUSY);
+    CHECK_INT(ipd_workq_submit_shared(q, gate_job, NULL, &gb, NULL, &b, NULL),
               IPD_OK);
     CHECK(gate_entered_within(&gb));
     ipd_workq_counts(q, &running, &queued);

@@ -19,7 +19,6 @@
 #include "service/common/util.h"
 #include "storage/blob.h"
 
-
 /* Read a whole blob through a reader (fd or stream) into a new buffer. */
 static unsigned char *bc_read_all(struct ipd_blobs *b, const char *id,
                                   size_t *len)
@@ -163,8 +162,7 @@ static void bc_large_stream(struct ipd_blobs *b)
 }
 
 /* Commit a blob of len bytes of c under a new id (into id). */
-static void bc_put(struct ipd_blobs *b, char id[IPD_ID_MAX], size_t len,
-                   char c)
+static void bc_put(struct ipd_blobs *b, char id[IPD_ID_MAX], size_t len, char c)
 {
     struct ipd_blob_writer *w = NULL;
     char buf[256];
@@ -178,8 +176,8 @@ static void bc_put(struct ipd_blobs *b, char id[IPD_ID_MAX], size_t len,
 
 /* Walk the store with batches of cap; each id seen goes to seen[] (at
  * most max), and every batch is at most cap.  Returns the count. */
-static size_t bc_walk(struct ipd_blobs *b, size_t cap,
-                      char (*seen)[IPD_ID_MAX], int64_t *sizes, size_t max)
+static size_t bc_walk(struct ipd_blobs *b, size_t cap, char (*seen)[IPD_ID_MAX],
+                      int64_t *sizes, size_t max)
 {
     struct ipd_blob_iter *it = NULL;
     struct ipd_blob_info *batch = calloc(cap, sizeof(*batch));
@@ -247,7 +245,8 @@ static void bc_iterate_and_stat(struct ipd_blobs *b)
                 CHECK_INT(sizes[at], 10 + i);
             /* Once only. */
             if (at >= 0)
-                CHECK(bc_index(seen + at + 1, (size_t)(N - at - 1), ids[i]) < 0);
+                CHECK(bc_index(seen + at + 1, (size_t)(N - at - 1), ids[i]) <
+                      0);
         }
     }
     for (int i = 0; i < N; i++) {
@@ -256,7 +255,8 @@ static void bc_iterate_and_stat(struct ipd_blobs *b)
         CHECK_STR(info.file_id, ids[i]);
         CHECK_INT(info.size, 10 + i);
         /* Commit times: the wall clock, to the second (GridFS). */
-        CHECK(info.mtime_ms >= t0 - 2000 && info.mtime_ms <= ipd_now_ms() + 2000);
+        CHECK(info.mtime_ms >= t0 - 2000 &&
+              info.mtime_ms <= ipd_now_ms() + 2000);
     }
     CHECK_INT(ipd_blob_stat(b, pending, &info), IPD_ERR_NOT_FOUND);
     CHECK_INT(ipd_blob_stat(b, "file_nonexistent", &info), IPD_ERR_NOT_FOUND);

@@ -161,8 +161,8 @@ static void mc_put(struct ipd_meta *m, const struct ipd_file_meta *f)
 /* Page through a scope with the given page size and return how many
  * files were seen; each page but the last must be full and flagged
  * `more`, and the whole walk must be strictly newest first. */
-static size_t mc_walk(struct ipd_meta *m, const char *tenant,
-                      const char *user, int64_t now, size_t page)
+static size_t mc_walk(struct ipd_meta *m, const char *tenant, const char *user,
+                      int64_t now, size_t page)
 {
     struct ipd_cursor cur;
     bool have_cur = false;
@@ -236,9 +236,9 @@ static void mc_roundtrip(void)
     mc_put(m, &f);
     struct ipd_file_meta first = f;
     memset(&got, 0x5a, sizeof(got));
-    CHECK_INT(ipd_meta_file_get(m, f.tenant, f.user_id, f.file_id, MC_NOW,
-                                &got),
-              IPD_OK);
+    CHECK_INT(
+        ipd_meta_file_get(m, f.tenant, f.user_id, f.file_id, MC_NOW, &got),
+        IPD_OK);
     mc_check_file_eq(&got, &f);
 
     f = mc_file("t", "u", 2, MC_NOW, IPD_TIME_NEVER, 0);
@@ -247,8 +247,7 @@ static void mc_roundtrip(void)
     snprintf(f.source, sizeof(f.source), "url");
     mc_put(m, &f);
     memset(&got, 0, sizeof(got));
-    CHECK_INT(ipd_meta_file_get(m, "t", "u", f.file_id, MC_NOW, &got),
-              IPD_OK);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f.file_id, MC_NOW, &got), IPD_OK);
     mc_check_file_eq(&got, &f);
     CHECK_INT(got.expires_at_ms, IPD_TIME_NEVER);
 
@@ -280,9 +279,9 @@ static void mc_scoping(void)
               IPD_ERR_NOT_FOUND);
     CHECK_INT(ipd_meta_file_get(m, "other", "alice", f.file_id, MC_NOW, &got),
               IPD_ERR_NOT_FOUND);
-    CHECK_INT(ipd_meta_file_get(m, "acme", "alice", "file_nonexistent", MC_NOW,
-                                &got),
-              IPD_ERR_NOT_FOUND);
+    CHECK_INT(
+        ipd_meta_file_get(m, "acme", "alice", "file_nonexistent", MC_NOW, &got),
+        IPD_ERR_NOT_FOUND);
     /* Prefixes and case are different scopes, not near matches. */
     CHECK_INT(ipd_meta_file_get(m, "acme", "Alice", f.file_id, MC_NOW, &got),
               IPD_ERR_NOT_FOUND);
@@ -306,9 +305,9 @@ static void mc_scoping(void)
 
     CHECK_INT(ipd_meta_file_delete(m, "acme", "bob", f.file_id, MC_NOW, &got),
               IPD_ERR_NOT_FOUND);
-    CHECK_INT(ipd_meta_file_delete(m, "other", "alice", f.file_id, MC_NOW,
-                                   NULL),
-              IPD_ERR_NOT_FOUND);
+    CHECK_INT(
+        ipd_meta_file_delete(m, "other", "alice", f.file_id, MC_NOW, NULL),
+        IPD_ERR_NOT_FOUND);
     /* Still there for its owner. */
     CHECK_INT(ipd_meta_file_get(m, "acme", "alice", f.file_id, MC_NOW, &got),
               IPD_OK);
@@ -343,10 +342,8 @@ static void mc_expiry(void)
               IPD_ERR_NOT_FOUND);
     CHECK_INT(ipd_meta_file_get(m, "t", "u", f2.file_id, MC_NOW, &got),
               IPD_ERR_NOT_FOUND);
-    CHECK_INT(ipd_meta_file_get(m, "t", "u", f3.file_id, MC_NOW, &got),
-              IPD_OK);
-    CHECK_INT(ipd_meta_file_get(m, "t", "u", f4.file_id, MC_NOW, &got),
-              IPD_OK);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f3.file_id, MC_NOW, &got), IPD_OK);
+    CHECK_INT(ipd_meta_file_get(m, "t", "u", f4.file_id, MC_NOW, &got), IPD_OK);
     /* Earlier, f1 was still alive. */
     CHECK_INT(ipd_meta_file_get(m, "t", "u", f1.file_id, MC_NOW - 2, &got),
               IPD_OK);
@@ -402,9 +399,8 @@ static void mc_list_expired_limit(void)
     /* Expiry order is not insertion order, and scopes mix. */
     static const int64_t ago[5] = {30, 10, 50, 20, 40};
     for (unsigned i = 0; i < 5; i++) {
-        struct ipd_file_meta f =
-            mc_file(i % 2 ? "t1" : "t2", i % 3 ? "a" : "b", i,
-                    MC_NOW - 1000, MC_NOW - ago[i], 1);
+        struct ipd_file_meta f = mc_file(i % 2 ? "t1" : "t2", i % 3 ? "a" : "b",
+                                         i, MC_NOW - 1000, MC_NOW - ago[i], 1);
         mc_put(m, &f);
     }
     CHECK_INT(ipd_meta_file_list_expired(m, MC_NOW, 2, &l), IPD_OK);
@@ -485,14 +481,14 @@ static void mc_paging(void)
      * inserted in a scrambled order.  Newest first is then 24, 23, ..., 0. */
     for (unsigned k = 0; k < 25; k++) {
         unsigned i = (k * 7) % 25;
-        struct ipd_file_meta f = mc_file("t", "u", i, MC_NOW - 1000 + i / 3,
-                                         MC_NOW + MC_HOUR, i);
+        struct ipd_file_meta f =
+            mc_file("t", "u", i, MC_NOW - 1000 + i / 3, MC_NOW + MC_HOUR, i);
         mc_put(m, &f);
     }
     /* Another user's files must not show up in the pages. */
     for (unsigned i = 100; i < 105; i++) {
-        struct ipd_file_meta f = mc_file("t", "v", i, MC_NOW - 999,
-                                         MC_NOW + MC_HOUR, 1);
+        struct ipd_file_meta f =
+            mc_file("t", "v", i, MC_NOW - 999, MC_NOW + MC_HOUR, 1);
         mc_put(m, &f);
     }
     static const size_t want_n[3] = {10, 10, 5};
@@ -548,8 +544,8 @@ static void mc_cursor_stable(void)
     char want[IPD_ID_MAX];
 
     for (unsigned i = 1; i <= 5; i++) {
-        struct ipd_file_meta f = mc_file("t", "u", i, MC_NOW - 100 + i,
-                                         IPD_TIME_NEVER, 1);
+        struct ipd_file_meta f =
+            mc_file("t", "u", i, MC_NOW - 100 + i, IPD_TIME_NEVER, 1);
         mc_put(m, &f);
     }
     CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, NULL, 2, &l), IPD_OK);
@@ -563,8 +559,8 @@ static void mc_cursor_stable(void)
 
     /* Between pages: a newer upload arrives and the cursor's own record
      * is deleted.  Neither moves the next page. */
-    struct ipd_file_meta newer = mc_file("t", "u", 6, MC_NOW - 1,
-                                         IPD_TIME_NEVER, 1);
+    struct ipd_file_meta newer =
+        mc_file("t", "u", 6, MC_NOW - 1, IPD_TIME_NEVER, 1);
     mc_put(m, &newer);
     CHECK_INT(ipd_meta_file_delete(m, "t", "u", want, MC_NOW, NULL), IPD_OK);
 
@@ -605,17 +601,17 @@ static void mc_quota(void)
     /* Count: 3 files.  Expired files don't count against it. */
     struct ipd_quota q = {.max_files = 3, .max_bytes = -1};
     for (int i = 0; i < 5; i++) {
-        struct ipd_file_meta f = mc_file("t", "count", n++, MC_NOW - 50,
-                                         MC_NOW - 1, 1000);
+        struct ipd_file_meta f =
+            mc_file("t", "count", n++, MC_NOW - 50, MC_NOW - 1, 1000);
         mc_put(m, &f);
     }
     for (int i = 0; i < 3; i++) {
-        struct ipd_file_meta f = mc_file("t", "count", n++, MC_NOW,
-                                         MC_NOW + MC_HOUR, 1000);
+        struct ipd_file_meta f =
+            mc_file("t", "count", n++, MC_NOW, MC_NOW + MC_HOUR, 1000);
         CHECK_INT(ipd_meta_file_insert(m, &f, &q, MC_NOW), IPD_OK);
     }
-    struct ipd_file_meta over = mc_file("t", "count", n++, MC_NOW,
-                                        MC_NOW + MC_HOUR, 0);
+    struct ipd_file_meta over =
+        mc_file("t", "count", n++, MC_NOW, MC_NOW + MC_HOUR, 0);
     CHECK_INT(ipd_meta_file_insert(m, &over, &q, MC_NOW), IPD_ERR_QUOTA);
     struct ipd_file_meta got;
     CHECK_INT(ipd_meta_file_get(m, "t", "count", over.file_id, MC_NOW, &got),
@@ -625,8 +621,8 @@ static void mc_quota(void)
     CHECK_INT(count, 3);
     CHECK_INT(bytes, 3000);
     /* Another user (or tenant) has a quota of their own. */
-    struct ipd_file_meta other = mc_file("t", "count2", n++, MC_NOW,
-                                         MC_NOW + MC_HOUR, 1);
+    struct ipd_file_meta other =
+        mc_file("t", "count2", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
     CHECK_INT(ipd_meta_file_insert(m, &other, &q, MC_NOW), IPD_OK);
     other = mc_file("t2", "count", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
     CHECK_INT(ipd_meta_file_insert(m, &other, &q, MC_NOW), IPD_OK);
@@ -635,16 +631,16 @@ static void mc_quota(void)
 
     /* Bytes: 100 in all; landing exactly on the limit is allowed. */
     struct ipd_quota qb = {.max_files = -1, .max_bytes = 100};
-    struct ipd_file_meta b1 = mc_file("t", "bytes", n++, MC_NOW,
-                                      IPD_TIME_NEVER, 60);
-    struct ipd_file_meta b2 = mc_file("t", "bytes", n++, MC_NOW,
-                                      IPD_TIME_NEVER, 40);
-    struct ipd_file_meta b3 = mc_file("t", "bytes", n++, MC_NOW,
-                                      IPD_TIME_NEVER, 1);
-    struct ipd_file_meta b4 = mc_file("t", "bytes", n++, MC_NOW,
-                                      IPD_TIME_NEVER, 0);
-    struct ipd_file_meta huge = mc_file("t", "bytes2", n++, MC_NOW,
-                                        IPD_TIME_NEVER, INT64_MAX);
+    struct ipd_file_meta b1 =
+        mc_file("t", "bytes", n++, MC_NOW, IPD_TIME_NEVER, 60);
+    struct ipd_file_meta b2 =
+        mc_file("t", "bytes", n++, MC_NOW, IPD_TIME_NEVER, 40);
+    struct ipd_file_meta b3 =
+        mc_file("t", "bytes", n++, MC_NOW, IPD_TIME_NEVER, 1);
+    struct ipd_file_meta b4 =
+        mc_file("t", "bytes", n++, MC_NOW, IPD_TIME_NEVER, 0);
+    struct ipd_file_meta huge =
+        mc_file("t", "bytes2", n++, MC_NOW, IPD_TIME_NEVER, INT64_MAX);
     CHECK_INT(ipd_meta_file_insert(m, &b1, &qb, MC_NOW), IPD_OK);
     CHECK_INT(ipd_meta_file_insert(m, &b3, &qb, MC_NOW), IPD_OK);
     CHECK_INT(ipd_meta_file_insert(m, &b2, &qb, MC_NOW), IPD_ERR_QUOTA);
@@ -661,15 +657,15 @@ static void mc_quota(void)
 
     /* A zero quota admits nothing. */
     struct ipd_quota zero = {.max_files = 0, .max_bytes = -1};
-    struct ipd_file_meta z = mc_file("t", "zero", n++, MC_NOW,
-                                     IPD_TIME_NEVER, 0);
+    struct ipd_file_meta z =
+        mc_file("t", "zero", n++, MC_NOW, IPD_TIME_NEVER, 0);
     CHECK_INT(ipd_meta_file_insert(m, &z, &zero, MC_NOW), IPD_ERR_QUOTA);
 
     /* Unlimited: both limits negative, or no quota at all. */
     struct ipd_quota unl = {.max_files = -1, .max_bytes = -1};
     for (int i = 0; i < 20; i++) {
-        struct ipd_file_meta f = mc_file("t", "unl", n++, MC_NOW,
-                                         IPD_TIME_NEVER, INT64_C(1) << 40);
+        struct ipd_file_meta f =
+            mc_file("t", "unl", n++, MC_NOW, IPD_TIME_NEVER, INT64_C(1) << 40);
         CHECK_INT(ipd_meta_file_insert(m, &f, i % 2 ? &unl : NULL, MC_NOW),
                   IPD_OK);
     }
@@ -693,8 +689,8 @@ static void mc_tenant_quota(void)
 
     /* Expired files and another tenant's don't count. */
     for (int i = 0; i < 3; i++) {
-        struct ipd_file_meta f = mc_file("acme", "old", n++, MC_NOW - 50,
-                                         MC_NOW - 1, 100);
+        struct ipd_file_meta f =
+            mc_file("acme", "old", n++, MC_NOW - 50, MC_NOW - 1, 100);
         mc_put(m, &f);
         f = mc_file("other", "u1", n++, MC_NOW, IPD_TIME_NEVER, 100);
         mc_put(m, &f);
@@ -702,44 +698,44 @@ static void mc_tenant_quota(void)
     /* Two users of two files each fill the tenant's four. */
     const char *users[] = {"u1", "u1", "u2", "u2"};
     for (int i = 0; i < 4; i++) {
-        struct ipd_file_meta f = mc_file("acme", users[i], n++, MC_NOW,
-                                         MC_NOW + MC_HOUR, 100);
+        struct ipd_file_meta f =
+            mc_file("acme", users[i], n++, MC_NOW, MC_NOW + MC_HOUR, 100);
         CHECK_INT(ipd_meta_file_insert(m, &f, &q, MC_NOW), IPD_OK);
     }
     /* A third user id has room of its own but the tenant has none. */
-    struct ipd_file_meta u3 = mc_file("acme", "u3", n++, MC_NOW,
-                                      MC_NOW + MC_HOUR, 1);
+    struct ipd_file_meta u3 =
+        mc_file("acme", "u3", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
     CHECK_INT(ipd_meta_file_insert(m, &u3, &q, MC_NOW), IPD_ERR_QUOTA);
     struct ipd_file_meta got;
     CHECK_INT(ipd_meta_file_get(m, "acme", "u3", u3.file_id, MC_NOW, &got),
               IPD_ERR_NOT_FOUND);
     /* Without the tenant limit the same insert passes the user's. */
     struct ipd_quota user_only = {.max_files = 2, .max_bytes = -1};
-    struct ipd_file_meta u4 = mc_file("acme", "u4", n++, MC_NOW,
-                                      MC_NOW + MC_HOUR, 1);
+    struct ipd_file_meta u4 =
+        mc_file("acme", "u4", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
     CHECK_INT(ipd_meta_file_insert(m, &u4, &user_only, MC_NOW), IPD_OK);
     CHECK_INT(ipd_meta_file_usage(m, "acme", NULL, MC_NOW, &count, &bytes),
               IPD_OK);
     CHECK_INT(count, 5);
     CHECK_INT(bytes, 401);
     /* Another tenant is not held up. */
-    struct ipd_file_meta o = mc_file("other", "u9", n++, MC_NOW,
-                                     IPD_TIME_NEVER, 1);
+    struct ipd_file_meta o =
+        mc_file("other", "u9", n++, MC_NOW, IPD_TIME_NEVER, 1);
     CHECK_INT(ipd_meta_file_insert(m, &o, &q, MC_NOW), IPD_OK);
     /* The user's own quota still holds under a roomy tenant's. */
     struct ipd_quota roomy = {.max_files = -1, .max_bytes = -1};
     struct ipd_quota q2 = {.max_files = 2, .max_bytes = -1, .tenant = &roomy};
-    struct ipd_file_meta u1 = mc_file("acme", "u1", n++, MC_NOW,
-                                      MC_NOW + MC_HOUR, 1);
+    struct ipd_file_meta u1 =
+        mc_file("acme", "u1", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
     CHECK_INT(ipd_meta_file_insert(m, &u1, &q2, MC_NOW), IPD_ERR_QUOTA);
 
     /* Bytes: 1000 for the tenant; exactly on the limit is allowed. */
     struct ipd_quota tb = {.max_files = -1, .max_bytes = 1000};
     struct ipd_quota qb = {.max_files = -1, .max_bytes = -1, .tenant = &tb};
-    struct ipd_file_meta b1 = mc_file("acme", "b1", n++, MC_NOW,
-                                      MC_NOW + MC_HOUR, 599);
-    struct ipd_file_meta b2 = mc_file("acme", "b2", n++, MC_NOW,
-                                      MC_NOW + MC_HOUR, 1);
+    struct ipd_file_meta b1 =
+        mc_file("acme", "b1", n++, MC_NOW, MC_NOW + MC_HOUR, 599);
+    struct ipd_file_meta b2 =
+        mc_file("acme", "b2", n++, MC_NOW, MC_NOW + MC_HOUR, 1);
     CHECK_INT(ipd_meta_file_insert(m, &b1, &qb, MC_NOW), IPD_OK);
     CHECK_INT(ipd_meta_file_insert(m, &b2, &qb, MC_NOW), IPD_ERR_QUOTA);
 
@@ -784,8 +780,8 @@ static void mc_conflict(void)
         mc_file("t", "u", 1, MC_NOW + 1, IPD_TIME_NEVER, 6);
     struct ipd_file_meta other =
         mc_file("t2", "v", 1, MC_NOW, IPD_TIME_NEVER, 7);
-    struct ipd_file_meta expired = mc_file("t", "u", 2, MC_NOW - 10,
-                                           MC_NOW - 5, 1);
+    struct ipd_file_meta expired =
+        mc_file("t", "u", 2, MC_NOW - 10, MC_NOW - 5, 1);
     struct ipd_file_meta got;
     struct ipd_quota q = {.max_files = 100, .max_bytes = 1000};
 
@@ -903,7 +899,7 @@ struct mc_worker {
     unsigned inserts;
     const struct ipd_quota *quota;
     const char *user;
-    bool user_per_thread;            /* user is "<user><index>" */
+    bool user_per_thread;           /* user is "<user><index>" */
     unsigned ok, quota_hits, other; /* OUT: results by kind */
 };
 
@@ -916,9 +912,8 @@ static void *mc_worker_run(void *arg)
         snprintf(user, sizeof(user), "%s%u", w->user, w->index);
     for (unsigned i = 0; i < w->inserts; i++) {
         unsigned n = w->id_base + w->index * 1000 + i;
-        struct ipd_file_meta f = mc_file("t", user, n,
-                                         MC_NOW - (int64_t)n,
-                                         MC_NOW + MC_HOUR, 10);
+        struct ipd_file_meta f =
+            mc_file("t", user, n, MC_NOW - (int64_t)n, MC_NOW + MC_HOUR, 10);
         enum ipd_err rc = ipd_meta_file_insert(w->m, &f, w->quota, MC_NOW);
         if (rc == IPD_OK)
             w->ok++;
@@ -947,14 +942,13 @@ static void mc_run_workers_as(struct ipd_meta *m, const char *user,
     struct mc_worker w[MC_THREADS];
     *ok = *quota_hits = *other = 0;
     for (unsigned t = 0; t < MC_THREADS; t++) {
-        w[t] = (struct mc_worker){
-            .m = m,
-            .index = t,
-            .id_base = id_base,
-            .inserts = inserts,
-            .quota = q,
-            .user = user,
-            .user_per_thread = user_per_thread};
+        w[t] = (struct mc_worker){.m = m,
+                                  .index = t,
+                                  .id_base = id_base,
+                                  .inserts = inserts,
+                                  .quota = q,
+                                  .user = user,
+                                  .user_per_thread = user_per_thread};
         CHECK_INT(pthread_create(&w[t].tid, NULL, mc_worker_run, &w[t]), 0);
     }
     for (unsigned t = 0; t < MC_THREADS; t++) {
@@ -992,8 +986,8 @@ static void mc_concurrent_inserts(void)
     for (unsigned t = 0; t < MC_THREADS; t++) {
         for (unsigned i = 0; i < 50; i++) {
             unsigned n = t * 1000 + i;
-            struct ipd_file_meta want = mc_file(
-                "t", "u", n, MC_NOW - (int64_t)n, MC_NOW + MC_HOUR, 10);
+            struct ipd_file_meta want =
+                mc_file("t", "u", n, MC_NOW - (int64_t)n, MC_NOW + MC_HOUR, 10);
             struct ipd_file_meta got;
             CHECK_INT(
                 ipd_meta_file_get(m, "t", "u", want.file_id, MC_NOW, &got),
@@ -1064,8 +1058,7 @@ static void mc_concurrent_tenant_quota(void)
     ipd_meta_free(m);
     m = mc_open();
     REQUIRE(m);
-    mc_run_workers_as(m, "bu", true, 100000, 10, &qb, &ok, &quota_hits,
-                      &other);
+    mc_run_workers_as(m, "bu", true, 100000, 10, &qb, &ok, &quota_hits, &other);
     CHECK_INT(ok, 17);
     CHECK_INT(other, 0);
     CHECK_INT(ipd_meta_file_usage(m, "t", NULL, MC_NOW, &count, &bytes),
@@ -1192,9 +1185,9 @@ static void mc_key_rotate_secret(void)
     /* A rotation that lost a race (its "current" is stale) changes
      * nothing; so does an unknown tenant. */
     ipd_sha256_hex("again", 5, again);
-    CHECK_INT(ipd_meta_key_rotate_secret(m, "acme", a1.secret, again,
-                                         MC_NOW + 1),
-              IPD_ERR_NOT_FOUND);
+    CHECK_INT(
+        ipd_meta_key_rotate_secret(m, "acme", a1.secret, again, MC_NOW + 1),
+        IPD_ERR_NOT_FOUND);
     CHECK_INT(ipd_meta_key_rotate_secret(m, "nobody", next, again, MC_NOW),
               IPD_ERR_NOT_FOUND);
     CHECK_INT(ipd_meta_key_rotate_secret(m, "acme", "", again, MC_NOW),
@@ -1401,10 +1394,8 @@ static void mc_lease(void)
     CHECK(!got);
     CHECK_INT(ipd_meta_lease_acquire(m, "n", "", T, 1000, &got),
               IPD_ERR_INVALID);
-    CHECK_INT(ipd_meta_lease_acquire(m, "n", "x", T, 0, &got),
-              IPD_ERR_INVALID);
-    CHECK_INT(ipd_meta_lease_renew(m, "n", "x", T, -1, &got),
-              IPD_ERR_INVALID);
+    CHECK_INT(ipd_meta_lease_acquire(m, "n", "x", T, 0, &got), IPD_ERR_INVALID);
+    CHECK_INT(ipd_meta_lease_renew(m, "n", "x", T, -1, &got), IPD_ERR_INVALID);
     char longname[IPD_LEASE_NAME_MAX + 1];
     memset(longname, 'n', IPD_LEASE_NAME_MAX);
     longname[IPD_LEASE_NAME_MAX] = '\0';
@@ -1419,15 +1410,15 @@ struct mc_leaser {
     struct ipd_meta *m;
     char owner[32];
     int64_t now;
-    bool got;         /* OUT */
-    enum ipd_err rc;  /* OUT */
+    bool got;        /* OUT */
+    enum ipd_err rc; /* OUT */
 };
 
 static void *mc_leaser_run(void *arg)
 {
     struct mc_leaser *l = arg;
-    l->rc = ipd_meta_lease_acquire(l->m, "race", l->owner, l->now, 60000,
-                                   &l->got);
+    l->rc =
+        ipd_meta_lease_acquire(l->m, "race", l->owner, l->now, 60000, &l->got);
     return NULL;
 }
 
@@ -1450,8 +1441,7 @@ static void mc_lease_race(void)
         for (int t = 0; t < MC_THREADS; t++) {
             l[t] = (struct mc_leaser){.m = m, .now = now};
             snprintf(l[t].owner, sizeof(l[t].owner), "owner-%d-%d", round, t);
-            CHECK_INT(pthread_create(&l[t].tid, NULL, mc_leaser_run, &l[t]),
-                      0);
+            CHECK_INT(pthread_create(&l[t].tid, NULL, mc_leaser_run, &l[t]), 0);
         }
         for (int t = 0; t < MC_THREADS; t++) {
             pthread_join(l[t].tid, NULL);

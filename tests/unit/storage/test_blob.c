@@ -66,8 +66,8 @@ static void stale_tmp_removed_at_open(void)
     if (pid == 0) {
         struct ipd_blobs *cb = NULL;
         struct ipd_blob_writer *cw = NULL;
-        if (ipd_blobs_open_local(dir, &cb) || ipd_blob_writer_new(cb, "x", 100,
-                                                                  &cw) ||
+        if (ipd_blobs_open_local(dir, &cb) ||
+            ipd_blob_writer_new(cb, "x", 100, &cw) ||
             ipd_blob_writer_write(cw, "x", 1))
             _exit(1);
         _exit(0);

@@ -14,7 +14,7 @@
 struct fake {
     struct ipd_blobs base;
     pthread_mutex_t lock;
-    int fail_left;   /* deletes that fail before they succeed */
+    int fail_left; /* deletes that fail before they succeed */
     int deleted;
     int calls;
 };

@@ -80,14 +80,11 @@ static const struct classify_case classify_cases[] = {
     /* Binary content stays binary. */
     {"application/x-executable", "evil.png", "application/x-executable",
      "binary"},
-    {"application/x-pie-executable", "evil.csv",
-     "application/x-pie-executable", "binary"},
-    {"application/x-sharedlib", "evil.py", "application/x-sharedlib",
+    {"application/x-pie-executable", "evil.csv", "application/x-pie-executable",
      "binary"},
-    {"application/octet-stream", "x.csv", "application/octet-stream",
-     "binary"},
-    {"application/octet-stream", "x.png", "application/octet-stream",
-     "binary"},
+    {"application/x-sharedlib", "evil.py", "application/x-sharedlib", "binary"},
+    {"application/octet-stream", "x.csv", "application/octet-stream", "binary"},
+    {"application/octet-stream", "x.png", "application/octet-stream", "binary"},
     {"application/octet-stream", "x.xlsx", "application/octet-stream",
      "binary"},
     {"application/octet-stream", "x.parquet", "application/octet-stream",
@@ -116,10 +113,8 @@ static const struct classify_case classify_cases[] = {
      "application/vnd.openxmlformats-officedocument.presentationml."
      "presentation",
      "powerpoint"},
-    {"application/vnd.ms-excel", "x.xls", "application/vnd.ms-excel",
-     "excel"},
-    {"application/x-ole-storage", "x.xls", "application/vnd.ms-excel",
-     "excel"},
+    {"application/vnd.ms-excel", "x.xls", "application/vnd.ms-excel", "excel"},
+    {"application/x-ole-storage", "x.xls", "application/vnd.ms-excel", "excel"},
     {"application/CDFV2", "x.xls", "application/vnd.ms-excel", "excel"},
     {"application/CDFV2", "x.doc", "application/msword", "word"},
     {"application/x-ole-storage", "x.bin", "application/x-ole-storage",
@@ -145,8 +140,7 @@ static const struct classify_case classify_cases[] = {
     {"audio/x-wav", "x.csv", "audio/x-wav", "audio"},
     {"application/ogg", "x.ogg", "application/ogg", "audio"},
     {"video/mp4", "x.mp4", "video/mp4", "video"},
-    {"application/vnd.sqlite3", "x.db", "application/vnd.sqlite3",
-     "database"},
+    {"application/vnd.sqlite3", "x.db", "application/vnd.sqlite3", "database"},
     {"application/x-sqlite3", "x.csv", "application/x-sqlite3", "database"},
     {"application/vnd.apache.parquet", "x.parquet",
      "application/vnd.apache.parquet", "parquet"},
@@ -251,16 +245,30 @@ static void test_sanitize_controls(void)
     CHECK_STR(out, "evil.png_.csv");
     CHECK_INT(san("\0", 1, out), IPD_OK);
     CHECK_STR(out, "_");
-    CHECK_INT(sans("a\tb\x01" "c\x1F" "d\x7F" "e", out), IPD_OK);
+    CHECK_INT(sans("a\tb\x01"
+                   "c\x1F"
+                   "d\x7F"
+                   "e",
+                   out),
+              IPD_OK);
     CHECK_STR(out, "a_b_c_d_e");
     CHECK_INT(sans("line1\nline2.txt", out), IPD_OK);
     CHECK_STR(out, "line1_line2.txt");
     /* C1 controls (U+0080..U+009F): two bytes become one '_'. */
-    CHECK_INT(sans("a\xC2\x80" "b\xC2\x85" "c\xC2\x9F" "d", out), IPD_OK);
+    CHECK_INT(sans("a\xC2\x80"
+                   "b\xC2\x85"
+                   "c\xC2\x9F"
+                   "d",
+                   out),
+              IPD_OK);
     CHECK_STR(out, "a_b_c_d");
     /* U+00A0 and U+00C0 are not controls. */
-    CHECK_INT(sans("a\xC2\xA0" "b\xC3\x80", out), IPD_OK);
-    CHECK_STR(out, "a\xC2\xA0" "b\xC3\x80");
+    CHECK_INT(sans("a\xC2\xA0"
+                   "b\xC3\x80",
+                   out),
+              IPD_OK);
+    CHECK_STR(out, "a\xC2\xA0"
+                   "b\xC3\x80");
 }
 
 static void test_sanitize_keeps_bidi(void)
@@ -270,9 +278,14 @@ static void test_sanitize_keeps_bidi(void)
      * rendered in Content-Disposition. */
     CHECK_INT(sans("\xE2\x80\xAEgnp.exe", out), IPD_OK);
     CHECK_STR(out, "\xE2\x80\xAEgnp.exe");
-    CHECK_INT(sans("a\xE2\x81\xA6" "b\xE2\x81\xA9" "c\xE2\x80\x8F", out),
+    CHECK_INT(sans("a\xE2\x81\xA6"
+                   "b\xE2\x81\xA9"
+                   "c\xE2\x80\x8F",
+                   out),
               IPD_OK);
-    CHECK_STR(out, "a\xE2\x81\xA6" "b\xE2\x81\xA9" "c\xE2\x80\x8F");
+    CHECK_STR(out, "a\xE2\x81\xA6"
+                   "b\xE2\x81\xA9"
+                   "c\xE2\x80\x8F");
 }
 
 static void test_sanitize_whitespace(void)
@@ -294,9 +307,12 @@ static void test_sanitize_rejects_bad_utf8(void)
 {
     char out[IPD_FILENAME_MAX];
     CHECK_INT(sans("\xFF.csv", out), IPD_ERR_INVALID);
-    CHECK_INT(sans("a\xC3", out), IPD_ERR_INVALID);          /* truncated */
-    CHECK_INT(sans("\xC0\xAF" "etc", out), IPD_ERR_INVALID); /* overlong / */
-    CHECK_INT(sans("\xED\xA0\x80", out), IPD_ERR_INVALID);   /* surrogate */
+    CHECK_INT(sans("a\xC3", out), IPD_ERR_INVALID); /* truncated */
+    CHECK_INT(sans("\xC0\xAF"
+                   "etc",
+                   out),
+              IPD_ERR_INVALID);                                /* overlong / */
+    CHECK_INT(sans("\xED\xA0\x80", out), IPD_ERR_INVALID);     /* surrogate */
     CHECK_INT(sans("\xF4\x90\x80\x80", out), IPD_ERR_INVALID); /* > 10FFFF */
     /* Invalid anywhere counts, even in a discarded directory part. */
     CHECK_INT(sans("\xFF/ok.csv", out), IPD_ERR_INVALID);
@@ -359,28 +375,23 @@ static void check_cd(const char *name, const char *want)
 
 static void test_content_disposition(void)
 {
-    check_cd("report.csv",
-             "attachment; filename=\"report.csv\"; "
-             "filename*=UTF-8''report.csv");
+    check_cd("report.csv", "attachment; filename=\"report.csv\"; "
+                           "filename*=UTF-8''report.csv");
     check_cd("r\xC3\xA9sum\xC3\xA9 2024.pdf",
              "attachment; filename=\"r_sum_ 2024.pdf\"; "
              "filename*=UTF-8''r%C3%A9sum%C3%A9%202024.pdf");
-    check_cd("a\"b\\c%d.txt",
-             "attachment; filename=\"a_b_c_d.txt\"; "
-             "filename*=UTF-8''a%22b%5Cc%25d.txt");
-    check_cd("a\r\nb\x7F",
-             "attachment; filename=\"a__b_\"; "
-             "filename*=UTF-8''a%0D%0Ab%7F");
+    check_cd("a\"b\\c%d.txt", "attachment; filename=\"a_b_c_d.txt\"; "
+                              "filename*=UTF-8''a%22b%5Cc%25d.txt");
+    check_cd("a\r\nb\x7F", "attachment; filename=\"a__b_\"; "
+                           "filename*=UTF-8''a%0D%0Ab%7F");
     /* The bidi override is inert in both forms. */
-    check_cd("\xE2\x80\xAEgnp.exe",
-             "attachment; filename=\"_gnp.exe\"; "
-             "filename*=UTF-8''%E2%80%AEgnp.exe");
+    check_cd("\xE2\x80\xAEgnp.exe", "attachment; filename=\"_gnp.exe\"; "
+                                    "filename*=UTF-8''%E2%80%AEgnp.exe");
     check_cd("\xF0\x9F\x93\x8A",
              "attachment; filename=\"_\"; filename*=UTF-8''%F0%9F%93%8A");
     /* attr-char stays, everything else is encoded. */
-    check_cd("!#$&+-.^_`|~Az09",
-             "attachment; filename=\"!#$&+-.^_`|~Az09\"; "
-             "filename*=UTF-8''!#$&+-.^_`|~Az09");
+    check_cd("!#$&+-.^_`|~Az09", "attachment; filename=\"!#$&+-.^_`|~Az09\"; "
+                                 "filename*=UTF-8''!#$&+-.^_`|~Az09");
     check_cd("()'*,;=/:?@[]{}<> ",
              "attachment; filename=\"()'*,;=/:?@[]{}<> \"; "
              "filename*=UTF-8''%28%29%27%2A%2C%3B%3D%2F%3A%3F%40%5B%5D%7B%7D"
@@ -398,8 +409,9 @@ static void test_content_disposition_long(void)
     name[255] = '\0';
     cd = ipd_content_disposition(name);
     CHECK(header_safe(cd));
-    CHECK_INT(strlen(cd), strlen("attachment; filename=\"\"; filename*=UTF-8''") +
-                              85 + 255 * 3);
+    CHECK_INT(strlen(cd),
+              strlen("attachment; filename=\"\"; filename*=UTF-8''") + 85 +
+                  255 * 3);
     free(cd);
 }
 
@@ -452,8 +464,7 @@ static struct ipd_filetype *ft_shared;
 /* Detect the file written as `name`, reporting it to the caller as
  * `shown` (the user-facing name). */
 static void detect_as(const char *name, const char *shown,
-                      char mime[IPD_MIME_MAX],
-                      char type[IPD_FILE_TYPE_MAX])
+                      char mime[IPD_MIME_MAX], char type[IPD_FILE_TYPE_MAX])
 {
     char path[512];
     int fd;
@@ -486,9 +497,9 @@ static const unsigned char png_1x1[] = {
 
 /* gzip of "hello\n" (gzip -n). */
 static const unsigned char gzip_hello[] = {
-    0x1F, 0x8B, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x03, 0xCB,
-    0x48, 0xCD, 0xC9, 0xC9, 0xE7, 0x02, 0x00, 0x20, 0x30, 0x3A, 0x36,
-    0x06, 0x00, 0x00, 0x00,
+    0x1F, 0x8B, 0x08, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+    0x03, 0xCB, 0x48, 0xCD, 0xC9, 0xC9, 0xE7, 0x02, 0x00,
+    0x20, 0x30, 0x3A, 0x36, 0x06, 0x00, 0x00, 0x00,
 };
 
 static uint32_t crc32_of(const void *data, size_t n)
@@ -529,8 +540,7 @@ static void put_bytes(unsigned char **p, const void *d, size_t n)
 
 /* A zip with stored (uncompressed) entries, in order.  Returns its length
  * in out (at least 4096 bytes). */
-static size_t build_zip(const struct zip_entry *e, size_t n,
-                        unsigned char *out)
+static size_t build_zip(const struct zip_entry *e, size_t n, unsigned char *out)
 {
     unsigned char *p = out;
     uint32_t offsets[16];
@@ -540,10 +550,10 @@ static size_t build_zip(const struct zip_entry *e, size_t n,
         uint32_t nlen = (uint32_t)strlen(e[i].name);
         offsets[i] = (uint32_t)(p - out);
         put32(&p, 0x04034b50);
-        put16(&p, 20); /* version needed */
-        put16(&p, 0);  /* flags */
-        put16(&p, 0);  /* stored */
-        put16(&p, 0);  /* time */
+        put16(&p, 20);   /* version needed */
+        put16(&p, 0);    /* flags */
+        put16(&p, 0);    /* stored */
+        put16(&p, 0);    /* time */
         put16(&p, 0x21); /* date: 1980-01-01 */
         put32(&p, crc32_of(e[i].data, len));
         put32(&p, len);
@@ -624,8 +634,7 @@ static void test_detect_text_formats(void)
                                    "main()\n") == 0);
     EXPECT("script.py", "text/x-python", "python");
     REQUIRE(write_str("README.md", "# Title\n\nSome *emphasis* and a "
-                                   "[link](http://x).\n\n- one\n- two\n") ==
-            0);
+                                   "[link](http://x).\n\n- one\n- two\n") == 0);
     EXPECT("README.md", "text/markdown", "markdown");
     REQUIRE(write_str("conf.yaml",
                       "name: demo\nitems:\n  - a\n  - b\nnested:\n  k: v\n") ==
@@ -774,8 +783,8 @@ static void test_detect_sqlite(void)
     sqlite3 *db = NULL;
     path_of("app.db", path);
     REQUIRE(sqlite3_open(path, &db) == SQLITE_OK);
-    CHECK(sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES (1);",
-                       NULL, NULL, NULL) == SQLITE_OK);
+    CHECK(sqlite3_exec(db, "CREATE TABLE t(x); INSERT INTO t VALUES (1);", NULL,
+                       NULL, NULL) == SQLITE_OK);
     sqlite3_close(db);
     EXPECT("app.db", "application/vnd.sqlite3", "database");
     {
@@ -789,8 +798,8 @@ static void test_detect_parquet(void)
 {
     /* Header magic, a (meaningless) footer, its length, footer magic. */
     static const unsigned char pq[] = {
-        'P', 'A', 'R', '1', 0x15, 0x04, 0x15, 0x00, 0x15, 0x00, 0x00,
-        0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 'P', 'A', 'R', '1',
+        'P',  'A',  'R',  '1',  0x15, 0x04, 0x15, 0x00, 0x15, 0x00, 0x00,
+        0x00, 0x00, 0x00, 0x03, 0x00, 0x00, 0x00, 'P',  'A',  'R',  '1',
     };
     REQUIRE(write_file("t.parquet", pq, sizeof(pq)) == 0);
     EXPECT("t.parquet", "application/vnd.apache.parquet", "parquet");
@@ -830,8 +839,7 @@ static void test_detect_bad_fd(void)
     CHECK_INT(ipd_filetype_detect(ft_shared, -1, "x.csv", m, t), IPD_ERR_IO);
     /* A pipe cannot be pread. */
     REQUIRE(pipe(p) == 0);
-    CHECK_INT(ipd_filetype_detect(ft_shared, p[0], "x.csv", m, t),
-              IPD_ERR_IO);
+    CHECK_INT(ipd_filetype_detect(ft_shared, p[0], "x.csv", m, t), IPD_ERR_IO);
     close(p[0]);
     close(p[1]);
 }
@@ -845,7 +853,7 @@ static const struct {
     const char *name;
     const char *type;
 } thread_files[] = {
-    {"sales.csv", "csv"}, {"pic.png", "image"},     {"obj.json", "json"},
+    {"sales.csv", "csv"},   {"pic.png", "image"},   {"obj.json", "json"},
     {"evil.png", "binary"}, {"book.xlsx", "excel"}, {"script.py", "python"},
 };
 
@@ -950,8 +958,8 @@ static void pool_with_magic(const char *list, char mime[IPD_MIME_MAX],
     if (!ft)
         return;
     *maps = mgc_mappings() - maps0;
-    CHECK_INT(ipd_filetype_detect_buf(ft, "INTERPDTEST\n", 12, NULL, 12,
-                                      "x", mime, t),
+    CHECK_INT(ipd_filetype_detect_buf(ft, "INTERPDTEST\n", 12, NULL, 12, "x",
+                                      mime, t),
               IPD_OK);
     ipd_filetype_free(ft);
 }
@@ -1001,15 +1009,13 @@ static void setup(void)
 static void teardown(void)
 {
     static const char *const names[] = {
-        "sales.csv",   "data.tsv",    "obj.json",     "rows.jsonl",
-        "script.py",   "README.md",   "conf.yaml",    "notes.txt",
-        "noext",       "doc.xml",     "fake.png",     "big.json",
-        "empty.bin",   "empty.csv",   "pic.png",      "pic.csv",
-        "doc.pdf",     "x.gz",        "gz.xlsx",
-        "junk.csv",    "junk.parquet", "evil.png",    "book.xlsx",
-        "book.bin",    "book2.xlsx",  "files.zip",    "files.csv",
-        "app.db",      "t.parquet",   "t.bin",        "half.parquet",
-        "off.csv",     "local.magic", "empty.magic",
+        "sales.csv",    "data.tsv",  "obj.json",    "rows.jsonl",  "script.py",
+        "README.md",    "conf.yaml", "notes.txt",   "noext",       "doc.xml",
+        "fake.png",     "big.json",  "empty.bin",   "empty.csv",   "pic.png",
+        "pic.csv",      "doc.pdf",   "x.gz",        "gz.xlsx",     "junk.csv",
+        "junk.parquet", "evil.png",  "book.xlsx",   "book.bin",    "book2.xlsx",
+        "files.zip",    "files.csv", "app.db",      "t.parquet",   "t.bin",
+        "half.parquet", "off.csv",   "local.magic", "empty.magic",
     };
     char path[512];
     ipd_filetype_free(ft_shared);
@@ -1034,5 +1040,5 @@ TEST_MAIN(T(test_classify_table), T(test_classify_long_inputs),
           T(test_detect_binary_formats), T(test_detect_elf_named_png),
           T(test_detect_zip_and_office), T(test_detect_sqlite),
           T(test_detect_parquet), T(test_detect_keeps_offset),
-          T(test_detect_bad_fd), T(test_detect_threads),
-          T(test_pool_made_once), T(test_pool_text_magic), T(teardown))
+          T(test_detect_bad_fd), T(test_detect_threads), T(test_pool_made_once),
+          T(test_pool_text_magic), T(teardown))

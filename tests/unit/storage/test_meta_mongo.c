@@ -96,8 +96,8 @@ static bson_t *raw_find_one(mongoc_client_t *c, const char *db,
 {
     mongoc_collection_t *co = mongoc_client_get_collection(c, db, coll);
     bson_t *filter = BCON_NEW(field, BCON_UTF8(value));
-    mongoc_cursor_t *cur = mongoc_collection_find_with_opts(co, filter, NULL,
-                                                            NULL);
+    mongoc_cursor_t *cur =
+        mongoc_collection_find_with_opts(co, filter, NULL, NULL);
     const bson_t *doc;
     bson_t *res = NULL;
     bson_error_t err;
@@ -130,8 +130,8 @@ static int64_t raw_count(mongoc_client_t *c, const char *db, const char *coll)
     mongoc_collection_t *co = mongoc_client_get_collection(c, db, coll);
     bson_t filter = BSON_INITIALIZER;
     bson_error_t err;
-    int64_t n = mongoc_collection_count_documents(co, &filter, NULL, NULL,
-                                                  NULL, &err);
+    int64_t n =
+        mongoc_collection_count_documents(co, &filter, NULL, NULL, NULL, &err);
 
     if (n < 0)
         fprintf(stderr, "raw_count: %s\n", err.message);
@@ -156,8 +156,7 @@ static void check_date(const bson_t *d, const char *key, int64_t want)
 {
     bson_iter_t it;
 
-    if (!bson_iter_init_find(&it, d, key) ||
-        !BSON_ITER_HOLDS_DATE_TIME(&it)) {
+    if (!bson_iter_init_find(&it, d, key) || !BSON_ITER_HOLDS_DATE_TIME(&it)) {
         fprintf(stderr, "field %s: missing or not a date\n", key);
         CHECK(false);
         return;
@@ -193,8 +192,8 @@ static void documents_as_stored(void)
     CHECK_STR(ipd_meta_backend(m), "mongodb");
     struct ipd_file_meta f =
         mc_file("acme", "alice", 1, MC_NOW - 5, MC_NOW + MC_HOUR, 1234);
-    struct ipd_file_meta g = mc_file("acme", "bob", 2, MC_NOW, IPD_TIME_NEVER,
-                                     INT64_C(5) << 40);
+    struct ipd_file_meta g =
+        mc_file("acme", "bob", 2, MC_NOW, IPD_TIME_NEVER, INT64_C(5) << 40);
     struct ipd_key k = mc_key(1, "acme", true, MC_NOW - 7);
     CHECK_INT(ipd_meta_file_insert(m, &f, NULL, MC_NOW), IPD_OK);
     CHECK_INT(ipd_meta_file_insert(m, &g, NULL, MC_NOW), IPD_OK);
@@ -256,8 +255,8 @@ static void documents_as_stored(void)
     }
     /* An insert under a quota leaves no lock behind. */
     struct ipd_quota q = {.max_files = 10, .max_bytes = -1};
-    struct ipd_file_meta h = mc_file("acme", "alice", 3, MC_NOW, IPD_TIME_NEVER,
-                                     1);
+    struct ipd_file_meta h =
+        mc_file("acme", "alice", 3, MC_NOW, IPD_TIME_NEVER, 1);
     CHECK_INT(ipd_meta_file_insert(m, &h, &q, MC_NOW), IPD_OK);
     CHECK_INT(raw_count(c, db, "quota_locks"), 0);
     CHECK_INT(raw_count(c, db, "service_state"), 0);
@@ -268,8 +267,7 @@ static void documents_as_stored(void)
 /* The index named name on coll has exactly the keys fields/dirs (in
  * order) and the given uniqueness. */
 static void check_index(mongoc_client_t *c, const char *db, const char *coll,
-                        const char *const *fields, const int *dirs,
-                        bool unique)
+                        const char *const *fields, const int *dirs, bool unique)
 {
     mongoc_collection_t *co = mongoc_client_get_collection(c, db, coll);
     mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(co, NULL);
@@ -295,8 +293,8 @@ static void check_index(mongoc_client_t *c, const char *db, const char *coll,
         if (!match || fields[i])
             continue;
         found = true;
-        bool u = bson_iter_init_find(&it, doc, "unique") &&
-                 bson_iter_as_bool(&it);
+        bool u =
+            bson_iter_init_find(&it, doc, "unique") && bson_iter_as_bool(&it);
         CHECK_INT(u, unique);
     }
     if (mongoc_cursor_error(cur, &err))
@@ -309,8 +307,7 @@ static void check_index(mongoc_client_t *c, const char *db, const char *coll,
     mongoc_collection_destroy(co);
 }
 
-static int64_t index_count(mongoc_client_t *c, const char *db,
-                           const char *coll)
+static int64_t index_count(mongoc_client_t *c, const char *db, const char *coll)
 {
     mongoc_collection_t *co = mongoc_client_get_collection(c, db, coll);
     mongoc_cursor_t *cur = mongoc_collection_find_indexes_with_opts(co, NULL);
@@ -392,8 +389,7 @@ static void open_twice(void)
     if (b2) {
         CHECK_INT(ipd_meta_file_get(b2, "t", "u", f.file_id, MC_NOW, &got),
                   IPD_OK);
-        CHECK_INT(ipd_meta_file_insert(b2, &f, NULL, MC_NOW),
-                  IPD_ERR_CONFLICT);
+        CHECK_INT(ipd_meta_file_insert(b2, &f, NULL, MC_NOW), IPD_ERR_CONFLICT);
     }
     CHECK_INT(index_count(c, db, "user_files"), nf);
     CHECK_INT(index_count(c, db, "api_keys"), nk);
@@ -408,8 +404,11 @@ static void open_twice(void)
 static void bad_uri(void)
 {
     static const char *const bad[] = {
-        "not a uri", "mongodb://", "mongodb://127.0.0.1:notaport/x",
-        "http://127.0.0.1:27017/x", "mongodb://127.0.0.1:27017,/x",
+        "not a uri",
+        "mongodb://",
+        "mongodb://127.0.0.1:notaport/x",
+        "http://127.0.0.1:27017/x",
+        "mongodb://127.0.0.1:27017,/x",
     };
     for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++) {
         static struct ipd_mongo *sentinel_target;
@@ -417,8 +416,7 @@ static void bad_uri(void)
         int64_t t0 = ipd_mono_ms();
         enum ipd_err rc = ipd_mongo_new(bad[i], 5000, &mg);
         if (rc != IPD_ERR_INVALID)
-            fprintf(stderr, "bad_uri: %s gave %s\n", bad[i],
-                    ipd_err_name(rc));
+            fprintf(stderr, "bad_uri: %s gave %s\n", bad[i], ipd_err_name(rc));
         CHECK_INT(rc, IPD_ERR_INVALID);
         CHECK(mg == NULL);
         /* Refused at once, not after connect retries. */
@@ -477,11 +475,11 @@ static void keys_before_rotation(void)
     struct ipd_meta *m = open_on(mg);
     REQUIRE(m);
     mongoc_client_t *c = raw_client(db);
-    bson_t *doc = BCON_NEW("key_id", BCON_UTF8("key_old"), "tenant",
-                           BCON_UTF8("t"), "hash", BCON_UTF8("h-old"),
-                           "admin", BCON_BOOL(false), "created_at",
-                           BCON_DATE_TIME(MC_NOW), "revoked_at", BCON_NULL,
-                           "secret", BCON_UTF8("s-old"));
+    bson_t *doc =
+        BCON_NEW("key_id", BCON_UTF8("key_old"), "tenant", BCON_UTF8("t"),
+                 "hash", BCON_UTF8("h-old"), "admin", BCON_BOOL(false),
+                 "created_at", BCON_DATE_TIME(MC_NOW), "revoked_at", BCON_NULL,
+                 "secret", BCON_UTF8("s-old"));
     raw_insert(c, db, "api_keys", doc);
     bson_destroy(doc);
     struct ipd_key got;
@@ -533,13 +531,12 @@ static void foreign_documents(void)
     raw_insert(c, db, "user_files", doc);
     bson_destroy(doc);
     /* No sha256; and one whose uploaded_at is a string. */
-    doc = BCON_NEW("file_id", BCON_UTF8(g.file_id), "tenant", BCON_UTF8("t"),
-                   "user_id", BCON_UTF8("v"), "filename", BCON_UTF8("a"),
-                   "file_size", BCON_INT64(1), "file_type", BCON_UTF8("csv"),
-                   "mime_type", BCON_UTF8("text/csv"), "source",
-                   BCON_UTF8("upload"), "blob", BCON_UTF8("local"),
-                   "uploaded_at", BCON_DATE_TIME(MC_NOW), "expires_at",
-                   BCON_NULL);
+    doc = BCON_NEW(
+        "file_id", BCON_UTF8(g.file_id), "tenant", BCON_UTF8("t"), "user_id",
+        BCON_UTF8("v"), "filename", BCON_UTF8("a"), "file_size", BCON_INT64(1),
+        "file_type", BCON_UTF8("csv"), "mime_type", BCON_UTF8("text/csv"),
+        "source", BCON_UTF8("upload"), "blob", BCON_UTF8("local"),
+        "uploaded_at", BCON_DATE_TIME(MC_NOW), "expires_at", BCON_NULL);
     raw_insert(c, db, "user_files", doc);
     bson_destroy(doc);
     doc = BCON_NEW("file_id", BCON_UTF8(h.file_id), "tenant", BCON_UTF8("t"),
@@ -583,9 +580,9 @@ static void quota_lock(void)
     REQUIRE(c);
     struct ipd_quota q = {.max_files = 10, .max_bytes = 1000};
 
-    bson_t *doc = BCON_NEW("_id", BCON_UTF8("t/dead"), "owner",
-                           BCON_UTF8("crashed"), "expires_at",
-                           BCON_DATE_TIME(ipd_now_ms() - 1));
+    bson_t *doc =
+        BCON_NEW("_id", BCON_UTF8("t/dead"), "owner", BCON_UTF8("crashed"),
+                 "expires_at", BCON_DATE_TIME(ipd_now_ms() - 1));
     raw_insert(c, db, "quota_locks", doc);
     bson_destroy(doc);
     struct ipd_file_meta f = mc_file("t", "dead", 1, MC_NOW, IPD_TIME_NEVER, 1);
@@ -709,8 +706,7 @@ static void outage(void)
     int64_t took = ipd_mono_ms() - t0;
     /* 9 operations with a 1 s selection bound (reads retry once). */
     if (took > 25000)
-        fprintf(stderr, "outage: 9 operations took %lld ms\n",
-                (long long)took);
+        fprintf(stderr, "outage: 9 operations took %lld ms\n", (long long)took);
     CHECK(took <= 25000);
 
     CHECK_INT(server_script("restart", dir), 0);
@@ -723,8 +719,7 @@ static void outage(void)
     CHECK_INT(rc, IPD_OK);
     CHECK_INT(ipd_meta_file_get(m, "t", "u", f.file_id, MC_NOW, &got), IPD_OK);
     CHECK_INT(ipd_meta_file_insert(m, &g, &q, MC_NOW), IPD_OK);
-    CHECK_INT(ipd_meta_file_usage(m, "t", "u", MC_NOW, &count, &bytes),
-              IPD_OK);
+    CHECK_INT(ipd_meta_file_usage(m, "t", "u", MC_NOW, &count, &bytes), IPD_OK);
     CHECK_INT(count, 2);
 out:
     ipd_meta_free(m);
@@ -747,5 +742,5 @@ static void cleanup(void)
 }
 
 TEST_MAIN(T(server), T(conformance), T(documents_as_stored), T(indexes),
-          T(open_twice), T(bad_uri), T(unreachable), T(foreign_documents), T(keys_before_rotation),
-          T(quota_lock), T(outage), T(cleanup))
+          T(open_twice), T(bad_uri), T(unreachable), T(foreign_documents),
+          T(keys_before_rotation), T(quota_lock), T(outage), T(cleanup))

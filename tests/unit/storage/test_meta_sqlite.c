@@ -268,8 +268,8 @@ static void newer_schema_refused(void)
 static void bad_path(void)
 {
     struct ipd_meta *m = NULL;
-    enum ipd_err rc = ipd_meta_sqlite_open("/nonexistent-ipd-dir/x/meta.db",
-                                           100, &m);
+    enum ipd_err rc =
+        ipd_meta_sqlite_open("/nonexistent-ipd-dir/x/meta.db", 100, &m);
     CHECK(rc != IPD_OK);
     CHECK(m == NULL);
     ipd_meta_free(m);
@@ -342,9 +342,9 @@ static void *twin_run(void *arg)
 {
     struct twin_worker *w = arg;
     for (unsigned i = 0; i < 50; i++) {
-        struct ipd_file_meta f = mc_file("t", "u", w->base + i,
-                                         MC_NOW - (int64_t)(w->base + i),
-                                         IPD_TIME_NEVER, 1);
+        struct ipd_file_meta f =
+            mc_file("t", "u", w->base + i, MC_NOW - (int64_t)(w->base + i),
+                    IPD_TIME_NEVER, 1);
         /* An unlimited quota still reads before it writes: the case
          * where a deferred transaction would fail on a busy snapshot. */
         struct ipd_quota q = {.max_files = -1, .max_bytes = -1};
@@ -408,8 +408,7 @@ static void lease_takeover_race(void)
         for (int t = 0; t < MC_THREADS; t++) {
             l[t] = (struct mc_leaser){.m = stores[t], .now = MC_NOW + round};
             snprintf(l[t].owner, sizeof(l[t].owner), "o-%d-%d", round, t);
-            CHECK_INT(pthread_create(&l[t].tid, NULL, mc_leaser_run, &l[t]),
-                      0);
+            CHECK_INT(pthread_create(&l[t].tid, NULL, mc_leaser_run, &l[t]), 0);
         }
         for (int t = 0; t < MC_THREADS; t++) {
             pthread_join(l[t].tid, NULL);
@@ -548,8 +547,8 @@ static void cleanup(void)
 }
 
 TEST_MAIN(T(conformance), T(schema_version_table), T(reopen_keeps_data),
-          T(migrates_v1_keys), T(migrates_v3_keys),
-          T(wal_mode), T(newer_schema_refused), T(bad_path),
-          T(oversized_stored_value), T(locked_by_other_process),
-          T(two_stores_one_file), T(lease_takeover_race),
-          T(lease_two_processes), T(file_modes), T(cleanup))
+          T(migrates_v1_keys), T(migrates_v3_keys), T(wal_mode),
+          T(newer_schema_refused), T(bad_path), T(oversized_stored_value),
+          T(locked_by_other_process), T(two_stores_one_file),
+          T(lease_takeover_race), T(lease_two_processes), T(file_modes),
+          T(cleanup))

@@ -112,8 +112,7 @@ static int gate_child(void)
 
     /* Up to one page short of twice the reserve: still refused. */
     free_until(filler, &size, 2 * RESERVE - 4096);
-    CHECKF(free_bytes() < 2 * RESERVE, "free %lld",
-           (long long)free_bytes());
+    CHECKF(free_bytes() < 2 * RESERVE, "free %lld", (long long)free_bytes());
     CHECK_INT(ipd_space_check_write(s), IPD_ERR_NO_SPACE);
     CHECK(!ipd_space_reserved(s));
 

@@ -216,30 +216,30 @@ static void load_errors(void)
 {
     LOAD_FAILS("numpy\npandas\nbad name\n", NULL, NULL, IPD_ERR_INVALID,
                ":3: ", "one package name per line");
-    LOAD_FAILS("numpy\n-e x\n", NULL, NULL, IPD_ERR_INVALID, ":2: ",
-               "one package name per line");
-    LOAD_FAILS("numpy\n-e\n", NULL, NULL, IPD_ERR_INVALID, ":2: ",
-               "'-e' is not a valid package name");
+    LOAD_FAILS("numpy\n-e x\n", NULL, NULL, IPD_ERR_INVALID,
+               ":2: ", "one package name per line");
+    LOAD_FAILS("numpy\n-e\n", NULL, NULL, IPD_ERR_INVALID,
+               ":2: ", "'-e' is not a valid package name");
     LOAD_FAILS("numpy\nhttps://evil.example/x\n", NULL, NULL, IPD_ERR_INVALID,
                ":2: ", "not a valid package name");
-    LOAD_FAILS("numpy==1.0\n", NULL, NULL, IPD_ERR_INVALID, ":1: ",
-               "'numpy==1.0' is not a valid package name");
+    LOAD_FAILS("numpy==1.0\n", NULL, NULL, IPD_ERR_INVALID,
+               ":1: ", "'numpy==1.0' is not a valid package name");
     LOAD_FAILS("\n\n# x\np\xc3\xa4ndas\n", NULL, NULL, IPD_ERR_INVALID,
                ":4: ", "not a valid package name");
-    LOAD_FAILS("numpy_\n", NULL, NULL, IPD_ERR_INVALID, ":1: ",
-               "not a valid package name");
-    LOAD_FAILS("numpy\n", "six\nsix;x\n", NULL, IPD_ERR_INVALID, ":2: ",
-               "not a valid package name");
-    LOAD_FAILS("numpy\n", NULL, "sklearn\n", IPD_ERR_INVALID, ":1: ",
-               "expected `import_name distribution`");
-    LOAD_FAILS("numpy\n", NULL, "a b c\n", IPD_ERR_INVALID, ":1: ",
-               "expected `import_name distribution`");
-    LOAD_FAILS("numpy\n", NULL, "ok ok\n9x numpy\n", IPD_ERR_INVALID, ":2: ",
-               "'9x' is not a Python identifier");
-    LOAD_FAILS("numpy\n", NULL, "a.b numpy\n", IPD_ERR_INVALID, ":1: ",
-               "not a Python identifier");
-    LOAD_FAILS("numpy\n", NULL, "x bad/name\n", IPD_ERR_INVALID, ":1: ",
-               "not a valid package name");
+    LOAD_FAILS("numpy_\n", NULL, NULL, IPD_ERR_INVALID,
+               ":1: ", "not a valid package name");
+    LOAD_FAILS("numpy\n", "six\nsix;x\n", NULL, IPD_ERR_INVALID,
+               ":2: ", "not a valid package name");
+    LOAD_FAILS("numpy\n", NULL, "sklearn\n", IPD_ERR_INVALID,
+               ":1: ", "expected `import_name distribution`");
+    LOAD_FAILS("numpy\n", NULL, "a b c\n", IPD_ERR_INVALID,
+               ":1: ", "expected `import_name distribution`");
+    LOAD_FAILS("numpy\n", NULL, "ok ok\n9x numpy\n", IPD_ERR_INVALID,
+               ":2: ", "'9x' is not a Python identifier");
+    LOAD_FAILS("numpy\n", NULL, "a.b numpy\n", IPD_ERR_INVALID,
+               ":1: ", "not a Python identifier");
+    LOAD_FAILS("numpy\n", NULL, "x bad/name\n", IPD_ERR_INVALID,
+               ":1: ", "not a valid package name");
     LOAD_FAILS("numpy\n", NULL, "PIL pillow\nyaml pyyaml\nPIL other\n",
                IPD_ERR_INVALID, ":3: ", "'PIL' is already mapped on line 1");
     {
@@ -247,8 +247,8 @@ static void load_errors(void)
         memset(long_name, 'a', IPD_REQ_NAME_MAX + 1);
         long_name[IPD_REQ_NAME_MAX + 1] = '\n';
         long_name[IPD_REQ_NAME_MAX + 2] = '\0';
-        LOAD_FAILS(long_name, NULL, NULL, IPD_ERR_INVALID, ":1: ",
-                   "at most 100 characters");
+        LOAD_FAILS(long_name, NULL, NULL, IPD_ERR_INVALID,
+                   ":1: ", "at most 100 characters");
         free(long_name);
     }
 }
@@ -283,8 +283,7 @@ static void file_errors(void)
     /* A NUL byte would silently cut a line short. */
     write_file("numpy\n\0evil\n", 12, path);
     ipd_buf_reset(&err);
-    CHECK_INT(ipd_allowlist_load(path, NULL, NULL, &al, &err),
-              IPD_ERR_INVALID);
+    CHECK_INT(ipd_allowlist_load(path, NULL, NULL, &al, &err), IPD_ERR_INVALID);
     CHECK(strstr(err.buf, "NUL") != NULL);
     CHECK(al == NULL);
 
@@ -334,14 +333,36 @@ static void data_path(const char *rel, char *out, size_t outsz)
 static void default_data_files(void)
 {
     static const char *const required[] = {
-        "numpy",         "pandas",         "scipy",        "scikit-learn",
-        "statsmodels",   "matplotlib",     "seaborn",      "plotly",
-        "pillow",        "openpyxl",       "xlsxwriter",   "xlrd",
-        "sympy",         "networkx",       "pyyaml",       "tabulate",
-        "python-dateutil", "pytz",         "beautifulsoup4", "lxml",
-        "scikit-image",  "pyarrow",        "requests",     "tqdm",
-        "joblib",        "threadpoolctl",  "patsy",        "packaging",
-        "six",           "opencv-python-headless",
+        "numpy",
+        "pandas",
+        "scipy",
+        "scikit-learn",
+        "statsmodels",
+        "matplotlib",
+        "seaborn",
+        "plotly",
+        "pillow",
+        "openpyxl",
+        "xlsxwriter",
+        "xlrd",
+        "sympy",
+        "networkx",
+        "pyyaml",
+        "tabulate",
+        "python-dateutil",
+        "pytz",
+        "beautifulsoup4",
+        "lxml",
+        "scikit-image",
+        "pyarrow",
+        "requests",
+        "tqdm",
+        "joblib",
+        "threadpoolctl",
+        "patsy",
+        "packaging",
+        "six",
+        "opencv-python-headless",
     };
     static const char *const imports[][2] = {
         {"sklearn", "scikit-learn"},
@@ -377,8 +398,7 @@ static void default_data_files(void)
     for (size_t i = 0; i < ipd_allowlist_count(al); i++) {
         const char *name = ipd_allowlist_name(al, i);
         struct ipd_requirement r;
-        CHECK_INT(ipd_requirement_parse(name, strlen(name), &r, NULL),
-                  IPD_OK);
+        CHECK_INT(ipd_requirement_parse(name, strlen(name), &r, NULL), IPD_OK);
         CHECK_STR(r.normalized, name);
         if (i)
             CHECK(strcmp(ipd_allowlist_name(al, i - 1), name) < 0);
@@ -443,9 +463,9 @@ static void concurrent_reads(void)
     struct ipd_allowlist *al = NULL;
     pthread_t t[4];
     struct reader_arg args[4];
-    CHECK_INT(load_strs("scikit-learn\npillow\n", "six\n", "PIL pillow\n", &al,
-                        NULL),
-              IPD_OK);
+    CHECK_INT(
+        load_strs("scikit-learn\npillow\n", "six\n", "PIL pillow\n", &al, NULL),
+        IPD_OK);
     REQUIRE(al);
     for (int i = 0; i < 4; i++) {
         args[i].al = al;
@@ -478,7 +498,7 @@ static void teardown(void)
     CHECK_INT(rmdir(tmpdir), 0);
 }
 
-TEST_MAIN(T(setup), T(names_are_normalized_sorted_unique),
-          T(deps_only_names), T(empty_lists), T(import_mapping),
-          T(load_errors), T(file_errors), T(size_cap), T(default_data_files),
-          T(mapped_imports_are_allowed), T(concurrent_reads), T(teardown))
+TEST_MAIN(T(setup), T(names_are_normalized_sorted_unique), T(deps_only_names),
+          T(empty_lists), T(import_mapping), T(load_errors), T(file_errors),
+          T(size_cap), T(default_data_files), T(mapped_imports_are_allowed),
+          T(concurrent_reads), T(teardown))

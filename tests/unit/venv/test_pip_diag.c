@@ -18,8 +18,8 @@ static char *fixture(const char *name, size_t *len)
     const char *src = __FILE__;
     const char *slash = strrchr(src, '/');
     int dl = slash ? (int)(slash - src) : 1;
-    snprintf(path, sizeof(path), "%.*s/pip-output/%s", dl,
-             slash ? src : ".", name);
+    snprintf(path, sizeof(path), "%.*s/pip-output/%s", dl, slash ? src : ".",
+             name);
     FILE *f = fopen(path, "rb");
     char *buf = NULL;
     *len = 0;
@@ -36,8 +36,8 @@ static char *fixture(const char *name, size_t *len)
     return buf;
 }
 
-static const struct ipd_pip_where at_index = {
-    .index_url = "http://127.0.0.1:1/simple/"};
+static const struct ipd_pip_where at_index = {.index_url =
+                                                  "http://127.0.0.1:1/simple/"};
 
 /* Diagnose the fixture; expect kind, and each non-NULL field. */
 static void diag_at(int line, const char *name, enum ipd_pip_failure kind,
@@ -55,8 +55,8 @@ static void diag_at(int line, const char *name, enum ipd_pip_failure kind,
     ipd_pip_diagnose(text, len, &d);
     ipd_pip_describe(&d, w ? w : &at_index, msg, sizeof(msg));
     if ((int)d.kind != (int)kind || (msg_part && !strstr(msg, msg_part)))
-        fprintf(stderr, "line %d: %s: kind %d (want %d), message: %s\n",
-                line, name, (int)d.kind, (int)kind, msg);
+        fprintf(stderr, "line %d: %s: kind %d (want %d), message: %s\n", line,
+                name, (int)d.kind, (int)kind, msg);
     CHECK_INT(d.kind, kind);
     if (requirement)
         CHECK_STR(d.requirement, requirement);
@@ -114,8 +114,8 @@ static void no_version(void)
          "http://127.0.0.1:1/simple/ has 1.0, 2.0",
          NULL);
     struct ipd_pip_where folder = {.no_index = true, .find_links = true};
-    DIAG("noindex_noversion.txt", IPD_PIP_NO_VERSION, "ipdtest-alpha==2.0",
-         "", "1.0", "the wheel folder (--pip-find-links) has 1.0", &folder);
+    DIAG("noindex_noversion.txt", IPD_PIP_NO_VERSION, "ipdtest-alpha==2.0", "",
+         "1.0", "the wheel folder (--pip-find-links) has 1.0", &folder);
 }
 
 static void not_found(void)
@@ -178,12 +178,13 @@ static void odd_inputs(void)
     CHECK_STR(d.project, "abc");
     /* Hundreds of versions: the newest end is kept. */
     char big[8192];
-    size_t k = (size_t)snprintf(big, sizeof(big), "ERROR: Could not find a "
+    size_t k = (size_t)snprintf(big, sizeof(big),
+                                "ERROR: Could not find a "
                                 "version that satisfies the requirement "
                                 "x==9 (from versions: ");
     for (int i = 0; i < 400; i++)
-        k += (size_t)snprintf(big + k, sizeof(big) - k, "%s1.%d",
-                              i ? ", " : "", i);
+        k += (size_t)snprintf(big + k, sizeof(big) - k, "%s1.%d", i ? ", " : "",
+                              i);
     k += (size_t)snprintf(big + k, sizeof(big) - k, ")\n");
     ipd_pip_diagnose(big, k, &d);
     CHECK_INT(d.kind, IPD_PIP_NO_VERSION);

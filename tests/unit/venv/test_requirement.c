@@ -40,8 +40,7 @@ static void accept_at(int line, const char *s, const char *name,
 
 /* Parse s[0..len); expect IPD_ERR_INVALID, a message containing category,
  * and an emptied struct. */
-static void refuse_at(int line, const char *s, size_t len,
-                      const char *category)
+static void refuse_at(int line, const char *s, size_t len, const char *category)
 {
     struct ipd_requirement r;
     struct ipd_buf why;
@@ -50,8 +49,8 @@ static void refuse_at(int line, const char *s, size_t len,
     enum ipd_err rc = ipd_requirement_parse(s, len, &r, &why);
     if (rc != IPD_ERR_INVALID || !strstr(why.buf, category)) {
         fprintf(stderr,
-                "line %d: \"%.*s\": rc %d, message \"%s\", want \"%s\"\n",
-                line, (int)len, s ? s : "", (int)rc, why.buf, category);
+                "line %d: \"%.*s\": rc %d, message \"%s\", want \"%s\"\n", line,
+                (int)len, s ? s : "", (int)rc, why.buf, category);
         test__failed_checks++;
     }
     CHECK(r.name[0] == '\0' && r.normalized[0] == '\0');
@@ -72,8 +71,7 @@ static void plain_names(void)
     ACCEPT("7z", "7z", "7z", "", "", "7z");
     ACCEPT("Scikit_Learn", "Scikit_Learn", "scikit-learn", "", "",
            "scikit-learn");
-    ACCEPT("Foo.Bar_baz", "Foo.Bar_baz", "foo-bar-baz", "", "",
-           "foo-bar-baz");
+    ACCEPT("Foo.Bar_baz", "Foo.Bar_baz", "foo-bar-baz", "", "", "foo-bar-baz");
     ACCEPT("zope.interface", "zope.interface", "zope-interface", "", "",
            "zope-interface");
     ACCEPT("a-_.b", "a-_.b", "a-b", "", "", "a-b");
@@ -83,18 +81,14 @@ static void plain_names(void)
 
 static void specifiers(void)
 {
-    ACCEPT("pandas==2.0.3", "pandas", "pandas", "", "==2.0.3",
-           "pandas==2.0.3");
+    ACCEPT("pandas==2.0.3", "pandas", "pandas", "", "==2.0.3", "pandas==2.0.3");
     ACCEPT("pandas>=2.0,<3", "pandas", "pandas", "", ">=2.0,<3",
            "pandas>=2.0,<3");
-    ACCEPT("scipy<=1.11.4", "scipy", "scipy", "", "<=1.11.4",
-           "scipy<=1.11.4");
+    ACCEPT("scipy<=1.11.4", "scipy", "scipy", "", "<=1.11.4", "scipy<=1.11.4");
     ACCEPT("scipy>1", "scipy", "scipy", "", ">1", "scipy>1");
-    ACCEPT("numpy!=1.25.0", "numpy", "numpy", "", "!=1.25.0",
-           "numpy!=1.25.0");
+    ACCEPT("numpy!=1.25.0", "numpy", "numpy", "", "!=1.25.0", "numpy!=1.25.0");
     ACCEPT("numpy~=1.24", "numpy", "numpy", "", "~=1.24", "numpy~=1.24");
-    ACCEPT("numpy~=1.24.0", "numpy", "numpy", "", "~=1.24.0",
-           "numpy~=1.24.0");
+    ACCEPT("numpy~=1.24.0", "numpy", "numpy", "", "~=1.24.0", "numpy~=1.24.0");
     ACCEPT("numpy>=1.20,!=1.21.*,<2", "numpy", "numpy", "",
            ">=1.20,!=1.21.*,<2", "numpy>=1.20,!=1.21.*,<2");
     ACCEPT("Django>=4.2.0.0.1", "Django", "django", "", ">=4.2.0.0.1",
@@ -119,24 +113,22 @@ static void pre_post_dev(void)
     ACCEPT("foo==1.2.3rc1", "foo", "foo", "", "==1.2.3rc1", "foo==1.2.3rc1");
     ACCEPT("foo==1.0a1", "foo", "foo", "", "==1.0a1", "foo==1.0a1");
     ACCEPT("foo>=1.0b2", "foo", "foo", "", ">=1.0b2", "foo>=1.0b2");
-    ACCEPT("foo==2.0.post1", "foo", "foo", "", "==2.0.post1",
-           "foo==2.0.post1");
+    ACCEPT("foo==2.0.post1", "foo", "foo", "", "==2.0.post1", "foo==2.0.post1");
     ACCEPT("foo==1.0.dev3", "foo", "foo", "", "==1.0.dev3", "foo==1.0.dev3");
     ACCEPT("foo==1.0rc1.post2.dev3", "foo", "foo", "", "==1.0rc1.post2.dev3",
            "foo==1.0rc1.post2.dev3");
-    ACCEPT("foo~=2.0.post1", "foo", "foo", "", "~=2.0.post1",
-           "foo~=2.0.post1");
+    ACCEPT("foo~=2.0.post1", "foo", "foo", "", "~=2.0.post1", "foo~=2.0.post1");
 }
 
 static void bad_versions(void)
 {
     const char *bad[] = {
-        "pandas>=v2",          "pandas==1.0RC1",     "pandas==1.0+cpu",
-        "pandas==1.0-1",       "pandas==.1",         "pandas==1.",
-        "pandas==1..2",        "pandas==1.0rc",      "pandas==1.0.post",
-        "pandas==1.0-post1",   "pandas==1.0.dev",    "pandas==1.0dev1",
-        "pandas==1.0alpha1",   "pandas==1.0c1",      "pandas==1.0a1b2",
-        "pandas==1.0.dev1rc1", "pandas==1!2.0",      "pandas==latest",
+        "pandas>=v2",          "pandas==1.0RC1",      "pandas==1.0+cpu",
+        "pandas==1.0-1",       "pandas==.1",          "pandas==1.",
+        "pandas==1..2",        "pandas==1.0rc",       "pandas==1.0.post",
+        "pandas==1.0-post1",   "pandas==1.0.dev",     "pandas==1.0dev1",
+        "pandas==1.0alpha1",   "pandas==1.0c1",       "pandas==1.0a1b2",
+        "pandas==1.0.dev1rc1", "pandas==1!2.0",       "pandas==latest",
         "pandas>=1.0_1",       "pandas==1.0.post1a1",
     };
     for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++)
@@ -173,8 +165,8 @@ static void extras(void)
     ACCEPT("pandas[Excel,Performance_Extra]>=2", "pandas", "pandas",
            "excel,performance-extra", ">=2",
            "pandas[excel,performance-extra]>=2");
-    ACCEPT("Pandas[plot] >= 2.0, < 3", "Pandas", "pandas", "plot",
-           ">=2.0,<3", "pandas[plot]>=2.0,<3");
+    ACCEPT("Pandas[plot] >= 2.0, < 3", "Pandas", "pandas", "plot", ">=2.0,<3",
+           "pandas[plot]>=2.0,<3");
     REFUSE("pandas[]", "extras must be");
     REFUSE("pandas[excel", "extras must be");
     REFUSE("pandas[excel,]", "extras must be");
@@ -274,11 +266,12 @@ static void paths(void)
 static void shell_metacharacters(void)
 {
     const char *bad[] = {
-        "$(reboot)",  "pandas`id`", "pandas|sh",   "pandas&",
-        "pandas&&x",  "pandas(1)",  "pandas{1}",   "pandas'",
-        "pandas\"",   "pandas\\x",  "pandas?",     "pan*das",
-        "pandas==*",  "*",          "pandas>=$V",  "pandas[a$b]",
-        "pandas==1*", "pandas>1 && echo",
+        "$(reboot)",   "pandas`id`", "pandas|sh",
+        "pandas&",     "pandas&&x",  "pandas(1)",
+        "pandas{1}",   "pandas'",    "pandas\"",
+        "pandas\\x",   "pandas?",    "pan*das",
+        "pandas==*",   "*",          "pandas>=$V",
+        "pandas[a$b]", "pandas==1*", "pandas>1 && echo",
     };
     for (size_t i = 0; i < IPD_ARRAY_LEN(bad); i++)
         refuse_at(__LINE__, bad[i], strlen(bad[i]), "shell metacharacters");
@@ -497,7 +490,7 @@ static void met(void)
 }
 
 TEST_MAIN(T(met), T(plain_names), T(specifiers), T(wildcards), T(pre_post_dev),
-          T(bad_versions), T(operators), T(extras), T(whitespace),
-          T(options), T(urls), T(markers), T(paths), T(shell_metacharacters),
-          T(names), T(lengths), T(non_ascii), T(check_order),
-          T(format_limits), T(normalize), T(name_valid), T(message_appends))
+          T(bad_versions), T(operators), T(extras), T(whitespace), T(options),
+          T(urls), T(markers), T(paths), T(shell_metacharacters), T(names),
+          T(lengths), T(non_ascii), T(check_order), T(format_limits),
+          T(normalize), T(name_valid), T(message_appends))
