@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config clang libclang-rt-14-dev
+  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
   libmicrohttpd-dev libjansson-dev libmagic-dev libmagic-mgc libsqlite3-dev
   libcurl4-openssl-dev libssl-dev libseccomp-dev libmongoc-dev libbson-dev
   python3 python3-venv python3-numpy python3-pandas python3-matplotlib
