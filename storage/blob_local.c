@@ -142,13 +142,10 @@ static enum ipd_err
 each_entry(int dirfd, int (*fn)(void *cls, const char *name), void *cls)
 {
     int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = ipd_fdopendir(fd);
     struct dirent *e;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    if (!d)
         return IPD_ERR_IO;
-    }
     while ((e = ipd_readdir(d))) {
         if (fn(cls, e->d_name))
             break;

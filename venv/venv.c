@@ -424,13 +424,10 @@ static void gc(struct ipd_venv *v)
 {
     char cur[NAME_MAX_GEN] = "";
     int fd = dup(v->root_fd);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = ipd_fdopendir(fd);
     struct dirent *e;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    if (!d)
         return;
-    }
     (void)read_current(v, cur, sizeof(cur));
     rewinddir(d);
     while ((e = readdir(d)) != NULL) {

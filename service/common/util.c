@@ -472,6 +472,18 @@ char *ipd_redact_uri(const char *uri)
     return ipd_buf_detach(&b, NULL);
 }
 
+DIR *ipd_fdopendir(int fd)
+{
+    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    int saved = errno;
+
+    if (!d && fd >= 0) {
+        close(fd);
+        errno = saved;
+    }
+    return d;
+}
+
 struct dirent *ipd_readdir(DIR *d)
 {
     struct dirent *e;

@@ -97,6 +97,11 @@ int ipd_remove_tree_at(int dirfd, const char *name);
  * an error, errno set as readdir sets it). */
 struct dirent *ipd_readdir(DIR *d);
 
+/* A directory stream on fd, which it takes: closed when no stream can be
+ * made on it.  NULL, errno set, on a failure or when fd < 0 (errno as the
+ * call that gave fd set it).  Free the stream with closedir. */
+DIR *ipd_fdopendir(int fd);
+
 /* Write all of data[0..len) to fd, retrying short writes and EINTR.
  * IPD_ERR_IO on a failure, errno set (ENOSPC for a write that wrote
  * nothing).  Allocates nothing: safe in a forked child. */

@@ -15,6 +15,7 @@
 
 #include "../../venv/venv.h"
 #include "../common/log.h"
+#include "../common/util.h"
 #include "exec_internal.h"
 
 /* The read-only system binds every run gets; returns how many. */
@@ -43,14 +44,11 @@ static bool has_fontlist(const struct ipd_sandbox_stage *st)
 {
     int fd = openat(ipd_sandbox_stage_fd(st), "mplcache",
                     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = ipd_fdopendir(fd);
     struct dirent *e;
     bool found = false;
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    if (!d)
         return false;
-    }
     while (!found && (e = readdir(d)) != NULL)
         found = !strncmp(e->d_name, "fontlist-", 9);
     closedir(d);

@@ -977,23 +977,18 @@ static void empty_and_unlink(int dirfd, const char *name)
 static void clear_inputs(int data_fd)
 {
     int fd = data_fd >= 0 ? dup(data_fd) : -1;
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = ipd_fdopendir(fd);
     struct dirent *e;
 
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    if (!d)
         return;
-    }
     rewinddir(d); /* the offset is data_fd's, shared by the dup */
     while ((e = ipd_readdir(d)) != NULL) {
         int sub = openat(data_fd, e->d_name,
                          O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-        DIR *sd = sub >= 0 ? fdopendir(sub) : NULL;
+        DIR *sd = ipd_fdopendir(sub);
         struct dirent *f;
         if (!sd) {
-            if (sub >= 0)
-                close(sub);
             empty_and_unlink(data_fd, e->d_name);
             continue;
         }

@@ -253,7 +253,7 @@ static enum ipd_err stage_files(struct ipd_executor *ex,
 static enum ipd_err copy_prelude(const struct ipd_executor *ex, int to)
 {
     int from = open(ex->prelude_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    DIR *d = from >= 0 ? fdopendir(from) : NULL;
+    DIR *d = ipd_fdopendir(from);
     struct dirent *e;
     enum ipd_err rc = d ? IPD_OK : IPD_ERR_IO;
 
@@ -277,8 +277,6 @@ static enum ipd_err copy_prelude(const struct ipd_executor *ex, int to)
     }
     if (d)
         closedir(d);
-    else if (from >= 0)
-        close(from);
     return rc;
 }
 

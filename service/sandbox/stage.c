@@ -254,16 +254,13 @@ static int copy_entry(struct copy_ctx *c, int sfd, int dfd, const char *name,
 static int copy_dir(struct copy_ctx *c, int sfd, int dfd, int depth)
 {
     int fd = depth < IPD_REMOVE_TREE_DEPTH ? dup(sfd) : (errno = ELOOP, -1);
-    DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+    DIR *d = ipd_fdopendir(fd);
     size_t len = strlen(c->rel);
     struct dirent *e;
     int rc = 0;
 
-    if (!d) {
-        if (fd >= 0)
-            close(fd);
+    if (!d)
         return -1;
-    }
     while (!rc && (e = ipd_readdir(d)) != NULL) {
         if ((size_t)snprintf(c->rel + len, sizeof c->rel - len, "%s%s",
                              len ? "/" : "",

@@ -1,6 +1,10 @@
 /*
  * test_util.c - ids, times, durations, sizes, validators, the buffer.
  */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+
 #include "service/common/buf.h"
 #include "service/common/crypto.h"
 #include "service/common/log.h"
@@ -237,7 +241,29 @@ static void buffer(void)
     ipd_buf_release(&b);
 }
 
+/* ipd_fdopendir takes the descriptor: the stream closes it, and a
+ * descriptor no stream can be made on is closed at once. */
+static void fdopendir_takes_the_fd(void)
+{
+    int fd = open("/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    DIR *d = ipd_fdopendir(fd);
+    CHECK(d != NULL);
+    CHECK(ipd_readdir(d) != NULL);
+    closedir(d);
+    CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
+
+    fd = open("/dev/null", O_RDONLY | O_CLOEXEC); /* not a directory */
+    errno = 0;
+    CHECK(ipd_fdopendir(fd) == NULL);
+    CHECK_INT(errno, ENOTDIR);
+    CHECK(fcntl(fd, F_GETFD) == -1 && errno == EBADF);
+
+    errno = ENOENT; /* as an open that failed left it */
+    CHECK(ipd_fdopendir(-1) == NULL);
+    CHECK_INT(errno, ENOENT);
+}
+
 TEST_MAIN(T(ids_have_shape_and_differ), T(ids_are_random_enough),
           T(time_format_and_parse), T(durations), T(sizes), T(ints),
           T(user_ids_and_tenants), T(utf8), T(utf8_lossy), T(log_escape),
-          T(sha256_and_hmac), T(buffer))
+          T(sha256_and_hmac), T(buffer), T(fdopendir_takes_the_fd))
