@@ -472,6 +472,13 @@ char *ipd_redact_uri(const char *uri)
     return ipd_buf_detach(&b, NULL);
 }
 
+void ipd_close_fd(int *fd)
+{
+    if (*fd >= 0)
+        close(*fd);
+    *fd = -1;
+}
+
 DIR *ipd_fdopendir(int fd)
 {
     DIR *d = fd >= 0 ? fdopendir(fd) : NULL;

@@ -97,6 +97,10 @@ int ipd_remove_tree_at(int dirfd, const char *name);
  * an error, errno set as readdir sets it). */
 struct dirent *ipd_readdir(DIR *d);
 
+/* Close *fd when it is open and set it to -1.  Allocates nothing: safe
+ * in a forked child. */
+void ipd_close_fd(int *fd);
+
 /* A directory stream on fd, which it takes: closed when no stream can be
  * made on it.  NULL, errno set, on a failure or when fd < 0 (errno as the
  * call that gave fd set it).  Free the stream with closedir. */

@@ -29,13 +29,6 @@
 #include "exec_internal.h"
 #include "request.h"
 
-static void close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}
-
 /* Create name in dirfd (must not exist), mode 0644 whatever the umask. */
 enum ipd_err ipd__write_file_at(int dirfd, const char *name, const void *data,
                                 size_t len)
@@ -154,8 +147,8 @@ static enum ipd_err stage_file(struct ipd_executor *ex, int data_fd,
 out:
     if (in >= 0)
         close(in);
-    close_fd(&ofd);
-    close_fd(&dfd);
+    ipd_close_fd(&ofd);
+    ipd_close_fd(&dfd);
     ipd_blob_reader_free(rd);
     return rc;
 }
@@ -308,23 +301,23 @@ enum ipd_err ipd__run_stage_create(struct ipd_executor *ex,
     dir = ipd__mkdir_open_at(fd, "interpd", 0755);
     if (wk->job_fd < 0 || wk->data_fd < 0 || dir < 0) {
         ipd_buf_addf(why, "mkdir: %s", strerror(errno));
-        close_fd(&dir);
+        ipd_close_fd(&dir);
         return IPD_ERR_INTERNAL;
     }
     if (copy_prelude(ex, dir)) {
         ipd_buf_addf(why, "copying the prelude from %s: %s", ex->prelude_dir,
                      strerror(errno));
-        close_fd(&dir);
+        ipd_close_fd(&dir);
         return IPD_ERR_INTERNAL;
     }
-    close_fd(&dir);
+    ipd_close_fd(&dir);
     return IPD_OK;
 }
 
 void ipd__run_stage_remove(struct ipd__run_stage *wk)
 {
-    close_fd(&wk->job_fd);
-    close_fd(&wk->data_fd);
+    ipd_close_fd(&wk->job_fd);
+    ipd_close_fd(&wk->data_fd);
     ipd_sandbox_stage_free(wk->stage);
     wk->stage = NULL;
 }

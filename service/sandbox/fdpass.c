@@ -95,10 +95,3 @@ ssize_t ipd__fdpass_recv(int sock, void *buf, size_t len, int flags, int *fds,
     take_fds(&mh, fds, max_fds, nfds);
     return n;
 }
-
-void ipd__close_fd(int *fd)
-{
-    if (*fd >= 0)
-        close(*fd);
-    *fd = -1;
-}

@@ -549,12 +549,12 @@ static void read_ctl(struct run *r)
     if (n < 0 && (errno == EINTR || errno == EAGAIN))
         return;
     if (n <= 0) {
-        ipd__close_fd(&r->ctl);
+        ipd_close_fd(&r->ctl);
         return;
     }
     /* Only a whole message of its kind brings a descriptor we keep. */
     if ((size_t)n != sizeof m) {
-        ipd__close_fd(&fd);
+        ipd_close_fd(&fd);
         return;
     }
     if (nfds && m.kind == IPD_ZPROTO_CTL_OUTDIR && r->out->output_dirfd < 0)
@@ -563,7 +563,7 @@ static void read_ctl(struct run *r)
              r->egress)
         take_egress(r, fd);
     else
-        ipd__close_fd(&fd);
+        ipd_close_fd(&fd);
     if (m.kind == IPD_ZPROTO_CTL_ERROR && !r->setup_error) {
         r->setup_error = true;
         m.text[sizeof m.text - 1] = '\0';
@@ -791,10 +791,10 @@ static void take_ends(struct run *r, struct pipes *pp,
                       const struct ipd_sandbox_spec *spec,
                       const struct ipd__cgroup_run *cgr)
 {
-    ipd__close_fd(&pp->out[1]);
-    ipd__close_fd(&pp->err[1]);
-    ipd__close_fd(&pp->in[0]);
-    ipd__close_fd(&pp->ctl[1]);
+    ipd_close_fd(&pp->out[1]);
+    ipd_close_fd(&pp->err[1]);
+    ipd_close_fd(&pp->in[0]);
+    ipd_close_fd(&pp->ctl[1]);
     r->out_r = pp->out[0];
     r->err_r = pp->err[0];
     r->in_w = pp->in[1];
@@ -809,7 +809,7 @@ static void take_ends(struct run *r, struct pipes *pp,
         kill_tree(r, cgr);
     }
     if (r->in_w >= 0 && r->in_len == 0)
-        ipd__close_fd(&r->in_w);
+        ipd_close_fd(&r->in_w);
 }
 
 /* The result of a supervised run, from C1's report, the cgroup's
@@ -881,8 +881,8 @@ static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
     }
     if (r->foreign && r->c1_done && r->c1fd >= 0)
         ipd__wait_reaped(r->c1fd);
-    ipd__close_fd(&r->pidfd);
-    ipd__close_fd(&r->c1fd);
+    ipd_close_fd(&r->pidfd);
+    ipd_close_fd(&r->c1fd);
     if (cg_made) {
         enum ipd_err drc = ipd__cgroup_run_destroy(cgr);
         if (drc && !rc) {
@@ -891,20 +891,20 @@ static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
             rc = drc;
         }
     }
-    ipd__close_fd(&r->out_r);
-    ipd__close_fd(&r->err_r);
-    ipd__close_fd(&r->in_w);
-    ipd__close_fd(&r->ctl);
+    ipd_close_fd(&r->out_r);
+    ipd_close_fd(&r->err_r);
+    ipd_close_fd(&r->in_w);
+    ipd_close_fd(&r->ctl);
     return rc;
 }
 
 static void close_pipes(struct pipes *pp)
 {
     for (int i = 0; i < 2; i++) {
-        ipd__close_fd(&pp->out[i]);
-        ipd__close_fd(&pp->err[i]);
-        ipd__close_fd(&pp->in[i]);
-        ipd__close_fd(&pp->ctl[i]);
+        ipd_close_fd(&pp->out[i]);
+        ipd_close_fd(&pp->err[i]);
+        ipd_close_fd(&pp->in[i]);
+        ipd_close_fd(&pp->ctl[i]);
     }
 }
 
@@ -958,7 +958,7 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (rc)
         goto out;
     take_ends(&r, &pp, spec, &cgr);
-    ipd__close_fd(&xfd); /* a zygote's socket: the children hold it now */
+    ipd_close_fd(&xfd); /* a zygote's socket: the children hold it now */
     rc = supervise(&r, &cgr, start, p.wall_timeout_ms);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     ipd__cgroup_run_stats(&cgr, &oom, &cpu, &peak);
@@ -969,7 +969,7 @@ out:
     rc = end_run(&r, &cgr, cg_made, rc);
     close_pipes(&pp);
     plan_release(&pl);
-    ipd__close_fd(&xfd);
+    ipd_close_fd(&xfd);
     return rc;
 }
 
@@ -1190,8 +1190,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
         snprintf(out->error, sizeof out->error, "session: the child is gone");
         *ended = true;
     }
-    ipd__close_fd(&out_p[1]);
-    ipd__close_fd(&err_p[1]);
+    ipd_close_fd(&out_p[1]);
+    ipd_close_fd(&err_p[1]);
     r.out_r = out_p[0];
     r.err_r = err_p[0];
     if (!*ended)
@@ -1206,8 +1206,8 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
         drain(&r, &r.out_r, &out->out, &out->out_truncated);
     if (r.err_r >= 0)
         drain(&r, &r.err_r, &out->err, &out->err_truncated);
-    ipd__close_fd(&r.out_r);
-    ipd__close_fd(&r.err_r);
+    ipd_close_fd(&r.out_r);
+    ipd_close_fd(&r.err_r);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     call_result(&r, pk, done, oom0, cpu0);
     return done || r.timed_out || r.got_status || out->oom_killed

@@ -128,8 +128,6 @@ ssize_t ipd__fdpass_send(int sock, const void *msg, size_t len, const int *fds,
  * not fit.  Returns recvmsg's result (-1 with errno: no descriptors). */
 ssize_t ipd__fdpass_recv(int sock, void *buf, size_t len, int flags, int *fds,
                          size_t max_fds, size_t *nfds);
-/* Close *fd if it is open and set it to -1 (fdpass.c). */
-void ipd__close_fd(int *fd);
 
 #define IPD__SANDBOX_MAX_MOUNTS 64
 

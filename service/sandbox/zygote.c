@@ -150,8 +150,8 @@ void ipd_sandbox_zygote_free(struct ipd_sandbox_zygote *z)
 {
     if (!z)
         return;
-    ipd__close_fd(&z->cmd);
-    ipd__close_fd(&z->z_end);
+    ipd_close_fd(&z->cmd);
+    ipd_close_fd(&z->z_end);
     pthread_mutex_destroy(&z->lock);
     free(z);
 }
@@ -240,14 +240,14 @@ static enum ipd_err child_msg(struct ipd_sandbox_parked *pk, int64_t deadline,
     memset(m, 0, sizeof *m);
     n = ipd__fdpass_recv(pk->ctl, m, sizeof *m, MSG_DONTWAIT, fd, 1, &nfds);
     if (n != (ssize_t)sizeof *m) {
-        ipd__close_fd(fd);
+        ipd_close_fd(fd);
         snprintf(err, errlen, "zygote: the parked child %s",
                  n == 0 ? "ended" : "sent a bad message");
         return IPD_ERR_UNAVAILABLE;
     }
     if (m->kind == IPD_ZPROTO_CTL_ERROR) {
         m->text[sizeof m->text - 1] = '\0';
-        ipd__close_fd(fd);
+        ipd_close_fd(fd);
         snprintf(err, errlen, "zygote child setup: %s", m->text);
         return IPD_ERR_INTERNAL;
     }
@@ -323,7 +323,7 @@ static enum ipd_err handshake(struct ipd_sandbox_parked *pk, int64_t deadline,
         else if (m.kind == IPD_ZPROTO_CTL_HELLO && fd >= 0 && pk->pidfd < 0)
             pk->pidfd = fd;
         else
-            ipd__close_fd(&fd);
+            ipd_close_fd(&fd);
     }
     pk->pid = pidfd_pid(pk->pidfd);
     if (pk->pid <= 0) {
@@ -338,7 +338,7 @@ static enum ipd_err handshake(struct ipd_sandbox_parked *pk, int64_t deadline,
         return IPD_ERR_UNAVAILABLE;
     }
     rc = child_msg(pk, deadline, &m, &fd, err, errlen);
-    ipd__close_fd(&fd);
+    ipd_close_fd(&fd);
     if (!rc && m.kind != IPD_ZPROTO_CTL_READY) {
         snprintf(err, errlen, "zygote: the parked child is not ready");
         rc = IPD_ERR_INTERNAL;
@@ -384,9 +384,9 @@ static enum ipd_err park_pipes(struct ipd_sandbox_parked *pk, int *fds,
         socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, ctl)) {
         snprintf(err, errlen, "zygote: pipes: %s", strerror(errno));
         for (int i = 0; i < 2; i++) {
-            ipd__close_fd(&out_p[i]);
-            ipd__close_fd(&err_p[i]);
-            ipd__close_fd(&ctl[i]);
+            ipd_close_fd(&out_p[i]);
+            ipd_close_fd(&err_p[i]);
+            ipd_close_fd(&ctl[i]);
         }
         return IPD_ERR_INTERNAL;
     }
@@ -423,11 +423,11 @@ void ipd_sandbox_parked_free(struct ipd_sandbox_parked *pk)
         (void)poll(&pf, 1, 5000);
         ipd__wait_reaped(pk->pidfd);
     }
-    ipd__close_fd(&pk->pidfd);
-    ipd__close_fd(&pk->ctl);
-    ipd__close_fd(&pk->out_r);
-    ipd__close_fd(&pk->err_r);
-    ipd__close_fd(&pk->outdir);
+    ipd_close_fd(&pk->pidfd);
+    ipd_close_fd(&pk->ctl);
+    ipd_close_fd(&pk->out_r);
+    ipd_close_fd(&pk->err_r);
+    ipd_close_fd(&pk->outdir);
     (void)ipd__cgroup_run_destroy(&pk->cgr);
     free(pk);
 }
@@ -481,22 +481,22 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
     rc = params ? send_park(z, params, fds, 3 + n_mounts, err, errlen)
                 : IPD_ERR_INTERNAL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(fds); i++)
-        ipd__close_fd(&fds[i]); /* the zygote's now, or never sent */
+        ipd_close_fd(&fds[i]); /* the zygote's now, or never sent */
     if (!rc)
         rc = handshake(pk, deadline, err, errlen);
 out:
     free(params);
     for (size_t i = 0; i < IPD_ARRAY_LEN(fds); i++)
-        ipd__close_fd(&fds[i]);
+        ipd_close_fd(&fds[i]);
     if (rc) {
         if (pk->cgr.v2[0] || pk->cgr.mem[0] || pk->cgr.pids[0] ||
             pk->cgr.cpuacct[0] || pk->cgr.cpu[0] || pk->pidfd >= 0)
             ipd_sandbox_parked_free(pk);
         else {
-            ipd__close_fd(&pk->ctl);
-            ipd__close_fd(&pk->out_r);
-            ipd__close_fd(&pk->err_r);
-            ipd__close_fd(&pk->outdir);
+            ipd_close_fd(&pk->ctl);
+            ipd_close_fd(&pk->out_r);
+            ipd_close_fd(&pk->err_r);
+            ipd_close_fd(&pk->outdir);
             free(pk);
         }
         return rc;

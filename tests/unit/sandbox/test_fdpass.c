@@ -9,6 +9,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "service/common/util.h"
 #include "service/sandbox/sandbox_internal.h"
 #include "test.h"
 
@@ -53,7 +54,7 @@ static void message_and_fds_arrive(void)
     for (int i = 0; i < 2; i++) {
         CHECK(fds[i] >= 0);
         CHECK(fcntl(fds[i], F_GETFD) & FD_CLOEXEC); /* MSG_CMSG_CLOEXEC */
-        ipd__close_fd(&fds[i]);
+        ipd_close_fd(&fds[i]);
         CHECK_INT(fds[i], -1);
     }
     CHECK_INT(open_fds(), before);
@@ -73,7 +74,7 @@ static void excess_fds_closed(void)
     CHECK_INT(
         ipd__fdpass_recv(sv[1], buf, sizeof buf, MSG_DONTWAIT, &fd, 1, &n), 5);
     CHECK_INT(n, 1);
-    ipd__close_fd(&fd);
+    ipd_close_fd(&fd);
     CHECK_INT(open_fds(), before);
     send_k(sv[0], IPD_FDPASS_MAX);
     CHECK_INT(
