@@ -54,8 +54,9 @@ struct async_req {
     pthread_t thread;
     atomic_bool done; /* the answer (or the failure) came back */
     long status;
-    char *sid;      /* a create's session id (free()) */
-    char error[64]; /* the error code of a refusal */
+    char *sid;            /* a create's session id (free()) */
+    char error[64];       /* the error code of a refusal */
+    char retry_after[16]; /* its Retry-After, or "" */
 };
 
 static void *async_main(void *arg)
@@ -76,6 +77,9 @@ static void *async_main(void *arg)
     if (itest_json_str(r.json, "error.code"))
         snprintf(a->error, sizeof(a->error), "%s",
                  itest_json_str(r.json, "error.code"));
+    if (itest_header(&r, "Retry-After"))
+        snprintf(a->retry_after, sizeof(a->retry_after), "%s",
+                 itest_header(&r, "Retry-After"));
     itest_resp_release(&r);
     atomic_store(&a->done, true);
     return NULL;
@@ -470,6 +474,9 @@ static void shutdown_answers_pending(void)
            "create 1: %ld", c1.status);
     CHECK_INT(c2.status, 503);
     CHECK_STR(c2.error, "unavailable");
+    /* API.md: a server shutting down says come back in 5 s (a busy
+     * queue's 1 s would be a retry storm at a stopping node). */
+    CHECK_STR(c2.retry_after, "5");
     free(c1.sid);
     free(c2.sid);
     free(path);
