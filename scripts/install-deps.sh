@@ -9,6 +9,14 @@ packages=(
   libcurl4-openssl-dev libssl-dev libseccomp-dev libmongoc-dev libbson-dev
   python3 python3-venv python3-numpy python3-pandas python3-matplotlib
   python3-scipy python3-openpyxl python3-pil python3-yaml
+  # the data stack a chat bot's code imports (issue 26; DEPLOYMENT.md,
+  # "The data stack"): importable with no package index, listed by
+  # GET /v1/packages.  Not wordcloud: Debian's pulls texlive-fonts-extra
+  # (485 MiB) for one font.
+  python3-seaborn python3-sklearn python3-statsmodels python3-plotly
+  python3-networkx python3-xlsxwriter python3-tabulate python3-bs4
+  python3-docx python3-reportlab python3-skimage python3-opencv
+  python3-xarray python3-pypdf
   python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
   curl wrk nodejs rsync   # rsync: tests/mutants/run.sh
 )

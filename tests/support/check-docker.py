@@ -47,6 +47,9 @@ RUNTIME_PACKAGES = [
     "libsqlite3-0", "libssl3", "libseccomp2", "libmongoc-1.0-0",
     "libbson-1.0-0",
 ]
+# install-deps.sh's Python packages the image does not need (bench/warm.sh's
+# Jupyter baseline).
+PYTHON_PACKAGES_NOT_FOR_IMAGE = ("python3-ipykernel", "python3-jupyter-client")
 # install-deps.sh -dev packages the image does not need (sanitizer runtime).
 DEV_PACKAGES_NOT_FOR_IMAGE = re.compile(r"^libclang-rt-")
 # compose security options the sandbox needs (docs/DEPLOYMENT.md, "Docker").
@@ -595,6 +598,17 @@ class Checker:
     def check_final_stage(self, rel, final, ctx):
         pkgs = apt_packages(final)
         missing = [p for p in RUNTIME_PACKAGES if p not in pkgs]
+        # The Python modules install-deps.sh gives the sandboxed code (the
+        # data stack, issue 26): the image must give them too.
+        deps = os.path.join(self.root, "scripts/install-deps.sh")
+        if os.path.isfile(deps):
+            with open(deps) as f:
+                text = re.sub(r"#[^\n]*", "", f.read())
+            m = re.search(r"packages=\((.*?)\)", text, re.S)
+            missing += [p for p in (m.group(1).split() if m else [])
+                        if p.startswith("python3-") and
+                        p not in PYTHON_PACKAGES_NOT_FOR_IMAGE and
+                        p not in pkgs and p not in missing]
         self.ok("python3-venv" in pkgs, "%s: the runtime stage must install "
                 "python3-venv" % rel)
         self.ok(not missing, "%s: the runtime stage does not install %s"
@@ -792,6 +806,9 @@ CASES = [
      "does not install libseccomp2"),
     ("a -dev package of install-deps.sh missing",
      text_edit(DF, "libseccomp-dev ", ""), "does not install libseccomp-dev"),
+    ("a Python module of install-deps.sh missing from the runtime stage",
+     text_edit(DF, "python3-statsmodels ", ""),
+     "does not install python3-statsmodels"),
     ("no IPD_INSTALLED_PRELUDE",
      text_edit(DF, "-DIPD_INSTALLED_PRELUDE=ON", ""),
      "IPD_INSTALLED_PRELUDE=ON"),
