@@ -386,6 +386,8 @@ def _reset_call(ns):
     _FIGURES[:] = []
     if "_display_full" in globals():
         _display_full[:] = []
+        _display_count[0] = 0
+        _saved_figures[:] = []
     for name in ("display.jsonl", "result.json"):
         try:
             os.unlink(os.path.join(_OUTPUT, ".interpd", name))
