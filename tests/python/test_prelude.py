@@ -1442,6 +1442,27 @@ class TestCharts(PreludeCase):
         self.assert_figure_bundle(b)
         self.assertEqual(r.result["figures"], ["figure_1.png"])
 
+    def test_display_after_saving_is_no_change(self):
+        # display(fig) draws the figure into a buffer: that is no change,
+        # and the figure saved before is not saved again; changed after
+        # display, it is.
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots()
+            ax.plot([1, 2])
+            fig.savefig("a.png")
+            display(fig)
+            f2, ax2 = plt.subplots()
+            ax2.plot([2, 1])
+            f2.savefig("b.png")
+            display(f2)
+            _ = ax2.set_title("changed after display")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(len(self.shown()), 2)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertEqual(self.pngs(), ["a.png", "b.png", "figure_1.png"])
+
     def test_the_code_sees_matplotlibs_own_names(self):
         r = self.run_code("""
             import matplotlib.pyplot as plt
@@ -1633,7 +1654,8 @@ class TestSession(PreludeCase):
             ["cell", "assert plt.get_fignums() == [], plt.get_fignums()\n"
                      "plt.plot([3])\nplt.savefig('s.png')\n", "[]"],
             ["cell", "plt.figure(figsize=(2, 2))\nplt.bar(['a'], [1])\n"
-                     "plt.savefig('t.png')\n_ = plt.ylabel('changed')\n", "[]"],
+                     "plt.savefig('t.png')\n_ = plt.ylabel('changed')\n",
+             "[]"],
             ["cell", "assert plt.get_fignums() == [], plt.get_fignums()\n",
              "[]"],
         ])

@@ -489,18 +489,22 @@ def _patch_figure(figure_cls):
     would not come back), and clears the figure's stale flag: savefig
     drew the whole figure, and only restoring its own face and edge
     colours set the flag again (matplotlib 3.6), so a later change of
-    the figure is what sets it."""
+    the figure is what sets it.  Any other save (display(fig)'s into a
+    buffer) leaves the flag as it was."""
     savefig = figure_cls.savefig
     if getattr(savefig, "_interpd", False):
         return   # a session's later call: patched already
 
     def wrapped(self, fname, *args, **kwargs):
+        was_stale = getattr(self, "stale", True)
         result = savefig(self, fname, *args, **kwargs)
-        if _in_output(fname):
+        saved = _in_output(fname)
+        if saved:
             if not _saved_figures:
                 import weakref
                 _saved_figures.append(weakref.WeakSet())
             _saved_figures[0].add(self)
+        if saved or not was_stale:  # a save into a buffer changes nothing
             try:
                 self.stale = False
             except Exception:
