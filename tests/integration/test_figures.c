@@ -239,7 +239,8 @@ static void seaborn_charts(void)
         "4]})\n"
         "g = sns.catplot(data=df, x='day', y='tip', kind='bar')\n"
         "g.savefig('grid.png')\n"
-        "sns.histplot(data=df, x='tip')\n"
+        "fig, ax = plt.subplots()\n"
+        "sns.histplot(data=df, x='tip', ax=ax)\n"
         "plt.show()\n");
     itest_exec(srv, srv->admin_key, "u1", body, CALL_MS, &r);
     CHECK_STATUS(&r, 200);
