@@ -1463,6 +1463,34 @@ class TestCharts(PreludeCase):
         self.assertEqual(r.result["figures"], ["figure_1.png"])
         self.assertEqual(self.pngs(), ["a.png", "b.png", "figure_1.png"])
 
+    def test_bundle_count_is_the_services(self):
+        # _DISPLAY_ENTRIES_MAX copies service/exec/display.h's number.
+        import re
+        header = os.path.join(os.path.dirname(PRELUDE), "..", "display.h")
+        with open(header) as f:
+            m = re.search(r"#define IPD_DISPLAY_ENTRIES_MAX (\d+)", f.read())
+        self.assertIsNotNone(m, header)
+        spec = importlib.util.spec_from_file_location("interpd_prelude",
+                                                      PRELUDE)
+        prelude = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(prelude)
+        self.assertEqual(prelude._lib()["_DISPLAY_ENTRIES_MAX"],
+                         int(m.group(1)))
+
+    def test_full_bundle_count_leaves_shown_figures_as_files(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            for i in range(1000):
+                display(i)
+            plt.plot([1, 2])
+            plt.show()
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[1]\n")
+        self.assertEqual(len(self.shown()), 1000)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+
     def test_the_code_sees_matplotlibs_own_names(self):
         r = self.run_code("""
             import matplotlib.pyplot as plt
