@@ -160,7 +160,7 @@ static void changed_after_saving_comes_back_again(void)
     run("import matplotlib.pyplot as plt\n"
         "plt.plot([1, 2, 3])\n"
         "plt.savefig('a.png')\n"
-        "plt.title('added after saving')\n",
+        "_ = plt.title('added after saving')\n",
         &r);
     check_generated(&r, "a.png,figure_1.png");
     check_shown_figures(&r, 0);
