@@ -818,23 +818,17 @@ class TestFigures(PreludeCase):
         width = int.from_bytes(png[16:20], "big")
         self.assertGreater(width, 700, "the far-left label was cut off")
 
-    def test_user_file_not_overwritten_and_show_saves(self):
+    def test_user_file_not_overwritten(self):
         r = self.run_code("""
             import matplotlib.pyplot as plt
             with open("figure_1.png", "wb") as f:
                 f.write(b"mine")
             plt.figure()
             plt.bar(["a", "b"], [3, 5])
-            plt.show()
-            plt.close()
             fig, ax = plt.subplots()
             ax.scatter([1, 2], [2, 1])
-            print(sorted(n for n in __import__("os").listdir(".")
-                         if n.endswith(".png")))
         """)
         self.assert_ok(r)
-        # show() saved the first figure at once, the second at the end
-        self.assertEqual(r.stdout, "['figure_1.png', 'figure_2.png']\n")
         self.assertEqual(r.result["figures"], ["figure_2.png", "figure_3.png"])
         self.assertEqual(self.figure_bytes("figure_1.png"), b"mine")
         for name in r.result["figures"]:
@@ -1133,6 +1127,383 @@ class TestDisplay(PreludeCase):
         self.assertEqual(r.stdout, "")
 
 
+class TestCharts(PreludeCase):
+    """A chart comes back once (issue 26 item 2): a figure the code saved
+    into the output directory and did not change since is not saved
+    again; plt.show() makes each open figure a display bundle (image/png)
+    and closes it; a figure neither saved nor shown is saved as
+    figure_N.png.  Each case prints plt.get_fignums() where it matters."""
+
+    def shown(self):
+        """The display lines, parsed; [] when there is no file."""
+        path = os.path.join(self.out, ".interpd", "display.jsonl")
+        if not os.path.exists(path):
+            return []
+        with open(path, "rb") as f:
+            raw = f.read()
+        return [json.loads(line) for line in raw.decode("utf-8").splitlines()]
+
+    def figure_bytes(self, name):
+        with open(os.path.join(self.out, name), "rb") as f:
+            return f.read()
+
+    def pngs(self):
+        """The .png files the run left in its output directory."""
+        return sorted(n for n in os.listdir(self.out) if n.endswith(".png"))
+
+    def assert_figure_bundle(self, bundle):
+        import base64
+        self.assertEqual(sorted(bundle), ["image/png", "text/plain"], bundle)
+        self.assertTrue(bundle["text/plain"].startswith("<Figure size "),
+                        bundle["text/plain"])
+        png = base64.b64decode(bundle["image/png"], validate=True)
+        self.assertTrue(png.startswith(PNG_SIGNATURE))
+        return png
+
+    def test_saved_figure_is_not_saved_again(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2, 3], [4, 1, 9])
+            plt.title("units")
+            plt.savefig("a.png")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(self.pngs(), ["a.png"])
+        self.assertEqual(r.result["figures"], [])
+        self.assertEqual(self.shown(), [])
+
+    def test_show_is_one_display_item_and_closes(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2, 3], [4, 1, 9])
+            plt.show()
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[]\n")
+        (b,) = self.shown()
+        self.assert_figure_bundle(b)
+        self.assertEqual(self.pngs(), [])
+        self.assertEqual(r.result["figures"], [])
+
+    def test_show_with_no_figure_does_nothing(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.show()
+            plt.show(block=False)
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[]\n")
+        self.assertEqual(self.shown(), [])
+        self.assertEqual(self.pngs(), [])
+
+    def test_show_twice_shows_each_figure_once_in_order(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2])
+            plt.show()
+            plt.show()
+            display("between")
+            plt.figure(figsize=(3, 2))
+            plt.bar(["a", "b"], [3, 5])
+            plt.show()
+            print("done")
+        """)
+        self.assert_ok(r)
+        first, between, second = self.shown()
+        self.assert_figure_bundle(first)
+        self.assertEqual(between, {"text/plain": "'between'"})
+        png = self.assert_figure_bundle(second)
+        self.assertIn("300x200", second["text/plain"])
+        self.assertGreater(int.from_bytes(png[16:20], "big"), 0)
+        self.assertEqual(self.pngs(), [])
+        self.assertEqual(r.result["figures"], [])
+
+    def test_save_then_show(self):
+        # Saved into the output directory and unchanged: it comes back
+        # once, as that file; show() only closes it.
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2, 3])
+            plt.savefig("a.png")
+            plt.show()
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[]\n")
+        self.assertEqual(self.pngs(), ["a.png"])
+        self.assertEqual(self.shown(), [])
+        self.assertEqual(r.result["figures"], [])
+
+    def test_save_two_figures(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            f1 = plt.figure()
+            plt.plot([1, 2])
+            f2, ax = plt.subplots()
+            ax.bar(["x"], [1])
+            f2.savefig("b.png")
+            plt.figure(f1.number)
+            plt.savefig("a.png", dpi=50, bbox_inches="tight")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(self.pngs(), ["a.png", "b.png"])
+        self.assertEqual(r.result["figures"], [])
+
+    def test_subplots(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            fig, axes = plt.subplots(2, 2, figsize=(4, 4))
+            for i, ax in enumerate(axes.flat):
+                ax.plot(range(i + 2))
+            fig.tight_layout()
+            plt.show()
+            fig, (a, b) = plt.subplots(1, 2, sharey=True)
+            a.plot([1, 2])
+            b.hist([1, 2, 2, 3])
+            fig.suptitle("two")
+            fig.savefig("pair.png")
+        """)
+        self.assert_ok(r)
+        (b,) = self.shown()
+        self.assert_figure_bundle(b)
+        self.assertIn("with 4 Axes", b["text/plain"])
+        self.assertEqual(self.pngs(), ["pair.png"])
+        self.assertEqual(r.result["figures"], [])
+
+    def test_figure_changed_after_saving_is_saved_again(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2, 3])
+            plt.savefig("a.png")
+            plt.title("a title added after saving")
+            f2, ax = plt.subplots()
+            ax.plot([3, 1])
+            f2.savefig("b.png")
+            ax.set_xlim(0, 9)
+            f2.savefig("c.png")
+        """)
+        self.assert_ok(r)
+        # the first changed after its save: again; the second saved after
+        # its change: not again
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertEqual(self.pngs(), ["a.png", "b.png", "c.png",
+                                       "figure_1.png"])
+        self.assertNotEqual(self.figure_bytes("a.png"),
+                            self.figure_bytes("figure_1.png"))
+
+    def test_figure_changed_after_saving_is_shown(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.plot([1, 2, 3])
+            plt.savefig("a.png")
+            plt.xticks(rotation=45)
+            plt.show()
+        """)
+        self.assert_ok(r)
+        (b,) = self.shown()
+        self.assert_figure_bundle(b)
+        self.assertEqual(self.pngs(), ["a.png"])
+        self.assertEqual(r.result["figures"], [])
+
+    def test_neither_saved_nor_shown_is_saved_as_today(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            plt.figure()
+            plt.plot([1, 2])
+            plt.savefig("saved.png")
+            plt.figure()
+            plt.plot([2, 1])
+            plt.show()
+            plt.figure()
+            points = plt.scatter([1], [1])
+        """)
+        self.assert_ok(r)
+        self.assertEqual(len(self.shown()), 1)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertEqual(self.pngs(), ["figure_1.png", "saved.png"])
+
+    def test_saved_where_it_does_not_come_back_is_saved_as_today(self):
+        # A buffer, or a file outside the output directory, does not
+        # bring the chart back: it is still saved at the end.  A file
+        # object on a file in the output directory, or a path in a
+        # folder of it, does.
+        r = self.run_code("""
+            import io, os, pathlib
+            import matplotlib.pyplot as plt
+            os.makedirs("sub")
+            plt.plot([1, 2])
+            plt.savefig(io.BytesIO(), format="png")
+            plt.figure()
+            plt.plot([2, 1])
+            plt.savefig(%r)
+            plt.figure()
+            plt.plot([3, 1])
+            with open("sub/obj.png", "wb") as f:
+                plt.savefig(f, format="png")
+            plt.figure()
+            plt.plot([1, 3])
+            plt.savefig(pathlib.Path("sub") / "path")
+        """ % os.path.join(self.dir, "elsewhere.png"))
+        self.assert_ok(r)
+        self.assertTrue(os.path.exists(os.path.join(self.dir,
+                                                    "elsewhere.png")))
+        self.assertEqual(sorted(os.listdir(os.path.join(self.out, "sub"))),
+                         ["obj.png", "path.png"])
+        self.assertEqual(r.result["figures"], ["figure_1.png",
+                                               "figure_2.png"])
+
+    def test_pandas_plotting(self):
+        # The issue's cell: a pandas bar chart saved once comes back once.
+        r = self.run_code("""
+            import pandas as pd
+            import matplotlib.pyplot as plt
+            df = pd.DataFrame({"region": ["n", "s", "n", "e"],
+                               "units": [3, 5, 2, 7]})
+            df.groupby("region")["units"].sum().plot(kind="bar")
+            plt.tight_layout()
+            plt.savefig("units.png")
+            df.plot(x="region", y="units", kind="line")
+            plt.show()
+            ax = df["units"].plot.hist()
+            ax.figure.savefig("hist.png")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(self.pngs(), ["hist.png", "units.png"])
+        (b,) = self.shown()
+        self.assert_figure_bundle(b)
+        self.assertEqual(r.result["figures"], [])
+
+    def test_seaborn_style_plotting(self):
+        # What seaborn does with matplotlib (seaborn itself is checked by
+        # integration/test_figures, where it must be installed): a theme
+        # through rcParams, figure-level grids (plt.figure + add_subplot,
+        # FacetGrid.savefig's bbox_inches="tight" default), despine,
+        # axes-level plots on plt.gca() that a plt.show() displays.
+        r = self.run_code("""
+            import matplotlib as mpl
+            import matplotlib.pyplot as plt
+            import pandas as pd
+            mpl.rcParams.update({"axes.grid": True,
+                                 "axes.facecolor": "#EAEAF2"})
+            df = pd.DataFrame({"day": ["a", "b", "c"], "tip": [1.0, 2.5, 2]})
+            fig = plt.figure(figsize=(4, 3))
+            ax = fig.add_subplot(1, 1, 1)
+            ax.bar(df["day"], df["tip"])
+            for side in ("top", "right"):
+                ax.spines[side].set_visible(False)
+            fig.tight_layout()
+            kwargs = {}
+            kwargs.setdefault("bbox_inches", "tight")
+            fig.savefig("grid.png", **kwargs)
+            with mpl.rc_context({"lines.linewidth": 3}):
+                ax2 = plt.figure().gca()
+                ax2.plot(df["day"], df["tip"])
+                ax2.set(xlabel="day", ylabel="tip")
+            plt.show()
+        """)
+        self.assert_ok(r)
+        self.assertEqual(self.pngs(), ["grid.png"])
+        (b,) = self.shown()
+        self.assert_figure_bundle(b)
+        self.assertEqual(r.result["figures"], [])
+
+    def test_full_display_channel_leaves_shown_figures_as_files(self):
+        # A figure that cannot get its bundle (the channel's 8 MiB are
+        # used up) stays open and comes back as a file, as it would
+        # after display(fig).
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            for i in range(34):
+                display("y" * 250000)
+            plt.plot([1, 2])
+            plt.show()
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[1]\n")
+        self.assertFalse(any("image/png" in b for b in self.shown()))
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+
+    def test_display_of_a_figure_is_unchanged(self):
+        # display(fig) leaves the figure open, as a notebook does: it is
+        # also saved at the end (API.md says so, and how to avoid it).
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots()
+            ax.plot([1, 2])
+            display(fig)
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[1]\n")
+        (b,) = self.shown()
+        self.assert_figure_bundle(b)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+
+    def test_display_after_saving_is_no_change(self):
+        # display(fig) draws the figure into a buffer: that is no change,
+        # and the figure saved before is not saved again; changed after
+        # display, it is.
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            fig, ax = plt.subplots()
+            ax.plot([1, 2])
+            fig.savefig("a.png")
+            display(fig)
+            f2, ax2 = plt.subplots()
+            ax2.plot([2, 1])
+            f2.savefig("b.png")
+            display(f2)
+            _ = ax2.set_title("changed after display")
+        """)
+        self.assert_ok(r)
+        self.assertEqual(len(self.shown()), 2)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertEqual(self.pngs(), ["a.png", "b.png", "figure_1.png"])
+
+    def test_bundle_count_is_the_services(self):
+        # _DISPLAY_ENTRIES_MAX copies service/exec/display.h's number.
+        import re
+        header = os.path.join(os.path.dirname(PRELUDE), "..", "display.h")
+        with open(header) as f:
+            m = re.search(r"#define IPD_DISPLAY_ENTRIES_MAX (\d+)", f.read())
+        self.assertIsNotNone(m, header)
+        spec = importlib.util.spec_from_file_location("interpd_prelude",
+                                                      PRELUDE)
+        prelude = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(prelude)
+        self.assertEqual(prelude._lib()["_DISPLAY_ENTRIES_MAX"],
+                         int(m.group(1)))
+
+    def test_full_bundle_count_leaves_shown_figures_as_files(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            for i in range(1000):
+                display(i)
+            plt.plot([1, 2])
+            plt.show()
+            print(plt.get_fignums())
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[1]\n")
+        self.assertEqual(len(self.shown()), 1000)
+        self.assertEqual(r.result["figures"], ["figure_1.png"])
+
+    def test_the_code_sees_matplotlibs_own_names(self):
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            from matplotlib.figure import Figure
+            print(Figure.savefig.__name__, plt.show.__name__,
+                  Figure.savefig.__doc__ == Figure.savefig.__wrapped__.__doc__)
+            fig = plt.figure()
+            print(fig.savefig("x.png") is None)
+        """)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "savefig show True\nTrue\n")
+
+
 class TestReseed(unittest.TestCase):
 
     def test_reseed_when_already_imported(self):
@@ -1150,6 +1521,95 @@ class TestReseed(unittest.TestCase):
         prelude._lib()["_reseed"]()
         self.assertNotEqual(random.random(), fixed[0])
         self.assertNotEqual(numpy.random.random(), fixed[1])
+
+
+# Warm runs as zygote.py makes them, without the sandbox: the zygote's
+# _load_prelude and _warm (matplotlib imported, one plot drawn), then a
+# forked child per run (argv[2]: a JSON list of codes) that runs
+# run_cell; one JSON line per run, and a last one with what the zygote
+# itself has of the prelude's patches afterwards.
+_WARM_DRIVER = r"""
+import importlib.util, json, os, shutil, sys
+spec = importlib.util.spec_from_file_location("zygote", sys.argv[1])
+z = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(z)
+p = z._load_prelude()
+z._warm(p)
+job, out = os.environ["IPD_PRELUDE_JOB"], os.environ["IPD_PRELUDE_OUTPUT"]
+for code in json.loads(sys.argv[2]):
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isdir(path):
+            shutil.rmtree(path)
+        else:
+            os.unlink(path)
+    with open(os.path.join(job, "code.py"), "w") as f:
+        f.write(code)
+    sys.stdout.flush()
+    pid = os.fork()
+    if pid == 0:
+        os._exit(p.run_cell(p.new_main_module()))
+    _, st = os.waitpid(pid, 0)
+    with open(os.path.join(out, ".interpd", "result.json")) as f:
+        res = json.load(f)
+    shown = []
+    if os.path.exists(os.path.join(out, ".interpd", "display.jsonl")):
+        with open(os.path.join(out, ".interpd", "display.jsonl")) as f:
+            shown = [sorted(json.loads(x)) for x in f]
+    pngs = sorted(n for n in os.listdir(out) if n.endswith(".png"))
+    sys.stdout.write(json.dumps({"status": os.waitstatus_to_exitcode(st),
+                                 "error": res["error"],
+                                 "figures": res["figures"],
+                                 "display": shown, "pngs": pngs}) + "\n")
+import matplotlib.pyplot as plt
+from matplotlib.figure import Figure
+sys.stdout.write(json.dumps({
+    "zygote": [getattr(Figure.savefig, "_interpd", False),
+               getattr(plt.show, "_interpd", False)]}) + "\n")
+"""
+
+
+class TestWarmCharts(PreludeCase):
+    """The chart rules in warm runs: the zygote imported matplotlib and
+    drew before forking; each run installs the patches itself and the
+    zygote keeps none of them."""
+
+    def test_each_forked_run_follows_the_rules(self):
+        zygote = os.path.join(os.path.dirname(PRELUDE), "zygote.py")
+        codes = [
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+            "plt.savefig('a.png')\n",
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+            "plt.show()\n",
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+            "plt.savefig('a.png')\nplt.title('changed')\n",
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2]);\n",
+        ]
+        e = dict(_base_env(), HOME=self.dir, MPLCONFIGDIR=self.mpl,
+                 IPD_PRELUDE_JOB=self.job, IPD_PRELUDE_OUTPUT=self.out,
+                 IPD_PRELUDE_MPLCACHE=_mpl_cache,
+                 IPD_WARM_MODULES="numpy,pandas,matplotlib")
+        with open(os.path.join(self.job, "files.json"), "w") as f:
+            f.write("[]")
+        proc = subprocess.run([PYTHON, "-I", "-B", "-c", _WARM_DRIVER,
+                               zygote, json.dumps(codes)],
+                              cwd=self.out, env=e, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr.decode())
+        out = [json.loads(x) for x in proc.stdout.decode().splitlines()
+               if x.startswith("{")]
+        self.assertEqual(len(out), len(codes) + 1, proc.stdout.decode())
+        for o in out[:-1]:
+            self.assertEqual((o["status"], o["error"]), (0, None), o)
+        saved, shown, changed, left = out[:-1]
+        self.assertEqual((saved["pngs"], saved["display"]), (["a.png"], []))
+        self.assertEqual((shown["pngs"], shown["display"]),
+                         ([], [["image/png", "text/plain"]]))
+        self.assertEqual((changed["pngs"], changed["figures"]),
+                         (["a.png", "figure_1.png"], ["figure_1.png"]))
+        self.assertEqual((left["pngs"], left["display"]),
+                         (["figure_1.png"], []))
+        self.assertEqual(out[-1], {"zygote": [False, False]})
 
 
 # A session's program as zygote.py runs it: the prelude loaded once as the
@@ -1174,8 +1634,14 @@ for step in json.loads(sys.argv[2]):
         first = False
         with open(os.path.join(out, ".interpd", "result.json")) as f:
             res = json.load(f)
+        shown = []
+        if os.path.exists(os.path.join(out, ".interpd", "display.jsonl")):
+            with open(os.path.join(out, ".interpd", "display.jsonl")) as f:
+                shown = [sorted(json.loads(x)) for x in f]
         sys.__stdout__.write(json.dumps({"status": status,
-                                         "error": res["error"]}) + "\n")
+                                         "error": res["error"],
+                                         "figures": res["figures"],
+                                         "display": shown}) + "\n")
     else:
         p._lib()["_write_variables"](mod.__dict__)
         with open(os.path.join(out, ".interpd", "variables.json"), "rb") as f:
@@ -1206,6 +1672,26 @@ class TestSession(PreludeCase):
         doc = json.loads(step_out["raw"])
         self.assertEqual(sorted(doc), ["truncated", "variables"])
         return doc, {v["name"]: v for v in doc["variables"]}
+
+    def test_charts_are_per_call(self):
+        out = self.session([
+            ["cell", "import matplotlib.pyplot as plt\n"
+                     "plt.plot([1, 2])\nplt.show()\n", "[]"],
+            ["cell", "assert plt.get_fignums() == [], plt.get_fignums()\n"
+                     "_ = plt.plot([2, 1])\n", "[]"],
+            ["cell", "assert plt.get_fignums() == [], plt.get_fignums()\n"
+                     "plt.plot([3])\nplt.savefig('s.png')\n", "[]"],
+            ["cell", "plt.figure(figsize=(2, 2))\nplt.bar(['a'], [1])\n"
+                     "plt.savefig('t.png')\n_ = plt.ylabel('changed')\n",
+             "[]"],
+            ["cell", "assert plt.get_fignums() == [], plt.get_fignums()\n",
+             "[]"],
+        ])
+        self.assertEqual([o["status"] for o in out], [0] * 5, out)
+        self.assertEqual([len(o["figures"]) for o in out], [0, 1, 0, 1, 0],
+                         out)
+        self.assertEqual([o["display"] for o in out],
+                         [[["image/png", "text/plain"]], [], [], [], []])
 
     def test_files_are_per_call(self):
         a = self.add_file("a.txt", "alpha")

@@ -17,10 +17,32 @@ Inputs (read-only, under IPD_PRELUDE_JOB, default /mnt/job):
 Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
   stdout/stderr   the code's own, plus the traceback on stderr as Python
                   prints it (without the prelude's frames)
-  figure_N.png    the matplotlib figures left open when the code ends, and
-                  those open at each plt.show() (which saves and closes them,
-                  as a notebook does); a name the code wrote itself is never
-                  overwritten: the next free number is taken
+  figure_N.png    the matplotlib figures left open when the code ends,
+                  but one the code saved itself (Figure.savefig into a file
+                  under the output dir, also through plt.savefig or a file
+                  object) and did not change afterwards: a chart comes back
+                  once.  "Changed" is matplotlib's Figure.stale, which the
+                  prelude's savefig wrapper clears once the save drew the
+                  figure (savefig's own restoring of colours sets it).  A
+                  figure saved into a buffer or outside the output dir is
+                  saved as figure_N.png as any other.  A name the code wrote
+                  itself is never overwritten: the next free number is taken
+  plt.show()      as a notebook's inline backend: each open figure becomes
+                  one display bundle (text/plain and image/png, see below),
+                  in order with the other display output, and is closed (one
+                  saved and unchanged is only closed: its file is its copy);
+                  with no open figure it does nothing.  A figure that gets
+                  no bundle (no PNG, or the display file is full or holds
+                  the service's 1000 bundles already) stays open and is
+                  saved at the end.  display(fig) leaves the figure open, as
+                  a notebook does.  Both patches (pyplot.show,
+                  Figure.savefig) are put in by each run when pyplot is
+                  imported or already is (a warm run: the zygote imported
+                  it and never patches); their state is per call.
+                  NEEDSWORK: an image over the service's --inline-image-max
+                  budget is left out of display by the service, so a shown
+                  figure over it is lost; the prelude does not know the
+                  budget (the job would have to say it).
   .interpd/result.json, written atomically (temp file + rename):
       {"error": null | {"type", "message", "traceback"},
        "figures": ["figure_1.png", ...]}
@@ -386,6 +408,8 @@ def _reset_call(ns):
     _FIGURES[:] = []
     if "_display_full" in globals():
         _display_full[:] = []
+        _display_count[0] = 0
+        _saved_figures[:] = []
     for name in ("display.jsonl", "result.json"):
         try:
             os.unlink(os.path.join(_OUTPUT, ".interpd", name))

@@ -377,6 +377,9 @@ def _load_file(name, kwargs):
 # ----------------------------------------------------------------- figures
 
 _next_figure = [1]
+_saved_figures = []     # [WeakSet of the figures the code saved to a file]
+_DISPLAY_ENTRIES_MAX = 1000   # bundles the service keeps (display.h)
+_display_count = [0]          # bundles this call appended
 
 
 def _figure_name():
@@ -387,9 +390,20 @@ def _figure_name():
     return "figure_%d.png" % n
 
 
+def _saved_unchanged(fig):
+    """The code saved fig into the output directory and has not changed
+    it since (its stale flag turns True on any change of its artists)."""
+    try:
+        return bool(_saved_figures) and fig in _saved_figures[0] \
+            and not fig.stale
+    except Exception:
+        return False
+
+
 def _save_figures():
-    """Save every open pyplot figure as the next free figure_N.png, then
-    close them all."""
+    """Save every open pyplot figure as the next free figure_N.png, but
+    one the code saved itself and did not change afterwards, then close
+    them all."""
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return
@@ -401,6 +415,8 @@ def _save_figures():
         try:
             fig = plt.figure(num)
         except Exception:
+            continue
+        if _saved_unchanged(fig):
             continue
         name = _figure_name()
         try:
@@ -421,14 +437,100 @@ def _save_figures():
         pass
 
 
-def _patch_pyplot(plt):
-    """plt.show() saves the open figures and closes them, as a notebook's
-    inline backend does (the code's plt.show(); plt.close() keeps them)."""
-    def show(*args, **kwargs):
-        """Save the open figures as figure_N.png and close them (interpd)."""
-        _save_figures()
-    if getattr(plt.show, "__doc__", "") == show.__doc__:
+def _show_figures(plt):
+    """plt.show(): each open figure becomes a display bundle with its PNG,
+    in order with the other display output, and is closed, as a
+    notebook's inline backend does; but a figure the code saved into the
+    output directory and did not change since is only closed: it comes
+    back once, as that file.  A figure that gets no bundle (no
+    PNG could be made, or the display channel is full: its 8 MiB or the
+    service's bundle count) stays open and is saved as a file at the
+    end, as display(fig) of it would leave it."""
+    try:
+        nums = plt.get_fignums()
+    except Exception:
+        return
+    for num in nums:
+        try:
+            fig = plt.figure(num)
+        except Exception:
+            continue
+        if not _saved_unchanged(fig):
+            if _display_full or _display_count[0] >= _DISPLAY_ENTRIES_MAX:
+                return
+            png = _png_bytes(fig)
+            if png is None or not _append_display(_bundle_line(fig, png)):
+                continue
+        try:
+            plt.close(fig)
+        except Exception:
+            pass
+
+
+def _in_output(fname):
+    """fname (savefig's: a path, or a file object, maybe with a name) is
+    a file under the output directory, which comes back to the caller."""
+    name = fname
+    if not isinstance(fname, (str, bytes)) and \
+            not hasattr(fname, "__fspath__"):
+        name = getattr(fname, "name", None)     # a file object's path
+    try:
+        path = os.fsdecode(os.fspath(name))
+        base = os.path.realpath(_OUTPUT)
+        path = os.path.realpath(path)
+        return os.path.commonpath([base, path]) == base and path != base
+    except (TypeError, ValueError, OSError):
+        return False
+
+
+def _patch_figure(figure_cls):
+    """Figure.savefig records the figures the code saved into the output
+    directory (a buffer or a file elsewhere does not count: that chart
+    would not come back), and clears the figure's stale flag: savefig
+    drew the whole figure, and only restoring its own face and edge
+    colours set the flag again (matplotlib 3.6), so a later change of
+    the figure is what sets it.  Any other save (display(fig)'s into a
+    buffer) leaves the flag as it was."""
+    savefig = figure_cls.savefig
+    if getattr(savefig, "_interpd", False):
         return   # a session's later call: patched already
+
+    def wrapped(self, fname, *args, **kwargs):
+        was_stale = getattr(self, "stale", True)
+        result = savefig(self, fname, *args, **kwargs)
+        saved = _in_output(fname)
+        if saved:
+            if not _saved_figures:
+                import weakref
+                _saved_figures.append(weakref.WeakSet())
+            _saved_figures[0].add(self)
+        if saved or not was_stale:  # a save into a buffer changes nothing
+            try:
+                self.stale = False
+            except Exception:
+                pass
+        return result
+    wrapped._interpd = True
+    wrapped.__wrapped__ = savefig
+    wrapped.__doc__ = savefig.__doc__
+    wrapped.__name__ = savefig.__name__
+    wrapped.__qualname__ = savefig.__qualname__
+    figure_cls.savefig = wrapped
+
+
+def _patch_pyplot(plt):
+    """plt.show() shows the open figures in display and closes them, as a
+    notebook's inline backend does (_show_figures); Figure.savefig
+    records what the code saved (_patch_figure)."""
+    _patch_figure(sys.modules["matplotlib.figure"].Figure)
+
+    def show(*args, **kwargs):
+        """Show the open figures in the result's display list and close
+        them (interpd)."""
+        _show_figures(plt)
+    if getattr(plt.show, "_interpd", False):
+        return   # a session's later call: patched already
+    show._interpd = True
     show.__wrapped__ = plt.show
     plt.show = show
 
@@ -533,8 +635,9 @@ def _png_bytes(obj):
     return None
 
 
-def _bundle_line(obj):
-    """obj's MIME bundle as one line of JSON (bytes)."""
+def _bundle_line(obj, png=None):
+    """obj's MIME bundle as one line of JSON (bytes); png: its image,
+    made already."""
     import binascii
     cut = False
     text = _text_plain(obj)
@@ -550,7 +653,8 @@ def _bundle_line(obj):
             parts.append('"text/html": ' + _jstr(html))
         else:
             cut = True
-    png = _png_bytes(obj)
+    if png is None:
+        png = _png_bytes(obj)
     if png is not None:
         parts.append('"image/png": "%s"' % binascii.b2a_base64(
             png, newline=False).decode("ascii"))
@@ -562,9 +666,9 @@ def _bundle_line(obj):
 def _append_display(line):
     """Append line to .interpd/display.jsonl (a regular file only; never
     through a symlink); past _DISPLAY_FILE_MAX a {"truncated": true} line
-    instead, once, then nothing."""
+    instead, once, then nothing.  Whether line was appended."""
     if _display_full:
-        return
+        return False
     d = os.path.join(_OUTPUT, ".interpd")
     flags = (os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW
              | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -575,21 +679,26 @@ def _append_display(line):
             pass
         fd = os.open(os.path.join(d, _DISPLAY_FILE), flags, 0o644)
     except OSError:
-        return
+        return False
+    written = False
     try:
         import stat
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
-            return
+            return False
         if st.st_size + len(line) > _DISPLAY_FILE_MAX:
             _display_full.append(True)
             line = b'{"truncated": true}\n'
+        else:
+            written = True
         while line:
             line = line[os.write(fd, line):]
+        _display_count[0] += written
     except OSError:
-        pass
+        written = False
     finally:
         os.close(fd)
+    return written
 
 
 def _show(objs):
