@@ -72,8 +72,8 @@ static char *generated(const struct itest_resp *r)
 static void check_generated(const struct itest_resp *r, const char *want)
 {
     char *got = generated(r);
-    CHECKF(!strcmp(got, want), "generated files \"%s\", want \"%s\" in %s",
-           got, want, r->body);
+    CHECKF(!strcmp(got, want), "generated files \"%s\", want \"%s\" in %s", got,
+           want, r->body);
     free(got);
 }
 
@@ -92,8 +92,8 @@ static void check_shown_figures(const struct itest_resp *r, size_t n)
         const char *png64 = itest_json_str(b, "image/png");
         size_t len = 0;
         unsigned char *png = png64 ? itest_b64_decode(png64, &len) : NULL;
-        CHECKF(plain && !strncmp(plain, "<Figure size ", 13),
-               "bundle %zu: %s", i, r->body);
+        CHECKF(plain && !strncmp(plain, "<Figure size ", 13), "bundle %zu: %s",
+               i, r->body);
         CHECKF(png && len > 8 && !memcmp(png, PNG_MAGIC, 8),
                "bundle %zu has no PNG: %s", i, r->body);
         free(png);
@@ -261,6 +261,6 @@ static void seaborn_charts(void)
     itest_resp_release(&r);
 }
 
-TEST_MAIN(T(start_server), T(saved_comes_back_once),
-          T(show_is_a_display_item), T(changed_after_saving_comes_back_again),
-          T(session_calls), T(seaborn_charts), T(stop_server))
+TEST_MAIN(T(start_server), T(saved_comes_back_once), T(show_is_a_display_item),
+          T(changed_after_saving_comes_back_again), T(session_calls),
+          T(seaborn_charts), T(stop_server))
