@@ -112,3 +112,20 @@ proc_kib() { awk -v f="$2:" '$1 == f {print $2}' "/proc/$1/status"; }
 # median of the numbers on stdin (one per line)
 median() { sort -g | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
+# wait_modes "interpd LABEL=PORT:KEY"...: wait until each server's
+# /readyz names its execution mode as warm or cold (a warm server answers
+# cold until its zygotes are ready), at most a minute each, and print it.
+wait_modes() {
+    local s port mode
+    for s in "$@"; do
+        port=${s#*=}
+        port=${port%%:*}
+        for _ in $(seq 600); do
+            mode=$(curl -s "http://127.0.0.1:$port/readyz" |
+                "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("execution_mode", "cold"))' 2>/dev/null || true)
+            case $mode in warm | cold) break ;; esac
+            "$PY" -c 'import select; select.select([], [], [], 0.1)'
+        done
+        echo "# ${s%%=*}: execution_mode ${mode:-unknown}"
+    done
+}

@@ -59,19 +59,8 @@ for m in "${modes[@]}"; do
     servers+=("interpd $label=$PORT:$KEY")
     i=$((i + 1))
 done
-# A warm server answers cold until its zygotes are ready: wait for them
-# (/readyz's execution_mode), at most a minute each.
-for s in "${servers[@]}"; do
-    port=${s#*=}
-    port=${port%%:*}
-    for _ in $(seq 600); do
-        mode=$(curl -s "http://127.0.0.1:$port/readyz" |
-            "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("execution_mode", "cold"))' 2>/dev/null || true)
-        case $mode in warm | cold) break ;; esac
-        "$PY" -c 'import select; select.select([], [], [], 0.1)'
-    done
-    echo "# ${s%%=*}: execution_mode ${mode:-unknown}"
-done
+# A warm server answers cold until its zygotes are ready: wait for them.
+wait_modes "${servers[@]}"
 # PATH: the kernel and anything the driver starts by name get Debian's
 # python, not the pyenv shim first on PATH.
 PATH=/usr/bin:/bin:$PATH "$PY" -B "$BENCH_ROOT/bench/warm.py" "$WORK" \

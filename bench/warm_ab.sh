@@ -33,19 +33,8 @@ for spec in "base-warm:$BASE_BIN:warm" "new-warm:$NEW_BIN:warm" \
   servers+=("interpd $label=$PORT:$KEY")
   i=$((i + 1))
 done
-# Wait for each server's mode (warm: its zygotes ready), bounded: there is
-# no event to wait on from outside but /readyz.
-for s in "${servers[@]}"; do
-  port=${s#*=}
-  port=${port%%:*}
-  for _ in $(seq 600); do
-    mode=$(curl -s "http://127.0.0.1:$port/readyz" |
-      "$PY" -c 'import json,sys; print(json.load(sys.stdin).get("execution_mode", "cold"))' 2>/dev/null || true)
-    case $mode in warm | cold) break ;; esac
-    "$PY" -c 'import select; select.select([], [], [], 0.1)'
-  done
-  echo "# ${s%%=*}: execution_mode ${mode:-unknown}"
-done
+# Wait for each server's mode (warm: its zygotes ready).
+wait_modes "${servers[@]}"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 PATH=/usr/bin:/bin:$PATH "$PY" -B "$BENCH_ROOT/bench/warm.py" "$WORK" \
   "$ROUNDS" "$PER_ROUND" "$DURATION" "$REPS" "${servers[@]}"
