@@ -400,13 +400,9 @@ def _saved_unchanged(fig):
         return False
 
 
-def _save_figures():
-    """Save every open pyplot figure as the next free figure_N.png, but
-    one the code saved itself and did not change afterwards, then close
-    them all."""
-    plt = sys.modules.get("matplotlib.pyplot")
-    if plt is None:
-        return
+def _open_figures(plt):
+    """(number, figure) of each open pyplot figure, in number order; none
+    when pyplot cannot list them, a figure it cannot give skipped."""
     try:
         nums = plt.get_fignums()
     except Exception:
@@ -416,6 +412,17 @@ def _save_figures():
             fig = plt.figure(num)
         except Exception:
             continue
+        yield num, fig
+
+
+def _save_figures():
+    """Save every open pyplot figure as the next free figure_N.png, but
+    one the code saved itself and did not change afterwards, then close
+    them all."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    for num, fig in _open_figures(plt):
         if _saved_unchanged(fig):
             continue
         name = _figure_name()
@@ -446,15 +453,7 @@ def _show_figures(plt):
     PNG could be made, or the display channel is full: its 8 MiB or the
     service's bundle count) stays open and is saved as a file at the
     end, as display(fig) of it would leave it."""
-    try:
-        nums = plt.get_fignums()
-    except Exception:
-        return
-    for num in nums:
-        try:
-            fig = plt.figure(num)
-        except Exception:
-            continue
+    for num, fig in _open_figures(plt):
         if not _saved_unchanged(fig):
             if _display_full or _display_count[0] >= _DISPLAY_ENTRIES_MAX:
                 return
