@@ -1944,6 +1944,29 @@ bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,
     return ok;
 }
 
+char *itest_create_policy_key(struct itest_server *s, const char *tenant,
+                              const char *policy)
+{
+    char *out = NULL, *key = NULL;
+    char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
+    json_error_t jerr;
+    int code =
+        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
+                  s->data_dir, "--tenant", tenant, "--policy", policy, NULL);
+    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
+    if (code == 0 && itest_json_str(j, "key"))
+        key = itest_json_dup(j, "key");
+    else
+        fprintf(stderr,
+                "harness: `interpd keys create --tenant %s --policy %s`: "
+                "exit %d, stdout: %s (want exit 0 and a \"key\")\n",
+                tenant, policy, code, out ? out : "(none)");
+    json_decref(j);
+    free(out);
+    free(conf);
+    return key;
+}
+
 /* ----------------------------------------------------------------- HTTP */
 
 struct sink {

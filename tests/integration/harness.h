@@ -344,6 +344,11 @@ int itest_cli_in(struct itest_server *s, const char *cwd, char **out, ...);
  * strings, free()).  false (after printing why) on any failure. */
 bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,
                       char **key, char **key_id);
+/* `keys create --tenant tenant --policy policy`, with the server's
+ * config file (where a test's policies are): the plain key (new string,
+ * free()), or NULL after printing why. */
+char *itest_create_policy_key(struct itest_server *s, const char *tenant,
+                              const char *policy);
 
 /* Run argv (argv[0] a path) with the test's environment minus the
  * variables named in unset (NULL-terminated; may be NULL); its output goes

@@ -139,27 +139,6 @@ static void run_ok(struct itest_server *s, const char *key, const char *user,
     itest_resp_release(&r);
 }
 
-/* A key of tenant under policy (free()); NULL on failure. */
-static char *conf_key(struct itest_server *s, const char *tenant,
-                      const char *policy)
-{
-    char *out = NULL, *key = NULL;
-    char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
-    json_error_t jerr;
-    int code =
-        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
-                  s->data_dir, "--tenant", tenant, "--policy", policy, NULL);
-    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
-    CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
-           out ? out : "");
-    if (itest_json_str(j, "key"))
-        key = itest_json_dup(j, "key");
-    json_decref(j);
-    free(out);
-    free(conf);
-    return key;
-}
-
 /* A copy of the prelude dir whose prelude sleeps secs seconds when a
  * zygote loads it (only a zygote's environment names the warm modules;
  * a cold run's does not), so a session's zygote starts slowly and a
@@ -297,8 +276,8 @@ static void tenant_share(void)
                                          "policy.flood.tenant-sessions = 4\n"};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
-    char *ka = conf_key(s, "tenant-a", "flood");
-    char *kb = conf_key(s, "tenant-b", "standard");
+    char *ka = itest_create_policy_key(s, "tenant-a", "flood");
+    char *kb = itest_create_policy_key(s, "tenant-b", "standard");
     REQUIRE(ka && kb);
     char *sid[FLOOD] = {0};
     char *path[FLOOD] = {0};
@@ -383,8 +362,8 @@ static void variables_not_behind_fetches(void)
     struct itest_opts o = {.args = args, .config = BASE_CONF};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
-    char *ka = conf_key(s, "tenant-a", "standard");
-    char *kb = conf_key(s, "tenant-b", "standard");
+    char *ka = itest_create_policy_key(s, "tenant-a", "standard");
+    char *kb = itest_create_policy_key(s, "tenant-b", "standard");
     REQUIRE(ka && kb);
     const char *k = s->admin_key;
     char *sid = new_session(s, k, "u1");

@@ -1174,28 +1174,6 @@ static void caps_status_metrics(void)
 
 /* ---- bounds across tenants (issue 20, items 1 and 12) ------------------ */
 
-/* A key of tenant under policy, with the server's config file (where the
- * test's policies are) (free()); NULL on failure. */
-static char *conf_key(struct itest_server *s, const char *tenant,
-                      const char *policy)
-{
-    char *out = NULL, *key = NULL;
-    char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
-    json_error_t jerr;
-    int code =
-        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
-                  s->data_dir, "--tenant", tenant, "--policy", policy, NULL);
-    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
-    CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
-           out ? out : "");
-    if (itest_json_str(j, "key"))
-        key = itest_json_dup(j, "key");
-    json_decref(j);
-    free(out);
-    free(conf);
-    return key;
-}
-
 /* POST /v1/sessions is 429 with a message holding why and Retry-After in
  * [lo, hi]. */
 static void check_bound(struct itest_server *s, const char *key,
@@ -1264,9 +1242,9 @@ static void tenant_session_share(void)
                                            "policy.solo.tenant-sessions = 1\n"};
     struct itest_server *s = itest_start(&o);
     REQUIRE(s);
-    char *a = conf_key(s, "tenant-a", "standard");
-    char *b = conf_key(s, "tenant-b", "standard");
-    char *c = conf_key(s, "tenant-c", "solo");
+    char *a = itest_create_policy_key(s, "tenant-a", "standard");
+    char *b = itest_create_policy_key(s, "tenant-b", "standard");
+    char *c = itest_create_policy_key(s, "tenant-c", "solo");
     REQUIRE(a && b && c);
     char *sa[4] = {new_session(s, a, "u1"), new_session(s, a, "u1"), NULL,
                    NULL};
@@ -1332,10 +1310,10 @@ static void session_memory_budget(void)
     struct itest_server *s = itest_start(&o);
     struct itest_resp r;
     REQUIRE(s);
-    char *a = conf_key(s, "tenant-a", "big");
-    char *b = conf_key(s, "tenant-b", "big");
-    char *b2 = conf_key(s, "tenant-b", "standard");
-    char *h = conf_key(s, "tenant-h", "huge");
+    char *a = itest_create_policy_key(s, "tenant-a", "big");
+    char *b = itest_create_policy_key(s, "tenant-b", "big");
+    char *b2 = itest_create_policy_key(s, "tenant-b", "standard");
+    char *h = itest_create_policy_key(s, "tenant-h", "huge");
     REQUIRE(a && b && b2 && h);
     post_session(s, h, "u1", &r);
     CHECK_ERROR(&r, 503, "unavailable");
