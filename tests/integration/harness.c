@@ -2517,6 +2517,22 @@ bool itest_list_has(const char *list, const char *token)
     return false;
 }
 
+int itest_listen_local(int *port, int backlog)
+{
+    struct sockaddr_in a = {.sin_family = AF_INET};
+    socklen_t al = sizeof(a);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
+        listen(fd, backlog) || getsockname(fd, (struct sockaddr *)&a, &al)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    *port = ntohs(a.sin_port);
+    return fd;
+}
+
 int itest_connect(const struct itest_server *s)
 {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -282,6 +282,9 @@ bool itest_list_has(const char *list, const char *token);
 
 /* Open a plain TCP connection to the server; -1 on failure. */
 int itest_connect(const struct itest_server *s);
+/* A TCP socket on 127.0.0.1 listening with backlog (never accepted by the
+ * harness); its port in *port.  -1 on failure. */
+int itest_listen_local(int *port, int backlog);
 /* Write all of buf; false on error. */
 bool itest_send_all(int fd, const void *buf, size_t len);
 /* Read one HTTP/1.1 request from fd (the head, and a body of its

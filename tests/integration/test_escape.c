@@ -324,26 +324,6 @@ static void check_service_healthy(const char *user)
     itest_resp_release(&r);
 }
 
-/* A listening TCP socket on 127.0.0.1; its port in *port. */
-static int listen_local(int *port)
-{
-    struct sockaddr_in sa;
-    socklen_t len = sizeof(sa);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0)
-        return -1;
-    memset(&sa, 0, sizeof(sa));
-    sa.sin_family = AF_INET;
-    sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 8) ||
-        getsockname(fd, (struct sockaddr *)&sa, &len)) {
-        close(fd);
-        return -1;
-    }
-    *port = ntohs(sa.sin_port);
-    return fd;
-}
-
 /* host and port of a mongodb://[user@]host:port/... URI (first host). */
 static bool mongo_host_port(const char *uri, char host[128], int *port)
 {
@@ -417,7 +397,7 @@ static void network_refused(void)
     char mhost[128] = "127.0.0.1";
     int mport = 0;
     REQUIRE(srv);
-    lfd = listen_local(&lport);
+    lfd = itest_listen_local(&lport, 8);
     REQUIRE(lfd >= 0);
     if (srv->mongo_uri && !mongo_host_port(srv->mongo_uri, mhost, &mport))
         mport = 0;

@@ -102,23 +102,6 @@ static bool wait_done(struct itest_server *s, const char *key, const char *id)
 
 /* ---- listeners: one that never answers, one that answers 200 ----------- */
 
-/* A socket on 127.0.0.1 listening; *port set.  -1 on failure. */
-static int listen_local(int *port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t al = sizeof(a);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-        getsockname(fd, (struct sockaddr *)&a, &al) || listen(fd, 64)) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 /* Answers every request "200 hello" until stopped. */
 struct responder {
     int fd, port;
@@ -151,7 +134,7 @@ static bool responder_start(struct responder *rs)
 {
     memset(rs, 0, sizeof(*rs));
     pthread_mutex_init(&rs->lock, NULL);
-    rs->fd = listen_local(&rs->port);
+    rs->fd = itest_listen_local(&rs->port, 64);
     return rs->fd >= 0 &&
            pthread_create(&rs->thread, NULL, responder_main, rs) == 0;
 }
@@ -347,7 +330,7 @@ static void callbacks_shared(void)
     REQUIRE(s);
     REQUIRE(tenants_make(s, &t));
     /* Listening, never accepting: each attempt hangs until its timeout. */
-    int hang = listen_local(&hang_port);
+    int hang = itest_listen_local(&hang_port, 64);
     REQUIRE(hang >= 0);
     REQUIRE(responder_start(&ok));
     char *slow = itest_fmt("http://127.0.0.1:%d/a", hang_port);
@@ -441,7 +424,7 @@ static void fetches_shared(void)
     int hang_port = 0;
     REQUIRE(s);
     REQUIRE(tenants_make(s, &t));
-    int hang = listen_local(&hang_port);
+    int hang = itest_listen_local(&hang_port, 64);
     REQUIRE(hang >= 0);
     REQUIRE(responder_start(&ok));
     char *slow = itest_fmt("http://127.0.0.1:%d/a.txt", hang_port);

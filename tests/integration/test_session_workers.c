@@ -335,23 +335,6 @@ static void tenant_share(void)
 
 /* ---- not on the URL-fetch threads --------------------------------------- */
 
-/* A socket on 127.0.0.1 listening, never accepting; *port set. */
-static int listen_local(int *port)
-{
-    struct sockaddr_in a = {.sin_family = AF_INET};
-    socklen_t al = sizeof(a);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof(a)) ||
-        getsockname(fd, (struct sockaddr *)&a, &al) || listen(fd, 64)) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    *port = ntohs(a.sin_port);
-    return fd;
-}
-
 /* Four URL ingests (two tenants, two each: a tenant runs at most half
  * the fetch threads) hang on a listener that never accepts; a variables
  * call is answered meanwhile. */
@@ -370,7 +353,7 @@ static void variables_not_behind_fetches(void)
     REQUIRE(sid);
     run_ok(s, k, "u1", sid, "x = 41 + 1");
     int port = 0;
-    int hang = listen_local(&port);
+    int hang = itest_listen_local(&port, 64);
     REQUIRE(hang >= 0);
     char *body = itest_fmt("{\"url\": \"http://127.0.0.1:%d/a.txt\"}", port);
     struct async_req in[4];
