@@ -114,6 +114,11 @@ static const struct opt opts[] = {
      "a zygote is replaced after this many runs (0: never)"},
     {"warm-recycle-after", OPT_DURATION, OFF(warm_recycle_ms), "1h", false,
      "a zygote is replaced after this long (more than 0, at most 7d)"},
+    {"warm-memory-budget", OPT_SIZE, OFF(warm_memory_budget), "256M", false,
+     "memory a zygote may add by importing what runs import most, beyond "
+     "warm-modules (0: the warm set does not adapt)"},
+    {"warm-adapt-runs", OPT_INT, OFF(warm_adapt_runs), "100", false,
+     "runs between two looks at the adaptive warm set (1-100000)"},
     {"python", OPT_STRING, OFF(python), "/usr/bin/python3", false,
      "Python interpreter run inside the sandbox"},
     {"prelude-dir", OPT_STRING, OFF(prelude_dir), IPD_PRELUDE_DIR, false,
@@ -886,6 +891,12 @@ static bool check_storage(const struct ipd_config *c, struct ipd_buf *err)
     }
     if (c->warm_recycle_runs < 0) {
         ipd_buf_adds(err, "warm-recycle-runs must be >= 0");
+        return false;
+    }
+    if (c->warm_memory_budget < 0 || c->warm_memory_budget > (64LL << 30) ||
+        c->warm_adapt_runs < 1 || c->warm_adapt_runs > 100000) {
+        ipd_buf_adds(err, "warm-memory-budget must be 0-64G and "
+                          "warm-adapt-runs 1-100000");
         return false;
     }
     if (c->warm_recycle_ms <= 0 ||

@@ -57,20 +57,22 @@ struct ipd_config {
     int64_t max_generated_files; /* returned per execution */
     int64_t inline_image_max;    /* data_base64 for images up to this */
     char *venv_dir;              /* NULL: <data-dir>/venv */
-    char *venv_python;         /* base interpreter of the venv; NULL: python */
-    int64_t venv_system_site;  /* 1: --system-site-packages */
-    int64_t venv_max_age_ms;   /* rebuild period */
-    char *venv_clone;          /* "link" or "copy" */
-    int64_t venv_stage_max;    /* a generation's tmpfs copy for runs */
-    char *exec_mode;           /* "warm" or "cold" */
-    char *warm_modules;        /* a zygote's imports, comma-separated */
-    int64_t warm_recycle_runs; /* a zygote's runs before it is replaced */
-    int64_t warm_recycle_ms;   /* its life */
-    int64_t max_sessions;      /* live sessions on this node */
-    int64_t sessions_per_user; /* live sessions of one user */
-    int64_t sessions_memory;   /* the live sessions' memory limits, summed
-                                  (0: no bound) */
-    int64_t session_idle_ms;   /* an unused session ends */
+    char *venv_python;          /* base interpreter of the venv; NULL: python */
+    int64_t venv_system_site;   /* 1: --system-site-packages */
+    int64_t venv_max_age_ms;    /* rebuild period */
+    char *venv_clone;           /* "link" or "copy" */
+    int64_t venv_stage_max;     /* a generation's tmpfs copy for runs */
+    char *exec_mode;            /* "warm" or "cold" */
+    char *warm_modules;         /* a zygote's imports, comma-separated */
+    int64_t warm_recycle_runs;  /* a zygote's runs before it is replaced */
+    int64_t warm_recycle_ms;    /* its life */
+    int64_t warm_memory_budget; /* the adaptive warm set's bytes */
+    int64_t warm_adapt_runs;    /* runs between two looks at it */
+    int64_t max_sessions;       /* live sessions on this node */
+    int64_t sessions_per_user;  /* live sessions of one user */
+    int64_t sessions_memory;    /* the live sessions' memory limits, summed
+                                   (0: no bound) */
+    int64_t session_idle_ms;    /* an unused session ends */
     int64_t session_max_life_ms; /* a session ends anyway */
     int64_t session_reap_ms;     /* how often idle ones are looked for */
     char *allowlist;             /* file: one distribution per line */

@@ -186,6 +186,8 @@ void ipd_serve_executor_options(const struct ipd_config *cfg,
     o->warm_modules = cfg->warm_modules;
     o->warm_recycle_runs = cfg->warm_recycle_runs;
     o->warm_recycle_ms = cfg->warm_recycle_ms;
+    o->warm_memory_budget = cfg->warm_memory_budget;
+    o->warm_adapt_runs = (unsigned)cfg->warm_adapt_runs;
     o->max_sessions = (unsigned)cfg->max_sessions;
     o->sessions_per_user = (unsigned)cfg->sessions_per_user;
     o->sessions_memory = cfg->sessions_memory;
@@ -261,6 +263,28 @@ static enum ipd_err job_sessions(void *ctx, struct ipd_job_run *run)
     (void)run;
     ipd_executor_sessions_reap(j->app->executor);
     return IPD_OK;
+}
+
+/* which: 0 the warm set's modules, 1 its bytes. */
+static enum ipd_err gauge_warm_set(void *ctx, double *value, int which)
+{
+    struct ipd_app *app = ctx;
+    int64_t v[2] = {0, 0};
+    if (!app->executor)
+        return IPD_ERR_UNAVAILABLE;
+    ipd_executor_warm_set_gauges(app->executor, &v[0], &v[1]);
+    *value = (double)v[which];
+    return IPD_OK;
+}
+
+static enum ipd_err gauge_warm_set_modules(void *ctx, double *value)
+{
+    return gauge_warm_set(ctx, value, 0);
+}
+
+static enum ipd_err gauge_warm_set_bytes(void *ctx, double *value)
+{
+    return gauge_warm_set(ctx, value, 1);
 }
 
 /* Gauges read at scrape time. */
@@ -661,6 +685,10 @@ static void set_gauges(struct ipd_app *app)
                              gauge_sessions_memory, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_SESSIONS_CHARGED,
                              gauge_sessions_charged, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_WARM_SET_MODULES,
+                             gauge_warm_set_modules, app);
+    ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_WARM_SET_BYTES,
+                             gauge_warm_set_bytes, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_FILES_STORED,
                              gauge_files, app);
     ipd_metrics_set_gauge_fn(app->metrics, IPD_METRICS_BYTES_STORED,

@@ -73,7 +73,7 @@ struct ipd_metrics {
     /* The interpd families and the series every scrape shows. */
     struct ipd_metric_family *http_requests, *http_duration;
     struct ipd_metric_family *exec_total, *exec_duration;
-    struct ipd_metric_family *gauges[7]; /* by enum ipd_metrics_gauge */
+    struct ipd_metric_family *gauges[9]; /* by enum ipd_metrics_gauge */
     struct ipd_metric_family *sweep_runs, *installs, *scrape_errors;
     struct ipd_metric_series *exec_series[5]; /* by outcome */
     struct ipd_metric_series *exec_duration_series;
@@ -804,6 +804,14 @@ static const struct family_def family_defs[] = {
      "interpd_sessions_memory_charged_bytes",
      "What the live sessions are charged against sessions-memory: their "
      "policies' memory limits.", {0}, 0, NULL, 0, NULL},
+    {KEEP(gauges[IPD_METRICS_WARM_SET_MODULES]), IPD_METRIC_GAUGE,
+     "interpd_warm_set_modules",
+     "Modules the newest warm zygote imported beyond warm-modules (the "
+     "adaptive warm set).", {0}, 0, NULL, 0, NULL},
+    {KEEP(gauges[IPD_METRICS_WARM_SET_BYTES]), IPD_METRIC_GAUGE,
+     "interpd_warm_set_bytes",
+     "Resident memory the adaptive warm set adds to each warm zygote.", {0},
+     0, NULL, 0, NULL},
     {KEEP(gauges[IPD_METRICS_FILES_STORED]), IPD_METRIC_GAUGE,
      "interpd_files_stored", "Files in the metadata store.", {0}, 0, NULL, 0,
      NULL},

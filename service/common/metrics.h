@@ -138,6 +138,8 @@ enum ipd_metrics_gauge {
     IPD_METRICS_SESSIONS_LIVE,    /* interpd_sessions_live */
     IPD_METRICS_SESSIONS_MEMORY,  /* interpd_sessions_memory_bytes */
     IPD_METRICS_SESSIONS_CHARGED, /* interpd_sessions_memory_charged_bytes */
+    IPD_METRICS_WARM_SET_MODULES, /* interpd_warm_set_modules */
+    IPD_METRICS_WARM_SET_BYTES,   /* interpd_warm_set_bytes */
 };
 
 /* Set a gauge, or add delta (negative to subtract) to it.  The two exec

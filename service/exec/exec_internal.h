@@ -18,6 +18,7 @@
 #include "../fetch/egress.h"
 #include "../sandbox/sandbox.h"
 #include "executor.h"
+#include "warmset.h"
 
 #define IPD__COPY_CHUNK (64 * 1024) /* read and write unit for file bytes */
 
@@ -69,10 +70,11 @@ struct ipd_executor {
     } sess_cfg;
     /* warm.c: zygotes per slot (NULL: every run is cold) */
     struct ipd__warm *warm;
-    bool warm_wanted;          /* the options' warm */
-    char warm_modules[256];    /* IPD_WARM_MODULES */
-    int64_t warm_recycle_runs; /* a zygote ends after so many (0: never) */
-    int64_t warm_recycle_ms;   /* ... or after so long */
+    bool warm_wanted;            /* the options' warm */
+    char warm_modules[256];      /* IPD_WARM_MODULES */
+    struct ipd_warmset *warmset; /* owned; the adaptive set (warmset.h) */
+    int64_t warm_recycle_runs;   /* a zygote ends after so many (0: never) */
+    int64_t warm_recycle_ms;     /* ... or after so long */
     pthread_mutex_t check_lock;
     struct { /* the last end-to-end check (check_lock) */
         bool ok;
@@ -120,11 +122,12 @@ void ipd__exec_id(const char *wanted, char out[IPD_ID_MAX]);
 size_t ipd__system_mounts(const struct ipd_executor *ex,
                           struct ipd_sandbox_mount *m);
 
-#define IPD__RUN_ENV_MAX 12
+#define IPD__RUN_ENV_MAX 14
 #define IPD__RUN_MOUNTS_MAX 16
-/* A prelude run's environment into env[IPD__RUN_ENV_MAX] (mpl_env and
- * extra appended when not NULL). */
-void ipd__run_env(const char **env, const char *mpl_env, const char *extra);
+/* A prelude run's environment into env[IPD__RUN_ENV_MAX] (mpl_env when
+ * not NULL, then extra: NULL, or up to 3 entries ending with NULL). */
+void ipd__run_env(const char **env, const char *mpl_env,
+                  const char *const *extra);
 /* A prelude run's mounts into mounts[IPD__RUN_MOUNTS_MAX]: the system's,
  * the font cache (its environment entry in *mpl_env, else NULL; the first
  * caller with build_mpl builds it), st's interpd/, job/ and data/, the
@@ -218,6 +221,9 @@ enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
                            struct ipd__parked_job *pj, int64_t timeout_ms,
                            struct ipd_sandbox_result *r);
 void ipd__parked_job_free(struct ipd__parked_job *pj); /* NULL is fine */
+/* The warm set's plan changed (ipd_warmset_note said so): replace the
+ * zygotes given an older one, a slot at a time. */
+void ipd__warm_adapt(struct ipd_executor *ex);
 /* "warm", "mixed", "starting" or "cold" (no warm workers, or none up). */
 const char *ipd__warm_mode(struct ipd_executor *ex);
 /* The admin status's "execution_mode" object.  New reference. */
@@ -226,13 +232,15 @@ json_t *ipd__warm_json(struct ipd_executor *ex);
 /* zygote_host.c ------------------------------------------------------ */
 
 /* Run zygote z on the venv's current generation as host uid (0: the
- * sandbox's) for at most life_ms, blocking until it ends; started(ctx,
+ * sandbox's) for at most life_ms, blocking until it ends; plan: the
+ * adaptive warm set's two environment entries (ipd_warmset_plan; NULL or
+ * empty: the floor only, as a session's zygote); started(ctx,
  * generation dir or "") is called just before it starts (NULL: not
  * called).  *r is its run's (release it); why[] says why it could not
  * start. */
 enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
                                struct ipd_sandbox_zygote *z, uid_t uid,
-                               int64_t life_ms,
+                               int64_t life_ms, const char *const *plan,
                                void (*started)(void *ctx, const char *gen),
                                void *ctx, struct ipd_sandbox_result *r,
                                char *why, size_t whylen);

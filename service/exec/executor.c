@@ -77,6 +77,8 @@ void ipd_executor_options_default(struct ipd_executor_options *o)
     o->warm_modules = NULL;
     o->warm_recycle_runs = 1000;
     o->warm_recycle_ms = 60LL * 60 * 1000;
+    o->warm_memory_budget = IPD_WARM_MEMORY_BUDGET_DEFAULT;
+    o->warm_adapt_runs = 100;
     o->max_sessions = 8;
     o->sessions_per_user = 3;
     o->sessions_memory = 8LL << 30;
@@ -188,6 +190,9 @@ static void warm_options(struct ipd_executor *ex,
              opt->warm_modules ? opt->warm_modules : "numpy,pandas,matplotlib");
     ex->warm_recycle_runs = opt->warm_recycle_runs;
     ex->warm_recycle_ms = opt->warm_recycle_ms;
+    ex->warmset = ipd_warmset_new(ex->warm_modules,
+                                  opt->warm ? opt->warm_memory_budget : 0,
+                                  opt->warm_adapt_runs);
 }
 
 void ipd__exec_id(const char *wanted, char out[IPD_ID_MAX])
@@ -279,6 +284,7 @@ void ipd_executor_free(struct ipd_executor *ex)
     if (!ex)
         return;
     ipd__warm_stop(ex);
+    ipd_warmset_free(ex->warmset);
     ipd__sessions_free(ex);
     ipd_sandbox_config_release(&ex->sbx);
     free(ex->python);

@@ -82,6 +82,10 @@ struct ipd_exec_request {
  * ipd_serve_executor_options in serve.c); tests do the same and change
  * what they need.
  */
+/* --warm-memory-budget's default (docs/BENCHMARKS.md, issue 26: what a
+ * bigger zygote costs each fork, against what it saves a run). */
+#define IPD_WARM_MEMORY_BUDGET_DEFAULT (256LL << 20)
+
 struct ipd_executor_options {
     const char *data_dir;          /* borrowed (required); only for
                                       removing what older versions staged
@@ -130,6 +134,12 @@ struct ipd_executor_options {
     const char *warm_modules;
     int64_t warm_recycle_runs;
     int64_t warm_recycle_ms;
+    /* The adaptive warm set (service/exec/warmset.h): beyond
+     * warm_modules, each new zygote imports the modules runs import most
+     * that fit warm_memory_budget bytes (0: none), looked at again every
+     * warm_adapt_runs runs (0: 100). */
+    int64_t warm_memory_budget;
+    unsigned warm_adapt_runs;
     /* Sessions (CONTRACT.md; session.c): at most max_sessions live on
      * this node (0: none), sessions_per_user per (tenant, user), ended
      * after session_idle_ms unused or session_max_life_ms; each is
@@ -267,6 +277,10 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
 enum ipd_err ipd_executor_session_check(struct ipd_executor *ex,
                                         const char *tenant, const char *user,
                                         const char *id, struct ipd_buf *detail);
+/* The adaptive warm set's size: the newest warm zygote's modules beyond
+ * warm-modules and the memory they add (0 and 0 before any report). */
+void ipd_executor_warm_set_gauges(struct ipd_executor *ex, int64_t *modules,
+                                  int64_t *bytes);
 /* End idle and too old sessions; drop old tombstones (the scheduler). */
 void ipd_executor_sessions_reap(struct ipd_executor *ex);
 /* {"live", "max", "per_user", "memory_bytes", "memory_charged_bytes",

@@ -130,7 +130,8 @@ static void prepare_mpl_cache(struct ipd_executor *ex)
 /* The environment every run of the prelude gets (the sandbox already
  * sets HOME, LANG, the thread counts and MPLBACKEND; these are the
  * prelude's contract), then mpl_env and extra when not NULL. */
-void ipd__run_env(const char **env, const char *mpl_env, const char *extra)
+void ipd__run_env(const char **env, const char *mpl_env,
+                  const char *const *extra)
 {
     static const char *const base[] = {"PYTHONUNBUFFERED=1",
                                        "PYTHONDONTWRITEBYTECODE=1",
@@ -146,8 +147,8 @@ void ipd__run_env(const char **env, const char *mpl_env, const char *extra)
         env[n++] = base[i];
     if (mpl_env)
         env[n++] = mpl_env;
-    if (extra)
-        env[n++] = extra;
+    for (size_t i = 0; extra && extra[i] && i < 3; i++)
+        env[n++] = extra[i];
     env[n] = NULL;
 }
 

@@ -882,6 +882,11 @@ json_t *ipd__build_result(struct ipd_executor *ex,
 {
     json_t *prelude = ipd__read_prelude_result(r);
     json_t *error = build_error(r, prelude, timeout_ms);
+
+    /* Every run's imports are counted for the warm set (nothing else of
+     * the run is kept there); a changed plan renews the zygotes. */
+    if (ipd_warmset_note(ex->warmset, json_object_get(prelude, "imports")))
+        ipd__warm_adapt(ex);
     bool success = r->exit_code == 0 && !r->timed_out && !r->oom_killed &&
                    json_is_null(error);
     json_t *res = json_object();

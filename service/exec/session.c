@@ -222,7 +222,7 @@ static void serve_zygote(struct ipd__session *s)
                    (ep ? ep->max_timeout_ms : 0) + ZYGOTE_MARGIN_MS;
 
     if (ipd__zygote_serve(ex, s->z, ipd__session_uid(ex, s->idx), wall, NULL,
-                          NULL, &r, why, sizeof(why)) &&
+                          NULL, NULL, &r, why, sizeof(why)) &&
         why[0])
         ipd_warn("session %s: its interpreter did not start: %s", s->id, why);
     zygote_end_cause(&r, why, cause, sizeof(cause));

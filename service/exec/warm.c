@@ -63,9 +63,12 @@ struct warm_slot {
                          when none is */
     int64_t started_ms, runs, restarts;
     unsigned failures;
-    unsigned park_failures; /* in a row */
-    bool recycle;           /* this zygote is to end */
-    char why[256];          /* why the slot serves cold */
+    unsigned park_failures;             /* in a row */
+    bool recycle;                       /* this zygote is to end */
+    char why[256];                      /* why the slot serves cold */
+    uint64_t plan_gen;                  /* the warm set's plan it was given */
+    char warm_set[IPD_WARMSET_ENV_MAX]; /* what it imported of it */
+    int64_t warm_set_bytes;
 };
 
 struct ipd__warm {
@@ -98,6 +101,8 @@ static void slot_started(void *ctx, const char *gen)
     snprintf(s->gen, sizeof(s->gen), "%s", gen);
     s->started_ms = ipd_now_ms();
     s->runs = 0;
+    s->warm_set[0] = '\0';
+    s->warm_set_bytes = 0;
     pthread_cond_broadcast(&s->w->cond);
     pthread_mutex_unlock(&s->w->lock);
     if (s->recycle)
@@ -112,14 +117,20 @@ static int64_t zygote_once(struct warm_slot *s)
     struct ipd_sandbox_result r;
     int64_t t0 = ipd_mono_ms(), served = -1;
     char why[200] = "";
+    char cand[IPD_WARMSET_ENV_MAX], budget[64];
+    const char *plan[2] = {cand, budget};
 
     if (ipd_sandbox_zygote_new(&ex->sbx, &s->next_z)) {
         snprintf(s->why, sizeof(s->why), "no command socket");
         return -1;
     }
+    uint64_t plan_gen = ipd_warmset_plan(ex->warmset, cand, budget);
+    pthread_mutex_lock(&s->w->lock);
+    s->plan_gen = plan_gen;
+    pthread_mutex_unlock(&s->w->lock);
     enum ipd_err rc = ipd__zygote_serve(
         ex, s->next_z, ipd__slot_uid(ex, s->idx), ex->warm_recycle_ms + 60000,
-        slot_started, s, &r, why, sizeof(why));
+        plan, slot_started, s, &r, why, sizeof(why));
     pthread_mutex_lock(&s->w->lock);
     served = s->z_ready ? ipd_mono_ms() - t0 : -1;
     if (!s->z_ready)
@@ -198,6 +209,29 @@ static void *zygote_thread(void *arg)
 
 static void recycle_locked(struct warm_slot *s, const char *why);
 
+/* The warm set's plan changed: replace the zygotes given an older one,
+ * one slot at a time (a slot serves cold while its zygote starts), the
+ * next once this one is ready.  Under w->lock. */
+static void adapt_locked(struct ipd__warm *w)
+{
+    uint64_t gen = ipd_warmset_plan_gen(w->ex->warmset);
+
+    if (w->stopping)
+        return;
+    for (unsigned i = 0; i < w->n; i++) {
+        const struct warm_slot *s = &w->slots[i];
+        if (s->state != SLOT_COLD && (!s->z || !s->z_ready || s->recycle))
+            return; /* one is starting */
+    }
+    for (unsigned i = 0; i < w->n; i++) {
+        struct warm_slot *s = &w->slots[i];
+        if (s->state == SLOT_READY && s->plan_gen < gen) {
+            recycle_locked(s, "the warm set changed");
+            return;
+        }
+    }
+}
+
 /* A thread is done with s->z outside the lock (under the lock). */
 static void z_release(struct warm_slot *s)
 {
@@ -270,7 +304,17 @@ static bool zygote_ready(struct warm_slot *s, struct ipd_sandbox_zygote *z)
         s->state = SLOT_READY;
         s->failures = 0;
         s->park_failures = 0;
-        ipd_info("executor: slot %u's zygote is ready", s->idx);
+        size_t len = 0;
+        const char *report = ipd_sandbox_zygote_report(z, &len);
+        if (report && len &&
+            !ipd_warmset_report(s->w->ex->warmset, report, len, s->warm_set,
+                                sizeof(s->warm_set), &s->warm_set_bytes))
+            ipd_warn("executor: slot %u's zygote sent a malformed warm set "
+                     "report",
+                     s->idx);
+        ipd_info("executor: slot %u's zygote is ready%s%s", s->idx,
+                 s->warm_set[0] ? "; it warmed " : "", s->warm_set);
+        adapt_locked(s->w);
         pthread_cond_broadcast(&s->w->cond);
     } else if (rc == IPD_ERR_UNAVAILABLE && s->z == z) {
         snprintf(s->why, sizeof(s->why), "%s", why);
@@ -396,9 +440,27 @@ void ipd__warm_generation(struct ipd_executor *ex)
 
     if (!w)
         return;
+    ipd_warmset_venv_changed(ex->warmset);
     pthread_mutex_lock(&w->lock);
     for (unsigned i = 0; i < w->n; i++)
         recycle_locked(&w->slots[i], "a new venv generation");
+    pthread_mutex_unlock(&w->lock);
+}
+
+void ipd_executor_warm_set_gauges(struct ipd_executor *ex, int64_t *modules,
+                                  int64_t *bytes)
+{
+    ipd_warmset_gauges(ex->warmset, modules, bytes);
+}
+
+void ipd__warm_adapt(struct ipd_executor *ex)
+{
+    struct ipd__warm *w = ex->warm;
+
+    if (!w)
+        return;
+    pthread_mutex_lock(&w->lock);
+    adapt_locked(w);
     pthread_mutex_unlock(&w->lock);
 }
 
@@ -552,10 +614,16 @@ json_t *ipd__warm_json(struct ipd_executor *ex)
                                 json_integer(s->started_ms / 1000));
         if (s->state == SLOT_COLD && s->why[0])
             json_object_set_new(o, "why", json_string(s->why));
+        if (shown_state(s) == SLOT_READY && ex->warmset) {
+            json_object_set_new(o, "warm_set",
+                                ipd_warmset_list_json(s->warm_set));
+            json_object_set_new(o, "warm_set_bytes",
+                                json_integer(s->warm_set_bytes));
+        }
         json_array_append_new(slots, o);
     }
     pthread_mutex_unlock(&w->lock);
-    return json_pack("{s:s,s:s,s:s,s:o}", "configured", "warm", "serving",
+    return json_pack("{s:s,s:s,s:s,s:o,s:o}", "configured", "warm", "serving",
                      ipd__warm_mode(ex), "modules", ex->warm_modules, "slots",
-                     slots);
+                     slots, "adaptive", ipd_warmset_json(ex->warmset));
 }

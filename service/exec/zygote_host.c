@@ -48,22 +48,29 @@ static void zygote_policy(const struct ipd_executor *ex, int64_t life_ms,
 }
 
 /* The zygote's program: the prelude's mounts and environment with the
- * warm modules (modules[] holds that entry), cwd /tmp. */
+ * warm modules (modules[] holds that entry) and the adaptive set's plan
+ * (plan: its two entries, or NULL), cwd /tmp. */
 static void zygote_spec(struct ipd_executor *ex,
                         const struct ipd__run_stage *zw, const char *gen_dir,
                         const struct ipd_sandbox_stage *vst, const char **argv,
                         const char **env, char *modules, size_t modlen,
+                        const char *const *plan,
                         struct ipd_sandbox_mount *mounts,
                         struct ipd_sandbox_spec *spec)
 {
     const char *mpl_env;
+    const char *extra[4] = {modules, NULL};
 
     snprintf(modules, modlen, "IPD_WARM_MODULES=%s", ex->warm_modules);
+    if (plan && plan[0][0] && plan[1][0]) {
+        extra[1] = plan[0];
+        extra[2] = plan[1];
+    }
     memset(spec, 0, sizeof(*spec));
     spec->mounts = mounts;
     spec->n_mounts =
         ipd__run_mounts(ex, zw->stage, gen_dir, vst, true, mounts, &mpl_env);
-    ipd__run_env(env, mpl_env, modules);
+    ipd__run_env(env, mpl_env, extra);
     spec->argv = argv;
     spec->env = env;
     spec->cwd = "/tmp";
@@ -72,7 +79,7 @@ static void zygote_spec(struct ipd_executor *ex,
 
 enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
                                struct ipd_sandbox_zygote *z, uid_t uid,
-                               int64_t life_ms,
+                               int64_t life_ms, const char *const *plan,
                                void (*started)(void *ctx, const char *gen),
                                void *ctx, struct ipd_sandbox_result *r,
                                char *why, size_t whylen)
@@ -107,7 +114,7 @@ enum ipd_err ipd__zygote_serve(struct ipd_executor *ex,
     struct ipd_sandbox_policy p;
 
     zygote_spec(ex, &zw, gen_dir, vst, argv, env, modules, sizeof(modules),
-                mounts, &spec);
+                plan, mounts, &spec);
     zygote_policy(ex, life_ms, &p);
     if (started)
         started(ctx, gen_dir ? gen_dir : "");

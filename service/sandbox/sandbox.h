@@ -330,6 +330,12 @@ enum ipd_err ipd_sandbox_zygote_run(struct ipd_sandbox_zygote *z,
 enum ipd_err ipd_sandbox_zygote_wait_ready(struct ipd_sandbox_zygote *z,
                                            int64_t timeout_ms, char *why,
                                            size_t whylen);
+/* The text that came with the zygote's "ready" (its warm set's report,
+ * zproto.h; untrusted, not NUL-terminated, *len bytes, at most
+ * IPD_ZPROTO_REPORT_MAX), borrowed for the handle's life; NULL until
+ * it is ready. */
+const char *ipd_sandbox_zygote_report(struct ipd_sandbox_zygote *z,
+                                      size_t *len);
 /* Make the zygote end (its command socket is shut down: it exits); its
  * parked children end with it.  Any thread; repeatable. */
 void ipd_sandbox_zygote_stop(struct ipd_sandbox_zygote *z);

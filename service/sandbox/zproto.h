@@ -19,7 +19,9 @@
  *   P -> Z  INIT + the no-network seccomp filter (raw struct sock_filter
  *           array, 8 bytes each), queued before the zygote starts: what
  *           its children load on top of the zygote's own filter;
- *   Z -> P  READY when its imports are done, or FAILED + why (text);
+ *   Z -> P  READY when its imports are done, + optionally its warm set's
+ *           report (JSON, at most IPD_ZPROTO_REPORT_MAX bytes; read by
+ *           service/exec/warmset.c), or FAILED + why (text);
  *   P -> Z  PARK + JSON parameters, with the child's descriptors: its end
  *           of a new control socket, the stdout and stderr pipes' write
  *           ends, one tree per stage mount (at most
@@ -81,6 +83,7 @@ enum ipd_zproto_cmd {
 /* A park command's descriptors: control socket, stdout, stderr, and one
  * per stage tree. */
 #define IPD_ZPROTO_PARK_FDS_MAX (3 + 8)
+#define IPD_ZPROTO_REPORT_MAX 4096 /* READY's text */
 
 /* 2. The control message from the children to P. */
 enum ipd_zproto_ctl_kind {

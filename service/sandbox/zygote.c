@@ -33,6 +33,8 @@ struct ipd_sandbox_zygote {
     pthread_mutex_t lock; /* ready, why, reads of cmd */
     bool ready, gone;
     char why[256];
+    char report[IPD_ZPROTO_REPORT_MAX]; /* READY's text (untrusted) */
+    size_t report_len;
 };
 
 enum ipd_err ipd_sandbox_zygote_new(const struct ipd_sandbox_config *cfg,
@@ -110,14 +112,19 @@ enum ipd_err ipd_sandbox_zygote_wait_ready(struct ipd_sandbox_zygote *z,
                                            size_t whylen)
 {
     enum ipd_err rc = IPD_OK;
-    char buf[300];
+    char buf[1 + IPD_ZPROTO_REPORT_MAX + 1];
     ssize_t n = 0;
 
     pthread_mutex_lock(&z->lock);
     if (!z->ready && !z->gone) {
+        /* A message longer than buf is cut by the SEQPACKET socket: its
+         * report is then malformed JSON, and ignored by its reader. */
         int got = cmd_read(z, buf, sizeof buf - 1, timeout_ms, &n);
-        if (got == 1 && n == 1 && buf[0] == IPD_ZPROTO_CMD_READY) {
+        if (got == 1 && buf[0] == IPD_ZPROTO_CMD_READY) {
             z->ready = true;
+            z->report_len =
+                (size_t)n - 1 <= sizeof(z->report) ? (size_t)n - 1 : 0;
+            memcpy(z->report, buf + 1, z->report_len);
         } else if (got == 0) {
             rc = IPD_ERR_TIMEOUT;
         } else {
@@ -138,6 +145,20 @@ enum ipd_err ipd_sandbox_zygote_wait_ready(struct ipd_sandbox_zygote *z,
                                        : z->why);
     pthread_mutex_unlock(&z->lock);
     return rc;
+}
+
+const char *ipd_sandbox_zygote_report(struct ipd_sandbox_zygote *z, size_t *len)
+{
+    const char *r = NULL;
+
+    *len = 0;
+    pthread_mutex_lock(&z->lock);
+    if (z->ready) {
+        r = z->report;
+        *len = z->report_len;
+    }
+    pthread_mutex_unlock(&z->lock);
+    return r;
 }
 
 void ipd_sandbox_zygote_stop(struct ipd_sandbox_zygote *z)

@@ -73,7 +73,7 @@ def main(dump, zygote_py, zproto_h):
     for name in sorted(header_names(zproto_h) - dumped_c):
         check(False, "zproto.h's %s is not compared (zproto_dump.c)" % name)
     ours = {n for n in vars(z) if re.match(r"(CMD|CTL|VERB)_[A-Z_]+$", n)}
-    ours.add("PARK_FDS_MAX")
+    ours |= {"PARK_FDS_MAX", "REPORT_MAX"}
     for name in sorted(ours - dumped_py):
         check(False, "zygote.py's %s is not in zproto.h" % name)
     check(z._CTL.size == layout["_CTL.size"],

@@ -45,7 +45,12 @@ Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
                   budget (the job would have to say it).
   .interpd/result.json, written atomically (temp file + rename):
       {"error": null | {"type", "message", "traceback"},
-       "figures": ["figure_1.png", ...]}
+       "figures": ["figure_1.png", ...],
+       "imports": ["scipy", "scipy.stats", ...]}
+                  imports: the modules the code's import statements named
+                  beyond the standard library (_imported), which the
+                  service counts for its adaptive warm set
+                  (service/exec/warmset.h); at most 32.
                   The prelude creates .interpd/ and the temp file
                   (.interpd/result.json.<pid>.tmp, 128 KiB allocated) before
                   the code runs, so a code that fills the disk still gets its
@@ -143,6 +148,7 @@ class _Files(dict):
             raise _ambiguous("FILES[%r]" % (key,), key)
         raise KeyError(key)
 _FIGURES = []       # figure files saved so far
+_IMPORTS = []       # the code's import statements (_import_statements)
 
 
 _LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)),
@@ -303,15 +309,16 @@ def _write_into_reserved(data):
         os.close(fd)
 
 
-def _write_result(error, figures):
+def _write_result(error, figures, imports=()):
     """.interpd/result.json, through a temp file and a rename."""
     err = "null"
     if error is not None:
         err = '{"type": %s, "message": %s, "traceback": %s}' % (
             _jstr(error["type"]), _jstr(error["message"]),
             _jstr(error["traceback"]))
-    data = ('{"error": %s, "figures": [%s]}\n' % (
-        err, ", ".join(_jstr(f) for f in figures))).encode("utf-8")
+    data = ('{"error": %s, "figures": [%s], "imports": [%s]}\n' % (
+        err, ", ".join(_jstr(f) for f in figures),
+        ", ".join(_jstr(m) for m in imports))).encode("utf-8")
     d = os.path.join(_OUTPUT, ".interpd")
     tmp = _write_into_reserved(data)
     if tmp is None:
@@ -357,12 +364,56 @@ def _split_last(tree):
     return last
 
 
+_STATEMENT_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _import_statements(tree):
+    """(module, names) of each absolute import statement in the code, at
+    any depth of statements (a function's, a branch's): what the warm set
+    counts.  Expressions are not walked: no statement is in one."""
+    found, todo = [], [tree]
+    while todo and len(found) < 256:
+        node = todo.pop()
+        kind = type(node).__name__
+        if kind == "Import":
+            found.extend((a.name, ()) for a in node.names)
+        elif kind == "ImportFrom" and not node.level and node.module:
+            found.append((node.module, tuple(a.name for a in node.names)))
+        for field in _STATEMENT_BODIES:
+            body = getattr(node, field, None)
+            if type(body) is list:
+                todo.extend(body)
+    return found
+
+
+def _imported():
+    """The modules the code's import statements named, beyond the
+    standard library, for the warm set (result.json's "imports"; nothing
+    else about the code leaves): "import a.b" names a.b; "from a import
+    b" names a, and a.b when that is a module now."""
+    names = []
+    skip = sys.stdlib_module_names
+    for module, items in _IMPORTS:
+        top = module.partition(".")[0]
+        if top in skip or top in sys.builtin_module_names or \
+                top.startswith("_"):
+            continue
+        for name in (module,) + tuple(module + "." + i for i in items):
+            if name not in names and len(name) <= 100 and \
+                    (name == module or name in sys.modules):
+                names.append(name)
+        if len(names) >= 32:
+            break
+    return names[:32]
+
+
 def _execute(source, ns):
     """Run the code: (exit status or SystemExit code, error object).  A
     bare expression as its last statement is shown (_split_last)."""
     try:
         tree = compile(source, _CODE_NAME, "exec", _ONLY_AST,
                        dont_inherit=True)
+        _IMPORTS[:] = _import_statements(tree)
         last = _split_last(tree)
         code = compile(tree, _CODE_NAME, "exec", dont_inherit=True)
         if last is not None:
@@ -406,6 +457,7 @@ def _reset_call(ns):
     else:
         ns["FILES"] = _Files()
     _FIGURES[:] = []
+    _IMPORTS[:] = []
     if "_display_full" in globals():
         _display_full[:] = []
         _display_count[0] = 0
@@ -464,7 +516,7 @@ def run_cell(mod, first=True):
     if "matplotlib.pyplot" in sys.modules:
         _lib()["_save_figures"]()
     try:
-        _write_result(error, _FIGURES)
+        _write_result(error, _FIGURES, _imported())
     except OSError as e:
         _stderr("interpd: could not write the result: %s\n" % e)
     for stream in (sys.stdout, sys.stderr):

@@ -9,8 +9,9 @@ namespaces, mounts, seccomp filter, limits and unprivileged uid),
 with its command socket as fd 3 (service/sandbox/zproto.h defines the
 wire protocol; the constants below copy its numbers).  This process
 imports the warm modules (IPD_WARM_MODULES, default
-numpy,pandas,matplotlib), draws one plot, loads the prelude and freezes
-the garbage collector; then, for each park command, it forks a
+numpy,pandas,matplotlib), draws one plot, imports the adaptive warm set
+(IPD_WARM_CANDIDATES within IPD_WARM_BUDGET_KB: _adapt; its report goes
+with READY), loads the prelude and freezes the garbage collector; then, for each park command, it forks a
 child that
 
   1. makes a user namespace of its own (the zygote's uid mapped to
@@ -72,6 +73,7 @@ CAP_VERSION_3 = 0x20080522
 # against the header.  The command socket's first byte (P <-> Z):
 CMD_INIT, CMD_READY, CMD_FAILED, CMD_PARK = b"I", b"R", b"E", b"P"
 PARK_FDS_MAX = 3 + 8
+REPORT_MAX = 4096       # READY's report (the warm set's), bytes
 # The control message's kinds (child -> P; 4 and 5 are cold runs' only):
 CTL_ERROR, CTL_OUTDIR, CTL_STATUS, CTL_INIT = 1, 2, 3, 4
 CTL_EGRESS, CTL_HELLO, CTL_READY = 5, 6, 7
@@ -338,13 +340,119 @@ def _load_prelude():
     return mod
 
 
+def _rss_kib():
+    with open("/proc/self/statm", "rb") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
+
+
+def _threads():
+    with open("/proc/self/status", "rb") as f:
+        for line in f:
+            if line.startswith(b"Threads:"):
+                return int(line.split()[1])
+    return 0
+
+
+PROBE_TIMEOUT = 20.0    # seconds a candidate's import may take
+
+
+def _probe(name):
+    """Import name in a child of this process, which then exits: (state,
+    KiB it added).  "ok", or why it is refused: "not_importable" (it
+    raised), "threads" (it started a thread: forking would copy a process
+    with threads), "crashed" (the child died: a signal, the seccomp
+    filter, os._exit), "timeout"."""
+    import select
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(r)
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            before, threads = _rss_kib(), _threads()
+            try:
+                __import__(name)
+                state = b"threads" if _threads() > threads else b"ok"
+            except BaseException:
+                state = b"not_importable"
+            os.write(w, b"%s %d" % (state, max(0, _rss_kib() - before)))
+        finally:
+            os._exit(0)
+    os.close(w)
+    data = b""
+    try:
+        ready, _, _ = select.select([r], [], [], PROBE_TIMEOUT)
+        if ready:
+            data = os.read(r, 64)
+    finally:
+        os.close(r)
+        if not data:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        os.waitpid(pid, 0)
+    if not data:
+        return ("crashed" if ready else "timeout"), 0
+    state, _, kib = data.partition(b" ")
+    return state.decode("ascii", "replace"), int(kib or 0)
+
+
+def _adapt(budget, candidates):
+    """The warm set beyond the floor: each candidate ("name" or
+    "name=KiB", the most imported first) is imported when it fits what is
+    left of the budget (KiB).  A cost the service gives is one a probe of
+    this venv measured; the others are probed in a child first, so a
+    candidate that fails, crashes, hangs or starts threads never touches
+    this process.  Returns the report's "modules": [name, state, KiB]."""
+    out = []
+    left = budget
+    for item in candidates.split(",")[:16]:
+        name, _, known = item.strip().partition("=")
+        if not name:
+            continue
+        top = name.partition(".")[0]
+        if top in sys.stdlib_module_names or top in sys.builtin_module_names:
+            out.append([name, "stdlib", 0])
+            continue
+        if name in sys.modules:
+            out.append([name, "loaded", 0])
+            continue
+        if known.isdigit():
+            cost = int(known)
+        else:
+            state, cost = _probe(name)
+            if state != "ok":
+                out.append([name, state, cost])
+                continue
+        if cost > left:
+            out.append([name, "over_budget", cost])
+            continue
+        before = _rss_kib()
+        try:
+            __import__(name)
+        except BaseException:   # it imported in this venv's probe
+            out.append([name, "not_importable", 0])
+            continue
+        cost = max(0, _rss_kib() - before)
+        left -= cost
+        out.append([name, "warm", cost])
+    return out
+
+
 def _warm(prelude):
-    """Import the warm modules, draw once, compile the prelude's rest."""
+    """Import the warm modules, draw once, add the adaptive warm set (the
+    service's candidates within its budget), compile the prelude's rest.
+    The report for READY, or b"" without an adaptive set."""
     lib = prelude._lib()
     names = [m.strip() for m in
              os.environ.pop("IPD_WARM_MODULES",
                             "numpy,pandas,matplotlib").split(",")
              if m.strip()]
+    candidates = os.environ.pop("IPD_WARM_CANDIDATES", "")
+    budget = os.environ.pop("IPD_WARM_BUDGET_KB", "")
     if "matplotlib" in names:
         lib["_seed_mpl_cache"]()
     for name in names:
@@ -360,9 +468,20 @@ def _warm(prelude):
         plt.plot([1, 2, 3], [1, 4, 9])
         fig.savefig(io.BytesIO(), format="png")
         plt.close("all")
+    report = b""
+    if budget.isdigit():
+        floor = _rss_kib()
+        mods = _adapt(int(budget), candidates)
+        while True:
+            report = json.dumps({"floor_kib": floor, "modules": mods},
+                                separators=(",", ":")).encode()
+            if len(report) <= REPORT_MAX or not mods:
+                break
+            mods.pop()
     import traceback  # noqa: F401  (the error path's)
     gc.collect()
     gc.freeze()
+    return report
 
 
 def _exit_status(code):
@@ -572,14 +691,14 @@ def main():
     bpf = init[1:]
     try:
         prelude = _load_prelude()
-        _warm(prelude)
+        report = _warm(prelude)
     except Exception as e:
         cmd.send(CMD_FAILED + b"%s: %s" % (type(e).__name__.encode(),
                                            str(e).encode()[:200]))
         return 2
     _PRELUDE = prelude
     try:
-        cmd.send(CMD_READY)
+        cmd.send(CMD_READY + report)
     except OSError:
         return 0    # the service stopped this zygote while it started
     return _serve(cmd, bpf, prelude)
