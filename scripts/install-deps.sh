@@ -16,7 +16,7 @@ packages=(
   python3-seaborn python3-sklearn python3-statsmodels python3-plotly
   python3-networkx python3-xlsxwriter python3-tabulate python3-bs4
   python3-docx python3-reportlab python3-skimage python3-opencv
-  python3-xarray python3-pypdf
+  python3-xarray python3-pypdf python3-sympy
   python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
   curl wrk nodejs rsync   # rsync: tests/mutants/run.sh
 )
