@@ -183,7 +183,8 @@ class TestOutputAndErrors(PreludeCase):
         self.assert_ok(r)
         self.assertEqual(r.stdout, "hello 42\nhéllo ✓")
         self.assertEqual(r.stderr, "to stderr\n")
-        self.assertEqual(r.result, {"error": None, "figures": []})
+        self.assertEqual(r.result,
+                         {"error": None, "figures": [], "imports": []})
 
     def test_exception_type_message_and_line_numbers(self):
         r = self.run_code(
@@ -414,7 +415,8 @@ class TestResultFile(PreludeCase):
         """)
         self.assert_ok(r)
         self.assertEqual(r.stdout, "True\n")     # reserved before the code ran
-        self.assertEqual(r.result, {"error": None, "figures": []})
+        self.assertEqual(r.result,
+                         {"error": None, "figures": [], "imports": []})
         with open(os.path.join(self.out, "kept.txt")) as f:
             self.assertEqual(f.read(), "garbage")   # renamed over, not rewritten
         with open(os.path.join(self.out, "victim.txt")) as f:
@@ -925,7 +927,8 @@ class TestDisplay(PreludeCase):
                          ["1", "'from a function'", "[1, 2]",
                           "{'k': None}", "<class 'int'>", "'last'"])
         self.assertEqual(r.stdout, "printed\n")
-        self.assertEqual(r.result, {"error": None, "figures": []})
+        self.assertEqual(r.result,
+                         {"error": None, "figures": [], "imports": []})
 
     def test_dataframe_has_html(self):
         r = self.run_code("""
@@ -1772,6 +1775,110 @@ class TestSession(PreludeCase):
         self.assertLess(len(by), 1000)
         for v in by.values():
             self.assertLessEqual(len(v["repr"]), 500)
+
+
+class TestImports(PreludeCase):
+    """result.json's "imports" (_import_statements, _imported): what the
+    adaptive warm set counts (service/exec/warmset.h)."""
+
+    def imports(self, code):
+        r = self.run_code(code)
+        self.assertIsNotNone(r.result, r)
+        self.assertIn("imports", r.result)
+        got = r.result["imports"]
+        self.assertEqual(len(got), len(set(got)), got)
+        return r, got
+
+    def test_none(self):
+        r, got = self.imports("print(1)")
+        self.assert_ok(r)
+        self.assertEqual(got, [])
+
+    def test_nested_statements(self):
+        r, got = self.imports("""
+            import numpy
+            def f():
+                import ipd_never_a.deep
+            class C:
+                import ipd_in_class
+            if False:
+                import ipd_in_if
+            elif False:
+                import ipd_in_elif
+            else:
+                import yaml
+            try:
+                import ipd_in_try
+            except ImportError:
+                import ipd_in_except
+            else:
+                import ipd_in_try_else
+            finally:
+                import ipd_in_finally
+            with open("/dev/null") as fh:
+                import PIL
+            for i in []:
+                import ipd_in_for
+            while False:
+                import ipd_in_while
+            match 1:
+                case 2:
+                    import ipd_in_case
+            x = [__import__("ipd_call_not_counted") for _ in []]
+            """)
+        self.assertEqual(r.rc, 1, r)   # ipd_in_try is not there
+        self.assertEqual(sorted(got), sorted([
+            "numpy", "ipd_never_a.deep", "ipd_in_class", "ipd_in_if",
+            "ipd_in_elif", "yaml", "ipd_in_try", "ipd_in_except",
+            "ipd_in_try_else", "ipd_in_finally", "PIL", "ipd_in_for",
+            "ipd_in_while", "ipd_in_case"]))
+
+    def test_from_names_a_submodule_only_when_it_is_one(self):
+        r, got = self.imports("""
+            from numpy import linalg, array
+            from numpy.fft import fft
+            from PIL import ipd_not_a_module_here
+            """)
+        self.assertEqual(sorted(got), ["PIL", "numpy", "numpy.fft",
+                                       "numpy.linalg"])
+
+    def test_relative_stdlib_and_private_left_out(self):
+        r, got = self.imports("""
+            from __future__ import annotations
+            import os, json, xml.dom, collections.abc
+            from os import path
+            import _thread
+            if False:
+                from . import sibling
+                from .mod import thing
+                from .. import up
+                import _ipd_private
+            import yaml
+            """)
+        self.assert_ok(r)
+        self.assertEqual(got, ["yaml"])
+
+    def test_at_most_32(self):
+        code = "if False:\n" + "".join(
+            "    import ipd_m%02d\n" % i for i in range(40))
+        r, got = self.imports(code)
+        self.assert_ok(r)
+        self.assertEqual(len(got), 32)
+        self.assertTrue(set(got) <= {"ipd_m%02d" % i for i in range(40)})
+        code = "if False:\n" + "".join(
+            "    import ipd_n%03d\n" % i for i in range(300))
+        r, got = self.imports(code)
+        self.assertEqual(len(got), 32)
+
+    def test_syntax_error_lists_nothing(self):
+        r, got = self.imports("import numpy\nimport (\n")
+        self.assertEqual(r.error["type"], "SyntaxError")
+        self.assertEqual(got, [])
+
+    def test_error_still_lists(self):
+        r, got = self.imports("import numpy\n1/0\n")
+        self.assertEqual(r.error["type"], "ZeroDivisionError")
+        self.assertEqual(got, ["numpy"])
 
 
 class _CountingResult(unittest.TextTestResult):
