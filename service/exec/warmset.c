@@ -26,7 +26,8 @@ enum ws_state {
 
 struct ws_entry {
     char name[IPD_WARMSET_NAME_MAX + 1];
-    double runs;   /* runs that imported it, decayed */
+    double runs;   /* runs that imported it, decayed: at most err over */
+    double err;    /* what it inherited when it took a full table's place */
     int64_t bytes; /* its measured cost in a zygote; -1: not known */
     enum ws_state state;
     char why[32]; /* WS_REFUSED: the zygote's reason */
@@ -131,8 +132,11 @@ static struct ws_entry *find_locked(struct ipd_warmset *ws, const char *name,
     return NULL;
 }
 
-/* The entry for name, made when new (the least counted one makes room
- * once the table is full). */
+/* The entry for name, made when new.  Once the table is full the least
+ * counted entry makes room, and the newcomer inherits its count as an
+ * error bound (the Space-Saving algorithm: Metwally, Agrawal, El Abbadi,
+ * 2005): so a name that keeps coming climbs past the long tail instead of
+ * being the next one evicted, and runs - err never overstates it. */
 static struct ws_entry *entry_locked(struct ipd_warmset *ws, const char *name,
                                      size_t len)
 {
@@ -143,13 +147,18 @@ static struct ws_entry *entry_locked(struct ipd_warmset *ws, const char *name,
     if (ws->n < WARMSET_TABLE) {
         e = &ws->e[ws->n++];
     } else {
+        /* the least counted; of those, the least sure (a newcomer's
+         * inherited count goes before a count of real runs) */
         e = &ws->e[0];
         for (size_t i = 1; i < ws->n; i++)
-            if (ws->e[i].runs < e->runs)
+            if (ws->e[i].runs < e->runs ||
+                (ws->e[i].runs == e->runs && ws->e[i].err > e->err))
                 e = &ws->e[i];
     }
+    double inherited = ws->n == WARMSET_TABLE && e->name[0] ? e->runs : 0;
     memset(e, 0, sizeof(*e));
     memcpy(e->name, name, len);
+    e->runs = e->err = inherited;
     e->bytes = -1;
     return e;
 }
@@ -161,10 +170,17 @@ static void decay_locked(struct ipd_warmset *ws)
     ws->total /= 2;
     for (size_t i = 0; i < ws->n; i++) {
         ws->e[i].runs /= 2;
+        ws->e[i].err /= 2;
         if (ws->e[i].runs >= 0.5)
             ws->e[k++] = ws->e[i];
     }
     ws->n = k;
+}
+
+/* What an entry's count guarantees (see entry_locked). */
+static double surely(const struct ws_entry *e)
+{
+    return e->runs - e->err;
 }
 
 static int by_runs(const void *a, const void *b)
@@ -172,8 +188,8 @@ static int by_runs(const void *a, const void *b)
     const struct ws_entry *x = *(const struct ws_entry *const *)a;
     const struct ws_entry *y = *(const struct ws_entry *const *)b;
 
-    if (x->runs != y->runs)
-        return x->runs < y->runs ? 1 : -1;
+    if (surely(x) != surely(y))
+        return surely(x) < surely(y) ? 1 : -1;
     return strcmp(x->name, y->name);
 }
 
@@ -186,8 +202,9 @@ static size_t sorted_locked(struct ipd_warmset *ws, struct ws_entry **order)
     return ws->n;
 }
 
-/* ",name" (or "name" first, "name=KiB" when kib >= 0) onto out. */
-static void append(char *out, size_t cap, size_t *len, const char *name,
+/* ",name" (or "name" first, "name=KiB" when kib >= 0) onto out; false
+ * (out unchanged) when it does not fit. */
+static bool append(char *out, size_t cap, size_t *len, const char *name,
                    long long kib)
 {
     char cost[24] = "";
@@ -197,10 +214,12 @@ static void append(char *out, size_t cap, size_t *len, const char *name,
         snprintf(cost, sizeof(cost), "=%lld", kib);
     n = snprintf(out + *len, cap - *len, "%s%s%s", *len ? "," : "", name, cost);
 
-    if (n > 0 && (size_t)n < cap - *len)
+    if (n > 0 && (size_t)n < cap - *len) {
         *len += (size_t)n;
-    else
-        out[*len] = '\0'; /* never a partial entry */
+        return true;
+    }
+    out[*len] = '\0'; /* never a partial entry */
+    return false;
 }
 
 /* The plan: the most imported names that may fit, into names ("a,b")
@@ -217,20 +236,20 @@ static void plan_locked(struct ipd_warmset *ws, char *names, char *costs)
         return;
     for (size_t i = 0; i < n && k < IPD_WARMSET_PLAN_MAX; i++) {
         struct ws_entry *e = order[i];
-        if (e->runs < WARMSET_MIN_RUNS ||
-            e->runs * 100 < ws->total * WARMSET_MIN_SHARE ||
+        if (surely(e) < WARMSET_MIN_RUNS ||
+            surely(e) * 100 < ws->total * WARMSET_MIN_SHARE ||
             e->state == WS_REFUSED || in_list(ws->floor, e->name))
             continue;
-        if (e->bytes >= 0) {
-            if (e->bytes > left)
-                continue;
+        if (e->bytes > left)
+            continue;
+        /* names holds less than costs: when an entry fits there, it fits
+         * here, and the two lists stay the same names. */
+        if (!append(costs, IPD_WARMSET_ENV_MAX - 40, &cl, e->name,
+                    e->bytes >= 0 ? (long long)(e->bytes / 1024) : -1))
+            break;
+        (void)append(names, IPD_WARMSET_ENV_MAX - 40, &nl, e->name, -1);
+        if (e->bytes >= 0)
             left -= e->bytes;
-            append(costs, IPD_WARMSET_ENV_MAX - 40, &cl, e->name,
-                   (long long)(e->bytes / 1024));
-        } else {
-            append(costs, IPD_WARMSET_ENV_MAX - 40, &cl, e->name, -1);
-        }
-        append(names, IPD_WARMSET_ENV_MAX - 40, &nl, e->name, -1);
         k++;
     }
 }
@@ -375,11 +394,17 @@ static json_t *report_parse(const char *text, size_t len)
         goto bad;
     json_array_foreach(mods, i, v)
     {
-        const char *name;
-        size_t nlen, st;
+        const char *name, *other;
+        size_t nlen, olen, st;
         int64_t bytes;
         if (!report_item(v, &name, &nlen, &st, &bytes))
             goto bad;
+        for (size_t k = 0; k < i; k++) { /* each name once */
+            (void)report_item(json_array_get(mods, k), &other, &olen, &st,
+                              &bytes);
+            if (olen == nlen && !memcmp(other, name, nlen))
+                goto bad;
+        }
     }
     return doc;
 bad:
@@ -424,7 +449,7 @@ bool ipd_warmset_report(struct ipd_warmset *ws, const char *text, size_t len,
             continue;
         sum += bytes;
         count++;
-        append(ws->set, sizeof(ws->set), &sl, e->name, -1);
+        (void)append(ws->set, sizeof(ws->set), &sl, e->name, -1);
     }
     ws->set_modules = count;
     ws->set_bytes = sum;
@@ -494,9 +519,9 @@ json_t *ipd_warmset_json(struct ipd_warmset *ws)
     size_t n = sorted_locked(ws, order);
     for (size_t i = 0; i < n && i < WARMSET_SHOWN; i++) {
         const struct ws_entry *e = order[i];
-        json_t *m =
-            json_pack("{s:s,s:I,s:s}", "module", e->name, "runs",
-                      (json_int_t)(e->runs + 0.5), "state", state_word(ws, e));
+        json_t *m = json_pack("{s:s,s:I,s:s}", "module", e->name, "runs",
+                              (json_int_t)(surely(e) + 0.5), "state",
+                              state_word(ws, e));
         if (e->bytes >= 0)
             json_object_set_new(m, "bytes", json_integer(e->bytes));
         if (e->state == WS_REFUSED)

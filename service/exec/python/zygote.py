@@ -345,12 +345,25 @@ def _rss_kib():
         return int(f.read().split()[1]) * (os.sysconf("SC_PAGE_SIZE") // 1024)
 
 
-def _threads():
+def _status(field):
+    """A number of /proc/self/status (field: b"Threads:", b"RssAnon:")."""
     with open("/proc/self/status", "rb") as f:
         for line in f:
-            if line.startswith(b"Threads:"):
+            if line.startswith(field):
                 return int(line.split()[1])
     return 0
+
+
+def _threads():
+    return _status(b"Threads:")
+
+
+def _anon_kib():
+    """The process's anonymous resident memory: what an import adds that
+    is this process's own.  Not VmRSS: a forked probe faults in file pages
+    the zygote already has (shared libraries' code), which are no cost of
+    the module's."""
+    return _status(b"RssAnon:")
 
 
 PROBE_TIMEOUT = 20.0    # seconds a candidate's import may take
@@ -371,13 +384,13 @@ def _probe(name):
             null = os.open(os.devnull, os.O_WRONLY)
             os.dup2(null, 1)
             os.dup2(null, 2)
-            before, threads = _rss_kib(), _threads()
+            before, threads = _anon_kib(), _threads()
             try:
                 __import__(name)
                 state = b"threads" if _threads() > threads else b"ok"
             except BaseException:
                 state = b"not_importable"
-            os.write(w, b"%s %d" % (state, max(0, _rss_kib() - before)))
+            os.write(w, b"%s %d" % (state, max(0, _anon_kib() - before)))
         finally:
             os._exit(0)
     os.close(w)
@@ -430,13 +443,13 @@ def _adapt(budget, candidates):
         if cost > left:
             out.append([name, "over_budget", cost])
             continue
-        before = _rss_kib()
+        before = _anon_kib()
         try:
             __import__(name)
         except BaseException:   # it imported in this venv's probe
             out.append([name, "not_importable", 0])
             continue
-        cost = max(0, _rss_kib() - before)
+        cost = max(0, _anon_kib() - before)
         left -= cost
         out.append([name, "warm", cost])
     return out

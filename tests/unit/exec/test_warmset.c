@@ -552,25 +552,29 @@ static void table_bound(void)
     struct ipd_warmset *ws = ipd_warmset_new("", MIB, 1000);
     char one[32];
 
-    note_n(ws, "[\"hot\"]", 5);
+    note_n(ws, "[\"hot\"]", 8);
     for (int i = 0; i < 10; i++) {
         snprintf(one, sizeof(one), "[\"warm%d\"]", i);
-        note_n(ws, one, 2);
+        note_n(ws, one, 5);
     }
-    /* Far more names once each than the table holds. */
+    /* Far more names once each than the table holds: what was counted
+     * more than runs / TABLE times stays (the Space-Saving guarantee: 442
+     * runs, 3.5 per place; what the plan needs, 2% of the runs, is far
+     * more). */
     for (int i = 0; i < 3 * TABLE; i++) {
         snprintf(one, sizeof(one), "[\"cold%03d\"]", i);
         note(ws, one);
     }
-    CHECK_INT(runs_of(ws, "hot"), 5);
+    CHECK_INT(runs_of(ws, "hot"), 8);
     for (int i = 0; i < 10; i++) {
         snprintf(one, sizeof(one), "warm%d", i);
-        CHECKF(runs_of(ws, one) == 2, "%s evicted", one);
+        CHECKF(runs_of(ws, one) == 5, "%s evicted", one);
     }
     json_t *o = ipd_warmset_json(ws);
     CHECK_INT(json_array_size(json_object_get(o, "modules")), SHOWN);
     json_decref(o);
-    /* A name counted again after its entry went starts from 1. */
+    /* A name counted again after its entry went is shown from 1 (what is
+     * sure of it, not what it inherited). */
     note(ws, "[\"cold000\"]");
     note(ws, "[\"cold000\"]");
     CHECK_INT(runs_of(ws, "cold000"), 2);
