@@ -427,6 +427,9 @@ static void report_rejected(void)
     rejected_s("{\"floor_kib\":1,\"modules\":[[\"a\",\"refused\",1]]}");
     rejected_s("{\"floor_kib\":1,\"modules\":[[\"1a\",\"warm\",1]]}");
     rejected_s("{\"floor_kib\":1,\"modules\":[[\"a.\",\"warm\",1]]}");
+    /* A module twice (its bytes would count twice). */
+    rejected_s("{\"floor_kib\":1,\"modules\":[[\"a\",\"warm\",1],"
+               "[\"a\",\"warm\",1]]}");
     /* One bad entry after a good one: nothing of it applied. */
     rejected_s("{\"floor_kib\":1,\"modules\":[[\"a\",\"crashed\",0],"
                "[\"b\",\"warm\",-1]]}");
