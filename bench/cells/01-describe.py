@@ -1,0 +1,4 @@
+df = load_file('sales.csv')
+print(df.shape)
+print(df.dtypes)
+print(df.describe())

@@ -1,0 +1,6 @@
+df = load_file('sales.csv')
+targets = load_file('targets.xlsx')
+actual = df.groupby('region')['revenue'].sum().rename('actual')
+report = targets.set_index('region').join(actual)
+report['attainment_%'] = (100 * report['actual'] / report['target']).round(1)
+print(report.sort_values('attainment_%', ascending=False))

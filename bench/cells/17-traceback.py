@@ -1,0 +1,3 @@
+df = load_file('sales.csv')
+monthly = df.groupby('Month')['Revenue'].sum()
+print(monthly)
