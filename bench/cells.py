@@ -31,7 +31,7 @@ WARMUP rounds (untimed) run every cell on every contestant: the kernel and
 the session have then run each cell before (a bot's kernel is a used one),
 and an adaptive warm set has seen the runs it adapts to.  Then the warm
 server's status is printed (GET /v1/admin/status: execution_mode, and
-executor.warm when the server has it) and ROUNDS timed rounds follow: in
+its adaptive warm set when the server has one) and ROUNDS timed rounds follow: in
 each, every cell in order (print(1) at the start, middle and end), the
 contestants in a shuffled order per cell (fixed seed).  Every result is
 checked (cell 17 must fail with its KeyError and traceback, every other
@@ -461,14 +461,20 @@ def warm_status(http):
     doc = json.loads(data)
     em = doc.get("execution_mode") or {}
     slots = ", ".join(f"slot {s.get('slot')} {s.get('mode')} runs {s.get('runs')} "
-                      f"restarts {s.get('restarts')}" for s in em.get("slots", []))
+                      f"restarts {s.get('restarts')} warm_set "
+                      f"{','.join(s.get('warm_set') or []) or '-'}"
+                      for s in em.get("slots", []))
     out = [f"execution_mode: serving {em.get('serving')}, modules "
            f"{em.get('modules')}; {slots}"]
-    ex = doc.get("executor")
-    if isinstance(ex, dict) and "warm" in ex:
-        out.append("executor.warm: " + json.dumps(ex["warm"]))
+    ad = em.get("adaptive")
+    if isinstance(ad, dict):
+        out.append(f"adaptive warm set: plan {','.join(ad.get('plan', []))} "
+                   f"(generation {ad.get('plan_generation')}); newest set "
+                   f"{','.join(ad.get('set') or []) or '-'}, "
+                   f"{(ad.get('set_bytes') or 0) / 1048576:.1f} MiB over a "
+                   f"{(ad.get('floor_bytes') or 0) / 1048576:.1f} MiB floor")
     else:
-        out.append("executor.warm: not reported by this server")
+        out.append("adaptive warm set: not reported by this server")
     return "\n# ".join(out)
 
 

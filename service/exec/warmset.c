@@ -254,6 +254,29 @@ static void plan_locked(struct ipd_warmset *ws, char *names, char *costs)
     }
 }
 
+/* Two plans' lists ("a,b") name the same modules, in any order: a plan
+ * whose names only changed places renews no zygote (its order matters only
+ * where the budget cuts it, and then the names differ). */
+static bool same_names(const char *a, const char *b)
+{
+    size_t na = 0, nb = 0;
+
+    for (const char *p = a; *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        char name[IPD_WARMSET_NAME_MAX + 1];
+        snprintf(name, sizeof(name), "%.*s", (int)len, p);
+        if (len && !in_list(b, name))
+            return false;
+        na += len > 0;
+        p += len + (end ? 1 : 0);
+    }
+    for (const char *p = b; *p; p++)
+        nb += *p == ',';
+    nb += *b != '\0';
+    return na == nb;
+}
+
 bool ipd_warmset_note(struct ipd_warmset *ws, const json_t *imports)
 {
     bool changed = false;
@@ -294,11 +317,11 @@ bool ipd_warmset_note(struct ipd_warmset *ws, const json_t *imports)
         char names[IPD_WARMSET_ENV_MAX], costs[IPD_WARMSET_ENV_MAX];
         ws->since_look = 0;
         plan_locked(ws, names, costs);
-        if (strcmp(names, ws->plan_names) != 0) {
-            memcpy(ws->plan_names, names, sizeof(names));
+        if (!same_names(names, ws->plan_names)) {
             ws->plan_gen++;
             changed = true;
         }
+        memcpy(ws->plan_names, names, sizeof(names));
     }
     pthread_mutex_unlock(&ws->lock);
     return changed;

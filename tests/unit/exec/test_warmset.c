@@ -275,13 +275,17 @@ static void plan_order_and_gen(void)
     gen = ipd_warmset_plan(ws, env, budget);
     CHECK_INT(gen, 2);
     CHECK_STR(env, "IPD_WARM_CANDIDATES=b,c,a");
+    /* The same names in another order: the plan's order follows the
+     * counts, but its generation stays (renewing the zygotes for an
+     * order would flap them as counts overtake one another). */
     note_n(ws, "[\"a\"]", 1); /* a 4 = c 4: a first by name */
     CHECK_STR(cands(ws, buf), "b,a,c");
-    CHECK_INT(ipd_warmset_plan_gen(ws), 3);
-    CHECK(note(ws, "[\"a\"]")); /* a 5 = b 5: a first */
+    CHECK_STR(status_plan(ws, buf), "b,a,c");
+    CHECK_INT(ipd_warmset_plan_gen(ws), 2);
+    CHECK(!note(ws, "[\"a\"]")); /* a 5 = b 5: a first */
     CHECK_STR(cands(ws, buf), "a,b,c");
     CHECK(!note(ws, "[\"a\"]"));
-    CHECK_INT(ipd_warmset_plan_gen(ws), 4);
+    CHECK_INT(ipd_warmset_plan_gen(ws), 2);
     ipd_warmset_free(ws);
 
     /* With adapt_runs 4 the plan is looked at every 4th run only. */
