@@ -225,6 +225,79 @@ class TestAdapt(AdaptCase):
         self.assertEqual(ZYGOTE._adapt(1000, " , ,"), [])
 
 
+class TestRehearse(unittest.TestCase):
+    """A parked child's rehearsal (_rehearse): every step while nothing
+    has come, none once go is there, and it leaves nothing behind."""
+
+    def setUp(self):
+        self.r, self.w = os.pipe()
+        self.saved = ZYGOTE._rehearsal_steps
+
+    def tearDown(self):
+        ZYGOTE._rehearsal_steps = self.saved
+        os.close(self.r)
+        os.close(self.w)
+
+    def counted(self, ran):
+        real = self.saved
+
+        def steps(mods):
+            for step in real(mods):
+                def counted_step(step=step):
+                    step()
+                    ran.append(step.__name__)
+                yield counted_step
+        ZYGOTE._rehearsal_steps = steps
+
+    def test_every_step_then_nothing_left(self):
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        import numpy  # noqa: F401
+        import pandas  # noqa: F401
+        import matplotlib.pyplot as plt
+        ran = []
+        self.counted(ran)
+        out_r, out_w = os.pipe()
+        saved = os.dup(1), os.dup(2)
+        os.dup2(out_w, 1)
+        os.dup2(out_w, 2)
+        try:
+            ZYGOTE._rehearse(self.r)
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os.dup2(saved[0], 1)
+            os.dup2(saved[1], 2)
+            os.close(out_w)
+        printed = os.read(out_r, 4096)
+        os.close(out_r)
+        self.assertEqual(ran, ["frame", "summary", "group", "chart"])
+        self.assertEqual(printed, b"")
+        self.assertEqual(plt.get_fignums(), [])
+
+    def test_go_first_stops_it(self):
+        ran = []
+        self.counted(ran)
+        os.write(self.w, b"G")
+        ZYGOTE._rehearse(self.r)
+        self.assertEqual(ran, [])
+        self.assertEqual(os.read(self.r, 1), b"G")  # go is left to read
+
+    def test_a_failing_step_is_harmless(self):
+        ran = []
+
+        def steps(mods):
+            def boom():
+                raise RuntimeError("x")
+
+            def after():
+                ran.append("after")
+            yield boom
+            yield after
+        ZYGOTE._rehearsal_steps = steps
+        ZYGOTE._rehearse(self.r)
+        self.assertEqual(ran, [])
+
+
 class _CountingResult(unittest.TextTestResult):
     pass
 
