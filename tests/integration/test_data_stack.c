@@ -12,7 +12,8 @@
  * version, in the listing and for the "already installed?" decision,
  * before the venv exists and after (venv_check.py --provided); and so
  * does every allowlisted distribution whose import name imports under
- * /usr/bin/python3 -I, checked for the whole allowlist.
+ * /usr/bin/python3 -I, checked for the whole allowlist.  A placeholder
+ * version in the metadata (mpmath's 0.0.0) is listed as its module's.
  */
 #include <stdio.h>
 #include <string.h>
@@ -142,6 +143,14 @@ static void listed_as_installed(void)
            "opencv-python-headless listed as %s, cv2.__version__ is %s",
            listed ? listed : "(nothing)", cv);
     free(cv);
+    /* mpmath's egg-info says 0.0.0, a placeholder: its module's version. */
+    char *mp = system_python("import mpmath; print(mpmath.__version__)");
+    listed = listed_version(&r, "mpmath");
+    CHECKF(listed && !strcmp(listed, mp),
+           "mpmath listed as %s, its module's "
+           "version is %s",
+           listed ? listed : "(nothing)", mp);
+    free(mp);
     itest_resp_release(&r);
 }
 
