@@ -1612,10 +1612,12 @@ class TestCharts(PreludeCase):
         self.assertEqual(self.pngs(), [])
 
     def test_no_image_budget_makes_every_shown_figure_a_file(self):
-        # --inline-image-max 0: the service keeps no image.
+        # --inline-image-max 0: the service keeps no image.  The code's
+        # own figure_1.png is left alone: the next free name is taken.
         self.budget(0)
         r = self.run_code("""
             import matplotlib.pyplot as plt
+            open("figure_1.png", "w").write("mine")
             plt.plot([1, 2])
             plt.savefig("a.png")
             plt.show()
@@ -1624,10 +1626,12 @@ class TestCharts(PreludeCase):
         """)
         self.assert_ok(r)
         (kept,) = self.shown()
-        self.assert_kept_as_file(kept, "figure_1.png")
+        self.assert_kept_as_file(kept, "figure_2.png")
         self.assertIn("(0 bytes)", kept["text/plain"])
-        self.assertEqual(self.pngs(), ["a.png", "figure_1.png"])
-        self.assertEqual(r.result["figures"], ["figure_1.png"])
+        self.assertEqual(self.figure_bytes("figure_1.png"), b"mine")
+        self.assertEqual(self.pngs(), ["a.png", "figure_1.png",
+                                       "figure_2.png"])
+        self.assertEqual(r.result["figures"], ["figure_2.png"])
 
     def test_the_code_sees_matplotlibs_own_names(self):
         r = self.run_code("""

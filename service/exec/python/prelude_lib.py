@@ -494,23 +494,27 @@ def _keep_as_file(fig, png, left):
     lost nor doubled.  Whether the file was written."""
     name = _figure_name()
     path = os.path.join(_OUTPUT, name)
+    fd = -1
     try:
+        # O_EXCL: a file of the code's own, made since _figure_name
+        # looked, is neither overwritten nor removed.
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
                      | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        try:
-            data = png
-            while data:
-                data = data[os.write(fd, data):]
-        finally:
-            os.close(fd)
+        data = png
+        while data:
+            data = data[os.write(fd, data):]
     except OSError as e:
-        try:
-            os.unlink(path)
-        except OSError:
-            pass
+        if fd >= 0:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
         _stderr("interpd: could not save figure %s: %s: %s\n"
                 % (name, type(e).__name__, e))
         return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
     _FIGURES.append(name)
     text = ("%s saved as %s: its PNG (%d bytes) is over what is left of "
             "the service's inline image limit (%d bytes)"
