@@ -392,6 +392,18 @@ const char *ipd_allowlist_name(const struct ipd_allowlist *al, size_t i)
     return i < al->allow.n ? al->allow.names[i] : NULL;
 }
 
+size_t ipd_allowlist_import_count(const struct ipd_allowlist *al)
+{
+    return al->nimports;
+}
+
+const char *ipd_allowlist_import_at(const struct ipd_allowlist *al, size_t i,
+                                    const char **dist)
+{
+    *dist = i < al->nimports ? al->imports[i].dist : NULL;
+    return i < al->nimports ? al->imports[i].import : NULL;
+}
+
 const char *ipd_allowlist_dist_for_import(const struct ipd_allowlist *al,
                                           const char *import_name,
                                           char out[IPD_REQ_NAME_MAX + 1])

@@ -73,6 +73,16 @@ size_t ipd_allowlist_count(const struct ipd_allowlist *al);
  * ipd_allowlist_free.  NULL when i >= ipd_allowlist_count(al). */
 const char *ipd_allowlist_name(const struct ipd_allowlist *al, size_t i);
 
+/* Number of entries of the import map. */
+size_t ipd_allowlist_import_count(const struct ipd_allowlist *al);
+
+/* The i-th entry of the import map, in ascending strcmp order of import
+ * names: the import name, and in *dist the distribution (normalized).
+ * Both borrowed: valid until ipd_allowlist_free.  NULL (and *dist NULL)
+ * when i >= ipd_allowlist_import_count(al). */
+const char *ipd_allowlist_import_at(const struct ipd_allowlist *al, size_t i,
+                                    const char **dist);
+
 /*
  * The distribution that provides the top-level module import_name, for
  * turning "ModuleNotFoundError: sklearn" into "install scikit-learn".  A

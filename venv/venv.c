@@ -803,19 +803,60 @@ static enum ipd_err pip_install(struct ipd_venv *v, const char *gen,
     return rc;
 }
 
-/* Run venv_check.py on gen (NULL: the base interpreter) for dists.  New
+/* "DIST=MOD[,MOD...]" of each allowlisted distribution for venv_check.py's
+ * --provided: its import names from the import map, then its own name
+ * with '_' for '-' and '.' (what ipd_allowlist_dist_for_import maps back
+ * to it).
+ * venv_check.py counts one without metadata whose module imports as
+ * installed (Debian's python3-opencv: cv2 and no .dist-info).  A new
+ * array of *n new strings: free each, then the array. */
+static char **provided_specs(const struct ipd_venv *v, size_t *n)
+{
+    size_t count = ipd_allowlist_count(v->allow);
+    char **specs = ipd_xcalloc(count ? count : 1, sizeof(*specs));
+    struct ipd_buf b;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    for (size_t i = 0; i < count; i++) {
+        const char *name = ipd_allowlist_name(v->allow, i), *dist;
+        bool mapped = false;
+        ipd_buf_addf(&b, "%s=", name);
+        for (size_t j = 0; j < ipd_allowlist_import_count(v->allow); j++) {
+            const char *mod = ipd_allowlist_import_at(v->allow, j, &dist);
+            if (strcmp(dist, name))
+                continue;
+            ipd_buf_addf(&b, "%s%s", mapped ? "," : "", mod);
+            mapped = true;
+        }
+        if (mapped)
+            ipd_buf_addch(&b, ',');
+        for (const char *c = name; *c; c++)
+            ipd_buf_addch(&b, *c == '-' || *c == '.' ? '_' : *c);
+        specs[i] = ipd_buf_detach(&b, NULL);
+    }
+    ipd_buf_release(&b);
+    *n = count;
+    return specs;
+}
+
+/* Run venv_check.py on gen (NULL: the base interpreter) for dists, the
+ * allowlist's distributions as --provided (provided_specs).  New
  * reference to its JSON, or NULL with why set. */
 static json_t *import_check(struct ipd_venv *v, const char *gen,
                             const char *const *dists, size_t n,
                             struct ipd_buf *why)
 {
-    size_t k = 0;
-    const char **argv = ipd_xcalloc(n + 4, sizeof(*argv));
+    size_t k = 0, np = 0;
+    char **specs = provided_specs(v, &np);
+    const char **argv = ipd_xcalloc(n + 2 * np + 4, sizeof(*argv));
     char *dir = gen ? gen_path(v, gen) : NULL;
     json_t *out = NULL;
     argv[k++] = gen ? IPD_VENV_MOUNT "/bin/python" : v->base_python;
     argv[k++] = "-I";
     argv[k++] = IPD_VENV_TOOLS_MOUNT "/venv_check.py";
+    for (size_t i = 0; i < np; i++) {
+        argv[k++] = "--provided";
+        argv[k++] = specs[i];
+    }
     for (size_t i = 0; i < n; i++)
         argv[k++] = dists[i];
     argv[k] = NULL;
@@ -841,6 +882,9 @@ static json_t *import_check(struct ipd_venv *v, const char *gen,
     cmd_release(&c);
     free(dir);
     free((void *)argv);
+    for (size_t i = 0; i < np; i++)
+        free(specs[i]);
+    free(specs);
     return out;
 }
 
@@ -1078,18 +1122,34 @@ static enum step_end step_imports(struct ipd_venv *v, struct step *s)
     return e;
 }
 
-/* The version of name in an import check's "installed" ([[name,
- * version], ...], what the interpreter imports), or NULL. */
-static const char *installed_version(const json_t *check, const char *name)
+/* The version of name in pairs ([[name, version], ...], what an
+ * interpreter imports), or NULL.  Borrowed from pairs. */
+static const char *pair_version(const json_t *pairs, const char *name)
 {
     size_t i;
     json_t *pair;
-    json_array_foreach(
-        json_object_get(check, "installed"), i,
-        pair) if (!strcmp(json_string_value(json_array_get(pair, 0)),
-                          name)) return json_string_value(json_array_get(pair,
-                                                                         1));
+    json_array_foreach(pairs, i, pair)
+    {
+        const char *n = json_string_value(json_array_get(pair, 0));
+        if (n && !strcmp(n, name))
+            return json_string_value(json_array_get(pair, 1));
+    }
     return NULL;
+}
+
+/* The version of name in an import check's "installed", or NULL. */
+static const char *installed_version(const json_t *check, const char *name)
+{
+    return pair_version(json_object_get(check, "installed"), name);
+}
+
+/* A version some of Debian's builds carry in place of one they could not
+ * know (mpmath's egg-info: 0.0.0).  venv_check.py now reports the
+ * module's own version instead, so a record written before that may hold
+ * the placeholder where the check finds the real one: no change. */
+static bool placeholder_version(const char *v)
+{
+    return !strcmp(v, "0") || !strcmp(v, "0.0") || !strcmp(v, "0.0.0");
 }
 
 /* Every tenant imports the one venv: unless the caller may (an admin
@@ -1107,7 +1167,7 @@ static enum step_end step_versions(struct step *s)
         const char *name = json_string_value(json_array_get(pair, 0));
         const char *now = json_string_value(json_array_get(pair, 1));
         const char *was = name ? installed_version(s->rec, name) : NULL;
-        if (!was || !now || !strcmp(was, now))
+        if (!was || !now || !strcmp(was, now) || placeholder_version(was))
             continue;
         ipd_buf_reset(&s->why);
         ipd_buf_addf(&s->why,
@@ -1322,37 +1382,32 @@ static json_t *installed_now(struct ipd_venv *v, bool may_list_base)
 }
 
 /*
- * A request whose every requirement left to install is met already
- * installs nothing: answer already_installed from what is installed,
- * without the install lock, a clone, pip, a new generation or (so) a
- * recycled zygote.  True when that is so and the results are set; false,
- * with nothing set, when one of them needs pip (or what is installed is
- * not known).
+ * The requirements of pending[0..*np) that what is installed meets
+ * already are answered already_installed from it and taken out of
+ * pending (the rest keep their order), so a request whose every
+ * requirement is met installs nothing: no install lock, clone, pip, new
+ * generation or (so) recycled zygote; and pip is asked only for the rest.
+ * That also keeps pip away from a distribution the system provides
+ * without metadata (Debian's python3-opencv; venv_check.py --provided),
+ * which pip does not see and would fetch.  Nothing changes when what is
+ * installed is not known.
  */
-static bool all_present(struct ipd_venv *v, struct want *const *pending,
-                        size_t np, bool may_list_base)
+static void take_present(struct ipd_venv *v, struct want **pending, size_t *np,
+                         bool may_list_base)
 {
     json_t *inst = installed_now(v, may_list_base);
-    const char **ver = ipd_xcalloc(np, sizeof(*ver));
-    bool all = inst != NULL;
-    for (size_t i = 0; all && i < np; i++) {
-        size_t k;
-        json_t *pair;
-        json_array_foreach(inst, k, pair)
-        {
-            const char *name = json_string_value(json_array_get(pair, 0));
-            if (name && !strcmp(name, pending[i]->name)) {
-                ver[i] = json_string_value(json_array_get(pair, 1));
-                break;
-            }
-        }
-        all = ver[i] && ipd_requirement_met(pending[i]->canon, ver[i]);
+    size_t keep = 0;
+    if (!inst)
+        return;
+    for (size_t i = 0; i < *np; i++) {
+        const char *ver = pair_version(inst, pending[i]->name);
+        if (ver && ipd_requirement_met(pending[i]->canon, ver))
+            set_result(pending[i]->result, "already_installed", ver, NULL);
+        else
+            pending[keep++] = pending[i];
     }
-    for (size_t i = 0; all && i < np; i++)
-        set_result(pending[i]->result, "already_installed", ver[i], NULL);
-    free((void *)ver);
+    *np = keep;
     json_decref(inst);
-    return all;
 }
 
 enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
@@ -1364,7 +1419,9 @@ enum ipd_err ipd_venv_install(struct ipd_venv *v, const char *const *reqs,
     bool refused = false;
     *results = json_array();
     np = want_parse(v, reqs, n, w, pending, *results);
-    if (np && !all_present(v, pending, np, true))
+    if (np)
+        take_present(v, pending, &np, true);
+    if (np)
         install_pending(v, pending, np, may_change, &refused);
     for (size_t i = 0; i < n; i++)
         ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
@@ -1380,7 +1437,10 @@ bool ipd_venv_install_nothing(struct ipd_venv *v, const char *const *reqs,
     struct want **pending = ipd_xcalloc(n ? n : 1, sizeof(*pending));
     json_t *res = json_array();
     size_t np = want_parse(v, reqs, n, w, pending, res);
-    bool nothing = !np || all_present(v, pending, np, false);
+    bool nothing;
+    if (np)
+        take_present(v, pending, &np, false);
+    nothing = !np;
     for (size_t i = 0; nothing && i < n; i++)
         ipd_metrics_install_observe(v->metrics, install_outcome(w[i].result));
     *results = nothing ? res : NULL;

@@ -132,7 +132,11 @@ void ipd_venv_release(struct ipd_venv *v, struct ipd_venv_gen *g);
  * failed, "version", "message"}.  The statuses say what happened.
  * Serialised with every other install, except a request that installs
  * nothing (see ipd_venv_install_nothing), answered without the install
- * lock, pip or a new generation.  Unless may_change (an admin key),
+ * lock, pip or a new generation.  A requirement that what is installed
+ * meets already is answered already_installed from that listing and not
+ * handed to pip with the others, so a distribution the system provides
+ * without metadata (see "installed" in ipd_venv_status) never goes to
+ * pip.  Unless may_change (an admin key),
  * nothing the interpreter already imports may change version, asked for
  * or pulled in as a dependency: then every requirement is "failed" with
  * the reason, nothing is installed, and the answer is IPD_ERR_FORBIDDEN
@@ -201,7 +205,12 @@ enum ipd_err ipd_venv_ping(struct ipd_venv *v);
 
 /* GET /v1/packages: {"allowed", "installed", "venv": {python_version,
  * created_at, rebuild_at}} plus for admin status {"exists", "path",
- * "generation", "last_rebuild_error"}.  New reference. */
+ * "generation", "last_rebuild_error"}.  New reference.  "installed" is
+ * what venv_check.py listed when the current generation was made (before
+ * the first install: the base interpreter's): every distribution with
+ * metadata, and each allowlisted one the system provides without it
+ * whose import name imports (its module's __version__), which the
+ * installs' "already installed?" decision reads too. */
 json_t *ipd_venv_status(struct ipd_venv *v);
 
 #endif

@@ -1,7 +1,8 @@
 /*
  * stage.c - one run's stage (sandbox.h ipd_sandbox_stage: as root a tmpfs
  * that is never attached on the host) and the job written into it: job/
- * (code.py, files.json, variables.json), data/<file_id>/<filename>
+ * (code.py, files.json, variables.json, and display.json from the stage's
+ * creation on), data/<file_id>/<filename>
  * (copies of the user's files) and interpd/ (a copy of the prelude dir's
  * files), bound read-only at /mnt/job, /mnt/data and /opt/interpd.
  *
@@ -273,6 +274,22 @@ static enum ipd_err copy_prelude(const struct ipd_executor *ex, int to)
     return rc;
 }
 
+/* job/display.json, {"inline_image_max": bytes}: the budget of the
+ * result's display images (result.c collect_display), so that the prelude
+ * saves a shown figure that would not fit as a file instead of showing
+ * it (prelude_lib.py _show_figure).  The same for every run of the
+ * executor, so it is written once per stage: a warm child's, a session's
+ * for all its calls (clear_call leaves it), a cold run's. */
+static enum ipd_err write_display_limits(const struct ipd_executor *ex,
+                                         int job_fd)
+{
+    char text[64];
+    int n = snprintf(text, sizeof(text), "{\"inline_image_max\": %lld}\n",
+                     (long long)(ex->inline_max > 0 ? ex->inline_max : 0));
+    IPD_ASSERT(n > 0 && (size_t)n < sizeof(text));
+    return ipd__write_file_at(job_fd, "display.json", text, (size_t)n);
+}
+
 /* The run's stage with job/, data/ and interpd/ (the prelude).  Its
  * size is a limit, not a reservation: every input file at the largest
  * size, and room for the job. */
@@ -311,6 +328,10 @@ enum ipd_err ipd__run_stage_create(struct ipd_executor *ex,
         return IPD_ERR_INTERNAL;
     }
     ipd_close_fd(&dir);
+    if (write_display_limits(ex, wk->job_fd)) {
+        ipd_buf_addf(why, "writing job/display.json: %s", strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
     return IPD_OK;
 }
 

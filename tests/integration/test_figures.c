@@ -12,8 +12,13 @@
  * seaborn is part of the data stack a bot expects (issue 26 item 1): its
  * case fails, saying so, when the sandbox cannot import it.
  *
+ * fig.show() shows that one figure once and closes it.  A shown figure
+ * whose PNG is over the service's image budget (--inline-image-max: a
+ * second server with 2000 bytes) is kept as figure_N.png, its display
+ * bundle a text/plain naming the file: never lost, never doubled.
+ *
  * One server for the whole program, started by the first case and stopped
- * by the last.
+ * by the last; the small budget's server likewise.
  */
 #include "harness.h"
 
@@ -21,6 +26,7 @@
 #define PNG_MAGIC "\x89PNG\r\n\x1a\n"
 
 static struct itest_server *srv;
+static struct itest_server *small; /* --inline-image-max 2000 */
 
 static void start_server(void)
 {
@@ -34,16 +40,22 @@ static void stop_server(void)
     itest_stop(srv);
 }
 
-/* POST code (sync), in session sid when not NULL; the answer in *out
- * (release it), 200 checked. */
-static void run_in(const char *sid, const char *code, struct itest_resp *out)
+/* POST code (sync) to server s, in session sid when not NULL; the answer
+ * in *out (release it), 200 checked. */
+static void run_on(struct itest_server *s, const char *sid, const char *code,
+                   struct itest_resp *out)
 {
     json_t *body = json_pack("{s:s}", "code", code);
     if (sid)
         json_object_set_new(body, "session_id", json_string(sid));
-    itest_exec(srv, srv->admin_key, "u1", body, CALL_MS, out);
+    itest_exec(s, s->admin_key, "u1", body, CALL_MS, out);
     CHECK_STATUS(out, 200);
     CHECKF(json_is_null(itest_json_get(out->json, "error")), "%s", out->body);
+}
+
+static void run_in(const char *sid, const char *code, struct itest_resp *out)
+{
+    run_on(srv, sid, code, out);
 }
 
 static void run(const char *code, struct itest_resp *out)
@@ -261,6 +273,125 @@ static void seaborn_charts(void)
     itest_resp_release(&r);
 }
 
+/* fig.show() (Figure.show): that one figure becomes one bundle and is
+ * closed; a second fig.show() of it, unchanged, shows nothing; the other
+ * figure, left open, is saved at the end. */
+static void fig_show_displays_once(void)
+{
+    struct itest_resp r;
+    run("import matplotlib.pyplot as plt\n"
+        "f1, a1 = plt.subplots()\n"
+        "a1.plot([1, 2])\n"
+        "f2, a2 = plt.subplots()\n"
+        "a2.plot([2, 1])\n"
+        "f2.show()\n"
+        "f2.show()\n"
+        "print(plt.get_fignums())\n",
+        &r);
+    check_shown_figures(&r, 1);
+    check_generated(&r, "figure_1.png");
+    CHECK_STR(itest_exec_stdout(&r), "[1]\n");
+    CHECKF(!strstr(itest_exec_stderr(&r), "non-interactive"), "%s", r.body);
+    itest_resp_release(&r);
+}
+
+static void start_small(void)
+{
+    const char *args[] = {"--inline-image-max", "2000", NULL};
+    struct itest_opts o = {.args = args};
+    small = itest_start(&o);
+    REQUIRE(small);
+}
+
+/* r's display bundle i says the figure was kept as name: text/plain
+ * only, "<Figure size ...> saved as NAME: ..."; r's generated file name
+ * is a stored PNG. */
+static void check_kept_as_file(const struct itest_resp *r, size_t i,
+                               const char *name)
+{
+    json_t *b = json_array_get(itest_json_get(r->json, "display"), i);
+    const char *plain = itest_json_str(b, "text/plain");
+    char *said = itest_fmt(" saved as %s: ", name);
+    CHECKF(json_object_size(b) == 1 && plain &&
+               !strncmp(plain, "<Figure size ", 13) && strstr(plain, said),
+           "bundle %zu: %s", i, r->body);
+    free(said);
+    json_t *gen = itest_json_get(r->json, "generated_files");
+    json_t *f;
+    size_t k;
+    bool found = false;
+    json_array_foreach(gen, k, f)
+    {
+        const char *n = itest_json_str(f, "filename");
+        if (!n || strcmp(n, name))
+            continue;
+        found = true;
+        CHECK_STR(itest_json_str(f, "mime_type"), "image/png");
+        CHECK(json_is_true(itest_json_get(f, "stored")));
+        CHECK(itest_json_str(f, "file_id") != NULL);
+    }
+    CHECKF(found, "%s is not a generated file: %s", name, r->body);
+}
+
+/* Over the image budget, plt.show() and fig.show() keep each figure as a
+ * file, named in its bundle, and nothing is shown twice. */
+static void shown_over_budget_is_a_file(void)
+{
+    struct itest_resp r;
+    run_on(small, NULL,
+           "import matplotlib.pyplot as plt\n"
+           "plt.plot([1, 2, 3])\n"
+           "plt.show()\n"
+           "fig = plt.figure()\n"
+           "fig.gca().plot([3, 1])\n"
+           "fig.show()\n"
+           "print(plt.get_fignums())\n",
+           &r);
+    CHECK_STR(itest_exec_stdout(&r), "[]\n");
+    CHECKF(json_array_size(itest_json_get(r.json, "display")) == 2, "%s",
+           r.body);
+    check_kept_as_file(&r, 0, "figure_1.png");
+    check_kept_as_file(&r, 1, "figure_2.png");
+    check_generated(&r, "figure_1.png,figure_2.png");
+    CHECK(json_is_false(itest_json_get(r.json, "display_truncated")));
+    itest_resp_release(&r);
+}
+
+/* In a session: each call's shown figure over the budget comes back in
+ * that call only, under the next free name. */
+static void over_budget_in_a_session(void)
+{
+    char *sid = itest_session_new(small, small->admin_key, "u1");
+    REQUIRE(sid);
+    struct itest_resp r;
+    const char *code = "import matplotlib.pyplot as plt\n"
+                       "plt.plot([1, 2])\n"
+                       "plt.show()\n";
+    run_on(small, sid, code, &r);
+    check_kept_as_file(&r, 0, "figure_1.png");
+    check_generated(&r, "figure_1.png");
+    itest_resp_release(&r);
+    run_on(small, sid, code, &r);
+    check_kept_as_file(&r, 0, "figure_2.png");
+    check_generated(&r, "figure_2.png");
+    itest_resp_release(&r);
+
+    char *path = itest_fmt("/v1/sessions/%s", sid);
+    itest_request(small, "DELETE", path, small->admin_key, "u1", NULL, NULL, 0,
+                  NULL, &r);
+    CHECKF(r.status == 200 || r.status == 204, "%s", r.body);
+    itest_resp_release(&r);
+    free(path);
+    free(sid);
+}
+
+static void stop_small(void)
+{
+    itest_stop(small);
+}
+
 TEST_MAIN(T(start_server), T(saved_comes_back_once), T(show_is_a_display_item),
           T(changed_after_saving_comes_back_again), T(session_calls),
-          T(seaborn_charts), T(stop_server))
+          T(seaborn_charts), T(fig_show_displays_once), T(stop_server),
+          T(start_small), T(shown_over_budget_is_a_file),
+          T(over_budget_in_a_session), T(stop_small))

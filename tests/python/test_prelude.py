@@ -12,6 +12,7 @@ IPD_PRELUDE overrides the prelude's path.  Ends with "N passed, N failed"
 and exits non-zero when anything failed.
 """
 
+import base64
 import importlib.util
 import json
 import os
@@ -1494,17 +1495,159 @@ class TestCharts(PreludeCase):
         self.assertEqual(len(self.shown()), 1000)
         self.assertEqual(r.result["figures"], ["figure_1.png"])
 
+    def test_fig_show_shows_that_figure_once(self):
+        # fig.show() (Figure.show, not plt.show): that one figure becomes
+        # one bundle and is closed; the other, left open, is saved at the
+        # end; a plt.show() after it shows nothing of it again.
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            f1, a1 = plt.subplots()
+            a1.plot([1, 2])
+            f2, a2 = plt.subplots(figsize=(3, 2))
+            a2.bar(["a", "b"], [3, 5])
+            f2.show()
+            print(plt.get_fignums())
+            f1.savefig("a.png")
+            f1.show()
+            plt.show()
+            f3 = plt.figure()
+            f3.show()
+            f3.show()
+            print(plt.get_fignums())
+            display("end")
+        """)
+        self.assert_ok(r)
+        self.assertNotIn("non-interactive", r.stderr)
+        self.assertEqual(r.stdout, "[1]\n[]\n")
+        first, second, end = self.shown()
+        self.assert_figure_bundle(first)
+        self.assertIn("300x200", first["text/plain"])
+        self.assert_figure_bundle(second)
+        self.assertEqual(end, {"text/plain": "'end'"})
+        self.assertEqual(self.pngs(), ["a.png"])
+        self.assertEqual(r.result["figures"], [])
+
+    def budget(self, n):
+        """The job's display.json, as the service writes it."""
+        with open(os.path.join(self.job, "display.json"), "w") as f:
+            f.write('{"inline_image_max": %d}\n' % n)
+
+    def assert_kept_as_file(self, bundle, name):
+        self.assertEqual(sorted(bundle), ["text/plain"], bundle)
+        self.assertTrue(bundle["text/plain"].startswith("<Figure size "),
+                        bundle)
+        self.assertIn(" saved as %s: " % name, bundle["text/plain"])
+        self.assertTrue(self.figure_bytes(name).startswith(PNG_SIGNATURE))
+
+    _TWO_SHOWN = """
+        import matplotlib.pyplot as plt
+        plt.plot([1, 2, 3])
+        plt.show()
+        plt.plot([1, 2, 3])
+        plt.show()
+        fig = plt.figure()
+        fig.gca().plot([1, 2, 3])
+        fig.show()
+        print(plt.get_fignums())
+    """
+
+    def test_shown_figure_over_the_image_budget_is_a_file(self):
+        # The service keeps display images while they fit in its
+        # --inline-image-max together (display.json says it): the first
+        # shown figure fits, the next would not and is saved as a file
+        # instead (fig.show() too), its bundle naming it.
+        r = self.run_code(self._TWO_SHOWN)
+        self.assert_ok(r)
+        pngs = [base64.b64decode(b["image/png"]) for b in self.shown()]
+        self.assertEqual(len(pngs), 3)
+        self.assertEqual(len(pngs[0]), len(pngs[1]))   # the same size
+        shutil.rmtree(self.out)
+        os.mkdir(self.out)
+
+        self.budget(len(pngs[0]) + len(pngs[1]) // 2)
+        r = self.run_code(self._TWO_SHOWN)
+        self.assert_ok(r)
+        self.assertEqual(r.stdout, "[]\n")
+        shown, kept, kept_fig_show = self.shown()
+        self.assertEqual(self.assert_figure_bundle(shown), pngs[0])
+        self.assert_kept_as_file(kept, "figure_1.png")
+        self.assert_kept_as_file(kept_fig_show, "figure_2.png")
+        self.assertEqual(self.figure_bytes("figure_1.png"), pngs[1])
+        self.assertEqual(r.result["figures"], ["figure_1.png",
+                                               "figure_2.png"])
+        self.assertEqual(self.pngs(), ["figure_1.png", "figure_2.png"])
+
+    def test_image_budget_counts_displayed_images(self):
+        # display() of an image is charged as the service charges it: a
+        # figure shown after it no longer fits.  An image over what is
+        # left is not charged (the service leaves it out): a figure that
+        # fits the rest is shown.
+        code = """
+            import matplotlib.pyplot as plt
+            import random
+            from PIL import Image
+            w = %d     # random pixels: the PNG is about w * 40 bytes
+            display(Image.frombytes("L", (w, 40),
+                                    random.Random(1).randbytes(w * 40)))
+            plt.plot([1, 2])
+            plt.show()
+        """
+        r = self.run_code(code % 40)
+        self.assert_ok(r)
+        img, fig = [len(base64.b64decode(b["image/png"]))
+                    for b in self.shown()]
+        shutil.rmtree(self.out)
+        os.mkdir(self.out)
+        self.budget(fig + img // 2)
+        r = self.run_code(code % 40)
+        self.assert_ok(r)
+        shown = self.shown()
+        self.assertIn("image/png", shown[0])
+        self.assert_kept_as_file(shown[1], "figure_1.png")
+        shutil.rmtree(self.out)
+        os.mkdir(self.out)
+        self.budget(fig)
+        r = self.run_code(code % 4000)    # an image over the whole budget
+        self.assert_ok(r)
+        big, shown = self.shown()
+        self.assertGreater(len(base64.b64decode(big["image/png"])), fig)
+        self.assert_figure_bundle(shown)
+        self.assertEqual(self.pngs(), [])
+
+    def test_no_image_budget_makes_every_shown_figure_a_file(self):
+        # --inline-image-max 0: the service keeps no image.  The code's
+        # own figure_1.png is left alone: the next free name is taken.
+        self.budget(0)
+        r = self.run_code("""
+            import matplotlib.pyplot as plt
+            open("figure_1.png", "w").write("mine")
+            plt.plot([1, 2])
+            plt.savefig("a.png")
+            plt.show()
+            plt.plot([2, 1])
+            plt.show()
+        """)
+        self.assert_ok(r)
+        (kept,) = self.shown()
+        self.assert_kept_as_file(kept, "figure_2.png")
+        self.assertIn("(0 bytes)", kept["text/plain"])
+        self.assertEqual(self.figure_bytes("figure_1.png"), b"mine")
+        self.assertEqual(self.pngs(), ["a.png", "figure_1.png",
+                                       "figure_2.png"])
+        self.assertEqual(r.result["figures"], ["figure_2.png"])
+
     def test_the_code_sees_matplotlibs_own_names(self):
         r = self.run_code("""
             import matplotlib.pyplot as plt
             from matplotlib.figure import Figure
             print(Figure.savefig.__name__, plt.show.__name__,
+                  Figure.show.__name__,
                   Figure.savefig.__doc__ == Figure.savefig.__wrapped__.__doc__)
             fig = plt.figure()
-            print(fig.savefig("x.png") is None)
+            print(fig.savefig("x.png") is None, fig.show() is None)
         """)
         self.assert_ok(r)
-        self.assertEqual(r.stdout, "savefig show True\nTrue\n")
+        self.assertEqual(r.stdout, "savefig show show True\nTrue True\n")
 
 
 class TestReseed(unittest.TestCase):
@@ -1568,7 +1711,8 @@ import matplotlib.pyplot as plt
 from matplotlib.figure import Figure
 sys.stdout.write(json.dumps({
     "zygote": [getattr(Figure.savefig, "_interpd", False),
-               getattr(plt.show, "_interpd", False)]}) + "\n")
+               getattr(plt.show, "_interpd", False),
+               getattr(Figure.show, "_interpd", False)]}) + "\n")
 """
 
 
@@ -1576,6 +1720,49 @@ class TestWarmCharts(PreludeCase):
     """The chart rules in warm runs: the zygote imported matplotlib and
     drew before forking; each run installs the patches itself and the
     zygote keeps none of them."""
+
+    def warm_runs(self, codes):
+        """Each code run warm, in a child of one zygote; what each left,
+        and last what the zygote has of the patches."""
+        zygote = os.path.join(os.path.dirname(PRELUDE), "zygote.py")
+        e = dict(_base_env(), HOME=self.dir, MPLCONFIGDIR=self.mpl,
+                 IPD_PRELUDE_JOB=self.job, IPD_PRELUDE_OUTPUT=self.out,
+                 IPD_PRELUDE_MPLCACHE=_mpl_cache,
+                 IPD_WARM_MODULES="numpy,pandas,matplotlib")
+        with open(os.path.join(self.job, "files.json"), "w") as f:
+            f.write("[]")
+        proc = subprocess.run([PYTHON, "-I", "-B", "-c", _WARM_DRIVER,
+                               zygote, json.dumps(codes)],
+                              cwd=self.out, env=e, capture_output=True,
+                              stdin=subprocess.DEVNULL, timeout=120)
+        self.assertEqual(proc.returncode, 0, proc.stderr.decode())
+        out = [json.loads(x) for x in proc.stdout.decode().splitlines()
+               if x.startswith("{")]
+        self.assertEqual(len(out), len(codes) + 1, proc.stdout.decode())
+        for o in out[:-1]:
+            self.assertEqual((o["status"], o["error"]), (0, None), o)
+        self.assertEqual(out[-1], {"zygote": [False, False, False]})
+        return out[:-1]
+
+    def test_fig_show_and_the_image_budget(self):
+        codes = [
+            "import matplotlib.pyplot as plt\nf, ax = plt.subplots()\n"
+            "ax.plot([1, 2])\nf.show()\nf.show()\n",
+            "import matplotlib.pyplot as plt\nplt.plot([1, 2])\n"
+            "plt.show()\n",
+        ]
+        fig_show, shown = self.warm_runs(codes)
+        self.assertEqual((fig_show["pngs"], fig_show["display"]),
+                         ([], [["image/png", "text/plain"]]))
+        self.assertEqual(shown["display"], [["image/png", "text/plain"]])
+        # The job says the service keeps no image over 2000 bytes: each
+        # shown figure is kept as a file, named in a text/plain bundle.
+        with open(os.path.join(self.job, "display.json"), "w") as f:
+            f.write('{"inline_image_max": 2000}')
+        for o in self.warm_runs(codes):
+            self.assertEqual((o["pngs"], o["figures"], o["display"]),
+                             (["figure_1.png"], ["figure_1.png"],
+                              [["text/plain"]]), o)
 
     def test_each_forked_run_follows_the_rules(self):
         zygote = os.path.join(os.path.dirname(PRELUDE), "zygote.py")
@@ -1612,7 +1799,7 @@ class TestWarmCharts(PreludeCase):
                          (["a.png", "figure_1.png"], ["figure_1.png"]))
         self.assertEqual((left["pngs"], left["display"]),
                          (["figure_1.png"], []))
-        self.assertEqual(out[-1], {"zygote": [False, False]})
+        self.assertEqual(out[-1], {"zygote": [False, False, False]})
 
 
 # A session's program as zygote.py runs it: the prelude loaded once as the
@@ -1695,6 +1882,27 @@ class TestSession(PreludeCase):
                          out)
         self.assertEqual([o["display"] for o in out],
                          [[["image/png", "text/plain"]], [], [], [], []])
+
+    def test_image_budget_is_per_call(self):
+        # The service's image budget is per result (16000 bytes: one
+        # 4x3 figure of about 11000 fits, two do not): a figure that fits
+        # is shown in each call, the next one in a call is kept as a
+        # file (the next free name: the session's output dir keeps the
+        # earlier one), and fig.show() shows once.
+        with open(os.path.join(self.job, "display.json"), "w") as f:
+            f.write('{"inline_image_max": 16000}')
+        cell = ("import matplotlib.pyplot as plt\n"
+                "for i in range(2):\n"
+                "    f = plt.figure(figsize=(4, 3))\n"
+                "    f.gca().plot([1, 2, 3])\n"
+                "    f.show()\n    f.show()\n")
+        out = self.session([["cell", cell, "[]"], ["cell", cell, "[]"]])
+        self.assertEqual([o["status"] for o in out], [0, 0], out)
+        self.assertEqual([o["figures"] for o in out],
+                         [["figure_1.png"], ["figure_2.png"]])
+        for o in out:
+            self.assertEqual(o["display"], [["image/png", "text/plain"],
+                                            ["text/plain"]], o)
 
     def test_files_are_per_call(self):
         a = self.add_file("a.txt", "alpha")

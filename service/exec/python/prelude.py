@@ -13,6 +13,9 @@ Inputs (read-only, under IPD_PRELUDE_JOB, default /mnt/job):
   files.json      [{"file_id", "filename", "path", "file_type", "mime_type",
                    "size"}, ...]; a missing file counts as []
   variables.json  optional {"name": <JSON value>} defined as globals
+  display.json    optional {"inline_image_max": bytes}: the service's budget
+                  for the images of display (--inline-image-max); missing:
+                  no limit known
 
 Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
   stdout/stderr   the code's own, plus the traceback on stderr as Python
@@ -31,18 +34,23 @@ Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
                   one display bundle (text/plain and image/png, see below),
                   in order with the other display output, and is closed (one
                   saved and unchanged is only closed: its file is its copy);
-                  with no open figure it does nothing.  A figure that gets
+                  with no open figure it does nothing.  fig.show() does the
+                  same for that one figure.  A figure that gets
                   no bundle (no PNG, or the display file is full or holds
                   the service's 1000 bundles already) stays open and is
                   saved at the end.  display(fig) leaves the figure open, as
-                  a notebook does.  Both patches (pyplot.show,
+                  a notebook does.  The patches (pyplot.show, Figure.show,
                   Figure.savefig) are put in by each run when pyplot is
                   imported or already is (a warm run: the zygote imported
                   it and never patches); their state is per call.
-                  NEEDSWORK: an image over the service's --inline-image-max
-                  budget is left out of display by the service, so a shown
-                  figure over it is lost; the prelude does not know the
-                  budget (the job would have to say it).
+                  The service keeps the images of display only while their
+                  PNGs fit in display.json's inline_image_max together, in
+                  order; the prelude counts them the same way, and a shown
+                  figure whose PNG would not fit in what is left is saved
+                  as the next figure_N.png instead (listed in "figures"),
+                  its bundle a text/plain only, "<Figure ...> saved as
+                  figure_N.png: ...", so the chart is never lost, nor sent
+                  twice.
   .interpd/result.json, written atomically (temp file + rename):
       {"error": null | {"type", "message", "traceback"},
        "figures": ["figure_1.png", ...],
@@ -460,7 +468,7 @@ def _reset_call(ns):
     _IMPORTS[:] = []
     if "_display_full" in globals():
         _display_full[:] = []
-        _display_count[0] = 0
+        _display_count[:] = [0, 0]
         _saved_figures[:] = []
     for name in ("display.jsonl", "result.json"):
         try:

@@ -377,9 +377,11 @@ def _load_file(name, kwargs):
 # ----------------------------------------------------------------- figures
 
 _next_figure = [1]
-_saved_figures = []     # [WeakSet of the figures the code saved to a file]
+_saved_figures = []     # [WeakSet of the figures that came back: the code
+                        # saved them to a file, or they were shown]
 _DISPLAY_ENTRIES_MAX = 1000   # bundles the service keeps (display.h)
-_display_count = [0]          # bundles this call appended
+_display_count = [0, 0]       # bundles this call appended, and the
+                              # image/png bytes the service keeps of them
 
 
 def _figure_name():
@@ -390,9 +392,24 @@ def _figure_name():
     return "figure_%d.png" % n
 
 
+def _came_back(fig):
+    """fig came back already, unchanged: it was shown (_show_figure) or
+    saved into the output directory, and its stale flag is False (the
+    show or the save drew it whole; any change of its artists sets it)."""
+    try:
+        fig.stale = False
+    except Exception:
+        return
+    if not _saved_figures:
+        import weakref
+        _saved_figures.append(weakref.WeakSet())
+    _saved_figures[0].add(fig)
+
+
 def _saved_unchanged(fig):
-    """The code saved fig into the output directory and has not changed
-    it since (its stale flag turns True on any change of its artists)."""
+    """The code saved fig into the output directory, or it was shown, and
+    it has not changed since (its stale flag turns True on any change of
+    its artists)."""
     try:
         return bool(_saved_figures) and fig in _saved_figures[0] \
             and not fig.stale
@@ -444,26 +461,109 @@ def _save_figures():
         pass
 
 
-def _show_figures(plt):
-    """plt.show(): each open figure becomes a display bundle with its PNG,
-    in order with the other display output, and is closed, as a
-    notebook's inline backend does; but a figure the code saved into the
-    output directory and did not change since is only closed: it comes
-    back once, as that file.  A figure that gets no bundle (no
-    PNG could be made, or the display channel is full: its 8 MiB or the
-    service's bundle count) stays open and is saved as a file at the
-    end, as display(fig) of it would leave it."""
-    for num, fig in _open_figures(plt):
-        if not _saved_unchanged(fig):
-            if _display_full or _display_count[0] >= _DISPLAY_ENTRIES_MAX:
-                return
-            png = _png_bytes(fig)
-            if png is None or not _append_display(_bundle_line(fig, png)):
-                continue
-        try:
+def _png_left():
+    """What is left of the service's image budget for this call's display
+    (its --inline-image-max, which the service writes into the job as
+    display.json: {"inline_image_max": bytes}; the service keeps each
+    image/png, in order, only while the decoded PNGs fit in it together,
+    display.c); None when the job does not say (no limit known)."""
+    try:
+        raw = _read_bytes(os.path.join(_JOB, "display.json"))
+        import json
+        total = json.loads(raw.decode("utf-8"))["inline_image_max"]
+    except (OSError, ValueError, LookupError, TypeError):
+        return None
+    if type(total) is not int:
+        return None
+    return max(total, 0) - _display_count[1]
+
+
+def _charge_png(n):
+    """A bundle with n bytes of PNG was appended: the service keeps it,
+    and charges it, when it fits in what is left (as display.c's
+    png_fits does)."""
+    left = _png_left()
+    if left is None or n <= left:
+        _display_count[1] += n
+
+
+def _keep_as_file(fig, png, left):
+    """A shown figure whose PNG is over what is left of the image budget:
+    the PNG saved as the next free figure_N.png (as an automatic save),
+    and a text/plain bundle that names the file, so the chart is neither
+    lost nor doubled.  Whether the file was written."""
+    name = _figure_name()
+    path = os.path.join(_OUTPUT, name)
+    fd = -1
+    try:
+        # O_EXCL: a file of the code's own, made since _figure_name
+        # looked, is neither overwritten nor removed.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        data = png
+        while data:
+            data = data[os.write(fd, data):]
+    except OSError as e:
+        if fd >= 0:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
+        _stderr("interpd: could not save figure %s: %s: %s\n"
+                % (name, type(e).__name__, e))
+        return False
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    _FIGURES.append(name)
+    text = ("%s saved as %s: its PNG (%d bytes) is over what is left of "
+            "the service's inline image limit (%d bytes)"
+            % (_text_plain(fig), name, len(png), max(left, 0)))
+    _append_display(("{\"text/plain\": %s}\n" % _jstr(text)).encode("utf-8"))
+    return True
+
+
+def _show_figure(plt, fig):
+    """Show one figure (plt.show() for each open one, fig.show()): one
+    display bundle with its PNG, in order with the other display output,
+    then closed; a figure the code saved into the output directory and
+    did not change since, or shown and not changed since (fig.show()
+    twice), is only closed (it came back once already); one whose
+    PNG is over what is left of the service's image budget is saved as
+    figure_N.png instead, the bundle naming it (_keep_as_file).  None
+    when the display channel is full (its 8 MiB or the service's bundle
+    count: the figure stays open and is saved at the end, as display(fig)
+    of it would leave it), False when no PNG could be made (the same),
+    True once it is closed."""
+    if not _saved_unchanged(fig):
+        if _display_full or _display_count[0] >= _DISPLAY_ENTRIES_MAX:
+            return None
+        png = _png_bytes(fig)
+        if png is None:
+            return False
+        left = _png_left()
+        if left is not None and len(png) > left:
+            if not _keep_as_file(fig, png, left):
+                return False
+        elif _append_display(_bundle_line(fig, png)):
+            _charge_png(len(png))
+        else:
+            return False
+        _came_back(fig)
+    try:
+        if plt is not None:
             plt.close(fig)
-        except Exception:
-            pass
+    except Exception:
+        pass
+    return True
+
+
+def _show_figures(plt):
+    """plt.show(): each open figure shown as _show_figure does, as a
+    notebook's inline backend does."""
+    for num, fig in _open_figures(plt):
+        if _show_figure(plt, fig) is None:
+            return
 
 
 def _in_output(fname):
@@ -490,6 +590,7 @@ def _patch_figure(figure_cls):
     colours set the flag again (matplotlib 3.6), so a later change of
     the figure is what sets it.  Any other save (display(fig)'s into a
     buffer) leaves the flag as it was."""
+    _patch_figure_show(figure_cls)
     savefig = figure_cls.savefig
     if getattr(savefig, "_interpd", False):
         return   # a session's later call: patched already
@@ -517,10 +618,28 @@ def _patch_figure(figure_cls):
     figure_cls.savefig = wrapped
 
 
+def _patch_figure_show(figure_cls):
+    """Figure.show (fig.show()) shows that one figure in display and
+    closes it, as plt.show() does for all (_show_figure); matplotlib's
+    own, under Agg, only warns that the canvas is non-interactive."""
+    if getattr(figure_cls.show, "_interpd", False):
+        return   # a session's later call: patched already
+    original = figure_cls.show
+
+    def show(self, *args, **kwargs):
+        """Show this figure in the result's display list and close it
+        (interpd)."""
+        _show_figure(sys.modules.get("matplotlib.pyplot"), self)
+    show._interpd = True
+    show.__wrapped__ = original
+    figure_cls.show = show
+
+
 def _patch_pyplot(plt):
     """plt.show() shows the open figures in display and closes them, as a
-    notebook's inline backend does (_show_figures); Figure.savefig
-    records what the code saved (_patch_figure)."""
+    notebook's inline backend does (_show_figures), fig.show() that one
+    (_patch_figure_show); Figure.savefig records what the code saved
+    (_patch_figure)."""
     _patch_figure(sys.modules["matplotlib.figure"].Figure)
 
     def show(*args, **kwargs):
@@ -636,7 +755,7 @@ def _png_bytes(obj):
 
 def _bundle_line(obj, png=None):
     """obj's MIME bundle as one line of JSON (bytes); png: its image,
-    made already."""
+    made already (b"": none)."""
     import binascii
     cut = False
     text = _text_plain(obj)
@@ -654,7 +773,7 @@ def _bundle_line(obj, png=None):
             cut = True
     if png is None:
         png = _png_bytes(obj)
-    if png is not None:
+    if png:
         parts.append('"image/png": "%s"' % binascii.b2a_base64(
             png, newline=False).decode("ascii"))
     if cut:
@@ -705,7 +824,9 @@ def _show(objs):
     for obj in objs:
         if _display_full:
             return
-        _append_display(_bundle_line(obj))
+        png = _png_bytes(obj)
+        if _append_display(_bundle_line(obj, png or b"")) and png:
+            _charge_png(len(png))
 
 
 _VARIABLES_MAX = 1000      # listed by a session's variables call

@@ -209,6 +209,22 @@ static void import_mapping(void)
         al, ipd_allowlist_dist_for_import(al, "sklearn", out)));
     CHECK(!ipd_allowlist_allows(
         al, ipd_allowlist_dist_for_import(al, "numpy", out)));
+    /* The map itself, by import name (venv.c's --provided for the import
+     * check): each entry once, the distribution normalized. */
+    {
+        static const char *const want[][2] = {{"PIL", "pillow"},
+                                              {"skimage", "scikit-image"},
+                                              {"sklearn", "scikit-learn"},
+                                              {"yaml", "pyyaml"}};
+        const char *dist = "";
+        CHECK_INT(ipd_allowlist_import_count(al), 4);
+        for (size_t i = 0; i < 4; i++) {
+            CHECK_STR(ipd_allowlist_import_at(al, i, &dist), want[i][0]);
+            CHECK_STR(dist, want[i][1]);
+        }
+        CHECK(ipd_allowlist_import_at(al, 4, &dist) == NULL);
+        CHECK(dist == NULL);
+    }
     ipd_allowlist_free(al);
 }
 
