@@ -42,6 +42,7 @@ static const struct {
      "cv2.cvtColor(numpy.zeros((4, 4, 3), 'uint8'), cv2.COLOR_BGR2GRAY)"},
     {"xarray", "xarray", "xarray.DataArray([1, 2]).sum()"},
     {"pypdf", "pypdf", "pypdf.PdfWriter()"},
+    {"sympy", "sympy", "sympy.solve(sympy.Symbol('x') ** 2 - 4)"},
 };
 
 #define N_STACK (sizeof(stack) / sizeof(stack[0]))
