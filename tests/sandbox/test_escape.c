@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <stdlib.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -623,10 +624,40 @@ static void test_dangerous_syscalls_refused(void)
     ipd_sandbox_result_release(&r);
 }
 
+/* mov eax, 20 (i386 getpid); int 0x80; ret */
+static const unsigned char int80_getpid[] = {0xb8, 20,   0,    0,
+                                             0,    0xcd, 0x80, 0xc3};
+
+/* Whether this host delivers an i386 system call at all: the code above,
+ * run in a child outside any sandbox.  Some hypervisors (a PVM guest's
+ * kernel here) fault int 0x80 itself, with SIGSEGV, before any filter
+ * sees it. */
+static bool int80_reaches_the_kernel(void)
+{
+    int status = 0;
+    pid_t pid = fork();
+
+    if (pid == 0) {
+        void *m = mmap(NULL, 4096, PROT_READ | PROT_WRITE | PROT_EXEC,
+                       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (m == MAP_FAILED)
+            _exit(2);
+        int (*fn)(void);
+        memcpy(m, int80_getpid, sizeof(int80_getpid));
+        memcpy(&fn, &m, sizeof(fn)); /* ISO C has no object-to-code cast */
+        fn();
+        _exit(0);
+    }
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return true;
+    return !(WIFSIGNALED(status) && WTERMSIG(status) == SIGSEGV);
+}
+
 static void test_foreign_arch_killed(void)
 {
     struct ipd_sandbox_policy p;
     struct ipd_sandbox_result r;
+    bool delivered = int80_reaches_the_kernel();
 
     REQUIRE(sbx_setup());
     sbx_policy(&p);
@@ -644,7 +675,16 @@ static void test_foreign_arch_killed(void)
                       &r),
               IPD_OK);
     CHECK_STR(r.out.buf, "calling\n");
-    CHECK_INT(r.term_signal, SIGSYS);
+    if (delivered) {
+        CHECK_INT(r.term_signal, SIGSYS); /* the filter's arch check */
+    } else {
+        /* Not a skip: the call never runs, as the property wants; the
+         * filter's own arch check is unit/test_seccomp_filter's. */
+        printf("NOTE: int 0x80 faults on this host outside the sandbox "
+               "too (SIGSEGV): the kill here is the CPU's, not the "
+               "filter's\n");
+        CHECK_INT(r.term_signal, SIGSEGV);
+    }
     CHECK(sbx_session_ended(true));
     ipd_sandbox_result_release(&r);
 }
