@@ -243,7 +243,8 @@ static void inputs_last_one_call(void)
     CHECK_LIST(j, "files", "");
     CHECK_STR(itest_json_str(j, "lf"), "FileNotFoundError");
     CHECK_STR(itest_json_str(j, "copy"), "alpha");
-    CHECK_LIST(j, "job", "code.py,files.json");
+    /* display.json: the stage's, written once, the image budget */
+    CHECK_LIST(j, "job", "code.py,display.json,files.json");
     json_decref(j);
     delete_session(u, sid);
     free(fa);
