@@ -228,15 +228,15 @@ static enum ipd_err sign_with(struct ipd_callbacks *cb, const char *tenant,
 }
 
 /* One attempt, signed now: IPD_OK when the callback was accepted (2xx);
- * the fetch's message in err otherwise. */
+ * the fetch's message in err otherwise, and the receiver's status in
+ * *status (0: none). */
 static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
-                            struct ipd_buf *err)
+                            struct ipd_buf *err, int *status)
 {
     char sig[32 + IPD_SIGNATURE_MAX], id[32 + IPD_ID_MAX];
     char value[IPD_SIGNATURE_MAX];
     struct ipd_callback_keys keys;
     const char *headers[] = {sig, id, NULL};
-    int status = 0;
     char *loaded = NULL;
     const char *body = d->body;
     size_t len = d->len;
@@ -259,15 +259,11 @@ static enum ipd_err attempt(struct ipd_callbacks *cb, struct delivery *d,
     snprintf(sig, sizeof(sig), "X-Interpd-Signature: %s", value);
     snprintf(id, sizeof(id), "X-Interpd-Delivery: %s", d->id);
     rc = ipd_fetch_post(&cb->opts, d->url, "application/json", body, len,
-                        headers, &status, err);
+                        headers, status, err);
     free(loaded);
     d->attempts++;
     if (rc && !err->len)
         ipd_buf_adds(err, ipd_err_name(rc));
-    if (rc)
-        ipd_warn("callback %s to %.200s, attempt %d of %d: %s (status %d)",
-                 d->id, d->url, d->attempts, IPD_CALLBACK_ATTEMPTS, err->buf,
-                 status);
     return rc;
 }
 
@@ -280,26 +276,32 @@ static bool final_refusal(enum ipd_err rc)
 }
 
 /* After an attempt (cb->lock held): done with d, or queued again after
- * the backoff. */
+ * the backoff.  A failed attempt is logged once its record says so (what
+ * the log says, GET /v1/executions/{id} already shows). */
 static void after_attempt(struct ipd_callbacks *cb, struct delivery *d,
-                          enum ipd_err rc, const char *error)
+                          enum ipd_err rc, const char *error, int status)
 {
     if (rc == IPD_OK) {
         status_set(d->status, "delivered", d->attempts, NULL);
-    } else if (final_refusal(rc) || d->attempts >= IPD_CALLBACK_ATTEMPTS ||
-               cb->stop) {
-        status_set(d->status, "failed", d->attempts, error);
+    } else {
+        bool final = final_refusal(rc) ||
+                     d->attempts >= IPD_CALLBACK_ATTEMPTS || cb->stop;
+        status_set(d->status, final ? "failed" : "pending", d->attempts, error);
+        ipd_warn("callback %s to %.200s, attempt %d of %d: %s (status %d)",
+                 d->id, d->url, d->attempts, IPD_CALLBACK_ATTEMPTS, error,
+                 status);
+        if (!final) {
+            /* Backoff: delay, then twice the delay. */
+            d->due_ms =
+                ipd_mono_ms() + (cb->retry_delay_ms << (d->attempts - 1));
+            d->next = cb->queue;
+            cb->queue = d;
+            cb->queued++;
+            return;
+        }
         ipd_error("callback %s to %.200s failed after %d attempt%s%s", d->id,
                   d->url, d->attempts, d->attempts == 1 ? "" : "s",
                   final_refusal(rc) ? " (a refusal: not retried)" : "");
-    } else {
-        status_set(d->status, "pending", d->attempts, error);
-        /* Backoff: delay, then twice the delay. */
-        d->due_ms = ipd_mono_ms() + (cb->retry_delay_ms << (d->attempts - 1));
-        d->next = cb->queue;
-        cb->queue = d;
-        cb->queued++;
-        return;
     }
     cb->queued_bytes -= d->mem;
     delivery_free(d);
@@ -340,13 +342,14 @@ static void try_one(struct ipd_callbacks *cb, struct delivery *d)
     cb->trying[slot] = d;
     pthread_mutex_unlock(&cb->lock);
     struct ipd_buf err;
+    int status = 0;
     ipd_buf_init(&err, 1024);
-    enum ipd_err rc = attempt(cb, d, &err);
+    enum ipd_err rc = attempt(cb, d, &err, &status);
     pthread_mutex_lock(&cb->lock);
     cb->trying[slot] = NULL;
     /* A delivery its tenant's share held back may go now. */
     pthread_cond_broadcast(&cb->wake);
-    after_attempt(cb, d, rc, err.buf);
+    after_attempt(cb, d, rc, err.buf, status);
     ipd_buf_release(&err);
 }
 
