@@ -10,7 +10,8 @@
 #   e.g. git worktree add /tmp/base REV && (cd /tmp/base &&
 #        scripts/build.sh build-bench -DCMAKE_BUILD_TYPE=Release)
 #        bench/warm_ab.sh /tmp/base/build-bench/interpd build-bench/interpd
-# Each binary reads the prelude of its own source tree.
+# Each binary reads the prelude of its own source tree.  AB_OPTS: more
+# serve options for every server (e.g. a --warm-modules list).
 BASE_BIN=${1:?usage: bench/warm_ab.sh BASE_INTERPD NEW_INTERPD [ROUNDS PER_ROUND DURATION REPS]}
 NEW_BIN=${2:?usage: bench/warm_ab.sh BASE_INTERPD NEW_INTERPD [ROUNDS PER_ROUND DURATION REPS]}
 shift 2
@@ -29,7 +30,7 @@ for spec in "base-warm:$BASE_BIN:warm" "new-warm:$NEW_BIN:warm" \
   IFS=: read -r label bin mode <<<"$spec"
   INTERPD=$bin SERVER_NAME=$label start_server --exec-queue 64 \
     --policy.standard.tenant-running 100% \
-    --sandbox-uid $((310000 + 1000 * i)) --exec-mode "$mode"
+    --sandbox-uid $((310000 + 1000 * i)) --exec-mode "$mode" $AB_OPTS
   servers+=("interpd $label=$PORT:$KEY")
   i=$((i + 1))
 done
