@@ -272,11 +272,73 @@ def _rehearsal_steps(mods):
         plt = mods["matplotlib.pyplot"]
 
         def chart():
+            # Not drawn: rendering opens the font file again (the fds the
+            # zygote's drawing left were closed), and the run would find
+            # a descriptor a cold run does not have.
             fig, ax = plt.subplots()
             ax.plot([1, 2, 3], [1, 4, 9])
             plt.close(fig)
 
         yield chart
+    for name, step in _MODULE_REHEARSALS:
+        if name in mods:
+            def bound(step=step):
+                step(mods)
+            bound.__name__ = step.__name__
+            yield bound
+
+
+# What runs most often do with the modules the adaptive warm set may hold:
+# one step each, when the zygote imported the module (a small, fixed
+# input; random states are reseeded by the run anyway).
+def _rehearse_scipy_stats(mods):
+    st = mods["scipy.stats"]
+    st.ttest_ind([1.0, 2.0, 3.0, 4.0], [2.0, 3.0, 4.0, 6.0], equal_var=False)
+    st.describe([1.0, 2.0, 3.0, 5.0])
+
+
+def _rehearse_sympy(mods):
+    sp = mods["sympy"]
+    x = sp.Symbol("x")
+    sp.solve(x ** 2 - 4, x)
+    str(sp.simplify((x ** 2 - 1) / (x - 1)))
+
+
+def _rehearse_seaborn(mods):
+    sns, plt = mods["seaborn"], mods.get("matplotlib.pyplot")
+    if plt is None:
+        return
+    fig, ax = plt.subplots()
+    sns.barplot(x=["a", "b", "a", "b"], y=[1.0, 2.0, 1.5, 2.5], ax=ax)
+    plt.close(fig)
+
+
+def _rehearse_sklearn(mods):
+    X, y = [[0.0], [1.0], [2.0], [3.0]], [0.0, 1.1, 1.9, 3.2]
+    mods["sklearn.linear_model"].LinearRegression().fit(X, y).predict(X)
+    if "sklearn.model_selection" in mods:
+        mods["sklearn.model_selection"].train_test_split(
+            X, y, test_size=0.25, random_state=0)
+    if "sklearn.metrics" in mods:
+        mods["sklearn.metrics"].r2_score(y, [0.0, 1.0, 2.0, 3.0])
+
+
+def _rehearse_statsmodels(mods):
+    pd = mods.get("pandas")
+    if pd is None:
+        return
+    df = pd.DataFrame({"x": [float(i) for i in range(24)],
+                       "y": [2.0 * i + (i % 3) for i in range(24)]})
+    mods["statsmodels.formula.api"].ols("y ~ x", data=df).fit().summary()
+
+
+_MODULE_REHEARSALS = (
+    ("scipy.stats", _rehearse_scipy_stats),
+    ("sympy", _rehearse_sympy),
+    ("seaborn", _rehearse_seaborn),
+    ("sklearn.linear_model", _rehearse_sklearn),
+    ("statsmodels.formula.api", _rehearse_statsmodels),
+)
 
 
 def _rehearse(ctl):
@@ -292,13 +354,36 @@ def _rehearse(ctl):
     yet, nothing is printed, and what it makes is gone before the run
     (docs/SANDBOX.md, "Warm runs")."""
     import select
+    import warnings
+    # Whatever a step would print or warn goes nowhere: the run's stdout
+    # and stderr are already fds 1 and 2.  ("ignore" leaves no mark in the
+    # warnings registries: the run still sees its own warnings.)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
+    saved = os.dup(1), os.dup(2)
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
     try:
-        for step in _rehearsal_steps(sys.modules):
-            if select.select([ctl], [], [], 0)[0]:
-                return
-            step()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for step in _rehearsal_steps(sys.modules):
+                if select.select([ctl], [], [], 0)[0]:
+                    return
+                step()
     except Exception:
         pass
+    finally:
+        for stream in (sys.stdout, sys.stderr):
+            try:
+                stream.flush()
+            except Exception:
+                pass
+        os.dup2(saved[0], 1)
+        os.dup2(saved[1], 2)
+        os.close(saved[0])
+        os.close(saved[1])
 
 
 def _program(ctl, out_w, err_w, session):
