@@ -16,6 +16,7 @@
 #define WARMSET_MIN_RUNS 3     /* a candidate was imported by this many */
 #define WARMSET_MIN_SHARE 2    /* ... and by this % of the runs counted */
 #define WARMSET_SHOWN 20       /* names in the status */
+#define WARMSET_TIMEOUTS 3     /* probe timeouts before a name is refused */
 
 enum ws_state {
     WS_NEW,     /* no zygote has tried it */
@@ -30,7 +31,8 @@ struct ws_entry {
     double err;    /* what it inherited when it took a full table's place */
     int64_t bytes; /* its measured cost in a zygote; -1: not known */
     enum ws_state state;
-    char why[32]; /* WS_REFUSED: the zygote's reason */
+    char why[32];      /* WS_REFUSED: the zygote's reason */
+    unsigned timeouts; /* probes of it that timed out */
 };
 
 struct ipd_warmset {
@@ -461,6 +463,14 @@ bool ipd_warmset_report(struct ipd_warmset *ws, const char *text, size_t len,
         struct ws_entry *e = find_locked(ws, name, nlen);
         if (!e) /* decayed away meanwhile, or never planned */
             continue;
+        /* A probe that timed out may have met a loaded host: tried again
+         * by the next zygotes, refused at the third. */
+        if (!strcmp(report_states[st].word, "timeout") &&
+            ++e->timeouts < WARMSET_TIMEOUTS) {
+            e->state = WS_NEW;
+            e->bytes = -1;
+            continue;
+        }
         e->state = report_states[st].state;
         if (e->state == WS_REFUSED) {
             snprintf(e->why, sizeof(e->why), "%s", report_states[st].word);
@@ -502,6 +512,7 @@ void ipd_warmset_venv_changed(struct ipd_warmset *ws)
     for (size_t i = 0; i < ws->n; i++) {
         ws->e[i].state = WS_NEW;
         ws->e[i].bytes = -1;
+        ws->e[i].timeouts = 0;
         ws->e[i].why[0] = '\0';
     }
     pthread_mutex_unlock(&ws->lock);
