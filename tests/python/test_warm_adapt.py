@@ -249,49 +249,10 @@ class TestRehearse(unittest.TestCase):
                 yield counted_step
         ZYGOTE._rehearsal_steps = steps
 
-    def test_every_step_then_nothing_left(self):
-        os.environ.setdefault("MPLBACKEND", "Agg")
-        import numpy  # noqa: F401
-        import pandas  # noqa: F401
-        import matplotlib.pyplot as plt
-        ran = []
-        self.counted(ran)
-        out_r, out_w = os.pipe()
-        saved = os.dup(1), os.dup(2)
-        os.dup2(out_w, 1)
-        os.dup2(out_w, 2)
-        try:
-            ZYGOTE._rehearse(self.r)
-            sys.stdout.flush()
-            sys.stderr.flush()
-        finally:
-            os.dup2(saved[0], 1)
-            os.dup2(saved[1], 2)
-            os.close(saved[0])
-            os.close(saved[1])
-            os.close(out_w)
-        printed = os.read(out_r, 4096)
-        os.close(out_r)
-        self.assertEqual(ran[:4], ["frame", "summary", "group", "chart"])
-        self.assertEqual(printed, b"")
-        self.assertEqual(plt.get_fignums(), [])
-
-    def test_warm_modules_rehearsed_quietly(self):
-        """With the adaptive set's usual modules imported, each has its
-        step; none prints, warns or leaves a figure."""
-        os.environ.setdefault("MPLBACKEND", "Agg")
+    def rehearse_captured(self):
+        """_rehearse with fds 1 and 2 on a pipe and warnings recorded:
+        (what it printed, the warnings it raised)."""
         import warnings
-        import matplotlib.pyplot as plt
-        import scipy.stats  # noqa: F401
-        import seaborn  # noqa: F401
-        import sklearn.linear_model  # noqa: F401
-        import sklearn.metrics  # noqa: F401
-        import sklearn.model_selection  # noqa: F401
-        import statsmodels.formula.api  # noqa: F401
-        import sympy  # noqa: F401
-        ran = []
-        self.counted(ran)
-        fds = sorted(os.listdir("/proc/self/fd"))
         out_r, out_w = os.pipe()
         saved = os.dup(1), os.dup(2)
         os.dup2(out_w, 1)
@@ -310,6 +271,36 @@ class TestRehearse(unittest.TestCase):
             os.close(out_w)
         printed = os.read(out_r, 4096)
         os.close(out_r)
+        return printed, seen
+
+    def test_every_step_then_nothing_left(self):
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        import numpy  # noqa: F401
+        import pandas  # noqa: F401
+        import matplotlib.pyplot as plt
+        ran = []
+        self.counted(ran)
+        printed, _ = self.rehearse_captured()
+        self.assertEqual(ran[:4], ["frame", "summary", "group", "chart"])
+        self.assertEqual(printed, b"")
+        self.assertEqual(plt.get_fignums(), [])
+
+    def test_warm_modules_rehearsed_quietly(self):
+        """With the adaptive set's usual modules imported, each has its
+        step; none prints, warns or leaves a figure."""
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        import matplotlib.pyplot as plt
+        import scipy.stats  # noqa: F401
+        import seaborn  # noqa: F401
+        import sklearn.linear_model  # noqa: F401
+        import sklearn.metrics  # noqa: F401
+        import sklearn.model_selection  # noqa: F401
+        import statsmodels.formula.api  # noqa: F401
+        import sympy  # noqa: F401
+        ran = []
+        self.counted(ran)
+        fds = sorted(os.listdir("/proc/self/fd"))
+        printed, seen = self.rehearse_captured()
         self.assertEqual(ran, ["frame", "summary", "group", "chart",
                                "_rehearse_scipy_stats", "_rehearse_sympy",
                                "_rehearse_seaborn", "_rehearse_sklearn",
