@@ -316,9 +316,9 @@ static void stop(void)
     itest_stop(srv);
 }
 
-/* A budget smaller than the module: it is measured, left out, and the
- * zygote serves with the floor alone. */
-static void budget_bounds_the_set(void)
+/* A one-slot server like srv but with this --warm-memory-budget (NULL
+ * after a failed start). */
+static struct itest_server *start_one_slot(const char *budget)
 {
     const char *args[] = {"--exec-mode",
                           "warm",
@@ -329,10 +329,17 @@ static void budget_bounds_the_set(void)
                           "--warm-adapt-runs",
                           "3",
                           "--warm-memory-budget",
-                          "4K",
+                          budget,
                           NULL};
     struct itest_opts o = {.args = args};
-    struct itest_server *s = itest_start(&o);
+    return itest_start(&o);
+}
+
+/* A budget smaller than the module: it is measured, left out, and the
+ * zygote serves with the floor alone. */
+static void budget_bounds_the_set(void)
+{
+    struct itest_server *s = start_one_slot("4K");
     char out[256];
     const char *mode;
     REQUIRE(s);
@@ -367,19 +374,7 @@ static void budget_bounds_the_set(void)
  * for it. */
 static void budget_zero_is_off(void)
 {
-    const char *args[] = {"--exec-mode",
-                          "warm",
-                          "--exec-slots",
-                          "1",
-                          "--warm-modules",
-                          "json",
-                          "--warm-adapt-runs",
-                          "3",
-                          "--warm-memory-budget",
-                          "0",
-                          NULL};
-    struct itest_opts o = {.args = args};
-    struct itest_server *s = itest_start(&o);
+    struct itest_server *s = start_one_slot("0");
     char out[256];
     REQUIRE(s);
     for (int i = 0; i < 6; i++) {
