@@ -2095,7 +2095,11 @@ class _CountingResult(unittest.TextTestResult):
 
 def main():
     runner = unittest.TextTestRunner(resultclass=_CountingResult,
-                                     verbosity=2 if "-v" in sys.argv else 1)
+                                     verbosity=2 if "-v" in sys.argv else 1,
+                                     # The mutation check's: stop at the
+                                     # first failure (a killed mutant).
+                                     failfast=bool(os.environ.get(
+                                         "IPD_TEST_STOP_ON_FAIL")))
     argv = [a for a in sys.argv[1:] if a != "-v"]
     loader = unittest.defaultTestLoader
     if argv:

@@ -349,7 +349,11 @@ def main():
     spec.loader.exec_module(ZYGOTE)
     argv = [a for a in sys.argv[2:] if a != "-v"]
     runner = unittest.TextTestRunner(resultclass=_CountingResult,
-                                     verbosity=2 if "-v" in sys.argv else 1)
+                                     verbosity=2 if "-v" in sys.argv else 1,
+                                     # The mutation check's: stop at the
+                                     # first failure (a killed mutant).
+                                     failfast=bool(os.environ.get(
+                                         "IPD_TEST_STOP_ON_FAIL")))
     loader = unittest.defaultTestLoader
     if argv:
         suite = loader.loadTestsFromNames(argv, sys.modules[__name__])
