@@ -15,18 +15,16 @@
 #      fuzz-smoke/ and the integration tests on SQLite (cold, warm,
 #      session) and on MongoDB (cold);
 #   3. the mutation check (tests/mutants/run.sh): every curated mutant of
-#      a security or integrity property must be killed by its tests.  It
-#      mostly waits (timeouts, session lives, server starts), so it runs
-#      in two shards beside stage 2 and 4, from the moment stage 1 passed
-#      (a mutant's tests only count it killed when they fail, so the load
-#      can hide a survivor, never make one); its log is
-#      build-ci/mutants.log, printed at the end;
+#      a security or integrity property must be killed by its tests; in
+#      two shards at once (it mostly waits), without a baseline of its
+#      own: stages 1 and 2 ran every test on the same tree;
 #   4. libFuzzer (clang, ASan+UBSan, -DIPD_FUZZ=ON): fuzz_request for 60 s
 #      and the other harnesses for 10 s each (scripts/fuzz.sh; new inputs
-#      and findings stay in build-fuzz/fuzz/).
-# Exits non-zero on the first failing stage (3 runs to its end either
-# way).  Each stage's time is printed when it ends, and all of them at the
-# end.
+#      and findings stay in build-fuzz/fuzz/), beside stage 3 (its log is
+#      build-ci/mutants.log, printed at its end).
+# Exits non-zero on the first failing stage (3 and 4 both run to their
+# end, then either failing fails the run).  Each stage's time is printed
+# when it ends, and all of them at the end.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -71,16 +69,6 @@ fi
 stage "tests (gcc): tree, unit, sandbox, installed, MongoDB warm and session"
 ctest --test-dir build-ci --output-on-failure -j"$jobs" -R "$gcc_tests"
 
-stage "mutation check started beside the rest"
-mkdir -p build-ci
-# A process group of its own (setsid: a background job of this script is
-# not a group leader, so it execs in place and $! is the group), so that
-# a failing stage below stops the shards and their tests with it.
-setsid tests/mutants/run.sh --no-baseline --jobs 1 --shards 2 \
-  >build-ci/mutants.log 2>&1 &
-mutants_pid=$!
-trap 'kill -- "-$mutants_pid" 2>/dev/null || true' EXIT
-
 stage "clang ASan+UBSan build"
 CC=clang scripts/build.sh build-asan -DIPD_WERROR=ON -DIPD_SANITIZE=ON \
   -DCMAKE_BUILD_TYPE=Debug
@@ -89,29 +77,53 @@ ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" "${asan_select[@]}"
 
+# The mutation check mostly waits (timeouts, session lives, server
+# starts), so it runs in two shards at once, each its own scratch tree,
+# and the libFuzzer stage runs beside it.  Not beside stage 2: under that
+# load the sanitizer stage's timing checks failed (a 2-core host at a load
+# average of 6) and it finished no sooner, the suite being CPU-bound.
+# Its output is printed when it ends.  A mutant's tests only count it
+# killed when they fail, so the load can hide a survivor, never make one.
+stage "mutation check, with the libFuzzer build and fuzzing beside it"
+mkdir -p build-ci
+# A process group of its own (setsid: a background job of this script is
+# not a group leader, so it execs in place and $! is the group), so that
+# a failure below stops the shards and their tests with it.
+setsid tests/mutants/run.sh --no-baseline --jobs "$jobs" --shards 2 \
+  >build-ci/mutants.log 2>&1 &
+mutants_pid=$!
+trap 'kill -- "-$mutants_pid" 2>/dev/null || true' EXIT
+fuzz_ok=1
 # Only the harnesses are built: ipdcore with coverage instrumentation is
 # what they need, and the tests above already ran on the same code.
-stage "libFuzzer build and fuzzing (bounded)"
-CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DIPD_WERROR=ON \
-  -DIPD_SANITIZE=ON -DIPD_FUZZ=ON >/dev/null
-cmake --build build-fuzz -j"$jobs" --target fuzz_request fuzz_filename \
-  fuzz_cursor fuzz_duration fuzz_requirement fuzz_content_disposition \
-  fuzz_display fuzz_varlist
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  scripts/fuzz.sh build-fuzz 60 request
-ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
-UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-  scripts/fuzz.sh build-fuzz 10 filename cursor duration requirement \
-  content_disposition display varlist
-
-stage "waiting for the mutation check"
+if ! (
+  set -e
+  CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DIPD_WERROR=ON \
+    -DIPD_SANITIZE=ON -DIPD_FUZZ=ON >/dev/null
+  cmake --build build-fuzz -j"$jobs" --target fuzz_request fuzz_filename \
+    fuzz_cursor fuzz_duration fuzz_requirement fuzz_content_disposition \
+    fuzz_display fuzz_varlist
+  printf '\n==== fuzzing (bounded) ====\n'
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    scripts/fuzz.sh build-fuzz 60 request
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
+  UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    scripts/fuzz.sh build-fuzz 10 filename cursor duration requirement \
+    content_disposition display varlist
+); then
+  fuzz_ok=0
+fi
+printf '\n==== libFuzzer done after %d s; waiting for the mutation check ====\n' \
+  $((SECONDS - stage_t0))
 mutants_ok=1
 wait "$mutants_pid" || mutants_ok=0
 trap - EXIT
 cat build-ci/mutants.log
-if [ "$mutants_ok" = 0 ]; then
-  printf '\n==== failed: the mutation check ====\n'
+if [ "$fuzz_ok" = 0 ] || [ "$mutants_ok" = 0 ]; then
+  printf '\n==== failed:%s%s ====\n' \
+    "$([ "$fuzz_ok" = 0 ] && echo ' libFuzzer')" \
+    "$([ "$mutants_ok" = 0 ] && echo ' the mutation check')"
   exit 1
 fi
 

@@ -403,6 +403,11 @@ char *itest_read_stored(const struct itest_server *s, const char *entry,
                         size_t *len);
 /* Poll (bounded by timeout_ms) until itest_stray_files finds at most max
  * files; true when it did.  For cleanups that no event announces. */
+/* The bound for a cleanup the service does after its answer: generous,
+ * since a poll passes as soon as it is clean (an ASan build deleting a
+ * 60 MiB upload's GridFS chunks on a loaded 2-core CI host once took more
+ * than the 5 s these checks had). */
+#define ITEST_CLEANUP_WAIT_MS 60000
 bool itest_wait_strays_at_most(const struct itest_server *s, size_t max,
                                int timeout_ms);
 void itest_strv_free(char **v);

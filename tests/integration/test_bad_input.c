@@ -30,7 +30,7 @@ static void check_nothing_stored(struct itest_server *s, const char *key,
                                  const char *what)
 {
     /* Cleanup may run as the request completes, after the answer: poll. */
-    bool clean = itest_wait_strays_at_most(s, 0, 5000);
+    bool clean = itest_wait_strays_at_most(s, 0, ITEST_CLEANUP_WAIT_MS);
     if (!clean) {
         fprintf(stderr, "after %s:\n", what);
         itest_print_strays(s);

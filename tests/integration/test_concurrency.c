@@ -171,7 +171,7 @@ static void concurrent_quota(void)
     CHECK_STATUS(&r, 200);
     CHECK_INT(json_array_size(itest_json_get(r.json, "files")), 5);
     itest_resp_release(&r);
-    bool clean = itest_wait_strays_at_most(s, 5, 5000);
+    bool clean = itest_wait_strays_at_most(s, 5, ITEST_CLEANUP_WAIT_MS);
     if (!clean)
         itest_print_strays(s);
     CHECKF(clean, "refused uploads left files on disk");
@@ -232,7 +232,7 @@ static void concurrent_deletes(void)
     CHECKF(ok == 1 && gone == NCLIENTS - 1,
            "%d racing DELETEs: %zu answered 204 and %zu 404, want 1 and %d",
            NCLIENTS, ok, gone, NCLIENTS - 1);
-    bool clean = itest_wait_strays_at_most(s, 0, 5000);
+    bool clean = itest_wait_strays_at_most(s, 0, ITEST_CLEANUP_WAIT_MS);
     if (!clean)
         itest_print_strays(s);
     CHECKF(clean, "the deleted file's bytes stay on disk");
@@ -571,7 +571,7 @@ static void client_disconnects(void)
         abandon_upload(s, cases[i].head, cases[i].preamble, sent,
                        cases[i].chunked);
         /* Nothing announces the server noticed: poll the disk, bounded. */
-        bool clean = itest_wait_strays_at_most(s, 0, 5000);
+        bool clean = itest_wait_strays_at_most(s, 0, ITEST_CLEANUP_WAIT_MS);
         if (!clean) {
             fprintf(stderr, "5 s after abandoning %s:\n", cases[i].what);
             itest_print_strays(s);

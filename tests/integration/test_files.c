@@ -378,7 +378,7 @@ static void delete_file(void)
     itest_resp_release(&r);
 
     /* Its bytes are gone from disk: one blob left at most. */
-    CHECKF(itest_wait_strays_at_most(s, 1, 5000),
+    CHECKF(itest_wait_strays_at_most(s, 1, ITEST_CLEANUP_WAIT_MS),
            "the deleted file's bytes stay on disk");
 
     /* Identical bytes twice are two files; deleting one keeps the other. */
@@ -930,7 +930,7 @@ static void quota_files(void)
     list(s, key, "u1", NULL, &r);
     CHECK_INT(json_array_size(itest_json_get(r.json, "files")), 3);
     itest_resp_release(&r);
-    CHECKF(itest_wait_strays_at_most(s, 3, 5000),
+    CHECKF(itest_wait_strays_at_most(s, 3, ITEST_CLEANUP_WAIT_MS),
            "rejected uploads left bytes on disk");
 
     /* The quota is per user. */

@@ -371,7 +371,7 @@ static void limits_and_broken_servers(void)
     free(url);
     /* Nothing of the three stayed on disk or in the store, and the
      * service goes on serving. */
-    CHECK(itest_wait_strays_at_most(s, 0, 5000));
+    CHECK(itest_wait_strays_at_most(s, 0, ITEST_CLEANUP_WAIT_MS));
     itest_request(s, "GET", "/v1/files", s->admin_key, "u1", NULL, NULL, 0,
                   NULL, &r);
     CHECK_STATUS(&r, 200);
