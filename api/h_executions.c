@@ -1,5 +1,6 @@
 /*
- * h_executions.c - POST /v1/executions and GET /v1/executions/{id}.
+ * h_executions.c - POST /v1/executions, GET /v1/executions (the caller's
+ * recent ones) and GET /v1/executions/{id}.
  *
  * Executions never run on the HTTP event threads: the handler has the
  * body parsed into a job (service/exec/request.h), replies with the
@@ -7,15 +8,17 @@
  * (service/exec/pool.h).  A synchronous job's connection is suspended
  * (libmicrohttpd keeps it open and stops polling it) when the pool admits
  * the job and resumed from the pool's done hook; the handler replies on
- * the call that follows.  An asynchronous job is answered 202 at once and
- * read back by id.  Beyond the pool's queue the answer is 429 with
- * Retry-After.  Files, health and everything else keep being served by
- * the event threads meanwhile.
+ * the call that follows, with the job's id (the pool gave it at submit;
+ * while it runs, GET /v1/executions lists it) in X-Execution-Id.  An
+ * asynchronous job is answered 202 at once and read back by id.  Beyond
+ * the pool's queue the answer is 429 with Retry-After.  Files, health
+ * and everything else keep being served by the event threads meanwhile.
  */
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "../service/common/json_out.h"
 #include "../service/common/util.h"
 #include "../service/exec/executor.h"
 #include "../service/exec/pool.h"
@@ -103,6 +106,7 @@ static void executions_finish(struct ipd_req *r)
 
     if (j) {
         IPD_ASSERT(j->finished);
+        r->execution_id = j->exec_id; /* j lives until cleanup */
         reply_result(r, j);
         return;
     }
@@ -162,6 +166,79 @@ const struct ipd_handler ipd_h_executions_create = {
     .cleanup = executions_cleanup,
 };
 
+/* One execution of the list: {execution_id, status, created_at,
+ * session_id, duration}. */
+static enum ipd_err jw_summary(struct ipd_buf *b,
+                               const struct ipd_exec_summary *x)
+{
+    enum ipd_err rc = ipd_buf_adds(b, "{\"execution_id\":");
+    if (!rc)
+        rc = ipd_jw_str(b, x->id);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"status\":");
+    if (!rc)
+        rc = ipd_jw_str(b, x->status);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"created_at\":");
+    if (!rc)
+        rc = ipd_jw_time(b, x->created_at_ms);
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"session_id\":");
+    if (!rc)
+        rc = x->session_id[0] ? ipd_jw_str(b, x->session_id)
+                              : ipd_buf_adds(b, "null");
+    if (!rc)
+        rc = ipd_buf_adds(b, ",\"duration\":");
+    if (!rc && x->duration_ms < 0)
+        rc = ipd_buf_adds(b, "null");
+    else if (!rc)
+        rc = ipd_buf_addf(b, "%lld.%03lld", (long long)(x->duration_ms / 1000),
+                          (long long)(x->duration_ms % 1000));
+    if (!rc)
+        rc = ipd_buf_addch(b, '}');
+    return rc;
+}
+
+/* GET /v1/executions: the caller's executions this node holds, newest
+ * first, paged like the file list.  Without executions on this server
+ * there are none (an empty page), as GET /v1/executions/{id} finds none. */
+static void executions_list(struct ipd_req *r)
+{
+    struct ipd_cursor cursor;
+    const struct ipd_cursor *after = NULL;
+    struct ipd_exec_list list = {0};
+    int64_t limit = IPD_LIST_DEFAULT;
+
+    if (!ipd_req_list_query(r, "exec", &limit, &cursor, &after))
+        return;
+    if (r->app->exec)
+        ipd_exec_pool_list(r->app->exec, r->principal.tenant,
+                           r->principal.user_id, after, (size_t)limit, &list);
+    struct ipd_buf b;
+    ipd_buf_init(&b, IPD_BUF_UNLIMITED);
+    enum ipd_err rc = ipd_buf_adds(&b, "{\"executions\":[");
+    for (size_t i = 0; !rc && i < list.n; i++) {
+        if (i)
+            rc = ipd_buf_addch(&b, ',');
+        if (!rc)
+            rc = jw_summary(&b, &list.items[i]);
+    }
+    const struct ipd_exec_summary *last =
+        list.n ? &list.items[list.n - 1] : NULL;
+    if (!rc)
+        rc = ipd_list_json_end(&b, list.more && last,
+                               last ? last->created_at_ms : 0,
+                               last ? last->id : NULL);
+    ipd_exec_list_release(&list);
+    IPD_ASSERT(rc == IPD_OK);
+    ipd_reply_json_buf(r, MHD_HTTP_OK, &b);
+}
+
+const struct ipd_handler ipd_h_executions_list = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = executions_list,
+};
+
 /* The reply of a lookup, streamed: head, the result file, tail. */
 static ssize_t read_reply(void *cls, uint64_t pos, char *buf, size_t max)
 {
@@ -196,7 +273,8 @@ static void free_reply(void *cls)
     free(cls);
 }
 
-/* GET /v1/executions/{id}: the caller's own asynchronous executions. */
+/* GET /v1/executions/{id}: the caller's own executions (a synchronous
+ * one's result is null: it went to its caller). */
 static void executions_get(struct ipd_req *r)
 {
     struct ipd_exec_pool *p = r->app->exec;

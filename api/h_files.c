@@ -25,8 +25,6 @@
 #include "../service/fetch/fetch.h"
 #include "../service/common/json_out.h"
 
-#define LIST_DEFAULT 50
-#define LIST_MAX 1000
 #define FIELD_MAX 4096                 /* form fields other than the file */
 #define PART_NAME_MAX 16384            /* a part's filename before sanitising */
 #define MULTIPART_OVERHEAD (64 * 1024) /* headers and small fields */
@@ -772,32 +770,16 @@ const struct ipd_handler ipd_h_files_create = {
 
 static void files_list(struct ipd_req *r)
 {
-    size_t lsn = 0, csn = 0;
-    const char *ls = ipd_req_query_n(r, "limit", &lsn);
-    const char *cs = ipd_req_query_n(r, "cursor", &csn);
     struct ipd_cursor cursor;
+    const struct ipd_cursor *after = NULL;
     struct ipd_file_list list = {0};
-    int64_t limit = LIST_DEFAULT;
+    int64_t limit = IPD_LIST_DEFAULT;
 
-    /* A NUL inside a value would cut it short: never let that pass. */
-    if ((ls && strlen(ls) != lsn) || (cs && strlen(cs) != csn)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                       "query values must not contain NUL bytes");
+    if (!ipd_req_list_query(r, "file", &limit, &cursor, &after))
         return;
-    }
-    if (ls && ipd_int_parse(ls, 1, LIST_MAX, &limit)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                       "limit must be a whole number from 1 to %d", LIST_MAX);
-        return;
-    }
-    if (cs && *cs && !ipd_cursor_parse(cs, &cursor)) {
-        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
-                       "cursor is not one this server gave out");
-        return;
-    }
-    enum ipd_err rc = ipd_meta_file_list(
-        r->app->meta, r->principal.tenant, r->principal.user_id, ipd_now_ms(),
-        cs && *cs ? &cursor : NULL, (size_t)limit, &list);
+    enum ipd_err rc = ipd_meta_file_list(r->app->meta, r->principal.tenant,
+                                         r->principal.user_id, ipd_now_ms(),
+                                         after, (size_t)limit, &list);
     if (rc) {
         ipd_reply_failure(r, rc, NULL, "listing files");
         return;
@@ -813,17 +795,11 @@ static void files_list(struct ipd_req *r)
         if (!wrc)
             wrc = ipd_jw_file(&b, &list.items[i]);
     }
+    const struct ipd_file_meta *last = list.n ? &list.items[list.n - 1] : NULL;
     if (!wrc)
-        wrc = ipd_buf_adds(&b, "],\"next_cursor\":");
-    if (!wrc && list.more && list.n) {
-        char cur[IPD_CURSOR_MAX];
-        ipd_cursor_format(&list.items[list.n - 1], cur);
-        wrc = ipd_jw_str(&b, cur);
-    } else if (!wrc) {
-        wrc = ipd_buf_adds(&b, "null");
-    }
-    if (!wrc)
-        wrc = ipd_buf_addch(&b, '}');
+        wrc = ipd_list_json_end(&b, list.more && last,
+                                last ? last->created_at_ms : 0,
+                                last ? last->file_id : NULL);
     ipd_file_list_release(&list);
     IPD_ASSERT(wrc == IPD_OK);
     ipd_reply_json_buf(r, MHD_HTTP_OK, &b);

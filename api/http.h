@@ -161,6 +161,10 @@ struct ipd_req {
     bool suspended;         /* waiting for a worker; finish runs again */
     int retry_after_s;      /* Retry-After of a 429/503 (0: 5 s) */
     const char *error_code; /* for the access log */
+
+    /* X-Execution-Id of the reply (borrowed: it lives until the reply
+     * is queued), or NULL. */
+    const char *execution_id;
 };
 
 /* Reply with a JSON document (steals json).  Adds the common headers. */
@@ -202,6 +206,23 @@ const char *ipd_req_query_n(struct ipd_req *r, const char *name, size_t *len);
  * reference; NULL after replying 400 invalid_json. */
 json_t *ipd_req_json_body(struct ipd_req *r);
 
+/* A list's page (GET /v1/files, GET /v1/executions): limit's default and
+ * its largest value. */
+#define IPD_LIST_DEFAULT 50
+#define IPD_LIST_MAX 1000
+/* The paging query of a list: limit, a whole number from 1 to
+ * IPD_LIST_MAX (IPD_LIST_DEFAULT when absent), and cursor, one this
+ * server made for ids of kind ("file", "exec"; ipd_cursor_parse_kind)
+ * into *c, with *after pointing at c (NULL without a cursor).  Replies
+ * 400 and returns false on a bad value. */
+bool ipd_req_list_query(struct ipd_req *r, const char *kind, int64_t *limit,
+                        struct ipd_cursor *c, const struct ipd_cursor **after);
+/* Close a list's JSON in b (the items' array is open): `],"next_cursor":`
+ * with the cursor of the last item (last_created_ms, last_id) when more
+ * follow it, else null, and `}`.  b's error, if any. */
+enum ipd_err ipd_list_json_end(struct ipd_buf *b, bool more,
+                               int64_t last_created_ms, const char *last_id);
+
 /* Check the bytes of r's head before anything reads them as C strings
  * (libmicrohttpd ends a header value, and its decoded path, at a NUL):
  * the target holds no NUL; the path's segments decode to no NUL, no
@@ -241,7 +262,8 @@ void ipd_route_at(size_t i, const char **method, const char **pattern);
 extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
-extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get;
+extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get,
+    ipd_h_executions_list;
 extern const struct ipd_handler ipd_h_admin_cleanup;
 extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
 extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;

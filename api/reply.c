@@ -44,6 +44,8 @@ static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->execution_id)
+        MHD_add_response_header(resp, "X-Execution-Id", r->execution_id);
     if (r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (r->origin) {
@@ -51,7 +53,8 @@ static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
         MHD_add_response_header(resp, "Vary", "Origin");
         MHD_add_response_header(
             resp, "Access-Control-Expose-Headers",
-            "X-Request-Id, ETag, Content-Disposition, Retry-After");
+            "X-Request-Id, X-Execution-Id, ETag, Content-Disposition, "
+            "Retry-After");
     }
 }
 

@@ -5,6 +5,8 @@
  */
 #include <string.h>
 
+#include "../service/common/json_out.h"
+#include "../service/common/util.h"
 #include "http.h"
 
 const char *ipd_req_header(struct ipd_req *r, const char *name)
@@ -30,6 +32,53 @@ json_t *ipd_req_json_body(struct ipd_req *r)
         ipd_reply_code(r, IPD_HE_INVALID_JSON, "invalid JSON: %s (line %d)",
                        jerr.text, jerr.line);
     return doc;
+}
+
+bool ipd_req_list_query(struct ipd_req *r, const char *kind, int64_t *limit,
+                        struct ipd_cursor *c, const struct ipd_cursor **after)
+{
+    size_t lsn = 0, csn = 0;
+    const char *ls = ipd_req_query_n(r, "limit", &lsn);
+    const char *cs = ipd_req_query_n(r, "cursor", &csn);
+
+    *limit = IPD_LIST_DEFAULT;
+    *after = NULL;
+    /* A NUL inside a value would cut it short: never let that pass. */
+    if ((ls && strlen(ls) != lsn) || (cs && strlen(cs) != csn)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "query values must not contain NUL bytes");
+        return false;
+    }
+    if (ls && ipd_int_parse(ls, 1, IPD_LIST_MAX, limit)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "limit must be a whole number from 1 to %d",
+                       IPD_LIST_MAX);
+        return false;
+    }
+    if (cs && *cs && !ipd_cursor_parse_kind(cs, kind, c)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "cursor is not one this server gave out");
+        return false;
+    }
+    if (cs && *cs)
+        *after = c;
+    return true;
+}
+
+enum ipd_err ipd_list_json_end(struct ipd_buf *b, bool more,
+                               int64_t last_created_ms, const char *last_id)
+{
+    enum ipd_err rc = ipd_buf_adds(b, "],\"next_cursor\":");
+    if (!rc && more) {
+        char cur[IPD_CURSOR_MAX];
+        ipd_cursor_format_id(last_created_ms, last_id, cur);
+        rc = ipd_jw_str(b, cur);
+    } else if (!rc) {
+        rc = ipd_buf_adds(b, "null");
+    }
+    if (!rc)
+        rc = ipd_buf_addch(b, '}');
+    return rc;
 }
 
 const struct ipd_exec_policy *ipd_req_key_policy(struct ipd_req *r)

@@ -18,13 +18,24 @@ void ipd_file_list_release(struct ipd_file_list *l)
     l->more = false;
 }
 
+void ipd_cursor_format_id(int64_t created_at_ms, const char *id,
+                          char out[IPD_CURSOR_MAX])
+{
+    snprintf(out, IPD_CURSOR_MAX, "%lld.%s", (long long)created_at_ms, id);
+}
+
 void ipd_cursor_format(const struct ipd_file_meta *f, char out[IPD_CURSOR_MAX])
 {
-    snprintf(out, IPD_CURSOR_MAX, "%lld.%s", (long long)f->created_at_ms,
-             f->file_id);
+    ipd_cursor_format_id(f->created_at_ms, f->file_id, out);
 }
 
 bool ipd_cursor_parse(const char *s, struct ipd_cursor *c)
+{
+    return ipd_cursor_parse_kind(s, "file", c);
+}
+
+bool ipd_cursor_parse_kind(const char *s, const char *kind,
+                           struct ipd_cursor *c)
 {
     const char *dot = s ? strchr(s, '.') : NULL;
     char num[24];
@@ -33,10 +44,10 @@ bool ipd_cursor_parse(const char *s, struct ipd_cursor *c)
         return false;
     memcpy(num, s, (size_t)(dot - s));
     num[dot - s] = '\0';
-    if (ipd_int_parse(num, 0, INT64_MAX, &ms) || !ipd_id_valid("file", dot + 1))
+    if (ipd_int_parse(num, 0, INT64_MAX, &ms) || !ipd_id_valid(kind, dot + 1))
         return false;
     c->created_at_ms = ms;
-    snprintf(c->file_id, sizeof(c->file_id), "%s", dot + 1);
+    snprintf(c->id, sizeof(c->id), "%s", dot + 1);
     return true;
 }
 

@@ -67,20 +67,29 @@ struct ipd_file_list {
 };
 void ipd_file_list_release(struct ipd_file_list *l);
 
-/* Position in the newest-first order (created_at_ms desc, file_id desc).
- * A page "after" a cursor holds the records strictly older in that order,
- * so a cursor stays valid while files are added or deleted. */
+/* Position in a newest-first order (created_at_ms desc, id desc): files
+ * by file_id, and the execution pool's list (service/exec/pool.h) by
+ * execution id.  A page "after" a cursor holds the records strictly older
+ * in that order, so a cursor stays valid while records are added or
+ * deleted. */
 struct ipd_cursor {
     int64_t created_at_ms;
-    char file_id[IPD_ID_MAX];
+    char id[IPD_ID_MAX]; /* a file_id, or an execution id */
 };
 
-/* Cursors travel to clients as "<created_at_ms>.<file_id>", opaque to
- * them.  Format the cursor that follows f; IPD_CURSOR_MAX bytes. */
+/* Cursors travel to clients as "<created_at_ms>.<id>", opaque to them.
+ * Format the cursor that follows f; IPD_CURSOR_MAX bytes. */
 #define IPD_CURSOR_MAX 72
 void ipd_cursor_format(const struct ipd_file_meta *f, char out[IPD_CURSOR_MAX]);
-/* Parse a client's cursor; false for anything this server didn't make. */
+/* The same for any record: created_at_ms and its id. */
+void ipd_cursor_format_id(int64_t created_at_ms, const char *id,
+                          char out[IPD_CURSOR_MAX]);
+/* Parse a client's cursor of the file list; false for anything this
+ * server didn't make. */
 bool ipd_cursor_parse(const char *s, struct ipd_cursor *c);
+/* The same for ids of kind (ipd_id_new's prefix: "file", "exec"). */
+bool ipd_cursor_parse_kind(const char *s, const char *kind,
+                           struct ipd_cursor *c);
 
 /* Quota checked atomically with an insert; a limit < 0 means unlimited.
  * max_files and max_bytes bound one (tenant, user_id) scope; tenant, when

@@ -937,7 +937,7 @@ static void append_after(bson_t *b, const struct ipd_cursor *c)
     bson_append_document_begin(& or, "1", -1, &br);
     BSON_APPEND_DATE_TIME(&br, "uploaded_at", c->created_at_ms);
     bson_append_document_begin(&br, "file_id", -1, &cmp);
-    BSON_APPEND_UTF8(&cmp, "$lt", c->file_id);
+    BSON_APPEND_UTF8(&cmp, "$lt", c->id);
     bson_append_document_end(&br, &cmp);
     bson_append_document_end(& or, &br);
     bson_append_array_end(b, & or);

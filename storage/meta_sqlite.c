@@ -907,7 +907,7 @@ static enum ipd_err sq_file_list(struct ipd_meta *m, const char *tenant,
     if (!src && after)
         src = sqlite3_bind_int64(r.st, 5, after->created_at_ms);
     if (!src && after)
-        src = bind_text(r.st, 6, after->file_id, sizeof(after->file_id));
+        src = bind_text(r.st, 6, after->id, sizeof(after->id));
     rc = rd_bound(&r, src, "file_list");
     if (!rc)
         rc = collect_files(r.c, r.st, limit, "file_list", out);

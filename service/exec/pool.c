@@ -1,5 +1,5 @@
 /*
- * pool.c - the execution workers, the asynchronous result table, the
+ * pool.c - the execution workers, the execution table, the
  * outcome counters and the callbacks (see pool.h).
  */
 #include <pthread.h>
@@ -23,15 +23,25 @@
 /* A power of two above IPD_EXEC_ASYNC_MAX: chains stay short. */
 #define ASYNC_BUCKETS 16384
 
-/* An asynchronous execution's state, kept result_ttl after it is done.
- * Small: the result itself is a file (result_store.h). */
-struct async_entry {
-    struct async_entry *next;      /* in its bucket */
-    struct async_entry *done_next; /* the done list, oldest first */
+/* An execution's state from its admission, kept result_ttl after it is
+ * done.  Small: an asynchronous result is a file (result_store.h); a
+ * synchronous one went to its caller and is not kept.  A later cancel
+ * adds its flag and the live run's handle here. */
+struct exec_entry {
+    struct exec_entry *next;      /* in its bucket */
+    struct exec_entry *done_next; /* its done list, oldest first */
+    struct exec_entry *all_prev;  /* every entry, in admission order */
+    struct exec_entry *all_next;
     char id[IPD_ID_MAX];
     char tenant[IPD_TENANT_MAX];
     char user_id[IPD_USER_ID_MAX];
+    char session_id[IPD_ID_MAX];          /* the job's session, or "" */
+    bool sync;                            /* a synchronous job's: no result,
+                                             not charged to its tenant */
     const char *status;                   /* "queued", "running", "done" */
+    int64_t created_ms;                   /* wall clock, at admission */
+    int64_t started_ms;                   /* monotonic, when it started
+                                             running (0: it never did) */
     int64_t bytes;                        /* the result's size once done */
     char *fallback;                       /* owned: once done, a short failure
                                              result when its file could not be
@@ -41,9 +51,10 @@ struct async_entry {
                                              callback_url, else NULL */
 };
 
-/* What one tenant holds of the table (its bounds): its entries, the
- * done ones and their bytes, and the callbacks of its jobs not yet done
- * (their delivery is callbacks.c's to count). */
+/* What one tenant holds of the table (its bounds): its asynchronous
+ * entries, the done ones and their bytes, and the callbacks of its jobs
+ * not yet done (their delivery is callbacks.c's to count).  Synchronous
+ * entries are not counted. */
 struct tenant_held {
     char tenant[IPD_TENANT_MAX];
     int64_t bytes;
@@ -52,19 +63,33 @@ struct tenant_held {
     size_t callbacks_waiting; /* entries with a callback, not done */
 };
 
-/* By id; expiry walks the done list from its oldest end, never the
- * whole table. */
-struct async_table {
-    struct async_entry **buckets;  /* owned, ASYNC_BUCKETS of them */
-    size_t n;                      /* entries, done or not */
-    struct async_entry *done_head; /* done entries in the order they
-                                      finished: the first expires first */
-    struct async_entry **done_tail;
-    struct tenant_held *held; /* owned array: tenants holding
-                                 entries (few; unordered) */
+/* Done entries in the order they finished: the first expires first. */
+struct done_list {
+    struct exec_entry *head;
+    struct exec_entry **tail;
+};
+
+/* By id; expiry walks the done lists from their oldest ends, never the
+ * whole table.  At most IPD_EXEC_ASYNC_MAX asynchronous entries (a
+ * submit beyond is refused).  Synchronous jobs' done entries have a list
+ * of their own: when the table holds IPD_EXEC_ASYNC_MAX entries, the
+ * oldest of them makes room for a new one, so they never make it refuse
+ * work; beyond IPD_EXEC_ASYNC_MAX entries the table only grows by
+ * synchronous jobs still queued or running, which the queue bounds. */
+struct exec_table {
+    struct exec_entry **buckets; /* owned, ASYNC_BUCKETS of them */
+    size_t n;                    /* entries, done or not */
+    struct exec_entry *all_head; /* oldest admitted */
+    struct exec_entry *all_tail; /* newest admitted */
+    struct done_list done;       /* asynchronous jobs' */
+    struct done_list sync_done;  /* synchronous jobs' */
+    struct tenant_held *held;    /* owned array: tenants holding
+                                    entries (few; unordered) */
     size_t n_held, cap_held;
-    size_t n_done; /* done entries */
-    int64_t bytes; /* their bytes, every tenant's */
+    size_t n_sync;      /* synchronous entries, done or not */
+    size_t n_done;      /* done asynchronous entries */
+    size_t n_sync_done; /* done synchronous entries */
+    int64_t bytes;      /* the asynchronous results' bytes, every tenant's */
 };
 
 struct ipd_exec_pool {
@@ -74,7 +99,7 @@ struct ipd_exec_pool {
     pthread_mutex_t lock;
     /* Outcomes since start (under lock): the admin status. */
     uint64_t n_total, n_success, n_error, n_timeout, n_oom, n_failed;
-    struct async_table async; /* under lock */
+    struct exec_table table; /* under lock */
     int64_t result_ttl_ms;
     int64_t tenant_max_bytes;         /* done results' bytes per tenant */
     struct ipd_space *space;          /* borrowed; NULL: no delete reserve */
@@ -158,10 +183,10 @@ const char *ipd_exec_error_type(enum ipd_err err)
     }
 }
 
-/* ---- the asynchronous result table (every function under the lock) ---- */
+/* ---- the execution table (every function under the lock) -------------- */
 
 /* FNV-1a: ids are random already, this only spreads them. */
-static struct async_entry **async_bucket(struct async_table *t, const char *id)
+static struct exec_entry **table_bucket(struct exec_table *t, const char *id)
 {
     uint64_t h = 1469598103934665603ULL;
     for (const unsigned char *s = (const unsigned char *)id; *s; s++)
@@ -169,25 +194,32 @@ static struct async_entry **async_bucket(struct async_table *t, const char *id)
     return &t->buckets[h & (ASYNC_BUCKETS - 1)];
 }
 
-static struct async_entry *async_find(struct async_table *t, const char *id)
+static struct exec_entry *table_find(struct exec_table *t, const char *id)
 {
-    for (struct async_entry *e = *async_bucket(t, id); e; e = e->next)
+    for (struct exec_entry *e = *table_bucket(t, id); e; e = e->next)
         if (!strcmp(e->id, id))
             return e;
     return NULL;
 }
 
-static void async_add(struct async_table *t, struct async_entry *e)
+static void table_add(struct exec_table *t, struct exec_entry *e)
 {
-    struct async_entry **b = async_bucket(t, e->id);
+    struct exec_entry **b = table_bucket(t, e->id);
     e->next = *b;
     *b = e;
+    e->all_prev = t->all_tail;
+    e->all_next = NULL;
+    if (t->all_tail)
+        t->all_tail->all_next = e;
+    else
+        t->all_head = e;
+    t->all_tail = e;
     t->n++;
 }
 
 /* The tenant's entry in t->held; NULL when it holds nothing (and create
  * is false). */
-static struct tenant_held *held_find(struct async_table *t, const char *tenant,
+static struct tenant_held *held_find(struct exec_table *t, const char *tenant,
                                      bool create)
 {
     for (size_t i = 0; i < t->n_held; i++)
@@ -205,10 +237,22 @@ static struct tenant_held *held_find(struct async_table *t, const char *tenant,
     return h;
 }
 
-/* e is done: it joins the done list, where it expires in turn, and
- * counts against its tenant's bound. */
-static void async_done_add(struct async_table *t, struct async_entry *e)
+static void done_push(struct done_list *l, struct exec_entry *e)
 {
+    e->done_next = NULL;
+    *l->tail = e;
+    l->tail = &e->done_next;
+}
+
+/* e is done: it joins its done list, where it expires in turn, and an
+ * asynchronous one counts against its tenant's bound. */
+static void table_done_add(struct exec_table *t, struct exec_entry *e)
+{
+    if (e->sync) {
+        t->n_sync_done++;
+        done_push(&t->sync_done, e);
+        return;
+    }
     struct tenant_held *h = held_find(t, e->tenant, true);
     h->bytes += e->bytes;
     h->results++;
@@ -216,32 +260,40 @@ static void async_done_add(struct async_table *t, struct async_entry *e)
         h->callbacks_waiting--;
     t->bytes += e->bytes;
     t->n_done++;
-    e->done_next = NULL;
-    *t->done_tail = e;
-    t->done_tail = &e->done_next;
+    done_push(&t->done, e);
 }
 
-static void async_entry_free(struct async_entry *e)
+static void entry_free(struct exec_entry *e)
 {
     free(e->fallback);
     ipd_callback_status_unref(e->callback);
     free(e);
 }
 
-/* Drop the results older than the ttl (the done list's oldest ones) and
- * their files. */
-static void async_prune(struct ipd_exec_pool *p, int64_t now)
+/* Remove the oldest entry of l (done, and l not empty) and its file. */
+static void table_drop_oldest(struct ipd_exec_pool *p, struct done_list *l)
 {
-    struct async_table *t = &p->async;
-    while (t->done_head && now - t->done_head->done_ms >= p->result_ttl_ms) {
-        struct async_entry *e = t->done_head;
-        t->done_head = e->done_next;
-        if (!t->done_head)
-            t->done_tail = &t->done_head;
-        struct async_entry **pp = async_bucket(t, e->id);
-        while (*pp != e)
-            pp = &(*pp)->next;
-        *pp = e->next;
+    struct exec_table *t = &p->table;
+    struct exec_entry *e = l->head;
+    l->head = e->done_next;
+    if (!l->head)
+        l->tail = &l->head;
+    struct exec_entry **pp = table_bucket(t, e->id);
+    while (*pp != e)
+        pp = &(*pp)->next;
+    *pp = e->next;
+    if (e->all_prev)
+        e->all_prev->all_next = e->all_next;
+    else
+        t->all_head = e->all_next;
+    if (e->all_next)
+        e->all_next->all_prev = e->all_prev;
+    else
+        t->all_tail = e->all_prev;
+    if (e->sync) {
+        t->n_sync--;
+        t->n_sync_done--;
+    } else {
         struct tenant_held *h = held_find(t, e->tenant, false);
         IPD_ASSERT(h);
         h->bytes -= e->bytes;
@@ -252,24 +304,56 @@ static void async_prune(struct ipd_exec_pool *p, int64_t now)
         t->n_done--;
         if (!e->fallback)
             ipd_results_remove(p->results, e->id);
-        async_entry_free(e);
-        t->n--;
     }
+    entry_free(e);
+    t->n--;
 }
 
-/* A thread that removes each result when its ttl passes, so an idle
+/* Drop the entries done longer than the ttl ago (each done list's oldest
+ * ones) and their files. */
+static void table_prune(struct ipd_exec_pool *p, int64_t now)
+{
+    struct exec_table *t = &p->table;
+    while (t->done.head && now - t->done.head->done_ms >= p->result_ttl_ms)
+        table_drop_oldest(p, &t->done);
+    while (t->sync_done.head &&
+           now - t->sync_done.head->done_ms >= p->result_ttl_ms)
+        table_drop_oldest(p, &t->sync_done);
+}
+
+/* A new entry is coming: when the table is full, the oldest done
+ * synchronous entry makes room (it holds nothing anyone waits for). */
+static void table_make_room(struct ipd_exec_pool *p)
+{
+    if (p->table.n >= IPD_EXEC_ASYNC_MAX && p->table.sync_done.head)
+        table_drop_oldest(p, &p->table.sync_done);
+}
+
+/* When the next entry expires (monotonic ms), 0 when none is done. */
+static int64_t table_next_due(const struct ipd_exec_pool *p)
+{
+    const struct exec_entry *a = p->table.done.head;
+    const struct exec_entry *s = p->table.sync_done.head;
+    if (!a && !s)
+        return 0;
+    if (!a || (s && s->done_ms < a->done_ms))
+        a = s;
+    return a->done_ms + p->result_ttl_ms;
+}
+
+/* A thread that removes each entry when its ttl passes, so an idle
  * server keeps none past it. */
 static void *pruner_main(void *arg)
 {
     struct ipd_exec_pool *p = arg;
     pthread_mutex_lock(&p->lock);
     while (!p->pruner_stop) {
-        async_prune(p, ipd_mono_ms());
-        if (!p->async.done_head) {
+        table_prune(p, ipd_mono_ms());
+        int64_t due = table_next_due(p);
+        if (!due) {
             pthread_cond_wait(&p->prune_wake, &p->lock);
             continue;
         }
-        int64_t due = p->async.done_head->done_ms + p->result_ttl_ms;
         struct timespec ts = {.tv_sec = (time_t)(due / 1000),
                               .tv_nsec = (long)(due % 1000) * 1000000L};
         (void)pthread_cond_timedwait(&p->prune_wake, &p->lock, &ts);
@@ -278,27 +362,47 @@ static void *pruner_main(void *arg)
     return NULL;
 }
 
-static void async_init(struct async_table *t)
+static void table_init(struct exec_table *t)
 {
     t->buckets = ipd_xcalloc(ASYNC_BUCKETS, sizeof(*t->buckets));
     t->n = 0;
-    t->done_head = NULL;
-    t->done_tail = &t->done_head;
+    t->done.head = NULL;
+    t->done.tail = &t->done.head;
+    t->sync_done.head = NULL;
+    t->sync_done.tail = &t->sync_done.head;
 }
 
-static void async_release(struct async_table *t)
+static void table_release(struct exec_table *t)
 {
     for (size_t i = 0; t->buckets && i < ASYNC_BUCKETS; i++) {
         while (t->buckets[i]) {
-            struct async_entry *e = t->buckets[i];
+            struct exec_entry *e = t->buckets[i];
             t->buckets[i] = e->next;
-            async_entry_free(e);
+            entry_free(e);
         }
     }
     free(t->buckets);
     t->buckets = NULL;
     free(t->held);
     t->held = NULL;
+}
+
+/* A new entry for j (status "queued"), in the table. */
+static struct exec_entry *table_admit(struct ipd_exec_pool *p,
+                                      const struct ipd_exec_job *j, bool sync)
+{
+    struct exec_entry *e = ipd_xcalloc(1, sizeof(*e));
+    memcpy(e->id, j->exec_id, sizeof(e->id));
+    snprintf(e->tenant, sizeof(e->tenant), "%s", j->tenant);
+    snprintf(e->user_id, sizeof(e->user_id), "%s", j->user_id);
+    snprintf(e->session_id, sizeof(e->session_id), "%s", j->session_id);
+    e->sync = sync;
+    e->status = "queued";
+    e->created_ms = ipd_now_ms();
+    table_make_room(p);
+    table_add(&p->table, e);
+    p->table.n_sync += sync;
+    return e;
 }
 
 /* The result of an asynchronous job that did not produce one: the same
@@ -341,6 +445,16 @@ static char *keep_result(struct ipd_exec_pool *p, struct ipd_exec_job *j,
     return text;
 }
 
+/* e's job is over (under the lock): it is done from now on and expires
+ * result_ttl later. */
+static void entry_done(struct ipd_exec_pool *p, struct exec_entry *e)
+{
+    e->status = "done";
+    e->done_ms = ipd_mono_ms();
+    table_done_add(&p->table, e);
+    pthread_cond_signal(&p->prune_wake);
+}
+
 /* An asynchronous job ended: keep its result, send the callback (its
  * body read from the result's file at each attempt). */
 static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
@@ -352,15 +466,12 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
     /* Stored before the callback goes out: a bot that polls as soon as
      * it is called back finds the result. */
     pthread_mutex_lock(&p->lock);
-    struct async_entry *e = async_find(&p->async, j->exec_id);
+    struct exec_entry *e = table_find(&p->table, j->exec_id);
     if (e) {
-        e->status = "done";
         e->bytes = bytes;
         e->fallback = fallback;
-        e->done_ms = ipd_mono_ms();
-        async_done_add(&p->async, e);
+        entry_done(p, e);
         fallback = NULL;
-        pthread_cond_signal(&p->prune_wake);
         if (e->callback)
             status = ipd_callback_status_ref(e->callback);
     } else if (!fallback) {
@@ -463,13 +574,13 @@ static void exec_work(void *arg, bool stopping)
         ipd_buf_adds(&pj->job->detail, "the service is shutting down");
         return;
     }
-    if (pj->async) {
-        pthread_mutex_lock(&p->lock);
-        struct async_entry *e = async_find(&p->async, pj->job->exec_id);
-        if (e)
-            e->status = "running";
-        pthread_mutex_unlock(&p->lock);
+    pthread_mutex_lock(&p->lock);
+    struct exec_entry *e = table_find(&p->table, pj->job->exec_id);
+    if (e) {
+        e->status = "running";
+        e->started_ms = ipd_mono_ms();
     }
+    pthread_mutex_unlock(&p->lock);
     run_job(p, pj->job);
 }
 
@@ -484,7 +595,12 @@ static void exec_done(void *arg)
         async_finish(p, pj->job);
         ipd_exec_job_free(pj->job);
     } else {
+        /* Its result went to its caller; the entry only says it is
+         * over. */
         pthread_mutex_lock(&p->lock);
+        struct exec_entry *e = table_find(&p->table, pj->job->exec_id);
+        if (e)
+            entry_done(p, e);
         pj->job->finished = true;
         pthread_mutex_unlock(&p->lock);
         /* The job is the caller's again from here on. */
@@ -495,10 +611,16 @@ static void exec_done(void *arg)
 
 /* ---- submitting ------------------------------------------------------- */
 
-/* Under the queue's lock, before a worker can see the job. */
+/* Under the queue's lock, before a worker can see the job: its entry
+ * ("queued"), which never makes the table refuse it (table_make_room). */
 static enum ipd_err admit_sync(void *arg)
 {
     struct pool_job *pj = arg;
+    struct ipd_exec_pool *p = pj->pool;
+    pthread_mutex_lock(&p->lock);
+    table_prune(p, ipd_mono_ms());
+    (void)table_admit(p, pj->job, true);
+    pthread_mutex_unlock(&p->lock);
     if (pj->admit)
         pj->admit(pj->ctx);
     return IPD_OK;
@@ -508,7 +630,7 @@ static enum ipd_err admit_sync(void *arg)
  * has none done (under the lock). */
 static int64_t oldest_due(struct ipd_exec_pool *p, const char *tenant)
 {
-    for (struct async_entry *e = p->async.done_head; e; e = e->done_next)
+    for (struct exec_entry *e = p->table.done.head; e; e = e->done_next)
         if (!strcmp(e->tenant, tenant))
             return e->done_ms + p->result_ttl_ms;
     return 0;
@@ -534,7 +656,9 @@ static enum ipd_err async_refusal(struct ipd_exec_pool *p, struct pool_job *pj,
         ipd_policy_share(j->share_results, IPD_EXEC_ASYNC_MAX);
     unsigned max_cb =
         ipd_policy_share(j->share_callbacks, IPD_CALLBACK_QUEUE_MAX);
-    if (p->async.n >= IPD_EXEC_ASYNC_MAX) {
+    /* Synchronous entries do not count: done ones make room
+     * (table_make_room), the queue bounds the others. */
+    if (p->table.n - p->table.n_sync >= IPD_EXEC_ASYNC_MAX) {
         pj->table_full = true;
     } else if (p->tenant_max_bytes >= 0 && h &&
                h->bytes >= p->tenant_max_bytes) {
@@ -562,19 +686,14 @@ static enum ipd_err admit_async(void *arg)
     struct pool_job *pj = arg;
     struct ipd_exec_pool *p = pj->pool;
     pthread_mutex_lock(&p->lock);
-    async_prune(p, ipd_mono_ms());
-    struct tenant_held *h = held_find(&p->async, pj->job->tenant, false);
+    table_prune(p, ipd_mono_ms());
+    struct tenant_held *h = held_find(&p->table, pj->job->tenant, false);
     enum ipd_err rc = async_refusal(p, pj, h);
     if (!rc) {
-        struct async_entry *e = ipd_xcalloc(1, sizeof(*e));
-        memcpy(e->id, pj->job->exec_id, sizeof(e->id));
-        snprintf(e->tenant, sizeof(e->tenant), "%s", pj->job->tenant);
-        snprintf(e->user_id, sizeof(e->user_id), "%s", pj->job->user_id);
-        e->status = "queued";
+        struct exec_entry *e = table_admit(p, pj->job, false);
         if (pj->job->callback_url)
             e->callback = ipd_callback_status_new();
-        async_add(&p->async, e);
-        h = held_find(&p->async, e->tenant, true);
+        h = held_find(&p->table, e->tenant, true);
         h->entries++;
         h->callbacks_waiting += e->callback != NULL;
     }
@@ -685,6 +804,9 @@ enum ipd_err ipd_exec_pool_submit(struct ipd_exec_pool *p,
     pj->admit = admit;
     pj->done = done;
     pj->ctx = ctx;
+    /* Its id from the start, in the table and in the caller's answer;
+     * the executor runs it under that id. */
+    ipd__exec_id(NULL, j->exec_id);
     return submit(p, pj, why);
 }
 
@@ -727,7 +849,7 @@ void ipd_exec_reply_release(struct ipd_exec_reply *r)
 }
 
 /* {"execution_id": .., "status": .., "result": into b. */
-static void reply_head(struct ipd_buf *b, const struct async_entry *e)
+static void reply_head(struct ipd_buf *b, const struct exec_entry *e)
 {
     ipd_buf_adds(b, "{\"execution_id\":");
     ipd_jw_str(b, e->id);
@@ -743,16 +865,17 @@ enum ipd_err ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
     enum ipd_err rc = IPD_OK;
     json_t *cb = NULL;
     pthread_mutex_lock(&p->lock);
-    async_prune(p, ipd_mono_ms());
-    struct async_entry *e = async_find(&p->async, id);
+    table_prune(p, ipd_mono_ms());
+    struct exec_entry *e = table_find(&p->table, id);
     if (!e || strcmp(e->tenant, tenant) || strcmp(e->user_id, user_id)) {
         rc = IPD_ERR_NOT_FOUND;
         goto out;
     }
     reply_head(&out->head, e);
     /* Opened under the lock, so the pruner cannot remove it between
-     * here and there; the reply reads the open file after. */
-    if (strcmp(e->status, "done") != 0)
+     * here and there; the reply reads the open file after.  A
+     * synchronous result went to its caller: none is kept. */
+    if (strcmp(e->status, "done") != 0 || e->sync)
         ipd_buf_adds(&out->head, "null");
     else if (e->fallback)
         ipd_buf_adds(&out->head, e->fallback);
@@ -775,6 +898,70 @@ out:
     return rc;
 }
 
+void ipd_exec_list_release(struct ipd_exec_list *l)
+{
+    free(l->items);
+    l->items = NULL;
+    l->n = 0;
+    l->more = false;
+}
+
+/* Newest first: created_at_ms, then id, both descending. */
+static int summary_cmp(const void *a, const void *b)
+{
+    const struct ipd_exec_summary *x = a, *y = b;
+    if (x->created_at_ms != y->created_at_ms)
+        return x->created_at_ms < y->created_at_ms ? 1 : -1;
+    return -strcmp(x->id, y->id);
+}
+
+/* e is strictly older than the cursor c in the newest-first order. */
+static bool after_cursor(const struct exec_entry *e, const struct ipd_cursor *c)
+{
+    return !c || e->created_ms < c->created_at_ms ||
+           (e->created_ms == c->created_at_ms && strcmp(e->id, c->id) < 0);
+}
+
+static void summary_of(const struct exec_entry *e, struct ipd_exec_summary *s)
+{
+    memcpy(s->id, e->id, sizeof(s->id));
+    memcpy(s->session_id, e->session_id, sizeof(s->session_id));
+    s->status = e->status;
+    s->created_at_ms = e->created_ms;
+    s->duration_ms = -1;
+    if (!strcmp(e->status, "done"))
+        s->duration_ms = e->started_ms ? e->done_ms - e->started_ms : 0;
+}
+
+void ipd_exec_pool_list(struct ipd_exec_pool *p, const char *tenant,
+                        const char *user_id, const struct ipd_cursor *after,
+                        size_t limit, struct ipd_exec_list *out)
+{
+    size_t cap = 0;
+    memset(out, 0, sizeof(*out));
+    pthread_mutex_lock(&p->lock);
+    table_prune(p, ipd_mono_ms());
+    /* Every entry of the node is looked at (IPD_EXEC_ASYNC_MAX and the
+     * queue bound them); the caller's are copied and sorted outside the
+     * lock: the admission order is not the wall clock's if it stepped. */
+    for (struct exec_entry *e = p->table.all_head; e; e = e->all_next) {
+        if (strcmp(e->tenant, tenant) || strcmp(e->user_id, user_id) ||
+            !after_cursor(e, after))
+            continue;
+        if (out->n == cap) {
+            cap = cap ? cap * 2 : 16;
+            out->items = ipd_xrealloc(out->items, cap * sizeof(*out->items));
+        }
+        summary_of(e, &out->items[out->n++]);
+    }
+    pthread_mutex_unlock(&p->lock);
+    if (out->n)
+        qsort(out->items, out->n, sizeof(*out->items), summary_cmp);
+    out->more = out->n > limit;
+    if (out->more)
+        out->n = limit;
+}
+
 /* ---- the pool ---------------------------------------------------------- */
 
 enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
@@ -794,7 +981,7 @@ enum ipd_err ipd_exec_pool_new(struct ipd_executor *ex,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_cond_init(&p->prune_wake, &ca);
     pthread_condattr_destroy(&ca);
-    async_init(&p->async);
+    table_init(&p->table);
     if (ipd_results_open(o->data_dir, &p->results) ||
         pthread_create(&p->pruner, NULL, pruner_main, p)) {
         ipd_exec_pool_free(p);
@@ -832,7 +1019,7 @@ void ipd_exec_pool_free(struct ipd_exec_pool *p)
         pthread_mutex_unlock(&p->lock);
         pthread_join(p->pruner, NULL);
     }
-    async_release(&p->async);
+    table_release(&p->table);
     ipd_results_free(p->results);
     pthread_cond_destroy(&p->prune_wake);
     pthread_mutex_destroy(&p->lock);
@@ -855,7 +1042,7 @@ json_t *ipd_exec_pool_stats(struct ipd_exec_pool *p)
         "success", (json_int_t)p->n_success, "error", (json_int_t)p->n_error,
         "timeout", (json_int_t)p->n_timeout, "oom", (json_int_t)p->n_oom,
         "failed_to_start", (json_int_t)p->n_failed, "async_results", "held",
-        (json_int_t)p->async.n_done, "bytes", (json_int_t)p->async.bytes,
+        (json_int_t)p->table.n_done, "bytes", (json_int_t)p->table.bytes,
         "tenant_max_bytes", (json_int_t)p->tenant_max_bytes);
     pthread_mutex_unlock(&p->lock);
     return j;

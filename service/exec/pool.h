@@ -9,14 +9,19 @@
  * synchronous job (a suspended connection) is told through its admit and
  * done hooks, the way workq's own hooks work.
  *
- * An asynchronous job has an execution id and an entry in the pool's
- * result table, looked up by that id: "queued", "running", then "done"
- * with its result, kept result_ttl after it is done (at most
- * IPD_EXEC_ASYNC_MAX entries at once) and removed when that passes.  The
- * result itself is a file (result_store.h), never held in memory: an entry is
- * a few hundred bytes whatever its result's inline files weigh.  A
- * tenant's done results count against tenant_results_max_bytes; once
- * they reach it, that tenant's asynchronous submits are refused
+ * Every job has its execution id from submit on and an entry in the
+ * pool's execution table, looked up by that id: "queued", "running",
+ * then "done", kept result_ttl after it is done and removed when that
+ * passes (ipd_exec_pool_list lists a caller's; in memory, per node).  An
+ * asynchronous job's entry holds its result (at most IPD_EXEC_ASYNC_MAX
+ * such entries at once); a synchronous job's result goes to its caller
+ * and its entry holds none: when the table is full, the oldest done
+ * synchronous entry makes room, and no tenant bound below counts them.
+ * An asynchronous result is a file (result_store.h), never held in
+ * memory: an entry is a few hundred bytes whatever its result's inline
+ * files weigh.  A tenant's done results count against
+ * tenant_results_max_bytes; once they reach it, that tenant's
+ * asynchronous submits are refused
  * (IPD_ERR_BUSY, 429) until some expire, while other tenants go on; the
  * same for the number of its entries (the job's share_results) and of
  * its callbacks not yet delivered (share_callbacks).  Each tenant also
@@ -96,7 +101,7 @@ struct ipd_exec_job {
      * for N percent of the pool, 0 for no bound): ipd_exec_job_new
      * leaves them 0. */
     int64_t share_running, share_queued, share_results, share_callbacks;
-    char exec_id[IPD_ID_MAX]; /* OUT: async, set by submit */
+    char exec_id[IPD_ID_MAX]; /* OUT: set by either submit */
     enum ipd_err rc;          /* OUT: the executor's answer */
     json_t *result;           /* OUT: new reference when rc == OK */
     struct ipd_buf detail;    /* OUT: a message for rc, or empty */
@@ -133,8 +138,10 @@ typedef void (*ipd_exec_admit_fn)(void *ctx);
 typedef void (*ipd_exec_done_fn)(void *ctx);
 
 /*
- * Queue a synchronous job.  IPD_OK: queued; j stays the caller's but the
- * pool uses it until done(ctx) has run (admit(ctx) first, exactly once
+ * Queue a synchronous job under a new execution id (j->exec_id, set
+ * whatever the answer), with its entry in the table ("queued"); the
+ * executor runs it under that id.  IPD_OK: queued; j stays the caller's
+ * but the pool uses it until done(ctx) has run (admit(ctx) first, exactly once
  * each; admit may be NULL).  Otherwise nothing was queued, neither hook
  * runs, and why says why: IPD_ERR_BUSY (every slot busy and the queue
  * full, or j's tenant holds its share of them; j->retry_after_s set),
@@ -171,15 +178,42 @@ struct ipd_exec_reply {
 void ipd_exec_reply_init(struct ipd_exec_reply *r);
 void ipd_exec_reply_release(struct ipd_exec_reply *r); /* closes fd */
 
-/* The asynchronous execution id of tenant's user: {execution_id, status,
- * result (when done, else null), callback (with a callback_url: the
- * delivery's outcome, callbacks.h)} into out (initialised by the
- * caller).  IPD_ERR_NOT_FOUND when there is none (never was, someone
- * else's, or its result expired); IPD_ERR_IO when its file cannot be
- * read. */
+/* The execution id of tenant's user: {execution_id, status, result
+ * (when an asynchronous one is done, else null: a synchronous result went
+ * to its caller), callback (with a callback_url: the delivery's outcome,
+ * callbacks.h)} into out (initialised by the caller).  IPD_ERR_NOT_FOUND
+ * when there is none (never was, someone else's, or it expired);
+ * IPD_ERR_IO when its file cannot be read. */
 enum ipd_err ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
                                   const char *tenant, const char *user_id,
                                   struct ipd_exec_reply *out);
+
+/* One execution of a list (ipd_exec_pool_list). */
+struct ipd_exec_summary {
+    char id[IPD_ID_MAX];
+    const char *status;          /* static: "queued", "running", "done" */
+    int64_t created_at_ms;       /* wall clock, at admission */
+    char session_id[IPD_ID_MAX]; /* its session, or "" */
+    int64_t duration_ms;         /* from its start to its end once done
+                                    (0: it never started); -1 before */
+};
+
+/* A page of executions.  ipd_exec_list_release frees items. */
+struct ipd_exec_list {
+    struct ipd_exec_summary *items; /* owned array of n */
+    size_t n;
+    bool more; /* another page follows the last item */
+};
+void ipd_exec_list_release(struct ipd_exec_list *l);
+
+/* Up to limit executions of tenant's user in the table (queued, running,
+ * or done within result_ttl; this node's only), newest first
+ * (created_at_ms, then id, descending), strictly older than *after
+ * (storage/meta.h's cursor with an execution id; NULL: from the newest),
+ * into out (release it). */
+void ipd_exec_pool_list(struct ipd_exec_pool *p, const char *tenant,
+                        const char *user_id, const struct ipd_cursor *after,
+                        size_t limit, struct ipd_exec_list *out);
 
 /* Running and queued executions (status, metrics). */
 void ipd_exec_pool_counts(struct ipd_exec_pool *p, unsigned *running,

@@ -4,7 +4,8 @@
  * (libmicrohttpd, router, auth, handlers) running in this process on
  * SQLite + local blobs + libmagic in a temporary data dir.  Executions,
  * packages and URL ingest have no backend here (their handlers answer
- * 503); the metrics registry and CORS are on.
+ * 503; GET /v1/executions checks its limit and cursor, then answers an
+ * empty page); the metrics registry and CORS are on.
  *
  * Placeholders let inputs reach the authenticated handlers: @KEY@ (a
  * normal key), @ADMIN@ (an admin key), @FILE@ (an existing file of user

@@ -183,11 +183,11 @@ static size_t mc_walk(struct ipd_meta *m, const char *tenant, const char *user,
             if (have_cur) {
                 bool older = f->created_at_ms < cur.created_at_ms ||
                              (f->created_at_ms == cur.created_at_ms &&
-                              strcmp(f->file_id, cur.file_id) < 0);
+                              strcmp(f->file_id, cur.id) < 0);
                 CHECK(older);
             }
             cur.created_at_ms = f->created_at_ms;
-            snprintf(cur.file_id, sizeof(cur.file_id), "%s", f->file_id);
+            snprintf(cur.id, sizeof(cur.id), "%s", f->file_id);
             have_cur = true;
         }
         total += l.n;
@@ -452,7 +452,7 @@ static void mc_list_order(void)
     REQUIRE(l.n == 2);
     CHECK(l.more);
     struct ipd_cursor cur = {.created_at_ms = l.items[1].created_at_ms};
-    snprintf(cur.file_id, sizeof(cur.file_id), "%s", l.items[1].file_id);
+    snprintf(cur.id, sizeof(cur.id), "%s", l.items[1].file_id);
     ipd_file_list_release(&l);
     CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, &cur, 2, &l), IPD_OK);
     REQUIRE(l.n == 2);
@@ -517,8 +517,7 @@ static void mc_paging(void)
         size_t n = l.n;
         if (n) {
             cur.created_at_ms = l.items[n - 1].created_at_ms;
-            snprintf(cur.file_id, sizeof(cur.file_id), "%s",
-                     l.items[n - 1].file_id);
+            snprintf(cur.id, sizeof(cur.id), "%s", l.items[n - 1].file_id);
         }
         ipd_file_list_release(&l);
         if (!more || !n)
@@ -552,9 +551,9 @@ static void mc_cursor_stable(void)
     REQUIRE(l.n == 2);
     CHECK(l.more);
     cur.created_at_ms = l.items[1].created_at_ms;
-    snprintf(cur.file_id, sizeof(cur.file_id), "%s", l.items[1].file_id);
+    snprintf(cur.id, sizeof(cur.id), "%s", l.items[1].file_id);
     mc_id(want, "file", 4);
-    CHECK_STR(cur.file_id, want);
+    CHECK_STR(cur.id, want);
     ipd_file_list_release(&l);
 
     /* Between pages: a newer upload arrives and the cursor's own record
@@ -572,7 +571,7 @@ static void mc_cursor_stable(void)
     CHECK_STR(l.items[1].file_id, want);
     CHECK(l.more);
     cur.created_at_ms = l.items[1].created_at_ms;
-    snprintf(cur.file_id, sizeof(cur.file_id), "%s", l.items[1].file_id);
+    snprintf(cur.id, sizeof(cur.id), "%s", l.items[1].file_id);
     ipd_file_list_release(&l);
 
     CHECK_INT(ipd_meta_file_list(m, "t", "u", MC_NOW, &cur, 2, &l), IPD_OK);

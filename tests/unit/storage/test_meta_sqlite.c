@@ -528,6 +528,29 @@ static void file_modes(void)
     ipd_meta_free(m);
 }
 
+/* A cursor names its kind of id: a file list's is no execution list's,
+ * and each formats back to itself. */
+static void cursor_kinds(void)
+{
+    struct ipd_cursor c;
+    char out[IPD_CURSOR_MAX];
+    const char *exec = "1795301645528.exec_w7xorh3wzd2hdyj6hjdlruerqe";
+    const char *file = "1795301645528.file_w7xorh3wzd2hdyj6hjdlruerqe";
+    CHECK(ipd_cursor_parse_kind(exec, "exec", &c));
+    CHECK(c.created_at_ms == 1795301645528LL);
+    CHECK_STR(c.id, "exec_w7xorh3wzd2hdyj6hjdlruerqe");
+    ipd_cursor_format_id(c.created_at_ms, c.id, out);
+    CHECK_STR(out, exec);
+    CHECK(!ipd_cursor_parse_kind(file, "exec", &c));
+    CHECK(!ipd_cursor_parse(exec, &c));
+    CHECK(ipd_cursor_parse(file, &c));
+    CHECK_STR(c.id, "file_w7xorh3wzd2hdyj6hjdlruerqe");
+    CHECK(!ipd_cursor_parse_kind("1795301645528.exec_", "exec", &c));
+    CHECK(!ipd_cursor_parse_kind("-1.exec_w7xorh3wzd2hdyj6hjdlruerqe", "exec",
+                                 &c));
+    CHECK(!ipd_cursor_parse_kind("", "exec", &c));
+}
+
 static void cleanup(void)
 {
     if (!tmp_dir[0])
@@ -551,4 +574,4 @@ TEST_MAIN(T(conformance), T(schema_version_table), T(reopen_keeps_data),
           T(newer_schema_refused), T(bad_path), T(oversized_stored_value),
           T(locked_by_other_process), T(two_stores_one_file),
           T(lease_takeover_race), T(lease_two_processes), T(file_modes),
-          T(cleanup))
+          T(cursor_kinds), T(cleanup))
