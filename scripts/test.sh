@@ -3,17 +3,18 @@
 # the sanitizers see every C code path.  The split (this machine kind has
 # 2 cores and the suite is CPU-bound, mostly Python inside the sandbox, so
 # running the same matrix twice cost more than the 60 minutes CI has):
-#   1. gcc, -Werror: the build, then the tests that do not depend on how
-#      interpd is compiled (label "tree": format, layering, docs, the
-#      Docker files, the README's commands on fresh copies, the Python
-#      prelude and zygote tests), unit/ and sandbox/, the installed copy
-#      (integration/test_installed), and the MongoDB x warm and MongoDB x
-#      session variants of the integration tests (their backend code and
-#      their mode code each run under the sanitizers in stage 2);
+#   1. gcc, -Werror: the build (every target, tests included), then the
+#      tests that do not depend on how interpd is compiled (label "tree":
+#      format, layering, docs, the Docker files, the README's commands on
+#      fresh copies, the Python prelude and zygote tests) and the MongoDB
+#      x warm and MongoDB x session variants of the integration tests
+#      (label "gcc": their backend code and their mode code each run
+#      under the sanitizers in stage 2);
 #   2. clang with AddressSanitizer + UndefinedBehaviorSanitizer
-#      (-fno-sanitize-recover=all, leak checking on): unit/, sandbox/,
-#      fuzz-smoke/ and the integration tests on SQLite (cold, warm,
-#      session) and on MongoDB (cold);
+#      (-fno-sanitize-recover=all, leak checking on): everything else:
+#      unit/, sandbox/, fuzz-smoke/, the installed copy, and the
+#      integration tests on SQLite (cold, warm, session) and on MongoDB
+#      (cold);
 #   3. the mutation check (tests/mutants/run.sh): every curated mutant of
 #      a security or integrity property must be killed by its tests; in
 #      two shards at once (it mostly waits), without a baseline of its
@@ -47,32 +48,29 @@ stage() {
   printf '\n==== %s ====\n' "$*"
 }
 
-# Stage 1's tests and stage 2's, as ctest selections (docs/ARCHITECTURE.md
-# names the variants).  unit/ and sandbox/ run in both: they are cheap and
-# the compilers differ.
-gcc_tests='^(unit|sandbox|python|mongo|integration-mongo-warm|integration-mongo-session)/|^integration/(readme_|test_installed$)'
-gcc_only='^(integration-mongo-warm|integration-mongo-session)/'
-
-asan_select=(-LE tree -E "$gcc_only")
+# Stage 1's tests and stage 2's, as ctest label selections (the labels
+# are set in tests/CMakeLists.txt): the two partition the suite.
+gcc_select=(-L '^(tree|gcc)$')
+asan_select=(-LE '^(tree|gcc)$')
 
 stage "gcc -Werror build"
 CC=gcc scripts/build.sh build-ci -DIPD_WERROR=ON
 # Every test is in one of the two selections (a new variant or label
 # that neither names would otherwise never run).
 names() { ctest --test-dir build-ci -N "$@" | sed -n 's/^ *Test *#[0-9]*: //p'; }
-missing=$(names | sort | comm -23 - <({ names -R "$gcc_tests"
+missing=$(names | sort | comm -23 - <({ names "${gcc_select[@]}"
   names "${asan_select[@]}"; } | sort -u))
 if [ -n "$missing" ]; then
   printf 'test.sh: tests neither stage runs:\n%s\n' "$missing" >&2
   exit 1
 fi
-stage "tests (gcc): tree, unit, sandbox, installed, MongoDB warm and session"
-ctest --test-dir build-ci --output-on-failure -j"$jobs" -R "$gcc_tests"
+stage "tests (gcc): tree checks, MongoDB warm and session variants"
+ctest --test-dir build-ci --output-on-failure -j"$jobs" "${gcc_select[@]}"
 
 stage "clang ASan+UBSan build"
 CC=clang scripts/build.sh build-asan -DIPD_WERROR=ON -DIPD_SANITIZE=ON \
   -DCMAKE_BUILD_TYPE=Debug
-stage "tests (ASan+UBSan): unit, sandbox, fuzz-smoke, integration on SQLite (all modes) and MongoDB (cold)"
+stage "tests (ASan+UBSan): unit, sandbox, fuzz-smoke, installed, integration on SQLite (all modes) and MongoDB (cold)"
 ASAN_OPTIONS=detect_leaks=1:abort_on_error=1:detect_stack_use_after_return=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
   ctest --test-dir build-asan --output-on-failure -j"$jobs" "${asan_select[@]}"
