@@ -5,6 +5,7 @@
  */
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../service/common/live.h"
 #include "../service/common/log.h"
 #include "../service/common/util.h"
 #include "../service/common/metrics.h"
@@ -28,9 +30,11 @@
 struct conn_entry {
     struct conn_entry *next, **pprev;
     int fd;
-    int64_t deadline_ms; /* monotonic; 0: none (a request being handled) */
-    const char *phase;   /* "head", "body" or "idle" (keep-alive) */
-    bool shut;           /* shutdown() done: libmicrohttpd closes it */
+    int64_t deadline_ms;   /* monotonic; 0: none (a request being handled) */
+    const char *phase;     /* "head", "body" or "idle" (keep-alive) */
+    bool shut;             /* shutdown() done: libmicrohttpd closes it */
+    struct ipd_live *live; /* a reference while it streams (ipd_req_stream):
+                              the sweeper's keep-alive and stall check */
 };
 
 struct ipd_daemon {
@@ -74,6 +78,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn,
         *e->pprev = e->next;
         if (e->next)
             e->next->pprev = e->pprev;
+        ipd_live_unref(e->live);
         free(e);
         *socket_context = NULL;
     }
@@ -104,14 +109,61 @@ static void conn_deadline(struct ipd_daemon *d, struct MHD_Connection *conn,
  * An idle keep-alive connection ("idle": no next request within the
  * head's deadline) is closed silently; a trickled head or body is
  * counted and logged once per sweep, after the lock. */
+/* A stream to wake after the sweep: for its keep-alive (idle_ms
+ * IPD_SSE_KEEPALIVE_MS), or at once (0) when it was shut down, so that
+ * libmicrohttpd, which does not watch a suspended connection, sees it. */
+struct poke {
+    struct ipd_live *live; /* a reference */
+    int64_t idle_ms;
+};
+
+/* A stream's part of a sweep (under conns_lock): shut it down when its
+ * client hung up (a suspended connection is not read, so libmicrohttpd
+ * would not notice until a write failed) or when what waits for it has
+ * waited IPD_SSE_STALL_MS (it reads nothing: gone); either way it is
+ * woken after the lock (the channel's lock is never taken under
+ * conns_lock). */
+static void sweep_stream(struct conn_entry *e, int64_t now, struct poke **poke,
+                         size_t *n, size_t *cap)
+{
+    struct pollfd pf = {e->fd, POLLRDHUP, 0};
+    int64_t since = ipd_live_waiting_since(e->live);
+    bool gone = (poll(&pf, 1, 0) == 1 &&
+                 (pf.revents & (POLLRDHUP | POLLHUP | POLLERR))) ||
+                (since && now - since >= IPD_SSE_STALL_MS);
+    if (gone) {
+        e->shut = true;
+        (void)shutdown(e->fd, SHUT_RDWR);
+    }
+    if (*n == *cap) {
+        *cap = *cap ? *cap * 2 : 16;
+        *poke = ipd_xrealloc(*poke, *cap * sizeof(**poke));
+    }
+    (*poke)[(*n)++] =
+        (struct poke){ipd_live_ref(e->live), gone ? 0 : IPD_SSE_KEEPALIVE_MS};
+}
+
+/* Wake the streams of the sweep (a keep-alive when idle long enough). */
+static void poke_streams(struct poke *poke, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        (void)ipd_live_poke(poke[i].live, poke[i].idle_ms);
+        ipd_live_unref(poke[i].live);
+    }
+}
+
 static void *sweeper_main(void *arg)
 {
     struct ipd_daemon *d = arg;
+    struct poke *poke = NULL;
+    size_t n_poke = 0, cap_poke = 0;
     pthread_mutex_lock(&d->conns_lock);
     while (!d->sweeper_stop) {
         int64_t now = ipd_mono_ms();
         unsigned heads = 0, bodies = 0;
         for (struct conn_entry *e = d->conns; e; e = e->next) {
+            if (e->live && !e->shut && e->fd >= 0)
+                sweep_stream(e, now, &poke, &n_poke, &cap_poke);
             if (e->shut || !e->deadline_ms || now < e->deadline_ms || e->fd < 0)
                 continue;
             e->shut = true;
@@ -120,6 +172,8 @@ static void *sweeper_main(void *arg)
             bodies += !strcmp(e->phase, "body");
         }
         pthread_mutex_unlock(&d->conns_lock);
+        poke_streams(poke, n_poke);
+        n_poke = 0;
         if (heads)
             ipd_warn("http: closed %u connection(s) whose request head did "
                      "not arrive within %lld s (request-header-timeout)",
@@ -136,7 +190,40 @@ static void *sweeper_main(void *arg)
             (void)pthread_cond_timedwait(&d->sweep_wake, &d->conns_lock, &ts);
     }
     pthread_mutex_unlock(&d->conns_lock);
+    free(poke);
     return NULL;
+}
+
+void ipd_req_stream(struct ipd_req *r, struct ipd_live *live)
+{
+    struct ipd_daemon *d = r->daemon;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn_entry *e = ci ? ci->socket_context : NULL;
+    if (!e || !d)
+        return;
+    pthread_mutex_lock(&d->conns_lock);
+    ipd_live_unref(e->live);
+    e->live = ipd_live_ref(live);
+    e->deadline_ms = 0;
+    e->phase = "stream";
+    pthread_mutex_unlock(&d->conns_lock);
+}
+
+/* The request is over: its stream (if any) is no longer swept. */
+static void conn_unstream(struct ipd_daemon *d, struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    struct conn_entry *e = ci ? ci->socket_context : NULL;
+    struct ipd_live *live = NULL;
+    if (!e)
+        return;
+    pthread_mutex_lock(&d->conns_lock);
+    live = e->live;
+    e->live = NULL;
+    pthread_mutex_unlock(&d->conns_lock);
+    ipd_live_unref(live);
 }
 
 static int64_t now_us(void)
@@ -311,6 +398,7 @@ static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
     r->raw_path = ipd_xstrndup(uri, q ? (size_t)(q - uri) : n);
     r->raw_end = uri + n;
     r->app = d->app;
+    r->daemon = d;
     r->start_us = now_us();
     ipd_buf_init(&r->body, IPD_JSON_BODY_MAX);
     pthread_mutex_lock(&d->lock);
@@ -416,6 +504,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **req_cls,
     struct ipd_daemon *d = cls;
     struct ipd_req *r = *req_cls;
     /* A keep-alive connection's next request head. */
+    conn_unstream(d, conn);
     conn_deadline(d, conn, "idle");
     if (!r)
         return;

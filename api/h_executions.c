@@ -95,16 +95,111 @@ static void conn_resume(void *ctx)
     MHD_resume_connection(r->conn);
 }
 
+/* A request's state between the calls of its handler: a synchronous
+ * job (ours again once done), or a streamed one's live channel (the job
+ * is the pool's). */
+struct exec_state {
+    struct ipd_exec_job *job;
+    struct ipd_live *live; /* a reference */
+    bool detach;
+    char id[IPD_ID_MAX];
+};
+
+/* The streamed job began (its stream is the answer) or ended before it
+ * began (the ordinary error). */
+static void reply_stream(struct ipd_req *r, struct exec_state *st)
+{
+    struct ipd_buf detail;
+    ipd_buf_init(&detail, 4096);
+    enum ipd_err rc = ipd_live_refusal(st->live, &detail);
+    if (rc) {
+        const char *msg = NULL;
+        for (size_t i = 0; i < IPD_ARRAY_LEN(told); i++)
+            if (told[i].rc == rc)
+                msg = detail.len ? detail.buf : told[i].fallback;
+        ipd_reply_failure(r, rc, msg, "running the code");
+    } else {
+        ipd_sse_reply(r, st->live);
+    }
+    ipd_buf_release(&detail);
+}
+
+/* Whether the client asked for a stream: "stream": true, or an Accept
+ * that names text/event-stream. */
+static bool wants_stream(struct ipd_req *r, const struct ipd_exec_job *j)
+{
+    const char *accept = ipd_req_header(r, MHD_HTTP_HEADER_ACCEPT);
+    return j->stream || (accept && strstr(accept, "text/event-stream"));
+}
+
+/* A streamed job: its live channel with this connection as the consumer,
+ * submitted; the answer waits (suspended) until it begins. */
+static void start_stream(struct ipd_req *r, struct ipd_exec_job *j, bool async)
+{
+    struct exec_state *st = ipd_xcalloc(1, sizeof(*st));
+    struct ipd_live_consumer c;
+    struct ipd_buf why;
+    enum ipd_err rc = IPD_OK;
+
+    if (async && !(j->detach && j->callback_url)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "a streamed execution is not asynchronous: \"async\" "
+                       "and \"callback_url\" need \"detach\": true (its "
+                       "result is then kept and called back like an "
+                       "asynchronous one's)");
+        ipd_exec_job_free(j);
+        free(st);
+        return;
+    }
+    ipd_buf_init(&why, 512);
+    st->detach = j->detach;
+    st->live = ipd_live_new();
+    if (!st->live) {
+        rc = IPD_ERR_UNAVAILABLE;
+        ipd_buf_adds(&why, "the server is out of file descriptors; retry");
+    } else {
+        ipd_sse_consumer(r, &c);
+        ipd_live_stream(st->live, &c);
+        j->live = ipd_live_ref(st->live);
+        rc = ipd_exec_pool_submit_live(r->app->exec, j, st->detach, st->id,
+                                       &why);
+    }
+    if (rc) {
+        ipd_live_unstream(st->live);
+        ipd_live_unref(st->live);
+        free(st);
+        r->retry_after_s = j->retry_after_s;
+        ipd_exec_job_free(j);
+        ipd_reply_failure(r, rc, why.buf, "queueing the execution");
+        ipd_buf_release(&why);
+        return;
+    }
+    ipd_buf_release(&why);
+    r->state = st;
+    r->execution_id = st->id;
+    if (ipd_live_wait_begin(st->live))
+        r->suspended = true; /* until it begins or ends */
+    else
+        reply_stream(r, st);
+}
+
 static void executions_finish(struct ipd_req *r)
 {
     struct ipd_exec_pool *p = r->app->exec;
-    struct ipd_exec_job *j = r->state;
+    struct exec_state *st = r->state;
+    struct ipd_exec_job *j = NULL;
     struct ipd_buf why;
     char id[IPD_ID_MAX];
     bool async = false;
     enum ipd_err rc;
 
-    if (j) {
+    if (st && st->live) {
+        r->execution_id = st->id;
+        reply_stream(r, st);
+        return;
+    }
+    if (st) {
+        j = st->job;
         IPD_ASSERT(j->finished);
         r->execution_id = j->exec_id; /* j lives until cleanup */
         reply_result(r, j);
@@ -120,6 +215,13 @@ static void executions_finish(struct ipd_req *r)
     j = parse_job(r, &async);
     if (!j)
         return;
+    if (j->detach && !wants_stream(r, j)) {
+        ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
+                       "\"detach\" is for a streamed execution (\"stream\": "
+                       "true or Accept: text/event-stream)");
+        ipd_exec_job_free(j);
+        return;
+    }
     ipd_buf_init(&why, 512);
     /* An unknown, ended or busy session is told now, not after a place
      * in the queue (the worker checks again: it may change meanwhile). */
@@ -133,6 +235,11 @@ static void executions_finish(struct ipd_req *r)
         ipd_buf_release(&why);
         return;
     }
+    if (wants_stream(r, j)) {
+        ipd_buf_release(&why);
+        start_stream(r, j, async);
+        return;
+    }
     if (async) {
         rc = ipd_exec_pool_submit_async(p, j, id, &why);
         if (!rc)
@@ -141,10 +248,13 @@ static void executions_finish(struct ipd_req *r)
                                      "queued"));
     } else {
         /* Ours again once conn_resume ran: cleanup frees it. */
-        r->state = j;
+        st = ipd_xcalloc(1, sizeof(*st));
+        st->job = j;
+        r->state = st;
         rc = ipd_exec_pool_submit(p, j, conn_suspend, conn_resume, r, &why);
     }
     if (rc) {
+        free(r->state);
         r->state = NULL;
         r->retry_after_s = j->retry_after_s;
         ipd_exec_job_free(j);
@@ -153,9 +263,25 @@ static void executions_finish(struct ipd_req *r)
     ipd_buf_release(&why);
 }
 
+/* A streamed job's client is gone (or got the result): its output is no
+ * longer kept, and unless it said "detach", the run is cancelled (killed
+ * like a timeout; nothing when it is over already). */
 static void executions_cleanup(struct ipd_req *r)
 {
-    ipd_exec_job_free(r->state);
+    struct exec_state *st = r->state;
+    if (!st)
+        return;
+    if (st->live) {
+        ipd_live_unstream(st->live);
+        /* Queued: taken off the queue; running: killed. */
+        if (!st->detach && !ipd_live_ended(st->live))
+            (void)ipd_exec_pool_cancel(r->app->exec, st->id,
+                                       r->principal.tenant,
+                                       r->principal.user_id);
+        ipd_live_unref(st->live);
+    }
+    ipd_exec_job_free(st->job);
+    free(st);
     r->state = NULL;
 }
 
@@ -303,6 +429,32 @@ static void executions_get(struct ipd_req *r)
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     ipd_reply_response(r, MHD_HTTP_OK, resp, len);
 }
+
+/* DELETE /v1/executions/{id}: cancel the caller's queued or running
+ * execution; 202 at once (its status turns "cancelled" once its
+ * processes are gone: GET it). */
+static void executions_cancel(struct ipd_req *r)
+{
+    struct ipd_exec_pool *p = r->app->exec;
+    enum ipd_err rc = p ? ipd_exec_pool_cancel(p, r->param, r->principal.tenant,
+                                               r->principal.user_id)
+                        : IPD_ERR_NOT_FOUND;
+    if (rc) {
+        ipd_reply_failure(r, rc,
+                          "no such execution queued or running (a finished "
+                          "one cannot be cancelled)",
+                          "cancelling the execution");
+        return;
+    }
+    ipd_reply_json(
+        r, MHD_HTTP_ACCEPTED,
+        json_pack("{s:s, s:b}", "execution_id", r->param, "cancelled", 1));
+}
+
+const struct ipd_handler ipd_h_executions_cancel = {
+    .flags = IPD_H_AUTH | IPD_H_USER,
+    .finish = executions_cancel,
+};
 
 const struct ipd_handler ipd_h_executions_get = {
     .flags = IPD_H_AUTH | IPD_H_USER,

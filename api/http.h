@@ -26,6 +26,7 @@
 #include <microhttpd.h>
 
 #include "../service/common/buf.h"
+#include "../service/common/live.h"
 #include "../service/config.h"
 /* The execution pool (struct ipd_app's exec): the daemon stops it, the
  * admin status reads its counters. */
@@ -117,6 +118,7 @@ struct ipd_handler {
 
 struct ipd_req {
     struct ipd_app *app;
+    struct ipd_daemon *daemon; /* the one serving it */
     struct MHD_Connection *conn;
     const char *method;    /* borrowed from MHD */
     const char *path;      /* borrowed from MHD, without the query,
@@ -194,6 +196,22 @@ void ipd_reply_response(struct ipd_req *r, unsigned status,
 /* Reply with no body (204, 304). */
 void ipd_reply_empty(struct ipd_req *r, unsigned status);
 
+/* Server-Sent Events (sse.c) from an execution's live channel
+ * (service/common/live.h).  A comment line goes to a stream idle for
+ * IPD_SSE_KEEPALIVE_MS; a client that leaves an event (or that comment)
+ * untaken for IPD_SSE_STALL_MS reads nothing and is treated as gone (its
+ * connection is shut down). */
+#define IPD_SSE_KEEPALIVE_MS 5000
+#define IPD_SSE_STALL_MS 5000
+/* The live channel's consumer hooks for r's connection: sleep suspends
+ * it, wake resumes it (ipd_live_stream before the job is submitted). */
+void ipd_sse_consumer(struct ipd_req *r, struct ipd_live_consumer *c);
+/* Reply 200 text/event-stream with live's events from now on. */
+void ipd_sse_reply(struct ipd_req *r, struct ipd_live *live);
+/* daemon.c: r's connection streams live (its keep-alive and stall
+ * check, by the daemon's sweeper, until the request is over). */
+void ipd_req_stream(struct ipd_req *r, struct ipd_live *live);
+
 /* request.c: header and query lookups (borrowed strings, NULL when
  * absent), and the JSON body.  A header value holds no NUL (see
  * ipd_req_bytes_check); a query value may, so it is only read with its
@@ -263,7 +281,7 @@ extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
 extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get,
-    ipd_h_executions_list;
+    ipd_h_executions_list, ipd_h_executions_cancel;
 extern const struct ipd_handler ipd_h_admin_cleanup;
 extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
 extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;

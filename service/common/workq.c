@@ -38,6 +38,18 @@ static unsigned group_running(const struct ipd_workq *q, const char *group)
     return k;
 }
 
+/* Take *pp (prev: the job before it, or NULL) off the queue. */
+static struct wq_job *unlink_job(struct ipd_workq *q, struct wq_job **pp,
+                                 struct wq_job *prev)
+{
+    struct wq_job *j = *pp;
+    *pp = j->next;
+    if (q->tail == j)
+        q->tail = prev;
+    j->next = NULL;
+    return j;
+}
+
 /* The oldest waiting job whose group is under its running bound, taken
  * off the queue (under lock); when stopping, simply the oldest.  NULL:
  * none may start now. */
@@ -49,11 +61,7 @@ static struct wq_job *take_job(struct ipd_workq *q)
         if (!q->stop && j->group && j->running_max &&
             group_running(q, j->group) >= j->running_max)
             continue;
-        *pp = j->next;
-        if (q->tail == j)
-            q->tail = prev;
-        j->next = NULL;
-        return j;
+        return unlink_job(q, pp, prev);
     }
     return NULL;
 }
@@ -163,6 +171,26 @@ void ipd_workq_free(struct ipd_workq *q)
     free(q->threads);
     free(q->run);
     free(q);
+}
+
+void *ipd_workq_withdraw(struct ipd_workq *q,
+                         bool (*match)(void *arg, void *ctx), void *ctx)
+{
+    void *arg = NULL;
+    pthread_mutex_lock(&q->lock);
+    struct wq_job **pp = &q->head, *prev = NULL;
+    for (; *pp; prev = *pp, pp = &(*pp)->next) {
+        struct wq_job *j = *pp;
+        if (!match(j->arg, ctx))
+            continue;
+        unlink_job(q, pp, prev);
+        q->queued--;
+        arg = j->arg;
+        job_free(j);
+        break;
+    }
+    pthread_mutex_unlock(&q->lock);
+    return arg;
 }
 
 /* The jobs of group running or waiting (under lock). */

@@ -60,6 +60,12 @@ enum ipd_err ipd_workq_submit_shared(struct ipd_workq *q, ipd_workq_fn fn,
                                      ipd_workq_admit_fn admit,
                                      const struct ipd_workq_share *share,
                                      bool *share_full);
+/* Take a waiting job off the queue: the oldest whose arg match(arg,
+ * ctx) accepts.  Its fn and done never run (the caller finishes it);
+ * returns its arg, or NULL when no waiting job matched (it may be
+ * running already). */
+void *ipd_workq_withdraw(struct ipd_workq *q,
+                         bool (*match)(void *arg, void *ctx), void *ctx);
 /* The jobs of group running and waiting (0 and 0 for NULL). */
 void ipd_workq_group_counts(struct ipd_workq *q, const char *group,
                             unsigned *running, unsigned *queued);

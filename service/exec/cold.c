@@ -109,6 +109,7 @@ enum ipd_err ipd__cold_run(struct ipd_executor *ex, struct ipd__run_stage *wk,
     spec.n_mounts = n;
     spec.cwd = "/mnt/output";
     spec.host_uid = wk->host_uid;
+    spec.live = wk->live;
     ipd__policy_to_sandbox(ep, timeout_ms, &p);
     struct ipd_egress_stats st;
     enum ipd_err rc = ipd__run_sandboxed(ex, &p, &spec, r, &st);

@@ -146,7 +146,8 @@ struct ipd__run_stage {
     char id[IPD_ID_MAX];             /* the execution's */
     struct ipd_sandbox_stage *stage; /* owned */
     int job_fd, data_fd;             /* owned */
-    uid_t host_uid; /* the run's (its slot's); 0: the sandbox's own */
+    uid_t host_uid;        /* the run's (its slot's); 0: the sandbox's own */
+    struct ipd_live *live; /* the execution's (borrowed), or NULL */
 };
 /* Make *wk (its fds and stage are the caller's until
  * ipd__run_stage_remove).  id: the execution's (NULL or invalid: a new
@@ -163,6 +164,11 @@ enum ipd_err ipd__stage_job(struct ipd_executor *ex,
                             const struct ipd_exec_request *rq,
                             struct ipd__run_stage *wk, int64_t files_max,
                             struct ipd_buf *detail);
+/* Only look rq's files up (the staging's first step): IPD_ERR_NOT_FOUND
+ * with detail when one is not the caller's. */
+enum ipd_err ipd__stage_check_files(struct ipd_executor *ex,
+                                    const struct ipd_exec_request *rq,
+                                    struct ipd_buf *detail);
 /* Create name in dirfd (must not exist), mode 0644 whatever the umask. */
 enum ipd_err ipd__write_file_at(int dirfd, const char *name, const void *data,
                                 size_t len);
@@ -219,7 +225,7 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
  * timeout_ms; decides whether the slot's zygote is recycled. */
 enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
                            struct ipd__parked_job *pj, int64_t timeout_ms,
-                           struct ipd_sandbox_result *r);
+                           struct ipd_live *live, struct ipd_sandbox_result *r);
 void ipd__parked_job_free(struct ipd__parked_job *pj); /* NULL is fine */
 /* The warm set's plan changed (ipd_warmset_note said so): replace the
  * zygotes given an older one, a slot at a time. */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "../../venv/venv.h"
+#include "../common/live.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "exec_internal.h"
@@ -448,7 +449,7 @@ run_once(struct ipd_executor *ex, const struct ipd_exec_request *rq,
 
     *ran = false;
     if (*pj) {
-        rc = ipd__warm_run(ex, rq->slot, *pj, budget_ms, r);
+        rc = ipd__warm_run(ex, rq->slot, *pj, budget_ms, rq->live, r);
         ipd__parked_job_free(*pj);
         *pj = NULL;
         ipd_venv_release(ex->venv, *wgen);
@@ -507,6 +508,7 @@ static enum ipd_err run_job(struct ipd_executor *ex,
         rc = ipd__stage_job(ex, rq, &wk, 0, detail);
     if (rc)
         goto out;
+    wk.live = rq->live;
     int64_t run_t0 = ipd_mono_ms(), budget_ms = timeout_ms;
     for (int attempt = 0;; attempt++) {
         /* The run after an automatic install gets what is left of the
@@ -561,6 +563,14 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = ipd__packages_check(ex, rq, detail);
     if (rc)
         return rc;
+    /* A streamed request's unknown file is its answer (404), not an
+     * event: its files are looked up before the stream begins (staging
+     * looks again). */
+    if (ipd_live_streamed(rq->live) && rq->n_files &&
+        (rc = ipd__stage_check_files(ex, rq, detail)))
+        return rc;
+    /* From here on a streamed request's answer is its stream. */
+    ipd_live_begin(rq->live);
     if (rq->session_id)
         return ipd__session_call(ex, rq, timeout_ms, result, detail);
     return run_job(ex, rq, ep, timeout_ms, result, detail);

@@ -68,6 +68,9 @@ struct ipd_exec_request {
     const char *session_id;   /* run in this session of the caller's
                                  (NULL: none); its policy and
                                  interpreter, not the request's */
+    struct ipd_live *live;    /* its live channel (cancel, stream), or
+                                 NULL; borrowed (service/common/live.h):
+                                 begun once the request checked out */
     unsigned slot;            /* the execution slot running it (0 ..
                                  slots-1; the pool's): as root the code
                                  runs as host uid/gid sandbox_uid + 1 +

@@ -11,6 +11,7 @@
 
 #include "../../storage/space.h"
 #include "../common/json_out.h"
+#include "../common/live.h"
 #include "../common/log.h"
 #include "../common/metrics.h"
 #include "../common/workq.h"
@@ -25,8 +26,9 @@
 
 /* An execution's state from its admission, kept result_ttl after it is
  * done.  Small: an asynchronous result is a file (result_store.h); a
- * synchronous one went to its caller and is not kept.  A later cancel
- * adds its flag and the live run's handle here. */
+ * synchronous one went to its caller and is not kept.  Its live channel
+ * (live.h) is how a cancel reaches it, queued (pj: withdrawn from the
+ * queue) or running (the supervisor kills the run). */
 struct exec_entry {
     struct exec_entry *next;      /* in its bucket */
     struct exec_entry *done_next; /* its done list, oldest first */
@@ -38,7 +40,11 @@ struct exec_entry {
     char session_id[IPD_ID_MAX];          /* the job's session, or "" */
     bool sync;                            /* a synchronous job's: no result,
                                              not charged to its tenant */
-    const char *status;                   /* "queued", "running", "done" */
+    const char *status;                   /* "queued", "running", "done",
+                                             "cancelled" */
+    bool over;                            /* done or cancelled */
+    struct ipd_live *live;                /* a reference until it is over */
+    struct pool_job *pj;                  /* while queued, else NULL */
     int64_t created_ms;                   /* wall clock, at admission */
     int64_t started_ms;                   /* monotonic, when it started
                                              running (0: it never did) */
@@ -128,11 +134,13 @@ static unsigned my_slot(struct ipd_exec_pool *p)
 }
 
 /* A job on the queue: the caller's job and how to tell the caller. */
+struct pool_job;
 struct pool_job {
     struct ipd_exec_pool *pool;
     struct ipd_exec_job *job; /* a synchronous job's is borrowed, an
                                  asynchronous job's owned */
     bool async;
+    bool owned;              /* a streamed job: the pool's, freed when over */
     ipd_exec_admit_fn admit; /* synchronous jobs' hooks */
     ipd_exec_done_fn done;
     void *ctx;
@@ -165,6 +173,7 @@ void ipd_exec_job_free(struct ipd_exec_job *j)
     free(j->file_ids);
     json_decref(j->result);
     json_decref(j->variables);
+    ipd_live_unref(j->live);
     for (size_t i = 0; i < j->n_packages; i++)
         free(j->packages[i]);
     free(j->packages);
@@ -265,6 +274,7 @@ static void table_done_add(struct exec_table *t, struct exec_entry *e)
 
 static void entry_free(struct exec_entry *e)
 {
+    ipd_live_unref(e->live);
     free(e->fallback);
     ipd_callback_status_unref(e->callback);
     free(e);
@@ -387,10 +397,11 @@ static void table_release(struct exec_table *t)
     t->held = NULL;
 }
 
-/* A new entry for j (status "queued"), in the table. */
+/* A new entry for pj's job (status "queued"), in the table. */
 static struct exec_entry *table_admit(struct ipd_exec_pool *p,
-                                      const struct ipd_exec_job *j, bool sync)
+                                      struct pool_job *pj, bool sync)
 {
+    const struct ipd_exec_job *j = pj->job;
     struct exec_entry *e = ipd_xcalloc(1, sizeof(*e));
     memcpy(e->id, j->exec_id, sizeof(e->id));
     snprintf(e->tenant, sizeof(e->tenant), "%s", j->tenant);
@@ -398,6 +409,8 @@ static struct exec_entry *table_admit(struct ipd_exec_pool *p,
     snprintf(e->session_id, sizeof(e->session_id), "%s", j->session_id);
     e->sync = sync;
     e->status = "queued";
+    e->live = ipd_live_ref(j->live);
+    e->pj = pj;
     e->created_ms = ipd_now_ms();
     table_make_room(p);
     table_add(&p->table, e);
@@ -410,10 +423,20 @@ static struct exec_entry *table_admit(struct ipd_exec_pool *p,
 static json_t *failure_result(const struct ipd_exec_job *j, const char *type,
                               const char *message)
 {
-    return json_pack("{s:s, s:b, s:n, s:b, s:s, s:s, s:{s:s, s:s, s:s}}",
+    return json_pack("{s:s, s:b, s:n, s:b, s:b, s:s, s:s, s:{s:s, s:s, s:s}}",
                      "execution_id", j->exec_id, "success", 0, "exit_code",
-                     "timed_out", 0, "stdout", "", "stderr", "", "error",
-                     "type", type, "message", message, "traceback", "");
+                     "timed_out", 0, "cancelled", 0, "stdout", "", "stderr", "",
+                     "error", "type", type, "message", message, "traceback",
+                     "");
+}
+
+/* The result of a job cancelled before it started. */
+static json_t *cancelled_result(const struct ipd_exec_job *j)
+{
+    json_t *r = failure_result(j, "Cancelled",
+                               "the execution was cancelled before it started");
+    json_object_set_new(r, "cancelled", json_true());
+    return r;
 }
 
 /* Keep j's result as its file (result_store.h); when the disk refuses, a
@@ -445,11 +468,16 @@ static char *keep_result(struct ipd_exec_pool *p, struct ipd_exec_job *j,
     return text;
 }
 
-/* e's job is over (under the lock): it is done from now on and expires
- * result_ttl later. */
-static void entry_done(struct ipd_exec_pool *p, struct exec_entry *e)
+/* e's job is over (under the lock): it is done (or cancelled) from now
+ * on and expires result_ttl later. */
+static void entry_done(struct ipd_exec_pool *p, struct exec_entry *e,
+                       bool cancelled)
 {
-    e->status = "done";
+    e->status = cancelled ? "cancelled" : "done";
+    e->over = true;
+    e->pj = NULL;
+    ipd_live_unref(e->live);
+    e->live = NULL;
     e->done_ms = ipd_mono_ms();
     table_done_add(&p->table, e);
     pthread_cond_signal(&p->prune_wake);
@@ -457,7 +485,8 @@ static void entry_done(struct ipd_exec_pool *p, struct exec_entry *e)
 
 /* An asynchronous job ended: keep its result, send the callback (its
  * body read from the result's file at each attempt). */
-static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
+static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j,
+                         bool cancelled)
 {
     int64_t bytes = 0;
     char *fallback = keep_result(p, j, &bytes);
@@ -470,7 +499,7 @@ static void async_finish(struct ipd_exec_pool *p, struct ipd_exec_job *j)
     if (e) {
         e->bytes = bytes;
         e->fallback = fallback;
-        entry_done(p, e);
+        entry_done(p, e, cancelled);
         fallback = NULL;
         if (e->callback)
             status = ipd_callback_status_ref(e->callback);
@@ -540,6 +569,7 @@ static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         .n_packages = j->n_packages,
         .execution_id = j->exec_id[0] ? j->exec_id : NULL,
         .session_id = j->session_id[0] ? j->session_id : NULL,
+        .live = j->live,
         .outputs_inline_only = !j->store_outputs,
         .admin = j->admin,
         .slot = my_slot(p),
@@ -579,9 +609,38 @@ static void exec_work(void *arg, bool stopping)
     if (e) {
         e->status = "running";
         e->started_ms = ipd_mono_ms();
+        e->pj = NULL; /* a cancel reaches it through its live channel */
     }
     pthread_mutex_unlock(&p->lock);
+    if (ipd_live_cancelled(pj->job->live)) {
+        pj->job->result = cancelled_result(pj->job);
+        return;
+    }
     run_job(p, pj->job);
+}
+
+/* A streamed job's end on its live channel: the result event (a failure
+ * result when the job failed after its stream began), or the refusal
+ * when it never began (answered as an ordinary error). */
+static void live_finish(struct ipd_exec_job *j)
+{
+    if (!ipd_live_streamed(j->live)) {
+        ipd_live_end(j->live, NULL, 0);
+        return;
+    }
+    if (j->rc != IPD_OK && !ipd_live_begun(j->live)) {
+        ipd_live_refuse(j->live, j->rc, j->detail.len ? j->detail.buf : NULL);
+        return;
+    }
+    json_t *failed = NULL;
+    if (j->rc != IPD_OK)
+        failed =
+            failure_result(j, ipd_exec_error_type(j->rc),
+                           j->detail.len ? j->detail.buf : ipd_err_name(j->rc));
+    char *text = json_dumps(failed ? failed : j->result, JSON_COMPACT);
+    IPD_ASSERT(text);
+    json_decref(failed);
+    ipd_live_end(j->live, text, strlen(text));
 }
 
 /* Once the job no longer counts as running: the stored result and the
@@ -591,20 +650,28 @@ static void exec_done(void *arg)
 {
     struct pool_job *pj = arg;
     struct ipd_exec_pool *p = pj->pool;
+    struct ipd_exec_job *j = pj->job;
+    bool cancelled = j->rc == IPD_OK &&
+                     json_is_true(json_object_get(j->result, "cancelled"));
+    live_finish(j);
     if (pj->async) {
-        async_finish(p, pj->job);
-        ipd_exec_job_free(pj->job);
+        async_finish(p, j, cancelled);
+        ipd_exec_job_free(j);
     } else {
-        /* Its result went to its caller; the entry only says it is
-         * over. */
+        /* Its result went to its caller (or its stream); the entry only
+         * says it is over. */
         pthread_mutex_lock(&p->lock);
-        struct exec_entry *e = table_find(&p->table, pj->job->exec_id);
+        struct exec_entry *e = table_find(&p->table, j->exec_id);
         if (e)
-            entry_done(p, e);
-        pj->job->finished = true;
+            entry_done(p, e, cancelled);
+        j->finished = true;
         pthread_mutex_unlock(&p->lock);
-        /* The job is the caller's again from here on. */
-        pj->done(pj->ctx);
+        /* The job is the caller's again from here on (a streamed one's
+         * caller has its live channel only). */
+        if (pj->owned)
+            ipd_exec_job_free(j);
+        else
+            pj->done(pj->ctx);
     }
     free(pj);
 }
@@ -619,7 +686,7 @@ static enum ipd_err admit_sync(void *arg)
     struct ipd_exec_pool *p = pj->pool;
     pthread_mutex_lock(&p->lock);
     table_prune(p, ipd_mono_ms());
-    (void)table_admit(p, pj->job, true);
+    (void)table_admit(p, pj, true);
     pthread_mutex_unlock(&p->lock);
     if (pj->admit)
         pj->admit(pj->ctx);
@@ -690,7 +757,7 @@ static enum ipd_err admit_async(void *arg)
     struct tenant_held *h = held_find(&p->table, pj->job->tenant, false);
     enum ipd_err rc = async_refusal(p, pj, h);
     if (!rc) {
-        struct exec_entry *e = table_admit(p, pj->job, false);
+        struct exec_entry *e = table_admit(p, pj, false);
         if (pj->job->callback_url)
             e->callback = ipd_callback_status_new();
         h = held_find(&p->table, e->tenant, true);
@@ -752,6 +819,13 @@ static void async_why(struct ipd_exec_pool *p, struct pool_job *pj,
 static enum ipd_err submit(struct ipd_exec_pool *p, struct pool_job *pj,
                            struct ipd_buf *why)
 {
+    /* Every job has its live channel: how a cancel reaches it. */
+    if (!pj->job->live && !(pj->job->live = ipd_live_new())) {
+        ipd_buf_adds(why, "the server is out of file descriptors; retry");
+        pj->job->retry_after_s = 1;
+        free(pj);
+        return IPD_ERR_UNAVAILABLE;
+    }
     unsigned slots = ipd_workq_threads(p->q);
     unsigned queue = ipd_workq_queue_max(p->q);
     unsigned run = ipd_policy_share(pj->job->share_running, slots);
@@ -831,6 +905,58 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
     return submit(p, pj, why);
 }
 
+enum ipd_err ipd_exec_pool_submit_live(struct ipd_exec_pool *p,
+                                       struct ipd_exec_job *j, bool detach,
+                                       char id[IPD_ID_MAX], struct ipd_buf *why)
+{
+    if (detach && ipd_space_check_write(p->space))
+        return IPD_ERR_NO_SPACE;
+    struct pool_job *pj = ipd_xcalloc(1, sizeof(*pj));
+    pj->pool = p;
+    pj->job = j;
+    pj->async = detach;
+    pj->owned = !detach;
+    ipd__exec_id(NULL, j->exec_id);
+    memcpy(id, j->exec_id, IPD_ID_MAX);
+    return submit(p, pj, why);
+}
+
+/* workq's match: the waiting job whose live channel is ctx. */
+static bool job_of_live(void *arg, void *ctx)
+{
+    return ((struct pool_job *)arg)->job->live == ctx;
+}
+
+enum ipd_err ipd_exec_pool_cancel(struct ipd_exec_pool *p, const char *id,
+                                  const char *tenant, const char *user_id)
+{
+    pthread_mutex_lock(&p->lock);
+    table_prune(p, ipd_mono_ms());
+    struct exec_entry *e = table_find(&p->table, id);
+    if (!e || e->over || strcmp(e->tenant, tenant) ||
+        strcmp(e->user_id, user_id)) {
+        pthread_mutex_unlock(&p->lock);
+        return IPD_ERR_NOT_FOUND;
+    }
+    /* The reference keeps the channel (the identity withdraw matches)
+     * alive whatever the job does meanwhile. */
+    struct ipd_live *live = ipd_live_ref(e->live);
+    bool queued = e->pj != NULL;
+    pthread_mutex_unlock(&p->lock);
+    /* First the flag: a worker that takes the job from here on does not
+     * run it (exec_work), and a running one is killed by its
+     * supervisor. */
+    ipd_live_cancel(live);
+    struct pool_job *pj =
+        queued ? ipd_workq_withdraw(p->q, job_of_live, live) : NULL;
+    if (pj) {
+        pj->job->result = cancelled_result(pj->job);
+        exec_done(pj);
+    }
+    ipd_live_unref(live);
+    return IPD_OK;
+}
+
 void ipd_exec_reply_init(struct ipd_exec_reply *r)
 {
     ipd_buf_init(&r->head, IPD_BUF_UNLIMITED);
@@ -875,7 +1001,7 @@ enum ipd_err ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
     /* Opened under the lock, so the pruner cannot remove it between
      * here and there; the reply reads the open file after.  A
      * synchronous result went to its caller: none is kept. */
-    if (strcmp(e->status, "done") != 0 || e->sync)
+    if (!e->over || e->sync)
         ipd_buf_adds(&out->head, "null");
     else if (e->fallback)
         ipd_buf_adds(&out->head, e->fallback);
@@ -929,7 +1055,7 @@ static void summary_of(const struct exec_entry *e, struct ipd_exec_summary *s)
     s->status = e->status;
     s->created_at_ms = e->created_ms;
     s->duration_ms = -1;
-    if (!strcmp(e->status, "done"))
+    if (e->over)
         s->duration_ms = e->started_ms ? e->done_ms - e->started_ms : 0;
 }
 

@@ -56,6 +56,7 @@ struct ipd_executor;
 struct ipd_metrics;
 struct ipd_callbacks;
 struct ipd_space;
+struct ipd_live;
 
 struct ipd_exec_pool_options {
     unsigned slots;                   /* worker threads (0: 1) */
@@ -93,6 +94,11 @@ struct ipd_exec_job {
                                     inline only (ipd_exec_job_new:
                                     true) */
     char session_id[IPD_ID_MAX]; /* run in this session, or "" */
+    bool stream;                 /* "stream": true (the handler also
+                                    streams for Accept:
+                                    text/event-stream) */
+    bool detach;                 /* "detach": true: a streamed run goes on
+                                    without its client */
     char *callback_url;          /* owned, or NULL (async only); the
                                     callback sender signs with the
                                     tenant's secrets: no job holds
@@ -101,6 +107,10 @@ struct ipd_exec_job {
      * for N percent of the pool, 0 for no bound): ipd_exec_job_new
      * leaves them 0. */
     int64_t share_running, share_queued, share_results, share_callbacks;
+    struct ipd_live *live;    /* owned reference, or NULL (the pool
+                                 makes one): its cancel; a streamed
+                                 job's caller attaches its consumer
+                                 first (ipd_exec_pool_submit_live) */
     char exec_id[IPD_ID_MAX]; /* OUT: set by either submit */
     enum ipd_err rc;          /* OUT: the executor's answer */
     json_t *result;           /* OUT: new reference when rc == OK */
@@ -166,6 +176,33 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
                                         struct ipd_exec_job *j,
                                         char id[IPD_ID_MAX],
                                         struct ipd_buf *why);
+/*
+ * Queue a streamed job (j->live made by the caller, its consumer
+ * attached: service/common/live.h) under a new execution id (copied to
+ * id).  IPD_OK: the job is the pool's; what comes of it reaches the
+ * caller through j->live only (ipd_live_begin once it checked out, its
+ * output, the result event; or ipd_live_refusal when it failed before it
+ * began).  detach: admitted and kept as an asynchronous job is
+ * (ipd_exec_pool_submit_async: its bounds, its result stored, its
+ * callback), so it goes on when the client leaves; else as a synchronous
+ * one.  Otherwise j is still the caller's; the answers are submit's and
+ * submit_async's.
+ */
+enum ipd_err ipd_exec_pool_submit_live(struct ipd_exec_pool *p,
+                                       struct ipd_exec_job *j, bool detach,
+                                       char id[IPD_ID_MAX],
+                                       struct ipd_buf *why);
+/*
+ * Cancel the execution id of tenant's user: a queued one is taken off the
+ * queue and over at once; a running one is killed by its supervisor (a
+ * session call interrupted first), its result written once its processes
+ * are gone.  Its result has "cancelled": true, error.type "Cancelled";
+ * its status turns "cancelled".  IPD_ERR_NOT_FOUND when there is none
+ * (never was, someone else's, expired) or it is over already.
+ */
+enum ipd_err ipd_exec_pool_cancel(struct ipd_exec_pool *p, const char *id,
+                                  const char *tenant, const char *user_id);
+
 /* A lookup's answer, JSON text in three parts: head, then the len bytes
  * of the result file fd (when fd >= 0), then tail.  Streamed to the
  * client from the file, so a large result is never copied into memory. */
@@ -191,7 +228,8 @@ enum ipd_err ipd_exec_pool_lookup(struct ipd_exec_pool *p, const char *id,
 /* One execution of a list (ipd_exec_pool_list). */
 struct ipd_exec_summary {
     char id[IPD_ID_MAX];
-    const char *status;          /* static: "queued", "running", "done" */
+    const char *status;          /* static: "queued", "running", "done",
+                                    "cancelled" */
     int64_t created_at_ms;       /* wall clock, at admission */
     char session_id[IPD_ID_MAX]; /* its session, or "" */
     int64_t duration_ms;         /* from its start to its end once done

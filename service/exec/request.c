@@ -86,9 +86,12 @@ static bool delivery_ok(const struct ipd_exec_request_env *env,
                       "strings");
     if (!ipd_requirement_list_ok(v, why, sizeof(why)))
         return refuse(f, INVALID, "%s", why);
-    v = json_object_get(doc, "async");
-    if (v && !json_is_boolean(v) && !json_is_null(v))
-        return refuse(f, INVALID, "\"async\" must be true or false");
+    static const char *const flags[] = {"async", "stream", "detach"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(flags); i++) {
+        v = json_object_get(doc, flags[i]);
+        if (v && !json_is_boolean(v) && !json_is_null(v))
+            return refuse(f, INVALID, "\"%s\" must be true or false", flags[i]);
+    }
     v = json_object_get(doc, "callback_url");
     return !v || json_is_null(v) || callback_url_ok(env, v, f);
 }
@@ -217,6 +220,8 @@ static void add_options(struct ipd_exec_job *j, const json_t *doc)
     if (json_is_string(cbu))
         j->callback_url = ipd_xstrdup(json_string_value(cbu));
     j->store_outputs = !json_is_false(json_object_get(doc, "store_outputs"));
+    j->stream = json_is_true(json_object_get(doc, "stream"));
+    j->detach = json_is_true(json_object_get(doc, "detach"));
     const json_t *pk = json_object_get(doc, "packages");
     size_t np = json_array_size(pk);
     j->packages = ipd_xcalloc(np ? np : 1, sizeof(*j->packages));

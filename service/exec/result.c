@@ -156,14 +156,38 @@ json_t *ipd__read_prelude_result(const struct ipd_sandbox_result *r)
     return doc;
 }
 
+/* A cancelled run's error: a session call that answered its interrupt
+ * keeps the traceback of where KeyboardInterrupt reached it. */
+static json_t *cancel_error(const struct ipd_sandbox_result *r,
+                            const json_t *prelude_error, bool session)
+{
+    const char *msg =
+        r->interrupted
+            ? "the call was cancelled: interrupted with KeyboardInterrupt; "
+              "the session goes on"
+        : session ? "the call was cancelled and did not stop within 2 s of "
+                    "KeyboardInterrupt: the session's interpreter was killed "
+                    "and the session has ended"
+                  : "the execution was cancelled: its processes were killed";
+    json_t *tb =
+        json_is_object(prelude_error)
+            ? bounded_field(prelude_error, "traceback", ERROR_FIELD_MAX)
+            : json_string("");
+    return json_pack("{s:s, s:s, s:o}", "type", "Cancelled", "message", msg,
+                     "traceback", tb);
+}
+
 /* error: timeout and OOM first (the prelude never got to report), then
  * what the prelude reported, then a signal or a bare exit code. New ref. */
 static json_t *build_error(const struct ipd_sandbox_result *r,
-                           const json_t *prelude, int64_t timeout_ms)
+                           const json_t *prelude, int64_t timeout_ms,
+                           bool session)
 {
     const json_t *e = prelude ? json_object_get(prelude, "error") : NULL;
     char msg[128];
 
+    if (r->cancelled)
+        return cancel_error(r, e, session);
     if (r->timed_out) {
         snprintf(msg, sizeof(msg), "execution exceeded %lld seconds",
                  (long long)((timeout_ms + 999) / 1000));
@@ -881,20 +905,26 @@ json_t *ipd__build_result(struct ipd_executor *ex,
                           const struct ipd__installs *ins, json_t *snapshot)
 {
     json_t *prelude = ipd__read_prelude_result(r);
-    json_t *error = build_error(r, prelude, timeout_ms);
+    json_t *error = build_error(r, prelude, timeout_ms, rq->session_id != NULL);
 
     /* Every run's imports are counted for the warm set (nothing else of
      * the run is kept there); a changed plan renews the zygotes. */
     if (ipd_warmset_note(ex->warmset, json_object_get(prelude, "imports")))
         ipd__warm_adapt(ex);
     bool success = r->exit_code == 0 && !r->timed_out && !r->oom_killed &&
-                   json_is_null(error);
+                   !r->cancelled && json_is_null(error);
     json_t *res = json_object();
 
     json_object_set_new(res, "execution_id", json_string(exec_id));
     json_object_set_new(res, "success", json_boolean(success));
     json_object_set_new(res, "exit_code", json_integer(r->exit_code));
     json_object_set_new(res, "timed_out", json_boolean(r->timed_out));
+    json_object_set_new(res, "cancelled", json_boolean(r->cancelled));
+    /* Beyond the contract: how a cancel ended a session call. */
+    if (r->cancelled && rq->session_id)
+        json_object_set_new(
+            res, "cancel_mode",
+            json_string(r->interrupted ? "interrupted" : "killed"));
     json_object_set_new(res, "stdout", lossy_string(r->out.buf, r->out.len));
     json_object_set_new(res, "stderr", lossy_string(r->err.buf, r->err.len));
     json_object_set_new(res, "stdout_truncated",

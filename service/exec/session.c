@@ -1057,8 +1057,8 @@ enum ipd_err ipd__session_call(struct ipd_executor *ex,
      * while it runs: at most what the session may hold itself. */
     rc = ipd__stage_job(ex, rq, wk, ep->memory_bytes, detail);
     if (!rc) {
-        rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_GO, timeout_ms, &r,
-                                     &ended);
+        rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_GO, timeout_ms, rq->live,
+                                     &r, &ended);
         clear_call(wk);
         if (!rc) {
             *result = ipd__build_result(ex, rq, id, ep, timeout_ms, &r, &ins,
@@ -1137,7 +1137,7 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
     if (rc)
         return rc;
     rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_VARIABLES,
-                                 VARIABLES_TIMEOUT_MS, &r, &ended);
+                                 VARIABLES_TIMEOUT_MS, NULL, &r, &ended);
     if (!rc && !ended && r.exit_code == 0)
         *out = read_listing(&r);
     call_end(ex, s,

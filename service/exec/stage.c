@@ -206,6 +206,19 @@ static enum ipd_err lookup_files(struct ipd_executor *ex,
     return IPD_OK;
 }
 
+enum ipd_err ipd__stage_check_files(struct ipd_executor *ex,
+                                    const struct ipd_exec_request *rq,
+                                    struct ipd_buf *detail)
+{
+    struct ipd_file_meta *fs =
+        ipd_xcalloc(rq->n_files ? rq->n_files : 1, sizeof(*fs));
+    size_t n = 0;
+    int64_t total = 0;
+    enum ipd_err rc = lookup_files(ex, rq, fs, &n, &total, detail);
+    free(fs);
+    return rc;
+}
+
 /* Look up every file in the caller's scope; when they total at most limit
  * bytes (0: no limit), copy them and write files.json.  Over the limit
  * nothing is copied: IPD_ERR_TOO_LARGE. */

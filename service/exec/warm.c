@@ -525,7 +525,7 @@ struct ipd__parked_job *ipd__warm_take(struct ipd_executor *ex, unsigned slot,
 
 enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
                            struct ipd__parked_job *pj, int64_t timeout_ms,
-                           struct ipd_sandbox_result *r)
+                           struct ipd_live *live, struct ipd_sandbox_result *r)
 {
     struct ipd__warm *w = ex->warm;
     struct warm_slot *s = &w->slots[slot];
@@ -534,7 +534,7 @@ enum ipd_err ipd__warm_run(struct ipd_executor *ex, unsigned slot,
     const char *why = NULL;
 
     pj->pk = NULL;
-    rc = ipd_sandbox_parked_run(pk, timeout_ms, r);
+    rc = ipd_sandbox_parked_run(pk, timeout_ms, live, r);
     if (rc)
         why = "a run failed to start";
     else if (r->timed_out)

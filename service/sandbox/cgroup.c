@@ -733,7 +733,7 @@ long ipd__cgroup_run_hwm_kib(const struct ipd__cgroup_run *run)
 }
 
 /* Signal every pid listed in dir/cgroup.procs; returns how many. */
-static int kill_listed(const char *dir)
+static int signal_listed(const char *dir, int sig)
 {
     char path[CG_PATH], buf[16384];
     const char *p = buf;
@@ -748,7 +748,7 @@ static int kill_listed(const char *dir)
         if (end == p)
             break;
         if (pid > 1) {
-            kill((pid_t)pid, SIGKILL);
+            kill((pid_t)pid, sig);
             n++;
         }
         p = end;
@@ -770,8 +770,16 @@ void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run)
     /* v1 has no atomic kill: a forking tree can outrun one pass, so the
      * caller also kills the pid namespace's init, which takes the whole
      * namespace with it; this pass is the second line. */
-    if (!kill_listed(run->pids[0] ? run->pids : run->mem))
-        kill_listed(run->cpuacct);
+    if (!signal_listed(run->pids[0] ? run->pids : run->mem, SIGKILL))
+        signal_listed(run->cpuacct, SIGKILL);
+}
+
+void ipd__cgroup_run_signal(const struct ipd__cgroup_run *run, int sig)
+{
+    const char *dirs[] = {run->v2, run->pids, run->mem, run->cpuacct};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(dirs); i++)
+        if (dirs[i][0] && signal_listed(dirs[i], sig))
+            return;
 }
 
 /* True when no process is left in any of the run's cgroups. */

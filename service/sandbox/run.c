@@ -22,11 +22,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/live.h"
 #include "../common/util.h"
 #include "sandbox_internal.h"
 
 #define MAX_ENV 128
 #define KILL_GRACE_MS 5000 /* after SIGKILL, the tree must be gone */
+/* A cancelled session call: SIGINT, again every INTERRUPT_EVERY_MS, and
+ * the kill INTERRUPT_GRACE_MS after the first. */
+#define INTERRUPT_GRACE_MS 2000
+#define INTERRUPT_EVERY_MS 200
 
 void ipd_sandbox_policy_default(struct ipd_sandbox_policy *p)
 {
@@ -485,16 +490,34 @@ struct run {
                              just before a timeout kill (0: unknown) */
     void (*egress)(void *ctx, int listen_fd); /* spec's; NULL: none */
     void *egress_ctx;
-    bool egress_given; /* the egress socket arrived (at most once) */
+    bool egress_given;     /* the egress socket arrived (at most once) */
+    struct ipd_live *live; /* borrowed, or NULL: its cancel and stream */
+    bool cancelled;        /* killed (or interrupted) for a cancel */
+    bool last_drain;       /* what is left is read whatever the stream's
+                              room (the run is over or killed) */
 };
 
-static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc)
+/* What may be read for the stream now (SIZE_MAX: no bound). */
+static size_t stream_room(struct run *r)
+{
+    return r->killed || r->last_drain ? SIZE_MAX : ipd_live_room(r->live);
+}
+
+/* stream: 1 stdout, 2 stderr (the live channel's). */
+static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc,
+                  int stream)
 {
     char chunk[65536];
     /* A few reads per wakeup, so one chatty stream does not starve the
      * other or the deadline. */
     for (int i = 0; i < 16; i++) {
-        ssize_t n = read(*fd, chunk, sizeof chunk);
+        /* A streamed run's output waits for its client, bounded: no
+         * room, no read (the pipe fills and the program blocks). */
+        size_t live_room = stream_room(r);
+        if (!live_room)
+            return;
+        ssize_t n = read(*fd, chunk,
+                         live_room < sizeof chunk ? live_room : sizeof chunk);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && errno == EAGAIN)
@@ -508,6 +531,7 @@ static void drain(struct run *r, int *fd, struct ipd_buf *b, bool *trunc)
         size_t take = (size_t)n < room ? (size_t)n : room;
         if (take && ipd_buf_add(b, chunk, take))
             take = 0;
+        ipd_live_output(r->live, stream, chunk, take);
         if (take < (size_t)n)
             *trunc = true; /* keep draining: never kill for printing */
     }
@@ -645,18 +669,32 @@ static void time_out(struct run *r, const struct ipd__cgroup_run *cgr)
 static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
                      bool *ctl_in, bool *pid_in)
 {
-    enum { P_OUT, P_ERR, P_IN, P_CTL, P_PID0, P_PID1, P_N };
-    struct pollfd pfd[P_N] = {{r->out_r, POLLIN, 0}, {r->err_r, POLLIN, 0},
-                              {r->in_w, POLLOUT, 0}, {r->ctl, POLLIN, 0},
-                              {pid0, POLLIN, 0},     {pid1, POLLIN, 0}};
+    enum { P_OUT, P_ERR, P_IN, P_CTL, P_PID0, P_PID1, P_LIVE, P_N };
+    /* Without room for the stream, the pipes wait (the live fd says
+     * when there is room again). */
+    bool room = stream_room(r) > 0;
+    struct pollfd pfd[P_N] = {{room ? r->out_r : -1, POLLIN, 0},
+                              {room ? r->err_r : -1, POLLIN, 0},
+                              {r->in_w, POLLOUT, 0},
+                              {r->ctl, POLLIN, 0},
+                              {pid0, POLLIN, 0},
+                              {pid1, POLLIN, 0},
+                              {ipd_live_fd(r->live), POLLIN, 0}};
 
     *ctl_in = *pid_in = false;
+    /* Coalesced output still owed to the stream is due first. */
+    int64_t due = ipd_live_due(r->live);
+    if (due >= 0 && due < wait_ms)
+        wait_ms = due;
     if (poll(pfd, P_N, (int)(wait_ms > 0 ? wait_ms : 0)) < 0)
         return errno == EINTR ? 0 : -1;
+    ipd_live_flush(r->live);
+    if (pfd[P_LIVE].revents)
+        ipd_live_fd_clear(r->live);
     if (pfd[P_OUT].revents)
-        drain(r, &r->out_r, &r->out->out, &r->out->out_truncated);
+        drain(r, &r->out_r, &r->out->out, &r->out->out_truncated, 1);
     if (pfd[P_ERR].revents)
-        drain(r, &r->err_r, &r->out->err, &r->out->err_truncated);
+        drain(r, &r->err_r, &r->out->err, &r->out->err_truncated, 2);
     if (pfd[P_IN].revents)
         feed_stdin(r);
     *ctl_in = pfd[P_CTL].revents != 0;
@@ -677,6 +715,11 @@ static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
 
         if (!r->killed && now >= deadline) {
             time_out(r, cgr);
+            hard = now + KILL_GRACE_MS;
+        }
+        if (!r->killed && ipd_live_cancelled(r->live)) {
+            r->cancelled = true;
+            kill_tree(r, cgr);
             hard = now + KILL_GRACE_MS;
         }
         if (!r->killed && r->c1_done) {
@@ -830,7 +873,7 @@ static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
         } else if (WIFSIGNALED(r->status)) {
             out->term_signal = WTERMSIG(r->status);
         }
-    } else if (r->timed_out || out->oom_killed) {
+    } else if (r->timed_out || out->oom_killed || r->cancelled) {
         out->term_signal = SIGKILL; /* the tree was killed */
         out->max_rss_kib =
             r->hwm_kib > r->ru_c1.ru_maxrss ? r->hwm_kib : r->ru_c1.ru_maxrss;
@@ -844,7 +887,8 @@ static enum ipd_err fill_result(const struct run *r, int64_t oom, int64_t cpu,
                 1e6;
     if (r->setup_error)
         return IPD_ERR_INTERNAL;
-    if (!r->got_status && !r->timed_out && !out->oom_killed) {
+    out->cancelled = r->cancelled;
+    if (!r->got_status && !r->timed_out && !out->oom_killed && !r->cancelled) {
         snprintf(out->error, sizeof out->error,
                  "sandbox: init ended without a status");
         return IPD_ERR_INTERNAL;
@@ -925,6 +969,7 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     int xfd = x ? x->fd : -1; /* consumed */
 
     run_init(&r, out);
+    r.live = spec->live;
     r.egress = spec->egress;
     r.egress_ctx = spec->egress_ctx;
     memset(&cgr, 0, sizeof cgr);
@@ -1026,7 +1071,7 @@ static int call_send(int ctl, enum ipd_zproto_verb verb, int64_t cpu_s,
 /* ---- a parked child's run (zygote.c parks it) -------------------------- */
 
 enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
-                                    int64_t timeout_ms,
+                                    int64_t timeout_ms, struct ipd_live *live,
                                     struct ipd_sandbox_result *out)
 {
     struct run r;
@@ -1034,6 +1079,7 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     int64_t start = ipd_mono_ms(), oom = -1, cpu = -1, peak = -1;
 
     run_init(&r, out);
+    r.live = live;
     out->warm = true;
     r.cap = pk->p.output_cap_bytes;
     r.c0_done = true; /* there is no C0 */
@@ -1104,21 +1150,39 @@ static void call_read_ctl(struct run *r, bool *done, bool *ended)
     }
 }
 
-/* Poll the call until the child answers, ends, or the deadline. */
+/* Poll the call until the child answers, ends, or the deadline.  A
+ * cancel interrupts the call (SIGINT to the session's processes: the
+ * code sees KeyboardInterrupt); when it has not answered
+ * INTERRUPT_GRACE_MS later, it ends as a timeout does. */
 static void call_wait(struct run *r, struct ipd_sandbox_parked *pk,
                       int64_t deadline, bool *done, bool *ended)
 {
+    int64_t next_int = 0;
     while (!*done && !*ended) {
         int64_t now = ipd_mono_ms();
         bool ctl_in, pid_in;
 
+        if (!r->cancelled && ipd_live_cancelled(r->live)) {
+            r->cancelled = true;
+            if (deadline > now + INTERRUPT_GRACE_MS)
+                deadline = now + INTERRUPT_GRACE_MS;
+        }
+        /* Again until it answers: one that came before the cell ran is
+         * held for it by the child (prelude.py, the interrupt gate), one
+         * that came between calls is dropped there. */
+        if (r->cancelled && now >= next_int) {
+            ipd__cgroup_run_signal(&pk->cgr, SIGINT);
+            next_int = now + INTERRUPT_EVERY_MS;
+        }
         if (now >= deadline) {
-            r->timed_out = true;
+            r->timed_out = !r->cancelled;
             r->hwm_kib = ipd__cgroup_run_hwm_kib(&pk->cgr);
             *ended = true;
             return;
         }
-        if (wait_once(r, deadline - now, pk->pidfd, -1, &ctl_in, &pid_in)) {
+        int64_t until =
+            r->cancelled && next_int < deadline ? next_int : deadline;
+        if (wait_once(r, until - now, pk->pidfd, -1, &ctl_in, &pid_in)) {
             *ended = true;
             return;
         }
@@ -1139,6 +1203,8 @@ static void call_result(struct run *r, struct ipd_sandbox_parked *pk, bool done,
     ipd__cgroup_run_stats(&pk->cgr, &oom, &cpu, &peak);
     out->oom_killed = oom > 0 && oom > oom0;
     out->timed_out = r->timed_out;
+    out->cancelled = r->cancelled;
+    out->interrupted = r->cancelled && done;
     out->memory_peak_bytes = peak > 0 ? peak : 0;
     out->cpu_seconds = cpu >= 0 && cpu0 >= 0 ? (double)(cpu - cpu0) / 1e6 : 0.0;
     out->max_rss_kib =
@@ -1156,7 +1222,7 @@ static void call_result(struct run *r, struct ipd_sandbox_parked *pk, bool done,
 
 enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
                                      enum ipd_zproto_verb verb,
-                                     int64_t timeout_ms,
+                                     int64_t timeout_ms, struct ipd_live *live,
                                      struct ipd_sandbox_result *out,
                                      bool *ended)
 {
@@ -1167,6 +1233,7 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
 
     *ended = false;
     run_init(&r, out);
+    r.live = live;
     out->warm = true;
     r.cap = pk->p.output_cap_bytes;
     r.ctl = pk->ctl;
@@ -1202,15 +1269,16 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
         ipd__parked_kill(pk);
     /* What the call wrote before its answer is in the pipes; a
      * background process still holding them gets EPIPE from now on. */
+    r.last_drain = true;
     if (r.out_r >= 0)
-        drain(&r, &r.out_r, &out->out, &out->out_truncated);
+        drain(&r, &r.out_r, &out->out, &out->out_truncated, 1);
     if (r.err_r >= 0)
-        drain(&r, &r.err_r, &out->err, &out->err_truncated);
+        drain(&r, &r.err_r, &out->err, &out->err_truncated, 2);
     ipd_close_fd(&r.out_r);
     ipd_close_fd(&r.err_r);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     call_result(&r, pk, done, oom0, cpu0);
-    return done || r.timed_out || r.got_status || out->oom_killed
+    return done || r.timed_out || r.cancelled || r.got_status || out->oom_killed
                ? IPD_OK
                : IPD_ERR_INTERNAL;
 }

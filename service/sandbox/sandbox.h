@@ -97,6 +97,7 @@ struct ipd_sandbox_config {
  * handed directories of it at once; free it after they returned.
  */
 struct ipd_sandbox_stage;
+struct ipd_live;
 
 /* bytes, inodes: the tmpfs's size and inode limits (not reserved).
  * IPD_ERR_INTERNAL with the reason in err when neither works. */
@@ -223,14 +224,24 @@ struct ipd_sandbox_spec {
      * run reaches nothing outside itself. */
     void (*egress)(void *ctx, int listen_fd);
     void *egress_ctx;
+    /* The execution's live channel (service/common/live.h), borrowed, or
+     * NULL: the run is killed as at a timeout once it is cancelled
+     * (result cancelled), and its output goes to the channel as it is
+     * read, only while the channel has room (else the pipes fill and the
+     * program blocks, its wall clock running). */
+    struct ipd_live *live;
 };
 
 /* Result of a run; release with ipd_sandbox_result_release. */
 struct ipd_sandbox_result {
-    int exit_code;   /* exit status, or -1 when signalled */
-    int term_signal; /* signal that ended the program, else 0 */
-    bool timed_out;  /* killed at the wall timeout */
-    bool oom_killed; /* the cgroup counted an OOM kill */
+    int exit_code;    /* exit status, or -1 when signalled */
+    int term_signal;  /* signal that ended the program, else 0 */
+    bool timed_out;   /* killed at the wall timeout */
+    bool cancelled;   /* killed, or interrupted, for the live channel's
+                         cancel */
+    bool interrupted; /* a session call that answered its cancel's SIGINT
+                         (not killed) */
+    bool oom_killed;  /* the cgroup counted an OOM kill */
     double wall_seconds;
     double cpu_seconds;        /* user+sys of the whole tree */
     int64_t max_rss_kib;       /* largest RSS of a reaped process */
@@ -362,11 +373,12 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               size_t errlen);
 /*
  * Start the parked child's program and supervise it as ipd_sandbox_run
- * does (timeout_ms: its wall timeout; 0: the policy's).  Consumes pk.
+ * does (timeout_ms: its wall timeout; 0: the policy's; live: as the
+ * spec's).  Consumes pk.
  * *out as ipd_sandbox_run's.
  */
 enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
-                                    int64_t timeout_ms,
+                                    int64_t timeout_ms, struct ipd_live *live,
                                     struct ipd_sandbox_result *out);
 /*
  * A session's child (parked with IPD_SANDBOX_PARK_SESSION): one call
@@ -379,11 +391,14 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
  * /mnt/output; cpu_seconds and oom_killed this call's; exit_code the
  * call's status).  *ended: the child is gone (it exited, was killed for
  * memory, or timed out here: then killed); free pk then.  pk stays the
- * caller's either way; one call at a time.
+ * caller's either way; one call at a time.  live (or NULL): as the
+ * spec's, except that a cancel first sends SIGINT to the session's
+ * processes (the code sees KeyboardInterrupt) and kills the child (*ended)
+ * only when it has not answered 2 s later: out->interrupted says which.
  */
 enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
                                      enum ipd_zproto_verb verb,
-                                     int64_t timeout_ms,
+                                     int64_t timeout_ms, struct ipd_live *live,
                                      struct ipd_sandbox_result *out,
                                      bool *ended);
 /* A session child's cgroup memory now (bytes), -1 when unknown. */

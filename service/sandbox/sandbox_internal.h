@@ -85,6 +85,10 @@ enum ipd_err ipd__cgroup_run_create(const struct ipd__cgroups *cg,
                                     size_t errlen);
 /* Kill everything in the run's cgroups (cgroup.kill; v1: signal each
  * listed pid).  Safe to call repeatedly. */
+/* Send sig to every process of the run (the first of its cgroups that
+ * lists any); the pid namespace's init ignores what it has no handler
+ * for. */
+void ipd__cgroup_run_signal(const struct ipd__cgroup_run *run, int sig);
 void ipd__cgroup_run_kill(const struct ipd__cgroup_run *run);
 /* The largest VmHWM (peak resident set, KiB) of the processes in the
  * run's cgroup, 0 when there is none or no cgroup lists them. */

@@ -539,7 +539,7 @@ zt_run_mounts(struct zt *t, const struct ipd_sandbox_policy *p,
         goto out;
     }
     sbx_guard_step("a warm run", p->wall_timeout_ms);
-    rc = ipd_sandbox_parked_run(pk, 0, res);
+    rc = ipd_sandbox_parked_run(pk, 0, NULL, res);
     sbx_guard_done();
     sbx_report("warm run", rc, res);
 out:
@@ -582,7 +582,8 @@ zt_calls_mounts(struct zt *t, const struct ipd_sandbox_policy *p,
             break;
         }
         sbx_guard_step("a session call", p->wall_timeout_ms);
-        rc = ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 0, &res[i], ended);
+        rc =
+            ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 0, NULL, &res[i], ended);
         sbx_guard_done();
         sbx_report(*ended ? "session call (ended it)" : "session call", rc,
                    &res[i]);

@@ -193,22 +193,24 @@ static void test_session(void)
     REQUIRE(!ipd_sandbox_park(zt.z, &p, m, 2, IPD_SANDBOX_PARK_SESSION, 30000,
                               &pk, err, sizeof err));
     CHECK(!write_code(st, "x = 41\nprint('one')\nopen('a.txt', 'w')\n"));
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, &r, &ended),
-              IPD_OK);
+    CHECK_INT(
+        ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, NULL, &r, &ended),
+        IPD_OK);
     CHECK(!ended);
     CHECK_INT(r.exit_code, 0);
     CHECK_STR(r.out.buf, "one\n");
     ipd_sandbox_result_release(&r);
     CHECK(!write_code(st, "x += 1\nprint(x)\nimport sys; sys.exit(3)\n"));
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, &r, &ended),
-              IPD_OK);
+    CHECK_INT(
+        ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, NULL, &r, &ended),
+        IPD_OK);
     CHECK(!ended);
     CHECK_INT(r.exit_code, 3);
     CHECK_STR(r.out.buf, "42\n");
     ipd_sandbox_result_release(&r);
-    CHECK_INT(
-        ipd_sandbox_parked_call(pk, IPD_ZPROTO_VARIABLES, 5000, &r, &ended),
-        IPD_OK);
+    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_VARIABLES, 5000, NULL, &r,
+                                      &ended),
+              IPD_OK);
     fd = ipd_sandbox_output_open(&r, ".interpd/variables.json", O_RDONLY);
     CHECK(fd >= 0);
     ssize_t n = fd >= 0 ? read(fd, buf, sizeof buf - 1) : -1;
@@ -219,7 +221,7 @@ static void test_session(void)
         close(fd);
     ipd_sandbox_result_release(&r);
     CHECK(!write_code(st, "print('loop', flush=True)\nwhile True: pass\n"));
-    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 300, &r, &ended),
+    CHECK_INT(ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 300, NULL, &r, &ended),
               IPD_OK);
     CHECK(ended);
     CHECK(r.timed_out);

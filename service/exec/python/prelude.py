@@ -415,6 +415,25 @@ def _imported():
     return names[:32]
 
 
+# A session's interrupt gate (its cancel sends SIGINT, again until the
+# call answers): KeyboardInterrupt is raised only while the code runs;
+# one that comes before it starts in this call is held for it (raised as
+# it starts), one from before the call is dropped (run_cell).
+_GATE = [False, False]   # [the code runs, one is held]
+
+
+def _on_sigint(signum, frame):
+    if _GATE[0]:
+        raise KeyboardInterrupt
+    _GATE[1] = True
+
+
+def install_interrupt_gate():
+    """For a session's interpreter (zygote.py): SIGINT through the gate."""
+    import signal
+    signal.signal(signal.SIGINT, _on_sigint)
+
+
 def _execute(source, ns):
     """Run the code: (exit status or SystemExit code, error object).  A
     bare expression as its last statement is shown (_split_last)."""
@@ -427,16 +446,22 @@ def _execute(source, ns):
         if last is not None:
             last = compile(last, _CODE_NAME, "eval", dont_inherit=True)
         del tree
+        _GATE[0] = True
+        if _GATE[1]:
+            raise KeyboardInterrupt
         exec(code, ns)
         if last is not None:
             value = eval(last, ns)
             if value is not None:
                 _lib()["_show"]((value,))
+        _GATE[0] = False
     except SystemExit as e:
+        _GATE[0] = False
         if e.code is None or e.code == 0 or e.code is False:
             return 0, None
         return e.code, _lib()["_error_object"](e, False)
     except BaseException as e:
+        _GATE[0] = False
         return 1, _lib()["_error_object"](e, True)
     return 0, None
 
@@ -483,6 +508,7 @@ def run_cell(mod, first=True):
     only then: a session's sequence goes on)."""
     pid = os.getpid()
     ns = mod.__dict__
+    _GATE[1] = False   # an interrupt from before this call
     if not first:
         _reset_call(ns)
     try:

@@ -402,6 +402,9 @@ def _program(ctl, out_w, err_w, session):
     os.closerange(ctl + 1, 1 << 20)
     os.chdir("/mnt/output")
     if session:
+        # A cancel's SIGINT before the session loop has its gate
+        # (prelude.install_interrupt_gate) must not end the interpreter.
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return
     _rehearse(ctl)
     go = os.read(ctl, 32)
@@ -757,6 +760,7 @@ def _session_loop(prelude, ctl):
     poller = select.poll()
     poller.register(ctl, select.POLLIN)
     mod = prelude.new_main_module()
+    prelude.install_interrupt_gate()
     first = True
     null = os.open("/dev/null", os.O_RDWR)
     while True:

@@ -1,0 +1,485 @@
+/*
+ * live.c - one execution's live channel (see live.h).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include "json_out.h"
+#include "live.h"
+#include "util.h"
+
+/* One event waiting for the consumer. */
+struct live_ev {
+    struct live_ev *next;
+    uint64_t id;
+    int stream; /* 1, 2: raw output bytes in data; 0: JSON text */
+    char kind[IPD_LIVE_KIND_MAX]; /* "stdout", "stderr", ..., "result" */
+    struct ipd_buf data;
+};
+
+struct ipd_live {
+    atomic_int refs;
+    atomic_bool cancelled;
+    int fd; /* eventfd: the producer's wake-up */
+    pthread_mutex_t lock;
+    /* under lock: */
+    bool streaming, begun, ended, taken_end, asleep, poked, want_room;
+    bool result_queued;   /* ended with a result event (else none comes) */
+    bool wake_due;        /* output came within IPD_LIVE_COALESCE_MS of the
+                             last wake: the next is due then */
+    int64_t last_wake;    /* monotonic ms */
+    enum ipd_err refused; /* ipd_live_refuse's */
+    char *refused_detail; /* owned, or NULL */
+    struct ipd_live_consumer consumer;
+    struct live_ev *head, *tail;
+    size_t pending; /* raw output bytes queued */
+    uint64_t next_id;
+    unsigned char carry[3][4]; /* [stream]: a split character's start */
+    size_t carry_len[3];
+    int64_t idle_since; /* monotonic ms: the last take or poke */
+    /* Since when something waits for the consumer to take it (an event,
+     * or a poke's keep-alive), monotonic ms; 0: nothing waits.  Read
+     * without the lock (ipd_live_waiting_since). */
+    _Atomic int64_t waiting_since;
+};
+
+struct ipd_live *ipd_live_new(void)
+{
+    int fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (fd < 0)
+        return NULL;
+    struct ipd_live *l = ipd_xcalloc(1, sizeof(*l));
+    atomic_init(&l->refs, 1);
+    atomic_init(&l->cancelled, false);
+    atomic_init(&l->waiting_since, 0);
+    l->fd = fd;
+    l->next_id = 1;
+    l->idle_since = ipd_mono_ms();
+    pthread_mutex_init(&l->lock, NULL);
+    return l;
+}
+
+struct ipd_live *ipd_live_ref(struct ipd_live *l)
+{
+    if (l)
+        atomic_fetch_add(&l->refs, 1);
+    return l;
+}
+
+static void ev_free(struct live_ev *e)
+{
+    ipd_buf_release(&e->data);
+    free(e);
+}
+
+static void drop_events(struct ipd_live *l)
+{
+    while (l->head) {
+        struct live_ev *e = l->head;
+        l->head = e->next;
+        ev_free(e);
+    }
+    l->tail = NULL;
+    l->pending = 0;
+}
+
+void ipd_live_unref(struct ipd_live *l)
+{
+    if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
+        return;
+    drop_events(l);
+    free(l->refused_detail);
+    close(l->fd);
+    pthread_mutex_destroy(&l->lock);
+    free(l);
+}
+
+static void wake_producer(struct ipd_live *l)
+{
+    uint64_t one = 1;
+    /* Only EAGAIN (the counter is full, so readable already) can fail. */
+    (void)!write(l->fd, &one, sizeof one);
+}
+
+bool ipd_live_cancel(struct ipd_live *l)
+{
+    bool was = atomic_exchange(&l->cancelled, true);
+    wake_producer(l);
+    return !was;
+}
+
+bool ipd_live_cancelled(struct ipd_live *l)
+{
+    return l && atomic_load(&l->cancelled);
+}
+
+int ipd_live_fd(const struct ipd_live *l)
+{
+    return l ? l->fd : -1;
+}
+
+void ipd_live_fd_clear(struct ipd_live *l)
+{
+    uint64_t v;
+    (void)!read(l->fd, &v, sizeof v);
+}
+
+size_t ipd_live_room(struct ipd_live *l)
+{
+    if (!l)
+        return SIZE_MAX;
+    pthread_mutex_lock(&l->lock);
+    size_t room = !l->streaming ? SIZE_MAX
+                  : l->pending >= IPD_LIVE_PENDING_MAX
+                      ? 0
+                      : IPD_LIVE_PENDING_MAX - l->pending;
+    l->want_room = room == 0;
+    pthread_mutex_unlock(&l->lock);
+    return room;
+}
+
+/* A sleeping consumer has something to take (under the lock). */
+static void wake_consumer(struct ipd_live *l)
+{
+    l->wake_due = false;
+    if (l->asleep && l->consumer.wake) {
+        l->asleep = false;
+        l->last_wake = ipd_mono_ms();
+        l->consumer.wake(l->consumer.ctx);
+    }
+}
+
+/* Output for a sleeping consumer: woken at once after a quiet spell, but
+ * at most once per IPD_LIVE_COALESCE_MS in a flood (what comes meanwhile
+ * joins the waiting event: ipd_live_due, ipd_live_flush). */
+static void wake_for_output(struct ipd_live *l)
+{
+    if (!l->asleep)
+        return; /* busy sending: what comes joins the queue */
+    if (ipd_mono_ms() - l->last_wake >= IPD_LIVE_COALESCE_MS)
+        wake_consumer(l);
+    else
+        l->wake_due = true;
+}
+
+static struct live_ev *ev_push(struct ipd_live *l, int stream, const char *kind)
+{
+    struct live_ev *e = ipd_xcalloc(1, sizeof(*e));
+    e->id = l->next_id++;
+    e->stream = stream;
+    snprintf(e->kind, sizeof e->kind, "%s", kind);
+    ipd_buf_init(&e->data, IPD_BUF_UNLIMITED);
+    if (l->tail) {
+        l->tail->next = e;
+    } else {
+        l->head = e;
+        if (!atomic_load(&l->waiting_since))
+            atomic_store(&l->waiting_since, ipd_mono_ms());
+    }
+    l->tail = e;
+    return e;
+}
+
+/* Raw output onto the queue (under the lock): joins the last event when
+ * that is of the same stream and has room. */
+static void queue_output(struct ipd_live *l, int stream, const void *data,
+                         size_t len)
+{
+    struct live_ev *e = l->tail;
+    if (!len)
+        return;
+    if (!e || e->stream != stream || e->data.len + len > IPD_LIVE_EVENT_MAX)
+        e = ev_push(l, stream, stream == 1 ? "stdout" : "stderr");
+    IPD_ASSERT(ipd_buf_add(&e->data, data, len) == IPD_OK);
+    l->pending += len;
+}
+
+/* How many bytes at the end of s[0..len) start a character whose rest
+ * has not come yet (0-3). */
+static size_t split_tail(const unsigned char *s, size_t len)
+{
+    for (size_t k = 1; k <= 3 && k <= len; k++) {
+        unsigned char c = s[len - k];
+        if ((c & 0xC0) == 0x80)
+            continue;
+        size_t need = c >= 0xF5   ? 1
+                      : c >= 0xF0 ? 4
+                      : c >= 0xE0 ? 3
+                      : c >= 0xC2 ? 2
+                                  : 1;
+        return need > k ? k : 0;
+    }
+    return 0;
+}
+
+void ipd_live_output(struct ipd_live *l, int stream, const char *data,
+                     size_t len)
+{
+    if (!l || (stream != 1 && stream != 2) || !len)
+        return;
+    pthread_mutex_lock(&l->lock);
+    if (l->streaming && !l->ended) {
+        size_t c = l->carry_len[stream];
+        size_t keep = split_tail((const unsigned char *)data, len);
+        if (c && keep == len) {
+            /* Still the same character: it grows (never past 4). */
+            size_t add = len + c <= 4 ? len : 4 - c;
+            memcpy(l->carry[stream] + c, data, add);
+            l->carry_len[stream] = c + add;
+        } else {
+            queue_output(l, stream, l->carry[stream], c);
+            queue_output(l, stream, data, len - keep);
+            memcpy(l->carry[stream], data + len - keep, keep);
+            l->carry_len[stream] = keep;
+        }
+        wake_for_output(l);
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+void ipd_live_event(struct ipd_live *l, const char *kind, const char *json,
+                    size_t len)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->lock);
+    if (l->streaming && !l->ended) {
+        struct live_ev *e = ev_push(l, 0, kind);
+        IPD_ASSERT(ipd_buf_add(&e->data, json, len) == IPD_OK);
+        wake_consumer(l);
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+void ipd_live_end(struct ipd_live *l, char *json, size_t len)
+{
+    if (!l) {
+        free(json);
+        return;
+    }
+    pthread_mutex_lock(&l->lock);
+    if (l->streaming && !l->ended && json) {
+        for (int s = 1; s <= 2; s++) {
+            queue_output(l, s, l->carry[s], l->carry_len[s]);
+            l->carry_len[s] = 0;
+        }
+        struct live_ev *e = ev_push(l, 0, "result");
+        ipd_buf_release(&e->data);
+        e->data.buf = json;
+        e->data.len = len;
+        e->data.alloc = len + 1;
+        e->data.max = IPD_BUF_UNLIMITED;
+        json = NULL;
+        l->result_queued = true;
+        wake_consumer(l);
+    }
+    l->ended = true;
+    wake_consumer(l); /* one that waited for the beginning */
+    pthread_mutex_unlock(&l->lock);
+    free(json);
+}
+
+void ipd_live_begin(struct ipd_live *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->lock);
+    l->begun = true;
+    wake_consumer(l);
+    pthread_mutex_unlock(&l->lock);
+}
+
+bool ipd_live_begun(struct ipd_live *l)
+{
+    pthread_mutex_lock(&l->lock);
+    bool begun = l->begun;
+    pthread_mutex_unlock(&l->lock);
+    return begun;
+}
+
+bool ipd_live_wait_begin(struct ipd_live *l)
+{
+    pthread_mutex_lock(&l->lock);
+    bool wait = !l->begun && !l->ended;
+    if (wait) {
+        l->asleep = true;
+        if (l->consumer.sleep)
+            l->consumer.sleep(l->consumer.ctx);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return wait;
+}
+
+void ipd_live_refuse(struct ipd_live *l, enum ipd_err rc, const char *detail)
+{
+    pthread_mutex_lock(&l->lock);
+    if (!l->ended) {
+        l->refused = rc;
+        l->refused_detail = detail ? ipd_xstrdup(detail) : NULL;
+        l->ended = true;
+        wake_consumer(l);
+    }
+    pthread_mutex_unlock(&l->lock);
+}
+
+enum ipd_err ipd_live_refusal(struct ipd_live *l, struct ipd_buf *detail)
+{
+    pthread_mutex_lock(&l->lock);
+    enum ipd_err rc = l->refused;
+    if (rc && l->refused_detail)
+        ipd_buf_adds(detail, l->refused_detail);
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+bool ipd_live_streamed(struct ipd_live *l)
+{
+    if (!l)
+        return false;
+    pthread_mutex_lock(&l->lock);
+    bool on = l->streaming;
+    pthread_mutex_unlock(&l->lock);
+    return on;
+}
+
+bool ipd_live_ended(struct ipd_live *l)
+{
+    pthread_mutex_lock(&l->lock);
+    bool ended = l->ended;
+    pthread_mutex_unlock(&l->lock);
+    return ended;
+}
+
+void ipd_live_stream(struct ipd_live *l, const struct ipd_live_consumer *c)
+{
+    pthread_mutex_lock(&l->lock);
+    IPD_ASSERT(!l->streaming);
+    l->streaming = true;
+    l->consumer = *c;
+    l->idle_since = ipd_mono_ms();
+    pthread_mutex_unlock(&l->lock);
+}
+
+void ipd_live_unstream(struct ipd_live *l)
+{
+    pthread_mutex_lock(&l->lock);
+    bool blocked = l->want_room;
+    l->streaming = false;
+    memset(&l->consumer, 0, sizeof l->consumer);
+    l->asleep = false;
+    drop_events(l);
+    atomic_store(&l->waiting_since, 0);
+    pthread_mutex_unlock(&l->lock);
+    if (blocked)
+        wake_producer(l); /* its output goes nowhere now: read on */
+}
+
+/* Raw output as a JSON string into out. */
+static void json_output(struct ipd_buf *out, const struct ipd_buf *raw)
+{
+    size_t cap = raw->len * 3 + 1;
+    char *text = ipd_xmalloc(cap);
+    ipd_utf8_lossy(text, cap, raw->buf, raw->len);
+    IPD_ASSERT(ipd_jw_str(out, text) == IPD_OK);
+    free(text);
+}
+
+enum ipd_live_take ipd_live_take(struct ipd_live *l, uint64_t *id,
+                                 char kind[IPD_LIVE_KIND_MAX],
+                                 struct ipd_buf *data)
+{
+    pthread_mutex_lock(&l->lock);
+    struct live_ev *e = l->head;
+    enum ipd_live_take t = IPD_LIVE_EVENT;
+    if (!e && (l->taken_end || (l->ended && !l->result_queued))) {
+        t = IPD_LIVE_OVER;
+    } else if (!e && l->poked) {
+        l->poked = false;
+        atomic_store(&l->waiting_since, 0);
+        t = IPD_LIVE_PING;
+    } else if (!e) {
+        l->asleep = true;
+        if (l->consumer.sleep)
+            l->consumer.sleep(l->consumer.ctx);
+        t = IPD_LIVE_NONE;
+    } else {
+        l->head = e->next;
+        if (!l->head)
+            l->tail = NULL;
+        *id = e->id;
+        memcpy(kind, e->kind, IPD_LIVE_KIND_MAX);
+        if (e->stream) {
+            bool blocked = l->want_room && l->pending >= IPD_LIVE_PENDING_MAX &&
+                           l->pending - e->data.len < IPD_LIVE_PENDING_MAX;
+            l->pending -= e->data.len;
+            json_output(data, &e->data);
+            if (blocked) {
+                l->want_room = false;
+                wake_producer(l);
+            }
+        } else {
+            IPD_ASSERT(ipd_buf_add(data, e->data.buf, e->data.len) == IPD_OK);
+        }
+        l->taken_end = !strcmp(e->kind, "result");
+        ev_free(e);
+        l->poked = false;
+        l->idle_since = ipd_mono_ms();
+        atomic_store(&l->waiting_since, l->head ? l->idle_since : 0);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return t;
+}
+
+int64_t ipd_live_due(struct ipd_live *l)
+{
+    if (!l)
+        return -1;
+    pthread_mutex_lock(&l->lock);
+    int64_t due = -1;
+    if (l->wake_due && l->asleep) {
+        due = l->last_wake + IPD_LIVE_COALESCE_MS - ipd_mono_ms();
+        due = due < 0 ? 0 : due;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return due;
+}
+
+void ipd_live_flush(struct ipd_live *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->lock);
+    if (l->wake_due && ipd_mono_ms() - l->last_wake >= IPD_LIVE_COALESCE_MS)
+        wake_consumer(l);
+    pthread_mutex_unlock(&l->lock);
+}
+
+int64_t ipd_live_waiting_since(struct ipd_live *l)
+{
+    return atomic_load(&l->waiting_since);
+}
+
+bool ipd_live_poke(struct ipd_live *l, int64_t idle_ms)
+{
+    bool woken = false;
+    pthread_mutex_lock(&l->lock);
+    int64_t now = ipd_mono_ms();
+    if (l->streaming && now - l->idle_since >= idle_ms) {
+        l->poked = true;
+        l->idle_since = now;
+        if (!atomic_load(&l->waiting_since))
+            atomic_store(&l->waiting_since, now);
+        if (l->asleep)
+            woken = true;
+        wake_consumer(l);
+    }
+    pthread_mutex_unlock(&l->lock);
+    return woken;
+}
