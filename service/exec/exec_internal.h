@@ -164,6 +164,9 @@ enum ipd_err ipd__stage_job(struct ipd_executor *ex,
                             const struct ipd_exec_request *rq,
                             struct ipd__run_stage *wk, int64_t files_max,
                             struct ipd_buf *detail);
+/* obj as an event of kind on rq's stream (nothing when none listens). */
+void ipd__live_emit(const struct ipd_exec_request *rq, const char *kind,
+                    const json_t *obj);
 /* Only look rq's files up (the staging's first step): IPD_ERR_NOT_FOUND
  * with detail when one is not the caller's. */
 enum ipd_err ipd__stage_check_files(struct ipd_executor *ex,

@@ -93,6 +93,11 @@ void ipd__packages_install(struct ipd_executor *ex,
         ipd_venv_install(ex->venv, rq->packages, rq->n_packages, rq->admin,
                          &ins->results);
     ins->seconds = (double)(ipd_now_ms() - t0) / 1000.0;
+    /* A stream gets each package's result once the install is over (pip
+     * installs them together). */
+    size_t i;
+    json_t *one;
+    json_array_foreach(ins->results, i, one) ipd__live_emit(rq, "install", one);
 }
 
 /* After a run that failed with "ModuleNotFoundError: No module named 'x'"
@@ -136,6 +141,7 @@ bool ipd__packages_auto_install(struct ipd_executor *ex,
     ins->seconds += (double)(ipd_now_ms() - t0) / 1000.0;
     json_t *one = json_array_get(res, 0);
     json_array_append(ins->results, one);
+    ipd__live_emit(rq, "install", one);
     again =
         !strcmp(json_string_value(json_object_get(one, "status")), "installed");
     if (again)

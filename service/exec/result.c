@@ -28,6 +28,7 @@
 #include "../../storage/meta.h"
 #include "../../storage/space.h"
 #include "../common/crypto.h"
+#include "../common/live.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "display.h"
@@ -817,8 +818,19 @@ static void usage_start(struct ipd_executor *ex,
                                          ipd_now_ms(), &u->tcount, &u->tbytes);
 }
 
+void ipd__live_emit(const struct ipd_exec_request *rq, const char *kind,
+                    const json_t *obj)
+{
+    if (!ipd_live_streamed(rq->live))
+        return; /* nobody would read it: not even dumped */
+    char *text = json_dumps(obj, JSON_COMPACT);
+    IPD_ASSERT(text);
+    ipd_live_event(rq->live, kind, text, strlen(text));
+    free(text);
+}
+
 /* generated_files, generated_files_truncated, generated_files_dropped,
- * generated_files_skipped. */
+ * generated_files_skipped.  Each File goes to a stream as it is stored. */
 static void collect_generated(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               const struct ipd_sandbox_result *r,
@@ -856,6 +868,7 @@ static void collect_generated(struct ipd_executor *ex,
             note_skipped(&c, c.items[i].rel, why ? why : "storage_error");
             continue;
         }
+        ipd__live_emit(rq, "file", obj);
         json_array_append_new(files, obj);
         listed++;
     }

@@ -901,6 +901,70 @@ static void test_cancel_queued(void)
     itest_stop(one);
 }
 
+/* A stored generated File comes as a `file` event and each package's
+ * install result as an `install` event, before the result, each equal
+ * to its entry in the result.  (An index nobody listens on: the install
+ * fails, soon; a session keeps its packages, so there only the file.) */
+static void test_file_and_install_events(void)
+{
+    const char *const args[] = {"--pip-index-url", "http://127.0.0.1:1/simple/",
+                                NULL};
+    struct itest_opts o = {.args = args};
+    struct itest_server *s2 = itest_start(&o);
+    REQUIRE(s2);
+    struct itest_server *keep = srv;
+    srv = s2;
+    char *sid = maybe_session("u-ev");
+    json_t *extra =
+        sid ? json_object() : json_pack("{s:[s]}", "packages", "polars");
+    char *body =
+        body_of("open('out.txt', 'w').write('data')\n", true, sid, extra);
+    struct sse c;
+    sse_open(&c, srv, srv->admin_key, "u-ev", body, NULL);
+    CHECKF(c.status == 200, "status %d", c.status);
+    struct sse_event e;
+    json_t *file = NULL, *inst = NULL, *res = NULL;
+    bool order_ok = true;
+    while (!res && sse_next(&c, 120000, &e)) {
+        json_t *d = e.data ? json_loads(e.data, JSON_DECODE_ANY, NULL) : NULL;
+        if (!strcmp(e.kind, "install")) {
+            order_ok = order_ok && !file;
+            json_decref(inst);
+            inst = json_incref(d);
+        } else if (!strcmp(e.kind, "file")) {
+            file = json_incref(d);
+        } else if (!strcmp(e.kind, "result")) {
+            res = json_incref(d);
+        }
+        json_decref(d);
+        sse_event_release(&e);
+    }
+    CHECK(res != NULL);
+    CHECKF(order_ok, "an install event after a file event");
+    json_t *g0 = json_array_get(json_object_get(res, "generated_files"), 0);
+    CHECKF(file && g0 && json_equal(file, g0),
+           "the file event is not the result's generated file");
+    CHECK(streq(itest_json_str(file, "filename"), "out.txt"));
+    if (!sid) {
+        json_t *i0 =
+            json_array_get(json_object_get(res, "installed_packages"), 0);
+        CHECKF(inst && i0 && json_equal(inst, i0),
+               "the install event is not the result's installed package");
+        CHECK(streq(itest_json_str(inst, "package"), "polars"));
+        CHECK(streq(itest_json_str(inst, "status"), "failed"));
+    }
+    json_decref(file);
+    json_decref(inst);
+    json_decref(res);
+    sse_close(&c);
+    free(body);
+    if (sid)
+        session_end(srv, "u-ev", sid);
+    free(sid);
+    srv = keep;
+    itest_stop(s2);
+}
+
 /* Refusals are ordinary JSON errors, not streams: detach without a
  * stream, a stream with async, and a failure before the run starts
  * (an unknown file). */
@@ -946,6 +1010,7 @@ int main(void)
         T(test_cancel_running),
         T(test_cancel_session_killed),
         T(test_cancel_queued),
+        T(test_file_and_install_events),
         T(test_refusals),
     };
     srv = itest_start(NULL);
