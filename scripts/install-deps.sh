@@ -39,16 +39,22 @@ else
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
 
-# The OpenAPI linter (ctest unit/openapi_lint), pinned by
-# tests/support/openapi/package.json and its package-lock.json.  Skipped
-# when the installed version is already the pinned one.
-lint_dir="$(cd "$(dirname "$0")/.." && pwd)/tests/support/openapi"
-want="$(sed -n 's/.*"@redocly\/cli": *"\([^"]*\)".*/\1/p' "$lint_dir/package.json")"
-have="$(sed -n '/^ *"version":/{s/^ *"version": *"\([^"]*\)".*/\1/p;q}' \
-  "$lint_dir/node_modules/@redocly/cli/package.json" 2>/dev/null || true)"
-if [ -n "$want" ] && [ "$have" = "$want" ] && [ -x "$lint_dir/node_modules/.bin/redocly" ]; then
-  echo "install-deps: @redocly/cli $have present"
-else
-  echo "install-deps: npm ci in $lint_dir (@redocly/cli $want)"
-  npm ci --prefix "$lint_dir" --no-audit --no-fund --loglevel=error
-fi
+# The npm packages of the tests, each folder pinned by its package.json and
+# package-lock.json: the OpenAPI linter (ctest unit/openapi_lint) and the
+# EventSource client (ctest clients/sse).  A folder is skipped when the
+# installed version is already the pinned one.
+npm_pinned() { # FOLDER PACKAGE FILE-IN-NODE_MODULES
+  local dir want have
+  dir="$(cd "$(dirname "$0")/.." && pwd)/$1"
+  want="$(sed -n "s|.*\"$2\": *\"\([^\"]*\)\".*|\1|p" "$dir/package.json")"
+  have="$(sed -n '/^ *"version":/{s/^ *"version": *"\([^"]*\)".*/\1/p;q}' \
+    "$dir/node_modules/$2/package.json" 2>/dev/null || true)"
+  if [ -n "$want" ] && [ "$have" = "$want" ] && [ -e "$dir/node_modules/$3" ]; then
+    echo "install-deps: $2 $have present"
+  else
+    echo "install-deps: npm ci in $dir ($2 $want)"
+    npm ci --prefix "$dir" --no-audit --no-fund --loglevel=error
+  fi
+}
+npm_pinned tests/support/openapi @redocly/cli .bin/redocly
+npm_pinned tests/support/sse eventsource eventsource/dist/index.js
