@@ -387,12 +387,12 @@ static void test_order_and_timing(void)
      * twice, unbuffered), then stderr's "warn\n". */
     struct sse_event e;
     char early[64] = "";
-    double t_first = 0;
+    double t_first = -1;
     long next = 1;
     while (sse_next(&c, 20000, &e) && !strcmp(e.kind, "stdout")) {
         CHECKF(e.id == next, "event id %ld, want %ld", e.id, next);
         next = e.id + 1;
-        if (!t_first)
+        if (t_first < 0)
             t_first = itest_now();
         json_t *d = json_loads(e.data, JSON_DECODE_ANY, NULL);
         snprintf(early + strlen(early), sizeof early - strlen(early), "%s",
