@@ -41,7 +41,11 @@ The scheme, which docs/API.md states for its readers under "Examples":
   document uses; a keyword the validator does not know fails the run), and
   no property in the reply that the schema does not name (UNDOCUMENTED_OK
   lists the exceptions, with reasons), so the document cannot fall behind
-  the server.
+  the server.  A streamed reply (text/event-stream) must be well-formed
+  Server-Sent Events: ids 1, 2, ..., one JSON data line per event, only
+  the kinds STREAM_KINDS names (with their data's kind), and last a
+  `result` whose data is valid against the same response's
+  application/json schema (a stream's result is the synchronous answer).
 - A `message` a response block shows (at any depth) must be the real
   reply's, word for word (`...` at its end stands for any rest): the
   shape check above compares no values, and a message quoted from an old
@@ -786,7 +790,11 @@ def check_exchange(api, x):
     if not media_types_match(content, ctype):
         return name, ["%s %d: Content-Type %r, the document has %s"
                       % (name, x.status, ctype, ", ".join(content))]
-    if x.method == "HEAD" or "application/json" not in content:
+    if x.method == "HEAD":
+        return name, []
+    if ctype.split(";")[0].strip().lower() == "text/event-stream":
+        return name, check_event_stream(api, name, x, content, loc)
+    if "application/json" not in content:
         return name, []
     schema = content["application/json"].get("schema")
     try:
@@ -801,6 +809,81 @@ def check_exchange(api, x):
     except (KeyError, ValueError) as e:
         return name, ["%s %d: the schema cannot be applied: %r"
                       % (name, x.status, e)]
+
+
+# The event kinds a stream may carry before its last, `result`, each with
+# the JSON kind of its data.  A kind the server adds fails the check until
+# docs/openapi.json (the text/event-stream of POST /v1/executions) and this
+# list describe it.
+STREAM_KINDS = {"stdout": "string", "stderr": "string"}
+
+
+def parse_event_stream(text):
+    """The events of a Server-Sent Events body: [(id, kind, [data lines])],
+    comments (`: ...`) left out, and the problems of its framing."""
+    events, problems = [], []
+    blocks = text.split("\n\n")
+    if blocks and blocks[-1] == "":
+        blocks.pop()
+    else:
+        problems.append("the stream does not end with a blank line")
+    for blk in blocks:
+        fields = [ln for ln in blk.split("\n") if not ln.startswith(":")]
+        if not fields:
+            continue
+        ev = {"id": None, "event": None, "data": []}
+        for ln in fields:
+            k, sep, v = ln.partition(": ")
+            if not sep or k not in ev:
+                problems.append("not an SSE field line: %r" % ln[:80])
+            elif k == "data":
+                ev["data"].append(v)
+            elif ev[k] is not None:
+                problems.append("two %s lines in one event" % k)
+            else:
+                ev[k] = v
+        events.append((ev["id"], ev["event"], ev["data"]))
+    return events, problems
+
+
+def check_event_stream(api, name, x, content, loc):
+    """A text/event-stream reply (its response at loc): ids 1, 2, ... on
+    every event, one JSON data line each, the kinds of STREAM_KINDS with
+    their data's kind, and last a `result` whose data is what the
+    response's application/json schema (the synchronous answer) allows."""
+    where = "%s %d (text/event-stream)" % (name, x.status)
+    events, problems = parse_event_stream(bytes(x.body).decode("utf-8"))
+    errs = ["%s: %s" % (where, p) for p in problems]
+    if not events or events[-1][1] != "result":
+        return errs + ["%s: the last event is not `result`" % where]
+    schema = content.get("application/json", {}).get("schema")
+    for n, (eid, ev_kind, data) in enumerate(events, 1):
+        at = "%s: event %d (%s)" % (where, n, ev_kind)
+        if eid != str(n):
+            errs.append("%s: id %r, want %d" % (at, eid, n))
+        if len(data) != 1:
+            errs.append("%s: %d data lines, want 1" % (at, len(data)))
+            continue
+        try:
+            value = json.loads(data[0])
+        except ValueError as e:
+            errs.append("%s: the data is not JSON: %s" % (at, e))
+            continue
+        if ev_kind == "result" and n != len(events):
+            errs.append("%s: an event after the result" % at)
+        elif ev_kind == "result" and schema is None:
+            errs.append("%s: the response has no application/json schema "
+                        "to check the result against" % at)
+        elif ev_kind == "result":
+            errs += ["%s: %s" % (at, e) for e in api.validate(
+                schema, loc + "/content/application~1json/schema", value)]
+        elif ev_kind not in STREAM_KINDS:
+            errs.append("%s: a kind docs/openapi.json does not describe "
+                        "(api-examples.py STREAM_KINDS)" % at)
+        elif kind(value) != STREAM_KINDS[ev_kind]:
+            errs.append("%s: its data is a %s, not a %s"
+                        % (at, kind(value), STREAM_KINDS[ev_kind]))
+    return errs
 
 
 def check_replies(b, api, trace_dir, base):
