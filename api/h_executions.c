@@ -141,7 +141,7 @@ static void start_stream(struct ipd_req *r, struct ipd_exec_job *j, bool async)
     struct ipd_buf why;
     enum ipd_err rc = IPD_OK;
 
-    if (async && !(j->detach && j->callback_url)) {
+    if (async && !j->detach) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
                        "a streamed execution is not asynchronous: \"async\" "
                        "and \"callback_url\" need \"detach\": true (its "

@@ -99,9 +99,7 @@ static void reply_json_text(struct ipd_req *r, unsigned status, char *text,
 
 void ipd_reply_json(struct ipd_req *r, unsigned status, json_t *json)
 {
-    char *text = json ? json_dumps(json, JSON_COMPACT | JSON_ENSURE_ASCII |
-                                             JSON_REAL_PRECISION(12))
-                      : NULL;
+    char *text = json ? json_dumps(json, IPD_JSON_REPLY_FLAGS) : NULL;
     json_decref(json);
     if (!text) {
         /* A value that could not be built or encoded is our bug, never a

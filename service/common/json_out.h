@@ -13,6 +13,11 @@
 
 #include "buf.h"
 
+/* How every JSON answer is written (jansson's json_dumps flags): one
+ * line, ASCII, reals to 12 digits.  A streamed result is the same text. */
+#define IPD_JSON_REPLY_FLAGS                                                   \
+    (JSON_COMPACT | JSON_ENSURE_ASCII | JSON_REAL_PRECISION(12))
+
 /* A JSON string for the UTF-8 text s: quotes, backslashes, control
  * characters and U+2028/U+2029 escaped; other UTF-8 passes through. */
 enum ipd_err ipd_jw_str(struct ipd_buf *b, const char *s);

@@ -637,7 +637,7 @@ static void live_finish(struct ipd_exec_job *j)
         failed =
             failure_result(j, ipd_exec_error_type(j->rc),
                            j->detail.len ? j->detail.buf : ipd_err_name(j->rc));
-    char *text = json_dumps(failed ? failed : j->result, JSON_COMPACT);
+    char *text = json_dumps(failed ? failed : j->result, IPD_JSON_REPLY_FLAGS);
     IPD_ASSERT(text);
     json_decref(failed);
     ipd_live_end(j->live, text, strlen(text));

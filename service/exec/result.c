@@ -28,6 +28,7 @@
 #include "../../storage/meta.h"
 #include "../../storage/space.h"
 #include "../common/crypto.h"
+#include "../common/json_out.h"
 #include "../common/live.h"
 #include "../common/log.h"
 #include "../common/util.h"
@@ -823,7 +824,7 @@ void ipd__live_emit(const struct ipd_exec_request *rq, const char *kind,
 {
     if (!ipd_live_streamed(rq->live))
         return; /* nobody would read it: not even dumped */
-    char *text = json_dumps(obj, JSON_COMPACT);
+    char *text = json_dumps(obj, IPD_JSON_REPLY_FLAGS);
     IPD_ASSERT(text);
     ipd_live_event(rq->live, kind, text, strlen(text));
     free(text);

@@ -1024,6 +1024,9 @@ static const char *session_end_why(const struct ipd_sandbox_result *r,
         return "an execution timed out";
     if (r->oom_killed)
         return "an execution used more memory than its policy allows";
+    if (r->cancelled)
+        return "a cancelled call did not stop within 2 s of "
+               "KeyboardInterrupt";
     return "its interpreter exited";
 }
 

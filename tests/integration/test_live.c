@@ -589,8 +589,14 @@ static void test_disconnect_cancels(void)
     struct sse_event e;
     CHECK(sse_next(&c, 20000, &e) && !strcmp(e.kind, "stdout"));
     sse_event_release(&e);
-    CHECKF(procs_with(marker) >= 1, "the run's child: %d processes",
-           procs_with(marker));
+    /* Bounded: the child's exec may still be under way on a busy host. */
+    int running = 0;
+    for (int i = 0; i < 100 && !running; i++) {
+        running = procs_with(marker);
+        if (!running)
+            usleep(50 * 1000);
+    }
+    CHECKF(running >= 1, "the run's child: %d processes", running);
     double t0 = itest_now();
     sse_close(&c);
     char st[32];
@@ -670,12 +676,12 @@ static void test_slow_reader(void)
                          "for i in range(100 * 1024):\n"
                          "    sys.stdout.write(line)\n",
                          true, sid, NULL);
+    long before = server_rss_kib(), peak = before;
     struct sse c;
     sse_open(&c, srv, srv->admin_key, "u-slow", body, NULL);
     CHECK(c.status == 200);
     char xid[128] = "";
     CHECK(sse_header(&c, "X-Execution-Id", xid, sizeof xid));
-    long before = server_rss_kib(), peak = before;
     char st[32] = "";
     json_t *res = NULL;
     /* Read nothing; watch the server's memory until the run is over
@@ -690,7 +696,10 @@ static void test_slow_reader(void)
     }
     CHECKF(over && !strcmp(st, "cancelled"),
            "a client that reads nothing: status %s", st);
-    CHECKF(peak - before < 32 * 1024,
+    /* A sanitizer build keeps freed memory in quarantine: its RSS says
+     * little about what is held. */
+    long bound = ITEST_SANITIZED ? 160 * 1024 : 40 * 1024;
+    CHECKF(peak - before < bound,
            "server RSS grew %ld KiB (from %ld) while a client read nothing",
            peak - before, before);
     fprintf(stderr, "test_live: slow reader: RSS %ld -> peak %ld KiB\n", before,

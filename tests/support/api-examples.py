@@ -815,7 +815,8 @@ def check_exchange(api, x):
 # the JSON kind of its data.  A kind the server adds fails the check until
 # docs/openapi.json (the text/event-stream of POST /v1/executions) and this
 # list describe it.
-STREAM_KINDS = {"stdout": "string", "stderr": "string"}
+STREAM_KINDS = {"stdout": "string", "stderr": "string", "install": "object",
+                "file": "object"}
 
 
 def parse_event_stream(text):
