@@ -105,25 +105,6 @@ struct exec_state {
     char id[IPD_ID_MAX];
 };
 
-/* The streamed job began (its stream is the answer) or ended before it
- * began (the ordinary error). */
-static void reply_stream(struct ipd_req *r, struct exec_state *st)
-{
-    struct ipd_buf detail;
-    ipd_buf_init(&detail, 4096);
-    enum ipd_err rc = ipd_live_refusal(st->live, &detail);
-    if (rc) {
-        const char *msg = NULL;
-        for (size_t i = 0; i < IPD_ARRAY_LEN(told); i++)
-            if (told[i].rc == rc)
-                msg = detail.len ? detail.buf : told[i].fallback;
-        ipd_reply_failure(r, rc, msg, "running the code");
-    } else {
-        ipd_sse_reply(r, st->live);
-    }
-    ipd_buf_release(&detail);
-}
-
 /* Whether the client asked for a stream: "stream": true, or an Accept
  * that names text/event-stream. */
 static bool wants_stream(struct ipd_req *r, const struct ipd_exec_job *j)
@@ -132,14 +113,16 @@ static bool wants_stream(struct ipd_req *r, const struct ipd_exec_job *j)
     return j->stream || (accept && strstr(accept, "text/event-stream"));
 }
 
-/* A streamed job: its live channel with this connection as the consumer,
- * submitted; the answer waits (suspended) until it begins. */
+/* A streamed job: checked now as the executor would check it (a refusal
+ * is an ordinary JSON error), then queued with this connection as its
+ * live channel's consumer, and answered at once: the stream (keep-alives
+ * while it waits in the queue, then its events). */
 static void start_stream(struct ipd_req *r, struct ipd_exec_job *j, bool async)
 {
-    struct exec_state *st = ipd_xcalloc(1, sizeof(*st));
+    struct ipd_exec_request rq;
     struct ipd_live_consumer c;
     struct ipd_buf why;
-    enum ipd_err rc = IPD_OK;
+    enum ipd_err rc;
 
     if (async && !j->detach) {
         ipd_reply_code(r, IPD_HE_INVALID_REQUEST,
@@ -148,10 +131,20 @@ static void start_stream(struct ipd_req *r, struct ipd_exec_job *j, bool async)
                        "result is then kept and called back like an "
                        "asynchronous one's)");
         ipd_exec_job_free(j);
-        free(st);
         return;
     }
     ipd_buf_init(&why, 512);
+    ipd_exec_job_request(j, &rq);
+    rc = ipd_executor_precheck(r->app->executor, &rq, &why);
+    if (rc) {
+        j->rc = rc;
+        ipd_buf_add(&j->detail, why.buf, why.len);
+        reply_result(r, j);
+        ipd_exec_job_free(j);
+        ipd_buf_release(&why);
+        return;
+    }
+    struct exec_state *st = ipd_xcalloc(1, sizeof(*st));
     st->detach = j->detach;
     st->live = ipd_live_new();
     if (!st->live) {
@@ -177,10 +170,7 @@ static void start_stream(struct ipd_req *r, struct ipd_exec_job *j, bool async)
     ipd_buf_release(&why);
     r->state = st;
     r->execution_id = st->id;
-    if (ipd_live_wait_begin(st->live))
-        r->suspended = true; /* until it begins or ends */
-    else
-        reply_stream(r, st);
+    ipd_sse_reply(r, st->live);
 }
 
 static void executions_finish(struct ipd_req *r)
@@ -193,11 +183,6 @@ static void executions_finish(struct ipd_req *r)
     bool async = false;
     enum ipd_err rc;
 
-    if (st && st->live) {
-        r->execution_id = st->id;
-        reply_stream(r, st);
-        return;
-    }
     if (st) {
         j = st->job;
         IPD_ASSERT(j->finished);

@@ -30,13 +30,11 @@ struct ipd_live {
     int fd; /* eventfd: the producer's wake-up */
     pthread_mutex_t lock;
     /* under lock: */
-    bool streaming, begun, ended, taken_end, asleep, poked, want_room;
-    bool result_queued;   /* ended with a result event (else none comes) */
-    bool wake_due;        /* output came within IPD_LIVE_COALESCE_MS of the
-                             last wake: the next is due then */
-    int64_t last_wake;    /* monotonic ms */
-    enum ipd_err refused; /* ipd_live_refuse's */
-    char *refused_detail; /* owned, or NULL */
+    bool streaming, ended, taken_end, asleep, poked, want_room;
+    bool result_queued; /* ended with a result event (else none comes) */
+    bool wake_due;      /* output came within IPD_LIVE_COALESCE_MS of the
+                           last wake: the next is due then */
+    int64_t last_wake;  /* monotonic ms */
     struct ipd_live_consumer consumer;
     struct live_ev *head, *tail;
     size_t pending; /* raw output bytes queued */
@@ -95,7 +93,6 @@ void ipd_live_unref(struct ipd_live *l)
     if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
         return;
     drop_events(l);
-    free(l->refused_detail);
     close(l->fd);
     pthread_mutex_destroy(&l->lock);
     free(l);
@@ -281,62 +278,9 @@ void ipd_live_end(struct ipd_live *l, char *json, size_t len)
         wake_consumer(l);
     }
     l->ended = true;
-    wake_consumer(l); /* one that waited for the beginning */
-    pthread_mutex_unlock(&l->lock);
-    free(json);
-}
-
-void ipd_live_begin(struct ipd_live *l)
-{
-    if (!l)
-        return;
-    pthread_mutex_lock(&l->lock);
-    l->begun = true;
     wake_consumer(l);
     pthread_mutex_unlock(&l->lock);
-}
-
-bool ipd_live_begun(struct ipd_live *l)
-{
-    pthread_mutex_lock(&l->lock);
-    bool begun = l->begun;
-    pthread_mutex_unlock(&l->lock);
-    return begun;
-}
-
-bool ipd_live_wait_begin(struct ipd_live *l)
-{
-    pthread_mutex_lock(&l->lock);
-    bool wait = !l->begun && !l->ended;
-    if (wait) {
-        l->asleep = true;
-        if (l->consumer.sleep)
-            l->consumer.sleep(l->consumer.ctx);
-    }
-    pthread_mutex_unlock(&l->lock);
-    return wait;
-}
-
-void ipd_live_refuse(struct ipd_live *l, enum ipd_err rc, const char *detail)
-{
-    pthread_mutex_lock(&l->lock);
-    if (!l->ended) {
-        l->refused = rc;
-        l->refused_detail = detail ? ipd_xstrdup(detail) : NULL;
-        l->ended = true;
-        wake_consumer(l);
-    }
-    pthread_mutex_unlock(&l->lock);
-}
-
-enum ipd_err ipd_live_refusal(struct ipd_live *l, struct ipd_buf *detail)
-{
-    pthread_mutex_lock(&l->lock);
-    enum ipd_err rc = l->refused;
-    if (rc && l->refused_detail)
-        ipd_buf_adds(detail, l->refused_detail);
-    pthread_mutex_unlock(&l->lock);
-    return rc;
+    free(json);
 }
 
 bool ipd_live_streamed(struct ipd_live *l)

@@ -56,11 +56,6 @@ bool ipd_live_cancelled(struct ipd_live *l); /* false for NULL */
 
 /* ---- the producer ------------------------------------------------------ */
 
-/* The request checked out and will run: from now on a streamed answer is
- * the stream (before, a failure is answered as an ordinary error). */
-void ipd_live_begin(struct ipd_live *l); /* NULL is fine */
-bool ipd_live_begun(struct ipd_live *l);
-
 /* Readable (POLLIN) when the producer should look again: a cancel, or
  * room after the consumer took output.  ipd_live_fd_clear reads it. */
 int ipd_live_fd(const struct ipd_live *l);
@@ -86,20 +81,10 @@ void ipd_live_flush(struct ipd_live *l);
 /* The last event, "result": json (owned, JSON text on one line; freed
  * here).  The waiting output goes first; nothing comes after it. */
 void ipd_live_end(struct ipd_live *l, char *json, size_t len);
-/* The job failed before it began (rc, detail: a message for the client
- * or NULL): the stream ends without events; ipd_live_refusal tells. */
-void ipd_live_refuse(struct ipd_live *l, enum ipd_err rc, const char *detail);
 /* A consumer is attached (false for NULL). */
 bool ipd_live_streamed(struct ipd_live *l);
 /* True once ipd_live_end ran. */
 bool ipd_live_ended(struct ipd_live *l);
-/* IPD_OK, or the refusal (ipd_live_refuse) with its detail appended to
- * detail. */
-enum ipd_err ipd_live_refusal(struct ipd_live *l, struct ipd_buf *detail);
-/* Wait for the stream's beginning: false when it has begun or ended
- * already; else the consumer's sleep hook is called (under the lock) and
- * its wake hook will be, once the stream begins or ends: true. */
-bool ipd_live_wait_begin(struct ipd_live *l);
 
 /* ---- the consumer ------------------------------------------------------ */
 

@@ -549,6 +549,20 @@ out:
     return rc;
 }
 
+enum ipd_err ipd_executor_precheck(struct ipd_executor *ex,
+                                   const struct ipd_exec_request *rq,
+                                   struct ipd_buf *detail)
+{
+    const struct ipd_exec_policy *ep = NULL;
+    int64_t timeout_ms = 0;
+    enum ipd_err rc = check_request(ex, rq, &ep, &timeout_ms, detail);
+    if (!rc)
+        rc = ipd__packages_check(ex, rq, detail);
+    if (!rc && rq->n_files)
+        rc = ipd__stage_check_files(ex, rq, detail);
+    return rc;
+}
+
 enum ipd_err ipd_executor_run(struct ipd_executor *ex,
                               const struct ipd_exec_request *rq,
                               json_t **result, struct ipd_buf *detail)
@@ -563,14 +577,6 @@ enum ipd_err ipd_executor_run(struct ipd_executor *ex,
         rc = ipd__packages_check(ex, rq, detail);
     if (rc)
         return rc;
-    /* A streamed request's unknown file is its answer (404), not an
-     * event: its files are looked up before the stream begins (staging
-     * looks again). */
-    if (ipd_live_streamed(rq->live) && rq->n_files &&
-        (rc = ipd__stage_check_files(ex, rq, detail)))
-        return rc;
-    /* From here on a streamed request's answer is its stream. */
-    ipd_live_begin(rq->live);
     if (rq->session_id)
         return ipd__session_call(ex, rq, timeout_ms, result, detail);
     return run_job(ex, rq, ep, timeout_ms, result, detail);

@@ -273,6 +273,14 @@ enum ipd_err ipd_executor_session_variables(struct ipd_executor *ex,
                                             const char *user, const char *id,
                                             json_t **out,
                                             struct ipd_buf *detail);
+/* What ipd_executor_run checks before it runs rq (its fields, policy and
+ * timeout, its packages against the allowlist) and its files in the
+ * caller's scope (metadata lookups): IPD_OK, or ipd_executor_run's answer
+ * with detail.  A streamed request is checked so before it is queued,
+ * so that its stream can begin at once (api/h_executions.c). */
+enum ipd_err ipd_executor_precheck(struct ipd_executor *ex,
+                                   const struct ipd_exec_request *rq,
+                                   struct ipd_buf *detail);
 /* Whether the caller's session could take a call now: IPD_OK,
  * NOT_FOUND, GONE (ended, also when it was ended while a call still runs
  * in it) or IN_USE (a call runs in a live session), with detail; a call

@@ -553,9 +553,10 @@ static bool outcome_of(const struct ipd_exec_job *j,
     return j->rc == IPD_ERR_INTERNAL || j->rc == IPD_ERR_UNAVAILABLE;
 }
 
-static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
+void ipd_exec_job_request(const struct ipd_exec_job *j,
+                          struct ipd_exec_request *out)
 {
-    struct ipd_exec_request rq = {
+    *out = (struct ipd_exec_request){
         .tenant = j->tenant,
         .user_id = j->user_id,
         .code = j->code,
@@ -572,8 +573,14 @@ static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
         .live = j->live,
         .outputs_inline_only = !j->store_outputs,
         .admin = j->admin,
-        .slot = my_slot(p),
     };
+}
+
+static void run_job(struct ipd_exec_pool *p, struct ipd_exec_job *j)
+{
+    struct ipd_exec_request rq;
+    ipd_exec_job_request(j, &rq);
+    rq.slot = my_slot(p);
     enum ipd_metrics_exec_outcome o;
     int64_t t0 = ipd_now_ms();
     j->rc = ipd_executor_run(p->ex, &rq, &j->result, &j->detail);
@@ -620,16 +627,12 @@ static void exec_work(void *arg, bool stopping)
 }
 
 /* A streamed job's end on its live channel: the result event (a failure
- * result when the job failed after its stream began), or the refusal
- * when it never began (answered as an ordinary error). */
+ * result, shaped as an asynchronous one's, when the job failed: its
+ * stream began when it was queued). */
 static void live_finish(struct ipd_exec_job *j)
 {
     if (!ipd_live_streamed(j->live)) {
         ipd_live_end(j->live, NULL, 0);
-        return;
-    }
-    if (j->rc != IPD_OK && !ipd_live_begun(j->live)) {
-        ipd_live_refuse(j->live, j->rc, j->detail.len ? j->detail.buf : NULL);
         return;
     }
     json_t *failed = NULL;

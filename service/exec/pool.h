@@ -120,6 +120,10 @@ struct ipd_exec_job {
                                  to ask again */
 };
 
+/* j as the executor's request (its strings borrowed from j; slot 0). */
+struct ipd_exec_request;
+void ipd_exec_job_request(const struct ipd_exec_job *j,
+                          struct ipd_exec_request *out);
 /* A new empty job (detail initialised): ipd_exec_job_free. */
 struct ipd_exec_job *ipd_exec_job_new(void);
 void ipd_exec_job_free(struct ipd_exec_job *j); /* NULL is fine */

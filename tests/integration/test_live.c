@@ -894,10 +894,30 @@ static void test_cancel_queued(void)
     CHECK(streq(itest_json_str(sc.r.json, "error.type"), "Cancelled"));
     CHECK(streq(itest_exec_stdout(&sc.r), ""));
     itest_resp_release(&sc.r);
-    /* The one ahead still runs; an async one cancelled keeps its
-     * cancelled result. */
+    /* The one ahead still runs.  A stream queued behind it is answered
+     * at once and kept alive while it waits; it runs once the one ahead
+     * is cancelled (an async one, whose cancelled result is kept). */
     CHECK(wait_status("u-q", hog_id, "running", st, sizeof st, NULL));
+    struct sse c;
+    sse_open(&c, srv, srv->admin_key, "u-q",
+             "{\"code\":\"print('late')\",\"stream\":true}", NULL);
+    CHECKF(c.status == 200, "a queued stream: %d", c.status);
+    struct sse_event e;
+    bool kept_alive = false;
+    while (!kept_alive && sse_next(&c, 12000, &e)) {
+        kept_alive = !e.kind[0];
+        CHECKF(!e.kind[0], "an event (%s) while queued", e.kind);
+        sse_event_release(&e);
+    }
+    CHECK(kept_alive);
     CHECK(delete_exec("u-q", hog_id) == 202);
+    char *late = NULL;
+    json_t *lres = sse_collect(&c, 30000, 1, &late, NULL);
+    CHECKF(lres && streq(late, "late\n"), "the queued stream's stdout %s",
+           late ? late : "(none)");
+    json_decref(lres);
+    free(late);
+    sse_close(&c);
     json_t *res = NULL;
     CHECK(wait_status("u-q", hog_id, "cancelled", st, sizeof st, &res));
     CHECK(res && json_is_true(json_object_get(res, "cancelled")));
