@@ -402,9 +402,6 @@ def _program(ctl, out_w, err_w, session):
     os.closerange(ctl + 1, 1 << 20)
     os.chdir("/mnt/output")
     if session:
-        # A cancel's SIGINT before the session loop has its gate
-        # (prelude.install_interrupt_gate) must not end the interpreter.
-        signal.signal(signal.SIGINT, signal.SIG_IGN)
         return
     _rehearse(ctl)
     go = os.read(ctl, 32)
@@ -439,6 +436,12 @@ def _child(p, fds, bpf):
     child, once it may run the request; every other process ends here."""
     ctl, out_w, err_w, trees = fds[0], fds[1], fds[2], fds[3:]
     session = bool(p.get("session"))
+    if session:
+        # A cancel's SIGINT (to every process of the session's cgroup,
+        # from the moment it is attached) must not end a child still
+        # setting up: ignored until the session loop has its gate
+        # (prelude.install_interrupt_gate).
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     sock = socket.socket(fileno=ctl)
     try:
         _enter_namespaces(p)
