@@ -223,19 +223,21 @@ void ipd_live_output(struct ipd_live *l, int stream, const char *data,
         return;
     pthread_mutex_lock(&l->lock);
     if (l->streaming && !l->ended) {
-        size_t c = l->carry_len[stream];
-        size_t keep = split_tail((const unsigned char *)data, len);
-        if (c && keep == len) {
-            /* Still the same character: it grows (never past 4). */
-            size_t add = len + c <= 4 ? len : 4 - c;
-            memcpy(l->carry[stream] + c, data, add);
-            l->carry_len[stream] = c + add;
-        } else {
-            queue_output(l, stream, l->carry[stream], c);
-            queue_output(l, stream, data, len - keep);
-            memcpy(l->carry[stream], data + len - keep, keep);
-            l->carry_len[stream] = keep;
+        /* The split character held back last time comes first: the cut
+         * is found in the two together. */
+        size_t c = l->carry_len[stream], total = c + len;
+        unsigned char *all = (unsigned char *)(uintptr_t)data;
+        if (c) {
+            all = ipd_xmalloc(total);
+            memcpy(all, l->carry[stream], c);
+            memcpy(all + c, data, len);
         }
+        size_t keep = split_tail(all, total);
+        queue_output(l, stream, all, total - keep);
+        memcpy(l->carry[stream], all + total - keep, keep);
+        l->carry_len[stream] = keep;
+        if (c)
+            free(all);
         wake_for_output(l);
     }
     pthread_mutex_unlock(&l->lock);
