@@ -1950,9 +1950,15 @@ char *itest_create_policy_key(struct itest_server *s, const char *tenant,
     char *out = NULL, *key = NULL;
     char *conf = itest_fmt("%s/interpd.conf", s->tmp_dir);
     json_error_t jerr;
+    /* The server's config file when it was started with one (its
+     * policies); else its flags' built-in policies. */
     int code =
-        itest_cli(s, &out, "keys", "create", "--config", conf, "--data-dir",
-                  s->data_dir, "--tenant", tenant, "--policy", policy, NULL);
+        access(conf, F_OK) == 0
+            ? itest_cli(s, &out, "keys", "create", "--config", conf,
+                        "--data-dir", s->data_dir, "--tenant", tenant,
+                        "--policy", policy, NULL)
+            : itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
+                        "--tenant", tenant, "--policy", policy, NULL);
     json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
     if (code == 0 && itest_json_str(j, "key"))
         key = itest_json_dup(j, "key");

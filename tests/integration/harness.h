@@ -348,8 +348,9 @@ int itest_cli_in(struct itest_server *s, const char *cwd, char **out, ...);
 bool itest_create_key(struct itest_server *s, const char *tenant, bool admin,
                       char **key, char **key_id);
 /* `keys create --tenant tenant --policy policy`, with the server's
- * config file (where a test's policies are): the plain key (new string,
- * free()), or NULL after printing why. */
+ * config file when it was started with one (where a test's policies
+ * are): the plain key (new string, free()), or NULL after printing
+ * why. */
 char *itest_create_policy_key(struct itest_server *s, const char *tenant,
                               const char *policy);
 

@@ -123,18 +123,7 @@ static void start(void)
     struct itest_opts o = {.args = args};
     srv = itest_start(&o);
     REQUIRE(srv);
-    char *out = NULL;
-    int code =
-        itest_cli(srv, &out, "keys", "create", "--data-dir", srv->data_dir,
-                  "--tenant", "t", "--policy", "networked", NULL);
-    json_error_t jerr;
-    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
-    CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
-           out ? out : "");
-    if (itest_json_str(j, "key"))
-        net_key = itest_json_dup(j, "key");
-    json_decref(j);
-    free(out);
+    net_key = itest_create_policy_key(srv, "t", "networked");
     REQUIRE(net_key);
 }
 

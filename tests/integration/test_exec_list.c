@@ -250,24 +250,6 @@ static json_t *only_entry(struct itest_server *s, const char *key)
     return e;
 }
 
-/* A key of tenant "net" with the built-in networked policy (new), or
- * NULL. */
-static char *net_key(struct itest_server *s)
-{
-    char *out = NULL, *key = NULL;
-    json_error_t jerr;
-    int code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
-                         "--tenant", "net", "--policy", "networked", NULL);
-    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
-    CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
-           out ? out : "");
-    if (itest_json_str(j, "key"))
-        key = itest_json_dup(j, "key");
-    json_decref(j);
-    free(out);
-    return key;
-}
-
 static void running_seen_from_another_connection(void)
 {
     const char *args[] = {"--fetch-allow", "127.0.0.2/32", NULL};
@@ -278,7 +260,7 @@ static void running_seen_from_another_connection(void)
     if (!s)
         close(lfd);
     REQUIRE(s);
-    char *key = net_key(s);
+    char *key = itest_create_policy_key(s, "net", "networked");
     struct waiter w = {.s = s, .key = key};
     pthread_t th;
     bool started = false;

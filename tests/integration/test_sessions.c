@@ -320,24 +320,6 @@ static long long metric(struct itest_server *s, const char *name)
     return v;
 }
 
-/* A key of tenant with an execution policy (free()); NULL on failure. */
-static char *policy_key(struct itest_server *s, const char *tenant,
-                        const char *policy)
-{
-    char *out = NULL, *key = NULL;
-    json_error_t jerr;
-    int code = itest_cli(s, &out, "keys", "create", "--data-dir", s->data_dir,
-                         "--tenant", tenant, "--policy", policy, NULL);
-    json_t *j = out ? json_loads(out, 0, &jerr) : NULL;
-    CHECKF(code == 0 && itest_json_str(j, "key"), "keys create: %d %s", code,
-           out ? out : "");
-    if (itest_json_str(j, "key"))
-        key = itest_json_dup(j, "key");
-    json_decref(j);
-    free(out);
-    return key;
-}
-
 /* ---- state from call to call (cold and warm) ---------------------------- */
 
 static const char df_code[] =
@@ -774,8 +756,8 @@ static void session_policies(void)
 {
     struct itest_resp r;
     REQUIRE(srv);
-    char *net = policy_key(srv, "net", "networked");
-    char *strict = policy_key(srv, "str", "strict");
+    char *net = itest_create_policy_key(srv, "net", "networked");
+    char *strict = itest_create_policy_key(srv, "str", "strict");
     REQUIRE(net && strict);
     post_session(srv, net, "u1", &r);
     CHECK_ERROR(&r, 400, "invalid_request");
