@@ -69,8 +69,7 @@ struct ipd_exec_request {
                                  (NULL: none); its policy and
                                  interpreter, not the request's */
     struct ipd_live *live;    /* its live channel (cancel, stream), or
-                                 NULL; borrowed (service/common/live.h):
-                                 begun once the request checked out */
+                                 NULL; borrowed (service/common/live.h) */
     unsigned slot;            /* the execution slot running it (0 ..
                                  slots-1; the pool's): as root the code
                                  runs as host uid/gid sandbox_uid + 1 +

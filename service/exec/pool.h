@@ -184,9 +184,10 @@ enum ipd_err ipd_exec_pool_submit_async(struct ipd_exec_pool *p,
  * Queue a streamed job (j->live made by the caller, its consumer
  * attached: service/common/live.h) under a new execution id (copied to
  * id).  IPD_OK: the job is the pool's; what comes of it reaches the
- * caller through j->live only (ipd_live_begin once it checked out, its
- * output, the result event; or ipd_live_refusal when it failed before it
- * began).  detach: admitted and kept as an asynchronous job is
+ * caller through j->live only: its output and other events, then the
+ * result event (a failure result when it failed; the caller checked it
+ * first: ipd_executor_precheck).  detach: admitted and kept as an
+ * asynchronous job is
  * (ipd_exec_pool_submit_async: its bounds, its result stored, its
  * callback), so it goes on when the client leaves; else as a synchronous
  * one.  Otherwise j is still the caller's; the answers are submit's and
