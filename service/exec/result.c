@@ -895,6 +895,7 @@ static void collect_generated(struct ipd_executor *ex,
  * limit (as stdout), their image/png together within the inline limit
  * (--inline-image-max; 0: no images). */
 static void collect_display(const struct ipd_executor *ex,
+                            const struct ipd_exec_request *rq,
                             const struct ipd_exec_policy *ep,
                             const struct ipd_sandbox_result *r, json_t *result)
 {
@@ -907,6 +908,11 @@ static void collect_display(const struct ipd_executor *ex,
         ep && ep->output_bytes > 0 ? ep->output_bytes : 64 << 10,
         ex->inline_max > 0 ? ex->inline_max : 0, &truncated);
     free(text);
+    /* A stream gets each bundle as an event too: after the code ended,
+     * for now (the bundles are read from the display channel's file). */
+    size_t i;
+    json_t *one;
+    json_array_foreach(list, i, one) ipd__live_emit(rq, "display", one);
     json_object_set_new(result, "display", list);
     json_object_set_new(result, "display_truncated", json_boolean(truncated));
 }
@@ -950,7 +956,7 @@ json_t *ipd__build_result(struct ipd_executor *ex,
     json_object_set_new(res, "install_time", json_real(round3(ins->seconds)));
     json_object_set_new(res, "error", error);
     collect_generated(ex, rq, r, ep ? ep->output_dir_bytes : 0, snapshot, res);
-    collect_display(ex, ep, r, res);
+    collect_display(ex, rq, ep, r, res);
     json_object_set(res, "installed_packages", ins->results);
     /* Beyond the contract: the code ran twice because a module it
      * imported was installed for it. */

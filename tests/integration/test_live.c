@@ -930,9 +930,10 @@ static void test_cancel_queued(void)
     itest_stop(one);
 }
 
-/* A stored generated File comes as a `file` event and each package's
- * install result as an `install` event, before the result, each equal
- * to its entry in the result.  (An index nobody listens on: the install
+/* A stored generated File comes as a `file` event, each package's
+ * install result as an `install` event and each displayed bundle as a
+ * `display` event, before the result, each equal to its entry in the
+ * result.  (An index nobody listens on: the install
  * fails, soon; a session keeps its packages, so there only the file.) */
 static void test_file_and_install_events(void)
 {
@@ -946,13 +947,14 @@ static void test_file_and_install_events(void)
     char *sid = maybe_session("u-ev");
     json_t *extra =
         sid ? json_object() : json_pack("{s:[s]}", "packages", "polars");
-    char *body =
-        body_of("open('out.txt', 'w').write('data')\n", true, sid, extra);
+    char *body = body_of("open('out.txt', 'w').write('data')\n"
+                         "display({'a': 1})\n",
+                         true, sid, extra);
     struct sse c;
     sse_open(&c, srv, srv->admin_key, "u-ev", body, NULL);
     CHECKF(c.status == 200, "status %d", c.status);
     struct sse_event e;
-    json_t *file = NULL, *inst = NULL, *res = NULL;
+    json_t *file = NULL, *inst = NULL, *res = NULL, *shown = json_array();
     bool order_ok = true;
     while (!res && sse_next(&c, 120000, &e)) {
         json_t *d = e.data ? json_loads(e.data, JSON_DECODE_ANY, NULL) : NULL;
@@ -962,6 +964,8 @@ static void test_file_and_install_events(void)
             inst = json_incref(d);
         } else if (!strcmp(e.kind, "file")) {
             file = json_incref(d);
+        } else if (!strcmp(e.kind, "display")) {
+            json_array_append(shown, d);
         } else if (!strcmp(e.kind, "result")) {
             res = json_incref(d);
         }
@@ -974,6 +978,10 @@ static void test_file_and_install_events(void)
     CHECKF(file && g0 && json_equal(file, g0),
            "the file event is not the result's generated file");
     CHECK(streq(itest_json_str(file, "filename"), "out.txt"));
+    CHECKF(json_array_size(shown) == 1 &&
+               json_equal(shown, json_object_get(res, "display")),
+           "%zu display events, not the result's display",
+           json_array_size(shown));
     if (!sid) {
         json_t *i0 =
             json_array_get(json_object_get(res, "installed_packages"), 0);
@@ -983,6 +991,7 @@ static void test_file_and_install_events(void)
         CHECK(streq(itest_json_str(inst, "status"), "failed"));
     }
     json_decref(file);
+    json_decref(shown);
     json_decref(inst);
     json_decref(res);
     sse_close(&c);
