@@ -60,6 +60,18 @@ static void reply_result(struct ipd_req *r, struct ipd_exec_job *j)
     ipd_reply_failure(r, j->rc, msg, "running the code");
 }
 
+/* A job refused before it was queued (rc, why's detail), answered as the
+ * executor's answer would be; j and why are released. */
+static void refuse_job(struct ipd_req *r, struct ipd_exec_job *j,
+                       enum ipd_err rc, struct ipd_buf *why)
+{
+    j->rc = rc;
+    ipd_buf_add(&j->detail, why->buf, why->len);
+    reply_result(r, j);
+    ipd_exec_job_free(j);
+    ipd_buf_release(why);
+}
+
 /* Parse and check the body into a new job (*async: the caller does not
  * wait for it); replies and returns NULL on a bad request. */
 static struct ipd_exec_job *parse_job(struct ipd_req *r, bool *async)
@@ -137,11 +149,7 @@ static void start_stream(struct ipd_req *r, struct ipd_exec_job *j, bool async)
     ipd_exec_job_request(j, &rq);
     rc = ipd_executor_precheck(r->app->executor, &rq, &why);
     if (rc) {
-        j->rc = rc;
-        ipd_buf_add(&j->detail, why.buf, why.len);
-        reply_result(r, j);
-        ipd_exec_job_free(j);
-        ipd_buf_release(&why);
+        refuse_job(r, j, rc, &why);
         return;
     }
     struct exec_state *st = ipd_xcalloc(1, sizeof(*st));
@@ -213,11 +221,7 @@ static void executions_finish(struct ipd_req *r)
     if (j->session_id[0] &&
         (rc = ipd_executor_session_check(r->app->executor, j->tenant,
                                          j->user_id, j->session_id, &why))) {
-        j->rc = rc;
-        ipd_buf_add(&j->detail, why.buf, why.len);
-        reply_result(r, j);
-        ipd_exec_job_free(j);
-        ipd_buf_release(&why);
+        refuse_job(r, j, rc, &why);
         return;
     }
     if (wants_stream(r, j)) {

@@ -287,41 +287,26 @@ static char *body_of(const char *code, bool stream, const char *sid,
 
 static struct itest_server *srv;
 
+/* maybe_session's end: the session ended (when there is one) and sid
+ * freed. */
+static void session_done(const char *user, char *sid)
+{
+    if (sid)
+        session_end(srv, user, sid);
+    free(sid);
+}
+
 /* A session for this test's runs in session mode, else NULL. */
 static char *maybe_session(const char *user)
 {
     return itest_exec_session() ? session_new(srv, user) : NULL;
 }
 
-/* GET /v1/executions/{id}'s status (copied into st), bounded poll until
- * it is want (or any over state when want is NULL); false after 20 s. */
-static bool wait_status(const char *user, const char *id, const char *want,
-                        char *st, size_t stsz, json_t **result)
-{
-    char *path = itest_fmt("/v1/executions/%s", id);
-    bool ok = false;
-    for (int i = 0; i < 400 && !ok; i++) {
-        struct itest_resp r;
-        itest_request(srv, "GET", path, srv->admin_key, user, NULL, NULL, 0,
-                      NULL, &r);
-        const char *s = itest_json_str(r.json, "status");
-        snprintf(st, stsz, "%s", s ? s : "?");
-        ok = s && (want ? !strcmp(s, want)
-                        : (!strcmp(s, "done") || !strcmp(s, "cancelled")));
-        if (ok && result)
-            *result = json_incref(json_object_get(r.json, "result"));
-        itest_resp_release(&r);
-        if (!ok)
-            usleep(50 * 1000);
-    }
-    free(path);
-    return ok;
-}
-
-/* id's status now (into st); true when it is over (done or cancelled),
- * with its result in *result. */
-static bool status_now(const char *user, const char *id, char *st, size_t stsz,
-                       json_t **result)
+/* id's status now (into st): true when it is want, or over (done or
+ * cancelled) when want is NULL; then its result (null for a synchronous
+ * one) in *result when result is not NULL. */
+static bool status_is(const char *user, const char *id, const char *want,
+                      char *st, size_t stsz, json_t **result)
 {
     char *path = itest_fmt("/v1/executions/%s", id);
     struct itest_resp r;
@@ -329,12 +314,25 @@ static bool status_now(const char *user, const char *id, char *st, size_t stsz,
                   &r);
     const char *s = itest_json_str(r.json, "status");
     snprintf(st, stsz, "%s", s ? s : "?");
-    bool over = s && (!strcmp(s, "done") || !strcmp(s, "cancelled"));
-    if (over && result)
+    bool ok = s && (want ? !strcmp(s, want)
+                         : (!strcmp(s, "done") || !strcmp(s, "cancelled")));
+    if (ok && result)
         *result = json_incref(json_object_get(r.json, "result"));
     itest_resp_release(&r);
     free(path);
-    return over;
+    return ok;
+}
+
+/* status_is, polled until it holds (bounded: 20 s). */
+static bool wait_status(const char *user, const char *id, const char *want,
+                        char *st, size_t stsz, json_t **result)
+{
+    for (int i = 0; i < 400; i++) {
+        if (status_is(user, id, want, st, stsz, result))
+            return true;
+        usleep(50 * 1000);
+    }
+    return false;
 }
 
 /* Processes on the host whose command line holds marker. */
@@ -423,9 +421,7 @@ static void test_order_and_timing(void)
     free(out);
     sse_close(&c);
     free(body);
-    if (sid)
-        session_end(srv, "u-order", sid);
-    free(sid);
+    session_done("u-order", sid);
 }
 
 /* The fields of a result that two runs of the same code share. */
@@ -519,9 +515,7 @@ static void test_result_equals_sync(void)
             sid = maybe_session("u-same");
         }
     }
-    if (sid)
-        session_end(srv, "u-same", sid);
-    free(sid);
+    session_done("u-same", sid);
 }
 
 /* A run that prints nothing for a while gets the keep-alive comment; a
@@ -560,9 +554,7 @@ static void test_keepalive_and_coalescing(void)
     CHECKF(chunks < 2000, "20000 one-byte writes came as %d events", chunks);
     sse_close(&c);
     free(body);
-    if (sid)
-        session_end(srv, "u-ka", sid);
-    free(sid);
+    session_done("u-ka", sid);
 }
 
 /* A client that disconnects cancels the run: its status turns
@@ -610,9 +602,7 @@ static void test_disconnect_cancels(void)
     json_decref(res);
     free(body);
     free(code);
-    if (sid)
-        session_end(srv, "u-gone", sid);
-    free(sid);
+    session_done("u-gone", sid);
 }
 
 /* "detach": true: the run goes on after its client left, and its result
@@ -642,9 +632,7 @@ static void test_detach(void)
            res ? itest_json_str(res, "stdout") : "(none)");
     json_decref(res);
     free(body);
-    if (sid)
-        session_end(srv, "u-detach", sid);
-    free(sid);
+    session_done("u-detach", sid);
 }
 
 /* A client that reads nothing: the run blocks on its full pipe, the
@@ -690,7 +678,7 @@ static void test_slow_reader(void)
     for (double end = itest_now() + 60; !over && itest_now() < end;) {
         long now = server_rss_kib();
         peak = now > peak ? now : peak;
-        over = status_now("u-slow", xid, st, sizeof st, &res);
+        over = status_is("u-slow", xid, NULL, st, sizeof st, &res);
         if (!over)
             usleep(50 * 1000);
     }
@@ -707,9 +695,7 @@ static void test_slow_reader(void)
     json_decref(res);
     sse_close(&c);
     free(body);
-    if (sid)
-        session_end(srv, "u-slow", sid);
-    free(sid);
+    session_done("u-slow", sid);
     srv = keep;
     itest_stop(big);
 }
@@ -996,9 +982,7 @@ static void test_file_and_install_events(void)
     json_decref(res);
     sse_close(&c);
     free(body);
-    if (sid)
-        session_end(srv, "u-ev", sid);
-    free(sid);
+    session_done("u-ev", sid);
     srv = keep;
     itest_stop(s2);
 }
