@@ -15,6 +15,19 @@
 #include "live.h"
 #include "util.h"
 
+/* One call from the code: waiting for its answer, answered (the answer
+ * not yet taken by the producer) or over (taken, timed out, gone). */
+enum call_state { CALL_WAITING, CALL_ANSWERED, CALL_OVER };
+struct live_call {
+    char id[IPD_LIVE_CALL_ID_MAX];
+    uint64_t seq;
+    enum call_state state;
+    int64_t since; /* monotonic ms: opened, or answered (the order the
+                      producer takes answers in) */
+    char *answer;  /* CALL_ANSWERED: JSON text */
+    size_t len;
+};
+
 /* One event waiting for the consumer. */
 struct live_ev {
     struct live_ev *next;
@@ -22,6 +35,7 @@ struct live_ev {
     int stream; /* 1, 2: raw output bytes in data; 0: JSON text */
     char kind[IPD_LIVE_KIND_MAX]; /* "stdout", "stderr", ..., "result" */
     struct ipd_buf data;
+    size_t counted; /* of the channel's pending bytes (not the result) */
 };
 
 struct ipd_live {
@@ -46,6 +60,11 @@ struct ipd_live {
      * or a poke's keep-alive), monotonic ms; 0: nothing waits.  Read
      * without the lock (ipd_live_waiting_since). */
     _Atomic int64_t waiting_since;
+    /* Calls (under lock): */
+    bool calls_on, calls_over;
+    struct ipd_live_call_limits call_lim;
+    struct live_call *calls; /* opened so far, in order */
+    unsigned n_calls, calls_alloc, calls_waiting;
 };
 
 struct ipd_live *ipd_live_new(void)
@@ -93,6 +112,9 @@ void ipd_live_unref(struct ipd_live *l)
     if (!l || atomic_fetch_sub(&l->refs, 1) != 1)
         return;
     drop_events(l);
+    for (unsigned i = 0; i < l->n_calls; i++)
+        free(l->calls[i].answer);
+    free(l->calls);
     close(l->fd);
     pthread_mutex_destroy(&l->lock);
     free(l);
@@ -195,6 +217,7 @@ static void queue_output(struct ipd_live *l, int stream, const void *data,
     if (!e || e->stream != stream || e->data.len + len > IPD_LIVE_EVENT_MAX)
         e = ev_push(l, stream, stream == 1 ? "stdout" : "stderr");
     IPD_ASSERT(ipd_buf_add(&e->data, data, len) == IPD_OK);
+    e->counted += len;
     l->pending += len;
 }
 
@@ -252,6 +275,8 @@ void ipd_live_event(struct ipd_live *l, const char *kind, const char *json,
     if (l->streaming && !l->ended) {
         struct live_ev *e = ev_push(l, 0, kind);
         IPD_ASSERT(ipd_buf_add(&e->data, json, len) == IPD_OK);
+        e->counted = len;
+        l->pending += len;
         wake_consumer(l);
     }
     pthread_mutex_unlock(&l->lock);
@@ -322,6 +347,8 @@ void ipd_live_unstream(struct ipd_live *l)
     l->asleep = false;
     drop_events(l);
     atomic_store(&l->waiting_since, 0);
+    if (l->calls_waiting)
+        blocked = true; /* they are over: nobody can answer them */
     pthread_mutex_unlock(&l->lock);
     if (blocked)
         wake_producer(l); /* its output goes nowhere now: read on */
@@ -361,15 +388,15 @@ enum ipd_live_take ipd_live_take(struct ipd_live *l, uint64_t *id,
             l->tail = NULL;
         *id = e->id;
         memcpy(kind, e->kind, IPD_LIVE_KIND_MAX);
+        bool blocked = l->want_room && l->pending >= IPD_LIVE_PENDING_MAX &&
+                       l->pending - e->counted < IPD_LIVE_PENDING_MAX;
+        l->pending -= e->counted;
+        if (blocked) {
+            l->want_room = false;
+            wake_producer(l);
+        }
         if (e->stream) {
-            bool blocked = l->want_room && l->pending >= IPD_LIVE_PENDING_MAX &&
-                           l->pending - e->data.len < IPD_LIVE_PENDING_MAX;
-            l->pending -= e->data.len;
             json_output(data, &e->data);
-            if (blocked) {
-                l->want_room = false;
-                wake_producer(l);
-            }
         } else {
             IPD_ASSERT(ipd_buf_add(data, e->data.buf, e->data.len) == IPD_OK);
         }
@@ -428,4 +455,194 @@ bool ipd_live_poke(struct ipd_live *l, int64_t idle_ms)
     }
     pthread_mutex_unlock(&l->lock);
     return woken;
+}
+
+/* ---- calls ------------------------------------------------------------- */
+
+void ipd_live_calls_enable(struct ipd_live *l,
+                           const struct ipd_live_call_limits *lim)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->lock);
+    l->calls_on = true;
+    l->call_lim = *lim;
+    pthread_mutex_unlock(&l->lock);
+}
+
+bool ipd_live_calls_limits(struct ipd_live *l, struct ipd_live_call_limits *lim)
+{
+    if (!l)
+        return false;
+    pthread_mutex_lock(&l->lock);
+    bool on = l->calls_on;
+    if (on)
+        *lim = l->call_lim;
+    pthread_mutex_unlock(&l->lock);
+    return on;
+}
+
+enum ipd_live_call ipd_live_call_open(struct ipd_live *l, uint64_t seq,
+                                      char id[IPD_LIVE_CALL_ID_MAX])
+{
+    enum ipd_live_call rc = IPD_LIVE_CALL_OK;
+    pthread_mutex_lock(&l->lock);
+    if (!l->calls_on || l->calls_over || !l->streaming || l->ended)
+        rc = IPD_LIVE_CALL_NOBODY;
+    else if (l->n_calls >= l->call_lim.max_calls)
+        rc = IPD_LIVE_CALL_LIMIT;
+    else if (l->calls_waiting >= l->call_lim.max_in_flight)
+        rc = IPD_LIVE_CALL_BUSY;
+    if (rc == IPD_LIVE_CALL_OK) {
+        if (l->n_calls == l->calls_alloc) {
+            l->calls_alloc = l->calls_alloc ? 2 * l->calls_alloc : 8;
+            l->calls =
+                ipd_xrealloc(l->calls, l->calls_alloc * sizeof(*l->calls));
+        }
+        struct live_call *c = &l->calls[l->n_calls++];
+        memset(c, 0, sizeof(*c));
+        ipd_id_new("call", c->id);
+        memcpy(id, c->id, IPD_LIVE_CALL_ID_MAX);
+        c->seq = seq;
+        c->state = CALL_WAITING;
+        c->since = ipd_mono_ms();
+        l->calls_waiting++;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return rc;
+}
+
+static struct live_call *call_find(struct ipd_live *l, const char *id)
+{
+    for (unsigned i = 0; i < l->n_calls; i++)
+        if (!strcmp(l->calls[i].id, id))
+            return &l->calls[i];
+    return NULL;
+}
+
+enum ipd_live_call ipd_live_call_answer(struct ipd_live *l, const char *id,
+                                        const char *json, size_t len)
+{
+    enum ipd_live_call rc = IPD_LIVE_CALL_OK;
+    pthread_mutex_lock(&l->lock);
+    struct live_call *c = call_find(l, id);
+    if (!c)
+        rc = IPD_LIVE_CALL_UNKNOWN;
+    else if (c->state == CALL_ANSWERED || (c->state == CALL_OVER && c->len))
+        rc = IPD_LIVE_CALL_TWICE;
+    else if (c->state == CALL_OVER || l->calls_over)
+        rc = IPD_LIVE_CALL_GONE;
+    if (rc == IPD_LIVE_CALL_OK) {
+        c->answer = ipd_xmalloc(len + 1);
+        memcpy(c->answer, json, len);
+        c->answer[len] = '\0';
+        c->len = len;
+        c->state = CALL_ANSWERED;
+        c->since = ipd_mono_ms();
+        l->calls_waiting--;
+    }
+    pthread_mutex_unlock(&l->lock);
+    if (rc == IPD_LIVE_CALL_OK)
+        wake_producer(l);
+    return rc;
+}
+
+/* A call over without its client's answer: what the code is told. */
+static void call_fail(struct live_call *c, const char *type, const char *msg,
+                      struct ipd_buf *answer)
+{
+    IPD_ASSERT(ipd_buf_addf(answer,
+                            "{\"error\":{\"type\":\"%s\",\"message\":"
+                            "\"%s\"}}",
+                            type, msg) == IPD_OK);
+    c->state = CALL_OVER;
+}
+
+bool ipd_live_call_take(struct ipd_live *l, int64_t now_ms, uint64_t *seq,
+                        struct ipd_buf *answer)
+{
+    struct live_call *best = NULL;
+    pthread_mutex_lock(&l->lock);
+    for (unsigned i = 0; i < l->n_calls; i++) {
+        struct live_call *c = &l->calls[i];
+        if (c->state == CALL_ANSWERED && (!best || c->since < best->since))
+            best = c;
+    }
+    if (best) {
+        IPD_ASSERT(ipd_buf_add(answer, best->answer, best->len) == IPD_OK);
+        free(best->answer);
+        best->answer = NULL; /* len stays: it was answered (a second
+                                answer is told 409, not 410) */
+        best->state = CALL_OVER;
+    }
+    for (unsigned i = 0; !best && i < l->n_calls; i++) {
+        struct live_call *c = &l->calls[i];
+        if (c->state != CALL_WAITING)
+            continue;
+        if (!l->streaming || l->ended) {
+            best = c;
+            call_fail(c, "ConnectionError",
+                      "interpd: the client that could answer this call is "
+                      "gone",
+                      answer);
+        } else if (now_ms - c->since >= l->call_lim.call_timeout_ms) {
+            best = c;
+            call_fail(c, "TimeoutError",
+                      "interpd: the client did not answer this call in time "
+                      "(the policy's call-timeout)",
+                      answer);
+        }
+        if (best)
+            l->calls_waiting--;
+    }
+    if (best)
+        *seq = best->seq;
+    pthread_mutex_unlock(&l->lock);
+    return best != NULL;
+}
+
+unsigned ipd_live_calls_waiting(struct ipd_live *l)
+{
+    if (!l)
+        return 0;
+    pthread_mutex_lock(&l->lock);
+    unsigned n = l->calls_waiting;
+    pthread_mutex_unlock(&l->lock);
+    return n;
+}
+
+int64_t ipd_live_call_due(struct ipd_live *l, int64_t now_ms)
+{
+    int64_t due = -1;
+    if (!l)
+        return -1;
+    pthread_mutex_lock(&l->lock);
+    for (unsigned i = 0; i < l->n_calls; i++) {
+        const struct live_call *c = &l->calls[i];
+        if (c->state != CALL_WAITING)
+            continue;
+        int64_t d = c->since + l->call_lim.call_timeout_ms - now_ms;
+        if (d < 0)
+            d = 0;
+        if (due < 0 || d < due)
+            due = d;
+    }
+    pthread_mutex_unlock(&l->lock);
+    return due;
+}
+
+void ipd_live_calls_close(struct ipd_live *l)
+{
+    if (!l)
+        return;
+    pthread_mutex_lock(&l->lock);
+    l->calls_over = true;
+    for (unsigned i = 0; i < l->n_calls; i++) {
+        struct live_call *c = &l->calls[i];
+        free(c->answer);
+        c->answer = NULL;
+        c->state = CALL_OVER;
+    }
+    l->calls_waiting = 0;
+    pthread_mutex_unlock(&l->lock);
 }

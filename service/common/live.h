@@ -12,7 +12,9 @@
  *   - a streaming connection (api/sse.c), the consumer: ipd_live_take.
  *
  * Bounded: the output waiting for the consumer never exceeds
- * IPD_LIVE_PENDING_MAX bytes.  When it is full the producer stops reading
+ * IPD_LIVE_PENDING_MAX bytes (other events count too: a producer that
+ * asks ipd_live_room before each goes past it by one event at most).
+ * When it is full the producer stops reading
  * (the run's pipes fill and the run blocks in write, its wall clock still
  * running), so a client that reads slowly costs the service that much
  * memory and no more.  Coalesced: output that arrives while the last
@@ -34,6 +36,7 @@
 
 #include "buf.h"
 #include "ipd.h"
+#include "util.h"
 
 #define IPD_LIVE_PENDING_MAX (256 * 1024) /* output waiting, bytes */
 #define IPD_LIVE_EVENT_MAX (64 * 1024)    /* one coalesced chunk, bytes */
@@ -125,5 +128,69 @@ bool ipd_live_poke(struct ipd_live *l, int64_t idle_ms);
  * for a watchdog that must not take the channel's lock (a client that
  * reads nothing lets it grow). */
 int64_t ipd_live_waiting_since(struct ipd_live *l);
+
+/* ---- calls from the code to its client ---------------------------------
+ *
+ * A streamed run's code may call its client (call_client, docs/API.md
+ * "Calls"): the run's supervisor reads the call from the run's call
+ * socket (service/common/calls.c), opens it here (ipd_live_call_open),
+ * which gives it a call id, and sends a "call" event; the client's answer
+ * comes through the API (ipd_live_call_answer, any thread) and wakes the
+ * producer, which takes it (ipd_live_call_take) and writes it to the
+ * code.  Bounded: at most max_calls calls in a run, max_in_flight waiting
+ * at once, each answer at most max_bytes.
+ */
+struct ipd_live_call_limits {
+    size_t max_bytes;        /* a call's arguments, an answer's JSON */
+    unsigned max_calls;      /* calls in one run */
+    unsigned max_in_flight;  /* calls waiting for their answer at once */
+    int64_t call_timeout_ms; /* one call's wait: then TimeoutError */
+    int64_t max_wait_ms;     /* a run's wall clock is paused while a call
+                                waits, at most this long in all */
+};
+#define IPD_LIVE_CALL_ID_MAX IPD_ID_MAX /* "call_" + 26 characters */
+
+/* Calls are possible in this run, within lim (before the run starts;
+ * NULL l: nothing). */
+void ipd_live_calls_enable(struct ipd_live *l,
+                           const struct ipd_live_call_limits *lim);
+/* False when calls were never enabled (NULL too); else *lim. */
+bool ipd_live_calls_limits(struct ipd_live *l,
+                           struct ipd_live_call_limits *lim);
+
+enum ipd_live_call {
+    IPD_LIVE_CALL_OK,
+    IPD_LIVE_CALL_UNKNOWN, /* no such call (another run's, or none) */
+    IPD_LIVE_CALL_TWICE,   /* answered already */
+    IPD_LIVE_CALL_GONE,    /* over: timed out, or the run ended */
+    IPD_LIVE_CALL_LIMIT,   /* open: the run made max_calls calls */
+    IPD_LIVE_CALL_BUSY,    /* open: max_in_flight calls wait already */
+    IPD_LIVE_CALL_NOBODY,  /* open: no client streams (gone, or detached)
+                              or the run ended */
+};
+
+/* The producer: a new call, tagged seq by the code, waiting from now;
+ * its id into id.  Send its "call" event after this (an answer may come
+ * as soon as the client sees it). */
+enum ipd_live_call ipd_live_call_open(struct ipd_live *l, uint64_t seq,
+                                      char id[IPD_LIVE_CALL_ID_MAX]);
+/* Any thread (the API): the client's answer to call id, JSON text of
+ * {"result": ...} or {"error": {"type", "message"}} (checked by the
+ * caller, at most max_bytes; copied).  Wakes the producer. */
+enum ipd_live_call ipd_live_call_answer(struct ipd_live *l, const char *id,
+                                        const char *json, size_t len);
+/* The producer: the next call that is over for the code, the oldest
+ * answered first, then any that waited longer than call_timeout_ms
+ * (answered {"error": {"type": "TimeoutError", ...}}) or whose client
+ * went away (ConnectionError): its seq and answer (appended to answer).
+ * False when there is none. */
+bool ipd_live_call_take(struct ipd_live *l, int64_t now_ms, uint64_t *seq,
+                        struct ipd_buf *answer);
+/* Calls waiting for their client now. */
+unsigned ipd_live_calls_waiting(struct ipd_live *l);
+/* In how many ms the oldest waiting call times out (-1: none waits). */
+int64_t ipd_live_call_due(struct ipd_live *l, int64_t now_ms);
+/* The run is over: calls are gone (later answers: IPD_LIVE_CALL_GONE). */
+void ipd_live_calls_close(struct ipd_live *l);
 
 #endif
