@@ -243,6 +243,8 @@ _Static_assert(IPD_ARRAY_LEN(opts) <= 80, "grow ipd_config.source");
         .name = n, .timeout_ms = t, .max_timeout_ms = mt, .memory_bytes = mem, \
         .max_processes = procs, .output_bytes = out, .tmp_bytes = tmp,         \
         .output_dir_bytes = dir, .network = net, .cpu_millis = 1000,           \
+        .call_bytes = 1 << 20, .calls = 1000, .calls_in_flight = 16,           \
+        .call_timeout_ms = 120000, .max_call_wait_ms = 600000,                 \
         .tenant_running = -50, .tenant_queued = -50, .tenant_results = -10,    \
         .tenant_fetches = -50, .tenant_callbacks = -10,                        \
         .tenant_installs = -25, .tenant_sessions = -50,                        \
@@ -288,6 +290,14 @@ static const struct policy_field {
      offsetof(struct ipd_exec_policy, output_dir_bytes), 1 << 20},
     {"network", PF_BOOL, offsetof(struct ipd_exec_policy, network), 0},
     {"cpus", PF_CPUS, offsetof(struct ipd_exec_policy, cpu_millis), 10},
+    {"call-size", PF_SIZE, offsetof(struct ipd_exec_policy, call_bytes), 1024},
+    {"calls", PF_COUNT, offsetof(struct ipd_exec_policy, calls), 1},
+    {"calls-in-flight", PF_COUNT,
+     offsetof(struct ipd_exec_policy, calls_in_flight), 1},
+    {"call-timeout", PF_DURATION,
+     offsetof(struct ipd_exec_policy, call_timeout_ms), 1000},
+    {"max-call-wait", PF_DURATION,
+     offsetof(struct ipd_exec_policy, max_call_wait_ms), 1000},
     {"tenant-running", PF_SHARE,
      offsetof(struct ipd_exec_policy, tenant_running), -100},
     {"tenant-queued", PF_SHARE, offsetof(struct ipd_exec_policy, tenant_queued),
@@ -438,7 +448,9 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
                      "unknown policy field in \"%s\" (from %s): "
                      "timeout, max-timeout, memory, processes, "
                      "output-limit, tmp-size, output-dir-size, network, "
-                     "cpus, tenant-running, tenant-queued, "
+                     "cpus, call-size, calls, calls-in-flight, "
+                     "call-timeout, max-call-wait, tenant-running, "
+                     "tenant-queued, "
                      "tenant-async-results, tenant-fetches, "
                      "tenant-callbacks, tenant-installs, "
                      "tenant-sessions or tenant-session-memory",
@@ -1116,6 +1128,8 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
                 "config policy.%s = timeout %llds, max-timeout %llds, "
                 "memory %lld, processes %lld, output-limit %lld, tmp-size "
                 "%lld, output-dir-size %lld, network %s, cpus %.3g, "
+                "call-size %lld, calls %lld, calls-in-flight %lld, "
+                "call-timeout %llds, max-call-wait %llds, "
                 "tenant-running %s, tenant-queued %s, tenant-async-results "
                 "%s, tenant-fetches %s, tenant-callbacks %s, "
                 "tenant-installs %s, tenant-sessions %s, "
@@ -1125,8 +1139,11 @@ void ipd_config_print(const struct ipd_config *c, FILE *out)
                 (long long)p->memory_bytes, (long long)p->max_processes,
                 (long long)p->output_bytes, (long long)p->tmp_bytes,
                 (long long)p->output_dir_bytes, p->network ? "yes" : "no",
-                (double)p->cpu_millis / 1000.0, sh[0], sh[1], sh[2], sh[3],
-                sh[4], sh[5], sh[6], sh[7]);
+                (double)p->cpu_millis / 1000.0, (long long)p->call_bytes,
+                (long long)p->calls, (long long)p->calls_in_flight,
+                (long long)(p->call_timeout_ms / 1000),
+                (long long)(p->max_call_wait_ms / 1000), sh[0], sh[1], sh[2],
+                sh[3], sh[4], sh[5], sh[6], sh[7]);
     }
     funlockfile(out);
 }
@@ -1137,6 +1154,8 @@ void ipd_config_usage(FILE *out)
                  "timeout, max-timeout, memory, processes,\n"
                  "                         output-limit, tmp-size, "
                  "output-dir-size, network, cpus (see docs/SANDBOX.md),\n"
+                 "                         call-size, calls, calls-in-flight, "
+                 "call-timeout, max-call-wait (docs/API.md),\n"
                  "                         tenant-running, tenant-queued, "
                  "tenant-async-results, tenant-fetches,\n"
                  "                         tenant-callbacks, tenant-installs, "

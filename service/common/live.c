@@ -22,9 +22,10 @@ struct live_call {
     char id[IPD_LIVE_CALL_ID_MAX];
     uint64_t seq;
     enum call_state state;
-    int64_t since; /* monotonic ms: opened, or answered (the order the
-                      producer takes answers in) */
-    char *answer;  /* CALL_ANSWERED: JSON text */
+    int64_t since;  /* monotonic ms: opened */
+    uint64_t order; /* answered: the channel's answer count then (the
+                       order the producer takes answers in) */
+    char *answer;   /* CALL_ANSWERED: JSON text */
     size_t len;
 };
 
@@ -65,6 +66,7 @@ struct ipd_live {
     struct ipd_live_call_limits call_lim;
     struct live_call *calls; /* opened so far, in order */
     unsigned n_calls, calls_alloc, calls_waiting;
+    uint64_t answers; /* answers given so far */
 };
 
 struct ipd_live *ipd_live_new(void)
@@ -115,6 +117,7 @@ void ipd_live_unref(struct ipd_live *l)
     for (unsigned i = 0; i < l->n_calls; i++)
         free(l->calls[i].answer);
     free(l->calls);
+    free(l->call_lim.display_ctx);
     close(l->fd);
     pthread_mutex_destroy(&l->lock);
     free(l);
@@ -462,9 +465,12 @@ bool ipd_live_poke(struct ipd_live *l, int64_t idle_ms)
 void ipd_live_calls_enable(struct ipd_live *l,
                            const struct ipd_live_call_limits *lim)
 {
-    if (!l)
+    if (!l) {
+        free(lim->display_ctx);
         return;
+    }
     pthread_mutex_lock(&l->lock);
+    IPD_ASSERT(!l->calls_on);
     l->calls_on = true;
     l->call_lim = *lim;
     pthread_mutex_unlock(&l->lock);
@@ -478,6 +484,20 @@ bool ipd_live_calls_limits(struct ipd_live *l, struct ipd_live_call_limits *lim)
     bool on = l->calls_on;
     if (on)
         *lim = l->call_lim;
+    pthread_mutex_unlock(&l->lock);
+    return on;
+}
+
+bool ipd_live_calls_begin(struct ipd_live *l, struct ipd_live_call_limits *lim)
+{
+    if (!l)
+        return false;
+    pthread_mutex_lock(&l->lock);
+    bool on = l->calls_on;
+    if (on) {
+        *lim = l->call_lim;
+        l->calls_over = false;
+    }
     pthread_mutex_unlock(&l->lock);
     return on;
 }
@@ -538,7 +558,7 @@ enum ipd_live_call ipd_live_call_answer(struct ipd_live *l, const char *id,
         c->answer[len] = '\0';
         c->len = len;
         c->state = CALL_ANSWERED;
-        c->since = ipd_mono_ms();
+        c->order = ++l->answers;
         l->calls_waiting--;
     }
     pthread_mutex_unlock(&l->lock);
@@ -565,7 +585,7 @@ bool ipd_live_call_take(struct ipd_live *l, int64_t now_ms, uint64_t *seq,
     pthread_mutex_lock(&l->lock);
     for (unsigned i = 0; i < l->n_calls; i++) {
         struct live_call *c = &l->calls[i];
-        if (c->state == CALL_ANSWERED && (!best || c->since < best->since))
+        if (c->state == CALL_ANSWERED && (!best || c->order < best->order))
             best = c;
     }
     if (best) {

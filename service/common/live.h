@@ -140,6 +140,7 @@ int64_t ipd_live_waiting_since(struct ipd_live *l);
  * code.  Bounded: at most max_calls calls in a run, max_in_flight waiting
  * at once, each answer at most max_bytes.
  */
+struct json_t;
 struct ipd_live_call_limits {
     size_t max_bytes;        /* a call's arguments, an answer's JSON */
     unsigned max_calls;      /* calls in one run */
@@ -147,16 +148,29 @@ struct ipd_live_call_limits {
     int64_t call_timeout_ms; /* one call's wait: then TimeoutError */
     int64_t max_wait_ms;     /* a run's wall clock is paused while a call
                                 waits, at most this long in all */
+    /* The same socket carries each display bundle as the code shows it
+     * (calls.h): display(display_ctx, bundle) checks it (the bundle
+     * parsed, borrowed) and sends its event; NULL: such frames are
+     * dropped.  display_ctx is freed (free) with the channel. */
+    void (*display)(void *ctx, struct json_t *bundle);
+    void *display_ctx;
+    size_t display_bytes; /* a display frame's bound */
 };
 #define IPD_LIVE_CALL_ID_MAX IPD_ID_MAX /* "call_" + 26 characters */
 
 /* Calls are possible in this run, within lim (before the run starts;
- * NULL l: nothing). */
+ * NULL l: nothing; its display_ctx is the channel's from now on, or
+ * freed here for NULL l; once). */
 void ipd_live_calls_enable(struct ipd_live *l,
                            const struct ipd_live_call_limits *lim);
 /* False when calls were never enabled (NULL too); else *lim. */
 bool ipd_live_calls_limits(struct ipd_live *l,
                            struct ipd_live_call_limits *lim);
+/* A run of the execution begins (the producer): calls may be opened
+ * until ipd_live_calls_close (a second run, after an automatic install,
+ * begins again: the calls of the first stay over).  As
+ * ipd_live_calls_limits otherwise. */
+bool ipd_live_calls_begin(struct ipd_live *l, struct ipd_live_call_limits *lim);
 
 enum ipd_live_call {
     IPD_LIVE_CALL_OK,

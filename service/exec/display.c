@@ -12,12 +12,6 @@
 #include "display.h"
 
 /* What is left for the rest of the list. */
-struct budget {
-    int64_t text_left; /* bytes of text/plain and text/html */
-    int64_t png_left;  /* decoded bytes of image/png */
-    size_t entries;
-    bool truncated; /* something was cut or left out */
-};
 
 /* ---- strict base64 and PNG -------------------------------------------- */
 
@@ -123,7 +117,7 @@ bool ipd_display_png_ok(const unsigned char *d, size_t len)
 
 /* Whether png (a JSON string) is a whole PNG within what is left of the
  * image budget; it is charged when it is. */
-static bool png_fits(const json_t *png, struct budget *b)
+static bool png_fits(const json_t *png, struct ipd_display_budget *b)
 {
     size_t len = json_string_length(png), n = 0;
     unsigned char *d = NULL;
@@ -139,7 +133,7 @@ static bool png_fits(const json_t *png, struct budget *b)
 }
 
 /* Charge len bytes of text: false (and truncated) when they do not fit. */
-static bool text_fits(struct budget *b, int64_t len)
+static bool text_fits(struct ipd_display_budget *b, int64_t len)
 {
     if (len > b->text_left) {
         b->truncated = true;
@@ -151,7 +145,7 @@ static bool text_fits(struct budget *b, int64_t len)
 
 /* Keys the prelude never writes, and its "truncated": true, mark the
  * list truncated (what the line had is not all shown). */
-static void check_keys(json_t *line, struct budget *b)
+static void check_keys(json_t *line, struct ipd_display_budget *b)
 {
     static const char *const known[] = {"text/plain", "text/html", "image/png"};
     const char *key;
@@ -168,7 +162,7 @@ static void check_keys(json_t *line, struct budget *b)
 
 /* text/plain cut to what is left of the budget (at a character
  * boundary), charged.  New ref. */
-static json_t *plain_cut(const json_t *plain, struct budget *b)
+static json_t *plain_cut(const json_t *plain, struct ipd_display_budget *b)
 {
     const char *s = json_string_value(plain);
     size_t n = json_string_length(plain);
@@ -185,7 +179,7 @@ static json_t *plain_cut(const json_t *plain, struct budget *b)
 /* The bundle of one line (a JSON object), or NULL to leave it out: a
  * line that is no bundle (the prelude's {"truncated": true}, or whatever
  * the code wrote) or one over the budget.  New ref. */
-static json_t *bundle(json_t *line, struct budget *b)
+static json_t *bundle(json_t *line, struct ipd_display_budget *b)
 {
     json_t *plain = json_object_get(line, "text/plain");
     json_t *html = json_object_get(line, "text/html");
@@ -217,14 +211,30 @@ static json_t *bundle(json_t *line, struct budget *b)
     return out;
 }
 
+void ipd_display_budget_init(struct ipd_display_budget *b, int64_t text_max,
+                             int64_t png_max)
+{
+    *b = (struct ipd_display_budget){
+        .text_left = text_max > 0 ? text_max : 0,
+        .png_left = png_max > 0 ? png_max : 0,
+    };
+}
+
+json_t *ipd_display_bundle(json_t *line, struct ipd_display_budget *b)
+{
+    if (!json_is_object(line)) {
+        b->truncated = true;
+        return NULL;
+    }
+    return bundle(line, b);
+}
+
 json_t *ipd_display_parse(const char *text, size_t len, bool over,
                           int64_t text_max, int64_t png_max, bool *truncated)
 {
-    struct budget b = {
-        .text_left = text_max > 0 ? text_max : 0,
-        .png_left = png_max > 0 ? png_max : 0,
-        .truncated = over,
-    };
+    struct ipd_display_budget b;
+    ipd_display_budget_init(&b, text_max, png_max);
+    b.truncated = over;
     json_t *list = json_array();
     size_t at = 0;
 

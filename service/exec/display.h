@@ -49,6 +49,20 @@
 json_t *ipd_display_parse(const char *text, size_t len, bool over,
                           int64_t text_max, int64_t png_max, bool *truncated);
 
+/* The same, one bundle at a time (a streamed run's display events, as
+ * each is shown: service/exec/result.c): what is left of the budgets. */
+struct ipd_display_budget {
+    int64_t text_left; /* bytes of text/plain and text/html */
+    int64_t png_left;  /* decoded bytes of image/png */
+    size_t entries;
+    bool truncated; /* something was cut or left out */
+};
+void ipd_display_budget_init(struct ipd_display_budget *b, int64_t text_max,
+                             int64_t png_max);
+/* The checked bundle of line (borrowed: a parsed line), charged to b;
+ * NULL when it is left out. */
+json_t *ipd_display_bundle(json_t *line, struct ipd_display_budget *b);
+
 /* Whether data[0..len) is a well-formed PNG as ipd_display_parse requires
  * (exported for tests). */
 bool ipd_display_png_ok(const unsigned char *data, size_t len);

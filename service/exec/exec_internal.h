@@ -157,13 +157,21 @@ enum ipd_err ipd__run_stage_create(struct ipd_executor *ex,
                                    uid_t host_uid, struct ipd_buf *why);
 /* Close and free what *wk holds (a zeroed one with fds -1 is fine). */
 void ipd__run_stage_remove(struct ipd__run_stage *wk);
-/* Write rq's job into wk: code.py, variables.json, the files (looked up
+/* Write rq's job into wk: code.py, variables.json, calls.json (a
+ * streamed run's, under ep's limits for its calls), the files (looked up
  * in the caller's scope, at most files_max bytes in all, 0: no limit;
  * over it IPD_ERR_TOO_LARGE) and files.json.  detail says why. */
 enum ipd_err ipd__stage_job(struct ipd_executor *ex,
                             const struct ipd_exec_request *rq,
+                            const struct ipd_exec_policy *ep,
                             struct ipd__run_stage *wk, int64_t files_max,
                             struct ipd_buf *detail);
+/* A streamed run's display events as each bundle is shown (result.c):
+ * lim's display hook and its context, within ex's and ep's budgets. */
+struct ipd_live_call_limits;
+void ipd__live_display(const struct ipd_executor *ex,
+                       const struct ipd_exec_policy *ep, struct ipd_live *live,
+                       struct ipd_live_call_limits *lim);
 /* obj as an event of kind on rq's stream (nothing when none listens). */
 void ipd__live_emit(const struct ipd_exec_request *rq, const char *kind,
                     const json_t *obj);

@@ -505,7 +505,7 @@ static enum ipd_err run_job(struct ipd_executor *ex,
     else
         rc = stage_create_logged(ex, &wk, rq);
     if (!rc)
-        rc = ipd__stage_job(ex, rq, &wk, 0, detail);
+        rc = ipd__stage_job(ex, rq, ep, &wk, 0, detail);
     if (rc)
         goto out;
     wk.live = rq->live;

@@ -57,6 +57,9 @@ struct ipd_exec_request {
     const char *const *packages; /* requirements installed before the run
                                     (needs a venv); n_packages of them */
     size_t n_packages;
+    const json_t *functions;  /* borrowed; NULL or an array of names the
+                                 code may call its client by (a streamed
+                                 run's: calls.json) */
     const char *execution_id; /* an id made with ipd_id_new("exec") when
                                  the caller announced it already (async
                                  executions); NULL: a new one */

@@ -4,7 +4,8 @@
  * Built in: strict, standard, networked.  The config file and flags change
  * them or add more with `policy.<name>.<field> = value` (fields: timeout,
  * max-timeout, memory, processes, output-limit, tmp-size, output-dir-size,
- * network, cpus, and the tenant's shares of the shared pools below;
+ * network, cpus, call-size, calls, calls-in-flight, call-timeout,
+ * max-call-wait, and the tenant's shares of the shared pools below;
  * service/config.c); a new policy starts from standard's values.  One
  * definition for the config that reads them and the executor that
  * applies them.
@@ -37,6 +38,13 @@ struct ipd_exec_policy {
     int64_t output_dir_bytes; /* /mnt/output tmpfs */
     bool network;             /* host network and sockets */
     int64_t cpu_millis;       /* CPU share, 1000 = one core (0: one) */
+    /* Calls from a streamed run's code to its client (docs/API.md). */
+    int64_t call_bytes;       /* a call's arguments, an answer */
+    int64_t calls;            /* calls in one run */
+    int64_t calls_in_flight;  /* calls waiting for answers at once */
+    int64_t call_timeout_ms;  /* one call's wait: then TimeoutError */
+    int64_t max_call_wait_ms; /* the run's clock is paused while calls
+                                 wait, this long at most in all */
     /* The tenant's shares (see above; ipd_policy_share). */
     int64_t tenant_running;        /* executions running: of exec-slots */
     int64_t tenant_queued;         /* executions waiting: of exec-queue */
@@ -84,7 +92,11 @@ static inline bool ipd_policy_within(const struct ipd_exec_policy *a,
            a->max_processes <= b->max_processes &&
            a->output_bytes <= b->output_bytes && a->tmp_bytes <= b->tmp_bytes &&
            a->output_dir_bytes <= b->output_dir_bytes &&
-           a->cpu_millis <= b->cpu_millis && (!a->network || b->network);
+           a->cpu_millis <= b->cpu_millis && a->call_bytes <= b->call_bytes &&
+           a->calls <= b->calls && a->calls_in_flight <= b->calls_in_flight &&
+           a->call_timeout_ms <= b->call_timeout_ms &&
+           a->max_call_wait_ms <= b->max_call_wait_ms &&
+           (!a->network || b->network);
 }
 
 #endif

@@ -177,6 +177,7 @@ void ipd_exec_job_free(struct ipd_exec_job *j)
     for (size_t i = 0; i < j->n_packages; i++)
         free(j->packages[i]);
     free(j->packages);
+    json_decref(j->functions);
     free(j->callback_url);
     ipd_buf_release(&j->detail);
     free(j);
@@ -568,6 +569,7 @@ void ipd_exec_job_request(const struct ipd_exec_job *j,
         .policy = j->policy,
         .packages = (const char *const *)j->packages,
         .n_packages = j->n_packages,
+        .functions = j->functions,
         .execution_id = j->exec_id[0] ? j->exec_id : NULL,
         .session_id = j->session_id[0] ? j->session_id : NULL,
         .live = j->live,

@@ -89,6 +89,9 @@ struct ipd_exec_job {
     json_t *variables; /* new reference or NULL */
     char **packages;   /* owned array of owned strings */
     size_t n_packages;
+    json_t *functions; /* new reference or NULL: "functions", the names
+                          the code may call its client by (strings) */
+    size_t n_functions;
     bool admin;                  /* the caller's key is an admin key */
     bool store_outputs;          /* false: generated files come back
                                     inline only (ipd_exec_job_new:

@@ -96,6 +96,48 @@ static bool delivery_ok(const struct ipd_exec_request_env *env,
     return !v || json_is_null(v) || callback_url_ok(env, v, f);
 }
 
+/* A Python identifier of ASCII letters, digits and _, not a dunder. */
+static bool function_name_ok(const char *s, size_t n)
+{
+    if (!n || n > IPD_EXEC_FUNCTION_NAME_MAX || (s[0] >= '0' && s[0] <= '9') ||
+        (n > 1 && s[0] == '_' && s[1] == '_'))
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if (!(s[i] == '_' || (s[i] >= '0' && s[i] <= '9') ||
+              ((s[i] | 0x20) >= 'a' && (s[i] | 0x20) <= 'z')))
+            return false;
+    return true;
+}
+
+/* "functions": at most IPD_EXEC_FUNCTIONS_MAX distinct names. */
+static bool functions_ok(const json_t *doc, struct ipd_refusal *f)
+{
+    const json_t *v = json_object_get(doc, "functions");
+    size_t i, k;
+    if (!v || json_is_null(v))
+        return true;
+    if (!json_is_array(v) || json_array_size(v) > IPD_EXEC_FUNCTIONS_MAX)
+        return refuse(f, INVALID,
+                      "\"functions\" must be an array of at most %d names",
+                      IPD_EXEC_FUNCTIONS_MAX);
+    for (i = 0; i < json_array_size(v); i++) {
+        const json_t *name = json_array_get(v, i);
+        if (!json_is_string(name) ||
+            !function_name_ok(json_string_value(name),
+                              json_string_length(name)))
+            return refuse(f, INVALID,
+                          "\"functions\"[%zu] must be a Python name (ASCII "
+                          "letters, digits and _, not starting with a digit "
+                          "or __, at most %d characters)",
+                          i, IPD_EXEC_FUNCTION_NAME_MAX);
+        for (k = 0; k < i; k++)
+            if (json_equal(name, json_array_get(v, k)))
+                return refuse(f, INVALID, "\"functions\" names %s twice",
+                              json_string_value(name));
+    }
+    return true;
+}
+
 /* session_id, store_outputs and variables: a session id of the wrong
  * shape is nobody's (not_found), and a session keeps its packages. */
 static bool session_ok(const json_t *doc, struct ipd_refusal *f)
@@ -143,7 +185,8 @@ static bool body_ok(const struct ipd_exec_request_env *env, const json_t *doc,
          json_number_value(timeout) > IPD_EXEC_TIMEOUT_MAX_S))
         return refuse(f, INVALID,
                       "\"timeout\" must be a positive number of seconds");
-    return delivery_ok(env, doc, f) && session_ok(doc, f);
+    return delivery_ok(env, doc, f) && session_ok(doc, f) &&
+           functions_ok(doc, f);
 }
 
 /* The principal's policy, or a stricter one the request names (borrowed
@@ -222,6 +265,11 @@ static void add_options(struct ipd_exec_job *j, const json_t *doc)
     j->store_outputs = !json_is_false(json_object_get(doc, "store_outputs"));
     j->stream = json_is_true(json_object_get(doc, "stream"));
     j->detach = json_is_true(json_object_get(doc, "detach"));
+    json_t *fn = json_object_get(doc, "functions");
+    if (json_array_size(fn)) {
+        j->functions = json_incref(fn);
+        j->n_functions = json_array_size(fn);
+    }
     const json_t *pk = json_object_get(doc, "packages");
     size_t np = json_array_size(pk);
     j->packages = ipd_xcalloc(np ? np : 1, sizeof(*j->packages));

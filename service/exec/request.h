@@ -28,6 +28,8 @@
 #define IPD_EXEC_FILES_MAX 100          /* input files per execution */
 #define IPD_EXEC_CALLBACK_URL_MAX 2048  /* callback_url bytes */
 #define IPD_EXEC_TIMEOUT_MAX_S 86400    /* a request's timeout, seconds */
+#define IPD_EXEC_FUNCTIONS_MAX 64       /* "functions" names */
+#define IPD_EXEC_FUNCTION_NAME_MAX 64   /* one name's characters */
 #define IPD_REFUSAL_MESSAGE_MAX 1024
 
 /* Why a request is refused: the contract's error code and a message for
@@ -58,7 +60,8 @@ struct ipd_exec_request_env {
  * IPD_EXEC_CODE_MAX bytes: payload_too_large), files (an array of at most
  * IPD_EXEC_FILES_MAX), timeout, packages, async, callback_url (through
  * env->fetch's guard on its face), session_id (a malformed one:
- * not_found), store_outputs, variables, the policy (who's must be
+ * not_found), store_outputs, variables, functions (at most
+ * IPD_EXEC_FUNCTIONS_MAX distinct identifiers), the policy (who's must be
  * configured: forbidden), then each file id (a malformed one: not_found).
  */
 enum ipd_err ipd_exec_request_parse(const struct ipd_exec_request_env *env,

@@ -894,8 +894,12 @@ static void collect_generated(struct ipd_executor *ex,
  * their text/plain and text/html together within the policy's output
  * limit (as stdout), their image/png together within the inline limit
  * (--inline-image-max; 0: no images). */
+static int64_t display_text_max(const struct ipd_exec_policy *ep)
+{
+    return ep && ep->output_bytes > 0 ? ep->output_bytes : 64 << 10;
+}
+
 static void collect_display(const struct ipd_executor *ex,
-                            const struct ipd_exec_request *rq,
                             const struct ipd_exec_policy *ep,
                             const struct ipd_sandbox_result *r, json_t *result)
 {
@@ -903,18 +907,49 @@ static void collect_display(const struct ipd_executor *ex,
     bool over, truncated;
     char *text = read_output_file(r, ".interpd/display.jsonl",
                                   IPD_DISPLAY_FILE_MAX, &len, &over);
-    json_t *list = ipd_display_parse(
-        text, len, over,
-        ep && ep->output_bytes > 0 ? ep->output_bytes : 64 << 10,
-        ex->inline_max > 0 ? ex->inline_max : 0, &truncated);
+    json_t *list =
+        ipd_display_parse(text, len, over, display_text_max(ep),
+                          ex->inline_max > 0 ? ex->inline_max : 0, &truncated);
     free(text);
-    /* A stream gets each bundle as an event too: after the code ended,
-     * for now (the bundles are read from the display channel's file). */
-    size_t i;
-    json_t *one;
-    json_array_foreach(list, i, one) ipd__live_emit(rq, "display", one);
     json_object_set_new(result, "display", list);
     json_object_set_new(result, "display_truncated", json_boolean(truncated));
+}
+
+/* A streamed run's display events, each as the code shows it: the
+ * prelude sends each bundle it appends to display.jsonl on the call
+ * socket too (calls.h), where it is checked as collect_display checks
+ * the file's lines, against the same budgets counted over the run, so
+ * the events are the result's display list, one by one (unless the code
+ * wrote the file or the socket itself: then each stays within them). */
+struct live_display {
+    struct ipd_display_budget b;
+    struct ipd_live *live; /* borrowed: it owns this */
+};
+
+static void live_display(void *ctx, json_t *line)
+{
+    struct live_display *d = ctx;
+    json_t *one = ipd_display_bundle(line, &d->b);
+    if (!one)
+        return;
+    char *text = json_dumps(one, IPD_JSON_REPLY_FLAGS);
+    if (text)
+        ipd_live_event(d->live, "display", text, strlen(text));
+    free(text);
+    json_decref(one);
+}
+
+void ipd__live_display(const struct ipd_executor *ex,
+                       const struct ipd_exec_policy *ep, struct ipd_live *live,
+                       struct ipd_live_call_limits *lim)
+{
+    struct live_display *d = ipd_xcalloc(1, sizeof(*d));
+    ipd_display_budget_init(&d->b, display_text_max(ep),
+                            ex->inline_max > 0 ? ex->inline_max : 0);
+    d->live = live;
+    lim->display = live_display;
+    lim->display_ctx = d;
+    lim->display_bytes = IPD_DISPLAY_FILE_MAX;
 }
 
 json_t *ipd__build_result(struct ipd_executor *ex,
@@ -956,7 +991,7 @@ json_t *ipd__build_result(struct ipd_executor *ex,
     json_object_set_new(res, "install_time", json_real(round3(ins->seconds)));
     json_object_set_new(res, "error", error);
     collect_generated(ex, rq, r, ep ? ep->output_dir_bytes : 0, snapshot, res);
-    collect_display(ex, rq, ep, r, res);
+    collect_display(ex, ep, r, res);
     json_object_set(res, "installed_packages", ins->results);
     /* Beyond the contract: the code ran twice because a module it
      * imported was installed for it. */

@@ -1008,7 +1008,7 @@ static void clear_inputs(int data_fd)
 static void clear_call(struct ipd__run_stage *wk)
 {
     static const char *const names[] = {"code.py", "files.json",
-                                        "variables.json"};
+                                        "variables.json", "calls.json"};
     for (size_t i = 0; i < IPD_ARRAY_LEN(names); i++)
         empty_and_unlink(wk->job_fd, names[i]);
     clear_inputs(wk->data_fd);
@@ -1058,7 +1058,7 @@ enum ipd_err ipd__session_call(struct ipd_executor *ex,
     clear_call(wk);
     /* A call's inputs are in the service's memory (the stage's tmpfs)
      * while it runs: at most what the session may hold itself. */
-    rc = ipd__stage_job(ex, rq, wk, ep->memory_bytes, detail);
+    rc = ipd__stage_job(ex, rq, ep, wk, ep->memory_bytes, detail);
     if (!rc) {
         rc = ipd_sandbox_parked_call(s->pk, IPD_ZPROTO_GO, timeout_ms, rq->live,
                                      &r, &ended);

@@ -25,6 +25,7 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "../common/live.h"
 #include "../common/log.h"
 #include "../common/util.h"
 #include "exec_internal.h"
@@ -356,10 +357,40 @@ void ipd__run_stage_remove(struct ipd__run_stage *wk)
     wk->stage = NULL;
 }
 
+/* A streamed run's calls to its client (docs/API.md "Calls"): enabled
+ * on its live channel within ep's limits, and job/calls.json for the
+ * prelude, {"functions": [names], "max_bytes", "max_in_flight"}. */
+static enum ipd_err stage_calls(const struct ipd_executor *ex,
+                                const struct ipd_exec_policy *ep,
+                                const struct ipd_exec_request *rq, int job_fd)
+{
+    if (!ipd_live_streamed(rq->live))
+        return IPD_OK;
+    struct ipd_live_call_limits lim = {
+        .max_bytes = (size_t)ep->call_bytes,
+        .max_calls = (unsigned)ep->calls,
+        .max_in_flight = (unsigned)ep->calls_in_flight,
+        .call_timeout_ms = ep->call_timeout_ms,
+        .max_wait_ms = ep->max_call_wait_ms,
+    };
+    ipd__live_display(ex, ep, rq->live, &lim);
+    ipd_live_calls_enable(rq->live, &lim);
+    json_t *doc =
+        json_pack("{s:o, s:I, s:I}", "functions",
+                  rq->functions ? json_copy((json_t *)(uintptr_t)rq->functions)
+                                : json_array(),
+                  "max_bytes", (json_int_t)ep->call_bytes, "max_in_flight",
+                  (json_int_t)ep->calls_in_flight);
+    enum ipd_err rc = write_json_at(job_fd, "calls.json", doc);
+    json_decref(doc);
+    return rc;
+}
+
 /* Write the request's job into the staging; its files total at most
  * files_max bytes (0: no limit). */
 enum ipd_err ipd__stage_job(struct ipd_executor *ex,
                             const struct ipd_exec_request *rq,
+                            const struct ipd_exec_policy *ep,
                             struct ipd__run_stage *wk, int64_t files_max,
                             struct ipd_buf *detail)
 {
@@ -367,6 +398,8 @@ enum ipd_err ipd__stage_job(struct ipd_executor *ex,
         wk->job_fd, "code.py", rq->code ? rq->code : "", rq->code_len);
     if (!rc && rq->variables)
         rc = write_json_at(wk->job_fd, "variables.json", rq->variables);
+    if (!rc)
+        rc = stage_calls(ex, ep, rq, wk->job_fd);
     if (!rc)
         rc = stage_files(ex, rq, wk->job_fd, wk->data_fd, files_max, detail);
     return rc;

@@ -510,9 +510,10 @@ IPD_NORETURN static void c2_main(struct plan *pl)
     }
     if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
         fail(pl, "dup2", "stdio", errno);
-    /* A zygote's command socket: fd 3, kept across the exec. */
+    /* A zygote's command socket, or the run's call socket: fd 3, kept
+     * across the exec. */
     if (pl->extra_fd >= 0 && dup2(pl->extra_fd, 3) != 3)
-        fail(pl, "dup2", "zygote socket", errno);
+        fail(pl, "dup2", "fd 3", errno);
     {
         int keep[2] = {pl->ctl, pl->extra_fd >= 0 ? 3 : -1};
         close_except(keep, 2);

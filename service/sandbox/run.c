@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../common/calls.h"
 #include "../common/live.h"
 #include "../common/util.h"
 #include "sandbox_internal.h"
@@ -490,11 +491,12 @@ struct run {
                              just before a timeout kill (0: unknown) */
     void (*egress)(void *ctx, int listen_fd); /* spec's; NULL: none */
     void *egress_ctx;
-    bool egress_given;     /* the egress socket arrived (at most once) */
-    struct ipd_live *live; /* borrowed, or NULL: its cancel and stream */
-    bool cancelled;        /* killed (or interrupted) for a cancel */
-    bool last_drain;       /* what is left is read whatever the stream's
-                              room (the run is over or killed) */
+    bool egress_given;       /* the egress socket arrived (at most once) */
+    struct ipd_live *live;   /* borrowed, or NULL: its cancel and stream */
+    bool cancelled;          /* killed (or interrupted) for a cancel */
+    bool last_drain;         /* what is left is read whatever the stream's
+                                room (the run is over or killed) */
+    struct ipd_calls *calls; /* the call socket's service end, or NULL */
 };
 
 /* What may be read for the stream now (SIZE_MAX: no bound). */
@@ -669,7 +671,7 @@ static void time_out(struct run *r, const struct ipd__cgroup_run *cgr)
 static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
                      bool *ctl_in, bool *pid_in)
 {
-    enum { P_OUT, P_ERR, P_IN, P_CTL, P_PID0, P_PID1, P_LIVE, P_N };
+    enum { P_OUT, P_ERR, P_IN, P_CTL, P_PID0, P_PID1, P_LIVE, P_CALLS, P_N };
     /* Without room for the stream, the pipes wait (the live fd says
      * when there is room again). */
     bool room = stream_room(r) > 0;
@@ -679,11 +681,20 @@ static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
                               {r->ctl, POLLIN, 0},
                               {pid0, POLLIN, 0},
                               {pid1, POLLIN, 0},
-                              {ipd_live_fd(r->live), POLLIN, 0}};
+                              {ipd_live_fd(r->live), POLLIN, 0},
+                              {-1, 0, 0}};
 
     *ctl_in = *pid_in = false;
-    /* Coalesced output still owed to the stream is due first. */
+    if (!r->killed) {
+        pfd[P_CALLS].fd = ipd_calls_fd(r->calls);
+        pfd[P_CALLS].events = ipd_calls_events(r->calls);
+    }
+    /* Coalesced output still owed to the stream is due first, and a
+     * call's timeout. */
     int64_t due = ipd_live_due(r->live);
+    if (due >= 0 && due < wait_ms)
+        wait_ms = due;
+    due = ipd_calls_due(r->calls, ipd_mono_ms());
     if (due >= 0 && due < wait_ms)
         wait_ms = due;
     if (poll(pfd, P_N, (int)(wait_ms > 0 ? wait_ms : 0)) < 0)
@@ -697,6 +708,8 @@ static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
         drain(r, &r->err_r, &r->out->err, &r->out->err_truncated, 2);
     if (pfd[P_IN].revents)
         feed_stdin(r);
+    ipd_calls_io(r->calls, pfd[P_CALLS].revents);
+    ipd_calls_tick(r->calls, ipd_mono_ms());
     *ctl_in = pfd[P_CTL].revents != 0;
     *pid_in = pfd[P_PID0].revents || pfd[P_PID1].revents;
     return 0;
@@ -707,12 +720,14 @@ static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
 static enum ipd_err supervise(struct run *r, const struct ipd__cgroup_run *cgr,
                               int64_t start_ms, int64_t timeout_ms)
 {
-    int64_t deadline = start_ms + timeout_ms, hard = 0;
+    int64_t deadline, hard = 0;
 
     while (running(r)) {
         int64_t now = ipd_mono_ms();
         bool ctl_in, pid_in;
 
+        /* The clock stops while a call waits for the client. */
+        deadline = start_ms + timeout_ms + ipd_calls_paused_ms(r->calls);
         if (!r->killed && now >= deadline) {
             time_out(r, cgr);
             hard = now + KILL_GRACE_MS;
@@ -939,7 +954,30 @@ static enum ipd_err end_run(struct run *r, struct ipd__cgroup_run *cgr,
     ipd_close_fd(&r->err_r);
     ipd_close_fd(&r->in_w);
     ipd_close_fd(&r->ctl);
+    ipd_calls_free(r->calls);
+    r->calls = NULL;
     return rc;
+}
+
+/* A streamed run's call socket (calls.h), when its live channel has
+ * calls: the service's end goes to r->calls, the program's into *prog
+ * (-1 without calls). */
+static enum ipd_err open_calls(struct run *r, int *prog, char *err,
+                               size_t errlen)
+{
+    struct ipd_live_call_limits lim;
+    int sv[2];
+
+    *prog = -1;
+    if (!ipd_live_calls_limits(r->live, &lim))
+        return IPD_OK;
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv)) {
+        snprintf(err, errlen, "call socket: %s", strerror(errno));
+        return IPD_ERR_INTERNAL;
+    }
+    r->calls = ipd_calls_new(r->live, sv[0]);
+    *prog = sv[1];
+    return IPD_OK;
 }
 
 static void close_pipes(struct pipes *pp)
@@ -987,6 +1025,11 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (x) {
         pl.extra_fd = xfd;
         pl.bpf = &cfg->state->bpf_zygote;
+    } else {
+        rc = open_calls(&r, &xfd, out->error, sizeof out->error);
+        if (rc)
+            goto out;
+        pl.extra_fd = xfd; /* the program's end of its call socket */
     }
     rc = ipd__cgroup_run_create(cfg->state->cg,
                                 &(struct ipd__cgroup_limits){p.memory_bytes,
@@ -1003,7 +1046,7 @@ enum ipd_err ipd__sandbox_run(const struct ipd_sandbox_config *cfg,
     if (rc)
         goto out;
     take_ends(&r, &pp, spec, &cgr);
-    ipd_close_fd(&xfd); /* a zygote's socket: the children hold it now */
+    ipd_close_fd(&xfd); /* the children hold it now */
     rc = supervise(&r, &cgr, start, p.wall_timeout_ms);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     ipd__cgroup_run_stats(&cgr, &oom, &cpu, &peak);
@@ -1056,14 +1099,22 @@ int ipd_sandbox_output_open(const struct ipd_sandbox_result *r,
 
 /* Send verb and the CPU seconds of the run or call (its RLIMIT_CPU; a
  * session's: on top of what the interpreter has used so far), with the
- * call's stdout and stderr write ends for a session's GO (out_w >= 0). */
+ * call's stdout and stderr write ends for a session's GO (out_w >= 0),
+ * and the program's end of the call socket (call_w >= 0) for any GO. */
 static int call_send(int ctl, enum ipd_zproto_verb verb, int64_t cpu_s,
-                     int out_w, int err_w)
+                     int out_w, int err_w, int call_w)
 {
     char msg[32];
     int len = snprintf(msg, sizeof msg, "%c%lld", (int)verb, (long long)cpu_s);
-    int fds[2] = {out_w, err_w};
-    size_t nfds = verb == IPD_ZPROTO_GO && out_w >= 0 ? 2 : 0;
+    int fds[3];
+    size_t nfds = 0;
+
+    if (verb == IPD_ZPROTO_GO && out_w >= 0) {
+        fds[nfds++] = out_w;
+        fds[nfds++] = err_w;
+    }
+    if (verb == IPD_ZPROTO_GO && call_w >= 0)
+        fds[nfds++] = call_w;
 
     return ipd__fdpass_send(ctl, msg, (size_t)len, fds, nfds) == len ? 0 : -1;
 }
@@ -1096,13 +1147,17 @@ enum ipd_err ipd_sandbox_parked_run(struct ipd_sandbox_parked *pk,
     int64_t cpu_s = pk->p.cpu_seconds;
     if (timeout_ms > 0 && ipd_sandbox_cpu_seconds(timeout_ms) < cpu_s)
         cpu_s = ipd_sandbox_cpu_seconds(timeout_ms);
+    int call_w = -1;
     if (set_nonblock(r.out_r) || set_nonblock(r.err_r) ||
-        call_send(r.ctl, IPD_ZPROTO_GO, cpu_s, -1, -1)) {
-        snprintf(out->error, sizeof out->error, "parked child: go: %s",
-                 strerror(errno));
+        open_calls(&r, &call_w, out->error, sizeof out->error) ||
+        call_send(r.ctl, IPD_ZPROTO_GO, cpu_s, -1, -1, call_w)) {
+        if (!out->error[0])
+            snprintf(out->error, sizeof out->error, "parked child: go: %s",
+                     strerror(errno));
         kill_tree(&r, &pk->cgr);
         rc = IPD_ERR_INTERNAL;
     }
+    ipd_close_fd(&call_w);
     if (!rc)
         rc = supervise(&r, &pk->cgr, start,
                        timeout_ms > 0 ? timeout_ms : pk->p.wall_timeout_ms);
@@ -1155,18 +1210,22 @@ static void call_read_ctl(struct run *r, bool *done, bool *ended)
  * code sees KeyboardInterrupt); when it has not answered
  * INTERRUPT_GRACE_MS later, it ends as a timeout does. */
 static void call_wait(struct run *r, struct ipd_sandbox_parked *pk,
-                      int64_t deadline, bool *done, bool *ended)
+                      int64_t base, bool *done, bool *ended)
 {
-    int64_t next_int = 0;
+    int64_t next_int = 0, grace = INT64_MAX;
     while (!*done && !*ended) {
         int64_t now = ipd_mono_ms();
         bool ctl_in, pid_in;
 
         if (!r->cancelled && ipd_live_cancelled(r->live)) {
             r->cancelled = true;
-            if (deadline > now + INTERRUPT_GRACE_MS)
-                deadline = now + INTERRUPT_GRACE_MS;
+            grace = now + INTERRUPT_GRACE_MS;
         }
+        /* base, and the time the call's calls waited for the client;
+         * a cancel's grace at most. */
+        int64_t deadline = base + ipd_calls_paused_ms(r->calls);
+        if (grace < deadline)
+            deadline = grace;
         /* Again until it answers: one that came before the cell ran is
          * held for it by the child (prelude.py, the interrupt gate), one
          * that came between calls is dropped there. */
@@ -1227,7 +1286,7 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
                                      bool *ended)
 {
     struct run r;
-    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1};
+    int out_p[2] = {-1, -1}, err_p[2] = {-1, -1}, call_w = -1;
     int64_t start = ipd_mono_ms(), oom0 = -1, cpu0 = -1, peak0 = -1;
     bool done = false;
 
@@ -1241,10 +1300,14 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
     ipd__cgroup_run_stats(&pk->cgr, &oom0, &cpu0, &peak0);
     if (verb == IPD_ZPROTO_GO &&
         (pipe2(out_p, O_CLOEXEC) || pipe2(err_p, O_CLOEXEC) ||
-         set_nonblock(out_p[0]) || set_nonblock(err_p[0]))) {
-        snprintf(out->error, sizeof out->error, "pipes: %s", strerror(errno));
+         set_nonblock(out_p[0]) || set_nonblock(err_p[0]) ||
+         open_calls(&r, &call_w, out->error, sizeof out->error))) {
+        if (!out->error[0])
+            snprintf(out->error, sizeof out->error, "pipes: %s",
+                     strerror(errno));
         close_pipes(&(struct pipes){
             {out_p[0], out_p[1]}, {err_p[0], err_p[1]}, {-1, -1}, {-1, -1}});
+        ipd_calls_free(r.calls);
         return IPD_ERR_INTERNAL;
     }
     /* The call's CPU limit as a warm run's (ipd_sandbox_parked_run):
@@ -1253,12 +1316,13 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
     int64_t cpu_s = pk->p.cpu_seconds;
     if (ipd_sandbox_cpu_seconds(wall) < cpu_s)
         cpu_s = ipd_sandbox_cpu_seconds(wall);
-    if (call_send(pk->ctl, verb, cpu_s, out_p[1], err_p[1])) {
+    if (call_send(pk->ctl, verb, cpu_s, out_p[1], err_p[1], call_w)) {
         snprintf(out->error, sizeof out->error, "session: the child is gone");
         *ended = true;
     }
     ipd_close_fd(&out_p[1]);
     ipd_close_fd(&err_p[1]);
+    ipd_close_fd(&call_w);
     r.out_r = out_p[0];
     r.err_r = err_p[0];
     if (!*ended)
@@ -1276,6 +1340,7 @@ enum ipd_err ipd_sandbox_parked_call(struct ipd_sandbox_parked *pk,
         drain(&r, &r.err_r, &out->err, &out->err_truncated, 2);
     ipd_close_fd(&r.out_r);
     ipd_close_fd(&r.err_r);
+    ipd_calls_free(r.calls);
     out->wall_seconds = (double)(ipd_mono_ms() - start) / 1000.0;
     call_result(&r, pk, done, oom0, cpu0);
     return done || r.timed_out || r.cancelled || r.got_status || out->oom_killed

@@ -180,7 +180,8 @@ struct plan {
                      listening on 127.0.0.1:IPD_SANDBOX_EGRESS_PORT */
     /* descriptors (child ends) */
     int ctl, out_w, err_w, in_r;
-    int extra_fd; /* a zygote's command socket, fd 3 in C2; else -1 */
+    int extra_fd; /* fd 3 in C2: a zygote's command socket, or a
+                     streamed run's call socket (calls.h); else -1 */
     int procs_fd[4];
 };
 

@@ -51,15 +51,17 @@
  *   child -> P  READY: capabilities dropped, the cold filter loaded, the
  *               program child forked and waiting for
  *   P -> child  GO + the run's CPU seconds in decimal (its RLIMIT_CPU;
- *               ipd_sandbox_parked_run), after which the init reports
- *               STATUS like a cold run's;
+ *               ipd_sandbox_parked_run), with a streamed run's call
+ *               socket (1 fd: the program's fd 3, service/common/calls.h),
+ *               after which the init reports STATUS like a cold run's;
  *   child -> P  ERROR + why, whenever a step fails.
  *
  *    A session's child (IPD_SANDBOX_PARK_SESSION) takes calls instead of
  *    one GO (ipd_sandbox_parked_call; zygote.py, _session_loop):
  *
  *   P -> child  GO + the call's CPU seconds in decimal, with the call's
- *               stdout and stderr write ends (2 fds): run the job now;
+ *               stdout and stderr write ends (2 fds) and, when it is
+ *               streamed, its call socket (a third): run the job now;
  *   P -> child  VARIABLES + the call's CPU seconds: write
  *               .interpd/variables.json;
  *   child -> P  DONE + the call's status (int32, host order), 5 bytes;
@@ -110,7 +112,8 @@ struct ipd_zproto_ctl {
 /* 3. P -> a parked child, and a session child's answer. */
 enum ipd_zproto_verb {
     IPD_ZPROTO_ATTACHED = 'A',  /* P -> child: in its cgroups now */
-    IPD_ZPROTO_GO = 'G',        /* + CPU seconds; a session's: + 2 fds */
+    IPD_ZPROTO_GO = 'G',        /* + CPU seconds; a session's: + 2 fds;
+                                   + a streamed run's call socket */
     IPD_ZPROTO_VARIABLES = 'V', /* + CPU seconds: list the variables */
     IPD_ZPROTO_DONE = 'D',      /* child -> P: + int32 status */
 };

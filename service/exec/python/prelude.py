@@ -16,6 +16,13 @@ Inputs (read-only, under IPD_PRELUDE_JOB, default /mnt/job):
   display.json    optional {"inline_image_max": bytes}: the service's budget
                   for the images of display (--inline-image-max); missing:
                   no limit known
+  calls.json      a streamed run's only: {"functions": [names],
+                  "max_bytes", "max_in_flight"}: call_client and its
+                  kin may call the client through the call socket (fd 3;
+                  a session's call: the one its GO brought, _CALL_FD),
+                  and each name is defined as a function that does
+                  (prelude_lib.py, "calls from the code to its client").
+                  Without it, call_client raises RuntimeError.
 
 Outputs (under IPD_PRELUDE_OUTPUT, default /mnt/output, also the cwd):
   stdout/stderr   the code's own, plus the traceback on stderr as Python
@@ -156,6 +163,9 @@ class _Files(dict):
             raise _ambiguous("FILES[%r]" % (key,), key)
         raise KeyError(key)
 _FIGURES = []       # figure files saved so far
+_CALL_FD = [3]      # the call socket (a session's call: its own, zygote.py)
+_CALLS = []         # a streamed run's [max_bytes, max_in_flight, channel]
+_CALL_NAMES = []    # the request's functions, defined in the namespace
 _IMPORTS = []       # the code's import statements (_import_statements)
 
 
@@ -237,6 +247,37 @@ def display(*objs, **kwargs):
     text/html or image/png where the object provides them).  Keyword
     arguments of IPython's display are accepted and ignored."""
     _lib()["_show"](objs)
+
+
+class CallError(Exception):
+    """An error a client answered a call with, when its type is not one
+    of Python's built-in exceptions: the exception's class is named as
+    the client's type and derives from this (a builtin, as call_client)."""
+
+
+def call_client(name, *args, **kwargs):
+    """Call the client of this streamed execution: it gets a "call" event
+    {"call_id", "name", "args", "kwargs"} and answers it; its result (JSON)
+    comes back, or its error is raised (a built-in exception of that type,
+    else a CallError subclass of that name).  Blocks until the answer;
+    the run's clock is paused meanwhile, up to the policy's call timeout
+    (then TimeoutError).  Arguments and result are JSON values."""
+    return _lib()["_call"](name, args, kwargs)
+
+
+def call_client_batch(name, items, return_exceptions=False):
+    """call_client(name, item) for each item, several in flight at once;
+    the results in order.  With return_exceptions, an error is returned
+    in its place instead of raised."""
+    return _lib()["_call_batch"](name, items, return_exceptions)
+
+
+async def call_client_async(name, *args, **kwargs):
+    """call_client for asyncio: awaits the answer in a worker thread."""
+    import asyncio
+    import functools
+    return await asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(call_client, name, *args, **kwargs))
 
 
 def _stderr(text):
@@ -474,7 +515,12 @@ def new_main_module():
     ns["__builtins__"] = sys.modules["builtins"]
     ns["FILES"] = _Files()
     ns["load_file"] = load_file
-    ns["__builtins__"].display = display
+    b = ns["__builtins__"]
+    b.display = display
+    b.call_client = call_client
+    b.call_client_batch = call_client_batch
+    b.call_client_async = call_client_async
+    b.CallError = CallError
     return mod
 
 
@@ -491,6 +537,12 @@ def _reset_call(ns):
         ns["FILES"] = _Files()
     _FIGURES[:] = []
     _IMPORTS[:] = []
+    for name in _CALL_NAMES:     # the last call's functions, unless rebound
+        f = ns.get(name)
+        if type(f).__name__ == "_ClientFunction":
+            del ns[name]
+    _CALL_NAMES[:] = []
+    _CALLS[:] = []
     if "_display_full" in globals():
         _display_full[:] = []
         _display_count[:] = [0, 0]
@@ -518,6 +570,9 @@ def run_cell(mod, first=True):
         variables = _read_input("variables.json", b"")
         if files.strip() not in (b"[]", b"") or variables.strip():
             _lib()["_apply_job"](ns, files, variables)
+        calls = _read_input("calls.json", b"")
+        if calls:
+            _lib()["_apply_calls"](ns, calls)
     except Exception as e:
         msg = "interpd prelude: %s: %s\n" % (type(e).__name__, e)
         _stderr(msg)

@@ -809,13 +809,16 @@ def _append_display(line):
             line = b'{"truncated": true}\n'
         else:
             written = True
-        while line:
-            line = line[os.write(fd, line):]
+        data = line
+        while data:
+            data = data[os.write(fd, data):]
         _display_count[0] += written
     except OSError:
         written = False
     finally:
         os.close(fd)
+    if written and _CALLS:
+        _send_display(line)
     return written
 
 
@@ -961,3 +964,242 @@ def _error_object(exc, print_traceback):
     return {"type": type(exc).__name__,
             "message": _cap(message, _MAX_MESSAGE, False),
             "traceback": _cap(tb, _MAX_TRACEBACK, True)}
+
+
+# ------------------------------------------- calls from the code to its client
+#
+# docs/API.md "Calls".  A streamed run has job/calls.json, {"functions":
+# [names], "max_bytes", "max_in_flight"}, and its end of the call socket
+# as _CALL_FD (fd 3; a session's call: the descriptor its GO brought).
+# Frames both ways: a 4-byte big-endian length, then one JSON object
+# (service/common/calls.h): {"op": "call", "seq", "name", "args",
+# "kwargs"} out, {"seq", "result"} or {"seq", "error": {"type",
+# "message"}} back.  Any thread may call; whichever caller waits reads
+# the socket for all of them (one reader at a time).  At most
+# max_in_flight calls are sent before their answers come; a batch keeps
+# that many going.
+
+_CALL_TYPES = {}     # an error type of the client's -> its CallError class
+
+
+def _call_error(err):
+    """The exception the code sees for an answer's error object."""
+    import builtins
+    t = err.get("type") if isinstance(err, dict) else None
+    msg = err.get("message") if isinstance(err, dict) else None
+    if not isinstance(msg, str):
+        msg = ""
+    if not isinstance(t, str) or not t.isidentifier():
+        t = "CallError"
+    b = getattr(builtins, t, None)
+    if isinstance(b, type) and issubclass(b, Exception):
+        return b(msg)
+    cls = _CALL_TYPES.get(t)
+    if cls is None:
+        cls = _CALL_TYPES[t] = type(t, (CallError,), {"__module__": "interpd"})
+    return cls(msg)
+
+
+class _CallChannel:
+    def __init__(self, fd, max_bytes, max_in_flight):
+        import threading
+        self.fd = fd
+        self.max_bytes = max_bytes
+        self.write_lock = threading.Lock()
+        self.cv = threading.Condition()
+        self.slots = threading.Semaphore(max(1, max_in_flight))
+        self.seq = 0
+        self.answers = {}      # seq -> the answer frame (a dict)
+        self.reading = False   # a caller reads the socket for all
+        self.broken = None     # why the socket is unusable
+        self.buf = b""
+
+    def send(self, name, args, kwargs):
+        """Send one call (a slot taken already); its seq."""
+        import json
+        if not isinstance(name, str) or not name or \
+                len(name.encode("utf-8", "surrogatepass")) > 256:
+            raise ValueError("call_client: the name must be a non-empty "
+                             "string of at most 256 bytes")
+        enc = json.JSONEncoder(ensure_ascii=False, allow_nan=False,
+                               separators=(",", ":"))
+        a = enc.encode(list(args))
+        k = enc.encode(kwargs)
+        size = len(a.encode("utf-8")) + len(k.encode("utf-8"))
+        if size > self.max_bytes:
+            raise ValueError("call_client: the arguments are %d bytes of "
+                             "JSON, over this run's %d" % (size,
+                                                           self.max_bytes))
+        with self.write_lock:
+            self.seq += 1
+            self._write(('{"op":"call","seq":%d,"name":%s,"args":%s,'
+                         '"kwargs":%s}' % (self.seq, enc.encode(name), a,
+                                           k)).encode("utf-8"))
+            return self.seq
+
+    def send_frame(self, body):
+        with self.write_lock:
+            self._write(body)
+
+    def _write(self, body):
+        """One frame (under write_lock)."""
+        if self.broken:
+            raise ConnectionError(self.broken)
+        data = len(body).to_bytes(4, "big") + body
+        try:
+            while data:
+                data = data[os.write(self.fd, data):]
+        except OSError as e:
+            self.broken = "interpd: the call socket is gone (%s)" % e
+            raise ConnectionError(self.broken) from None
+
+    def _read_frame(self):
+        import json
+        while True:
+            if len(self.buf) >= 4:
+                n = int.from_bytes(self.buf[:4], "big")
+                if len(self.buf) >= 4 + n:
+                    body, self.buf = self.buf[4:4 + n], self.buf[4 + n:]
+                    return json.loads(body)
+            chunk = os.read(self.fd, 1 << 16)
+            if not chunk:
+                raise EOFError("the service closed the call socket")
+            self.buf += chunk
+
+    def wait(self, seq):
+        """The answer frame of call seq."""
+        with self.cv:
+            while True:
+                if seq in self.answers:
+                    return self.answers.pop(seq)
+                if self.broken:
+                    raise ConnectionError(self.broken)
+                if not self.reading:
+                    self.reading = True
+                    break
+                self.cv.wait()
+        try:
+            while True:
+                frame = self._read_frame()
+                with self.cv:
+                    self.answers[frame["seq"]] = frame
+                    self.slots.release()
+                    self.cv.notify_all()
+                    if seq in self.answers:
+                        self.reading = False
+                        return self.answers.pop(seq)
+        except (OSError, ValueError, KeyError, TypeError, EOFError) as e:
+            with self.cv:
+                self.reading = False
+                self.broken = "interpd: the call socket is gone (%s)" % e
+                self.cv.notify_all()
+            raise ConnectionError(self.broken) from None
+        except BaseException:
+            with self.cv:
+                self.reading = False
+                self.cv.notify_all()
+            raise
+
+
+def _send_display(line):
+    """A streamed run's display event as it is shown: the bundle's line
+    on the call socket too (the service checks it as it checks the
+    file's)."""
+    try:
+        _channel().send_frame(b'{"op":"display","bundle":' +
+                              line.rstrip(b"\n") + b"}")
+    except Exception:
+        pass        # the file has it: the result shows it all the same
+
+
+def _apply_calls(ns, raw):
+    """calls.json: a streamed run's calls, and its functions defined."""
+    import json
+    try:
+        spec = json.loads(raw.decode("utf-8"))
+        names = spec["functions"]
+        _CALLS[:] = [int(spec["max_bytes"]), int(spec["max_in_flight"]),
+                     None]
+    except (ValueError, KeyError, TypeError) as e:
+        raise PreludeError("calls.json: %s" % e) from None
+    for name in names:
+        if isinstance(name, str) and name.isidentifier():
+            ns[name] = _ClientFunction(name)
+            _CALL_NAMES.append(name)
+
+
+def _channel():
+    if not _CALLS:
+        raise RuntimeError(
+            "call_client: this execution is not streamed, so no client is "
+            "there to answer a call (run it with \"stream\": true)")
+    if _CALLS[2] is None:
+        _CALLS[2] = _CallChannel(_CALL_FD[0], _CALLS[0], _CALLS[1])
+    return _CALLS[2]
+
+
+def _answer(frame):
+    if "error" in frame:
+        raise _call_error(frame["error"])
+    return frame.get("result")
+
+
+def _call(name, args, kwargs):
+    ch = _channel()
+    ch.slots.acquire()
+    try:
+        seq = ch.send(name, args, kwargs)
+    except BaseException:
+        ch.slots.release()
+        raise
+    return _answer(ch.wait(seq))
+
+
+def _call_batch(name, items, return_exceptions):
+    """One call per item (its one argument), max_in_flight at a time;
+    the results in order."""
+    ch = _channel()
+    items = list(items)
+    results = [None] * len(items)
+    sent = []           # (index, seq) sent, not yet answered, in order
+    for i, item in enumerate(items):
+        while not ch.slots.acquire(blocking=False):
+            j, seq = sent.pop(0)
+            results[j] = ch.wait(seq)
+        try:
+            sent.append((i, ch.send(name, (item,), {})))
+        except BaseException:
+            ch.slots.release()
+            raise
+    for j, seq in sent:
+        results[j] = ch.wait(seq)
+    out = []
+    for frame in results:
+        try:
+            out.append(_answer(frame))
+        except Exception as e:
+            if not return_exceptions:
+                raise
+            out.append(e)
+    return out
+
+
+class _ClientFunction:
+    """A name of the request's "functions": calling it calls the client
+    (call_client(name, ...)); .batch(items) as call_client_batch;
+    .call_async(...) as call_client_async."""
+
+    def __init__(self, name):
+        self.__name__ = self.__qualname__ = name
+
+    def __call__(self, *args, **kwargs):
+        return _call(self.__name__, args, kwargs)
+
+    def batch(self, items, return_exceptions=False):
+        return _call_batch(self.__name__, items, return_exceptions)
+
+    async def call_async(self, *args, **kwargs):
+        return await call_client_async(self.__name__, *args, **kwargs)
+
+    def __repr__(self):
+        return "<function %s: answered by the client>" % self.__name__

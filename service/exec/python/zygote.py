@@ -404,10 +404,19 @@ def _program(ctl, out_w, err_w, session):
     if session:
         return
     _rehearse(ctl)
-    go = os.read(ctl, 32)
+    # GO, with a streamed run's call socket: fd 3, as a cold run's.
+    sock = socket.socket(fileno=ctl)
+    go, fds, _, _ = socket.recv_fds(sock, 32, 1)
+    sock.detach()
     os.close(ctl)
     if go[:1] != VERB_GO:
         os._exit(SETUP_FAIL_EXIT)
+    for fd in fds:
+        if fd != 3:
+            os.dup2(fd, 3)
+            os.close(fd)
+        else:
+            os.set_inheritable(3, True)
     if len(go) > 1:  # GO + the run's CPU seconds: its RLIMIT_CPU
         cpu = int(go[1:])
         resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
@@ -771,7 +780,7 @@ def _session_loop(prelude, ctl):
         try:
             poller.poll()
             _only_me(me)
-            data, fds, _, _ = socket.recv_fds(sock, 64, 2,
+            data, fds, _, _ = socket.recv_fds(sock, 64, 3,
                                               socket.MSG_DONTWAIT)
         except (InterruptedError, BlockingIOError):
             continue
@@ -784,12 +793,20 @@ def _session_loop(prelude, ctl):
         status = 0
         if data[:1] in (VERB_GO, VERB_VARIABLES):
             _call_cpu(data)
-        if data[:1] == VERB_GO and len(fds) == 2:
+        if data[:1] == VERB_GO and len(fds) in (2, 3):
             os.dup2(fds[0], 1)
             os.dup2(fds[1], 2)
-            for fd in fds:
+            for fd in fds[:2]:
                 os.close(fd)
+            call_fd = fds[2] if len(fds) == 3 else -1
+            prelude._CALL_FD[0] = call_fd   # a streamed call's socket
             status = _session_call(prelude, mod, first)
+            if call_fd >= 0:
+                try:
+                    os.close(call_fd)
+                except OSError:
+                    pass
+            prelude._CALL_FD[0] = 3
             _only_me(me)
             first = False
             os.dup2(null, 1)

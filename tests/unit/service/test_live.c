@@ -555,14 +555,11 @@ static void answers_taken_in_answer_order(void)
     ipd_live_unref(l);
 }
 
-/* BUG (live.c, ipd_live_call_take): "the oldest answered first" is
- * decided on the answer's time in whole ms (live_call.since), ties going
- * to the call opened first (the strict < over the table in open order).
- * So two answers given within one millisecond come out in the order the
- * calls were opened, not the order they were answered: here b is
- * answered before a, in the same ms, and a is taken first.  Fails until
- * live.c orders answers by something finer (e.g. an answer counter). */
-static void bug_same_ms_answers_taken_in_open_order(void)
+/* Regression: "the oldest answered first" was decided on the answer's
+ * time in whole ms, ties going to the call opened first, so two answers
+ * given within one millisecond came out in the order the calls were
+ * opened.  Here b is answered before a, in the same ms: b first. */
+static void same_ms_answers_taken_in_answer_order(void)
 {
     struct hooks h = {0};
     struct ipd_buf text;
@@ -807,5 +804,5 @@ TEST_MAIN(T(split_characters_stay_whole), T(bounded_and_coalesced),
           T(cancel_wakes_producer), T(events_count_toward_bound), T(calls_off),
           T(call_ids), T(call_limits), T(answer_outcomes),
           T(answers_taken_in_answer_order),
-          T(bug_same_ms_answers_taken_in_open_order), T(call_times_out),
+          T(same_ms_answers_taken_in_answer_order), T(call_times_out),
           T(client_gone), T(calls_from_another_thread))
