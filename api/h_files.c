@@ -196,13 +196,6 @@ static enum MHD_Result on_part(void *cls, enum MHD_ValueKind kind,
     return MHD_YES;
 }
 
-static bool content_type_is(const char *ct, const char *want)
-{
-    size_t n = strlen(want);
-    return ct && !strncasecmp(ct, want, n) &&
-           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
-}
-
 /* The configured quota: the user's limits in *q, pointing at the
  * tenant's in *t (all of the tenant's users together). */
 static void cfg_quota(const struct ipd_config *cfg, struct ipd_quota *q,
@@ -289,9 +282,9 @@ static void upload_begin(struct ipd_req *r)
 
     if (cl && ipd_int_parse(cl, 0, INT64_MAX, &length))
         length = -1;
-    if (content_type_is(ct, "application/json"))
+    if (ipd_media_type_is(ct, "application/json"))
         u->kind = UP_JSON;
-    else if (content_type_is(ct, "multipart/form-data"))
+    else if (ipd_media_type_is(ct, "multipart/form-data"))
         u->kind = UP_MULTIPART;
     else
         u->kind = UP_RAW;

@@ -38,6 +38,8 @@
 
 #define IPD_JSON_BODY_MAX (1024 * 1024)
 #define IPD_REQUEST_ID_MAX 129
+/* A path parameter ({id}, {call_id}), its NUL included. */
+#define IPD_ROUTE_PARAM_MAX (IPD_ID_MAX + 16)
 
 /* Service-wide state; handlers borrow it. */
 struct ipd_exec_pool;
@@ -84,6 +86,7 @@ enum ipd_http_error {
     IPD_HE_CONFLICT,
     IPD_HE_SESSION_BUSY,
     IPD_HE_SESSION_EXPIRED,
+    IPD_HE_CALL_EXPIRED,
     IPD_HE_PAYLOAD_TOO_LARGE,
     IPD_HE_UNSUPPORTED_MEDIA_TYPE,
     IPD_HE_TOO_MANY_REQUESTS,
@@ -136,9 +139,11 @@ struct ipd_req {
     bool bad_header;       /* ... or a header (400): no header is
                               read, X-Request-Id neither */
     const struct ipd_handler *handler;
-    const char *route;           /* the route's pattern ("/v1/files/{id}"),
-                                    "unmatched" or NULL before routing */
-    char param[IPD_ID_MAX + 16]; /* the {id} of the route, when it has one */
+    const char *route;                /* the route's pattern ("/v1/files/{id}"),
+                                         "unmatched" or NULL before routing */
+    char param[IPD_ROUTE_PARAM_MAX];  /* the route's first parameter ({id}),
+                                         or "" */
+    char param2[IPD_ROUTE_PARAM_MAX]; /* its second ({call_id}), or "" */
     char request_id[IPD_REQUEST_ID_MAX];
     const char *origin; /* Origin when CORS allows it, else NULL */
     const char *allow;  /* Allow header for 405 answers (static) */
@@ -217,6 +222,10 @@ void ipd_req_stream(struct ipd_req *r, struct ipd_live *live);
  * ipd_req_bytes_check); a query value may, so it is only read with its
  * length. */
 const char *ipd_req_header(struct ipd_req *r, const char *name);
+/* A Content-Type value ct (NULL: none) names the media type want
+ * ("application/json"), case-insensitively, with or without
+ * parameters. */
+bool ipd_media_type_is(const char *ct, const char *want);
 /* Query value with its length (may contain NUL bytes: a caller that
  * wants a C string checks strlen against *len). */
 const char *ipd_req_query_n(struct ipd_req *r, const char *name, size_t *len);
@@ -261,7 +270,8 @@ bool ipd_auth_key(struct ipd_req *r);
  * false. */
 bool ipd_auth_user(struct ipd_req *r);
 
-/* Route a request: the handler for (method, path), filling r->param.
+/* Route a request: the handler for (method, path), filling r->param and
+ * r->param2.
  * NULL with *allow set (a static "GET, POST, OPTIONS" list) when the path
  * exists but not the method; NULL with *allow NULL for an unknown path. */
 const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow);
@@ -282,6 +292,7 @@ extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
 extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get,
     ipd_h_executions_list, ipd_h_executions_cancel;
+extern const struct ipd_handler ipd_h_calls_answer;
 extern const struct ipd_handler ipd_h_admin_cleanup;
 extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
 extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;

@@ -28,6 +28,9 @@ static const struct {
     [IPD_HE_CONFLICT] = {409, "conflict"},
     [IPD_HE_SESSION_BUSY] = {409, "session_busy"},
     [IPD_HE_SESSION_EXPIRED] = {410, "session_expired"},
+    /* Beyond the contract's codes: an answer to a call that is over (its
+     * run ended, it timed out); docs/API.md. */
+    [IPD_HE_CALL_EXPIRED] = {410, "call_expired"},
     [IPD_HE_PAYLOAD_TOO_LARGE] = {413, "payload_too_large"},
     [IPD_HE_UNSUPPORTED_MEDIA_TYPE] = {415, "unsupported_media_type"},
     [IPD_HE_TOO_MANY_REQUESTS] = {429, "too_many_requests"},

@@ -4,6 +4,7 @@
  * anything reads them.
  */
 #include <string.h>
+#include <strings.h>
 
 #include "../service/common/json_out.h"
 #include "../service/common/util.h"
@@ -12,6 +13,13 @@
 const char *ipd_req_header(struct ipd_req *r, const char *name)
 {
     return MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, name);
+}
+
+bool ipd_media_type_is(const char *ct, const char *want)
+{
+    size_t n = strlen(want);
+    return ct && !strncasecmp(ct, want, n) &&
+           (ct[n] == '\0' || ct[n] == ';' || ct[n] == ' ');
 }
 
 const char *ipd_req_query_n(struct ipd_req *r, const char *name, size_t *len)

@@ -1,7 +1,9 @@
 /*
  * router.c - (method, path) to handler.  The path as sent is matched
- * segment by segment, each decoded with its length; "{id}" matches one
- * segment and is copied into r->param.
+ * segment by segment, each decoded with its length; a "{name}" segment
+ * matches one segment and is copied into a parameter: the first into
+ * r->param, the second into r->param2 ("/v1/executions/{id}/calls/
+ * {call_id}").
  */
 #include <stdlib.h>
 #include <string.h>
@@ -39,6 +41,9 @@ static const struct route routes[] = {
     {"/v1/executions/{id}",
      "GET, HEAD, DELETE, OPTIONS",
      {{"GET", &ipd_h_executions_get}, {"DELETE", &ipd_h_executions_cancel}}},
+    {"/v1/executions/{id}/calls/{call_id}",
+     "POST, OPTIONS",
+     {{"POST", &ipd_h_calls_answer}}},
     {"/v1/packages",
      "GET, HEAD, POST, OPTIONS",
      {{"GET", &ipd_h_packages_list}, {"POST", &ipd_h_packages_install}}},
@@ -106,23 +111,36 @@ bool ipd_path_valid(const char *raw)
     return ok;
 }
 
+/* Is the n bytes of pattern at p a parameter ("{name}")? */
+static bool is_param(const char *p, size_t n)
+{
+    return n > 2 && p[0] == '{' && p[n - 1] == '}';
+}
+
 /* Match the raw path against pattern, segment by segment, each segment
  * percent-decoded with its length: a decoded NUL or "/" is a byte like
  * any other, so "<id>%00" and "<id>%2Fcontent" are ids that exist
- * nowhere, never <id>.  The {id} segment goes to param. */
-static bool match(const char *pattern, const char *path, char *param,
-                  size_t param_size)
+ * nowhere, never <id>.  The parameter segments go to r->param and
+ * r->param2, in order (each empty when the pattern has none), with the
+ * same decoding and bound: an empty one, or one that does not fit, does
+ * not match. */
+static bool match(const char *pattern, const char *path, struct ipd_req *r)
 {
+    char *params[] = {r->param, r->param2};
+    size_t n_params = 0;
     char lit[64];
+    r->param[0] = r->param2[0] = '\0';
     while (*pattern && *path) {
         if (*pattern != '/' || *path != '/')
             return false;
         pattern++;
         path++;
         size_t pn = segment_len(pattern), sn = segment_len(path);
-        if (pn == 4 && !strncmp(pattern, "{id}", 4)) {
-            size_t m = segment_decode(path, sn, param, param_size - 1);
-            if (!m || m >= param_size || memchr(param, '\0', m))
+        if (is_param(pattern, pn)) {
+            IPD_ASSERT(n_params < IPD_ARRAY_LEN(params));
+            char *param = params[n_params++];
+            size_t m = segment_decode(path, sn, param, IPD_ROUTE_PARAM_MAX - 1);
+            if (!m || m >= IPD_ROUTE_PARAM_MAX || memchr(param, '\0', m))
                 return false;
             param[m] = '\0';
         } else {
@@ -140,8 +158,7 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow)
 {
     *allow = NULL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(routes); i++) {
-        if (!match(routes[i].pattern, r->raw_path ? r->raw_path : r->path,
-                   r->param, sizeof(r->param)))
+        if (!match(routes[i].pattern, r->raw_path ? r->raw_path : r->path, r))
             continue;
         *allow = routes[i].allow;
         r->route = routes[i].pattern;
@@ -154,7 +171,7 @@ const struct ipd_handler *ipd_route(struct ipd_req *r, const char **allow)
         }
         return NULL;
     }
-    r->param[0] = '\0';
+    r->param[0] = r->param2[0] = '\0';
     r->route = "unmatched";
     return NULL;
 }

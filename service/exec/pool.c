@@ -962,6 +962,56 @@ enum ipd_err ipd_exec_pool_cancel(struct ipd_exec_pool *p, const char *id,
     return IPD_OK;
 }
 
+/* The live channel's answer, as the pool tells it. */
+static enum ipd_exec_answer answer_of(enum ipd_live_call rc)
+{
+    switch (rc) {
+    case IPD_LIVE_CALL_OK: return IPD_EXEC_ANSWER_OK;
+    case IPD_LIVE_CALL_TWICE: return IPD_EXEC_ANSWER_TWICE;
+    case IPD_LIVE_CALL_GONE: return IPD_EXEC_ANSWER_GONE;
+    default: /* unknown; the others are open's answers */
+        return IPD_EXEC_ANSWER_NO_CALL;
+    }
+}
+
+enum ipd_exec_answer ipd_exec_pool_answer(struct ipd_exec_pool *p,
+                                          const char *id, const char *tenant,
+                                          const char *user_id,
+                                          const char *call_id, const char *json,
+                                          size_t len, size_t *max_bytes)
+{
+    struct ipd_live_call_limits lim;
+    enum ipd_exec_answer rc = IPD_EXEC_ANSWER_OK;
+    pthread_mutex_lock(&p->lock);
+    table_prune(p, ipd_mono_ms());
+    struct exec_entry *e = table_find(&p->table, id);
+    if (!e || strcmp(e->tenant, tenant) || strcmp(e->user_id, user_id)) {
+        pthread_mutex_unlock(&p->lock);
+        return IPD_EXEC_ANSWER_NO_EXEC;
+    }
+    /* Once over, the entry holds no channel (entry_done dropped it): its
+     * calls were closed with the run. */
+    if (e->over) {
+        pthread_mutex_unlock(&p->lock);
+        return IPD_EXEC_ANSWER_OVER;
+    }
+    /* As for a cancel: the reference keeps the channel whatever the job
+     * does meanwhile; a run that ends from here on has closed its calls
+     * (the answer: GONE). */
+    struct ipd_live *live = ipd_live_ref(e->live);
+    pthread_mutex_unlock(&p->lock);
+    if (!ipd_live_calls_limits(live, &lim))
+        rc = IPD_EXEC_ANSWER_NO_CALL; /* calls are off: there is none */
+    else if (len > lim.max_bytes)
+        rc = IPD_EXEC_ANSWER_TOO_LARGE;
+    else
+        rc = answer_of(ipd_live_call_answer(live, call_id, json, len));
+    if (rc == IPD_EXEC_ANSWER_TOO_LARGE && max_bytes)
+        *max_bytes = lim.max_bytes;
+    ipd_live_unref(live);
+    return rc;
+}
+
 void ipd_exec_reply_init(struct ipd_exec_reply *r)
 {
     ipd_buf_init(&r->head, IPD_BUF_UNLIMITED);

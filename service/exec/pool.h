@@ -211,6 +211,42 @@ enum ipd_err ipd_exec_pool_submit_live(struct ipd_exec_pool *p,
 enum ipd_err ipd_exec_pool_cancel(struct ipd_exec_pool *p, const char *id,
                                   const char *tenant, const char *user_id);
 
+/* The largest answer to a call (POST /v1/executions/{id}/calls/{call_id})
+ * the API reads, bytes of its body: an answer within a run's max_bytes
+ * (live.h's ipd_live_call_limits) is within it, so a policy's bound on a
+ * call's bytes is at most this. */
+#define IPD_EXEC_ANSWER_BODY_MAX (8 * 1024 * 1024)
+
+/* What came of handing a client's answer to a call of its execution. */
+enum ipd_exec_answer {
+    IPD_EXEC_ANSWER_OK,        /* handed to the run */
+    IPD_EXEC_ANSWER_NO_EXEC,   /* no such execution of tenant's user (never
+                                  was, someone else's, expired) */
+    IPD_EXEC_ANSWER_OVER,      /* the execution is over (done, cancelled):
+                                  its calls are over too */
+    IPD_EXEC_ANSWER_NO_CALL,   /* the execution has no such call (none yet,
+                                  another run's, or calls are off) */
+    IPD_EXEC_ANSWER_TWICE,     /* the call was answered already */
+    IPD_EXEC_ANSWER_GONE,      /* the call is over unanswered: it timed out,
+                                  or its client went away */
+    IPD_EXEC_ANSWER_TOO_LARGE, /* json is over the run's max_bytes */
+};
+
+/*
+ * Hand the answer json (JSON text of len bytes, checked by the caller:
+ * {"result": ...} or {"error": {"type", "message"}}, on one line;
+ * copied) to the call call_id of the execution id of tenant's user, which
+ * wakes the run (live.h: ipd_live_call_answer).  Scoped as
+ * ipd_exec_pool_cancel is: another user's or tenant's execution is
+ * IPD_EXEC_ANSWER_NO_EXEC.  [out] *max_bytes (may be NULL): the run's
+ * bound on an answer, set with IPD_EXEC_ANSWER_TOO_LARGE.
+ */
+enum ipd_exec_answer ipd_exec_pool_answer(struct ipd_exec_pool *p,
+                                          const char *id, const char *tenant,
+                                          const char *user_id,
+                                          const char *call_id, const char *json,
+                                          size_t len, size_t *max_bytes);
+
 /* A lookup's answer, JSON text in three parts: head, then the len bytes
  * of the result file fd (when fd >= 0), then tail.  Streamed to the
  * client from the file, so a large result is never copied into memory. */

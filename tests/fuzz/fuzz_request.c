@@ -5,7 +5,9 @@
  * SQLite + local blobs + libmagic in a temporary data dir.  Executions,
  * packages and URL ingest have no backend here (their handlers answer
  * 503; GET /v1/executions checks its limit and cursor, then answers an
- * empty page); the metrics registry and CORS are on.
+ * empty page; an answer to a call, POST /v1/executions/{id}/calls/
+ * {call_id}, checks its body, then finds no execution: 404); the metrics
+ * registry and CORS are on.
  *
  * Placeholders let inputs reach the authenticated handlers: @KEY@ (a
  * normal key), @ADMIN@ (an admin key), @FILE@ (an existing file of user
@@ -239,13 +241,21 @@ static bool code_fits(unsigned status, const char *code)
     static const struct {
         unsigned status;
         const char *code;
-    } t[] = {{400, "invalid_request"},    {400, "invalid_json"},
-             {400, "invalid_user_id"},    {401, "unauthorized"},
-             {403, "forbidden"},          {404, "not_found"},
-             {405, "method_not_allowed"}, {409, "conflict"},
-             {409, "session_busy"},       {410, "session_expired"},
-             {413, "payload_too_large"},  {415, "unsupported_media_type"},
-             {429, "too_many_requests"},  {503, "unavailable"},
+    } t[] = {{400, "invalid_request"},
+             {400, "invalid_json"},
+             {400, "invalid_user_id"},
+             {401, "unauthorized"},
+             {403, "forbidden"},
+             {404, "not_found"},
+             {405, "method_not_allowed"},
+             {409, "conflict"},
+             {409, "session_busy"},
+             {410, "session_expired"},
+             {410, "call_expired"},
+             {413, "payload_too_large"},
+             {415, "unsupported_media_type"},
+             {429, "too_many_requests"},
+             {503, "unavailable"},
              {507, "quota_exceeded"}};
     for (size_t i = 0; i < IPD_ARRAY_LEN(t); i++)
         if (t[i].status == status && !strcmp(t[i].code, code))

@@ -816,7 +816,7 @@ def check_exchange(api, x):
 # docs/openapi.json (the text/event-stream of POST /v1/executions) and this
 # list describe it.
 STREAM_KINDS = {"stdout": "string", "stderr": "string", "install": "object",
-                "file": "object", "display": "object"}
+                "file": "object", "display": "object", "call": "object"}
 
 
 def parse_event_stream(text):

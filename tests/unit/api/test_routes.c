@@ -209,6 +209,69 @@ static void test_routes_reachable_and_allow_matches(void)
     }
 }
 
+/* method path routed: its handler (NULL: none), Allow into *allow, the
+ * parameters into r. */
+static const struct ipd_handler *route(struct ipd_req *r, const char *method,
+                                       const char *path, const char **allow)
+{
+    memset(r, 0, sizeof(*r));
+    r->method = method;
+    r->path = path;
+    return ipd_route(r, allow);
+}
+
+/* A route with two parameters: each segment decoded into its own, with
+ * the same bounds; a missing, empty, oversized or NUL-hiding one routes
+ * nowhere; a route with one parameter leaves the second empty. */
+static void test_two_params(void)
+{
+    struct ipd_req r;
+    const char *allow;
+    char path[256], long_seg[IPD_ROUTE_PARAM_MAX + 1];
+    CHECK(route(&r, "POST", "/v1/executions/exec_a/calls/call_b", &allow) ==
+          &ipd_h_calls_answer);
+    CHECK_STR(r.param, "exec_a");
+    CHECK_STR(r.param2, "call_b");
+    CHECK_STR(r.route, "/v1/executions/{id}/calls/{call_id}");
+    CHECK(route(&r, "POST", "/v1/executions/%65xec_a/calls/%63all_%62",
+                &allow) == &ipd_h_calls_answer);
+    CHECK_STR(r.param, "exec_a");
+    CHECK_STR(r.param2, "call_b");
+    CHECK(!route(&r, "GET", "/v1/executions/exec_a/calls/call_b", &allow));
+    CHECK_STR(allow, "POST, OPTIONS");
+    CHECK(!route(&r, "DELETE", "/v1/executions/exec_a/calls/call_b", &allow));
+    CHECK_STR(allow, "POST, OPTIONS");
+    static const char *const nowhere[] = {
+        "/v1/executions/exec_a/calls/",
+        "/v1/executions/exec_a/calls",
+        "/v1/executions//calls/call_b",
+        "/v1/executions/exec_a/calls/c%00",
+        "/v1/executions/exec_a/calls/b/x",
+        "/v1/executions/exec_a/call/call_b",
+        "/v1/executions/exec_a/calls/call_b/"};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(nowhere); i++) {
+        CHECKF(!route(&r, "POST", nowhere[i], &allow) && !allow, "%s routed",
+               nowhere[i]);
+        CHECK_STR(r.route, "unmatched");
+        CHECK_STR(r.param2, "");
+    }
+    /* The bound: IPD_ROUTE_PARAM_MAX - 1 bytes fit, one more does not. */
+    memset(long_seg, 'c', sizeof(long_seg) - 1);
+    long_seg[IPD_ROUTE_PARAM_MAX - 1] = '\0';
+    snprintf(path, sizeof(path), "/v1/executions/x/calls/%s", long_seg);
+    CHECK(route(&r, "POST", path, &allow) == &ipd_h_calls_answer);
+    CHECK_INT(strlen(r.param2), IPD_ROUTE_PARAM_MAX - 1);
+    long_seg[IPD_ROUTE_PARAM_MAX - 1] = 'c';
+    long_seg[IPD_ROUTE_PARAM_MAX] = '\0';
+    snprintf(path, sizeof(path), "/v1/executions/x/calls/%s", long_seg);
+    CHECK(!route(&r, "POST", path, &allow) && !allow);
+    /* One parameter: the second is empty, whatever was tried before. */
+    CHECK(route(&r, "DELETE", "/v1/executions/exec_a", &allow) ==
+          &ipd_h_executions_cancel);
+    CHECK_STR(r.param, "exec_a");
+    CHECK_STR(r.param2, "");
+}
+
 /* The compiled copy is the source file (a stale build would test the old
  * document). */
 static void test_embedded_copy_is_the_source(void)
@@ -244,5 +307,5 @@ static void test_normalize(void)
 TEST_MAIN(T(test_normalize), T(test_every_route_is_documented),
           T(test_every_documented_operation_is_routed),
           T(test_openapi_route_in_both),
-          T(test_routes_reachable_and_allow_matches),
+          T(test_routes_reachable_and_allow_matches), T(test_two_params),
           T(test_embedded_copy_is_the_source))
