@@ -135,16 +135,11 @@ static bool refuse_stream_only(struct ipd_req *r, struct ipd_exec_job *j)
     if (j->detach)
         msg = "\"detach\" is for a streamed execution (\"stream\": true or "
               "Accept: text/event-stream)";
-        /* TODO(calls): enable once struct ipd_exec_job has n_functions (the
-         * lead's "functions" in service/exec/request.c), with
-         * tests/integration/test_calls_api.c's test_functions_need_stream.
-         * Nobody could answer the calls of a run that does not stream. */
-#if 0
+    /* Nobody could answer the calls of a run that does not stream. */
     else if (j->n_functions)
         msg = "\"functions\" are for a streamed execution (\"stream\": "
               "true or Accept: text/event-stream): only its client can "
               "answer their calls";
-#endif
     if (!msg)
         return false;
     ipd_reply_code(r, IPD_HE_INVALID_REQUEST, "%s", msg);

@@ -290,6 +290,7 @@ static const struct policy_field {
      offsetof(struct ipd_exec_policy, output_dir_bytes), 1 << 20},
     {"network", PF_BOOL, offsetof(struct ipd_exec_policy, network), 0},
     {"cpus", PF_CPUS, offsetof(struct ipd_exec_policy, cpu_millis), 10},
+    /* At most IPD_EXEC_ANSWER_BODY_MAX (policy_set). */
     {"call-size", PF_SIZE, offsetof(struct ipd_exec_policy, call_bytes), 1024},
     {"calls", PF_COUNT, offsetof(struct ipd_exec_policy, calls), 1},
     {"calls-in-flight", PF_COUNT,
@@ -479,6 +480,11 @@ static enum ipd_err set_policy(struct ipd_config *c, const char *key,
     if (!rc && f->type == PF_BOOL)
         p->network = v != 0;
     if (!rc && f->type != PF_BOOL && v < f->min)
+        rc = IPD_ERR_INVALID;
+    /* An answer's body is bounded by the API (IPD_EXEC_ANSWER_BODY_MAX): a
+     * larger call-size could never be answered. */
+    if (!rc && f->offset == offsetof(struct ipd_exec_policy, call_bytes) &&
+        v > IPD_EXEC_ANSWER_BODY_MAX)
         rc = IPD_ERR_INVALID;
     if (rc) {
         ipd_buf_addf(err, "invalid value \"%s\" for %s (from %s)",

@@ -26,6 +26,10 @@
 
 #define IPD_EXEC_POLICY_NAME_MAX 32 /* with the NUL; [a-z0-9_-]{1,31} */
 #define IPD_EXEC_POLICIES_MAX 16
+/* The largest answer to a call (POST /v1/executions/{id}/calls/{call_id})
+ * the API reads, bytes of its body: a policy's call-size (an answer's
+ * bound) is at most this (service/config.c). */
+#define IPD_EXEC_ANSWER_BODY_MAX (8 * 1024 * 1024)
 
 struct ipd_exec_policy {
     char name[IPD_EXEC_POLICY_NAME_MAX];

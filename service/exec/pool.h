@@ -48,6 +48,7 @@
 #include "../common/crypto.h"
 #include "../common/ipd.h"
 #include "../common/util.h"
+#include "policy.h"
 
 #define IPD_EXEC_ASYNC_MAX 10000 /* asynchronous results held at once */
 
@@ -211,11 +212,7 @@ enum ipd_err ipd_exec_pool_submit_live(struct ipd_exec_pool *p,
 enum ipd_err ipd_exec_pool_cancel(struct ipd_exec_pool *p, const char *id,
                                   const char *tenant, const char *user_id);
 
-/* The largest answer to a call (POST /v1/executions/{id}/calls/{call_id})
- * the API reads, bytes of its body: an answer within a run's max_bytes
- * (live.h's ipd_live_call_limits) is within it, so a policy's bound on a
- * call's bytes is at most this. */
-#define IPD_EXEC_ANSWER_BODY_MAX (8 * 1024 * 1024)
+/* IPD_EXEC_ANSWER_BODY_MAX: policy.h. */
 
 /* What came of handing a client's answer to a call of its execution. */
 enum ipd_exec_answer {

@@ -111,6 +111,11 @@ static json_t *run_next(struct run *r, int timeout_ms)
     return NULL;
 }
 
+static const char *call_id(const json_t *call)
+{
+    return json_string_value(json_object_get(call, "call_id"));
+}
+
 /* Answer every call with answer_of(call) (JSON text, owned; NULL: none)
  * until the result; the result (borrowed). */
 static json_t *run_answering(struct run *r, char *(*answer_of)(json_t *call))
@@ -119,10 +124,10 @@ static json_t *run_answering(struct run *r, char *(*answer_of)(json_t *call))
     while ((call = run_next(r, 30000)) != NULL) {
         char *a = answer_of(call);
         if (a) {
-            CHECKF(answer(r->user, r->eid,
-                          json_string_value(json_object_get(call, "call_id")),
-                          a, NULL) == 204,
-                   "answer %s", a);
+            struct itest_resp ar;
+            long st = answer(r->user, r->eid, call_id(call), a, &ar);
+            CHECKF(st == 204, "answer %s: %ld %s", a, st, ar.body);
+            itest_resp_release(&ar);
             free(a);
         }
     }
@@ -139,15 +144,10 @@ static void run_close(struct run *r)
     free(r->out);
 }
 
-static const char *call_id(const json_t *call)
-{
-    return json_string_value(json_object_get(call, "call_id"));
-}
-
 /* {"result": {"name": name, "args": args, "kwargs": kwargs}}: an echo. */
 static char *echo(json_t *call)
 {
-    json_t *a = json_pack("{s:O}", "result", call);
+    json_t *a = json_pack("{s:o}", "result", json_deep_copy(call));
     json_object_del(json_object_get(a, "result"), "call_id");
     char *t = json_dumps(a, JSON_COMPACT);
     json_decref(a);
@@ -288,7 +288,10 @@ static void test_time(void)
 static void test_answer_scoping(void)
 {
     char *sid = maybe_session("u-own");
-    char *body = body_with("print(call_client('q'))\n", sid, NULL);
+    /* The run waits on a second call meanwhile: it is not over (then
+     * every answer is 410). */
+    char *body =
+        body_with("print(call_client('q'))\ncall_client('hold')\n", sid, NULL);
     struct run r;
     run_open(&r, "u-own", body);
     json_t *call = run_next(&r, 30000);
@@ -309,6 +312,9 @@ static void test_answer_scoping(void)
     CHECK(answer("u-own", r.eid, cid, "{\"result\":\"second\"}", &ar) == 409);
     CHECK_ERROR(&ar, 409, "conflict");
     itest_resp_release(&ar);
+    json_t *hold = run_next(&r, 30000);
+    CHECK(hold &&
+          answer("u-own", r.eid, call_id(hold), "{\"result\":0}", NULL) == 204);
     CHECK(run_next(&r, 30000) == NULL && r.result);
     CHECKF(streq(r.out, "first\n"), "%s", r.out);
     run_close(&r);
@@ -522,7 +528,7 @@ static void test_client_leaves(void)
     }
     const char *so = itest_json_str(g.json, "result.stdout");
     CHECKF(streq(itest_json_str(g.json, "status"), "done") && so &&
-               strstr(so, "gone interpd: no client") != NULL,
+               strstr(so, "gone interpd: the client") != NULL,
            "%s", g.body);
     itest_resp_release(&g);
     free(path);
@@ -594,15 +600,17 @@ static void test_bad_frames(void)
 static void test_in_flight_enforced(void)
 {
     char *sid = maybe_session("u-fl");
+    /* Six calls written at once; the two past calls-in-flight are refused
+     * before any is answered (the client answers only once the code says
+     * it has those two refusals). */
     char *code = itest_fmt(
-        "import os, json\n"
+        "import os, json, sys\n"
         "fd = call_client.__globals__['_CALL_FD'][0]\n"
         "for seq in range(1, %d):\n"
         "    b = json.dumps({'op': 'call', 'seq': seq, 'name': 'n',\n"
         "                    'args': [seq], 'kwargs': {}}).encode()\n"
         "    os.write(fd, len(b).to_bytes(4, 'big') + b)\n"
-        "buf = b''\n"
-        "got = {}\n"
+        "buf, got, said = b'', {}, False\n"
         "while len(got) < %d:\n"
         "    buf += os.read(fd, 65536)\n"
         "    while len(buf) >= 4 and len(buf) >= 4 + int.from_bytes(buf[:4], "
@@ -612,30 +620,46 @@ static void test_in_flight_enforced(void)
         "        buf = buf[4 + n:]\n"
         "        got[a['seq']] = a.get('result', a.get('error', "
         "{}).get('type'))\n"
+        "    if not said and %d in got and %d in got:\n"
+        "        print('refused', flush=True)\n"
+        "        said = True\n"
         "print(sorted(got.items()))\n",
-        IN_FLIGHT + 3, IN_FLIGHT + 2);
+        IN_FLIGHT + 3, IN_FLIGHT + 2, IN_FLIGHT + 1, IN_FLIGHT + 2);
     char *body = body_with(code, sid, NULL);
     struct run r;
     run_open(&r, "u-fl", body);
-    json_t *call;
+    json_t *got[IN_FLIGHT];
     int n = 0;
-    while ((call = run_next(&r, 30000)) != NULL) {
+    while (n < IN_FLIGHT && (got[n] = run_next(&r, 30000)) != NULL)
         n++;
+    CHECK(n == IN_FLIGHT);
+    /* Wait for the code's word (stdout), then answer. */
+    for (int i = 0; i < 300 && !strstr(r.out, "refused") && !r.result; i++) {
+        struct sse_event e;
+        if (!sse_next(&r.c, 100, &e))
+            continue;
+        CHECKF(!strcmp(e.kind, "stdout") || !e.kind[0], "event %s", e.kind);
+        json_t *d =
+            e.kind[0] ? json_loads(e.data, JSON_DECODE_ANY, NULL) : NULL;
+        if (json_is_string(d)) {
+            char *o = itest_fmt("%s%s", r.out, json_string_value(d));
+            free(r.out);
+            r.out = o;
+        }
+        json_decref(d);
+        sse_event_release(&e);
+    }
+    CHECKF(strstr(r.out, "refused") != NULL, "%s", r.out);
+    for (int i = 0; i < n; i++) {
         char *a = itest_fmt("{\"result\": %lld}",
                             (long long)json_integer_value(json_array_get(
-                                json_object_get(call, "args"), 0)));
-        if (n == IN_FLIGHT) {
-            /* The last two frames were refused before these answers. */
-            struct sse_event e;
-            CHECK(!sse_next(&r.c, 300, &e) || !strcmp(e.kind, ""));
-            sse_event_release(&e);
-        }
-        CHECK(answer("u-fl", r.eid, call_id(call), a, NULL) == 204);
+                                json_object_get(got[i], "args"), 0)));
+        CHECK(answer("u-fl", r.eid, call_id(got[i]), a, NULL) == 204);
         free(a);
     }
-    CHECK(n == IN_FLIGHT);
-    CHECKF(streq(r.out, "[(1, 1), (2, 2), (3, 3), (4, 4), (5, 'RuntimeError'), "
-                        "(6, 'RuntimeError')]\n"),
+    CHECK(run_next(&r, 30000) == NULL && r.result);
+    CHECKF(streq(r.out, "refused\n[(1, 1), (2, 2), (3, 3), (4, 4), "
+                        "(5, 'RuntimeError'), (6, 'RuntimeError')]\n"),
            "%s", r.out);
     run_close(&r);
     free(body);

@@ -344,20 +344,17 @@ static void test_running(void)
     answer_is("u-run", id, UNKNOWN_CALL, b, 410, "call_expired");
 }
 
-/* TODO(calls): enable with the check in api/h_executions.c
- * (refuse_stream_only) once struct ipd_exec_job has n_functions. */
-#if 0
+/* Without a stream nobody could answer: "functions" is 400. */
 static void test_functions_need_stream(void)
 {
     struct itest_resp r;
-    itest_exec(srv, srv->admin_key, "u-fn",
-               json_pack("{s:s, s:[s]}", "code", "print(1)", "functions",
-                         "llm_query"),
-               0, &r);
+    itest_exec(
+        srv, srv->admin_key, "u-fn",
+        json_pack("{s:s, s:[s]}", "code", "print(1)", "functions", "llm_query"),
+        0, &r);
     CHECK_ERROR(&r, 400, "invalid_request");
     itest_resp_release(&r);
 }
-#endif
 
 int main(void)
 {
@@ -370,6 +367,7 @@ int main(void)
         T(test_too_large),
         T(test_over),
         T(test_running),
+        T(test_functions_need_stream),
     };
     srv = itest_start(NULL);
     if (!srv)
