@@ -12,7 +12,6 @@
 #include <jansson.h>
 
 #include "calls.h"
-#include "json_out.h"
 #include "util.h"
 
 /* A frame from the code: its args and kwargs within max_bytes, and the
@@ -189,7 +188,8 @@ static void take_frame(struct ipd_calls *c)
                                json_object_get(doc, "name"), "args",
                                json_object_get(doc, "args"), "kwargs",
                                json_object_get(doc, "kwargs"));
-        char *text = json_dumps(ev, IPD_JSON_REPLY_FLAGS);
+        /* Numbers as the code sent them (not a reply's 12 digits). */
+        char *text = json_dumps(ev, JSON_COMPACT | JSON_ENSURE_ASCII);
         IPD_ASSERT(text);
         ipd_live_event(c->live, "call", text, strlen(text));
         free(text);

@@ -179,7 +179,9 @@ static void test_round_trip(void)
         "print(r['name'], r['args'], r['kwargs'])\n"
         "s = call_client('search', [1, 2.5, None], deep={'a': True})\n"
         "print(s['name'], s['args'], s['kwargs'])\n"
-        "print(repr(llm_query))\n",
+        "print(repr(llm_query))\n"
+        "x = 0.1 + 0.2\n"
+        "print(call_client('p', x, 'é€😀')['args'] == [x, 'é€😀'])\n",
         sid, "{\"functions\": [\"llm_query\"]}");
     struct run r;
     run_open(&r, "u-rt", body);
@@ -188,9 +190,10 @@ static void test_round_trip(void)
            json_dumps(res, 0));
     CHECKF(streq(r.out, "llm_query ['hi'] {'n': 2}\n"
                         "search [[1, 2.5, None]] {'deep': {'a': True}}\n"
-                        "<function llm_query: answered by the client>\n"),
+                        "<function llm_query: answered by the client>\n"
+                        "True\n"),
            "stdout %s", r.out);
-    CHECK(json_array_size(r.calls) == 2);
+    CHECK(json_array_size(r.calls) == 3);
     json_t *c0 = json_array_get(r.calls, 0);
     CHECK(streq(json_string_value(json_object_get(c0, "name")), "llm_query"));
     CHECK(!strncmp(call_id(c0), "call_", 5) && strlen(call_id(c0)) == 31);
