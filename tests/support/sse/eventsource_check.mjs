@@ -25,10 +25,11 @@ function check(ok, what) {
   return ok;
 }
 
-// One execution of code, read to its result.  Resolves with what was
-// seen; rejects on an error event (the source is closed first, so it
-// does not retry) or after TIMEOUT_MS.
-function run(code, user) {
+// One execution of code (extra: more fields of the body), read to its
+// result; onCall(call, executionId), when given, answers each call event.
+// Resolves with what was seen; rejects on an error event (the source is
+// closed first, so it does not retry) or after TIMEOUT_MS.
+function run(code, user, extra = {}, onCall = null) {
   return new Promise((resolve, reject) => {
     const seen = {fetches: 0, xid: null, events: [], unnamed: 0};
     const es = new EventSource(url, {
@@ -43,7 +44,7 @@ function run(code, user) {
             'X-User-Id': user,
             'Content-Type': 'application/json',
           },
-          body: JSON.stringify({code}),
+          body: JSON.stringify({code, ...extra}),
         });
         seen.xid = res.headers.get('x-execution-id');
         return res;
@@ -53,7 +54,7 @@ function run(code, user) {
       es.close();
       reject(new Error(`no result within ${TIMEOUT_MS} ms`));
     }, TIMEOUT_MS);
-    for (const kind of ['stdout', 'stderr', 'result']) {
+    for (const kind of ['stdout', 'stderr', 'display', 'call', 'result']) {
       es.addEventListener(kind, (ev) => {
         seen.events.push({
           kind,
@@ -61,6 +62,11 @@ function run(code, user) {
           data: ev.data,
           t: performance.now(),
         });
+        if (kind === 'call' && onCall) {
+          onCall(JSON.parse(ev.data), seen.xid).catch((e) => {
+            check(false, `answering a call: ${e.message}`);
+          });
+        }
         if (kind === 'result') {
           es.close();
           clearTimeout(timer);
@@ -153,11 +159,51 @@ async function checkRaise() {
   check(res.success === false, `raise: success ${res.success}`);
 }
 
+// A call from the code, answered by this client with fetch: the code
+// gets the answer; a display event comes as the bundle is shown.
+async function checkCalls() {
+  const answers = [];
+  const seen = await run(
+    "r = llm_query('hi', n=2)\nprint(r)\ndisplay({'a': 1})\n",
+    'u-sse-node',
+    {functions: ['llm_query']},
+    async (call, xid) => {
+      const res = await fetch(`${url}/${xid}/calls/${call.call_id}`, {
+        method: 'POST',
+        headers: {
+          Authorization: `Bearer ${key}`,
+          'X-User-Id': 'u-sse-node',
+          'Content-Type': 'application/json',
+        },
+        body: JSON.stringify({
+          result: {echo: call.args[0], n: call.kwargs.n, name: call.name},
+        }),
+      });
+      answers.push(res.status);
+    },
+  );
+  const res = checkCommon(seen, 'calls');
+  check(
+    res.success === true &&
+      res.stdout === "{'echo': 'hi', 'n': 2, 'name': 'llm_query'}\n",
+    `calls: success ${res.success}, stdout ${JSON.stringify(res.stdout)}`,
+  );
+  check(
+    answers.length === 1 && answers[0] === 204,
+    `calls: the answer's status ${JSON.stringify(answers)}`,
+  );
+  const kinds = seen.events.map((e) => e.kind).join(',');
+  check(
+    kinds === 'call,stdout,display,result',
+    `calls: the events, in order: ${kinds}`,
+  );
+}
+
 if (!url || !key) {
   console.error('usage: node eventsource_check.mjs URL KEY');
   process.exit(2);
 }
-for (const step of [checkStream, checkRaise]) {
+for (const step of [checkStream, checkRaise, checkCalls]) {
   try {
     await step();
   } catch (e) {
