@@ -6,9 +6,30 @@
 #include <strings.h>
 
 #include "../service/keys.h"
+#include "../service/tokens.h"
 #include "../service/common/log.h"
 #include "../service/common/util.h"
 #include "http.h"
+
+/* A scoped token (service/tokens.h): its own user, its scopes. */
+static bool auth_token(struct ipd_req *r, const char *token)
+{
+    enum ipd_err rc = r->app->tokens
+                          ? ipd_tokens_verify(r->app->tokens, r->app->meta,
+                                              token, &r->principal)
+                          : IPD_ERR_UNAUTHORIZED;
+    if (rc == IPD_ERR_UNAUTHORIZED) {
+        ipd_reply_failure(r, rc, "invalid, expired or revoked token",
+                          "checking the token");
+        return false;
+    }
+    if (rc) {
+        ipd_reply_failure(r, rc, NULL, "checking the token");
+        return false;
+    }
+    r->authed = true;
+    return true;
+}
 
 bool ipd_auth_key(struct ipd_req *r)
 {
@@ -26,6 +47,8 @@ bool ipd_auth_key(struct ipd_req *r)
     const char *key = h + 7;
     while (*key == ' ')
         key++;
+    if (ipd_token_is(key))
+        return auth_token(r, key);
     bool cached = false;
     /* The key record holds the tenant's callback secrets: it stays here,
      * only the principal goes on with the request. */
@@ -54,6 +77,16 @@ bool ipd_auth_key(struct ipd_req *r)
 bool ipd_auth_user(struct ipd_req *r)
 {
     const char *u = ipd_req_header(r, "X-User-Id");
+    if (r->principal.token) {
+        /* The token's user; a header may only repeat it. */
+        if (u && strcmp(u, r->principal.user_id) != 0) {
+            ipd_reply_code(r, IPD_HE_FORBIDDEN,
+                           "X-User-Id differs from the token's user (a "
+                           "token needs no X-User-Id)");
+            return false;
+        }
+        return true;
+    }
     if (!u) {
         ipd_reply_code(r, IPD_HE_INVALID_USER_ID,
                        "missing X-User-Id header naming the end user");

@@ -18,6 +18,7 @@
 #include "../service/common/log.h"
 #include "../service/common/util.h"
 #include "../service/common/metrics.h"
+#include "../service/common/token.h"
 #include "../service/common/workq.h"
 #include "http.h"
 
@@ -351,6 +352,15 @@ static void start_request(struct ipd_req *r)
         r->body.max = r->handler->body_max;
     if ((r->handler->flags & IPD_H_AUTH) && !ipd_auth_key(r))
         return;
+    if (r->principal.token && !(r->handler->scope & r->principal.scopes)) {
+        const char *need = ipd_scope_name(r->handler->scope);
+        ipd_reply_code(r, IPD_HE_FORBIDDEN,
+                       need ? "this token's scopes do not include %s"
+                            : "%s: this endpoint needs an API key, not a "
+                              "token",
+                       need ? need : r->path);
+        return;
+    }
     if ((r->handler->flags & IPD_H_ADMIN) && !r->principal.admin) {
         ipd_reply_code(r, IPD_HE_FORBIDDEN, "this endpoint needs an admin key");
         return;

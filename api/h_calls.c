@@ -171,6 +171,7 @@ static void answer_finish(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_calls_answer = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_EXECUTIONS,
     .body_max = IPD_EXEC_ANSWER_BODY_MAX,
     .begin = answer_begin,
     .finish = answer_finish,

@@ -293,6 +293,7 @@ static void executions_cleanup(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_executions_create = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_EXECUTIONS,
     .body_max = BODY_MAX,
     .finish = executions_finish,
     .cleanup = executions_cleanup,
@@ -368,6 +369,7 @@ static void executions_list(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_executions_list = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_EXECUTIONS,
     .finish = executions_list,
 };
 
@@ -459,10 +461,12 @@ static void executions_cancel(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_executions_cancel = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_EXECUTIONS,
     .finish = executions_cancel,
 };
 
 const struct ipd_handler ipd_h_executions_get = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_EXECUTIONS,
     .finish = executions_get,
 };

@@ -753,6 +753,7 @@ static void upload_finish(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_files_create = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_FILES_WRITE,
     .begin = upload_begin,
     .data = upload_data,
     .finish = upload_finish,
@@ -800,6 +801,7 @@ static void files_list(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_files_list = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_FILES_READ,
     .finish = files_list,
 };
 
@@ -832,6 +834,7 @@ static void files_get(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_files_get = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_FILES_READ,
     .finish = files_get,
 };
 
@@ -904,6 +907,7 @@ static void files_content(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_files_content = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_FILES_READ,
     .finish = files_content,
 };
 
@@ -942,5 +946,6 @@ static void files_delete(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_files_delete = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_FILES_WRITE,
     .finish = files_delete,
 };

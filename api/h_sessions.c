@@ -269,24 +269,29 @@ static void session_variables(struct ipd_req *r)
 
 const struct ipd_handler ipd_h_sessions_create = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_SESSIONS,
     .finish = sessions_create,
     .cleanup = sess_job_cleanup,
 };
 const struct ipd_handler ipd_h_sessions_list = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_SESSIONS,
     .finish = sessions_list,
 };
 const struct ipd_handler ipd_h_session_get = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_SESSIONS,
     .finish = session_get,
 };
 const struct ipd_handler ipd_h_session_delete = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_SESSIONS,
     .finish = session_delete,
     .cleanup = sess_job_cleanup,
 };
 const struct ipd_handler ipd_h_session_variables = {
     .flags = IPD_H_AUTH | IPD_H_USER,
+    .scope = IPD_SCOPE_SESSIONS,
     .finish = session_variables,
     .cleanup = sess_job_cleanup,
 };

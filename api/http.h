@@ -49,12 +49,15 @@ struct ipd_scheduler;
 struct ipd_venv;
 
 struct ipd_key_cache;
+struct ipd_tokens;
 
 struct ipd_app {
     const struct ipd_config *cfg;
     struct ipd_meta *meta;
     struct ipd_blobs *blobs;
     struct ipd_key_cache *key_cache; /* or NULL (service/keys.h) */
+    struct ipd_tokens *tokens;       /* scoped tokens, or NULL: none
+                                        (service/tokens.h) */
     struct ipd_space *space;         /* the data dir's disk, or NULL */
     struct ipd_filetype *ft;
     struct ipd_exec_pool *exec;    /* NULL when executions are unavailable */
@@ -107,6 +110,8 @@ struct ipd_req;
 
 struct ipd_handler {
     unsigned flags;  /* enum ipd_handler_flags */
+    uint32_t scope;  /* the enum ipd_scope a scoped token needs here; 0:
+                        API keys only (service/common/principal.h) */
     size_t body_max; /* collected body limit; 0: IPD_JSON_BODY_MAX */
     /* Optional: called once after auth, before any body. */
     void (*begin)(struct ipd_req *r);
@@ -293,6 +298,7 @@ extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
 extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get,
     ipd_h_executions_list, ipd_h_executions_cancel;
 extern const struct ipd_handler ipd_h_calls_answer;
+extern const struct ipd_handler ipd_h_tokens_create;
 extern const struct ipd_handler ipd_h_admin_cleanup;
 extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
 extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;

@@ -44,6 +44,7 @@ static const struct route routes[] = {
     {"/v1/executions/{id}/calls/{call_id}",
      "POST, OPTIONS",
      {{"POST", &ipd_h_calls_answer}}},
+    {"/v1/tokens", "POST, OPTIONS", {{"POST", &ipd_h_tokens_create}}},
     {"/v1/packages",
      "GET, HEAD, POST, OPTIONS",
      {{"GET", &ipd_h_packages_list}, {"POST", &ipd_h_packages_install}}},

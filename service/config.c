@@ -98,6 +98,12 @@ static const struct opt opts[] = {
      "how long a database write waits for the lock"},
     {"cors-origins", OPT_STRING, OFF(cors_origins), NULL, false,
      "comma-separated browser origins allowed by CORS (* for any)"},
+    {"token-max-ttl", OPT_DURATION, OFF(token_max_ttl_ms), "1h", false,
+     "the longest life of a scoped token (POST /v1/tokens; 1s to 7d)"},
+    {"token-secret-file", OPT_STRING, OFF(token_secret_file), NULL, false,
+     "the file of the secret that signs scoped tokens, 64 hex digits "
+     "(default: DATA-DIR/token.key, made at the first start; nodes of one "
+     "store must share it)"},
     {"log-level", OPT_STRING, OFF(log_level), "info", false,
      "debug, info, warn or error"},
     {"exec-slots", OPT_INT, OFF(exec_slots), "0", false,
@@ -954,6 +960,10 @@ static bool check_times(const struct ipd_config *c, struct ipd_buf *err)
     if (c->callback_secret_grace_ms < 0 ||
         c->callback_secret_grace_ms > 30 * day) {
         ipd_buf_adds(err, "callback-secret-grace must be 0s to 30d");
+        return false;
+    }
+    if (c->token_max_ttl_ms < 1000 || c->token_max_ttl_ms > 7 * day) {
+        ipd_buf_adds(err, "token-max-ttl must be 1s to 7d");
         return false;
     }
     if (c->venv_max_age_ms <= 0 || c->pip_timeout_ms <= 0 ||

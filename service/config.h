@@ -44,10 +44,12 @@ struct ipd_config {
     int64_t shutdown_timeout_ms;       /* bounded wait for in-flight requests */
     int64_t db_busy_timeout_ms;
     char *cors_origins; /* comma-separated origins, "*" for any; NULL none */
-    char *log_level;    /* debug, info, warn, error */
-    int64_t ready_fd;   /* write the port here when listening; -1 none */
-    int64_t exec_slots; /* executions running at once; 0: CPU cores */
-    int64_t exec_queue; /* executions waiting; beyond: 429 */
+    int64_t token_max_ttl_ms; /* a scoped token's longest life */
+    char *token_secret_file;  /* NULL: DATA-DIR/token.key */
+    char *log_level;          /* debug, info, warn, error */
+    int64_t ready_fd;         /* write the port here when listening; -1 none */
+    int64_t exec_slots;       /* executions running at once; 0: CPU cores */
+    int64_t exec_queue;       /* executions waiting; beyond: 429 */
     int64_t ready_check_interval_ms; /* end-to-end execution check period
                                         (IPD_TIME_NEVER: at start only) */
     char *python;                    /* interpreter run inside the sandbox */

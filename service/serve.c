@@ -22,6 +22,7 @@
 #include "sandbox/sandbox.h"
 #include "exec/pool.h"
 #include "keys.h"
+#include "tokens.h"
 #include "../storage/space.h"
 #include "exec/callbacks.h"
 #include "fetch/fetch.h"
@@ -519,6 +520,25 @@ out:
 
 /* The stores, the file type detector and, on an empty key store, the
  * first admin key. */
+/* Scoped tokens: the node's secret (service/tokens.h). */
+static enum ipd_err open_tokens(struct server *sv)
+{
+    const struct ipd_config *cfg = sv->cfg;
+    unsigned char secret[IPD_TOKEN_SECRET_LEN];
+    char why[512];
+    enum ipd_err rc = ipd_tokens_secret_load(
+        cfg->data_dir, cfg->token_secret_file, secret, why, sizeof why);
+    if (rc) {
+        ipd_error("scoped tokens: %s", why);
+        return rc;
+    }
+    sv->app.tokens =
+        ipd_tokens_new(secret, cfg->key_cache_ttl_ms,
+                       cfg->callback_secret_grace_ms, cfg->token_max_ttl_ms);
+    memset(secret, 0, sizeof secret);
+    return IPD_OK;
+}
+
 static enum ipd_err open_stores(struct server *sv)
 {
     const struct ipd_config *cfg = sv->cfg;
@@ -537,6 +557,9 @@ static enum ipd_err open_stores(struct server *sv)
     if (rc)
         return rc;
     sv->app.key_cache = ipd_key_cache_new(cfg->key_cache_ttl_ms);
+    rc = open_tokens(sv);
+    if (rc)
+        return rc;
     rc = ipd_keys_bootstrap_admin(sv->app.meta, cfg->data_dir, &created);
     if (rc) {
         ipd_error("cannot create the first admin key: %s", ipd_err_name(rc));
@@ -744,6 +767,7 @@ static void serve_close(struct server *sv)
     pthread_mutex_destroy(&sv->app.status_lock);
     ipd_filetype_free(sv->app.ft);
     ipd_key_cache_free(sv->app.key_cache);
+    ipd_tokens_free(sv->app.tokens);
     ipd_space_free(sv->app.space);
     ipd_stores_close(&sv->stores);
 }

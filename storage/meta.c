@@ -239,6 +239,13 @@ enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
     return rc ? rc : m->ops->key_find_by_hash(m, hash, out);
 }
 
+enum ipd_err ipd_meta_key_find_by_id(struct ipd_meta *m, const char *key_id,
+                                     struct ipd_key *out)
+{
+    enum ipd_err rc = gate(m);
+    return rc ? rc : m->ops->key_find_by_id(m, key_id, out);
+}
+
 enum ipd_err ipd_meta_key_list(struct ipd_meta *m, struct ipd_key_list *out)
 {
     return m->ops->key_list(m, out);

@@ -182,6 +182,8 @@ struct ipd_meta_ops {
     enum ipd_err (*key_insert)(struct ipd_meta *m, const struct ipd_key *k);
     enum ipd_err (*key_find_by_hash)(struct ipd_meta *m, const char *hash,
                                      struct ipd_key *out);
+    enum ipd_err (*key_find_by_id)(struct ipd_meta *m, const char *key_id,
+                                   struct ipd_key *out);
     enum ipd_err (*key_list)(struct ipd_meta *m, struct ipd_key_list *out);
     enum ipd_err (*key_find_tenant)(struct ipd_meta *m, const char *tenant,
                                     struct ipd_key *out);
@@ -297,6 +299,10 @@ enum ipd_err ipd_meta_key_insert(struct ipd_meta *m, const struct ipd_key *k);
  * revoked_at_ms).  [out] out */
 enum ipd_err ipd_meta_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                        struct ipd_key *out);
+/* The key with that id, revoked or not.  IPD_ERR_NOT_FOUND when there is
+ * none.  [out] out */
+enum ipd_err ipd_meta_key_find_by_id(struct ipd_meta *m, const char *key_id,
+                                     struct ipd_key *out);
 /* The newest of tenant's keys that holds a secret (created last, ties by
  * the greater key_id), revoked or not (a rotation changes them all: its
  * secret, prev_secret and secret_rotated_at_ms are the tenant's): what

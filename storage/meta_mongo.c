@@ -1190,6 +1190,17 @@ static enum ipd_err collect_keys(mongoc_collection_t *coll,
     return rc;
 }
 
+static enum ipd_err mg_key_find_by_id(struct ipd_meta *m, const char *key_id,
+                                      struct ipd_key *out)
+{
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, "key_id", key_id);
+    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_KEYS, &filter,
+                               sizeof(*out), conv_key, "key_find_by_id", out);
+    bson_destroy(&filter);
+    return rc;
+}
+
 static enum ipd_err mg_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                         struct ipd_key *out)
 {
@@ -1637,6 +1648,7 @@ static const struct ipd_meta_ops mongo_ops = {
     .file_totals = mg_file_totals,
     .key_insert = mg_key_insert,
     .key_find_by_hash = mg_key_find_by_hash,
+    .key_find_by_id = mg_key_find_by_id,
     .key_list = mg_key_list,
     .key_find_tenant = mg_key_find_tenant,
     .key_revoke = mg_key_revoke,

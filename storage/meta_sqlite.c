@@ -74,6 +74,7 @@ enum stmt_id {
     S_FILE_TOTALS,
     S_KEY_INSERT,
     S_KEY_FIND,
+    S_KEY_FIND_ID,
     S_KEY_LIST,
     S_KEY_FIND_TENANT,
     S_KEY_REVOKE,
@@ -135,6 +136,7 @@ static const char *const stmt_sql[S__COUNT] = {
     [S_KEY_INSERT] = "INSERT INTO api_keys (" KEY_COLS ")"
                      " VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
     [S_KEY_FIND] = "SELECT " KEY_COLS " FROM api_keys WHERE hash = ?1",
+    [S_KEY_FIND_ID] = "SELECT " KEY_COLS " FROM api_keys WHERE key_id = ?1",
     [S_KEY_LIST] = "SELECT " KEY_COLS " FROM api_keys"
                    " ORDER BY created_at_ms, key_id",
     /* The newest of the tenant's keys: the last key_list would show. */
@@ -1087,6 +1089,20 @@ static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
     return rd_end(s, &r, rc);
 }
 
+static enum ipd_err sq_key_find_by_id(struct ipd_meta *m, const char *key_id,
+                                      struct ipd_key *out)
+{
+    struct meta_sqlite *s = (struct meta_sqlite *)m;
+    struct rd r;
+    enum ipd_err rc = rd_begin(s, S_KEY_FIND_ID, &r);
+
+    if (!rc)
+        rc = rd_one(&r, bind_text(r.st, 1, key_id, 0), "key_find_by_id");
+    if (!rc)
+        rc = row_to_key(r.st, out);
+    return rd_end(s, &r, rc);
+}
+
 static enum ipd_err sq_key_find_tenant(struct ipd_meta *m, const char *tenant,
                                        struct ipd_key *out)
 {
@@ -1259,6 +1275,7 @@ static const struct ipd_meta_ops sqlite_ops = {
     .file_totals = sq_file_totals,
     .key_insert = sq_key_insert,
     .key_find_by_hash = sq_key_find_by_hash,
+    .key_find_by_id = sq_key_find_by_id,
     .key_list = sq_key_list,
     .key_find_tenant = sq_key_find_tenant,
     .key_revoke = sq_key_revoke,
