@@ -10,7 +10,8 @@
  * registry and CORS are on.
  *
  * Placeholders let inputs reach the authenticated handlers: @KEY@ (a
- * normal key), @ADMIN@ (an admin key), @FILE@ (an existing file of user
+ * normal key), @ADMIN@ (an admin key), @TOKEN@ (a scoped token of the
+ * normal key for u1, every scope), @FILE@ (an existing file of user
  * u1), @LEN@ (the length of what follows the first blank line, for a
  * Content-Length that matches).
  *
@@ -52,6 +53,7 @@
 #include "service/common/util.h"
 #include "service/exec/request.h"
 #include "service/keys.h"
+#include "service/tokens.h"
 #include "service/serve.h"
 
 #define REPLY_MAX (8 << 20) /* the OpenAPI document is the largest */
@@ -70,6 +72,7 @@ struct fuzz_env {
     char dir[64];
     char key[IPD_KEY_PLAIN_MAX];
     char admin[IPD_KEY_PLAIN_MAX];
+    char token[IPD_TOKEN_MAX]; /* of key, for u1, every scope */
     char file_id[IPD_ID_MAX];
     unsigned long runs;
 };
@@ -393,8 +396,10 @@ static void check_replies(const char *req, size_t req_len,
 
 static void expand(const uint8_t *data, size_t size, struct ipd_buf *req)
 {
-    static const char *const names[] = {"@KEY@", "@ADMIN@", "@FILE@", "@LEN@"};
-    const char *vals[] = {env->key, env->admin, env->file_id, NULL};
+    static const char *const names[] = {"@KEY@", "@ADMIN@", "@TOKEN@", "@FILE@",
+                                        "@LEN@"};
+    const char *vals[] = {env->key, env->admin, env->token, env->file_id,
+                          NULL};
     const char *p = (const char *)data, *end = p + size;
     size_t len_at = SIZE_MAX;
     while (p < end) {
@@ -489,6 +494,19 @@ static void health_check(void)
     ensure_file();
 }
 
+/* Scoped tokens on, and @TOKEN@: one of key k's, for u1, every scope. */
+static enum ipd_err mint_token(const struct ipd_key *k)
+{
+    static const unsigned char secret[IPD_TOKEN_SECRET_LEN] = {7};
+    struct ipd_principal who;
+    int64_t expires;
+    env->app.tokens = ipd_tokens_new(secret, 30000, 0, 24LL * 3600 * 1000);
+    ipd_keys_principal(k, &who);
+    return ipd_tokens_mint(env->app.tokens, env->app.meta, &who, "u1",
+                           IPD_SCOPE_TOKEN_ALL, 24LL * 3600 * 1000, env->token,
+                           &expires);
+}
+
 static void teardown(void)
 {
     if (!env)
@@ -498,6 +516,7 @@ static void teardown(void)
     json_decref(env->app.last_cleanup);
     pthread_mutex_destroy(&env->app.status_lock);
     ipd_filetype_free(env->app.ft);
+    ipd_tokens_free(env->app.tokens);
     ipd_stores_close(&env->stores);
     ipd_config_release(&env->cfg);
     ipd_remove_tree_at(AT_FDCWD, env->dir);
@@ -551,6 +570,7 @@ static void setup(void)
     env->app.blobs = env->stores.blobs;
     if (ipd_filetype_new(&env->app.ft) ||
         ipd_keys_create(env->app.meta, "fuzz", false, NULL, env->key, &k) ||
+        mint_token(&k) ||
         ipd_keys_create(env->app.meta, "ops", true, NULL, env->admin, &k) ||
         ipd_daemon_start(&env->app, &env->d))
         fail(NULL, 0, "cannot start the service");
