@@ -398,8 +398,7 @@ static void expand(const uint8_t *data, size_t size, struct ipd_buf *req)
 {
     static const char *const names[] = {"@KEY@", "@ADMIN@", "@TOKEN@", "@FILE@",
                                         "@LEN@"};
-    const char *vals[] = {env->key, env->admin, env->token, env->file_id,
-                          NULL};
+    const char *vals[] = {env->key, env->admin, env->token, env->file_id, NULL};
     const char *p = (const char *)data, *end = p + size;
     size_t len_at = SIZE_MAX;
     while (p < end) {
