@@ -12,7 +12,9 @@
 #   execution's call (410: the HTTP hop an answer costs); N round trips of
 #   the code's framing to a forked Python echo process over a socketpair
 #   (the floor of a call between two processes). p50/p90/p99 of each, the
-#   server's CPU per call, the ratios against the target and the baselines.
+#   server's CPU per call, a call's three legs (to the client, the answer
+#   POST, back to the code), the ratios against the target and the
+#   baselines.
 #
 # The server is started as bench/stream.sh starts its one: --exec-mode
 # warm, --exec-queue 64 and --policy.standard.tenant-running 100%; its own
