@@ -336,7 +336,8 @@ static bool turn(struct run *r)
             moved = true;
         }
     }
-    struct pollfd p = {ipd_calls_fd(r->calls), ipd_calls_events(r->calls), 0};
+    struct pollfd p;
+    ipd_calls_pollfd(r->calls, &p);
     if (p.fd >= 0 && p.events)
         IPD_ASSERT(poll(&p, 1, 0) >= 0);
     moved |= p.revents != 0;
