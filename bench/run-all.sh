@@ -22,7 +22,7 @@ OUT=build-bench/bench-results.txt
     free -h | sed 's/^/# /'
     df -h build-bench | sed 's/^/# /'
     status=0
-    for b in upload_throughput upload_rss list_latency meta_latency blob_throughput exec_latency warm cells stream; do
+    for b in upload_throughput upload_rss list_latency meta_latency blob_throughput exec_latency warm cells stream calls; do
         echo
         echo "## $b (load average before: $(cut -d' ' -f1-3 /proc/loadavg))"
         bench/$b.sh || { echo "## $b FAILED (exit $?)"; status=1; }

@@ -100,7 +100,7 @@ if ! (
     -DIPD_SANITIZE=ON -DIPD_FUZZ=ON >/dev/null
   cmake --build build-fuzz -j"$jobs" --target fuzz_request fuzz_filename \
     fuzz_cursor fuzz_duration fuzz_requirement fuzz_content_disposition \
-    fuzz_display fuzz_varlist
+    fuzz_display fuzz_varlist fuzz_calls
   printf '\n==== fuzzing (bounded) ====\n'
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -108,7 +108,7 @@ if ! (
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 \
   UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     scripts/fuzz.sh build-fuzz 10 filename cursor duration requirement \
-    content_disposition display varlist
+    content_disposition display varlist calls
 ); then
   fuzz_ok=0
 fi

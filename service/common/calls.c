@@ -35,6 +35,7 @@ struct ipd_calls {
     /* out: answers not yet written */
     struct ipd_buf out;
     size_t out_off;
+    short asked; /* the events the last ipd_calls_pollfd asked for */
     /* the paused clock */
     bool waiting;
     int64_t last_tick, paused_ms;
@@ -76,18 +77,23 @@ static bool out_pending(const struct ipd_calls *c)
     return c->out.len > c->out_off;
 }
 
-short ipd_calls_events(struct ipd_calls *c)
+void ipd_calls_pollfd(struct ipd_calls *c, struct pollfd *p)
 {
     short ev = 0;
-    if (!c || c->fd < 0)
-        return 0;
-    if (out_pending(c))
+    p->fd = -1;
+    p->events = p->revents = 0;
+    if (!c)
+        return;
+    if (c->fd >= 0 && out_pending(c))
         ev |= POLLOUT;
     /* Read only with room for what a frame makes: its event, and
      * answers beyond one. */
-    if (c->out.len - c->out_off < IPD_CALLS_OUT_MAX && ipd_live_room(c->live))
+    if (c->fd >= 0 && c->out.len - c->out_off < IPD_CALLS_OUT_MAX &&
+        ipd_live_room(c->live))
         ev |= POLLIN;
-    return ev;
+    c->asked = ev;
+    p->fd = ev ? c->fd : -1;
+    p->events = ev;
 }
 
 /* The socket is broken, or the code broke the protocol: no more calls
@@ -269,7 +275,9 @@ void ipd_calls_io(struct ipd_calls *c, short revents)
         return;
     if (revents & POLLOUT)
         write_some(c);
-    if (c->fd >= 0 && (revents & (POLLIN | POLLHUP | POLLERR)))
+    /* POLLHUP comes whatever was asked: read only when there was room. */
+    if (c->fd >= 0 && (c->asked & POLLIN) &&
+        (revents & (POLLIN | POLLHUP | POLLERR)))
         while (c->fd >= 0 && read_some(c))
             ;
 }

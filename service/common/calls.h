@@ -12,8 +12,12 @@
  * JSON text, one object.
  *   code -> service: {"op": "call", "seq": N, "name": S, "args": [...],
  *                     "kwargs": {...}}   (exactly these keys; seq 1, 2, ...
- *                     in order; name 1..IPD_CALLS_NAME_MAX bytes; args
- *                     and kwargs together at most the run's max_bytes)
+ *                     in order; name 1..IPD_CALLS_NAME_MAX bytes; the
+ *                     frame at most the run's max_bytes plus a fixed part
+ *                     for the rest: the code's library keeps args and
+ *                     kwargs within max_bytes)
+ *                    {"op": "display", "bundle": {...}}  (a display
+ *                     bundle as it is shown, at most display_bytes)
  *   service -> code: {"seq": N, "result": X} or
  *                    {"seq": N, "error": {"type": T, "message": M}}
  * Untrusted: a frame is read only up to its bound and parsed once whole;
@@ -55,10 +59,16 @@ struct ipd_calls;
 /* The service's end fd (owned from now on; made non-blocking here) of a
  * run whose live channel l has calls enabled (l borrowed, outlives it). */
 struct ipd_calls *ipd_calls_new(struct ipd_live *l, int fd);
-/* What to poll: the fd (-1 once closed) and its events (0: none now). */
+/* The socket's fd, -1 once closed. */
 int ipd_calls_fd(const struct ipd_calls *c);
-short ipd_calls_events(struct ipd_calls *c);
-/* After poll: revents of the fd. */
+/* What to poll now, into *p: the fd and its events, or fd -1 when
+ * nothing is wanted (a socket the code closed reports POLLHUP whatever
+ * is asked, so it is left out of the poll while there is no room).  NULL
+ * c: fd -1. */
+struct pollfd;
+void ipd_calls_pollfd(struct ipd_calls *c, struct pollfd *p);
+/* After poll: revents of that pollfd.  Reads only when the last
+ * ipd_calls_pollfd asked for POLLIN. */
 void ipd_calls_io(struct ipd_calls *c, short revents);
 /* On every turn of the supervisor's loop: answers (and timed-out calls)
  * go out to the code; the paused time is counted. */

@@ -685,10 +685,8 @@ static int wait_once(struct run *r, int64_t wait_ms, int pid0, int pid1,
                               {-1, 0, 0}};
 
     *ctl_in = *pid_in = false;
-    if (!r->killed) {
-        pfd[P_CALLS].fd = ipd_calls_fd(r->calls);
-        pfd[P_CALLS].events = ipd_calls_events(r->calls);
-    }
+    if (!r->killed)
+        ipd_calls_pollfd(r->calls, &pfd[P_CALLS]);
     /* Coalesced output still owed to the stream is due first, and a
      * call's timeout. */
     int64_t due = ipd_live_due(r->live);

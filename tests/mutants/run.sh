@@ -144,12 +144,14 @@ tests_of() {
 }
 # The build targets of the tests a regex names, by ctest's naming
 # (tests/CMakeLists.txt: unit/X is unit_X, integration*/X is itest_X,
-# sandbox/X[_warm|_session] is sandbox_X), kept when the build knows them,
-# plus interpd, which every integration test starts.
+# sandbox/X[_warm|_session] is sandbox_X, fuzz-smoke/X is fuzz_smoke_X),
+# kept when the build knows them, plus interpd, which every integration
+# test starts.
 targets_of() {
   tests_of "$1" |
     sed -E -e 's#^unit/#unit_#' -e 's#^integration[^/]*/#itest_#' \
-      -e 's#^sandbox/(.*)_(warm|session)$#sandbox_\1#' -e 's#^sandbox/#sandbox_#' |
+      -e 's#^sandbox/(.*)_(warm|session)$#sandbox_\1#' -e 's#^sandbox/#sandbox_#' \
+      -e 's#^fuzz-smoke/#fuzz_smoke_#' |
     { cat; echo interpd; } | sort -u | grep -Fxf "$dir/targets" | paste -sd' '
 }
 
