@@ -284,7 +284,8 @@ static void reply_preflight(struct ipd_req *r, const char *allow)
         MHD_add_response_header(resp, "Access-Control-Allow-Methods", allow);
         MHD_add_response_header(
             resp, "Access-Control-Allow-Headers",
-            "Authorization, Content-Type, X-User-Id, X-Request-Id");
+            "Authorization, Content-Type, X-User-Id, X-Request-Id, "
+            "Mcp-Session-Id, MCP-Protocol-Version");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
     ipd_reply_response(r, MHD_HTTP_NO_CONTENT, resp, 0);
@@ -706,7 +707,11 @@ unsigned ipd_daemon_shutdown(struct ipd_daemon *d, int64_t timeout_ms)
      * connections suspended.  Stopped, not freed: a keep-alive connection
      * can still bring a request that reaches them (it gets a 503); the
      * owner frees them after the daemon is gone. */
-    if (d->app->exec || d->app->pkgs || d->app->bg || d->app->sess_wq) {
+    if (d->app->exec || d->app->pkgs || d->app->bg || d->app->sess_wq ||
+        d->app->mcp_wq) {
+        /* MCP tools first: they ask this server's REST routes, which
+         * answer them while the pools below still run. */
+        ipd_workq_stop(d->app->mcp_wq);
         ipd_exec_pool_stop(d->app->exec);
         ipd_workq_stop(d->app->pkgs);
         ipd_workq_stop(d->app->bg);

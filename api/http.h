@@ -50,6 +50,7 @@ struct ipd_venv;
 
 struct ipd_key_cache;
 struct ipd_tokens;
+struct ipd_mcp;
 
 struct ipd_app {
     const struct ipd_config *cfg;
@@ -58,6 +59,8 @@ struct ipd_app {
     struct ipd_key_cache *key_cache; /* or NULL (service/keys.h) */
     struct ipd_tokens *tokens;       /* scoped tokens, or NULL: none
                                         (service/tokens.h) */
+    struct ipd_mcp *mcp;             /* MCP sessions (mcp.h), or NULL */
+    struct ipd_workq *mcp_wq;        /* the MCP tools' workers, or NULL */
     struct ipd_space *space;         /* the data dir's disk, or NULL */
     struct ipd_filetype *ft;
     struct ipd_exec_pool *exec;    /* NULL when executions are unavailable */
@@ -177,6 +180,8 @@ struct ipd_req {
     /* X-Execution-Id of the reply (borrowed: it lives until the reply
      * is queued), or NULL. */
     const char *execution_id;
+    /* Mcp-Session-Id of the reply, or "" (h_mcp.c). */
+    char mcp_session[IPD_ID_MAX];
 };
 
 /* Reply with a JSON document (steals json).  Adds the common headers. */
@@ -299,6 +304,8 @@ extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get,
     ipd_h_executions_list, ipd_h_executions_cancel;
 extern const struct ipd_handler ipd_h_calls_answer;
 extern const struct ipd_handler ipd_h_tokens_create;
+extern const struct ipd_handler ipd_h_mcp_post;
+extern const struct ipd_handler ipd_h_mcp_delete;
 extern const struct ipd_handler ipd_h_admin_cleanup;
 extern const struct ipd_handler ipd_h_packages_list, ipd_h_packages_install;
 extern const struct ipd_handler ipd_h_admin_status, ipd_h_metrics;

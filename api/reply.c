@@ -49,6 +49,8 @@ static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
     if (r->execution_id)
         MHD_add_response_header(resp, "X-Execution-Id", r->execution_id);
+    if (r->mcp_session[0])
+        MHD_add_response_header(resp, "Mcp-Session-Id", r->mcp_session);
     if (r->close)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     if (r->origin) {
@@ -57,7 +59,7 @@ static void add_common_headers(struct ipd_req *r, struct MHD_Response *resp)
         MHD_add_response_header(
             resp, "Access-Control-Expose-Headers",
             "X-Request-Id, X-Execution-Id, ETag, Content-Disposition, "
-            "Retry-After");
+            "Retry-After, Mcp-Session-Id");
     }
 }
 

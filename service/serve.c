@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "../api/http.h"
+#include "../api/mcp.h"
 #include "../scheduler/reconcile.h"
 #include "../scheduler/scheduler.h"
 #include "../scheduler/sweep.h"
@@ -507,6 +508,9 @@ static enum ipd_err open_outbound(struct server *sv)
     sv->fetch_opts.max_bytes = cfg->max_file_size;
     sv->fetch_opts.allow = sv->fetch_allow;
     sv->app.fetch = &sv->fetch_opts;
+    sv->app.mcp = ipd_mcp_new();
+    if (ipd_workq_new(IPD_MCP_WORKERS, IPD_MCP_QUEUE_MAX, &sv->app.mcp_wq))
+        return IPD_ERR_INTERNAL;
     if (ipd_workq_new(4, 64, &sv->app.bg))
         ipd_error("URL ingest is unavailable: no background threads");
     if (ipd_callbacks_new(&sv->fetch_opts, sv->app.meta,
@@ -755,6 +759,8 @@ static void serve_close(struct server *sv)
     sv->app.sched = NULL;
     ipd_exec_pool_free(sv->app.exec);
     ipd_workq_free(sv->app.bg);
+    ipd_workq_free(sv->app.mcp_wq);
+    ipd_mcp_free(sv->app.mcp);
     ipd_workq_free(sv->app.sess_wq);
     ipd_callbacks_free(sv->callbacks);
     ipd_fetch_allowlist_free(sv->fetch_allow);

@@ -322,7 +322,7 @@ class Server:
     """interpd serve on 127.0.0.1:0 in data_dir; its port comes back on
     --ready-fd, then GET /readyz is polled until 200."""
 
-    def __init__(self, binary, data_dir, log_path):
+    def __init__(self, binary, data_dir, log_path, extra_args=()):
         r, w = os.pipe()
         self.log_path = log_path
         self.log = open(log_path, "wb")
@@ -330,7 +330,7 @@ class Server:
                if not k.startswith("INTERPD_")}
         self.proc = subprocess.Popen(
             [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir",
-             data_dir, "--ready-fd", str(w)],
+             data_dir, "--ready-fd", str(w)] + list(extra_args),
             stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(w,),
             env=env)
         os.close(w)
