@@ -203,6 +203,10 @@ static void mcp_post(struct ipd_req *r)
         mcp_answer(r);
         return;
     }
+    if (!r->app->mcp) {
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE, "MCP is unavailable here");
+        return;
+    }
     json_t *msg = json_loadb(r->body.buf ? r->body.buf : "", r->body.len,
                              JSON_REJECT_DUPLICATES, &jerr);
     if (!msg) {
@@ -233,7 +237,9 @@ static void mcp_post(struct ipd_req *r)
 
 static void mcp_delete(struct ipd_req *r)
 {
-    if (session_ok(r, true))
+    if (!r->app->mcp)
+        ipd_reply_code(r, IPD_HE_UNAVAILABLE, "MCP is unavailable here");
+    else if (session_ok(r, true))
         ipd_reply_empty(r, MHD_HTTP_NO_CONTENT);
 }
 

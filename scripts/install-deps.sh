@@ -40,8 +40,9 @@ else
 fi
 
 # The npm packages of the tests, each folder pinned by its package.json and
-# package-lock.json: the OpenAPI linter (ctest unit/openapi_lint) and the
-# EventSource client (ctest clients/sse).  A folder is skipped when the
+# package-lock.json: the OpenAPI linter (ctest unit/openapi_lint), the
+# EventSource client (ctest clients/sse) and the MCP SDK's client (ctest
+# clients/mcp).  A folder is skipped when the
 # installed version is already the pinned one.
 npm_pinned() { # FOLDER PACKAGE FILE-IN-NODE_MODULES
   local dir want have
@@ -58,3 +59,5 @@ npm_pinned() { # FOLDER PACKAGE FILE-IN-NODE_MODULES
 }
 npm_pinned tests/support/openapi @redocly/cli .bin/redocly
 npm_pinned tests/support/sse eventsource eventsource/dist/index.js
+npm_pinned tests/support/mcp @modelcontextprotocol/sdk \
+  @modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js

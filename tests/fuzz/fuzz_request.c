@@ -54,6 +54,7 @@
 #include "service/exec/request.h"
 #include "service/keys.h"
 #include "service/tokens.h"
+#include "api/mcp.h"
 #include "service/serve.h"
 
 #define REPLY_MAX (8 << 20) /* the OpenAPI document is the largest */
@@ -516,6 +517,7 @@ static void teardown(void)
     pthread_mutex_destroy(&env->app.status_lock);
     ipd_filetype_free(env->app.ft);
     ipd_tokens_free(env->app.tokens);
+    ipd_mcp_free(env->app.mcp);
     ipd_stores_close(&env->stores);
     ipd_config_release(&env->cfg);
     ipd_remove_tree_at(AT_FDCWD, env->dir);
@@ -567,6 +569,7 @@ static void setup(void)
         fail(NULL, 0, "cannot open the stores in %s", env->dir);
     env->app.meta = env->stores.meta;
     env->app.blobs = env->stores.blobs;
+    env->app.mcp = ipd_mcp_new(); /* sessions; no workers: tools get 503 */
     if (ipd_filetype_new(&env->app.ft) ||
         ipd_keys_create(env->app.meta, "fuzz", false, NULL, env->key, &k) ||
         mint_token(&k) ||
