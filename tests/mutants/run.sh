@@ -129,6 +129,18 @@ git -C "$src" add -A
 git -C "$src" -c user.name=mutants -c user.email=mutants@interpd.invalid \
   commit -q --allow-empty -m base
 git -C "$src" reset -q --hard
+# The npm packages of the tests (ignored by git; scripts/install-deps.sh
+# puts them in the checkout): the copy uses the checkout's, so a test that
+# needs one runs, rather than failing for want of it and counting as a
+# kill.  Again after each mutant's clean, which removes the links.
+link_npm() {
+  local nm
+  for nm in tests/support/*/node_modules; do
+    [ -d "$nm" ] && ln -sfn "$PWD/$nm" "$src/$nm"
+  done
+  return 0
+}
+link_npm
 
 echo "mutants: configure and build in $bld"
 cmake -S "$src" -B "$bld" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
@@ -230,6 +242,7 @@ for n in "${names[@]}"; do
     [ -n "$detail" ] || detail="(ctest failed; see $log/$n.tests.log)"
   fi
   git -C "$src" checkout -q -- . && git -C "$src" clean -qfd
+  link_npm
   case $status in
     killed) killed=$((killed + 1)) ;;
     SURVIVED) survived+=("$n") ;;
