@@ -67,22 +67,25 @@ bool ipd_bg_submit(struct ipd_workq *q, struct ipd_req *r,
     return q && bg_queue(q, r, fn, NULL, NULL) == IPD_OK;
 }
 
-bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
-                          void (*fn)(struct ipd_req *r, bool stopping),
-                          int64_t v, const char *what, const char *field)
+/* r's tenant's share v of q's places. */
+static struct ipd_workq_share share_of(struct ipd_workq *q, struct ipd_req *r,
+                                       int64_t v)
 {
     unsigned threads = ipd_workq_threads(q);
-    unsigned cap = threads + ipd_workq_queue_max(q);
-    struct ipd_workq_share share = {
+    return (struct ipd_workq_share){
         .group = r->principal.tenant,
         .running_max = threads > 1 ? threads / 2 : 0,
-        .held_max = ipd_policy_share(v, cap),
+        .held_max = ipd_policy_share(v, threads + ipd_workq_queue_max(q)),
     };
-    bool share_full = false;
-    enum ipd_err rc =
-        q ? bg_queue(q, r, fn, &share, &share_full) : IPD_ERR_UNAVAILABLE;
-    if (rc == IPD_OK)
-        return true;
+}
+
+/* A refused submission rc, told to r: 429 (the queue, or the tenant's
+ * share of it, full) or 503 (stopping). */
+static void refused(struct ipd_workq *q, struct ipd_req *r, enum ipd_err rc,
+                    const struct ipd_workq_share *share, bool share_full,
+                    const char *what, const char *field)
+{
+    unsigned cap = ipd_workq_threads(q) + ipd_workq_queue_max(q);
     /* IPD_ERR_BUSY (the queue, or the tenant's share of it, is full) or
      * IPD_ERR_UNAVAILABLE (stopping): reply.c's 429 or 503. */
     char msg[512];
@@ -90,7 +93,7 @@ bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
         snprintf(msg, sizeof(msg),
                  "this tenant has %u %s running or waiting, its share "
                  "(policy %s); retry later",
-                 share.held_max, what, field);
+                 share->held_max, what, field);
     else if (rc == IPD_ERR_BUSY)
         snprintf(msg, sizeof(msg),
                  "all %u places for %s are taken; retry later", cap, what);
@@ -99,5 +102,32 @@ bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
                  "%s are unavailable: the service is shutting down", what);
     r->retry_after_s = 1;
     ipd_reply_failure(r, rc, msg, what);
-    return false;
+}
+
+bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
+                          void (*fn)(struct ipd_req *r, bool stopping),
+                          int64_t v, const char *what, const char *field)
+{
+    struct ipd_workq_share share = share_of(q, r, v);
+    bool share_full = false;
+    enum ipd_err rc =
+        q ? bg_queue(q, r, fn, &share, &share_full) : IPD_ERR_UNAVAILABLE;
+    if (rc)
+        refused(q, r, rc, &share, share_full, what, field);
+    return rc == IPD_OK;
+}
+
+bool ipd_bg_submit_detached(struct ipd_workq *q, struct ipd_req *r,
+                            void (*run)(void *arg, bool stopping),
+                            void (*done)(void *arg), void *arg, int64_t v,
+                            const char *what, const char *field)
+{
+    struct ipd_workq_share share = share_of(q, r, v);
+    bool share_full = false;
+    enum ipd_err rc = q ? ipd_workq_submit_shared(q, run, done, arg, NULL,
+                                                  &share, &share_full)
+                        : IPD_ERR_UNAVAILABLE;
+    if (rc)
+        refused(q, r, rc, &share, share_full, what, field);
+    return rc == IPD_OK;
 }

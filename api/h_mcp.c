@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../service/common/live.h"
 #include "../service/common/util.h"
 #include "../service/exec/policy.h"
 #include "http.h"
@@ -34,7 +35,8 @@ static const char *const versions[] = {"2025-11-25", "2025-06-18", "2025-03-26",
                                        "2024-11-05"};
 
 struct mcp_state {
-    json_t *id; /* the request's id (a reference) */
+    struct ipd_live *live; /* a streamed run_python's (a reference) */
+    json_t *id;            /* the request's id (a reference) */
     struct ipd_mcp_call call;
     json_t *result; /* the tool's, after the worker ran it */
     bool stopping;
@@ -101,6 +103,32 @@ static void tool_work(struct ipd_req *r, bool stopping)
         st->result = ipd_mcp_tool_run(&st->call);
 }
 
+/* run_python with a progressToken: the answer is a stream at once, its
+ * events the notifications and then the response (mcp.c). */
+static void tools_call_streamed(struct ipd_req *r, struct mcp_state *st,
+                                json_t *token, int64_t share)
+{
+    struct ipd_live_consumer c;
+    st->live = ipd_live_new();
+    if (!st->live) {
+        ipd_reply_failure(r, IPD_ERR_UNAVAILABLE,
+                          "the server is out of file descriptors; retry",
+                          "streaming the tool call");
+        return;
+    }
+    ipd_sse_consumer(r, &c);
+    ipd_live_stream(st->live, &c);
+    struct ipd_mcp_stream *job =
+        ipd_mcp_stream_new(&st->call, st->id, token, st->live);
+    if (!ipd_bg_submit_detached(r->app->mcp_wq, r, ipd_mcp_stream_run,
+                                ipd_mcp_stream_free, job, share,
+                                "MCP tool calls", "tenant-running")) {
+        ipd_mcp_stream_free(job);
+        return; /* refused: it replied */
+    }
+    ipd_sse_reply(r, st->live);
+}
+
 /* tools/call: checked here, run by a worker (the connection waits). */
 static void tools_call(struct ipd_req *r, json_t *id, const json_t *params)
 {
@@ -130,9 +158,16 @@ static void tools_call(struct ipd_req *r, json_t *id, const json_t *params)
              r->request_id);
     r->state = st;
     const struct ipd_exec_policy *kp = ipd_req_key_policy(r);
-    if (!ipd_bg_submit_shared(r->app->mcp_wq, r, tool_work,
-                              kp ? kp->tenant_running : -50, "MCP tool calls",
-                              "tenant-running")) {
+    int64_t share = kp ? kp->tenant_running : -50;
+    json_t *token =
+        json_object_get(json_object_get(params, "_meta"), "progressToken");
+    if (!strcmp(name, "run_python") &&
+        (json_is_string(token) || json_is_integer(token))) {
+        tools_call_streamed(r, st, token, share);
+        return;
+    }
+    if (!ipd_bg_submit_shared(r->app->mcp_wq, r, tool_work, share,
+                              "MCP tool calls", "tenant-running")) {
         r->state = NULL; /* refused: it replied */
         json_decref(st->id);
         json_decref(st->call.args);
@@ -190,6 +225,8 @@ static bool version_ok(struct ipd_req *r)
 static void mcp_answer(struct ipd_req *r)
 {
     struct mcp_state *st = r->state;
+    if (st->live)
+        return; /* a stream: answered already */
     if (st->stopping || !st->result)
         ipd_reply_code(r, IPD_HE_UNAVAILABLE, "the server is shutting down");
     else
@@ -248,6 +285,10 @@ static void mcp_cleanup(struct ipd_req *r)
     struct mcp_state *st = r->state;
     if (!st)
         return;
+    if (st->live) { /* the agent left, or the stream is over */
+        ipd_live_unstream(st->live);
+        ipd_live_unref(st->live);
+    }
     json_decref(st->id);
     json_decref(st->call.args);
     json_decref(st->result);

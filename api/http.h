@@ -349,6 +349,15 @@ bool ipd_bg_submit_shared(struct ipd_workq *q, struct ipd_req *r,
                           void (*fn)(struct ipd_req *r, bool stopping),
                           int64_t v, const char *what, const char *field);
 
+/* Queue run(arg), then done(arg), as a job of r's tenant (share v, as
+ * ipd_bg_submit_shared), not tied to r's connection: work that feeds a
+ * stream r already answers with (its consumer resumes the connection).
+ * When refused, replies 429 or 503 and returns false (done never runs). */
+bool ipd_bg_submit_detached(struct ipd_workq *q, struct ipd_req *r,
+                            void (*run)(void *arg, bool stopping),
+                            void (*done)(void *arg), void *arg, int64_t v,
+                            const char *what, const char *field);
+
 /* The HTTP daemon. */
 struct ipd_daemon;
 /* Start listening with the config's limits.  *out is new. */

@@ -15,6 +15,7 @@
 
 #include <curl/curl.h>
 
+#include "../service/common/live.h"
 #include "../service/common/util.h"
 #include "http.h"
 #include "mcp.h"
@@ -517,4 +518,187 @@ json_t *ipd_mcp_tool_run(const struct ipd_mcp_call *c)
         if (!strcmp(tools[i].name, c->tool))
             return tools[i].run(c);
     return text_result(true, "no such tool: %s", c->tool);
+}
+
+/* ---- run_python with progress: a stream ----------------------------------
+ *
+ * With a progressToken, run_python asks for a streamed execution and
+ * hands each stdout or stderr chunk to the agent as notifications/progress
+ * while the code runs, then the tool's response, all on the live channel
+ * the MCP request answers with (text/event-stream, each a "message"
+ * event).  The agent gone (the channel no longer streamed), the REST
+ * stream is dropped, which cancels the run. */
+
+struct ipd_mcp_stream {
+    struct ipd_mcp_call call;
+    json_t *id, *token;    /* references */
+    struct ipd_live *live; /* a reference */
+    struct ipd_buf sse;    /* the REST stream's bytes not yet an event */
+    json_t *result;        /* its result event's data */
+    long progress;
+};
+
+struct ipd_mcp_stream *ipd_mcp_stream_new(const struct ipd_mcp_call *c,
+                                          json_t *id, json_t *token,
+                                          struct ipd_live *live)
+{
+    struct ipd_mcp_stream *s = ipd_xcalloc(1, sizeof(*s));
+    s->call = *c;
+    s->call.args = json_incref(c->args);
+    s->id = json_incref(id);
+    s->token = json_incref(token);
+    s->live = ipd_live_ref(live);
+    ipd_buf_init(&s->sse, IPD_MCP_ANSWER_MAX);
+    return s;
+}
+
+void ipd_mcp_stream_free(void *arg)
+{
+    struct ipd_mcp_stream *s = arg;
+    json_decref(s->call.args);
+    json_decref(s->id);
+    json_decref(s->token);
+    json_decref(s->result);
+    ipd_buf_release(&s->sse);
+    ipd_live_unref(s->live);
+    free(s);
+}
+
+/* One REST event: output becomes a progress notification, the result is
+ * kept. */
+static void stream_event(struct ipd_mcp_stream *s, const char *kind,
+                         const char *data, size_t len)
+{
+    json_t *d = json_loadb(data, len, JSON_DECODE_ANY, NULL);
+    if (!strcmp(kind, "result")) {
+        json_decref(s->result);
+        s->result = json_incref(d);
+    } else if ((!strcmp(kind, "stdout") || !strcmp(kind, "stderr")) &&
+               json_is_string(d)) {
+        json_t *n = json_pack("{s:s, s:s, s:{s:O, s:I, s:s}}", "jsonrpc", "2.0",
+                              "method", "notifications/progress", "params",
+                              "progressToken", s->token, "progress",
+                              (json_int_t)++s->progress, "message",
+                              json_string_value(d));
+        char *text = json_dumps(n, JSON_COMPACT);
+        if (text)
+            ipd_live_event(s->live, "message", text, strlen(text));
+        free(text);
+        json_decref(n);
+    }
+    json_decref(d);
+}
+
+/* The REST stream's bytes: whole events out of them (SSE: "event:" and
+ * "data:" lines, a blank line ends one). */
+static size_t stream_bytes(char *p, size_t size, size_t n, void *arg)
+{
+    struct ipd_mcp_stream *s = arg;
+    if (!ipd_live_streamed(s->live) || ipd_buf_add(&s->sse, p, size * n))
+        return 0; /* the agent left, or over the bound: drop the run */
+    char *end;
+    while ((end = memmem(s->sse.buf, s->sse.len, "\n\n", 2)) != NULL) {
+        size_t blk = (size_t)(end - s->sse.buf);
+        char kind[32] = "";
+        const char *data = NULL, *line = s->sse.buf;
+        size_t dlen = 0;
+        while (line < s->sse.buf + blk) {
+            const char *nl = memchr(line, '\n', (size_t)(end - line));
+            size_t ll = nl ? (size_t)(nl - line) : (size_t)(end - line);
+            if (ll > 7 && !strncmp(line, "event: ", 7))
+                snprintf(kind, sizeof kind, "%.*s", (int)(ll - 7), line + 7);
+            else if (ll > 6 && !strncmp(line, "data: ", 6))
+                data = line + 6, dlen = ll - 6;
+            line += ll + 1;
+        }
+        if (kind[0] && data)
+            stream_event(s, kind, data, dlen);
+        memmove(s->sse.buf, end + 2, s->sse.len - blk - 2);
+        s->sse.len -= blk + 2;
+    }
+    return size * n;
+}
+
+/* Called about once a second while the REST stream is quiet: the agent
+ * gone, the transfer stops (non-zero). */
+static int stream_check(void *arg, curl_off_t a, curl_off_t b, curl_off_t c,
+                        curl_off_t d)
+{
+    struct ipd_mcp_stream *s = arg;
+    (void)a, (void)b, (void)c, (void)d;
+    return !ipd_live_streamed(s->live);
+}
+
+/* POST /v1/executions streamed, the events through stream_bytes: the
+ * HTTP status (0: none, or the transfer was stopped). */
+static long stream_post(struct ipd_mcp_stream *s, struct ipd_buf *err)
+{
+    char url[512], auth[sizeof s->call.auth + 32], user[IPD_USER_ID_MAX + 16],
+        rid[sizeof s->call.request_id + 16];
+    json_t *body = json_deep_copy(s->call.args);
+    json_object_set_new(body, "stream", json_true());
+    char *text = json_dumps(body, JSON_COMPACT);
+    json_decref(body);
+    struct curl_slist *h = NULL;
+    long status = 0;
+    snprintf(url, sizeof url, "%s/v1/executions", s->call.base);
+    snprintf(auth, sizeof auth, "Authorization: %s", s->call.auth);
+    h = curl_slist_append(h, auth);
+    if (s->call.user_id[0]) {
+        snprintf(user, sizeof user, "X-User-Id: %s", s->call.user_id);
+        h = curl_slist_append(h, user);
+    }
+    snprintf(rid, sizeof rid, "X-Request-Id: %s", s->call.request_id);
+    h = curl_slist_append(h, rid);
+    h = curl_slist_append(h, "Content-Type: application/json");
+    CURL *e = curl_easy_init();
+    if (e && text) {
+        curl_easy_setopt(e, CURLOPT_URL, url);
+        curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
+        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
+        curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, stream_bytes);
+        curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+        curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
+        curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, stream_check);
+        curl_easy_setopt(e, CURLOPT_XFERINFODATA, s);
+        if (curl_easy_perform(e) == CURLE_OK)
+            curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    }
+    if (e)
+        curl_easy_cleanup(e);
+    curl_slist_free_all(h);
+    free(text);
+    /* Not a stream: the route refused it, its JSON error is the bytes. */
+    if (status != 200)
+        ipd_buf_add(err, s->sse.buf ? s->sse.buf : "", s->sse.len);
+    return status;
+}
+
+void ipd_mcp_stream_run(void *arg, bool stopping)
+{
+    struct ipd_mcp_stream *s = arg;
+    struct ipd_buf err;
+    json_t *out;
+    ipd_buf_init(&err, IPD_MCP_ANSWER_MAX);
+    long st = stopping ? 0 : stream_post(s, &err);
+    if (st == 200 && json_is_object(s->result)) {
+        out = json_pack("{s:o, s:b}", "content", run_content(s->result),
+                        "isError",
+                        !json_is_true(json_object_get(s->result, "success")));
+    } else {
+        json_t *doc = err.len ? json_loadb(err.buf, err.len, 0, NULL) : NULL;
+        out = rest_failure(st, doc, "run_python");
+        json_decref(doc);
+    }
+    ipd_buf_release(&err);
+    json_t *resp = json_pack("{s:s, s:O, s:o}", "jsonrpc", "2.0", "id", s->id,
+                             "result", out);
+    char *text = json_dumps(resp, JSON_COMPACT);
+    json_decref(resp);
+    if (text)
+        ipd_live_end_as(s->live, "message", text, strlen(text));
+    else
+        ipd_live_end(s->live, NULL, 0);
 }

@@ -51,4 +51,16 @@ bool ipd_mcp_tool_known(const char *name, const json_t *args, const char **why);
  * "isError": bool}, new. */
 json_t *ipd_mcp_tool_run(const struct ipd_mcp_call *c);
 
+/* run_python with a progressToken (mcp.c): its output as
+ * notifications/progress on live while it runs, then the response
+ * (id's) as the last event ("message"), as a worker runs it
+ * (ipd_mcp_stream_run, then ipd_mcp_stream_free as its done). */
+struct ipd_live;
+struct ipd_mcp_stream;
+struct ipd_mcp_stream *ipd_mcp_stream_new(const struct ipd_mcp_call *c,
+                                          json_t *id, json_t *token,
+                                          struct ipd_live *live);
+void ipd_mcp_stream_run(void *arg, bool stopping);
+void ipd_mcp_stream_free(void *arg);
+
 #endif

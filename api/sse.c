@@ -56,7 +56,7 @@ static bool next_text(struct sse *s)
                                 (unsigned long long)id, kind) == IPD_OK);
         IPD_ASSERT(ipd_buf_add(&s->text, data.buf, data.len) == IPD_OK);
         IPD_ASSERT(ipd_buf_adds(&s->text, "\n\n") == IPD_OK);
-        s->over = !strcmp(kind, "result");
+        s->over = ipd_live_took_last(s->live);
     } else if (t == IPD_LIVE_PING) {
         IPD_ASSERT(ipd_buf_adds(&s->text, ": keep-alive\n\n") == IPD_OK);
     } else if (t == IPD_LIVE_OVER) {

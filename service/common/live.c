@@ -37,6 +37,7 @@ struct live_ev {
     char kind[IPD_LIVE_KIND_MAX]; /* "stdout", "stderr", ..., "result" */
     struct ipd_buf data;
     size_t counted; /* of the channel's pending bytes (not the result) */
+    bool last;      /* ipd_live_end's: nothing comes after it */
 };
 
 struct ipd_live {
@@ -287,6 +288,12 @@ void ipd_live_event(struct ipd_live *l, const char *kind, const char *json,
 
 void ipd_live_end(struct ipd_live *l, char *json, size_t len)
 {
+    ipd_live_end_as(l, "result", json, len);
+}
+
+void ipd_live_end_as(struct ipd_live *l, const char *kind, char *json,
+                     size_t len)
+{
     if (!l) {
         free(json);
         return;
@@ -297,7 +304,8 @@ void ipd_live_end(struct ipd_live *l, char *json, size_t len)
             queue_output(l, s, l->carry[s], l->carry_len[s]);
             l->carry_len[s] = 0;
         }
-        struct live_ev *e = ev_push(l, 0, "result");
+        struct live_ev *e = ev_push(l, 0, kind);
+        e->last = true;
         ipd_buf_release(&e->data);
         e->data.buf = json;
         e->data.len = len;
@@ -311,6 +319,14 @@ void ipd_live_end(struct ipd_live *l, char *json, size_t len)
     wake_consumer(l);
     pthread_mutex_unlock(&l->lock);
     free(json);
+}
+
+bool ipd_live_took_last(struct ipd_live *l)
+{
+    pthread_mutex_lock(&l->lock);
+    bool over = l->taken_end;
+    pthread_mutex_unlock(&l->lock);
+    return over;
 }
 
 bool ipd_live_streamed(struct ipd_live *l)
@@ -403,7 +419,7 @@ enum ipd_live_take ipd_live_take(struct ipd_live *l, uint64_t *id,
         } else {
             IPD_ASSERT(ipd_buf_add(data, e->data.buf, e->data.len) == IPD_OK);
         }
-        l->taken_end = !strcmp(e->kind, "result");
+        l->taken_end = e->last;
         ev_free(e);
         l->poked = false;
         l->idle_since = ipd_mono_ms();

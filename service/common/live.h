@@ -84,6 +84,12 @@ void ipd_live_flush(struct ipd_live *l);
 /* The last event, "result": json (owned, JSON text on one line; freed
  * here).  The waiting output goes first; nothing comes after it. */
 void ipd_live_end(struct ipd_live *l, char *json, size_t len);
+/* ipd_live_end with the last event of another kind than "result" (an
+ * MCP stream's JSON-RPC response, "message": api/h_mcp.c). */
+void ipd_live_end_as(struct ipd_live *l, const char *kind, char *json,
+                     size_t len);
+/* The consumer took the last event (ipd_live_end's). */
+bool ipd_live_took_last(struct ipd_live *l);
 /* A consumer is attached (false for NULL). */
 bool ipd_live_streamed(struct ipd_live *l);
 /* True once ipd_live_end ran. */

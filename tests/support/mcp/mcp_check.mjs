@@ -95,6 +95,20 @@ async function main() {
     arguments: {code: 'print(x)', session_id: sid}});
   check(after.isError && /410/.test(textOf(after)), `an ended session: ${textOf(after)}`);
 
+  // Progress: the output as notifications while the code runs.
+  const progress = [];
+  const t0 = Date.now();
+  const slow = await client.callTool({name: 'run_python', arguments: {
+    code: 'import time\nfor i in range(3):\n    print(i, flush=True)\n    time.sleep(0.7)\n'}},
+  undefined, {onprogress: (p) => progress.push({...p, t: Date.now() - t0})});
+  const done = Date.now() - t0;
+  check(!slow.isError && textOf(slow) === '0\n1\n2\n', `streamed run: ${textOf(slow)}`);
+  const said = progress.map((p) => p.message).join('');
+  check(said === '0\n1\n2\n' && progress.every((p, i) => i === 0 || p.progress > progress[i - 1].progress),
+    `progress notifications carry the output in order: ${JSON.stringify(progress)}`);
+  check(progress.length > 0 && progress[0].t < done - 1000,
+    `the first came ${progress.length ? progress[0].t : '-'} ms in, the result at ${done} ms`);
+
   // Errors are tool results, not protocol errors.
   const err = await client.callTool({name: 'run_python', arguments: {code: '1/0'}});
   check(err.isError === true && textOf(err).includes('ZeroDivisionError'),
