@@ -111,22 +111,14 @@ static size_t collect(char *p, size_t size, size_t n, void *ctx)
     return ipd_buf_add(b, p, size * n) == IPD_OK ? size * n : 0;
 }
 
-/* method path (with body, or NULL) as the agent: the status (0: no
- * answer), the JSON answer in *out (new, or NULL). */
-static long rest(const struct ipd_mcp_call *c, const char *method,
-                 const char *path, const json_t *body, long timeout_s,
-                 json_t **out)
+/* The agent's headers for a REST request: its Authorization, its
+ * X-User-Id (none with a token), the MCP request's X-Request-Id, and
+ * Content-Type: application/json when json. */
+static struct curl_slist *agent_headers(const struct ipd_mcp_call *c, bool json)
 {
-    char url[512], auth[sizeof c->auth + 32], user[IPD_USER_ID_MAX + 16],
+    char auth[sizeof c->auth + 32], user[IPD_USER_ID_MAX + 16],
         rid[sizeof c->request_id + 16];
     struct curl_slist *h = NULL;
-    struct ipd_buf got;
-    long status = 0;
-    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-
-    *out = NULL;
-    ipd_buf_init(&got, IPD_MCP_ANSWER_MAX);
-    snprintf(url, sizeof url, "%s%s", c->base, path);
     snprintf(auth, sizeof auth, "Authorization: %s", c->auth);
     h = curl_slist_append(h, auth);
     if (c->user_id[0]) {
@@ -135,8 +127,27 @@ static long rest(const struct ipd_mcp_call *c, const char *method,
     }
     snprintf(rid, sizeof rid, "X-Request-Id: %s", c->request_id);
     h = curl_slist_append(h, rid);
-    if (text)
+    if (json)
         h = curl_slist_append(h, "Content-Type: application/json");
+    memset(auth, 0, sizeof auth);
+    return h;
+}
+
+/* method path (with body, or NULL) as the agent: the status (0: no
+ * answer), the JSON answer in *out (new, or NULL). */
+static long rest(const struct ipd_mcp_call *c, const char *method,
+                 const char *path, const json_t *body, long timeout_s,
+                 json_t **out)
+{
+    char url[512];
+    struct ipd_buf got;
+    long status = 0;
+    char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
+    struct curl_slist *h = agent_headers(c, text != NULL);
+
+    *out = NULL;
+    ipd_buf_init(&got, IPD_MCP_ANSWER_MAX);
+    snprintf(url, sizeof url, "%s%s", c->base, path);
     CURL *e = curl_easy_init();
     if (e) {
         curl_easy_setopt(e, CURLOPT_URL, url);
@@ -633,24 +644,14 @@ static int stream_check(void *arg, curl_off_t a, curl_off_t b, curl_off_t c,
  * HTTP status (0: none, or the transfer was stopped). */
 static long stream_post(struct ipd_mcp_stream *s, struct ipd_buf *err)
 {
-    char url[512], auth[sizeof s->call.auth + 32], user[IPD_USER_ID_MAX + 16],
-        rid[sizeof s->call.request_id + 16];
+    char url[512];
     json_t *body = json_deep_copy(s->call.args);
     json_object_set_new(body, "stream", json_true());
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    struct curl_slist *h = NULL;
+    struct curl_slist *h = agent_headers(&s->call, true);
     long status = 0;
     snprintf(url, sizeof url, "%s/v1/executions", s->call.base);
-    snprintf(auth, sizeof auth, "Authorization: %s", s->call.auth);
-    h = curl_slist_append(h, auth);
-    if (s->call.user_id[0]) {
-        snprintf(user, sizeof user, "X-User-Id: %s", s->call.user_id);
-        h = curl_slist_append(h, user);
-    }
-    snprintf(rid, sizeof rid, "X-Request-Id: %s", s->call.request_id);
-    h = curl_slist_append(h, rid);
-    h = curl_slist_append(h, "Content-Type: application/json");
     CURL *e = curl_easy_init();
     if (e && text) {
         curl_easy_setopt(e, CURLOPT_URL, url);
