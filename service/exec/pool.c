@@ -658,9 +658,11 @@ static void exec_done(void *arg)
     struct ipd_exec_job *j = pj->job;
     bool cancelled = j->rc == IPD_OK &&
                      json_is_true(json_object_get(j->result, "cancelled"));
-    live_finish(j);
+    /* The stream's result event goes out once the entry is over: a
+     * client that has it finds the execution done, its calls 410. */
     if (pj->async) {
         async_finish(p, j, cancelled);
+        live_finish(j);
         ipd_exec_job_free(j);
     } else {
         /* Its result went to its caller (or its stream); the entry only
@@ -671,6 +673,7 @@ static void exec_done(void *arg)
             entry_done(p, e, cancelled);
         j->finished = true;
         pthread_mutex_unlock(&p->lock);
+        live_finish(j);
         /* The job is the caller's again from here on (a streamed one's
          * caller has its live channel only). */
         if (pj->owned)

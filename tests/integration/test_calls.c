@@ -320,6 +320,18 @@ static void test_answer_scoping(void)
           answer("u-own", r.eid, call_id(hold), "{\"result\":0}", NULL) == 204);
     CHECK(run_next(&r, 30000) == NULL && r.result);
     CHECKF(streq(r.out, "first\n"), "%s", r.out);
+    /* Regression: the result event went out before the execution was
+     * over, so right after it the status could say running and an
+     * answer get 409.  Now at once: done, and 410. */
+    char *path = itest_fmt("/v1/executions/%s", r.eid);
+    itest_request(srv, "GET", path, srv->admin_key, "u-own", NULL, NULL, 0,
+                  NULL, &ar);
+    CHECKF(streq(itest_json_str(ar.json, "status"), "done"), "%s", ar.body);
+    itest_resp_release(&ar);
+    free(path);
+    CHECK(answer("u-own", r.eid, cid, "{\"result\":\"late\"}", &ar) == 410);
+    CHECK_ERROR(&ar, 410, "call_expired");
+    itest_resp_release(&ar);
     run_close(&r);
     free(body);
     session_done("u-own", sid);
