@@ -708,6 +708,8 @@ class Stream:
         self._events = parse_sse(iter(self._r.readline, b""))
 
     def __iter__(self):
+        if self.result is not None:
+            return  # read to its end already
         try:
             for ev in self._events:
                 if isinstance(ev, CallEvent):

@@ -490,6 +490,7 @@ class ExecutionsTest(unittest.TestCase):
         with c.stream(code) as s:
             self.assertTrue(s.execution_id.startswith("exec_"))
             events = list(s)
+            self.assertEqual(list(s), [])   # read to its end already
         kinds = [e.kind for e in events]
         self.assertEqual([e.id for e in events],
                          list(range(1, len(events) + 1)))
@@ -633,6 +634,9 @@ class CallsTest(unittest.TestCase):
             pass
         self.assertFalse(s.result.success)
         self.assertEqual(s.result.error_type, "KeyError")
+        # The result event can come a moment before the execution's
+        # status turns done; an answer after that is 410.
+        poll_until("done", lambda: c.get_execution(s.execution_id).finished)
         with self.assertRaises(ic.CallExpired) as cm:
             c.answer_call(s.execution_id, two.call_id, result=None)
         self.assertEqual(cm.exception.status, 410)
@@ -890,7 +894,90 @@ class ErrorsTest(unittest.TestCase):
 
 # ---- without a server --------------------------------------------------------------------
 
+class Fake(http.server.BaseHTTPRequestHandler):
+    """A server that misbehaves on purpose: GET /v1/files/file_x answers
+    503 (Retry-After: 0) until `fails` is used up; the content of file_bad
+    does not match its ETag; a stream ends without its result."""
+
+    protocol_version = "HTTP/1.1"
+    fails = 0
+    seen = []
+
+    def _send(self, status, body, ctype="application/json", extra=()):
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in extra:
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        Fake.seen.append(self.path)
+        if self.path == "/v1/files/file_x":
+            if Fake.fails > 0:
+                Fake.fails -= 1
+                self._send(503, b'{"error": {"code": "unavailable", '
+                           b'"message": "busy", "request_id": "req_f"}}',
+                           extra=[("Retry-After", "0")])
+            else:
+                self._send(200, b'{"file_id": "file_x"}')
+        elif self.path == "/v1/files/file_bad/content":
+            self._send(200, b"tampered", "text/plain",
+                       [("ETag", '"%s"' % ("0" * 64))])
+        else:
+            self._send(404, b"{}")
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = b'id: 1\nevent: stdout\ndata: "partial"\n\n'
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("X-Execution-Id", "exec_fake")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.wfile.write(body)
+        self.close_connection = True
+
+    def log_message(self, *args):
+        pass
+
+
 class OfflineTest(unittest.TestCase):
+
+    def test_misbehaving_server(self):
+        fake = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Fake)
+        threading.Thread(target=fake.serve_forever, daemon=True).start()
+        try:
+            c = ic.Client("http://127.0.0.1:%d" % fake.server_port,
+                          api_key="k", user_id="u")
+            Fake.fails, Fake.seen = 2, []
+            with RetryLog() as rl:
+                self.assertEqual(c.get_file("file_x"), {"file_id": "file_x"})
+            self.assertEqual(Fake.seen, ["/v1/files/file_x"] * 3)
+            self.assertEqual(len(rl.records), 2)
+            Fake.fails = 5
+            with self.assertRaises(ic.Unavailable) as cm:
+                c.get_file("file_x")
+            self.assertEqual((cm.exception.attempts,
+                              cm.exception.retry_after), (4, 0.0))
+            with self.assertRaises(ic.ProtocolError):
+                c.download("file_bad")
+            dest = os.path.join(TMP, "bad.bin")
+            with self.assertRaises(ic.ProtocolError):
+                c.download("file_bad", dest)
+            self.assertFalse(os.path.exists(dest))
+            s = c.stream("print(1)")
+            self.assertEqual(s.execution_id, "exec_fake")
+            got = []
+            with self.assertRaises(ic.ProtocolError):
+                for ev in s:
+                    got.append(ev.text)
+            self.assertEqual(got, ["partial"])
+            c.close()
+        finally:
+            fake.shutdown()
+            fake.server_close()
 
     def test_sse_parser(self):
         from interpd_client.events import parse_sse
