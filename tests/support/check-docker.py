@@ -48,8 +48,9 @@ RUNTIME_PACKAGES = [
     "libbson-1.0-0",
 ]
 # install-deps.sh's Python packages the image does not need (bench/warm.sh's
-# Jupyter baseline).
-PYTHON_PACKAGES_NOT_FOR_IMAGE = ("python3-ipykernel", "python3-jupyter-client")
+# Jupyter baseline; pip for ctest clients/python, which installs the client).
+PYTHON_PACKAGES_NOT_FOR_IMAGE = ("python3-ipykernel", "python3-jupyter-client",
+                                 "python3-pip")
 # install-deps.sh -dev packages the image does not need (sanitizer runtime).
 DEV_PACKAGES_NOT_FOR_IMAGE = re.compile(r"^libclang-rt-")
 # compose security options the sandbox needs (docs/DEPLOYMENT.md, "Docker").
