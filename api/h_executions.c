@@ -125,6 +125,34 @@ static bool wants_stream(struct ipd_req *r, const struct ipd_exec_job *j)
     return j->stream || (accept && strstr(accept, "text/event-stream"));
 }
 
+/* A scoped token runs code with what its scopes allow (docs/API.md
+ * "Scoped tokens"): a session needs "sessions", input files
+ * "files:read", and its generated files are stored only with
+ * "files:write" (else they come back inline only); packages and
+ * callbacks are for API keys.  Refused: replied 403 (j freed) and true. */
+static bool refuse_token_fields(struct ipd_req *r, struct ipd_exec_job *j)
+{
+    const struct ipd_principal *p = &r->principal;
+    const char *msg = NULL;
+    if (!p->token)
+        return false;
+    if (j->session_id[0] && !(p->scopes & IPD_SCOPE_SESSIONS))
+        msg = "this token's scopes do not include sessions (session_id)";
+    else if (j->n_files && !(p->scopes & IPD_SCOPE_FILES_READ))
+        msg = "this token's scopes do not include files:read (files)";
+    else if (j->n_packages)
+        msg = "packages are installed with an API key, not a token";
+    else if (j->callback_url)
+        msg = "callback_url needs an API key, not a token";
+    if (!(p->scopes & IPD_SCOPE_FILES_WRITE))
+        j->store_outputs = false;
+    if (!msg)
+        return false;
+    ipd_reply_code(r, IPD_HE_FORBIDDEN, "%s", msg);
+    ipd_exec_job_free(j);
+    return true;
+}
+
 /* What only a stream can use, asked for without one: replied 400 (j
  * freed) and true. */
 static bool refuse_stream_only(struct ipd_req *r, struct ipd_exec_job *j)
@@ -230,7 +258,7 @@ static void executions_finish(struct ipd_req *r)
     j = parse_job(r, &async);
     if (!j)
         return;
-    if (refuse_stream_only(r, j))
+    if (refuse_token_fields(r, j) || refuse_stream_only(r, j))
         return;
     ipd_buf_init(&why, 512);
     /* An unknown, ended or busy session is told now, not after a place

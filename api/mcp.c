@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #include <curl/curl.h>
 
@@ -63,7 +64,18 @@ void ipd_mcp_session_new(struct ipd_mcp *m, const struct ipd_principal *who,
 {
     pthread_mutex_lock(&m->lock);
     int64_t now = ipd_mono_ms();
-    struct mcp_session *s = NULL;
+    struct mcp_session *s = NULL, *own = NULL;
+    size_t mine = 0;
+    /* A tenant at its share makes room among its own sessions: it can
+     * never push the other tenants' out. */
+    for (size_t i = 0; i < m->n; i++)
+        if (!strcmp(m->s[i].tenant, who->tenant)) {
+            mine++;
+            if (!own || m->s[i].used_ms < own->used_ms)
+                own = &m->s[i];
+        }
+    if (mine >= IPD_MCP_SESSIONS_PER_TENANT)
+        s = own;
     for (size_t i = 0; i < m->n && !s; i++)
         if (now - m->s[i].used_ms > IPD_MCP_SESSION_IDLE_MS)
             s = &m->s[i]; /* an idle one's place */
@@ -111,6 +123,17 @@ static size_t collect(char *p, size_t size, size_t n, void *ctx)
     return ipd_buf_add(b, p, size * n) == IPD_OK ? size * n : 0;
 }
 
+/* A request to this server itself: plain http, never through a proxy
+ * from the environment (http_proxy, all_proxy: it would see the agent's
+ * credentials), no signals. */
+static void no_proxy(CURL *e)
+{
+    curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
+    curl_easy_setopt(e, CURLOPT_PROXY, "");
+    curl_easy_setopt(e, CURLOPT_NOPROXY, "*");
+    curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+}
+
 /* The agent's headers for a REST request: its Authorization, its
  * X-User-Id (none with a token), the MCP request's X-Request-Id, and
  * Content-Type: application/json when json. */
@@ -153,8 +176,7 @@ static long rest(const struct ipd_mcp_call *c, const char *method,
         curl_easy_setopt(e, CURLOPT_URL, url);
         curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        no_proxy(e);
         curl_easy_setopt(e, CURLOPT_TIMEOUT, timeout_s);
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, &got);
@@ -231,12 +253,13 @@ static void result_text(const json_t *res, struct ipd_buf *b)
 }
 
 /* Content for an execution's result: its text, then each image (a
- * generated PNG returned inline, a display bundle's image/png), then
- * each display's text/plain. */
+ * generated PNG returned inline, a display bundle's image/png) while
+ * they total at most IPD_MCP_IMAGES_MAX bytes of base64, then each
+ * display's text/plain. */
 static json_t *run_content(const json_t *res)
 {
     struct ipd_buf b;
-    size_t i;
+    size_t i, images = 0;
     const json_t *f;
     json_t *content = json_array();
     ipd_buf_init(&b, IPD_BUF_UNLIMITED);
@@ -248,7 +271,8 @@ static json_t *run_content(const json_t *res)
     {
         const char *mime = json_string_value(json_object_get(f, "mime_type"));
         const char *data = json_string_value(json_object_get(f, "data_base64"));
-        if (mime && data && !strncmp(mime, "image/", 6))
+        if (mime && data && !strncmp(mime, "image/", 6) &&
+            (images += strlen(data)) <= IPD_MCP_IMAGES_MAX)
             json_array_append_new(content,
                                   json_pack("{s:s, s:s, s:s}", "type", "image",
                                             "data", data, "mimeType", mime));
@@ -257,7 +281,7 @@ static json_t *run_content(const json_t *res)
     {
         const char *png = json_string_value(json_object_get(f, "image/png"));
         const char *txt = json_string_value(json_object_get(f, "text/plain"));
-        if (png)
+        if (png && (images += strlen(png)) <= IPD_MCP_IMAGES_MAX)
             json_array_append_new(content, json_pack("{s:s, s:s, s:s}", "type",
                                                      "image", "data", png,
                                                      "mimeType", "image/png"));
@@ -274,7 +298,8 @@ static json_t *tool_run_python(const struct ipd_mcp_call *c)
 {
     json_t *body = json_deep_copy(c->args), *res = NULL;
     const json_t *t = json_object_get(c->args, "timeout");
-    long wait_s = 60 + (json_is_number(t) ? (long)json_number_value(t) : 300);
+    double want = json_is_number(t) ? json_number_value(t) : 300;
+    long wait_s = 60 + (want > 0 && want < 86400 ? (long)want : 300);
     long st = rest(c, "POST", "/v1/executions", body, wait_s, &res);
     json_decref(body);
     json_t *out;
@@ -542,10 +567,12 @@ json_t *ipd_mcp_tool_run(const struct ipd_mcp_call *c)
 
 struct ipd_mcp_stream {
     struct ipd_mcp_call call;
-    json_t *id, *token;    /* references */
-    struct ipd_live *live; /* a reference */
-    struct ipd_buf sse;    /* the REST stream's bytes not yet an event */
-    json_t *result;        /* its result event's data */
+    json_t *id, *token;       /* references */
+    struct ipd_live *live;    /* a reference */
+    struct ipd_buf sse;       /* the REST stream's bytes not yet an event */
+    size_t scanned;           /* of sse, searched for an event's end */
+    char exec_id[IPD_ID_MAX]; /* the REST stream's X-Execution-Id */
+    json_t *result;           /* its result event's data */
     long progress;
 };
 
@@ -575,8 +602,27 @@ void ipd_mcp_stream_free(void *arg)
     free(s);
 }
 
-/* One REST event: output becomes a progress notification, the result is
- * kept. */
+/* The code called its client (call_client): an agent cannot answer, so
+ * the call is refused at once rather than left to its timeout. */
+static void refuse_call(struct ipd_mcp_stream *s, const char *call_id)
+{
+    char path[160];
+    json_t *res = NULL;
+    if (!call_id || !ipd_id_valid("call", call_id) ||
+        !ipd_id_valid("exec", s->exec_id))
+        return;
+    snprintf(path, sizeof path, "/v1/executions/%s/calls/%s", s->exec_id,
+             call_id);
+    json_t *body =
+        json_pack("{s:{s:s, s:s}}", "error", "type", "RuntimeError", "message",
+                  "interpd: an MCP agent cannot answer calls from the code");
+    (void)rest(&s->call, "POST", path, body, 30, &res);
+    json_decref(body);
+    json_decref(res);
+}
+
+/* One REST event: output becomes a progress notification, a call is
+ * refused, the result is kept. */
 static void stream_event(struct ipd_mcp_stream *s, const char *kind,
                          const char *data, size_t len)
 {
@@ -584,6 +630,8 @@ static void stream_event(struct ipd_mcp_stream *s, const char *kind,
     if (!strcmp(kind, "result")) {
         json_decref(s->result);
         s->result = json_incref(d);
+    } else if (!strcmp(kind, "call")) {
+        refuse_call(s, json_string_value(json_object_get(d, "call_id")));
     } else if ((!strcmp(kind, "stdout") || !strcmp(kind, "stderr")) &&
                json_is_string(d)) {
         json_t *n = json_pack("{s:s, s:s, s:{s:O, s:I, s:s}}", "jsonrpc", "2.0",
@@ -608,7 +656,10 @@ static size_t stream_bytes(char *p, size_t size, size_t n, void *arg)
     if (!ipd_live_streamed(s->live) || ipd_buf_add(&s->sse, p, size * n))
         return 0; /* the agent left, or over the bound: drop the run */
     char *end;
-    while ((end = memmem(s->sse.buf, s->sse.len, "\n\n", 2)) != NULL) {
+    /* Searched from where the last search stopped (one less: "\n\n"
+     * may straddle), so a long event costs its length, not its square. */
+    while ((end = memmem(s->sse.buf + s->scanned, s->sse.len - s->scanned,
+                         "\n\n", 2)) != NULL) {
         size_t blk = (size_t)(end - s->sse.buf);
         char kind[32] = "";
         const char *data = NULL, *line = s->sse.buf;
@@ -626,8 +677,29 @@ static size_t stream_bytes(char *p, size_t size, size_t n, void *arg)
             stream_event(s, kind, data, dlen);
         memmove(s->sse.buf, end + 2, s->sse.len - blk - 2);
         s->sse.len -= blk + 2;
+        s->scanned = 0;
     }
+    s->scanned = s->sse.len ? s->sse.len - 1 : 0;
     return size * n;
+}
+
+/* The REST stream's response headers: its X-Execution-Id. */
+static size_t stream_header(char *p, size_t size, size_t n, void *arg)
+{
+    struct ipd_mcp_stream *s = arg;
+    size_t len = size * n;
+    static const char name[] = "x-execution-id:";
+    if (len > sizeof name && !strncasecmp(p, name, sizeof name - 1)) {
+        const char *v = p + sizeof name - 1;
+        size_t vl = len - (sizeof name - 1);
+        while (vl && (*v == ' ' || *v == '\t'))
+            v++, vl--;
+        while (vl && (v[vl - 1] == '\r' || v[vl - 1] == '\n'))
+            vl--;
+        if (vl < sizeof s->exec_id)
+            snprintf(s->exec_id, sizeof s->exec_id, "%.*s", (int)vl, v);
+    }
+    return len;
 }
 
 /* Called about once a second while the REST stream is quiet: the agent
@@ -656,11 +728,12 @@ static long stream_post(struct ipd_mcp_stream *s, struct ipd_buf *err)
     if (e && text) {
         curl_easy_setopt(e, CURLOPT_URL, url);
         curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-        curl_easy_setopt(e, CURLOPT_PROTOCOLS_STR, "http");
-        curl_easy_setopt(e, CURLOPT_NOSIGNAL, 1L);
+        no_proxy(e);
         curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, stream_bytes);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
+        curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, stream_header);
+        curl_easy_setopt(e, CURLOPT_HEADERDATA, s);
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, stream_check);
         curl_easy_setopt(e, CURLOPT_XFERINFODATA, s);

@@ -15,9 +15,13 @@
 #include "../service/common/util.h"
 
 #define IPD_MCP_SESSIONS_MAX 1024 /* per node; the least used goes */
+#define IPD_MCP_SESSIONS_PER_TENANT                                            \
+    256 /* beyond: the tenant's own least                                      \
+           used goes */
 #define IPD_MCP_SESSION_IDLE_MS (60LL * 60 * 1000)
 #define IPD_MCP_ANSWER_MAX (64 * 1024 * 1024) /* a REST answer read */
-#define IPD_MCP_WORKERS 8    /* tool calls running at once, per node */
+#define IPD_MCP_WORKERS 8 /* tool calls running at once, per node */
+#define IPD_MCP_IMAGES_MAX (8 * 1024 * 1024) /* base64 in one result */
 #define IPD_MCP_QUEUE_MAX 64 /* waiting for a worker; beyond: 429 */
 
 struct ipd_mcp;

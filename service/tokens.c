@@ -59,9 +59,10 @@ static enum ipd_err secret_create(const char *path, char *why, size_t whylen)
     ipd_hex(raw, sizeof raw, hex);
     memset(raw, 0, sizeof raw);
     memcpy(hex + 2 * IPD_TOKEN_SECRET_LEN, "\n", 2);
-    snprintf(tmp, sizeof tmp, "%s.%d.tmp", path, (int)getpid());
-    int fd =
-        open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+    /* A unique temp name (mkstemp: a pid repeats in containers, and a
+     * file a killed start left would block every later one). */
+    snprintf(tmp, sizeof tmp, "%s.XXXXXX", path);
+    int fd = mkostemp(tmp, O_CLOEXEC);
     enum ipd_err rc = fd < 0 ? IPD_ERR_IO : IPD_OK;
     if (!rc &&
         (write(fd, hex, strlen(hex)) != (ssize_t)strlen(hex) || fsync(fd)))

@@ -108,6 +108,10 @@ static size_t b64_decode(const char *in, size_t n, unsigned char *out,
 
 /* ---- mint, parse, verify ------------------------------------------------ */
 
+/* An expiry beyond any real one (some 34,000 years): in milliseconds it
+ * still fits an int64_t, whatever a forged payload says. */
+#define EXPIRY_MAX ((int64_t)1 << 40)
+
 /* A claim's string: non-empty, shorter than max, printable ASCII. */
 static bool claim_ok(const char *s, size_t max)
 {
@@ -125,7 +129,8 @@ static bool claims_ok(const struct ipd_token_claims *c)
     return claim_ok(c->tenant, sizeof c->tenant) &&
            claim_ok(c->user_id, sizeof c->user_id) &&
            claim_ok(c->key_id, sizeof c->key_id) && c->scopes &&
-           !(c->scopes & ~(uint32_t)IPD_SCOPE_TOKEN_ALL) && c->expires_at_s > 0;
+           !(c->scopes & ~(uint32_t)IPD_SCOPE_TOKEN_ALL) &&
+           c->expires_at_s > 0 && c->expires_at_s < EXPIRY_MAX;
 }
 
 enum ipd_err ipd_token_mint(const char key[IPD_SHA256_HEX],

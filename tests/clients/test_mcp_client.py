@@ -59,7 +59,12 @@ def main():
                          "--exec-mode", "cold"))
         with open(os.path.join(tmp, "data", "admin.key")) as f:
             key = f.read().strip()
-        p = subprocess.run([node, "mcp_check.mjs", server.base, key],
+        # A second tenant's key, for the session table's per-tenant share.
+        made = subprocess.run([binary, "keys", "create", "--tenant", "other",
+                               "--data-dir", os.path.join(tmp, "data")],
+                              capture_output=True, text=True, timeout=60)
+        other = json.loads(made.stdout)["key"]
+        p = subprocess.run([node, "mcp_check.mjs", server.base, key, other],
                            timeout=NODE_TIMEOUT, cwd=MCP_DIR)
         rc = p.returncode
     except subprocess.TimeoutExpired:

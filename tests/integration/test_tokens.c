@@ -146,6 +146,39 @@ static void test_scopes(void)
     CHECK(with(rd, "POST", "/v1/executions", NULL, code, NULL) == 403);
     CHECK(with(se, "POST", "/v1/executions", NULL, code, NULL) == 403);
     CHECK(with(ex, "GET", "/v1/executions", NULL, NULL, NULL) == 200);
+    /* Regression (review F1): executions alone reached sessions, files,
+     * packages and callbacks through the execution's body. */
+    CHECK(with(ex, "POST", "/v1/executions", NULL,
+               "{\"code\":\"1\",\"session_id\":"
+               "\"sess_aaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
+               &r) == 403);
+    CHECK_ERROR(&r, 403, "forbidden");
+    itest_resp_release(&r);
+    char *with_file = itest_fmt("{\"code\":\"1\",\"files\":[\"%s\"]}", fid);
+    CHECK(with(ex, "POST", "/v1/executions", NULL, with_file, NULL) == 403);
+    CHECK(with(ex, "POST", "/v1/executions", NULL,
+               "{\"code\":\"1\",\"packages\":[\"tabulate\"]}", NULL) == 403);
+    CHECK(with(ex, "POST", "/v1/executions", NULL,
+               "{\"code\":\"1\",\"callback_url\":"
+               "\"https://example.com/cb\"}",
+               NULL) == 403);
+    /* Without files:write its generated files come back, not stored. */
+    const char *writes = "{\"code\":\"open('out.txt', 'w').write('x')\"}";
+    CHECK(with(ex, "POST", "/v1/executions", NULL, writes, &r) == 200);
+    json_t *gf = json_array_get(json_object_get(r.json, "generated_files"), 0);
+    CHECKF(gf && json_is_false(json_object_get(gf, "stored")) &&
+               !json_object_get(gf, "file_id"),
+           "%s", r.body);
+    itest_resp_release(&r);
+    char *exw = mint(srv->admin_key, "carol",
+                     "[\"executions\", \"files:write\", \"files:read\"]", NULL);
+    CHECK(with(exw, "POST", "/v1/executions", NULL, writes, &r) == 200);
+    gf = json_array_get(json_object_get(r.json, "generated_files"), 0);
+    CHECKF(gf && json_is_true(json_object_get(gf, "stored")), "%s", r.body);
+    itest_resp_release(&r);
+    CHECK(with(exw, "POST", "/v1/executions", NULL, with_file, NULL) == 200);
+    free(exw);
+    free(with_file);
     /* sessions. */
     CHECK(with(se, "POST", "/v1/sessions", NULL, "{}", &r) == 201);
     char *sid = itest_json_dup(r.json, "session_id");

@@ -12,7 +12,7 @@ import http from 'node:http';
 import {Client} from '@modelcontextprotocol/sdk/client/index.js';
 import {StreamableHTTPClientTransport} from '@modelcontextprotocol/sdk/client/streamableHttp.js';
 
-const [base, key] = process.argv.slice(2);
+const [base, key, otherKey] = process.argv.slice(2);
 let failed = 0;
 
 function check(ok, what) {
@@ -109,6 +109,15 @@ async function main() {
   check(progress.length > 0 && progress[0].t < done - 1000,
     `the first came ${progress.length ? progress[0].t : '-'} ms in, the result at ${done} ms`);
 
+  // Regression (review F4): a streamed run's call_client waited for an
+  // answer no agent can give (120 s); now it is refused at once.
+  const t1 = Date.now();
+  const asks = await client.callTool({name: 'run_python', arguments: {
+    code: "try:\n    call_client('x')\nexcept RuntimeError as e:\n    print('refused:', e)\n"}},
+  undefined, {onprogress: () => {}});
+  check(textOf(asks).startsWith('refused: interpd: an MCP agent cannot answer') &&
+    Date.now() - t1 < 20000, `a call from a streamed run: ${textOf(asks)} (${Date.now() - t1} ms)`);
+
   // Errors are tool results, not protocol errors.
   const err = await client.callTool({name: 'run_python', arguments: {code: '1/0'}});
   check(err.isError === true && textOf(err).includes('ZeroDivisionError'),
@@ -141,6 +150,24 @@ async function main() {
   check(res.status === 404, `another user's session: ${res.status}`);
   await other.transport.terminateSession();
   await other.client.close();
+
+  // Regression (review F3): another tenant opening sessions by the
+  // thousand evicted everyone's; now it evicts only its own.
+  const init = {jsonrpc: '2.0', id: 1, method: 'initialize',
+    params: {protocolVersion: '2025-06-18', capabilities: {},
+      clientInfo: {name: 'flood', version: '1'}}};
+  for (let i = 0; i < 1100; i++) {
+    const r = await fetch(`${base}/mcp`, {method: 'POST', headers: {
+      Authorization: `Bearer ${otherKey}`, 'X-User-Id': 'flood',
+      'Content-Type': 'application/json', Accept: 'application/json, text/event-stream'},
+    body: JSON.stringify(init)});
+    await r.text();
+  }
+  const still = await fetch(`${base}/mcp`, {method: 'POST', headers: {
+    Authorization: `Bearer ${key}`, 'X-User-Id': 'agent-1',
+    'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+    'Mcp-Session-Id': transport.sessionId}, body: JSON.stringify({jsonrpc: '2.0', id: 11, method: 'ping'})});
+  check(still.status === 200, `our session after another tenant's 1100 initializes: ${still.status}`);
 
   // Ending the session: later requests on it are 404.
   const mcpSid = transport.sessionId;
