@@ -26,7 +26,6 @@ import io
 import json
 import logging
 import os
-import select
 import shutil
 import socket
 import subprocess
@@ -35,14 +34,11 @@ import tempfile
 import threading
 import time
 import unittest
-import urllib.request
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-PKG_DIR = os.path.dirname(HERE)
-ROOT = os.path.dirname(os.path.dirname(PKG_DIR))
-SUPPORT = os.path.join(ROOT, "tests", "support")
-PY = "/usr/bin/python3"
-START_TIMEOUT = 60
+from interpd_fixture import (PY, START_TIMEOUT, SUPPORT, Server,
+                             check_installed, interpd_binary, pip_install,
+                             poll_until)
+
 MAX_FILE_SIZE = 1024 * 1024
 QUOTA_FILES = 12
 
@@ -56,24 +52,6 @@ ADMIN_KEY = None
 
 
 # ---- fixtures -------------------------------------------------------------------
-
-def pip_install(tmp):
-    """clients/python copied to tmp, pip-installed into tmp/site; returns
-    the site folder."""
-    src = os.path.join(tmp, "src")
-    shutil.copytree(PKG_DIR, src, ignore=shutil.ignore_patterns(
-        "build", "*.egg-info", "__pycache__", "tests"))
-    site = os.path.join(tmp, "site")
-    p = subprocess.run(
-        [PY, "-m", "pip", "install", "--no-input", "--no-index",
-         "--no-build-isolation", "--disable-pip-version-check",
-         "--no-cache-dir", "--target", site, src],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=300)
-    if p.returncode != 0:
-        raise RuntimeError("pip install clients/python failed (%d):\n%s" % (
-            p.returncode, p.stdout.decode("utf-8", "replace")))
-    return site
-
 
 def start_index(tmp):
     wheels = os.path.join(tmp, "wheels")
@@ -111,94 +89,16 @@ class WebFiles(http.server.BaseHTTPRequestHandler):
         pass
 
 
-class Server:
-    """interpd serve on 127.0.0.1:0; its port from --ready-fd, then
-    GET /readyz until 200."""
-
-    def __init__(self, binary, tmp, extra):
-        self.data_dir = os.path.join(tmp, "data")
-        self.log_path = os.path.join(tmp, "interpd.log")
-        self.log = open(self.log_path, "wb")
-        r, w = os.pipe()
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("INTERPD_")}
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir",
-             self.data_dir, "--ready-fd", str(w)] + extra,
-            stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(w,),
-            env=env)
-        os.close(w)
-        try:
-            self.port = self._read_port(r)
-        finally:
-            os.close(r)
-        self.base = "http://127.0.0.1:%d" % self.port
-        self._wait_ready()
-
-    def _read_port(self, r):
-        got = b""
-        deadline = time.monotonic() + START_TIMEOUT
-        while b"\n" not in got:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                raise RuntimeError("no port from interpd")
-            chunk = os.read(r, 64)
-            if not chunk:
-                raise RuntimeError("interpd exited at start (%s):\n%s" % (
-                    self.proc.poll(), self.log_tail()))
-            got += chunk
-        return int(got.strip())
-
-    def _wait_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(self.base + "/readyz",
-                                            timeout=5) as resp:
-                    if resp.status == 200:
-                        return
-            except OSError:
-                pass
-            time.sleep(0.1)  # polling /readyz
-        raise RuntimeError("interpd not ready:\n" + self.log_tail())
-
-    def cli(self, *args):
-        p = subprocess.run([os.environ["INTERPD_BIN"]] + list(args) +
-                           ["--data-dir", self.data_dir],
-                           stdout=subprocess.PIPE, check=True, timeout=60)
-        return json.loads(p.stdout)
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
-
-    def log_tail(self, n=40):
-        with open(self.log_path, "rb") as f:
-            return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
-
-
 def setUpModule():
     global ic, server, index, web, TMP, KEY, ADMIN_KEY
-    binary = os.environ.get("INTERPD_BIN")
-    if not binary or not os.access(binary, os.X_OK):
-        raise RuntimeError("INTERPD_BIN is not set to the interpd binary "
-                           "(ctest sets it)")
+    binary = interpd_binary()
     TMP = tempfile.mkdtemp(prefix="ipd-pyclient-")
     os.chmod(TMP, 0o711)  # the sandbox's user walks to the data dir
     site = pip_install(TMP)
     sys.path.insert(0, site)
     import interpd_client
     ic = interpd_client
-    if not ic.__file__.startswith(site):
-        raise RuntimeError("imported %s, not the installed copy" %
-                           ic.__file__)
+    check_installed(ic, site)
     index, index_port = start_index(TMP)
     allow = os.path.join(TMP, "allowlist.txt")
     with open(allow, "w") as f:
@@ -214,8 +114,7 @@ def setUpModule():
         str(QUOTA_FILES), "--allowlist", allow, "--allowed-deps", deps,
         "--pip-index-url", "http://127.0.0.1:%d/simple/" % index_port,
         "--pip-timeout", "120s", "--fetch-allow", "127.0.0.1/32"])
-    with open(os.path.join(server.data_dir, "admin.key")) as f:
-        ADMIN_KEY = f.read().strip()
+    ADMIN_KEY = server.admin_key()
     KEY = server.cli("keys", "create", "--tenant", "bot")["key"]
 
 
@@ -245,18 +144,6 @@ def client(user, **kw):
 
 def admin():
     return ic.Client(server.base, api_key=ADMIN_KEY)
-
-
-def poll_until(what, fn, timeout=60):
-    """fn() until it is true (polling a server state)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        v = fn()
-        if v:
-            return v
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out waiting for " + what)
-        time.sleep(0.05)
 
 
 class RetryLog(logging.Handler):
