@@ -248,9 +248,9 @@ size_t itest_list_files(const char *dir, char ***out)
  * and pip cache), the executor's matplotlib font cache. */
 static bool not_user_data(const char *f)
 {
-    return !strcmp(f, "admin.key") || !strncmp(f, "meta.db", 7) ||
-           !strcmp(f, ".space-reserve") || !strncmp(f, "venv/", 5) ||
-           !strncmp(f, "mplcache/", 9);
+    return !strcmp(f, "admin.key") || !strcmp(f, "token.key") ||
+           !strncmp(f, "meta.db", 7) || !strcmp(f, ".space-reserve") ||
+           !strncmp(f, "venv/", 5) || !strncmp(f, "mplcache/", 9);
 }
 
 /* Regular files under the data dir other than those. */
@@ -893,11 +893,11 @@ void itest_print_strays(const struct itest_server *s)
     if (s->mongo_uri)
         fprintf(stderr,
                 "  GridFS files and chunks of %s, and files under %s "
-                "other than admin.key: %zu\n",
+                "other than admin.key and token.key: %zu\n",
                 s->mongo_uri, s->data_dir, n);
     else
         fprintf(stderr,
-                "  files under %s other than admin.key, meta.db* "
+                "  files under %s other than admin.key, token.key, meta.db* "
                 "and venv/: "
                 "%zu\n",
                 s->data_dir, n);

@@ -544,8 +544,8 @@ static void host_files_unreachable(void)
         free(p);
     }
     itest_strv_free(files);
-    const char *guesses[] = {"",      "/admin.key", "/meta.db", "/blobs",
-                             "/exec", "/mplcache",  "/.."};
+    const char *guesses[] = {"",       "/admin.key", "/token.key", "/meta.db",
+                             "/blobs", "/exec",      "/mplcache",  "/.."};
     for (size_t i = 0; i < sizeof(guesses) / sizeof(*guesses); i++) {
         char *p = itest_fmt("%s%s", srv->data_dir, guesses[i]);
         json_array_append_new(paths, json_string(p));
