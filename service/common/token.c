@@ -199,11 +199,11 @@ enum ipd_err ipd_token_parse(const char *text, struct ipd_token_claims *c)
 {
     unsigned char raw[IPD_TOKEN_MAX];
     const char *dot = text ? mac_dot(text) : NULL;
-    const char *p = text + strlen(IPD_TOKEN_PREFIX);
 
     memset(c, 0, sizeof(*c));
     if (!dot)
         return IPD_ERR_UNAUTHORIZED;
+    const char *p = text + strlen(IPD_TOKEN_PREFIX); /* text is a token's */
     size_t n = b64_decode(p, (size_t)(dot - p), raw, sizeof raw);
     if (n == (size_t)-1)
         return IPD_ERR_UNAUTHORIZED;
