@@ -1190,26 +1190,29 @@ static enum ipd_err collect_keys(mongoc_collection_t *coll,
     return rc;
 }
 
+/* The one key whose field is value (both unique: key_id, hash). */
+static enum ipd_err key_find_by(struct ipd_meta *m, const char *field,
+                                const char *value, const char *what,
+                                struct ipd_key *out)
+{
+    bson_t filter = BSON_INITIALIZER;
+    BSON_APPEND_UTF8(&filter, field, value);
+    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_KEYS, &filter,
+                               sizeof(*out), conv_key, what, out);
+    bson_destroy(&filter);
+    return rc;
+}
+
 static enum ipd_err mg_key_find_by_id(struct ipd_meta *m, const char *key_id,
                                       struct ipd_key *out)
 {
-    bson_t filter = BSON_INITIALIZER;
-    BSON_APPEND_UTF8(&filter, "key_id", key_id);
-    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_KEYS, &filter,
-                               sizeof(*out), conv_key, "key_find_by_id", out);
-    bson_destroy(&filter);
-    return rc;
+    return key_find_by(m, "key_id", key_id, "key_find_by_id", out);
 }
 
 static enum ipd_err mg_key_find_by_hash(struct ipd_meta *m, const char *hash,
                                         struct ipd_key *out)
 {
-    bson_t filter = BSON_INITIALIZER;
-    BSON_APPEND_UTF8(&filter, "hash", hash);
-    enum ipd_err rc = find_one((struct meta_mongo *)m, COLL_KEYS, &filter,
-                               sizeof(*out), conv_key, "key_find_by_hash", out);
-    bson_destroy(&filter);
-    return rc;
+    return key_find_by(m, "hash", hash, "key_find_by_hash", out);
 }
 
 /* The newest key of tenant holding a secret: sorted like key_list,

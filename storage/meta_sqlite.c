@@ -1075,32 +1075,32 @@ static enum ipd_err sq_key_insert(struct ipd_meta *m, const struct ipd_key *k)
     return wr_end(s, &w, rc);
 }
 
-static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
-                                        struct ipd_key *out)
+/* The one key statement st finds for value (a unique column). */
+static enum ipd_err key_find_by(struct ipd_meta *m, enum stmt_id st,
+                                const char *value, const char *what,
+                                struct ipd_key *out)
 {
     struct meta_sqlite *s = (struct meta_sqlite *)m;
     struct rd r;
-    enum ipd_err rc = rd_begin(s, S_KEY_FIND, &r);
+    enum ipd_err rc = rd_begin(s, st, &r);
 
     if (!rc)
-        rc = rd_one(&r, bind_text(r.st, 1, hash, 0), "key_find_by_hash");
+        rc = rd_one(&r, bind_text(r.st, 1, value, 0), what);
     if (!rc)
         rc = row_to_key(r.st, out);
     return rd_end(s, &r, rc);
 }
 
+static enum ipd_err sq_key_find_by_hash(struct ipd_meta *m, const char *hash,
+                                        struct ipd_key *out)
+{
+    return key_find_by(m, S_KEY_FIND, hash, "key_find_by_hash", out);
+}
+
 static enum ipd_err sq_key_find_by_id(struct ipd_meta *m, const char *key_id,
                                       struct ipd_key *out)
 {
-    struct meta_sqlite *s = (struct meta_sqlite *)m;
-    struct rd r;
-    enum ipd_err rc = rd_begin(s, S_KEY_FIND_ID, &r);
-
-    if (!rc)
-        rc = rd_one(&r, bind_text(r.st, 1, key_id, 0), "key_find_by_id");
-    if (!rc)
-        rc = row_to_key(r.st, out);
-    return rd_end(s, &r, rc);
+    return key_find_by(m, S_KEY_FIND_ID, key_id, "key_find_by_id", out);
 }
 
 static enum ipd_err sq_key_find_tenant(struct ipd_meta *m, const char *tenant,
