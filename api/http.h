@@ -298,6 +298,7 @@ void ipd_route_at(size_t i, const char **method, const char **pattern);
 
 /* Handlers, one file per resource. */
 extern const struct ipd_handler ipd_h_healthz, ipd_h_readyz, ipd_h_openapi;
+extern const struct ipd_handler ipd_h_console, ipd_h_console_asset;
 extern const struct ipd_handler ipd_h_files_create, ipd_h_files_list,
     ipd_h_files_get, ipd_h_files_content, ipd_h_files_delete;
 extern const struct ipd_handler ipd_h_executions_create, ipd_h_executions_get,

@@ -26,6 +26,8 @@ static const struct route routes[] = {
     {"/healthz", "GET, HEAD, OPTIONS", {{"GET", &ipd_h_healthz}}},
     {"/readyz", "GET, HEAD, OPTIONS", {{"GET", &ipd_h_readyz}}},
     {"/v1/openapi.json", "GET, HEAD, OPTIONS", {{"GET", &ipd_h_openapi}}},
+    {"/console", "GET, HEAD, OPTIONS", {{"GET", &ipd_h_console}}},
+    {"/console/{asset}", "GET, HEAD, OPTIONS", {{"GET", &ipd_h_console_asset}}},
     {"/v1/files",
      "GET, HEAD, POST, OPTIONS",
      {{"GET", &ipd_h_files_list}, {"POST", &ipd_h_files_create}}},

@@ -20,6 +20,7 @@ packages=(
   python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
   python3-pip   # ctest clients/python pip-installs clients/python (offline)
   curl wrk nodejs rsync   # rsync: tests/mutants/run.sh
+  chromium   # ctest clients/console drives it with playwright-core
 )
 # npm comes with NodeSource's nodejs (which conflicts with Debian's npm);
 # with Debian's nodejs it is a package of its own.
@@ -62,3 +63,8 @@ npm_pinned tests/support/openapi @redocly/cli .bin/redocly
 npm_pinned tests/support/sse eventsource eventsource/dist/index.js
 npm_pinned tests/support/mcp @modelcontextprotocol/sdk \
   @modelcontextprotocol/sdk/dist/esm/client/streamableHttp.js
+# The web console's bundler and editor (scripts/build-console.sh; ctest
+# unit/console_bundle rebuilds the committed bundle and compares), and the
+# browser driver of ctest clients/console.
+npm_pinned clients/console esbuild .bin/esbuild
+npm_pinned tests/support/console playwright-core index.mjs

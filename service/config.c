@@ -7,13 +7,14 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <unistd.h>
 
 #include "config.h"
 #include "common/util.h"
 #include "fetch/guard.h"
 
-enum opt_type { OPT_STRING, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_FD };
+enum opt_type { OPT_STRING, OPT_INT, OPT_SIZE, OPT_DURATION, OPT_FD, OPT_BOOL };
 
 struct opt {
     const char *name;
@@ -98,6 +99,8 @@ static const struct opt opts[] = {
      "how long a database write waits for the lock"},
     {"cors-origins", OPT_STRING, OFF(cors_origins), NULL, false,
      "comma-separated browser origins allowed by CORS (* for any)"},
+    {"console", OPT_BOOL, OFF(console), "false", false,
+     "serve the web console at /console (--console alone means true)"},
     {"token-max-ttl", OPT_DURATION, OFF(token_max_ttl_ms), "1h", false,
      "the longest life of a scoped token (POST /v1/tokens; 1s to 7d)"},
     {"token-secret-file", OPT_STRING, OFF(token_secret_file), NULL, false,
@@ -239,7 +242,9 @@ static const struct opt opts[] = {
      "write the bound port to this fd and close it once listening"},
 };
 
-_Static_assert(IPD_ARRAY_LEN(opts) <= 80, "grow ipd_config.source");
+_Static_assert(IPD_ARRAY_LEN(opts) <=
+                   IPD_ARRAY_LEN(((struct ipd_config *)0)->source),
+               "grow ipd_config.source");
 
 /* ---- execution policies ------------------------------------------------ */
 
@@ -525,6 +530,20 @@ static const struct opt *find_opt(const char *name, size_t len)
     return NULL;
 }
 
+/* true/false, yes/no, on/off, 1/0, any case. */
+static enum ipd_err bool_parse(const char *value, int64_t *out)
+{
+    static const char *const yes[] = {"true", "yes", "on", "1"};
+    static const char *const no[] = {"false", "no", "off", "0"};
+    for (size_t i = 0; value && i < IPD_ARRAY_LEN(yes); i++) {
+        if (!strcasecmp(value, yes[i]) || !strcasecmp(value, no[i])) {
+            *out = !strcasecmp(value, yes[i]);
+            return IPD_OK;
+        }
+    }
+    return IPD_ERR_INVALID;
+}
+
 static enum ipd_err set_opt(struct ipd_config *c, const struct opt *o,
                             const char *value, const char *source,
                             struct ipd_buf *err)
@@ -549,6 +568,7 @@ static enum ipd_err set_opt(struct ipd_config *c, const struct opt *o,
             rc = ipd_size_parse(value, &v);
         break;
     case OPT_DURATION: rc = ipd_duration_parse(value, &v); break;
+    case OPT_BOOL: rc = bool_parse(value, &v); break;
     }
     if (rc) {
         ipd_buf_addf(err, "invalid value \"%s\" for %s (from %s)",
@@ -743,6 +763,8 @@ static const struct opt *parse_flag(int argc, const char *const *argv, int *i,
      * not one. */
     if (eq) {
         *value = eq + 1;
+    } else if (o->type == OPT_BOOL) {
+        *value = "true"; /* "--console" alone; never takes the next word */
     } else if (*i + 1 < argc && strncmp(argv[*i + 1], "--", 2) != 0) {
         *value = argv[++*i];
     } else {
@@ -1117,6 +1139,8 @@ static void print_value(const struct ipd_config *c, const struct opt *o,
         fprintf(out, "%llds", (long long)(v / 1000));
     else if (o->type == OPT_DURATION)
         fprintf(out, "%lldms", (long long)v);
+    else if (o->type == OPT_BOOL)
+        fputs(v ? "true" : "false", out);
     else
         fprintf(out, "%lld", (long long)v);
 }

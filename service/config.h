@@ -45,6 +45,7 @@ struct ipd_config {
     int64_t db_busy_timeout_ms;
     char *cors_origins; /* comma-separated origins, "*" for any; NULL none */
     int64_t token_max_ttl_ms; /* a scoped token's longest life */
+    int64_t console;          /* 1: serve the web console at /console */
     char *token_secret_file;  /* NULL: DATA-DIR/token.key */
     char *log_level;          /* debug, info, warn, error */
     int64_t ready_fd;         /* write the port here when listening; -1 none */
@@ -110,7 +111,7 @@ struct ipd_config {
     size_t n_policies;
 
     /* Where each option's value came from, for the start-up print. */
-    const char *source[80];
+    const char *source[88];
 };
 
 /* Fill c with the defaults.  Release with ipd_config_release. */

@@ -461,8 +461,71 @@ static void warm_and_sessions(void)
     ipd_buf_release(&err);
 }
 
+/* A switch (--console): alone it means true and never takes the next
+ * word; after "=", in the environment and in the file, true/false,
+ * yes/no, on/off or 1/0; anything else is refused. */
+static void switches(void)
+{
+    struct ipd_config c;
+    struct ipd_buf err;
+    const char **rest = NULL;
+    size_t n = 0;
+    ipd_buf_init(&err, 1024);
+    ipd_config_init(&c);
+    CHECK_INT(c.console, 0);
+    const char *alone[] = {"serve",       "--console", "--listen",
+                           "127.0.0.1:1", "--console", "extra"};
+    CHECK_INT(ipd_config_load(&c, 6, alone, &rest, &n, &err), IPD_OK);
+    CHECK_INT(c.console, 1);
+    CHECK_STR(c.listen, "127.0.0.1:1");
+    REQUIRE(n == 2); /* "extra" is a word, not --console's value */
+    CHECK_STR(rest[1], "extra");
+    free((void *)rest);
+    ipd_config_release(&c);
+
+    static const char *const values[][2] = {
+        {"--console=false", "0"}, {"--console=TRUE", "1"},
+        {"--console=no", "0"},    {"--console=on", "1"},
+        {"--console=0", "0"},     {"--console=yes", "1"}};
+    for (size_t i = 0; i < IPD_ARRAY_LEN(values); i++) {
+        const char *one[] = {values[i][0]};
+        ipd_config_init(&c);
+        CHECK_INT(ipd_config_load(&c, 1, one, NULL, NULL, &err), IPD_OK);
+        CHECK_INT(c.console, values[i][1][0] - '0');
+        ipd_config_release(&c);
+    }
+
+    setenv("INTERPD_CONSOLE", "yes", 1);
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 0, NULL, NULL, NULL, &err), IPD_OK);
+    CHECK_INT(c.console, 1);
+    ipd_config_release(&c);
+    setenv("INTERPD_CONSOLE", "maybe", 1);
+    ipd_config_init(&c);
+    ipd_buf_reset(&err);
+    CHECK_INT(ipd_config_load(&c, 0, NULL, NULL, NULL, &err), IPD_ERR_INVALID);
+    CHECK(strstr(err.buf, "console") != NULL);
+    ipd_config_release(&c);
+    unsetenv("INTERPD_CONSOLE");
+
+    char *path = write_file("console = off\n");
+    const char *file[] = {"--config", path};
+    ipd_config_init(&c);
+    ipd_buf_reset(&err);
+    CHECK_INT(ipd_config_load(&c, 2, file, NULL, NULL, &err), IPD_OK);
+    CHECK_INT(c.console, 0);
+    ipd_config_release(&c);
+    const char *bad[] = {"--console=2"};
+    ipd_config_init(&c);
+    CHECK_INT(ipd_config_load(&c, 1, bad, NULL, NULL, &err), IPD_ERR_INVALID);
+    ipd_config_release(&c);
+    unlink(path);
+    free(path);
+    ipd_buf_release(&err);
+}
+
 TEST_MAIN(T(defaults), T(precedence_flag_env_file), T(errors_are_reported),
           T(command_args_pass_through), T(never_ttl_and_redaction),
           T(never_only_where_it_means_something), T(policies),
           T(callback_secret_grace), T(policy_shares), T(policy_share_of_pool),
-          T(warm_and_sessions))
+          T(warm_and_sessions), T(switches))
