@@ -135,6 +135,8 @@ static void console_page(struct ipd_req *r)
     common_headers(resp, "text/html; charset=utf-8");
     MHD_add_response_header(resp, "Content-Security-Policy", csp);
     MHD_add_response_header(resp, "Cross-Origin-Opener-Policy", "same-origin");
+    /* frame-ancestors 'none', for browsers that predate it. */
+    MHD_add_response_header(resp, "X-Frame-Options", "DENY");
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CACHE_CONTROL, "no-store");
     ipd_reply_response(r, MHD_HTTP_OK, resp, len);
 }

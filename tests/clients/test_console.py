@@ -38,6 +38,11 @@ USER = "console-user"
 CSV = "month,sales\njan,10\nfeb,14\nmar,9\n"
 
 
+class QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
 def request(base, method, path, body=None, headers=None):
     host, port = base.split("//")[1].split(":")
     conn = http.client.HTTPConnection(host, int(port), timeout=30)
@@ -108,6 +113,10 @@ def nonce_checks(base):
                        % (status, csp, meta and meta.group(1)))
             continue
         seen.add(m.group(1))
+        if "frame-ancestors 'none'" not in csp or \
+                headers.get("X-Frame-Options") != "DENY":
+            bad.append("GET /console may be framed: CSP %r, X-Frame-Options "
+                       "%r" % (csp, headers.get("X-Frame-Options")))
         tag = re.search(rb'console\.js\?v=([0-9a-f]{16})"', body)
         if not tag:
             bad.append("the page names no tagged console.js")
@@ -128,9 +137,8 @@ def main():
         return 1
     tmp = tempfile.mkdtemp(prefix="ipd-console-")
     os.chmod(tmp, 0o711)
-    handler = functools.partial(http.server.SimpleHTTPRequestHandler,
+    handler = functools.partial(QuietHandler,
                                 directory=os.path.join(HERE, "cors"))
-    handler.log_message = lambda *a: None
     pages = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=pages.serve_forever, daemon=True).start()
     page_port = pages.server_address[1]
