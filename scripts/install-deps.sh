@@ -19,6 +19,7 @@ packages=(
   python3-xarray python3-pypdf python3-sympy
   python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
   python3-pip   # ctest clients/python pip-installs clients/python (offline)
+  python3-discord   # ctest clients/discord: examples/discord_bot.py's discord.py
   curl wrk nodejs rsync   # rsync: tests/mutants/run.sh
   chromium   # ctest clients/console drives it with playwright-core
 )

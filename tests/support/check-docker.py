@@ -48,9 +48,10 @@ RUNTIME_PACKAGES = [
     "libbson-1.0-0",
 ]
 # install-deps.sh's Python packages the image does not need (bench/warm.sh's
-# Jupyter baseline; pip for ctest clients/python, which installs the client).
+# Jupyter baseline; pip for ctest clients/python, which installs the client;
+# discord.py for ctest clients/discord, the example bot's tests).
 PYTHON_PACKAGES_NOT_FOR_IMAGE = ("python3-ipykernel", "python3-jupyter-client",
-                                 "python3-pip")
+                                 "python3-pip", "python3-discord")
 # install-deps.sh -dev packages the image does not need (sanitizer runtime).
 DEV_PACKAGES_NOT_FOR_IMAGE = re.compile(r"^libclang-rt-")
 # compose security options the sandbox needs (docs/DEPLOYMENT.md, "Docker").
