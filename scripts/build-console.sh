@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Bundle the web console (clients/console/src) into clients/console/dist,
-# which is committed and compiled into the binary (CMakeLists.txt,
-# IPD_CONSOLE_FILES): CodeMirror 6 and the page's own script in one
-# console.js by esbuild, the HTML and CSS copied.  The page then needs no
-# network beyond interpd.
+# Bundle the web console's script (clients/console/src/main.js and
+# CodeMirror 6) with esbuild into clients/console/dist/console.js, which is
+# committed and compiled into the binary with the page and styles of src/
+# (CMakeLists.txt, IPD_CONSOLE_C).  The page then needs no network beyond
+# interpd.
 #   scripts/build-console.sh          rebuild dist/ (after editing src/)
 #   scripts/build-console.sh --check  rebuild into a temporary folder and
 #                                     fail when dist/ differs (ctest
@@ -26,11 +26,10 @@ mkdir -p "$out"
 "$esbuild" "$dir/src/main.js" --bundle --minify --format=iife \
   --target=chrome100,firefox100,safari15 --legal-comments=eof \
   --log-level=warning --outfile="$out/console.js"
-cp "$dir/src/index.html" "$dir/src/console.css" "$dir/src/frame.css" "$out/"
 if [ "${1:-}" = "--check" ]; then
   if ! diff -r -q "$dir/dist" "$out"; then
     echo "build-console: clients/console/dist is stale: run scripts/build-console.sh and commit dist/" >&2
     exit 1
   fi
-  echo "build-console: dist/ matches src/"
+  echo "build-console: dist/console.js matches src/"
 fi
