@@ -29,8 +29,10 @@ import sys
 import tempfile
 import threading
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sse_clients import ROOT, Server  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from interpd_server import Server  # noqa: E402
 
 HERE = os.path.join(ROOT, "tests", "support", "console")
 NODE_TIMEOUT = 400

@@ -21,8 +21,10 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_sse_clients import ROOT, Server  # noqa: E402
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from interpd_server import Server  # noqa: E402
 
 MCP_DIR = os.path.join(ROOT, "tests", "support", "mcp")
 NODE_TIMEOUT = 300

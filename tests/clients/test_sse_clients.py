@@ -29,7 +29,6 @@ N failed" and exits non-zero on any failure.
 import http.client
 import json
 import os
-import select
 import shutil
 import subprocess
 import sys
@@ -38,10 +37,11 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
+from interpd_server import Server  # noqa: E402
 SSE_DIR = os.path.join(ROOT, "tests", "support", "sse")
 NODE_CHECK = os.path.join(SSE_DIR, "eventsource_check.mjs")
 READ_TIMEOUT = 30  # seconds without a byte before a stream read fails
-START_TIMEOUT = 60
 NODE_TIMEOUT = 120
 
 results = {"passed": 0, "failed": 0}
@@ -317,82 +317,6 @@ def check_eventsource(base, key):
 
 
 # ---- the server ---------------------------------------------------------------
-
-class Server:
-    """interpd serve on 127.0.0.1:0 in data_dir; its port comes back on
-    --ready-fd, then GET /readyz is polled until 200."""
-
-    def __init__(self, binary, data_dir, log_path, extra_args=()):
-        r, w = os.pipe()
-        self.log_path = log_path
-        self.log = open(log_path, "wb")
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith("INTERPD_")}
-        self.proc = subprocess.Popen(
-            [binary, "serve", "--listen", "127.0.0.1:0", "--data-dir",
-             data_dir, "--ready-fd", str(w)] + list(extra_args),
-            stdout=self.log, stderr=subprocess.STDOUT, pass_fds=(w,),
-            env=env)
-        os.close(w)
-        try:
-            self.port = self._read_port(r)
-        finally:
-            os.close(r)
-        self.base = "http://127.0.0.1:%d" % self.port
-        self._wait_ready()
-
-    def _read_port(self, r):
-        got = b""
-        deadline = time.monotonic() + START_TIMEOUT
-        while b"\n" not in got:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([r], [], [], left)[0]:
-                raise RuntimeError("no port from interpd in %d s"
-                                   % START_TIMEOUT)
-            chunk = os.read(r, 64)
-            if not chunk:
-                raise RuntimeError("interpd exited before reporting its "
-                                   "port (status %s)" % self.proc.poll())
-            got += chunk
-        return int(got.strip())
-
-    def _wait_ready(self):
-        deadline = time.monotonic() + START_TIMEOUT
-        status = None
-        while time.monotonic() < deadline:
-            conn = http.client.HTTPConnection("127.0.0.1", self.port,
-                                              timeout=5)
-            try:
-                conn.request("GET", "/readyz")
-                status = conn.getresponse().status
-            except OSError as e:
-                status = str(e)
-            finally:
-                conn.close()
-            if status == 200:
-                return
-            time.sleep(0.1)
-        raise RuntimeError("GET /readyz: %s after %d s" % (status,
-                                                           START_TIMEOUT))
-
-    def stop(self):
-        """SIGTERM and wait; the exit status (a kill after 30 s: None)."""
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-                self.log.close()
-                return None
-        self.log.close()
-        return self.proc.returncode
-
-    def log_tail(self, n=40):
-        with open(self.log_path, "rb") as f:
-            return b"".join(f.readlines()[-n:]).decode("utf-8", "replace")
-
 
 def main():
     binary = os.environ.get("INTERPD_BIN")
