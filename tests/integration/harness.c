@@ -2490,6 +2490,37 @@ json_t *itest_json_get(const json_t *j, const char *path)
     return cur;
 }
 
+bool itest_exec_status_is(struct itest_server *s, const char *user,
+                          const char *id, const char *want, char *st,
+                          size_t stsz, json_t **result)
+{
+    char *path = itest_fmt("/v1/executions/%s", id);
+    struct itest_resp r;
+    itest_request(s, "GET", path, s->admin_key, user, NULL, NULL, 0, NULL, &r);
+    const char *got = itest_json_str(r.json, "status");
+    snprintf(st, stsz, "%s", got ? got : "?");
+    bool ok =
+        got && (want ? !strcmp(got, want)
+                     : (!strcmp(got, "done") || !strcmp(got, "cancelled")));
+    if (ok && result)
+        *result = json_incref(json_object_get(r.json, "result"));
+    itest_resp_release(&r);
+    free(path);
+    return ok;
+}
+
+bool itest_exec_wait_status(struct itest_server *s, const char *user,
+                            const char *id, const char *want, char *st,
+                            size_t stsz, json_t **result)
+{
+    for (int i = 0; i < 400; i++) {
+        if (itest_exec_status_is(s, user, id, want, st, stsz, result))
+            return true;
+        usleep(50 * 1000); /* polling the service's state */
+    }
+    return false;
+}
+
 const char *itest_json_str(const json_t *j, const char *path)
 {
     return json_string_value(itest_json_get(j, path));

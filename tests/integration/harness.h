@@ -264,6 +264,17 @@ void itest_resp_release(struct itest_resp *r);
  * by timeout_ms (0: 120 s). */
 long itest_exec(struct itest_server *s, const char *key, const char *user,
                 json_t *body, long timeout_ms, struct itest_resp *out);
+/* GET /v1/executions/{id} as user (admin key): true when its status is
+ * want, or over (done or cancelled) when want is NULL.  The status goes
+ * into st; when true, the execution's "result" (null for a synchronous
+ * one) into *result when result is not NULL (json_decref it). */
+bool itest_exec_status_is(struct itest_server *s, const char *user,
+                          const char *id, const char *want, char *st,
+                          size_t stsz, json_t **result);
+/* itest_exec_status_is, polled every 50 ms until it holds (at most 20 s). */
+bool itest_exec_wait_status(struct itest_server *s, const char *user,
+                            const char *id, const char *want, char *st,
+                            size_t stsz, json_t **result);
 /* The result's stdout / stderr, "" when absent (borrowed from r). */
 const char *itest_exec_stdout(const struct itest_resp *r);
 const char *itest_exec_stderr(const struct itest_resp *r);

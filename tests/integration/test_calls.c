@@ -502,23 +502,11 @@ static void test_client_leaves(void)
     char eid[64];
     snprintf(eid, sizeof eid, "%s", r.eid);
     run_close(&r);
-    char *path = itest_fmt("/v1/executions/%s", eid);
-    const char *st = NULL;
-    struct itest_resp g;
-    memset(&g, 0, sizeof g);
-    for (int i = 0; i < 200; i++) {
-        itest_resp_release(&g);
-        itest_request(srv, "GET", path, srv->admin_key, "u-leave", NULL, NULL,
-                      0, NULL, &g);
-        st = itest_json_str(g.json, "status");
-        if (streq(st, "cancelled"))
-            break;
-        struct pollfd none = {-1, 0, 0};
-        (void)poll(&none, 0, 50);
-    }
-    CHECKF(streq(st, "cancelled"), "status %s", st ? st : "?");
-    itest_resp_release(&g);
-    free(path);
+    char st[32];
+    json_t *res = NULL;
+    CHECKF(itest_exec_wait_status(srv, "u-leave", eid, "cancelled", st,
+                                  sizeof st, NULL),
+           "status %s", st);
     free(body);
 
     body = body_with("try:\n    call_client('q')\n"
@@ -528,25 +516,13 @@ static void test_client_leaves(void)
     CHECK(run_next(&r, 30000) != NULL);
     snprintf(eid, sizeof eid, "%s", r.eid);
     run_close(&r);
-    path = itest_fmt("/v1/executions/%s", eid);
-    st = NULL;
-    memset(&g, 0, sizeof g);
-    for (int i = 0; i < 200 && !streq(st, "done"); i++) {
-        itest_resp_release(&g);
-        itest_request(srv, "GET", path, srv->admin_key, "u-leave", NULL, NULL,
-                      0, NULL, &g);
-        st = itest_json_str(g.json, "status");
-        if (!streq(st, "done")) {
-            struct pollfd none = {-1, 0, 0};
-            (void)poll(&none, 0, 50);
-        }
-    }
-    const char *so = itest_json_str(g.json, "result.stdout");
-    CHECKF(streq(itest_json_str(g.json, "status"), "done") && so &&
-               strstr(so, "gone interpd: the client") != NULL,
-           "%s", g.body);
-    itest_resp_release(&g);
-    free(path);
+    CHECKF(itest_exec_wait_status(srv, "u-leave", eid, "done", st, sizeof st,
+                                  &res),
+           "status %s", st);
+    const char *so = itest_json_str(res, "stdout");
+    CHECKF(so && strstr(so, "gone interpd: the client") != NULL, "stdout %s",
+           so ? so : "(none)");
+    json_decref(res);
     free(body);
     session_done("u-leave", sid);
 }

@@ -37,37 +37,10 @@ static char *maybe_session(const char *user)
     return itest_exec_session() ? session_new(srv, user) : NULL;
 }
 
-/* id's status now (into st): true when it is want, or over (done or
- * cancelled) when want is NULL; then its result (null for a synchronous
- * one) in *result when result is not NULL. */
-static bool status_is(const char *user, const char *id, const char *want,
-                      char *st, size_t stsz, json_t **result)
-{
-    char *path = itest_fmt("/v1/executions/%s", id);
-    struct itest_resp r;
-    itest_request(srv, "GET", path, srv->admin_key, user, NULL, NULL, 0, NULL,
-                  &r);
-    const char *s = itest_json_str(r.json, "status");
-    snprintf(st, stsz, "%s", s ? s : "?");
-    bool ok = s && (want ? !strcmp(s, want)
-                         : (!strcmp(s, "done") || !strcmp(s, "cancelled")));
-    if (ok && result)
-        *result = json_incref(json_object_get(r.json, "result"));
-    itest_resp_release(&r);
-    free(path);
-    return ok;
-}
-
-/* status_is, polled until it holds (bounded: 20 s). */
 static bool wait_status(const char *user, const char *id, const char *want,
                         char *st, size_t stsz, json_t **result)
 {
-    for (int i = 0; i < 400; i++) {
-        if (status_is(user, id, want, st, stsz, result))
-            return true;
-        usleep(50 * 1000);
-    }
-    return false;
+    return itest_exec_wait_status(srv, user, id, want, st, stsz, result);
 }
 
 /* Processes on the host whose command line holds marker. */
@@ -413,7 +386,8 @@ static void test_slow_reader(void)
     for (double end = itest_now() + 60; !over && itest_now() < end;) {
         long now = server_rss_kib();
         peak = now > peak ? now : peak;
-        over = status_is("u-slow", xid, NULL, st, sizeof st, &res);
+        over =
+            itest_exec_status_is(srv, "u-slow", xid, NULL, st, sizeof st, &res);
         if (!over)
             usleep(50 * 1000);
     }
