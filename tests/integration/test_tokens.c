@@ -103,15 +103,15 @@ static void test_mint(void)
 }
 
 /* What each scope allows, for the token's own user only. */
-static void test_scopes(void)
+/* files:write uploads (as its user), files:read lists and reads; neither
+ * does the other's part, and X-User-Id may only repeat the token's user. */
+static void test_scope_files(void)
 {
     struct itest_resp r;
     char *rd = mint(srv->admin_key, "carol", "[\"files:read\"]", NULL);
     char *wr = mint(srv->admin_key, "carol", "[\"files:write\"]", NULL);
     char *ex = mint(srv->admin_key, "carol", "[\"executions\"]", NULL);
-    char *se = mint(srv->admin_key, "carol", "[\"sessions\"]", NULL);
 
-    /* files:write uploads (as carol), files:read lists and reads. */
     CHECK(itest_upload_raw(srv, wr, NULL, "a.txt", "text/plain", "hello", 5,
                            NULL, &r) == 201);
     char *fid = itest_json_dup(r.json, "file_id");
@@ -132,13 +132,34 @@ static void test_scopes(void)
                   0, NULL, &r);
     CHECK(json_array_size(json_object_get(r.json, "files")) == 0);
     itest_resp_release(&r);
-    /* X-User-Id may repeat the token's user, never name another. */
     CHECK(with(rd, "GET", "/v1/files", "carol", NULL, NULL) == 200);
     CHECK(with(rd, "GET", "/v1/files", "dave", NULL, &r) == 403);
     CHECK_ERROR(&r, 403, "forbidden");
     itest_resp_release(&r);
     CHECK(with(ex, "GET", "/v1/files", NULL, NULL, NULL) == 403);
-    /* executions runs code; the others cannot. */
+    CHECK(with(wr, "DELETE", content, NULL, NULL, NULL) == 405);
+    char *fpath = itest_fmt("/v1/files/%s", fid);
+    CHECK(with(rd, "DELETE", fpath, NULL, NULL, NULL) == 403);
+    CHECK(with(wr, "DELETE", fpath, NULL, NULL, NULL) == 204);
+    free(fpath);
+    free(content);
+    free(fid);
+    free(rd);
+    free(wr);
+    free(ex);
+}
+
+/* executions runs code and lists runs; the other scopes cannot.  Without
+ * files:write its generated files come back, not stored. */
+static void test_scope_executions(void)
+{
+    struct itest_resp r;
+    char *rd = mint(srv->admin_key, "carol", "[\"files:read\"]", NULL);
+    char *ex = mint(srv->admin_key, "carol", "[\"executions\"]", NULL);
+    char *se = mint(srv->admin_key, "carol", "[\"sessions\"]", NULL);
+    char *exw = mint(srv->admin_key, "carol",
+                     "[\"executions\", \"files:write\", \"files:read\"]", NULL);
+
     const char *code = "{\"code\":\"print(6 * 7)\"}";
     CHECK(with(ex, "POST", "/v1/executions", NULL, code, &r) == 200);
     CHECK(streq(itest_exec_stdout(&r), "42\n"));
@@ -146,8 +167,37 @@ static void test_scopes(void)
     CHECK(with(rd, "POST", "/v1/executions", NULL, code, NULL) == 403);
     CHECK(with(se, "POST", "/v1/executions", NULL, code, NULL) == 403);
     CHECK(with(ex, "GET", "/v1/executions", NULL, NULL, NULL) == 200);
-    /* Regression (review F1): executions alone reached sessions, files,
-     * packages and callbacks through the execution's body. */
+    const char *writes = "{\"code\":\"open('out.txt', 'w').write('x')\"}";
+    CHECK(with(ex, "POST", "/v1/executions", NULL, writes, &r) == 200);
+    json_t *gf = json_array_get(json_object_get(r.json, "generated_files"), 0);
+    CHECKF(gf && json_is_false(json_object_get(gf, "stored")) &&
+               !json_object_get(gf, "file_id"),
+           "%s", r.body);
+    itest_resp_release(&r);
+    CHECK(with(exw, "POST", "/v1/executions", NULL, writes, &r) == 200);
+    gf = json_array_get(json_object_get(r.json, "generated_files"), 0);
+    CHECKF(gf && json_is_true(json_object_get(gf, "stored")), "%s", r.body);
+    itest_resp_release(&r);
+    free(rd);
+    free(ex);
+    free(se);
+    free(exw);
+}
+
+/* Regression (review F1): executions alone reached sessions, files,
+ * packages and callbacks through the execution's body.  Each needs its own
+ * scope, or a key. */
+static void test_scope_execution_fields(void)
+{
+    struct itest_resp r;
+    char *ex = mint(srv->admin_key, "carol", "[\"executions\"]", NULL);
+    char *exf = mint(srv->admin_key, "carol",
+                     "[\"executions\", \"files:write\", \"files:read\"]", NULL);
+
+    CHECK(itest_upload_raw(srv, exf, NULL, "in.txt", "text/plain", "in", 2,
+                           NULL, &r) == 201);
+    char *fid = itest_json_dup(r.json, "file_id");
+    itest_resp_release(&r);
     CHECK(with(ex, "POST", "/v1/executions", NULL,
                "{\"code\":\"1\",\"session_id\":"
                "\"sess_aaaaaaaaaaaaaaaaaaaaaaaaaa\"}",
@@ -156,51 +206,38 @@ static void test_scopes(void)
     itest_resp_release(&r);
     char *with_file = itest_fmt("{\"code\":\"1\",\"files\":[\"%s\"]}", fid);
     CHECK(with(ex, "POST", "/v1/executions", NULL, with_file, NULL) == 403);
+    CHECK(with(exf, "POST", "/v1/executions", NULL, with_file, NULL) == 200);
     CHECK(with(ex, "POST", "/v1/executions", NULL,
                "{\"code\":\"1\",\"packages\":[\"tabulate\"]}", NULL) == 403);
     CHECK(with(ex, "POST", "/v1/executions", NULL,
                "{\"code\":\"1\",\"callback_url\":"
                "\"https://example.com/cb\"}",
                NULL) == 403);
-    /* Without files:write its generated files come back, not stored. */
-    const char *writes = "{\"code\":\"open('out.txt', 'w').write('x')\"}";
-    CHECK(with(ex, "POST", "/v1/executions", NULL, writes, &r) == 200);
-    json_t *gf = json_array_get(json_object_get(r.json, "generated_files"), 0);
-    CHECKF(gf && json_is_false(json_object_get(gf, "stored")) &&
-               !json_object_get(gf, "file_id"),
-           "%s", r.body);
-    itest_resp_release(&r);
-    char *exw = mint(srv->admin_key, "carol",
-                     "[\"executions\", \"files:write\", \"files:read\"]", NULL);
-    CHECK(with(exw, "POST", "/v1/executions", NULL, writes, &r) == 200);
-    gf = json_array_get(json_object_get(r.json, "generated_files"), 0);
-    CHECKF(gf && json_is_true(json_object_get(gf, "stored")), "%s", r.body);
-    itest_resp_release(&r);
-    CHECK(with(exw, "POST", "/v1/executions", NULL, with_file, NULL) == 200);
-    free(exw);
     free(with_file);
-    /* sessions. */
+    free(fid);
+    free(ex);
+    free(exf);
+}
+
+/* sessions opens and ends sessions; admin, packages and tokens are for
+ * keys only. */
+static void test_scope_sessions_and_keys_only(void)
+{
+    struct itest_resp r;
+    char *ex = mint(srv->admin_key, "carol", "[\"executions\"]", NULL);
+    char *se = mint(srv->admin_key, "carol", "[\"sessions\"]", NULL);
+
     CHECK(with(se, "POST", "/v1/sessions", NULL, "{}", &r) == 201);
     char *sid = itest_json_dup(r.json, "session_id");
     itest_resp_release(&r);
     char *spath = itest_fmt("/v1/sessions/%s", sid);
     CHECK(with(ex, "DELETE", spath, NULL, NULL, NULL) == 403);
     CHECK(with(se, "DELETE", spath, NULL, NULL, NULL) == 204);
-    /* Keys only: admin, packages, tokens. */
     CHECK(with(ex, "GET", "/v1/admin/status", NULL, NULL, NULL) == 403);
     CHECK(with(ex, "POST", "/v1/packages", NULL, "{\"packages\":[\"x\"]}",
                NULL) == 403);
-    CHECK(with(wr, "DELETE", content, NULL, NULL, NULL) == 405);
-    char *fpath = itest_fmt("/v1/files/%s", fid);
-    CHECK(with(rd, "DELETE", fpath, NULL, NULL, NULL) == 403);
-    CHECK(with(wr, "DELETE", fpath, NULL, NULL, NULL) == 204);
-    free(fpath);
     free(spath);
     free(sid);
-    free(content);
-    free(fid);
-    free(rd);
-    free(wr);
     free(ex);
     free(se);
 }
@@ -328,8 +365,14 @@ static void test_cors(void)
 int main(void)
 {
     static const struct test_case cases[] = {
-        T(test_mint),     T(test_scopes), T(test_end_of_a_token),
-        T(test_rotation), T(test_cors),
+        T(test_mint),
+        T(test_scope_files),
+        T(test_scope_executions),
+        T(test_scope_execution_fields),
+        T(test_scope_sessions_and_keys_only),
+        T(test_end_of_a_token),
+        T(test_rotation),
+        T(test_cors),
     };
     const char *const args[] = {"--key-cache-ttl",
                                 "1s",
