@@ -156,37 +156,60 @@ static struct curl_slist *agent_headers(const struct ipd_mcp_call *c, bool json)
     return h;
 }
 
+/* A transfer of method path (text: its JSON body, or NULL) to this server
+ * as the agent: URL, the agent's headers (*h, freed by agent_perform),
+ * never a proxy.  NULL when curl cannot make one. */
+static CURL *agent_request(const struct ipd_mcp_call *c, const char *method,
+                           const char *path, const char *text,
+                           struct curl_slist **h)
+{
+    char url[512];
+    *h = agent_headers(c, text != NULL);
+    CURL *e = curl_easy_init();
+    if (!e)
+        return NULL;
+    snprintf(url, sizeof url, "%s%s", c->base, path);
+    curl_easy_setopt(e, CURLOPT_URL, url); /* curl keeps a copy */
+    curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
+    curl_easy_setopt(e, CURLOPT_HTTPHEADER, *h);
+    no_proxy(e);
+    if (text)
+        curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
+    return e;
+}
+
+/* Performs e (NULL: nothing to do) and frees it and h: the HTTP status,
+ * 0 when there was no answer or the transfer was stopped. */
+static long agent_perform(CURL *e, struct curl_slist *h)
+{
+    long status = 0;
+    if (e && curl_easy_perform(e) == CURLE_OK)
+        curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
+    if (e)
+        curl_easy_cleanup(e);
+    curl_slist_free_all(h);
+    return status;
+}
+
 /* method path (with body, or NULL) as the agent: the status (0: no
  * answer), the JSON answer in *out (new, or NULL). */
 static long rest(const struct ipd_mcp_call *c, const char *method,
                  const char *path, const json_t *body, long timeout_s,
                  json_t **out)
 {
-    char url[512];
     struct ipd_buf got;
-    long status = 0;
+    struct curl_slist *h = NULL;
     char *text = body ? json_dumps(body, JSON_COMPACT) : NULL;
-    struct curl_slist *h = agent_headers(c, text != NULL);
 
     *out = NULL;
     ipd_buf_init(&got, IPD_MCP_ANSWER_MAX);
-    snprintf(url, sizeof url, "%s%s", c->base, path);
-    CURL *e = curl_easy_init();
+    CURL *e = agent_request(c, method, path, text, &h);
     if (e) {
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_CUSTOMREQUEST, method);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-        no_proxy(e);
         curl_easy_setopt(e, CURLOPT_TIMEOUT, timeout_s);
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, collect);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, &got);
-        if (text)
-            curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
-        if (curl_easy_perform(e) == CURLE_OK)
-            curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
-        curl_easy_cleanup(e);
     }
-    curl_slist_free_all(h);
+    long status = agent_perform(e, h);
     free(text);
     if (status && got.len)
         *out = json_loadb(got.buf, got.len, 0, NULL);
@@ -716,20 +739,14 @@ static int stream_check(void *arg, curl_off_t a, curl_off_t b, curl_off_t c,
  * HTTP status (0: none, or the transfer was stopped). */
 static long stream_post(struct ipd_mcp_stream *s, struct ipd_buf *err)
 {
-    char url[512];
     json_t *body = json_deep_copy(s->call.args);
     json_object_set_new(body, "stream", json_true());
     char *text = json_dumps(body, JSON_COMPACT);
     json_decref(body);
-    struct curl_slist *h = agent_headers(&s->call, true);
-    long status = 0;
-    snprintf(url, sizeof url, "%s/v1/executions", s->call.base);
-    CURL *e = curl_easy_init();
-    if (e && text) {
-        curl_easy_setopt(e, CURLOPT_URL, url);
-        curl_easy_setopt(e, CURLOPT_HTTPHEADER, h);
-        no_proxy(e);
-        curl_easy_setopt(e, CURLOPT_POSTFIELDS, text);
+    struct curl_slist *h = NULL;
+    CURL *e = text ? agent_request(&s->call, "POST", "/v1/executions", text, &h)
+                   : NULL;
+    if (e) {
         curl_easy_setopt(e, CURLOPT_WRITEFUNCTION, stream_bytes);
         curl_easy_setopt(e, CURLOPT_WRITEDATA, s);
         curl_easy_setopt(e, CURLOPT_HEADERFUNCTION, stream_header);
@@ -737,12 +754,8 @@ static long stream_post(struct ipd_mcp_stream *s, struct ipd_buf *err)
         curl_easy_setopt(e, CURLOPT_NOPROGRESS, 0L);
         curl_easy_setopt(e, CURLOPT_XFERINFOFUNCTION, stream_check);
         curl_easy_setopt(e, CURLOPT_XFERINFODATA, s);
-        if (curl_easy_perform(e) == CURLE_OK)
-            curl_easy_getinfo(e, CURLINFO_RESPONSE_CODE, &status);
     }
-    if (e)
-        curl_easy_cleanup(e);
-    curl_slist_free_all(h);
+    long status = agent_perform(e, h);
     free(text);
     /* Not a stream: the route refused it, its JSON error is the bytes. */
     if (status != 200)
