@@ -848,7 +848,7 @@ static enum ipd_err park_child(struct ipd_executor *ex, struct ipd__session *s,
             {"job", "/mnt/job", false, s->wk.stage},
             {"data", "/mnt/data", false, s->wk.stage}};
         ipd__policy_to_sandbox(ep, ep->max_timeout_ms, &p);
-        rc = ipd_sandbox_park(s->z, &p, m, 2, IPD_SANDBOX_PARK_SESSION,
+        rc = ipd_sandbox_park(s->z, &p, m, 2, IPD_SANDBOX_PARK_SESSION, NULL,
                               PARK_WAIT_MS, &s->pk, err, sizeof(err));
     }
     if (rc) {

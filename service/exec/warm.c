@@ -262,9 +262,11 @@ static enum ipd_err park_one(struct warm_slot *s, struct ipd_sandbox_zygote *z,
         struct ipd_sandbox_mount m[] = {
             {"job", "/mnt/job", false, pj->wk.stage},
             {"data", "/mnt/data", false, pj->wk.stage}};
+        char rehearse[IPD_WARMSET_REHEARSE_MAX];
+        ipd_warmset_rehearsal(ex->warmset, rehearse, sizeof(rehearse));
         ipd__policy_to_sandbox(ep, ep->max_timeout_ms, &p);
-        rc = ipd_sandbox_park(z, &p, m, 2, 0, timeout_ms, &pj->pk, err,
-                              sizeof(err));
+        rc = ipd_sandbox_park(z, &p, m, 2, 0, rehearse, timeout_ms, &pj->pk,
+                              err, sizeof(err));
     }
     ipd_buf_release(&why);
     pthread_mutex_lock(&s->w->lock);

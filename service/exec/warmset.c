@@ -504,6 +504,60 @@ bool ipd_warmset_report(struct ipd_warmset *ws, const char *text, size_t len,
     return true;
 }
 
+/* Each rehearsal group of zygote.py and the modules (with their
+ * submodules) whose import calls for it. */
+static const struct {
+    const char *group;
+    const char *modules[2];
+} rehearsals[] = {
+    {"pandas", {"pandas"}},
+    {"chart", {"matplotlib", "seaborn"}},
+    {"scipy", {"scipy"}},
+    {"sympy", {"sympy"}},
+    {"seaborn", {"seaborn"}},
+    {"sklearn", {"sklearn"}},
+    {"statsmodels", {"statsmodels"}},
+};
+
+/* The largest count of a name that is module or one of its submodules: a
+ * lower bound of the runs that imported any of them. */
+static double module_runs_locked(const struct ipd_warmset *ws,
+                                 const char *module)
+{
+    size_t len = strlen(module);
+    double most = 0;
+    for (size_t i = 0; i < ws->n; i++) {
+        const char *n = ws->e[i].name;
+        if (!strncmp(n, module, len) && (n[len] == '\0' || n[len] == '.') &&
+            ws->e[i].runs > most)
+            most = ws->e[i].runs;
+    }
+    return most;
+}
+
+void ipd_warmset_rehearsal(struct ipd_warmset *ws, char *out, size_t cap)
+{
+    size_t len = 0;
+
+    IPD_ASSERT(cap >= IPD_WARMSET_REHEARSE_MAX);
+    out[0] = '\0';
+    if (!ws)
+        return;
+    pthread_mutex_lock(&ws->lock);
+    bool all = ws->total < IPD_WARMSET_REHEARSE_MIN_RUNS;
+    for (size_t g = 0; g < IPD_ARRAY_LEN(rehearsals); g++) {
+        double runs = 0;
+        for (size_t m = 0; m < 2 && rehearsals[g].modules[m]; m++) {
+            double r = module_runs_locked(ws, rehearsals[g].modules[m]);
+            runs = r > runs ? r : runs;
+        }
+        if (all || runs >= ws->total / 4)
+            len += (size_t)snprintf(out + len, cap - len, "%s%s",
+                                    len ? "," : "", rehearsals[g].group);
+    }
+    pthread_mutex_unlock(&ws->lock);
+}
+
 void ipd_warmset_venv_changed(struct ipd_warmset *ws)
 {
     if (!ws)
@@ -548,7 +602,9 @@ json_t *ipd_warmset_json(struct ipd_warmset *ws)
 {
     struct ws_entry *order[WARMSET_TABLE];
     json_t *mods = json_array(), *o;
+    char rehearse[IPD_WARMSET_REHEARSE_MAX];
 
+    ipd_warmset_rehearsal(ws, rehearse, sizeof(rehearse));
     pthread_mutex_lock(&ws->lock);
     size_t n = sorted_locked(ws, order);
     for (size_t i = 0; i < n && i < WARMSET_SHOWN; i++) {
@@ -573,6 +629,7 @@ json_t *ipd_warmset_json(struct ipd_warmset *ws)
         json_object_set_new(o, "set_bytes", json_integer(ws->set_bytes));
         json_object_set_new(o, "floor_bytes", json_integer(ws->floor_bytes));
     }
+    json_object_set_new(o, "rehearsal", ipd_warmset_list_json(rehearse));
     pthread_mutex_unlock(&ws->lock);
     return o;
 }

@@ -368,7 +368,7 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               const struct ipd_sandbox_policy *p,
                               const struct ipd_sandbox_mount *mounts,
                               size_t n_mounts, unsigned flags,
-                              int64_t timeout_ms,
+                              const char *rehearse, int64_t timeout_ms,
                               struct ipd_sandbox_parked **out, char *err,
                               size_t errlen);
 /*

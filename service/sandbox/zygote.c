@@ -188,7 +188,7 @@ static json_t *rl_pair(int64_t soft, int64_t hard)
 static char *park_params(const struct ipd_sandbox_config *cfg,
                          const struct ipd_sandbox_policy *p,
                          const struct ipd_sandbox_mount *mounts, size_t n,
-                         bool session)
+                         bool session, const char *rehearse)
 {
     char tmp[160], out[160];
     json_t *o, *m = json_array();
@@ -210,8 +210,11 @@ static char *park_params(const struct ipd_sandbox_config *cfg,
         rl_pair(p->nofile, p->nofile), "sigpending",
         rl_pair(p->sigpending, p->sigpending), "msgqueue",
         rl_pair(p->msgqueue_bytes, p->msgqueue_bytes));
-    if (o)
+    if (o) {
         json_object_set_new(o, "session", json_boolean(session));
+        json_object_set_new(o, "rehearse",
+                            json_string(session || !rehearse ? "" : rehearse));
+    }
     text = o ? json_dumps(o, JSON_COMPACT) : NULL;
     json_decref(o);
     return text;
@@ -457,7 +460,7 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
                               const struct ipd_sandbox_policy *policy,
                               const struct ipd_sandbox_mount *mounts,
                               size_t n_mounts, unsigned flags,
-                              int64_t timeout_ms,
+                              const char *rehearse, int64_t timeout_ms,
                               struct ipd_sandbox_parked **out, char *err,
                               size_t errlen)
 {
@@ -498,7 +501,7 @@ enum ipd_err ipd_sandbox_park(struct ipd_sandbox_zygote *z,
     if (rc)
         goto out;
     params = park_params(z->cfg, &pk->p, mounts, n_mounts,
-                         flags & IPD_SANDBOX_PARK_SESSION);
+                         flags & IPD_SANDBOX_PARK_SESSION, rehearse);
     rc = params ? send_park(z, params, fds, 3 + n_mounts, err, errlen)
                 : IPD_ERR_INTERNAL;
     for (size_t i = 0; i < IPD_ARRAY_LEN(fds); i++)

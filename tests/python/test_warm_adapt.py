@@ -241,17 +241,18 @@ class TestRehearse(unittest.TestCase):
     def counted(self, ran):
         real = self.saved
 
-        def steps(mods):
-            for step in real(mods):
+        def steps(mods, wanted=ZYGOTE.REHEARSAL_GROUPS):
+            for step in real(mods, wanted):
                 def counted_step(step=step):
                     step()
                     ran.append(step.__name__)
                 yield counted_step
         ZYGOTE._rehearsal_steps = steps
 
-    def rehearse_captured(self):
-        """_rehearse with fds 1 and 2 on a pipe and warnings recorded:
-        (what it printed, the warnings it raised)."""
+    def rehearse_captured(self, wanted=None):
+        """_rehearse (of the groups wanted; None: every group) with fds 1
+        and 2 on a pipe and warnings recorded: (what it printed, the
+        warnings it raised)."""
         import warnings
         out_r, out_w = os.pipe()
         saved = os.dup(1), os.dup(2)
@@ -260,7 +261,10 @@ class TestRehearse(unittest.TestCase):
         try:
             with warnings.catch_warnings(record=True) as seen:
                 warnings.simplefilter("always")
-                ZYGOTE._rehearse(self.r)
+                if wanted is None:
+                    ZYGOTE._rehearse(self.r)
+                else:
+                    ZYGOTE._rehearse(self.r, wanted)
             sys.stdout.flush()
             sys.stderr.flush()
         finally:
@@ -312,6 +316,26 @@ class TestRehearse(unittest.TestCase):
         # same_view_warm_and_cold).
         self.assertEqual(sorted(os.listdir("/proc/self/fd")), fds)
 
+    def test_only_the_groups_wanted(self):
+        """The service names the groups recent runs used (warmset.c,
+        ipd_warmset_rehearsal): only those run, in their order."""
+        os.environ.setdefault("MPLBACKEND", "Agg")
+        import numpy  # noqa: F401
+        import pandas  # noqa: F401
+        import matplotlib.pyplot  # noqa: F401
+        import sympy  # noqa: F401
+        for wanted, want in ((frozenset(), []),
+                             (frozenset({"chart"}), ["chart"]),
+                             (frozenset({"sympy", "pandas"}),
+                              ["frame", "summary", "group",
+                               "_rehearse_sympy"]),
+                             (frozenset({"nonsense"}), [])):
+            ran = []
+            self.counted(ran)
+            printed, _ = self.rehearse_captured(wanted)
+            self.assertEqual(ran, want, wanted)
+            self.assertEqual(printed, b"")
+
     def test_go_first_stops_it(self):
         ran = []
         self.counted(ran)
@@ -323,7 +347,7 @@ class TestRehearse(unittest.TestCase):
     def test_a_failing_step_is_harmless(self):
         ran = []
 
-        def steps(mods):
+        def steps(mods, wanted=None):
             def boom():
                 raise RuntimeError("x")
 

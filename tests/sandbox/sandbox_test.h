@@ -502,7 +502,8 @@ static enum ipd_err zt_park_job(struct zt *t,
     for (size_t i = 0; i < n_extra; i++)
         m[n++] = extra[i];
     sbx_guard_step("parking a child", 30000);
-    rc = ipd_sandbox_park(t->z, p, m, n, flags, 30000, pk, err, sizeof err);
+    rc = ipd_sandbox_park(t->z, p, m, n, flags, NULL, 30000, pk, err,
+                          sizeof err);
     sbx_guard_done();
     if (rc)
         fprintf(stderr, "park: %s\n", err);

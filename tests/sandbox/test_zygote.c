@@ -190,8 +190,8 @@ static void test_session(void)
     REQUIRE(!zt_mkdirs(st));
     struct ipd_sandbox_mount m[] = {{"job", "/mnt/job", false, st},
                                     {"data", "/mnt/data", false, st}};
-    REQUIRE(!ipd_sandbox_park(zt.z, &p, m, 2, IPD_SANDBOX_PARK_SESSION, 30000,
-                              &pk, err, sizeof err));
+    REQUIRE(!ipd_sandbox_park(zt.z, &p, m, 2, IPD_SANDBOX_PARK_SESSION, NULL,
+                              30000, &pk, err, sizeof err));
     CHECK(!write_code(st, "x = 41\nprint('one')\nopen('a.txt', 'w')\n"));
     CHECK_INT(
         ipd_sandbox_parked_call(pk, IPD_ZPROTO_GO, 5000, NULL, &r, &ended),

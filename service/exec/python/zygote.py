@@ -243,9 +243,17 @@ def _lock_down(p, bpf):
            ctypes.cast(ctypes.pointer(prog), ctypes.c_void_p).value)
 
 
-def _rehearsal_steps(mods):
-    """The steps of _rehearse, each a few to a few tens of ms."""
-    if "pandas" in mods and "numpy" in mods:
+# The rehearsal's groups, named in a park command's "rehearse" (the
+# service picks those whose modules recent runs imported: warmset.c,
+# ipd_warmset_rehearsal, which keeps the same names).
+REHEARSAL_GROUPS = frozenset(("pandas", "chart", "scipy", "sympy", "seaborn",
+                              "sklearn", "statsmodels"))
+
+
+def _rehearsal_steps(mods, wanted=REHEARSAL_GROUPS):
+    """The steps of _rehearse for the groups wanted whose modules the
+    zygote imported, each a few to a few tens of ms."""
+    if "pandas" in wanted and "pandas" in mods and "numpy" in mods:
         pd, np = mods["pandas"], mods["numpy"]
         box = {}
 
@@ -268,7 +276,7 @@ def _rehearsal_steps(mods):
         yield frame
         yield summary
         yield group
-    if "matplotlib.pyplot" in mods:
+    if "chart" in wanted and "matplotlib.pyplot" in mods:
         plt = mods["matplotlib.pyplot"]
 
         def chart():
@@ -280,8 +288,8 @@ def _rehearsal_steps(mods):
             plt.close(fig)
 
         yield chart
-    for name, step in _MODULE_REHEARSALS:
-        if name in mods:
+    for group, name, step in _MODULE_REHEARSALS:
+        if group in wanted and name in mods:
             def bound(step=step):
                 step(mods)
             bound.__name__ = step.__name__
@@ -333,17 +341,17 @@ def _rehearse_statsmodels(mods):
 
 
 _MODULE_REHEARSALS = (
-    ("scipy.stats", _rehearse_scipy_stats),
-    ("sympy", _rehearse_sympy),
-    ("seaborn", _rehearse_seaborn),
-    ("sklearn.linear_model", _rehearse_sklearn),
-    ("statsmodels.formula.api", _rehearse_statsmodels),
+    ("scipy", "scipy.stats", _rehearse_scipy_stats),
+    ("sympy", "sympy", _rehearse_sympy),
+    ("seaborn", "seaborn", _rehearse_seaborn),
+    ("sklearn", "sklearn.linear_model", _rehearse_sklearn),
+    ("statsmodels", "statsmodels.formula.api", _rehearse_statsmodels),
 )
 
 
-def _rehearse(ctl):
-    """While parked, before any request: use pandas, numpy and pyplot the
-    way most runs do, so that the pages those writes land on (reference
+def _rehearse(ctl, wanted=REHEARSAL_GROUPS):
+    """While parked, before any request: use pandas, numpy and pyplot (the
+    groups wanted: what recent runs used) the way most runs do, so that the pages those writes land on (reference
     counts, caches: objects the zygote made) are this child's own copies
     before its run starts.  A fork shares every page copy-on-write, and a
     run's first writes to them cost a page fault each (some 1,000 for a
@@ -368,7 +376,7 @@ def _rehearse(ctl):
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            for step in _rehearsal_steps(sys.modules):
+            for step in _rehearsal_steps(sys.modules, wanted):
                 if select.select([ctl], [], [], 0)[0]:
                     return
                 step()
@@ -386,7 +394,7 @@ def _rehearse(ctl):
         os.close(saved[1])
 
 
-def _program(ctl, out_w, err_w, session):
+def _program(ctl, out_w, err_w, session, rehearse=frozenset()):
     """The program child: set up like a cold run's, then wait for go (a
     session's: its calls come later, _session_loop)."""
     os.setsid()
@@ -403,7 +411,8 @@ def _program(ctl, out_w, err_w, session):
     os.chdir("/mnt/output")
     if session:
         return
-    _rehearse(ctl)
+    if rehearse:
+        _rehearse(ctl, rehearse)
     # GO, with a streamed run's call socket: fd 3, as a cold run's.
     sock = socket.socket(fileno=ctl)
     go, fds, _, _ = socket.recv_fds(sock, 32, 1)
@@ -472,7 +481,9 @@ def _child(p, fds, bpf):
         c2 = os.fork()
         if c2 == 0:
             sock.detach()
-            _program(ctl, out_w, err_w, session)
+            _program(ctl, out_w, err_w, session,
+                     REHEARSAL_GROUPS & frozenset(
+                         str(p.get("rehearse", "")).split(",")))
             return ctl if session else None
     except (OSError, _SetupError, ValueError, KeyError) as e:
         try:

@@ -635,6 +635,40 @@ static void list_json(void)
     ipd_warmset_free(NULL);
 }
 
-TEST_MAIN(T(names), T(counting), T(plan_thresholds), T(plan_order_and_gen),
-          T(plan_costs), T(report_rejected), T(report_accepted), T(decay),
-          T(table_bound), T(table_newcomer), T(list_json))
+/* What a child parked now rehearses: every group until 20 runs are
+ * counted; then the groups whose modules (or submodules) a quarter of
+ * the recent runs imported; "chart" for matplotlib or seaborn. */
+static void rehearsal(void)
+{
+    char out[IPD_WARMSET_REHEARSE_MAX];
+    const char *all = "pandas,chart,scipy,sympy,seaborn,sklearn,statsmodels";
+    struct ipd_warmset *ws = ipd_warmset_new("numpy,pandas,matplotlib", 0, 0);
+
+    ipd_warmset_rehearsal(ws, out, sizeof out);
+    CHECK_STR(out, all);
+    note_n(ws, "[]", IPD_WARMSET_REHEARSE_MIN_RUNS - 1);
+    ipd_warmset_rehearsal(ws, out, sizeof out);
+    CHECK_STR(out, all);
+    note(ws, "[]"); /* 20 runs, none importing anything */
+    ipd_warmset_rehearsal(ws, out, sizeof out);
+    CHECK_STR(out, "");
+    /* 10 of 40 import pandas and matplotlib.pyplot: exactly a quarter. */
+    note_n(ws, "[\"pandas\", \"matplotlib.pyplot\"]", 10);
+    note_n(ws, "[\"scipy\", \"scipy.stats\"]", 9);
+    note(ws, "[\"sklearnx\"]"); /* not sklearn */
+    ipd_warmset_rehearsal(ws, out, sizeof out);
+    CHECK_STR(out, "pandas,chart");
+    /* seaborn alone calls for its own step and the chart's. */
+    note_n(ws, "[\"seaborn\"]", 20);
+    ipd_warmset_rehearsal(ws, out, sizeof out);
+    CHECK_STR(out, "chart,seaborn"); /* pandas: 10 of 60 */
+    ipd_warmset_free(ws);
+
+    ipd_warmset_rehearsal(NULL, out, sizeof out);
+    CHECK_STR(out, "");
+}
+
+TEST_MAIN(T(rehearsal), T(names), T(counting), T(plan_thresholds),
+          T(plan_order_and_gen), T(plan_costs), T(report_rejected),
+          T(report_accepted), T(decay), T(table_bound), T(table_newcomer),
+          T(list_json))
