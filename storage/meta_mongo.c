@@ -609,8 +609,10 @@ static void lost_add(struct meta_mongo *s, const char *id, const char *owner)
     pthread_mutex_lock(&s->lost_mu);
     if (s->n_lost < LOST_LOCKS_MAX) {
         struct lost_lock *l = &s->lost[s->n_lost++];
-        snprintf(l->id, sizeof(l->id), "%s", id);
-        snprintf(l->owner, sizeof(l->owner), "%s", owner);
+        /* Bounded: gcc -O3 cannot see that a re-added id fits. */
+        snprintf(l->id, sizeof(l->id), "%.*s", (int)sizeof(l->id) - 1, id);
+        snprintf(l->owner, sizeof(l->owner), "%.*s", (int)sizeof(l->owner) - 1,
+                 owner);
         kept = true;
     }
     pthread_mutex_unlock(&s->lost_mu);
