@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # Install what interpd needs to build, run and test, from Debian 12's
-# packages.  Idempotent; uses sudo when not root.
+# packages and, for the tests, npm.  Idempotent; uses sudo when not root.
+#   scripts/install-deps.sh            everything (README command 2, CI)
+#   scripts/install-deps.sh --service  only what building and running the
+#                                      service needs (README command 1)
 set -euo pipefail
 
+# Building and running the service (check-docker.py reads this list: its
+# -dev packages for the image's build stage, its python3-* for the
+# runtime stage).
 packages=(
-  build-essential cmake pkg-config clang clang-format libclang-rt-14-dev
+  build-essential cmake pkg-config
   libmicrohttpd-dev libjansson-dev libmagic-dev libmagic-mgc libsqlite3-dev
   libcurl4-openssl-dev libssl-dev libseccomp-dev libmongoc-dev libbson-dev
   python3 python3-venv python3-numpy python3-pandas python3-matplotlib
@@ -17,15 +23,28 @@ packages=(
   python3-networkx python3-xlsxwriter python3-tabulate python3-bs4
   python3-docx python3-reportlab python3-skimage python3-opencv
   python3-xarray python3-pypdf python3-sympy
+  curl   # README's "Try it"
+)
+# The test suite and the benchmarks besides.
+test_packages=(
+  clang clang-format libclang-rt-14-dev
   python3-ipykernel python3-jupyter-client   # bench/warm.sh, baseline C
   python3-pip   # ctest clients/python pip-installs clients/python (offline)
   python3-discord   # ctest clients/discord: examples/discord_bot.py's discord.py
-  curl wrk nodejs rsync   # rsync: tests/mutants/run.sh
+  wrk nodejs rsync   # rsync: tests/mutants/run.sh
   chromium   # ctest clients/console drives it with playwright-core
 )
-# npm comes with NodeSource's nodejs (which conflicts with Debian's npm);
-# with Debian's nodejs it is a package of its own.
-if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
+case "${1:-}" in
+  --service) service_only=true ;;
+  "") service_only=false ;;
+  *) echo "usage: $0 [--service]" >&2; exit 2 ;;
+esac
+if ! $service_only; then
+  packages+=("${test_packages[@]}")
+  # npm comes with NodeSource's nodejs (which conflicts with Debian's
+  # npm); with Debian's nodejs it is a package of its own.
+  if ! command -v npm >/dev/null 2>&1; then packages+=(npm); fi
+fi
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -41,6 +60,8 @@ else
   $SUDO apt-get update -q
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
 fi
+
+$service_only && exit 0
 
 # The npm packages of the tests, each folder pinned by its package.json and
 # package-lock.json: the OpenAPI linter (ctest unit/openapi_lint), the
@@ -68,4 +89,4 @@ npm_pinned tests/support/mcp @modelcontextprotocol/sdk \
 # unit/console_bundle rebuilds the committed bundle and compares), and the
 # browser driver of ctest clients/console.
 npm_pinned clients/console esbuild .bin/esbuild
-npm_pinned tests/support/console playwright-core index.mjs
+npm_pinned tests/support/console playwright-core playwright-core/index.mjs
