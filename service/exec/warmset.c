@@ -504,20 +504,19 @@ bool ipd_warmset_report(struct ipd_warmset *ws, const char *text, size_t len,
     return true;
 }
 
-/* Each rehearsal group of zygote.py and the modules (with their
- * submodules) whose import calls for it. */
+/* The rehearsal groups of zygote.py for the floor's modules, and the
+ * modules (with their submodules) whose import calls for each.  The
+ * other groups (scipy, sympy, seaborn, sklearn, statsmodels) rehearse a
+ * module of the adaptive set: a zygote has it only because runs import
+ * it, and zygote.py skips a group whose module it has not imported. */
 static const struct {
     const char *group;
     const char *modules[2];
 } rehearsals[] = {
     {"pandas", {"pandas"}},
     {"chart", {"matplotlib", "seaborn"}},
-    {"scipy", {"scipy"}},
-    {"sympy", {"sympy"}},
-    {"seaborn", {"seaborn"}},
-    {"sklearn", {"sklearn"}},
-    {"statsmodels", {"statsmodels"}},
 };
+static const char adaptive_groups[] = "scipy,sympy,seaborn,sklearn,statsmodels";
 
 /* The largest count of a name that is module or one of its submodules: a
  * lower bound of the runs that imported any of them. */
@@ -551,10 +550,11 @@ void ipd_warmset_rehearsal(struct ipd_warmset *ws, char *out, size_t cap)
             double r = module_runs_locked(ws, rehearsals[g].modules[m]);
             runs = r > runs ? r : runs;
         }
-        if (all || runs >= ws->total / 4)
+        if (all || runs * IPD_WARMSET_REHEARSE_ONE_IN >= ws->total)
             len += (size_t)snprintf(out + len, cap - len, "%s%s",
                                     len ? "," : "", rehearsals[g].group);
     }
+    snprintf(out + len, cap - len, "%s%s", len ? "," : "", adaptive_groups);
     pthread_mutex_unlock(&ws->lock);
 }
 

@@ -100,18 +100,22 @@ json_t *ipd_warmset_list_json(const char *list);
 void ipd_warmset_venv_changed(struct ipd_warmset *ws);
 
 /*
- * What a child parked now rehearses (zygote.py, _rehearse): the
- * rehearsal groups ("pandas", "chart", "scipy", "sympy", "seaborn",
- * "sklearn", "statsmodels") whose modules at least a quarter of the recent
- * runs imported (the same decayed counts as the plan's), comma-separated
- * into out (cap bytes, at least IPD_WARMSET_REHEARSE_MAX).  Until
- * IPD_WARMSET_REHEARSE_MIN_RUNS runs are counted, every group: nothing is
- * known yet, and most chat-bot cells use pandas or charts.  A rehearsal
- * is CPU a parked child spends before its run to save that run's page
- * faults: a node whose runs do not use a group stops paying for it.
+ * What a child parked now rehearses (zygote.py, _rehearse), as its
+ * rehearsal groups, comma-separated into out (cap bytes, at least
+ * IPD_WARMSET_REHEARSE_MAX): "pandas" and "chart" (the floor's modules)
+ * when at least one in IPD_WARMSET_REHEARSE_ONE_IN of the recent runs
+ * imported pandas, or matplotlib or seaborn (the same decayed counts as
+ * the plan's; every one until IPD_WARMSET_REHEARSE_MIN_RUNS runs are
+ * counted), and always the adaptive set's groups ("scipy", "sympy",
+ * "seaborn", "sklearn", "statsmodels"; a zygote has their modules only
+ * when runs import them).  A rehearsal is CPU a parked child spends
+ * before its run to save that run's page faults: a node whose runs use
+ * neither pandas nor charts stops paying for it, while a chat bot's mix
+ * keeps every group it uses (issue 26's cell set).
  */
 #define IPD_WARMSET_REHEARSE_MAX 64
 #define IPD_WARMSET_REHEARSE_MIN_RUNS 20
+#define IPD_WARMSET_REHEARSE_ONE_IN 32
 void ipd_warmset_rehearsal(struct ipd_warmset *ws, char *out, size_t cap);
 
 /* The admin status' "adaptive" object (new reference). */
