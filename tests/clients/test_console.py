@@ -32,7 +32,7 @@ import threading
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from interpd_server import Server  # noqa: E402
+from interpd_server import Server, npm_pinned  # noqa: E402
 
 HERE = os.path.join(ROOT, "tests", "support", "console")
 NODE_TIMEOUT = 400
@@ -69,14 +69,7 @@ def mint(base, key, scopes):
 
 def missing_tools():
     node = shutil.which("node")
-    with open(os.path.join(HERE, "package.json")) as f:
-        want = json.load(f)["devDependencies"]["playwright-core"]
-    try:
-        with open(os.path.join(HERE, "node_modules", "playwright-core",
-                               "package.json")) as f:
-            have = json.load(f)["version"]
-    except OSError:
-        have = None
+    want, have = npm_pinned(HERE, "playwright-core")
     if node and have == want and os.access("/usr/bin/chromium", os.X_OK):
         return None
     return ("node (%s), playwright-core %s in tests/support/console (have "
@@ -181,14 +174,8 @@ def main():
         print("FAIL console_check.mjs: no verdict in %d s" % NODE_TIMEOUT)
     finally:
         pages.shutdown()
-        if server:
-            stopped = server.stop()
-            if stopped != 0:
-                print("FAIL interpd exits %s after SIGTERM" % stopped)
-                rc = 1
-            if rc:
-                print("---- interpd log (last lines) ----\n" +
-                      server.log_tail(), flush=True)
+        if server and server.finish(rc):
+            rc = 1
         shutil.rmtree(tmp, ignore_errors=True)
     print("clients/console: %s" % ("passed" if rc == 0 else "FAILED"))
     return rc

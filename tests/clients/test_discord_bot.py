@@ -110,12 +110,11 @@ def tearDownModule():
         LOOP.close()
     if web:
         web.shutdown()
-    rc = server.stop() if server else 0
+    why = server.stop_failure() if server else None
     if TMP:
         shutil.rmtree(TMP, ignore_errors=True)
-    if rc != 0:
-        raise RuntimeError("interpd exited %s after SIGTERM:\n%s" % (
-            rc, server.log_tail()))
+    if why:
+        raise RuntimeError(why)
 
 
 def run(coro):

@@ -24,7 +24,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from interpd_server import Server  # noqa: E402
+from interpd_server import Server, npm_pinned  # noqa: E402
 
 MCP_DIR = os.path.join(ROOT, "tests", "support", "mcp")
 NODE_TIMEOUT = 300
@@ -37,14 +37,7 @@ def main():
               "(ctest sets it)", file=sys.stderr)
         return 1
     node = shutil.which("node")
-    with open(os.path.join(MCP_DIR, "package.json")) as f:
-        want = json.load(f)["devDependencies"]["@modelcontextprotocol/sdk"]
-    try:
-        with open(os.path.join(MCP_DIR, "node_modules", "@modelcontextprotocol",
-                               "sdk", "package.json")) as f:
-            have = json.load(f)["version"]
-    except OSError:
-        have = None
+    want, have = npm_pinned(MCP_DIR, "@modelcontextprotocol/sdk")
     if not node or have != want:
         print("clients/mcp: FAIL node (%s) and @modelcontextprotocol/sdk %s "
               "in tests/support/mcp (have %s): run scripts/install-deps.sh"
@@ -72,14 +65,8 @@ def main():
     except subprocess.TimeoutExpired:
         print("FAIL mcp_check.mjs: no verdict in %d s" % NODE_TIMEOUT)
     finally:
-        if server:
-            stopped = server.stop()
-            if stopped != 0:
-                print("FAIL interpd exits %s after SIGTERM" % stopped)
-                rc = 1
-            if rc:
-                print("---- interpd log (last lines) ----\n" +
-                      server.log_tail(), flush=True)
+        if server and server.finish(rc):
+            rc = 1
         shutil.rmtree(tmp, ignore_errors=True)
     print("clients/mcp: %s" % ("passed" if rc == 0 else "FAILED"))
     return 1 if rc else 0

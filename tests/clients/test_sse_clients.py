@@ -38,7 +38,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(ROOT, "tests", "support"))
-from interpd_server import Server  # noqa: E402
+from interpd_server import Server, npm_pinned  # noqa: E402
 SSE_DIR = os.path.join(ROOT, "tests", "support", "sse")
 NODE_CHECK = os.path.join(SSE_DIR, "eventsource_check.mjs")
 READ_TIMEOUT = 30  # seconds without a byte before a stream read fails
@@ -295,14 +295,7 @@ def check_eventsource(base, key):
     if not check(node is not None, "node is on PATH (install nodejs: "
                  "scripts/install-deps.sh)"):
         return
-    with open(os.path.join(SSE_DIR, "package.json")) as f:
-        want = json.load(f)["devDependencies"]["eventsource"]
-    try:
-        with open(os.path.join(SSE_DIR, "node_modules", "eventsource",
-                               "package.json")) as f:
-            have = json.load(f)["version"]
-    except OSError:
-        have = None
+    want, have = npm_pinned(SSE_DIR, "eventsource")
     if not check(have == want, "npm eventsource %s installed in "
                  "tests/support/sse (have %s; run scripts/install-deps.sh)"
                  % (want, have)):
@@ -340,9 +333,9 @@ def main():
         check(False, "%s: %s" % (type(e).__name__, e))
     finally:
         if server:
-            rc = server.stop()
-            check(rc == 0, "interpd exits 0 after SIGTERM (status %s)" % rc)
-            if results["failed"]:
+            why = server.stop_failure()
+            check(why is None, why or "interpd exits 0 after SIGTERM")
+            if results["failed"] and not why:
                 print("---- interpd log (last lines) ----\n" +
                       server.log_tail(), flush=True)
         shutil.rmtree(tmp, ignore_errors=True)

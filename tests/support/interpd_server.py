@@ -15,6 +15,19 @@ import urllib.request
 START_TIMEOUT = 60
 
 
+def npm_pinned(folder, package):
+    """(the version folder/package.json pins for package, the version
+    installed in folder/node_modules or None)."""
+    with open(os.path.join(folder, "package.json")) as f:
+        want = json.load(f)["devDependencies"][package]
+    try:
+        with open(os.path.join(folder, "node_modules", package,
+                               "package.json")) as f:
+            return want, json.load(f)["version"]
+    except OSError:
+        return want, None
+
+
 class Server:
     """interpd serve in data_dir, its log in log_path; ``extra_args`` are
     more flags."""
@@ -98,6 +111,27 @@ class Server:
                 status = None
         self.log.close()
         return status
+
+    def stop_failure(self):
+        """Stop; None when interpd exited 0 after SIGTERM, else what
+        happened, with the log's last lines."""
+        status = self.stop()
+        if status == 0:
+            return None
+        return "interpd exited %s after SIGTERM:\n%s" % (status,
+                                                          self.log_tail())
+
+    def finish(self, failed):
+        """Stop at the end of a test (failed: whether it has failed so
+        far).  A non-zero exit is printed as a failure; a failed test
+        prints the log's last lines.  True when the test failed."""
+        why = self.stop_failure()
+        if why:
+            print("FAIL " + why, flush=True)
+        elif failed:
+            print("---- interpd log (last lines) ----\n" + self.log_tail(),
+                  flush=True)
+        return bool(failed or why)
 
     def log_tail(self, n=40):
         with open(self.log_path, "rb") as f:

@@ -120,12 +120,10 @@ def setUpModule():
 
 def tearDownModule():
     failed = False
-    if server:
-        rc = server.stop()
-        if rc != 0:
-            print("interpd exited %s after SIGTERM:\n%s" % (
-                rc, server.log_tail()), file=sys.stderr)
-            failed = True
+    why = server.stop_failure() if server else None
+    if why:
+        print(why, file=sys.stderr)
+        failed = True
     if index:
         index.terminate()
         index.wait(30)
